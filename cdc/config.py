@@ -1,0 +1,291 @@
+"""Relay configuration: one frozen dataclass per concern, built once at start from a
+TOML document (a dict here) plus environment overrides, and validated then.
+
+Example `relay.toml`::
+
+    [source]
+    name = "shop"                       # stable: part of every event's identity
+    host = "127.0.0.1"
+    port = 3306
+    user = "cdc"
+    password_env = "CDC_MYSQL_PASSWORD" # or password_file = "/run/secrets/mysql"
+    replica_server_id = 4242            # unique among the server's replicas
+    start = "latest"                    # without a checkpoint: latest | earliest | file:pos | GTID set
+
+    [[outbox.tables]]
+    schema = "shop"
+    table = "outbox"
+    topic = "outbox.event.{aggregate_type}"
+
+    [kafka]
+    bootstrap = "127.0.0.1:9092"
+    dead_letter_topic = "outbox.dlq"
+    [kafka.producer]                    # passed to librdkafka untouched
+    "linger.ms" = 5
+
+    [schema_registry]
+    url = "http://127.0.0.1:8081"
+
+    [checkpoint]
+    store = "kafka"                     # kafka | file
+    topic = "cdc.checkpoints"
+
+Environment overrides: `CDC_<SECTION>_<KEY>` for scalar keys, e.g. `CDC_SOURCE_HOST`,
+`CDC_KAFKA_BOOTSTRAP`, `CDC_CHECKPOINT_PATH`. Secrets (`password`, `basic_auth`) come
+from `*_env` (an environment variable's name) or `*_file` (a file's path), never from
+the TOML itself, and are held in `Secret`, which never prints its value.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+from cdc.errors import ConfigError
+from cdc.outbox import OutboxTable
+from cdc.relay import RelaySettings
+from cdc.topics import topic_problem
+from cdc.transaction import ON_CHANGE_POLICIES
+
+
+class Secret:
+    """A secret value; `str()`/`repr()` show `***`, only `reveal()` gives the value."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str):
+        self._value = value
+
+    def reveal(self) -> str:
+        return self._value
+
+    def __repr__(self) -> str:
+        return "Secret('***')"
+
+    __str__ = __repr__
+
+    def __bool__(self) -> bool:
+        return bool(self._value)
+
+
+@dataclass(frozen=True)
+class SourceConfig:
+    name: str
+    host: str = "127.0.0.1"
+    port: int = 3306
+    user: str = "cdc"
+    password: Secret = field(default_factory=lambda: Secret(""))
+    replica_server_id: int = 4242  # the id this relay registers with as a replica
+    heartbeat_s: float = 1.0  # the server sends a heartbeat when idle this long
+    start: str = "latest"
+
+    def connection(self) -> dict[str, Any]:
+        return {"host": self.host, "port": self.port, "user": self.user, "password": self.password.reveal()}
+
+
+@dataclass(frozen=True)
+class KafkaConfig:
+    bootstrap: str = "127.0.0.1:9092"
+    dead_letter_topic: str = "outbox.dlq"
+    topic_allowlist: tuple[str, ...] = ()
+    producer: dict[str, Any] = field(default_factory=dict)  # librdkafka settings, opaque
+
+
+@dataclass(frozen=True)
+class RegistryConfig:
+    url: str = "mock://cdc-relay"
+    basic_auth: Secret = field(default_factory=lambda: Secret(""))  # "user:password"
+
+
+@dataclass(frozen=True)
+class CheckpointConfig:
+    store: str = "kafka"  # kafka | file
+    topic: str = "cdc.checkpoints"
+    path: str = "var/checkpoint.json"
+    interval_s: float = 1.0
+
+
+@dataclass(frozen=True)
+class HttpConfig:
+    host: str = "127.0.0.1"
+    port: int = 0  # 0: no HTTP endpoint
+
+
+@dataclass(frozen=True)
+class LogConfig:
+    format: str = "text"  # text | json
+    level: str = "INFO"
+
+
+@dataclass(frozen=True)
+class RelayTuning:
+    on_change: str = "ignore"  # UPDATE/DELETE on an outbox table: ignore | warn | stop
+    spill_rows: int = 10_000
+    spill_dir: str | None = None
+    max_message_bytes: int = 1_000_000
+    reconnect_timeout_s: float = 300.0
+    drain_timeout_s: float = 30.0
+
+
+@dataclass(frozen=True)
+class Config:
+    source: SourceConfig
+    tables: tuple[OutboxTable, ...]
+    kafka: KafkaConfig = KafkaConfig()
+    schema_registry: RegistryConfig = RegistryConfig()
+    checkpoint: CheckpointConfig = CheckpointConfig()
+    http: HttpConfig = HttpConfig()
+    log: LogConfig = LogConfig()
+    relay: RelayTuning = RelayTuning()
+
+    def relay_settings(self) -> RelaySettings:
+        r = self.relay
+        return RelaySettings(
+            source_name=self.source.name, tables=self.tables, dead_letter_topic=self.kafka.dead_letter_topic,
+            topic_allowlist=self.kafka.topic_allowlist, on_change=r.on_change, start=self.source.start,
+            checkpoint_interval_s=self.checkpoint.interval_s, spill_rows=r.spill_rows, spill_dir=r.spill_dir,
+            max_message_bytes=r.max_message_bytes, reconnect_timeout_s=r.reconnect_timeout_s,
+            drain_timeout_s=r.drain_timeout_s,
+        )
+
+
+_SECTIONS: dict[str, type] = {
+    "source": SourceConfig, "kafka": KafkaConfig, "schema_registry": RegistryConfig,
+    "checkpoint": CheckpointConfig, "http": HttpConfig, "log": LogConfig, "relay": RelayTuning,
+}
+_SECRETS = {("source", "password"), ("schema_registry", "basic_auth")}
+
+
+def _coerce(section: str, name: str, value: Any, target: Any) -> Any:
+    where = f"{section}.{name}"
+    text = str(target)
+    if "tuple" in text:
+        if isinstance(value, str):
+            value = [v.strip() for v in value.split(",") if v.strip()]
+        if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+            raise ConfigError(f"{where} must be a list of strings")
+        return tuple(value)
+    if "dict" in text:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where} must be a table of settings")
+        return dict(value)
+    if text in ("int",):
+        try:
+            return int(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{where} must be an integer, got {value!r}") from None
+    if text in ("float",):
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{where} must be a number, got {value!r}") from None
+    if value is not None and not isinstance(value, str):
+        raise ConfigError(f"{where} must be a string, got {value!r}")
+    return value
+
+
+def _section(
+    name: str, raw: Mapping[str, Any], env: Mapping[str, str], read_file: Callable[[str], str],
+) -> dict[str, Any]:
+    cls = _SECTIONS[name]
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    values: dict[str, Any] = {}
+    allowed = set(fields) | {f"{s}_env" for (sec, s) in _SECRETS if sec == name} | {
+        f"{s}_file" for (sec, s) in _SECRETS if sec == name}
+    for key in raw:
+        if key not in allowed:
+            raise ConfigError(f"unknown setting {name}.{key}; known: {', '.join(sorted(allowed))}")
+        if (name, key) in _SECRETS:
+            raise ConfigError(
+                f"{name}.{key} must not be written in the config file; use {name}.{key}_env "
+                f"(an environment variable's name) or {name}.{key}_file (a file's path)"
+            )
+    merged = dict(raw)
+    for key, f in fields.items():
+        env_value = env.get(f"CDC_{name.upper()}_{key.upper()}")
+        if env_value is not None and (name, key) not in _SECRETS:
+            merged[key] = env_value
+    for key, f in fields.items():
+        if (name, key) in _SECRETS:
+            values[key] = _secret(name, key, merged, env, read_file)
+        elif key in merged:
+            values[key] = _coerce(name, key, merged[key], f.type)
+    return values
+
+
+def _secret(section: str, key: str, raw: Mapping[str, Any], env: Mapping[str, str],
+            read_file: Callable[[str], str]) -> Secret:
+    env_name = raw.get(f"{key}_env")
+    path = raw.get(f"{key}_file")
+    if env_name and path:
+        raise ConfigError(f"set only one of {section}.{key}_env and {section}.{key}_file")
+    if env_name:
+        if env_name not in env:
+            raise ConfigError(f"{section}.{key}_env names the environment variable {env_name}, which is not set")
+        return Secret(env[env_name])
+    if path:
+        try:
+            return Secret(read_file(path).rstrip("\n"))
+        except OSError as exc:
+            raise ConfigError(f"cannot read {section}.{key}_file {path}: {exc.strerror}") from exc
+    return Secret("")
+
+
+def _table(raw: Mapping[str, Any], index: int) -> OutboxTable:
+    fields = {f.name for f in dataclasses.fields(OutboxTable)}
+    unknown = set(raw) - fields
+    if unknown:
+        raise ConfigError(f"unknown setting(s) {sorted(unknown)} in outbox.tables[{index}]; known: {sorted(fields)}")
+    for required in ("schema", "table"):
+        if not raw.get(required):
+            raise ConfigError(f"outbox.tables[{index}].{required} is required")
+    return OutboxTable(**{k: v for k, v in raw.items()})
+
+
+def load_config(
+    raw: Mapping[str, Any], env: Mapping[str, str] | None = None, read_file: Callable[[str], str] | None = None,
+) -> Config:
+    env = env or {}
+    read_file = read_file or (lambda p: open(p).read())
+    unknown = set(raw) - set(_SECTIONS) - {"outbox"}
+    if unknown:
+        raise ConfigError(f"unknown section(s) {sorted(unknown)}; known: {sorted(set(_SECTIONS) | {'outbox'})}")
+    sections = {name: _section(name, raw.get(name, {}) or {}, env, read_file) for name in _SECTIONS}
+    if not sections["source"].get("name"):
+        raise ConfigError("source.name is required: a stable name for this database, part of every event's identity")
+    outbox = dict(raw.get("outbox", {}) or {})
+    tables_raw = outbox.pop("tables", [])
+    if "on_change" in outbox:
+        sections["relay"]["on_change"] = outbox.pop("on_change")
+    if outbox:
+        raise ConfigError(f"unknown setting(s) {sorted(outbox)} in [outbox]; known: tables, on_change")
+    if not tables_raw:
+        raise ConfigError("no outbox table configured: add an [[outbox.tables]] entry with schema and table")
+    tables = tuple(_table(t, i) for i, t in enumerate(tables_raw))
+    cfg = Config(
+        source=SourceConfig(**sections["source"]), tables=tables,
+        kafka=KafkaConfig(**sections["kafka"]), schema_registry=RegistryConfig(**sections["schema_registry"]),
+        checkpoint=CheckpointConfig(**sections["checkpoint"]), http=HttpConfig(**sections["http"]),
+        log=LogConfig(**sections["log"]), relay=RelayTuning(**sections["relay"]),
+    )
+    _validate(cfg)
+    return cfg
+
+
+def _validate(cfg: Config) -> None:
+    if cfg.checkpoint.store not in ("kafka", "file"):
+        raise ConfigError(f"checkpoint.store must be \"kafka\" or \"file\", got {cfg.checkpoint.store!r}")
+    if cfg.checkpoint.store == "kafka" and topic_problem(cfg.checkpoint.topic):
+        raise ConfigError(f"checkpoint.topic: {topic_problem(cfg.checkpoint.topic)}")
+    if cfg.relay.on_change not in ON_CHANGE_POLICIES:
+        raise ConfigError(f"outbox.on_change must be one of {ON_CHANGE_POLICIES}, got {cfg.relay.on_change!r}")
+    if cfg.log.format not in ("text", "json"):
+        raise ConfigError(f"log.format must be \"text\" or \"json\", got {cfg.log.format!r}")
+    if not 1 <= cfg.source.replica_server_id < 2**32:
+        raise ConfigError("source.replica_server_id must be between 1 and 4294967295")
+    if not 0 <= cfg.http.port < 65536:
+        raise ConfigError("http.port must be between 0 (off) and 65535")
+    if cfg.checkpoint.interval_s <= 0:
+        raise ConfigError("checkpoint.interval_s must be positive")
+    cfg.relay_settings()  # RelaySettings checks the rest

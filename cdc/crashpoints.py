@@ -1,0 +1,46 @@
+"""Named places where a test can make the relay die on the spot (SIGKILL, no cleanup).
+
+For tests only. Arm one with the environment variable `CDC_CRASH_AT=<name>[@<n>]`: the
+process kills itself the n-th time (default 1st) it passes that point. Unarmed, each
+point costs one comparison with None.
+
+Points:
+    after_produce              a message was handed to the producer, not yet acknowledged
+    after_ack_before_checkpoint  acknowledgements arrived, the checkpoint not yet written
+    checkpoint_write           inside the checkpoint store's write, before it is durable
+    mid_transaction            rows of a transaction were read, its commit not yet
+    recovery                   while reading back the topics at start
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+POINTS = ("after_produce", "after_ack_before_checkpoint", "checkpoint_write", "mid_transaction", "recovery")
+
+_armed: str | None = None
+_remaining = 0
+
+
+def arm(spec: str | None) -> None:
+    global _armed, _remaining
+    if not spec:
+        _armed = None
+        return
+    name, _, count = spec.partition("@")
+    if name not in POINTS:
+        raise ValueError(f"unknown crash point {name!r}; known: {', '.join(POINTS)}")
+    _armed, _remaining = name, int(count or 1)
+
+
+def hit(name: str) -> None:
+    global _remaining
+    if _armed is None or name != _armed:
+        return
+    _remaining -= 1
+    if _remaining <= 0:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+arm(os.environ.get("CDC_CRASH_AT"))

@@ -1,0 +1,192 @@
+"""GTIDs: the identity of a transaction that survives a failover.
+
+Two flavours, both immutable, with set semantics and a canonical string form:
+
+* MySQL: a transaction is `source_uuid:sequence`; a set is `uuid:1-100:200,uuid2:1-7`
+  (intervals inclusive, sorted and merged in the canonical form, uuids lower-case and
+  sorted, as `gtid_executed` prints them).
+* MariaDB: a transaction is `domain-server-sequence`; a position is a list with one
+  entry per replication domain, `0-1-100,1-2-7`. Within a domain sequence numbers are
+  strictly increasing (gtid_strict_mode), so "contains" means "sequence not greater than
+  the domain's last one", whatever server wrote it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Iterable
+
+from cdc.errors import PositionError
+
+_UUID = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
+_MARIADB_GTID = re.compile(r"^(\d+)-(\d+)-(\d+)$")
+
+Interval = tuple[int, int]
+
+
+def _merge(intervals: Iterable[Interval]) -> tuple[Interval, ...]:
+    merged: list[list[int]] = []
+    for start, end in sorted(intervals):
+        if merged and start <= merged[-1][1] + 1:
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([start, end])
+    return tuple((a, b) for a, b in merged)
+
+
+@dataclass(frozen=True, slots=True)
+class MysqlGtidSet:
+    """A MySQL GTID set: source uuid -> merged inclusive intervals."""
+
+    intervals: tuple[tuple[str, tuple[Interval, ...]], ...] = ()
+
+    @classmethod
+    def parse(cls, text: str) -> "MysqlGtidSet":
+        by_uuid: dict[str, list[Interval]] = {}
+        for part in text.replace("\n", "").split(","):
+            part = part.strip()
+            if not part:
+                continue
+            uuid, *ranges = part.split(":")
+            if not _UUID.match(uuid) or not ranges:
+                raise PositionError(
+                    f"malformed MySQL GTID set element {part!r}: expected "
+                    "<server_uuid>:<n>[-<m>][:<n>-<m>...]"
+                )
+            for rng in ranges:
+                lo, _, hi = rng.partition("-")
+                if not lo.isdigit() or (hi and not hi.isdigit()):
+                    raise PositionError(f"malformed GTID interval {rng!r} in {part!r}")
+                start, end = int(lo), int(hi or lo)
+                if start < 1 or end < start:
+                    raise PositionError(f"GTID interval {rng!r} in {part!r} is empty or starts below 1")
+                by_uuid.setdefault(uuid.lower(), []).append((start, end))
+        return cls._build(by_uuid)
+
+    @classmethod
+    def _build(cls, by_uuid: dict[str, list[Interval]]) -> "MysqlGtidSet":
+        return cls(tuple(sorted((u, _merge(iv)) for u, iv in by_uuid.items() if iv)))
+
+    def _as_dict(self) -> dict[str, list[Interval]]:
+        return {u: list(iv) for u, iv in self.intervals}
+
+    def contains(self, gtid: str) -> bool:
+        uuid, seq = _split_mysql_gtid(gtid)
+        for u, ivs in self.intervals:
+            if u == uuid:
+                return any(a <= seq <= b for a, b in ivs)
+        return False
+
+    def add(self, gtid: str) -> "MysqlGtidSet":
+        uuid, seq = _split_mysql_gtid(gtid)
+        d = self._as_dict()
+        d.setdefault(uuid, []).append((seq, seq))
+        return self._build(d)
+
+    def union(self, other: "MysqlGtidSet") -> "MysqlGtidSet":
+        d = self._as_dict()
+        for u, ivs in other.intervals:
+            d.setdefault(u, []).extend(ivs)
+        return self._build(d)
+
+    def issuperset(self, other: "MysqlGtidSet") -> bool:
+        return self.union(other) == self
+
+    def __bool__(self) -> bool:
+        return bool(self.intervals)
+
+    def __str__(self) -> str:
+        return ",".join(
+            u + "".join(f":{a}" if a == b else f":{a}-{b}" for a, b in ivs)
+            for u, ivs in self.intervals
+        )
+
+
+def _split_mysql_gtid(gtid: str) -> tuple[str, int]:
+    uuid, _, seq = gtid.strip().rpartition(":")
+    if not _UUID.match(uuid) or not seq.isdigit() or int(seq) < 1:
+        raise PositionError(f"malformed MySQL GTID {gtid!r}: expected <server_uuid>:<n>")
+    return uuid.lower(), int(seq)
+
+
+@dataclass(frozen=True, slots=True)
+class MariadbGtidPosition:
+    """A MariaDB GTID position: the last (server, sequence) applied in each domain."""
+
+    domains: tuple[tuple[int, int, int], ...] = ()  # (domain, server, seq), sorted by domain
+
+    @classmethod
+    def parse(cls, text: str) -> "MariadbGtidPosition":
+        found: dict[int, tuple[int, int]] = {}
+        for part in text.split(","):
+            part = part.strip()
+            if not part:
+                continue
+            domain, server, seq = _split_mariadb_gtid(part)
+            if domain in found:
+                raise PositionError(
+                    f"MariaDB GTID position {text!r} names domain {domain} twice; "
+                    "a position holds one GTID per domain"
+                )
+            found[domain] = (server, seq)
+        return cls(tuple(sorted((d, s, q) for d, (s, q) in found.items())))
+
+    def contains(self, gtid: str) -> bool:
+        domain, _server, seq = _split_mariadb_gtid(gtid)
+        return any(d == domain and seq <= q for d, _s, q in self.domains)
+
+    def add(self, gtid: str) -> "MariadbGtidPosition":
+        domain, server, seq = _split_mariadb_gtid(gtid)
+        kept = [(d, s, q) for d, s, q in self.domains if d != domain]
+        current = [(d, s, q) for d, s, q in self.domains if d == domain]
+        if current and current[0][2] >= seq:
+            return self
+        return MariadbGtidPosition(tuple(sorted(kept + [(domain, server, seq)])))
+
+    def union(self, other: "MariadbGtidPosition") -> "MariadbGtidPosition":
+        result = self
+        for d, s, q in other.domains:
+            result = result.add(f"{d}-{s}-{q}")
+        return result
+
+    def issuperset(self, other: "MariadbGtidPosition") -> bool:
+        return all(self.contains(f"{d}-{s}-{q}") for d, s, q in other.domains)
+
+    def __bool__(self) -> bool:
+        return bool(self.domains)
+
+    def __str__(self) -> str:
+        return ",".join(f"{d}-{s}-{q}" for d, s, q in self.domains)
+
+
+def _split_mariadb_gtid(gtid: str) -> tuple[int, int, int]:
+    match = _MARIADB_GTID.match(gtid.strip())
+    if not match:
+        raise PositionError(
+            f"malformed MariaDB GTID {gtid!r}: expected <domain>-<server>-<sequence>"
+        )
+    domain, server, seq = (int(g) for g in match.groups())
+    return domain, server, seq
+
+
+GtidSet = MysqlGtidSet | MariadbGtidPosition
+
+
+def is_mariadb_gtid(gtid: str) -> bool:
+    return bool(_MARIADB_GTID.match(gtid.strip()))
+
+
+def parse_gtid_set(text: str) -> GtidSet:
+    """Parse either flavour, telling them apart by shape."""
+    first = text.strip().split(",")[0].strip()
+    if not first:
+        raise PositionError("empty GTID set: give at least one GTID")
+    if _MARIADB_GTID.match(first):
+        return MariadbGtidPosition.parse(text)
+    return MysqlGtidSet.parse(text)
+
+
+def empty_set_for(gtid: str) -> GtidSet:
+    """The empty set of the flavour that `gtid` belongs to."""
+    return MariadbGtidPosition() if is_mariadb_gtid(gtid) else MysqlGtidSet()

@@ -1,0 +1,158 @@
+"""Outbox mapping: an inserted outbox row becomes an `OutboxEvent`, or a `DeadLetter`
+that says why it cannot be published.
+
+Column defaults follow Debezium's outbox EventRouter (`id`, `aggregatetype`,
+`aggregateid`, `type`, `payload`), so a table written for Debezium works unchanged.
+The payload is carried as written: text stays text, bytes stay bytes; a JSON column that
+the binlog decodes into a structure is written back as JSON text.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import uuid as _uuid
+from dataclasses import dataclass
+from typing import Any
+
+from cdc.identity import EventIdentity
+from cdc.topics import TopicRouter, check_template
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxTable:
+    """One outbox table and how its columns map onto an event.
+
+    Example (TOML)::
+
+        [[outbox.tables]]
+        schema = "shop"
+        table = "outbox"
+        topic = "outbox.event.{aggregate_type}"
+    """
+
+    schema: str
+    table: str
+    id_column: str = "id"
+    aggregate_type_column: str = "aggregatetype"
+    aggregate_id_column: str = "aggregateid"
+    type_column: str = "type"
+    payload_column: str = "payload"
+    timestamp_column: str | None = None  # optional event time column
+    topic: str = "outbox.event.{aggregate_type}"
+
+    def __post_init__(self) -> None:
+        check_template(self.topic)
+
+    @property
+    def qualified_name(self) -> str:
+        return f"{self.schema}.{self.table}"
+
+    @property
+    def required_columns(self) -> tuple[str, ...]:
+        return (self.id_column, self.aggregate_type_column, self.aggregate_id_column, self.type_column)
+
+    @property
+    def expected_columns(self) -> tuple[str, ...]:
+        cols = self.required_columns + (self.payload_column,)
+        return cols + ((self.timestamp_column,) if self.timestamp_column else ())
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxEvent:
+    """An event ready to encode: what it says, where it goes, where it came from."""
+
+    event_id: str
+    aggregate_type: str
+    aggregate_id: str
+    event_type: str
+    payload: str | bytes | None
+    timestamp_us: int | None
+    topic: str
+    table: str
+    identity: EventIdentity
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """A row that cannot become a message, kept whole with its cause.
+
+    Causes: missing_column, null_column, illegal_topic, topic_not_allowed, too_large,
+    encoding_failed."""
+
+    cause: str
+    error: str
+    intended_topic: str | None
+    key: str | None
+    row: dict[str, Any]
+    table: str
+    identity: EventIdentity
+
+
+def text_of(value: Any) -> str:
+    """A column value as text: a 16-byte binary is a UUID (the usual BINARY(16) id)."""
+    if isinstance(value, bytes):
+        if len(value) == 16:
+            return str(_uuid.UUID(bytes=value))
+        return value.decode("utf-8", "replace")
+    return str(value)
+
+
+def _payload_of(value: Any) -> str | bytes | None:
+    if value is None or isinstance(value, (str, bytes)):
+        return value
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, separators=(",", ":"), default=str)
+    return str(value)
+
+
+def _micros_of(value: Any) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, _dt.datetime):
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=_dt.timezone.utc)
+        return int(value.timestamp() * 1_000_000)
+    if isinstance(value, (int, float)):
+        return int(value)
+    return None
+
+
+class OutboxMapper:
+    def __init__(self, router: TopicRouter):
+        self._router = router
+
+    def map(self, table: OutboxTable, row: dict[str, Any], identity: EventIdentity) -> OutboxEvent | DeadLetter:
+        qualified = table.qualified_name
+
+        def dead(cause: str, error: str, topic: str | None = None) -> DeadLetter:
+            key = row.get(table.aggregate_id_column)
+            return DeadLetter(cause, error, topic, None if key is None else text_of(key), row, qualified, identity)
+
+        for column in table.required_columns:
+            if column not in row:
+                return dead(
+                    "missing_column",
+                    f"{qualified} row has no column {column!r} (columns: {sorted(row)[:20]}); "
+                    "check the outbox column mapping and binlog_row_metadata=FULL",
+                )
+            if row[column] is None:
+                return dead("null_column", f"{qualified} row has NULL in required column {column!r}")
+        aggregate_type = text_of(row[table.aggregate_type_column])
+        event_type = text_of(row[table.type_column])
+        route = self._router.route(
+            table.topic, aggregate_type=aggregate_type, type=event_type, schema=table.schema, table=table.table
+        )
+        if route.problem is not None:
+            return dead(route.cause or "illegal_topic", route.problem, route.topic)
+        return OutboxEvent(
+            event_id=text_of(row[table.id_column]),
+            aggregate_type=aggregate_type,
+            aggregate_id=text_of(row[table.aggregate_id_column]),
+            event_type=event_type,
+            payload=_payload_of(row.get(table.payload_column)),
+            timestamp_us=_micros_of(row.get(table.timestamp_column)) if table.timestamp_column else None,
+            topic=route.topic,
+            table=qualified,
+            identity=identity,
+        )

@@ -1,0 +1,98 @@
+"""The small interfaces the relay loop sees. Adapters in `connectors/` implement them for
+real systems; tests implement them in memory (and with injected failures)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Iterator, Protocol
+
+from cdc.checkpoint import Checkpoint
+from cdc.gtid import GtidSet
+from cdc.position import BinlogPosition
+from cdc.source_events import SourceEvent
+
+StartAt = BinlogPosition | GtidSet
+
+
+class BinlogSource(Protocol):
+    def read(self, timeout: float) -> SourceEvent | None:
+        """The next event, or None when none arrived within `timeout` seconds.
+        Raises SourceError when the connection is lost."""
+
+    def close(self) -> None: ...
+
+
+class BinlogSourceFactory(Protocol):
+    def open(self, start: StartAt) -> BinlogSource:
+        """A stream whose first event is the one at `start` (a position), or the first
+        transaction not in `start` (a GTID set)."""
+
+    def resolve(self, mode: str) -> BinlogPosition:
+        """`latest` (the server's current end) or `earliest` (oldest binlog still kept)."""
+
+    def check_available(self, start: StartAt) -> None:
+        """Raise PositionPurgedError when the server no longer holds `start`."""
+
+    def server_id(self) -> int:
+        """The connected server's @@server_id (a change means a failover)."""
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryFailure:
+    code: str  # the client's error name, e.g. MSG_SIZE_TOO_LARGE
+    message: str
+    too_large: bool = False  # the broker (or the client) refuses the message's size
+    fatal: bool = False  # the producer cannot continue
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    topic: str
+    partition: int
+    offset: int
+    failure: DeliveryFailure | None = None
+
+
+DeliveryCallback = Callable[[Delivery], None]
+
+
+class Publisher(Protocol):
+    def publish(
+        self, topic: str, key: bytes | None, value: bytes, headers: list[tuple[str, bytes]],
+        on_delivery: DeliveryCallback, timestamp_ms: int | None = None,
+    ) -> None:
+        """Queue a message. Waits (serving callbacks) while the queue is full; never drops.
+        `on_delivery` is called exactly once, from `poll` or `flush`."""
+
+    def poll(self, timeout: float) -> None: ...
+
+    def flush(self, timeout: float) -> int:
+        """Wait for outstanding messages; returns how many are still outstanding."""
+
+    def close(self) -> None: ...
+
+
+class Serializer(Protocol):
+    def encode(self, event, topic: str) -> bytes:
+        """An `OutboxEvent` as the topic's value bytes (Confluent wire format).
+        Raises ValueError/TypeError for an event the schema cannot hold."""
+
+
+class CheckpointStore(Protocol):
+    def load(self) -> Checkpoint | None: ...
+
+    def save(self, checkpoint: Checkpoint) -> None:
+        """Durably store `checkpoint`; returns only when it would survive a crash."""
+
+
+class DeliveredLog(Protocol):
+    """Reads back what the topics hold; recovery uses it to find what was delivered."""
+
+    def partition_count(self, topic: str) -> int | None:
+        """None when the topic does not exist."""
+
+    def watermarks(self, topic: str, partition: int) -> tuple[int, int]:
+        """(low, high): the first offset still held and the next offset to be written."""
+
+    def records(self, topic: str, partition: int, start: int, end: int) -> Iterator[tuple[int, dict[str, str]]]:
+        """(offset, headers as text) of each record held in [start, end)."""

@@ -1,0 +1,449 @@
+"""The relay loop: binlog events in, Kafka messages out, checkpoint behind them.
+
+    source.read() -> TransactionAssembler -> (at commit) OutboxEvent | DeadLetter
+        -> recovery says "already delivered"?  skip (counts as delivered)
+        -> serializer.encode -> publisher.publish(on_delivery)   (never fire and forget)
+    acknowledgements -> InflightWindow.advance -> CheckpointStore.save (at intervals)
+
+Invariants kept here (DESIGN.md): only committed transactions are published; messages
+are handed to the producer in commit order and row order (the idempotent producer keeps
+that order per partition); the checkpoint only passes fully acknowledged transactions;
+a message Kafka refuses as too large goes to the dead-letter topic, any other delivery
+failure stops progress and the relay exits after checkpointing the proven prefix.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as _dt
+import decimal
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from cdc import crashpoints
+from cdc.checkpoint import Checkpoint
+from cdc.errors import ConfigError, DeliveryError, SourceError
+from cdc.gtid import parse_gtid_set
+from cdc.identity import H_DLQ_CAUSE, H_DLQ_ERROR, H_DLQ_TOPIC, H_EVENT_ID, H_EVENT_TYPE, H_TABLE
+from cdc.inflight import InflightWindow, PendingTx
+from cdc.metrics import RelayMetrics
+from cdc.outbox import DeadLetter, OutboxEvent, OutboxMapper, OutboxTable
+from cdc.ports import (
+    BinlogSource, BinlogSourceFactory, CheckpointStore, DeliveredLog, Delivery, Publisher, Serializer, StartAt,
+)
+from cdc.position import BinlogPosition
+from cdc.recovery import Recovery
+from cdc.source_events import Heartbeat, RowChange, RowInsert, ServerInfo
+from cdc.topics import TopicRouter, topic_problem
+from cdc.transaction import CommittedTransaction, TransactionAssembler
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RelaySettings:
+    """How the relay behaves. Defaults are what a new deployment should start with."""
+
+    source_name: str  # stable name of this source; part of every event's identity
+    tables: tuple[OutboxTable, ...]
+    dead_letter_topic: str = "outbox.dlq"
+    topic_allowlist: tuple[str, ...] = ()  # fnmatch patterns; empty = any legal topic
+    on_change: str = "ignore"  # UPDATE/DELETE on an outbox table: ignore | warn | stop
+    start: str = "latest"  # without a checkpoint: latest | earliest | <file>:<pos> | <GTID set>
+    checkpoint_interval_s: float = 1.0
+    spill_rows: int = 10_000  # rows of one transaction held in memory before spilling
+    spill_dir: str | None = None
+    max_message_bytes: int = 1_000_000  # larger encoded events are dead-lettered
+    reconnect_timeout_s: float = 300.0  # give up (exit non-zero) after this long without a connection
+    drain_timeout_s: float = 30.0  # on stop: how long to wait for outstanding acknowledgements
+    read_timeout_s: float = 0.05
+
+    def __post_init__(self) -> None:
+        if not self.source_name:
+            raise ConfigError("source.name must be set: it names this source in every event's identity")
+        if not self.tables:
+            raise ConfigError("no outbox table configured: add at least one [[outbox.tables]] entry")
+        problem = topic_problem(self.dead_letter_topic)
+        if problem:
+            raise ConfigError(f"kafka.dead_letter_topic: {problem}")
+
+
+@dataclass
+class RunSummary:
+    position: BinlogPosition | None
+    events_published: int
+    dead_lettered: int
+    skipped_recovery: int
+    stopped_by: str  # "request" | "error"
+    error: str | None = None
+    recovery: dict[str, Any] = field(default_factory=dict)
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return {"$base64": base64.b64encode(value).decode()}
+    if isinstance(value, (_dt.datetime, _dt.date, _dt.time)):
+        return value.isoformat()
+    if isinstance(value, (decimal.Decimal, _dt.timedelta)):
+        return str(value)
+    if isinstance(value, (set, frozenset)):
+        return sorted(value)
+    return repr(value)
+
+
+def dead_letter_value(dead: DeadLetter) -> bytes:
+    """The dead-lettered row, whole, as JSON (bytes as base64): nothing of it is lost."""
+    return json.dumps({"table": dead.table, "row": dead.row}, default=_json_default, sort_keys=True).encode()
+
+
+class Relay:
+    def __init__(
+        self,
+        settings: RelaySettings,
+        sources: BinlogSourceFactory,
+        publisher: Publisher,
+        serializer: Serializer,
+        store: CheckpointStore,
+        delivered: DeliveredLog,
+        metrics: RelayMetrics | None = None,
+        clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], None] = time.sleep,
+    ):
+        self.settings = settings
+        self._sources = sources
+        self._publisher = publisher
+        self._serializer = serializer
+        self._store = store
+        self._delivered = delivered
+        self.metrics = metrics or RelayMetrics()
+        self._clock = clock
+        self._sleep = sleep
+        self._failure: Delivery | None = None
+        self._redirects: list[tuple[PendingTx, DeadLetter]] = []
+        self._partitions: dict[str, int] = {}
+        self._recovery: Recovery | None = None
+        self._window: InflightWindow | None = None
+        self._server_id = 0
+        self._last_checkpoint: Checkpoint | None = None
+        self._recovery_stats: Recovery | None = None
+        self._tx_start: BinlogPosition | None = None
+
+    # -- start --------------------------------------------------------------------------
+
+    def _start_point(self, cp: Checkpoint | None) -> StartAt:
+        if cp is not None:
+            if cp.source != self.settings.source_name:
+                raise ConfigError(
+                    f"the checkpoint belongs to source {cp.source!r}, this relay is {self.settings.source_name!r}: "
+                    "point checkpoint.* at this source's own checkpoint"
+                )
+            if cp.gtids and cp.server_id and cp.server_id != self._server_id:
+                # Another server of the topology (a failover): file/pos mean nothing
+                # there, the GTID set still does.
+                log.info("server id changed %s -> %s: resuming by GTID set %s", cp.server_id, self._server_id, cp.gtids)
+                return parse_gtid_set(cp.gtids)
+            return cp.position
+        start = self.settings.start.strip()
+        if start in ("latest", "earliest"):
+            return self._sources.resolve(start)
+        if ":" in start and not start.count("-") >= 2:
+            return BinlogPosition.parse(start)
+        return parse_gtid_set(start)
+
+    # -- the loop -----------------------------------------------------------------------
+
+    def run(self, should_stop: Callable[[], bool]) -> RunSummary:
+        """Run until `should_stop()` returns true; then drain, checkpoint and return.
+
+        Raises DeliveryError (after checkpointing the proven prefix) when Kafka refuses a
+        message for a reason other than its size, SourceError when the server stays
+        unreachable past `reconnect_timeout_s`, and NeedsOperator errors at start."""
+        settings, metrics = self.settings, self.metrics
+        metrics.started_at = self._clock()
+        self._server_id = self._sources.server_id()
+        cp = self._store.load()
+        start = self._start_point(cp)
+        self._sources.check_available(start)
+        self._window = window = InflightWindow(cp)
+        self._last_checkpoint = cp
+        if cp is not None:
+            self._partitions.update(cp.partitions)
+            recovery = Recovery(cp, self._delivered)
+            recovery.scan_all(set(cp.partitions) | set(cp.offsets) | {settings.dead_letter_topic})
+            log.info("recovering from checkpoint %s: %d events found delivered after it",
+                     cp.position, recovery.found)
+            if recovery.found:
+                self._recovery = recovery
+            self._recovery_stats = recovery
+        elif isinstance(start, BinlogPosition):
+            window.position = start
+        assembler = TransactionAssembler(
+            list(settings.tables), OutboxMapper(TopicRouter(settings.topic_allowlist)), settings.source_name,
+            self._server_id, settings.on_change, settings.spill_rows, settings.spill_dir,
+            on_ignored_change=self._count_ignored_change,
+        )
+        source = self._sources.open(start)
+        metrics.ready = True
+        last_checkpoint_at = self._clock()
+        publisher, poll = self._publisher, self._publisher.poll
+        stopped_by, error = "request", None
+        try:
+            while not should_stop():
+                if self._failure is not None:
+                    failure = self._failure.failure
+                    raise DeliveryError(
+                        f"Kafka refused a message for {self._failure.topic}: {failure.code}: {failure.message}"
+                        if failure else "Kafka refused a message"
+                    )
+                try:
+                    event = source.read(settings.read_timeout_s)
+                except SourceError as exc:
+                    source = self._reconnect(source, assembler, start, exc)
+                    continue
+                if event is None:
+                    metrics.caught_up = True
+                    poll(0)
+                else:
+                    kind = type(event)
+                    if kind is Heartbeat:
+                        metrics.caught_up = True
+                    elif kind is ServerInfo:
+                        assembler.server_id = self._server_id = event.server_id
+                    else:
+                        metrics.caught_up = False
+                        tx = assembler.feed(event)
+                        if tx is not None:
+                            self._publish(tx)
+                            metrics.read_file, metrics.read_pos = tx.end.file, tx.end.pos
+                            if tx.size:
+                                poll(0)
+                        elif kind is RowInsert and assembler.in_transaction:
+                            crashpoints.hit("mid_transaction")
+                if self._redirects:
+                    self._redirect_dead_letters()
+                now = self._clock()
+                if now - last_checkpoint_at >= settings.checkpoint_interval_s:
+                    window.advance()
+                    self._checkpoint()
+                    last_checkpoint_at = now
+        except DeliveryError as exc:
+            stopped_by, error = "error", str(exc)
+            metrics.delivery_errors += 1
+            raise
+        finally:
+            metrics.ready = False
+            source.close()
+            metrics.rows_discarded += assembler.discarded_rows
+            assembler.reset()
+            self._drain()
+        return RunSummary(
+            window.position, metrics.events_published, metrics.dead_lettered_total,
+            metrics.events_skipped_recovery, stopped_by, error,
+            self._recovery_summary(),
+        )
+
+    def _recovery_summary(self) -> dict[str, Any]:
+        r = self._recovery_stats
+        if r is None:
+            return {}
+        return {"records_read": r.records_read, "found": r.found, "skipped": r.skipped,
+                "duplicates_in_topics": len(r.duplicates_in_topics)}
+
+    def _drain(self) -> None:
+        """Stop: wait for what is in flight (dead-letter redirects included), then write
+        the checkpoint of the proven prefix."""
+        deadline = self._clock() + self.settings.drain_timeout_s
+        while True:
+            remaining = self._publisher.flush(max(0.0, min(1.0, deadline - self._clock())))
+            if self._redirects and self._failure is None:
+                self._redirect_dead_letters()
+                continue
+            if remaining == 0 or self._clock() >= deadline:
+                break
+        if self._window is not None:
+            self._window.advance()
+            self._checkpoint(force=True)
+
+    def _reconnect(self, source: BinlogSource, assembler: TransactionAssembler, start: StartAt,
+                   cause: Exception) -> BinlogSource:
+        """Reopen the stream from the relay's own position: the end of the last complete
+        transaction read (never the library's memory, which may sit mid-transaction)."""
+        metrics = self.metrics
+        source.close()
+        metrics.rows_discarded += assembler.discarded_rows
+        assembler.discarded_rows = 0
+        assembler.reset()
+        resume = assembler.resume_point or start
+        log.warning("binlog connection lost (%s); reconnecting from %s", cause, resume)
+        deadline = self._clock() + self.settings.reconnect_timeout_s
+        delay = 0.05
+        while True:
+            self._publisher.poll(0)
+            try:
+                reopened = self._sources.open(resume)
+                metrics.reconnects += 1
+                return reopened
+            except SourceError as exc:
+                if self._clock() >= deadline:
+                    raise SourceError(
+                        f"binlog server unreachable for {self.settings.reconnect_timeout_s:.0f} s ({exc}); "
+                        "check that it is running and reachable, then restart the relay"
+                    ) from exc
+                self._publisher.poll(min(delay, 0.2))
+                self._sleep(delay)
+                delay = min(delay * 2, 0.5)
+
+    # -- publishing ---------------------------------------------------------------------
+
+    def _count_ignored_change(self, _change: RowChange) -> None:
+        self.metrics.outbox_changes_ignored += 1
+
+    def _publish(self, tx: CommittedTransaction) -> None:
+        metrics, window = self.metrics, self._window
+        assert window is not None
+        metrics.transactions += 1
+        metrics.last_commit_ts = tx.identity.commit_ts_ms / 1000.0
+        entry = window.begin(tx.end, tx.identity.gtid)
+        if tx.size:
+            self._tx_start = tx.identity.start
+            recovery = self._recovery
+            for item in tx.items():
+                if recovery is not None and recovery.already_delivered(item.identity.key()):
+                    window.skipped(entry)
+                    metrics.events_skipped_recovery += 1
+                    if recovery.pending == 0:
+                        log.info("recovery complete: %d events were already delivered and not sent again",
+                                 recovery.skipped)
+                        self._recovery = recovery = None
+                    continue
+                if type(item) is OutboxEvent:
+                    self._publish_event(entry, item)
+                else:
+                    self._publish_dead_letter(entry, item)
+                crashpoints.hit("after_produce")
+            tx.release()
+        entry.sealed = True
+
+    def _publish_event(self, entry: PendingTx, event: OutboxEvent) -> None:
+        try:
+            value = self._serializer.encode(event, event.topic)
+        except (ValueError, TypeError) as exc:
+            self._publish_dead_letter(entry, self._as_dead_letter(event, "encoding_failed", str(exc)))
+            return
+        if len(value) > self.settings.max_message_bytes:
+            self._publish_dead_letter(entry, self._as_dead_letter(
+                event, "too_large",
+                f"encoded event is {len(value)} bytes; the limit is {self.settings.max_message_bytes}"))
+            return
+        headers = event.identity.headers()
+        headers.append((H_EVENT_ID, event.event_id.encode()))
+        headers.append((H_EVENT_TYPE, event.event_type.encode()))
+        headers.append((H_TABLE, event.table.encode()))
+        self._note_topic(event.topic)
+        window = self._window
+        window.expect(entry)
+        metrics = self.metrics
+        size = len(value)
+
+        def on_delivery(delivery: Delivery) -> None:
+            if delivery.failure is None:
+                window.acknowledged(entry, delivery.topic, delivery.partition, delivery.offset)
+                metrics.events_published += 1
+                metrics.bytes_published += size
+            elif delivery.failure.too_large:
+                # Still counted as in flight: the dead-letter copy completes it.
+                entry.remaining -= 1
+                self._redirects.append((entry, self._as_dead_letter(
+                    event, "too_large", f"{delivery.failure.code}: {delivery.failure.message}")))
+            else:
+                metrics.delivery_errors += 1
+                if self._failure is None:
+                    self._failure = delivery
+
+        self._publisher.publish(event.topic, event.aggregate_id.encode(), value, headers, on_delivery)
+
+    def _as_dead_letter(self, event: OutboxEvent, cause: str, error: str) -> DeadLetter:
+        row = {
+            "id": event.event_id, "aggregatetype": event.aggregate_type, "aggregateid": event.aggregate_id,
+            "type": event.event_type, "payload": event.payload, "timestamp_us": event.timestamp_us,
+        }
+        return DeadLetter(cause, error, event.topic, event.aggregate_id, row, event.table, event.identity)
+
+    def _redirect_dead_letters(self) -> None:
+        redirects, self._redirects = self._redirects, []
+        for entry, dead in redirects:
+            self._publish_dead_letter(entry, dead)
+
+    def _publish_dead_letter(self, entry: PendingTx, dead: DeadLetter) -> None:
+        topic = self.settings.dead_letter_topic
+        headers = dead.identity.headers()
+        event_id = dead.row.get("id")
+        if event_id is not None:
+            headers.append((H_EVENT_ID, str(event_id).encode()))
+        headers += [
+            (H_DLQ_CAUSE, dead.cause.encode()),
+            (H_DLQ_ERROR, dead.error[:1000].encode()),
+            (H_DLQ_TOPIC, (dead.intended_topic or "").encode()),
+            (H_TABLE, dead.table.encode()),
+        ]
+        self._note_topic(topic)
+        window, metrics = self._window, self.metrics
+        window.expect(entry)
+
+        def on_delivery(delivery: Delivery) -> None:
+            if delivery.failure is None:
+                window.acknowledged(entry, delivery.topic, delivery.partition, delivery.offset)
+                metrics.dead_lettered[dead.cause] += 1
+            else:
+                metrics.delivery_errors += 1
+                if self._failure is None:
+                    self._failure = delivery
+
+        key = dead.key.encode() if dead.key is not None else None
+        self._publisher.publish(topic, key, dead_letter_value(dead), headers, on_delivery)
+
+    def _note_topic(self, topic: str) -> None:
+        """Before the first message to a topic, write a checkpoint that names it, with
+        its current end offsets: after a crash, recovery then knows every topic this run
+        may have written, and where in each to start looking."""
+        if topic in self._partitions:
+            return
+        count = self._delivered.partition_count(topic)
+        self._partitions[topic] = count or 0  # 0: not created yet; recovery reads it whole
+        window = self._window
+        if count:
+            parts = window.offsets.setdefault(topic, {})
+            for partition in range(count):
+                parts.setdefault(partition, self._delivered.watermarks(topic, partition)[1])
+        if window.position is None and self._tx_start is not None:
+            window.position = self._tx_start  # started from a GTID set: the first transaction
+        self._checkpoint(force=True)
+
+    # -- checkpoint ---------------------------------------------------------------------
+
+    def _checkpoint(self, force: bool = False) -> None:
+        window = self._window
+        if window is None or window.position is None:
+            return
+        last = self._last_checkpoint
+        if not force and last is not None and last.position == window.position:
+            return
+        crashpoints.hit("after_ack_before_checkpoint")
+        cp = Checkpoint(
+            source=self.settings.source_name,
+            position=window.position,
+            gtids=str(window.gtids) if window.gtids else None,
+            server_id=self._server_id,
+            offsets={t: dict(ps) for t, ps in window.offsets.items()},
+            partitions=dict(self._partitions),
+            written_at_ms=int(self._clock() * 1000),
+            events_delivered=window.events_delivered,
+        )
+        self._store.save(cp)
+        self._last_checkpoint = cp
+        m = self.metrics
+        m.checkpoint_written_at = self._clock()
+        m.checkpoint_file, m.checkpoint_pos = cp.position.file, cp.position.pos

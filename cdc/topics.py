@@ -1,0 +1,82 @@
+"""Topic routing: a template such as `outbox.event.{aggregate_type}` rendered per event,
+then checked against Kafka's rules and an optional allowlist.
+
+Kafka's rules (kafka.common.internals.Topic): 1-249 characters from `[a-zA-Z0-9._-]`,
+not `.` or `..`. A topic that breaks them is not an error of the relay but of the row:
+the event goes to the dead-letter topic with the cause, and the stream goes on.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+import string
+from dataclasses import dataclass
+
+from cdc.errors import ConfigError
+
+MAX_TOPIC_LENGTH = 249
+_LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
+PLACEHOLDERS = frozenset({"aggregate_type", "type", "schema", "table"})
+
+
+def topic_problem(name: str) -> str | None:
+    """Why `name` is not a legal Kafka topic, or None when it is."""
+    if not name:
+        return "topic name is empty"
+    if len(name) > MAX_TOPIC_LENGTH:
+        return f"topic name is {len(name)} characters; Kafka allows at most {MAX_TOPIC_LENGTH}"
+    if name in (".", ".."):
+        return f"topic name {name!r} is reserved"
+    if not _LEGAL.match(name):
+        bad = sorted({c for c in name if not _LEGAL.match(c)})
+        return f"topic name {name[:80]!r} has characters Kafka does not allow: {''.join(bad)!r}"
+    return None
+
+
+def check_template(template: str) -> None:
+    """Refuse, at start, a template naming an unknown field."""
+    try:
+        fields = {f for _, f, _, _ in string.Formatter().parse(template) if f is not None}
+    except ValueError as exc:
+        raise ConfigError(f"topic template {template!r} is malformed: {exc}") from exc
+    unknown = fields - PLACEHOLDERS
+    if unknown:
+        raise ConfigError(
+            f"topic template {template!r} uses unknown field(s) {sorted(unknown)}; "
+            f"use only {sorted(PLACEHOLDERS)}"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    topic: str
+    problem: str | None  # None when the topic may be used
+    cause: str | None  # dead-letter cause code when problem is set
+
+
+class TopicRouter:
+    """Renders and checks topic names; results are cached per field combination, since
+    a service has few aggregate types and this runs for every event."""
+
+    def __init__(self, allowlist: tuple[str, ...] = ()):
+        self._allowlist = allowlist
+        self._cache: dict[tuple, Route] = {}
+
+    def route(self, template: str, **fields: str) -> Route:
+        key = (template, *sorted(fields.items()))
+        cached = self._cache.get(key)
+        if cached is not None:
+            return cached
+        topic = template.format(**fields)
+        problem = topic_problem(topic)
+        cause = "illegal_topic" if problem else None
+        if problem is None and self._allowlist and not any(
+            fnmatch.fnmatchcase(topic, pattern) for pattern in self._allowlist
+        ):
+            problem = f"topic {topic!r} is not in the allowlist"
+            cause = "topic_not_allowed"
+        route = Route(topic, problem, cause)
+        if len(self._cache) < 10_000:
+            self._cache[key] = route
+        return route

@@ -1,0 +1,153 @@
+"""Wiring: a `Config` becomes a relay with real adapters, and runs.
+
+    MySQLBinlogSourceFactory -> Relay -> KafkaPublisher
+                                  |-> ConfluentAvroSerializer (schema registry)
+                                  |-> File/KafkaCheckpointStore
+                                  '-> KafkaTopicReader (recovery)
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+from typing import Callable
+
+import pymysql
+
+from cdc.config import Config
+from cdc.errors import PreflightError
+from cdc.metrics import RelayMetrics
+from cdc.position import BinlogPosition
+from cdc.relay import Relay, RunSummary
+from connectors.avro_serializer import ConfluentAvroSerializer, registry_client
+from connectors.binlog_source import MySQLBinlogSourceFactory
+from connectors.checkpoint_stores import FileCheckpointStore, KafkaCheckpointStore
+from connectors.http_endpoint import HttpEndpoint
+from connectors.kafka_reader import KafkaTopicReader
+from connectors.kafka_sink import KafkaPublisher
+from connectors.preflight import failures, run_checks
+
+log = logging.getLogger(__name__)
+
+
+def checkpoint_store(cfg: Config):
+    if cfg.checkpoint.store == "file":
+        return FileCheckpointStore(cfg.checkpoint.path)
+    return KafkaCheckpointStore(cfg.kafka.bootstrap, cfg.checkpoint.topic, cfg.source.name, cfg.kafka.producer)
+
+
+def start_position(cfg: Config, store) -> BinlogPosition | str | None:
+    cp = store.load()
+    if cp is not None:
+        return cp.position
+    start = cfg.source.start
+    try:
+        return BinlogPosition.parse(start)
+    except Exception:
+        return start
+
+
+def preflight(cfg: Config, store=None) -> list:
+    store = store or checkpoint_store(cfg)
+    results = run_checks(cfg, start_position(cfg, store))
+    problems = failures(results)
+    if problems:
+        raise PreflightError(problems)
+    return results
+
+
+@dataclass
+class RelayHandle:
+    relay: Relay
+    publisher: KafkaPublisher
+    reader: KafkaTopicReader
+
+    @property
+    def metrics(self) -> RelayMetrics:
+        return self.relay.metrics
+
+    def close(self) -> None:
+        self.reader.close()
+
+
+def build_relay(cfg: Config, metrics: RelayMetrics | None = None) -> RelayHandle:
+    publisher = KafkaPublisher(cfg.kafka.bootstrap, cfg.kafka.producer)
+    reader = KafkaTopicReader(cfg.kafka.bootstrap)
+    serializer = ConfluentAvroSerializer(
+        registry_client(cfg.schema_registry.url, cfg.schema_registry.basic_auth.reveal() or None))
+    sources = MySQLBinlogSourceFactory(
+        cfg.source.connection(), cfg.source.replica_server_id, {(t.schema, t.table) for t in cfg.tables},
+        heartbeat_s=cfg.source.heartbeat_s,
+    )
+    settings = cfg.relay_settings()
+    limit = min(settings.max_message_bytes, publisher.max_message_bytes)
+    if limit != settings.max_message_bytes:
+        from dataclasses import replace
+        settings = replace(settings, max_message_bytes=limit)
+    relay = Relay(settings, sources, publisher, serializer, checkpoint_store(cfg), reader, metrics)
+    return RelayHandle(relay, publisher, reader)
+
+
+class _BinlogBehindPoller:
+    """Every few seconds: how many binlog bytes lie between the relay and the server's end."""
+
+    def __init__(self, cfg: Config, metrics: RelayMetrics, every_s: float = 5.0):
+        self._cfg, self._m, self._every = cfg, metrics, every_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="binlog-behind", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        src = self._cfg.source
+        while not self._stop.wait(self._every):
+            try:
+                conn = pymysql.connect(host=src.host, port=src.port, user=src.user,
+                                       password=src.password.reveal(), connect_timeout=3)
+                try:
+                    with conn.cursor() as cur:
+                        cur.execute("SHOW BINARY LOGS")
+                        logs = [(str(r[0]), int(r[1])) for r in cur.fetchall()]
+                finally:
+                    conn.close()
+            except pymysql.err.MySQLError:
+                continue
+            m = self._m
+            if not m.read_file:
+                continue
+            behind, counting = 0, False
+            for name, size in logs:
+                if name == m.read_file:
+                    counting = True
+                    behind += max(0, size - m.read_pos)
+                elif counting:
+                    behind += size
+            m.server_end_bytes_behind = behind
+
+    def close(self) -> None:
+        self._stop.set()
+
+
+def run_relay(cfg: Config, should_stop: Callable[[], bool], metrics: RelayMetrics | None = None,
+              check: bool = True) -> RunSummary:
+    """Preflight, then run until `should_stop()`; the HTTP endpoint lives as long."""
+    handle = build_relay(cfg, metrics)
+    if check:
+        preflight(cfg)
+    endpoint = None
+    failed = threading.Event()
+    if cfg.http.port:
+        endpoint = HttpEndpoint(handle.metrics, cfg.source.name, cfg.http.host, cfg.http.port,
+                                healthy=lambda: not failed.is_set())
+        log.info("metrics and health on %s", endpoint.url)
+    poller = _BinlogBehindPoller(cfg, handle.metrics)
+    try:
+        return handle.relay.run(should_stop)
+    except BaseException:
+        failed.set()
+        raise
+    finally:
+        poller.close()
+        if endpoint is not None:
+            endpoint.close()
+        handle.close()

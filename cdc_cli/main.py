@@ -1,0 +1,132 @@
+"""The `cdc` command.
+
+    cdc run     --config relay.toml   stream the binlog's outbox inserts to Kafka
+    cdc check   --config relay.toml   preflight only: server settings, grants, tables, start
+    cdc demo                          embedded MariaDB + Kafka stand-in + relay + workload + verify
+    cdc verify  --config verify.toml  Spark verifier: binlog vs topics, position by position
+    cdc repair  --config verify.toml  re-publish exactly the events a verify found missing
+    cdc locate  --config relay.toml   binlog position/GTID <-> topic/partition/offset
+
+Exit status: 0 success; 1 the relay stopped on an error a restart may cure (Kafka, the
+binlog connection); 2 a problem a person must fix (config, server set-up, a purged start
+position), printed as one line per problem with the fix; 3 verification found problems.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import threading
+import tomllib
+from pathlib import Path
+from typing import Any, Sequence
+
+from cdc.config import Config, load_config
+from cdc.errors import CdcError, NeedsOperator, PreflightError
+
+log = logging.getLogger("cdc")
+
+
+def read_config(path: str) -> Config:
+    try:
+        raw = tomllib.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise CliError(f"config file {path} not found: pass --config with the path of your relay.toml") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise CliError(f"config file {path} is not valid TOML: {exc}") from None
+    except OSError as exc:
+        raise CliError(f"cannot read config file {path}: {exc.strerror}") from None
+    return load_config(raw, os.environ, lambda p: Path(p).read_text())
+
+
+class CliError(NeedsOperator):
+    pass
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from cdc_cli.app import run_relay
+    from cdc_cli.logs import configure
+
+    cfg = read_config(args.config)
+    configure(cfg.log.format, cfg.log.level)
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        log.info("signal %s: stop reading, drain, checkpoint", signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    summary = run_relay(cfg, stop.is_set, check=not args.skip_check)
+    log.info("stopped at %s: %d events published, %d dead-lettered, %d skipped as already delivered",
+             summary.position, summary.events_published, summary.dead_lettered, summary.skipped_recovery)
+    return 0
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    from cdc_cli.app import checkpoint_store, start_position
+    from connectors.preflight import run_checks
+
+    cfg = read_config(args.config)
+    results = run_checks(cfg, start_position(cfg, checkpoint_store(cfg)))
+    for r in results:
+        print(f"{'ok  ' if r.ok else 'FAIL'} {r.name}: {r.message}")
+    failed = [r for r in results if not r.ok]
+    if failed:
+        print(f"{len(failed)} check(s) failed", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from cdc_cli.demo import run_demo
+
+    return run_demo(orders=args.orders, workdir=args.workdir, verify=not args.no_verify, brokers=args.brokers)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="cdc", description="Binlog outbox relay to Kafka, and its verifier.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("run", help="stream outbox inserts of committed transactions to Kafka")
+    p.add_argument("--config", required=True, help="relay TOML file")
+    p.add_argument("--skip-check", action="store_true", help="skip the preflight checks at start")
+    p.set_defaults(func=_cmd_run)
+    p = sub.add_parser("check", help="preflight: is the server set up for the relay?")
+    p.add_argument("--config", required=True)
+    p.set_defaults(func=_cmd_check)
+    p = sub.add_parser("demo", help="embedded MariaDB + Kafka stand-in + relay + workload + verification")
+    p.add_argument("--orders", type=int, default=2000, help="order transactions the workload writes (default 2000)")
+    p.add_argument("--brokers", type=int, default=3, help="stand-in brokers (default 3)")
+    p.add_argument("--workdir", default=None, help="where reports and the checkpoint go (default: var/demo)")
+    p.add_argument("--no-verify", action="store_true", help="skip the Spark verification at the end")
+    p.set_defaults(func=_cmd_demo)
+    try:
+        from cdc_cli.verify_commands import add_parsers
+    except ImportError:  # the verifier's commands are added when spark_jobs is present
+        pass
+    else:
+        add_parsers(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except PreflightError as exc:
+        for problem in exc.problems:
+            print(f"cdc: {problem}", file=sys.stderr)
+        return 2
+    except CdcError as exc:
+        print(f"cdc: {exc}", file=sys.stderr)
+        return 1 if exc.retriable else 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

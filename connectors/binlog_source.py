@@ -1,0 +1,326 @@
+"""The binlog source: python-mysql-replication events -> `cdc.source_events`.
+
+A reader thread runs the library's blocking stream and hands converted events to the
+relay through a bounded queue: the relay's thread stays free to serve Kafka delivery
+callbacks while the socket waits, and a slow Kafka slows the reader instead of filling
+memory.
+
+Positions. The library reports `packet.log_pos`, the end of each event; an event starts
+at `log_pos - event_size`. A transaction is named by the start of its GTID (or BEGIN)
+event; the stream resumes at the end of a commit event.
+
+Reconnects are the relay's job, never the library's: on a dropped connection the
+library would reconnect by itself from its own last `log_pos`, which can sit in the
+middle of a transaction (after the Table_map the rows need). Its list of "expected"
+error codes is emptied here so that the error surfaces as `SourceError`, and the relay
+reopens the stream at the end of the last complete transaction it read.
+
+Starting points. With `is_mariadb=True` the library ignores `log_file`/`log_pos` and can
+only start from a GTID position; a file/pos start therefore uses the plain
+COM_BINLOG_DUMP path (`resume_stream=True`), which MariaDB serves too, and a GTID start
+uses `is_mariadb=True, auto_position=...` on MariaDB or `auto_position` on MySQL.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from typing import Any
+
+import pymysql
+import pymysqlreplication.binlogstream as _binlogstream
+from pymysqlreplication import BinLogStreamReader
+from pymysqlreplication.event import (
+    FormatDescriptionEvent, GtidEvent, HeartbeatLogEvent, MariadbGtidEvent, QueryEvent, RotateEvent, XidEvent,
+)
+from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
+
+from cdc.errors import PositionError, PositionPurgedError, SourceError
+from cdc.gtid import GtidSet, MariadbGtidPosition
+from cdc.position import BinlogPosition
+from cdc.source_events import (
+    Heartbeat, RollbackToSavepoint, RowChange, RowInsert, Savepoint, ServerInfo, SourceEvent, Statement, TxBegin,
+    TxCommit, TxRollback,
+)
+
+log = logging.getLogger(__name__)
+
+# See the module docstring: the relay reconnects from its own position.
+_binlogstream.MYSQL_EXPECTED_ERROR_CODES = []
+
+_FL_STANDALONE = 0x01  # MariaDB Gtid_log_event flag: no COMMIT/XID follows
+_ER_MASTER_FATAL_READING_BINLOG = 1236  # purged or unknown start position
+_END = object()
+
+
+def _ser_error(exc: BaseException) -> str:
+    """An error message safe to show: pymysql errors never carry the password, but keep
+    only the code and text to be sure nothing else leaks."""
+    if isinstance(exc, pymysql.err.MySQLError) and exc.args:
+        return " ".join(str(a) for a in exc.args[:2])
+    return f"{type(exc).__name__}: {exc}"
+
+
+class _Converter:
+    """Turns library events into source events; keeps the current file name."""
+
+    def __init__(self, watched: set[tuple[str, str]], file: str | None):
+        self.watched = watched
+        self.file = file
+
+    def convert(self, ev: Any, out: list[SourceEvent]) -> None:
+        kind = type(ev)
+        if kind is WriteRowsEvent:
+            schema, table = ev.schema, ev.table
+            if (schema, table) not in self.watched:
+                return  # rows of other tables are never decoded (`rows` is lazy)
+            end = BinlogPosition(self.file, ev.packet.log_pos)
+            for row in ev.rows:
+                out.append(RowInsert(schema, table, row["values"], end))
+            return
+        if kind is XidEvent:
+            out.append(TxCommit(BinlogPosition(self.file, ev.packet.log_pos), ev.timestamp))
+            return
+        if kind is MariadbGtidEvent or kind is GtidEvent:
+            end = ev.packet.log_pos
+            start = BinlogPosition(self.file, end - ev.event_size)
+            standalone = bool(getattr(ev, "flags", 0) & _FL_STANDALONE) if kind is MariadbGtidEvent else False
+            out.append(TxBegin(start, BinlogPosition(self.file, end), ev.gtid, standalone))
+            return
+        if kind is QueryEvent:
+            self._query(ev, out)
+            return
+        if kind is RotateEvent:
+            self.file = ev.next_binlog
+            return
+        if kind is UpdateRowsEvent or kind is DeleteRowsEvent:
+            if (ev.schema, ev.table) in self.watched:
+                end = BinlogPosition(self.file, ev.packet.log_pos)
+                change = "update" if kind is UpdateRowsEvent else "delete"
+                for row in ev.rows:
+                    values = row.get("after_values") or row.get("values") or {}
+                    out.append(RowChange(change, ev.schema, ev.table, values, end))
+            return
+        if kind is HeartbeatLogEvent:
+            if self.file and ev.packet.log_pos:
+                out.append(Heartbeat(BinlogPosition(self.file, ev.packet.log_pos)))
+            return
+
+    def _query(self, ev: Any, out: list[SourceEvent]) -> None:
+        sql = ev.query.strip() if isinstance(ev.query, str) else ev.query.decode("utf-8", "replace").strip()
+        end_pos = ev.packet.log_pos
+        end = BinlogPosition(self.file, end_pos)
+        upper = sql.upper()
+        if upper == "BEGIN" or upper.startswith("XA START"):
+            out.append(TxBegin(BinlogPosition(self.file, end_pos - ev.event_size), end))
+        elif upper == "COMMIT":
+            out.append(TxCommit(end, ev.timestamp))
+        elif upper == "ROLLBACK":
+            out.append(TxRollback(end))
+        elif upper.startswith("SAVEPOINT"):
+            out.append(Savepoint(_savepoint_name(sql[len("SAVEPOINT"):]), end))
+        elif upper.startswith("ROLLBACK TO"):
+            rest = sql[len("ROLLBACK TO"):].strip()
+            if rest.upper().startswith("SAVEPOINT"):
+                rest = rest[len("SAVEPOINT"):]
+            out.append(RollbackToSavepoint(_savepoint_name(rest), end))
+        else:
+            out.append(Statement(sql, end, ev.timestamp))
+
+
+def _savepoint_name(text: str) -> str:
+    return text.strip().strip("`").strip()
+
+
+class MySQLBinlogSource:
+    """One open binlog stream (implements cdc.ports.BinlogSource)."""
+
+    def __init__(self, reader: BinLogStreamReader, converter: _Converter, info: ServerInfo, queue_events: int):
+        self._reader = reader
+        self._converter = converter
+        self._queue: queue.Queue = queue.Queue(maxsize=max(1, queue_events // 64))
+        self._pending: list[SourceEvent] = [info]
+        self._index = 0
+        self._closed = threading.Event()
+        self._thread = threading.Thread(target=self._pump, name="binlog-reader", daemon=True)
+        self._thread.start()
+
+    def _pump(self) -> None:
+        convert = self._converter.convert
+        batch: list[SourceEvent] = []
+        put = self._queue.put
+        try:
+            for ev in self._reader:
+                if self._closed.is_set():
+                    return
+                convert(ev, batch)
+                if len(batch) >= 64 or (batch and self._queue.empty()):
+                    put(batch)
+                    batch = []
+            put(batch)
+            put(_END)
+        except BaseException as exc:  # surfaces in read() as SourceError
+            if batch:
+                put(batch)
+            if not self._closed.is_set():
+                put(exc)
+
+    def read(self, timeout: float) -> SourceEvent | None:
+        pending = self._pending
+        if self._index < len(pending):
+            event = pending[self._index]
+            self._index += 1
+            return event
+        try:
+            item = self._queue.get(timeout=timeout)
+        except queue.Empty:
+            return None
+        if type(item) is list:
+            if not item:
+                return None
+            self._pending, self._index = item, 1
+            return item[0]
+        if item is _END:
+            raise SourceError("the binlog stream ended (the server closed it)")
+        if isinstance(item, pymysql.err.OperationalError) and item.args and item.args[0] == _ER_MASTER_FATAL_READING_BINLOG:
+            raise PositionPurgedError(f"the server refused the start position: {_ser_error(item)}")
+        raise SourceError(f"binlog connection failed: {_ser_error(item)}") from item
+
+    def close(self) -> None:
+        if self._closed.is_set():
+            return
+        self._closed.set()
+        try:
+            self._reader.close()
+        except Exception:  # closing a dead socket can fail; nothing to recover
+            pass
+        # Unblock a reader thread waiting on a full queue.
+        while self._thread.is_alive():
+            try:
+                self._queue.get_nowait()
+            except queue.Empty:
+                self._thread.join(timeout=0.05)
+
+
+class MySQLBinlogSourceFactory:
+    """Opens binlog streams on a MySQL or MariaDB server (implements
+    cdc.ports.BinlogSourceFactory).
+
+    `connection` holds host, port, user and password; `replica_server_id` is the id this
+    relay registers with (it must differ from every other replica's)."""
+
+    def __init__(
+        self,
+        connection: dict[str, Any],
+        replica_server_id: int,
+        watched_tables: set[tuple[str, str]],
+        heartbeat_s: float = 1.0,
+        queue_events: int = 20_000,
+        connect_timeout: float = 5.0,
+    ):
+        self._conn = {
+            "host": connection["host"], "port": int(connection["port"]),
+            "user": connection["user"], "passwd": connection.get("password") or connection.get("passwd") or "",
+            "connect_timeout": connect_timeout,
+        }
+        self._replica_id = replica_server_id
+        self._watched = set(watched_tables)
+        self._heartbeat = heartbeat_s
+        self._queue_events = queue_events
+        self._flavor: str | None = None
+        self._server_id: int | None = None
+
+    def _query(self, sql: str) -> list[tuple]:
+        try:
+            conn = pymysql.connect(**self._conn)
+        except pymysql.err.MySQLError as exc:
+            raise SourceError(
+                f"cannot connect to {self._conn['host']}:{self._conn['port']} as {self._conn['user']!r}: {_ser_error(exc)}"
+            ) from exc
+        try:
+            with conn.cursor() as cur:
+                cur.execute(sql)
+                return list(cur.fetchall())
+        except pymysql.err.MySQLError as exc:
+            raise SourceError(f"query {sql!r} failed: {_ser_error(exc)}") from exc
+        finally:
+            conn.close()
+
+    def _facts(self) -> tuple[str, int]:
+        if self._flavor is None or self._server_id is None:
+            version, server_id = self._query("SELECT VERSION(), @@server_id")[0]
+            self._flavor = "mariadb" if "mariadb" in str(version).lower() else "mysql"
+            self._server_id = int(server_id)
+        return self._flavor, self._server_id
+
+    def server_id(self) -> int:
+        return self._facts()[1]
+
+    def binary_logs(self) -> list[tuple[str, int]]:
+        return [(str(r[0]), int(r[1])) for r in self._query("SHOW BINARY LOGS")]
+
+    def resolve(self, mode: str) -> BinlogPosition:
+        if mode == "latest":
+            rows = self._query("SHOW MASTER STATUS")
+            if not rows:
+                raise SourceError("SHOW MASTER STATUS returned nothing: binary logging is off (set log_bin)")
+            return BinlogPosition(str(rows[0][0]), int(rows[0][1]))
+        if mode == "earliest":
+            logs = self.binary_logs()
+            if not logs:
+                raise SourceError("the server lists no binary logs: binary logging is off (set log_bin)")
+            return BinlogPosition(logs[0][0], 4)
+        raise PositionError(f"unknown start mode {mode!r}: use latest, earliest, <file>:<pos> or a GTID set")
+
+    def check_available(self, start: BinlogPosition | GtidSet) -> None:
+        if not isinstance(start, BinlogPosition):
+            return  # the server checks a GTID start itself (error 1236 -> PositionPurgedError)
+        logs = self.binary_logs()
+        names = {name: size for name, size in logs}
+        if start.file in names:
+            if start.pos > names[start.file]:
+                raise PositionError(
+                    f"start position {start} is past the end of {start.file} ({names[start.file]} bytes): "
+                    "the checkpoint belongs to another server or the binlog was rewritten"
+                )
+            return
+        oldest = logs[0][0] if logs else None
+        if oldest is not None and BinlogPosition(oldest, 4) > start:
+            raise PositionPurgedError(
+                f"the binlog holding the start position {start} was purged; the oldest binlog on the server is "
+                f"{oldest}. Events from {start} up to {oldest}:4 can no longer be read: restore those binlogs "
+                "(or re-publish from the outbox table), then start again; the relay will not skip them"
+            )
+        raise PositionError(
+            f"binlog file {start.file} is not on the server (it has {', '.join(list(names)[:5])}...): "
+            "the checkpoint belongs to another server"
+        )
+
+    def open(self, start: BinlogPosition | GtidSet) -> MySQLBinlogSource:
+        flavor, server_id = self._facts()
+        kwargs: dict[str, Any] = {
+            "connection_settings": self._conn,
+            "server_id": self._replica_id,
+            "blocking": True,
+            "only_events": [
+                FormatDescriptionEvent, RotateEvent, GtidEvent, MariadbGtidEvent, QueryEvent, XidEvent,
+                WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent, HeartbeatLogEvent,
+            ],
+            "only_schemas": sorted({schema for schema, _ in self._watched}) or None,
+            "only_tables": sorted({table for _, table in self._watched}) or None,
+            "slave_heartbeat": self._heartbeat,
+            "enable_logging": False,
+        }
+        if isinstance(start, BinlogPosition):
+            kwargs.update(resume_stream=True, log_file=start.file, log_pos=start.pos)
+            file = start.file
+        else:
+            kwargs.update(auto_position=str(start), is_mariadb=isinstance(start, MariadbGtidPosition))
+            file = None
+        try:
+            reader = BinLogStreamReader(**kwargs)
+        except pymysql.err.MySQLError as exc:
+            raise SourceError(f"cannot open the binlog stream: {_ser_error(exc)}") from exc
+        info = ServerInfo(server_id=server_id, flavor=flavor)
+        return MySQLBinlogSource(reader, _Converter(self._watched, file), info, self._queue_events)

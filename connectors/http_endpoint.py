@@ -1,0 +1,93 @@
+"""One HTTP port for the operator: `/metrics` (Prometheus text), `/healthz` (the process
+serves), `/readyz` (the relay is streaming). Values come from `cdc.metrics.RelayMetrics`;
+nothing secret is ever part of them."""
+
+from __future__ import annotations
+
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Callable
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+from cdc.metrics import RelayMetrics
+
+
+class _RelayCollector:
+    def __init__(self, metrics: RelayMetrics, source: str):
+        self._m = metrics
+        self._source = source
+
+    def collect(self):
+        m, now, src = self._m, time.time(), self._source
+
+        def counter(name: str, doc: str, value: float) -> CounterMetricFamily:
+            c = CounterMetricFamily(name, doc, labels=["source"])
+            c.add_metric([src], value)
+            return c
+
+        def gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
+            g = GaugeMetricFamily(name, doc, labels=["source"])
+            g.add_metric([src], value)
+            return g
+
+        yield counter("cdc_events_published", "Events acknowledged by Kafka", m.events_published)
+        yield counter("cdc_bytes_published", "Value bytes acknowledged by Kafka", m.bytes_published)
+        yield counter("cdc_events_skipped_recovery", "Events found delivered before a restart, not re-sent",
+                      m.events_skipped_recovery)
+        dl = CounterMetricFamily("cdc_events_dead_lettered", "Events sent to the dead-letter topic",
+                                 labels=["source", "cause"])
+        for cause, count in sorted(m.dead_lettered.items()):
+            dl.add_metric([src, cause], count)
+        yield dl
+        yield counter("cdc_delivery_errors", "Messages Kafka refused after retries", m.delivery_errors)
+        yield counter("cdc_transactions", "Committed transactions read", m.transactions)
+        yield counter("cdc_reconnects", "Binlog reconnections", m.reconnects)
+        yield gauge("cdc_lag_seconds", "Seconds behind the newest commit read", m.lag_seconds(now))
+        age = m.checkpoint_age(now)
+        yield gauge("cdc_checkpoint_age_seconds", "Seconds since the last checkpoint write", -1 if age is None else age)
+        yield gauge("cdc_binlog_bytes_behind", "Binlog bytes between the relay and the server's end",
+                    -1 if m.server_end_bytes_behind is None else m.server_end_bytes_behind)
+        yield gauge("cdc_ready", "1 while the relay is streaming", 1 if m.ready else 0)
+
+
+class HttpEndpoint:
+    def __init__(self, metrics: RelayMetrics, source: str, host: str = "127.0.0.1", port: int = 0,
+                 healthy: Callable[[], bool] = lambda: True):
+        registry = CollectorRegistry()
+        registry.register(_RelayCollector(metrics, source))
+        endpoint = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+                if self.path == "/metrics":
+                    body, status, ctype = generate_latest(registry), 200, "text/plain; version=0.0.4"
+                elif self.path == "/healthz":
+                    ok = healthy()
+                    body, status, ctype = (b"ok\n" if ok else b"unhealthy\n"), (200 if ok else 503), "text/plain"
+                elif self.path == "/readyz":
+                    ok = metrics.ready
+                    body, status, ctype = (b"ready\n" if ok else b"not ready\n"), (200 if ok else 503), "text/plain"
+                else:
+                    body, status, ctype = b"not found\n", 404, "text/plain"
+                self.send_response(status)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *_args) -> None:  # requests are not logged
+                return
+
+        self._server = ThreadingHTTPServer((host, port), Handler)
+        self._server.daemon_threads = True
+        self.port = self._server.server_address[1]
+        self._thread = threading.Thread(target=self._server.serve_forever, name="http", daemon=True)
+        self._thread.start()
+        endpoint.url = f"http://{host}:{self.port}"
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()

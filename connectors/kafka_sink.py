@@ -1,0 +1,94 @@
+"""The Kafka publisher over confluent-kafka (implements cdc.ports.Publisher).
+
+Settings the relay's guarantees rest on, not left to the user's dict:
+* `enable.idempotence=true` (implies acks=all, retries, and max 5 in flight): the
+  broker keeps each partition in produce order even across retries;
+* `acks=all`: a message counts as delivered only once every in-sync replica has it;
+* `partitioner=murmur2_random`: the Java client's key -> partition mapping, so Java and
+  Python producers of the same keys agree.
+Everything else in `producer_config` is passed to librdkafka untouched.
+
+Every produce carries a delivery callback; a full local queue makes `publish` wait
+(serving callbacks) instead of dropping the message.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException, Producer
+
+from cdc.errors import ConfigError, DeliveryError
+from cdc.ports import Delivery, DeliveryCallback, DeliveryFailure
+
+ENFORCED = {"enable.idempotence": True, "acks": "all", "partitioner": "murmur2_random"}
+DEFAULTS = {"linger.ms": 5, "compression.type": "lz4", "message.max.bytes": 1_000_000}
+_TOO_LARGE = {KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE}
+if hasattr(KafkaError, "_MSG_SIZE_TOO_LARGE"):
+    _TOO_LARGE.add(getattr(KafkaError, "_MSG_SIZE_TOO_LARGE"))
+
+
+def producer_settings(bootstrap: str, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    conf: dict[str, Any] = {"bootstrap.servers": bootstrap, **DEFAULTS}
+    for key, value in (extra or {}).items():
+        if key in ENFORCED and str(value).lower() != str(ENFORCED[key]).lower():
+            raise ConfigError(
+                f"kafka.producer.{key} = {value!r} would break delivery guarantees; the relay requires "
+                f"{key} = {ENFORCED[key]!r} (remove the setting)"
+            )
+        conf[key] = value
+    conf.update(ENFORCED)
+    return conf
+
+
+def _failure(err: KafkaError) -> DeliveryFailure:
+    return DeliveryFailure(code=err.name(), message=err.str(), too_large=err.code() in _TOO_LARGE, fatal=err.fatal())
+
+
+class KafkaPublisher:
+    def __init__(self, bootstrap: str, producer_config: dict[str, Any] | None = None):
+        self._conf = producer_settings(bootstrap, producer_config)
+        try:
+            self._producer = Producer(self._conf)
+        except KafkaException as exc:
+            raise ConfigError(f"invalid Kafka producer settings: {exc.args[0].str()}") from exc
+
+    @property
+    def max_message_bytes(self) -> int:
+        return int(self._conf.get("message.max.bytes", 1_000_000))
+
+    def publish(
+        self, topic: str, key: bytes | None, value: bytes, headers: list[tuple[str, bytes]],
+        on_delivery: DeliveryCallback, timestamp_ms: int | None = None,
+    ) -> None:
+        def report(err: KafkaError | None, msg: Any) -> None:
+            if err is None:
+                on_delivery(Delivery(msg.topic(), msg.partition(), msg.offset()))
+            else:
+                on_delivery(Delivery(topic, msg.partition() if msg is not None else -1, -1, _failure(err)))
+
+        kwargs: dict[str, Any] = {"key": key, "value": value, "headers": headers, "on_delivery": report}
+        if timestamp_ms is not None:
+            kwargs["timestamp"] = timestamp_ms
+        produce, poll = self._producer.produce, self._producer.poll
+        while True:
+            try:
+                produce(topic, **kwargs)
+                return
+            except BufferError:
+                poll(0.05)  # queue full: wait for acknowledgements, never drop
+            except KafkaException as exc:
+                err = exc.args[0]
+                if err.code() in _TOO_LARGE:
+                    on_delivery(Delivery(topic, -1, -1, _failure(err)))
+                    return
+                raise DeliveryError(f"Kafka refused a message for {topic}: {err.name()}: {err.str()}") from exc
+
+    def poll(self, timeout: float) -> None:
+        self._producer.poll(timeout)
+
+    def flush(self, timeout: float) -> int:
+        return self._producer.flush(timeout)
+
+    def close(self) -> None:
+        self._producer.flush(5.0)

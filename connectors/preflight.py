@@ -1,0 +1,182 @@
+"""Preflight: is the server set up for the relay? Run at start and alone as `cdc check`.
+
+Each check yields one line; a failing one names the fix. Where a privilege can be
+tried rather than parsed out of SHOW GRANTS, it is tried (a SELECT on each outbox table,
+SHOW BINARY LOGS); REPLICATION SLAVE can only be read from the grants.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pymysql
+
+from cdc.config import Config
+from cdc.errors import PositionError
+from cdc.position import BinlogPosition
+
+ER_ACCESS_DENIED = 1045
+ER_SPECIFIC_ACCESS_DENIED = 1227
+ER_TABLEACCESS_DENIED = 1142
+ER_NO_SUCH_TABLE = 1146
+ER_BAD_DB = 1049
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    name: str
+    ok: bool
+    message: str
+
+
+def _vars(cur, names: tuple[str, ...]) -> dict[str, str]:
+    cur.execute("SHOW GLOBAL VARIABLES WHERE Variable_name IN (" + ",".join(["%s"] * len(names)) + ")", names)
+    return {str(k).lower(): str(v) for k, v in cur.fetchall()}
+
+
+def run_checks(cfg: Config, start: BinlogPosition | str | None = None) -> list[CheckResult]:
+    """Every check's result. `start` is the position the relay would start from (a
+    checkpoint's, or the configured start when there is none)."""
+    src = cfg.source
+    results: list[CheckResult] = []
+
+    def add(name: str, ok: bool, message: str) -> None:
+        results.append(CheckResult(name, ok, message))
+
+    try:
+        conn = pymysql.connect(host=src.host, port=src.port, user=src.user, password=src.password.reveal(),
+                               connect_timeout=5)
+    except pymysql.err.OperationalError as exc:
+        code = exc.args[0] if exc.args else 0
+        if code == ER_ACCESS_DENIED:
+            add("connect", False, f"access denied for user {src.user!r} at {src.host}:{src.port}: "
+                "check source.user and the password (source.password_env / source.password_file)")
+        else:
+            add("connect", False, f"cannot connect to {src.host}:{src.port} ({exc.args[1] if len(exc.args) > 1 else exc}): "
+                "check source.host/source.port and that the server is running")
+        return results
+    add("connect", True, f"connected to {src.host}:{src.port} as {src.user!r}")
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT VERSION(), @@server_id")
+            version, server_id = cur.fetchone()
+            mariadb = "mariadb" in str(version).lower()
+            v = _vars(cur, ("log_bin", "binlog_format", "binlog_row_image", "binlog_row_metadata"))
+            add("log_bin", v.get("log_bin", "").upper() == "ON",
+                "binary logging is on" if v.get("log_bin", "").upper() == "ON" else
+                "binary logging is off: start the server with --log-bin (log_bin=ON in its config)")
+            for var, want, how in (
+                ("binlog_format", "ROW", "binlog_format=ROW"),
+                ("binlog_row_image", "FULL", "binlog_row_image=FULL"),
+                ("binlog_row_metadata", "FULL", "binlog_row_metadata=FULL (column names in the binlog)"),
+            ):
+                have = v.get(var, "(not supported)")
+                ok = have.upper() == want
+                add(var, ok, f"{var} is {have}" if ok else
+                    f"{var} is {have}: set {how} in the server config (SET GLOBAL {var}='{want}' takes effect "
+                    "for new sessions; MySQL 8.0.14+ / MariaDB 10.5+ are needed for binlog_row_metadata)")
+            _check_replica_id(cur, cfg, int(server_id), mariadb, add)
+            _check_grants(cur, cfg, mariadb, add)
+            _check_tables(cur, cfg, add)
+            _check_start(cur, start, add)
+    finally:
+        conn.close()
+    return results
+
+
+def _check_replica_id(cur, cfg: Config, server_id: int, mariadb: bool, add) -> None:
+    rid = cfg.source.replica_server_id
+    if rid == server_id:
+        add("replica_server_id", False, f"source.replica_server_id {rid} is the server's own server_id: pick another")
+        return
+    try:
+        cur.execute("SHOW SLAVE HOSTS" if mariadb else "SHOW REPLICAS")
+        taken = {int(row[0]) for row in cur.fetchall()}
+    except pymysql.err.MySQLError:
+        taken = set()
+    if rid in taken:
+        add("replica_server_id", False, f"another replica is connected with server id {rid}: set "
+            "source.replica_server_id to an id no other replica uses (or stop the other relay)")
+    else:
+        add("replica_server_id", True, f"replica server id {rid} is free")
+
+
+def _check_grants(cur, cfg: Config, mariadb: bool, add) -> None:
+    user = cfg.source.user
+    cur.execute("SHOW GRANTS")
+    grants = " ".join(str(row[0]).upper() for row in cur.fetchall())
+    everything = "ALL PRIVILEGES ON *.*" in grants
+    has_slave = everything or "REPLICATION SLAVE" in grants
+    add("grant_replication_slave", has_slave, "REPLICATION SLAVE granted" if has_slave else
+        f"user {user!r} lacks REPLICATION SLAVE: GRANT REPLICATION SLAVE ON *.* TO '{user}'@'%'")
+    try:
+        cur.execute("SHOW BINARY LOGS")
+        cur.fetchall()
+        add("grant_replication_client", True, "can list binary logs (REPLICATION CLIENT / BINLOG MONITOR)")
+    except pymysql.err.OperationalError as exc:
+        if exc.args and exc.args[0] == ER_SPECIFIC_ACCESS_DENIED:
+            priv = "BINLOG MONITOR" if mariadb else "REPLICATION CLIENT"
+            add("grant_replication_client", False,
+                f"user {user!r} cannot list binary logs: GRANT {priv} ON *.* TO '{user}'@'%'")
+        else:
+            add("grant_replication_client", False, f"SHOW BINARY LOGS failed: {exc.args[-1]}: is binary logging on?")
+
+
+def _check_tables(cur, cfg: Config, add) -> None:
+    user = cfg.source.user
+    for table in cfg.tables:
+        name = table.qualified_name
+        try:
+            cur.execute(f"SELECT 1 FROM `{table.schema}`.`{table.table}` LIMIT 0")
+            cur.fetchall()
+        except pymysql.err.MySQLError as exc:
+            code = exc.args[0] if exc.args else 0
+            if code in (ER_NO_SUCH_TABLE, ER_BAD_DB):
+                add(f"table {name}", False, f"outbox table {name} does not exist: create it, or fix outbox.tables")
+            elif code == ER_TABLEACCESS_DENIED:
+                add(f"table {name}", False, f"user {user!r} cannot read {name}: "
+                    f"GRANT SELECT ON `{table.schema}`.`{table.table}` TO '{user}'@'%'")
+            else:
+                add(f"table {name}", False, f"cannot read {name}: {exc.args[-1]}")
+            continue
+        cur.execute(
+            "SELECT column_name FROM information_schema.columns WHERE table_schema=%s AND table_name=%s",
+            (table.schema, table.table),
+        )
+        have = {str(r[0]).lower() for r in cur.fetchall()}
+        missing = [c for c in table.expected_columns if c.lower() not in have]
+        if missing:
+            add(f"table {name}", False, f"outbox table {name} lacks column(s) {', '.join(missing)}: add them or map "
+                "other columns in outbox.tables (id_column, aggregate_type_column, aggregate_id_column, "
+                "type_column, payload_column)")
+        else:
+            add(f"table {name}", True, f"outbox table {name} has the expected columns")
+
+
+def _check_start(cur, start: BinlogPosition | str | None, add) -> None:
+    if not isinstance(start, BinlogPosition):
+        return
+    try:
+        cur.execute("SHOW BINARY LOGS")
+        logs = [(str(r[0]), int(r[1])) for r in cur.fetchall()]
+    except pymysql.err.MySQLError:
+        return  # reported by the grant check
+    names = dict(logs)
+    if start.file in names and start.pos <= names[start.file]:
+        add("start_position", True, f"start position {start} is on the server")
+        return
+    oldest = logs[0][0] if logs else "(none)"
+    try:
+        purged = bool(logs) and BinlogPosition(oldest, 4) > start
+    except PositionError:
+        purged = False
+    if purged:
+        add("start_position", False, f"start position {start} was purged (oldest binlog: {oldest}); events from "
+            f"{start} to {oldest}:4 cannot be read: restore those binlogs, the relay will not skip them")
+    else:
+        add("start_position", False, f"start position {start} is not on this server: the checkpoint belongs to "
+            "another server, or the binlog was reset")
+
+
+def failures(results: list[CheckResult]) -> list[str]:
+    return [r.message for r in results if not r.ok]

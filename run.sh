@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# One entry point that sets itself up on a fresh machine, then runs what was asked:
+#   ./run.sh demo [--orders N]   embedded MariaDB + Kafka stand-in + relay + workload + verify
+#   ./run.sh test [pytest args]  every kind of test (unit, integration, Spark, short fault suite)
+#   ./run.sh cdc <args>          the cdc command itself (run, check, verify, repair, locate)
+#   ./run.sh bench <name>        a benchmark from bench/
+set -euo pipefail
+cd "$(dirname "$0")"
+ROOT=$(pwd)
+
+need_root() {
+  if [ "$(id -u)" -eq 0 ]; then "$@"; elif command -v sudo >/dev/null; then sudo "$@"; else
+    echo "run.sh: '$*' needs root; run it as root or install the package yourself" >&2; exit 2; fi
+}
+
+apt_install() {
+  if [ ! -f /tmp/.cdc-apt-updated ]; then need_root apt-get update -qq && touch /tmp/.cdc-apt-updated; fi
+  DEBIAN_FRONTEND=noninteractive need_root apt-get install -y -qq "$@" >/dev/null
+}
+
+setup() {
+  PY=${PYTHON:-}
+  if [ -z "$PY" ]; then
+    for cand in python3.11 python3; do
+      if command -v "$cand" >/dev/null && "$cand" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))'; then
+        PY=$cand; break; fi
+    done
+  fi
+  if [ -z "$PY" ]; then echo "run.sh: Python 3.11 is required (set PYTHON=/path/to/python3.11)" >&2; exit 2; fi
+  if ! command -v mariadbd >/dev/null && [ ! -x /usr/sbin/mariadbd ]; then
+    echo "run.sh: installing mariadb-server (mariadbd is missing) ..." >&2
+    apt_install mariadb-server
+  fi
+  if ! command -v java >/dev/null; then
+    echo "run.sh: installing a Java runtime for Spark ..." >&2
+    apt_install openjdk-17-jre-headless
+  fi
+  local stamp=".venv/.installed-$(sha1sum pyproject.toml | cut -c1-12)"
+  if [ ! -f "$stamp" ]; then
+    echo "run.sh: creating .venv and installing dependencies ..." >&2
+    [ -x .venv/bin/python ] || "$PY" -m venv .venv
+    .venv/bin/python -m pip install -q --upgrade pip >/dev/null
+    .venv/bin/python -m pip install -q -e '.[test]'
+    rm -f .venv/.installed-*
+    touch "$stamp"
+  fi
+  export PATH="$ROOT/.venv/bin:$PATH"
+  export PYSPARK_PYTHON="$ROOT/.venv/bin/python" PYSPARK_DRIVER_PYTHON="$ROOT/.venv/bin/python"
+}
+
+cmd=${1:-help}
+[ $# -gt 0 ] && shift
+case "$cmd" in
+  demo) setup; exec .venv/bin/cdc demo "$@" ;;
+  test) setup; exec .venv/bin/python -m pytest "$@" ;;
+  cdc) setup; exec .venv/bin/cdc "$@" ;;
+  bench) setup; name=${1:?usage: ./run.sh bench <name> [args]}; shift; exec .venv/bin/python "bench/$name.py" "$@" ;;
+  setup) setup ;;
+  *) sed -n '2,6p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+esac

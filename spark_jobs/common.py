@@ -1,0 +1,183 @@
+"""Small shared helpers of the verifier: the identity-key string both sides join on,
+Kafka's default partitioner (murmur2), option parsing, Spark session set-up and the
+redaction of connection settings.
+
+Nothing here comes from the relay's transaction or recovery code; only the value types
+(`cdc.position`, the header names in `cdc.identity`) are shared on purpose.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any, Mapping
+
+from cdc.position import file_sequence
+
+# Separator of the identity-key string: ASCII unit separator, never in a source name,
+# a GTID or a binlog file name.
+_SEP = "\x1f"
+
+SECRET_OPTION_NAMES = frozenset({"password", "passwd"})
+
+
+def identity_key(source: str, gtid: str | None, file: str | None, pos: int | None, row: int) -> str:
+    """The identity of one event as one string: `(source, gtid, row)` when the transaction
+    has a GTID, else `(source, file, pos, row)` - the rule of `cdc.identity`."""
+    if gtid:
+        return f"g{_SEP}{source}{_SEP}{gtid}{_SEP}{row}"
+    return f"p{_SEP}{source}{_SEP}{file}{_SEP}{pos}{_SEP}{row}"
+
+
+def file_seq_or_none(name: str | None) -> int | None:
+    if not name:
+        return None
+    try:
+        return file_sequence(name)[1]
+    except Exception:  # noqa: BLE001 - a malformed header is reported, not raised
+        return None
+
+
+def murmur2(data: bytes) -> int:
+    """Kafka's `Utils.murmur2` (the Java client's and librdkafka's murmur2 partitioners),
+    as a signed 32-bit value."""
+    length = len(data)
+    seed = 0x9747B28C
+    m = 0x5BD1E995
+    r = 24
+    h = (seed ^ length) & 0xFFFFFFFF
+    length4 = length // 4
+    for i in range(length4):
+        i4 = i * 4
+        k = (data[i4] & 0xFF) | ((data[i4 + 1] & 0xFF) << 8) | ((data[i4 + 2] & 0xFF) << 16) | ((data[i4 + 3] & 0xFF) << 24)
+        k = (k * m) & 0xFFFFFFFF
+        k ^= k >> r
+        k = (k * m) & 0xFFFFFFFF
+        h = (h * m) & 0xFFFFFFFF
+        h ^= k
+    rest = length % 4
+    tail = length4 * 4
+    if rest == 3:
+        h ^= (data[tail + 2] & 0xFF) << 16
+    if rest >= 2:
+        h ^= (data[tail + 1] & 0xFF) << 8
+    if rest >= 1:
+        h ^= data[tail] & 0xFF
+        h = (h * m) & 0xFFFFFFFF
+    h ^= h >> 13
+    h = (h * m) & 0xFFFFFFFF
+    h ^= h >> 15
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def murmur2_partition(key: bytes | str | None, partitions: int) -> int | None:
+    """The partition Kafka's murmur2 partitioners pick for a non-null key
+    (`toPositive(murmur2(key)) % partitions`); None for a null key (random)."""
+    if key is None or partitions <= 0:
+        return None
+    if isinstance(key, str):
+        key = key.encode("utf-8")
+    return (murmur2(key) & 0x7FFFFFFF) % partitions
+
+
+# ---------------------------------------------------------------------------- options
+
+
+def opt_json(options: Mapping[str, str], name: str, default: Any = None) -> Any:
+    value = options.get(name)
+    if value is None or value == "":
+        return default
+    return json.loads(value)
+
+
+def opt_int(options: Mapping[str, str], name: str, default: int | None = None) -> int | None:
+    value = options.get(name)
+    if value is None or value == "":
+        return default
+    return int(value)
+
+
+def opt_bool(options: Mapping[str, str], name: str, default: bool = False) -> bool:
+    value = options.get(name)
+    if value is None or value == "":
+        return default
+    return str(value).strip().lower() in ("1", "true", "yes", "on")
+
+
+def mysql_settings_from_options(options: Mapping[str, str]) -> dict[str, Any]:
+    """PyMySQL / python-mysql-replication connection settings from data source options
+    (`host`, `port`, `user`, `password`)."""
+    settings: dict[str, Any] = {
+        "host": options.get("host") or "127.0.0.1",
+        "port": int(options.get("port") or 3306),
+        "user": options.get("user") or "root",
+        "password": options.get("password") or "",
+    }
+    return settings
+
+
+def redacted(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """Connection settings safe to print: secrets replaced by `***`."""
+    return {k: ("***" if k.lower() in SECRET_OPTION_NAMES and v else v) for k, v in settings.items()}
+
+
+def scrub(text: str, settings: Mapping[str, Any] | None) -> str:
+    """`text` with any secret value of `settings` replaced by `***`."""
+    if not settings:
+        return text
+    for key, value in settings.items():
+        if key.lower() in SECRET_OPTION_NAMES and value:
+            text = text.replace(str(value), "***")
+    return text
+
+
+def where(settings: Mapping[str, Any]) -> str:
+    return f"{settings.get('user')}@{settings.get('host')}:{settings.get('port')}"
+
+
+# ------------------------------------------------------------------------------ Spark
+
+
+def ensure_pyspark_python() -> None:
+    """Python workers must run the interpreter that has this project's dependencies."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+
+
+def register_sources(spark: Any) -> None:
+    from spark_jobs.binlog_source import BinlogDataSource
+    from spark_jobs.kafka_source import KafkaDataSource
+    from spark_jobs.outbox_table_source import OutboxTableDataSource
+
+    for source in (BinlogDataSource, KafkaDataSource, OutboxTableDataSource):
+        spark.dataSource.register(source)
+
+
+def build_spark(master: str = "local[*]", app_name: str = "cdc-verify", conf: Mapping[str, str] | None = None) -> Any:
+    """A SparkSession with this project's data sources registered.
+
+    Under `spark-submit` the master and configuration given there win (getOrCreate
+    returns the submitted session)."""
+    ensure_pyspark_python()
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.appName(app_name)
+    # Under spark-submit the JVM is already up (PYSPARK_GATEWAY_PORT is set) and the
+    # master given on its command line must win.
+    if master and not os.environ.get("PYSPARK_GATEWAY_PORT"):
+        builder = builder.master(master)
+    defaults = {
+        "spark.ui.enabled": "false",
+        "spark.sql.shuffle.partitions": "8",
+        "spark.sql.adaptive.enabled": "true",
+        "spark.driver.memory": "2g",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+    }
+    for key, value in {**defaults, **dict(conf or {})}.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    register_sources(spark)
+    return spark

@@ -1,0 +1,60 @@
+"""Shared fixtures. The contract is in tests/README.md: unit tests start nothing;
+integration tests use the real servers below, each test with its own database and topics."""
+
+from __future__ import annotations
+
+import os
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+
+
+@pytest.fixture(scope="session")
+def mariadb():
+    """One throwaway MariaDB for the session (binlog ROW/FULL/FULL, sync_binlog=1)."""
+    from connectors.mariadb_server import EmbeddedMariaDB
+
+    with EmbeddedMariaDB.start(server_id=1) as db:
+        yield db
+
+
+@pytest.fixture(scope="session")
+def kafka():
+    """One Kafka stand-in (librdkafka mock cluster, 3 brokers) for the session."""
+    from connectors.kafka_standin import KafkaStandin
+
+    with KafkaStandin.start(brokers=3, group_initial_rebalance_delay_ms=0) as standin:
+        yield standin
+
+
+@pytest.fixture
+def database(mariadb):
+    """A fresh database of the session server, owned by one test."""
+    name = f"t_{uuid.uuid4().hex[:10]}"
+    mariadb.create_database(name)
+    yield name
+    with mariadb.connect(autocommit=True) as conn, conn.cursor() as cur:
+        cur.execute(f"DROP DATABASE IF EXISTS `{name}`")
+
+
+@pytest.fixture
+def topic_prefix() -> str:
+    """A unique prefix: the test's topics never meet another test's."""
+    return f"t{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture(scope="session")
+def spark():
+    from pyspark.sql import SparkSession
+
+    session = (SparkSession.builder.master("local[2]").appName("cdc-tests")
+               .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "4")
+               .getOrCreate())
+    yield session
+    session.stop()

@@ -1,0 +1,548 @@
+"""In-memory implementations of the ports in `cdc/ports.py`, for the unit tests.
+
+Contract: unit tests start no process, no server, no network; each runs in
+milliseconds. Everything here is plain Python over lists and dicts:
+
+* `Binlog`            builds a scripted binlog (cdc.source_events objects with
+                      consistent start/end positions) and remembers what it holds.
+* `FakeSourceFactory` / `FakeSource`   a BinlogSourceFactory over a `Binlog`; it records
+                      every position it was opened at, and raises SourceError at chosen
+                      binlog indexes (once each) or on chosen `open` calls.
+* `FakeKafka`         topics as lists of partitions of records; a key goes to partition
+                      `crc32(key) % partitions` (murmur2 is not needed here).
+* `FakePublisher`     a Publisher on a FakeKafka: offsets assigned on write, delivery
+                      callbacks only from `poll`/`flush`, optional failure injection
+                      (too large, fatal), throttled/held/out-of-order acknowledgements,
+                      and `crash()` that models kill -9 (an arbitrary per-partition
+                      prefix of what was in flight lands, nothing is acknowledged).
+* `FakeDeliveredLog`  a DeliveredLog reading the FakeKafka.
+* `FakeCheckpointStore`  keeps every saved checkpoint (through to_dict/from_dict) and
+                      can be frozen (a dead process saves nothing).
+* `JsonSerializer`    a trivial Serializer.
+* `TickingClock`      a clock that advances a little on every read (and on sleep).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import zlib
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+
+from cdc.checkpoint import Checkpoint
+from cdc.errors import PositionPurgedError, SourceError
+from cdc.gtid import MariadbGtidPosition, MysqlGtidSet
+from cdc.identity import header_dict
+from cdc.ports import Delivery, DeliveryCallback, DeliveryFailure
+from cdc.position import BinlogPosition
+from cdc.source_events import (
+    Heartbeat, RollbackToSavepoint, RowChange, RowInsert, Savepoint, ServerInfo, Statement, TxBegin,
+    TxCommit, TxRollback,
+)
+
+EVENT_SIZE = 100
+SCHEMA = "shop"
+OUTBOX = "outbox"
+
+
+# -- the binlog ---------------------------------------------------------------------------
+
+
+def outbox_row(event_id: Any, aggregate_type: str = "order", aggregate_id: Any = "k1",
+               type: str = "created", payload: Any = "{}", **extra: Any) -> dict[str, Any]:
+    row = {"id": event_id, "aggregatetype": aggregate_type, "aggregateid": aggregate_id,
+           "type": type, "payload": payload}
+    row.update(extra)
+    return row
+
+
+@dataclass
+class TxInfo:
+    """What the builder wrote for one transaction."""
+
+    start: BinlogPosition
+    end: BinlogPosition | None = None
+    gtid: str | None = None
+    outcome: str = "open"  # commit | rollback | open (cut)
+    outbox_rows: list[dict[str, Any]] = field(default_factory=list)  # released rows, in order
+    commit_ts: int = 0
+
+    @property
+    def committed(self) -> bool:
+        return self.outcome == "commit"
+
+
+class Binlog:
+    """Builds a binlog: events with consistent, strictly increasing positions."""
+
+    def __init__(self, file: str = "mysql-bin.000001", first_pos: int = 4):
+        self.file = file
+        self.pos = first_pos
+        self.events: list[Any] = []
+        self.starts: list[BinlogPosition] = []
+        self.txs: list[TxInfo] = []
+        self._open: TxInfo | None = None
+        self._savepoints: dict[str, int] = {}
+        self._pending: list[dict[str, Any]] = []
+        self._standalone = False
+        self._explicit = True
+        self._ts = 1_700_000_000
+
+    # positions
+    def _span(self) -> tuple[BinlogPosition, BinlogPosition]:
+        start = BinlogPosition(self.file, self.pos)
+        self.pos += EVENT_SIZE
+        return start, BinlogPosition(self.file, self.pos)
+
+    def _add(self, make: Callable[[BinlogPosition, BinlogPosition], Any]) -> Any:
+        start, end = self._span()
+        event = make(start, end)
+        self.events.append(event)
+        self.starts.append(start)
+        return event
+
+    @property
+    def end(self) -> BinlogPosition:
+        return BinlogPosition(self.file, self.pos)
+
+    def rotate(self) -> None:
+        base, _, seq = self.file.rpartition(".")
+        self.file = f"{base}.{int(seq) + 1:06d}"
+        self.pos = 4
+
+    # transactions
+    def begin(self, gtid: str | None = None, begin_query: bool = True, standalone: bool = False) -> TxInfo:
+        first = self._add(lambda s, e: TxBegin(s, e, gtid, standalone))
+        if gtid is not None and begin_query:
+            self._add(lambda s, e: TxBegin(s, e, None))
+        tx = TxInfo(first.start, gtid=gtid)
+        self._open = tx
+        self._standalone = standalone
+        self._explicit = gtid is None or begin_query
+        self._pending = []
+        self._savepoints = {}
+        return tx
+
+    def insert(self, values: dict[str, Any], schema: str = SCHEMA, table: str = OUTBOX, outbox: bool | None = None) -> None:
+        self._add(lambda s, e: RowInsert(schema, table, dict(values), e))
+        if outbox if outbox is not None else (schema, table) == (SCHEMA, OUTBOX):
+            self._pending.append(dict(values))
+
+    def change(self, kind: str, values: dict[str, Any], schema: str = SCHEMA, table: str = OUTBOX) -> None:
+        self._add(lambda s, e: RowChange(kind, schema, table, dict(values), e))
+
+    def savepoint(self, name: str) -> None:
+        self._add(lambda s, e: Savepoint(name, e))
+        self._savepoints[name] = len(self._pending)
+
+    def rollback_to(self, name: str) -> None:
+        self._add(lambda s, e: RollbackToSavepoint(name, e))
+        del self._pending[self._savepoints[name]:]
+
+    def commit(self) -> TxInfo:
+        self._ts += 1
+        ts = self._ts
+        ev = self._add(lambda s, e: TxCommit(e, ts))
+        return self._close("commit", ev.end, ts)
+
+    def rollback(self) -> TxInfo:
+        ev = self._add(lambda s, e: TxRollback(e))
+        return self._close("rollback", ev.end, 0)
+
+    def statement(self, sql: str = "CREATE TABLE t (a INT)") -> Any:
+        """A query event. Inside a standalone transaction, or one opened by a GTID event
+        without a BEGIN, it completes it (DDL); outside a transaction it stands alone."""
+        self._ts += 1
+        ts = self._ts
+        ev = self._add(lambda s, e: Statement(sql, e, ts))
+        if self._open is not None and (self._standalone or not self._explicit):
+            self._close("commit", ev.end, ts)
+        return ev
+
+    def heartbeat(self) -> None:
+        self.events.append(Heartbeat(self.end))
+        self.starts.append(self.end)
+
+    def _close(self, outcome: str, end: BinlogPosition, ts: int) -> TxInfo:
+        tx = self._open
+        assert tx is not None
+        tx.end, tx.outcome, tx.commit_ts = end, outcome, ts
+        tx.outbox_rows = list(self._pending) if outcome == "commit" else []
+        self.txs.append(tx)
+        self._open = None
+        self._pending = []
+        return tx
+
+    def transaction(self, rows: list[dict[str, Any]], gtid: str | None = None, outcome: str = "commit",
+                    other_rows: int = 0) -> TxInfo:
+        self.begin(gtid)
+        for i in range(other_rows):
+            self.insert({"id": i, "name": "x"}, table="orders")
+        for row in rows:
+            self.insert(row)
+        return self.commit() if outcome == "commit" else self.rollback()
+
+    # what a relay must publish
+    def committed(self) -> list[TxInfo]:
+        return [t for t in self.txs if t.committed]
+
+    def index_at(self, position: BinlogPosition) -> int:
+        """Index of the first event at or after `position`, which must be an event
+        boundary (the start or the end of an event): a relay that resumes anywhere else
+        would read garbage from a real server."""
+        boundaries = set(self.starts) | {getattr(e, "end") for e in self.events} | {self.end}
+        if position not in boundaries:
+            raise AssertionError(f"the relay opened the binlog at {position}, which is not an event boundary")
+        for i, start in enumerate(self.starts):
+            if start >= position:
+                return i
+        return len(self.events)
+
+
+# -- the source ---------------------------------------------------------------------------
+
+
+class FakeSource:
+    def __init__(self, factory: "FakeSourceFactory", index: int):
+        self._f = factory
+        self.index = index
+        self.closed = False
+        self._info_sent = not factory.send_server_info
+
+    def read(self, timeout: float) -> Any:
+        f = self._f
+        assert not self.closed, "read from a closed source"
+        if not self._info_sent:
+            self._info_sent = True
+            return ServerInfo(f.server_id_value, f.flavor)
+        if self.index in f.fail_at:
+            f.fail_at.discard(self.index)
+            f.failures_raised += 1
+            raise SourceError(f"connection lost before event {self.index}")
+        if self.index >= len(f.binlog.events):
+            f.exhausted = True
+            return None
+        event = f.binlog.events[self.index]
+        self.index += 1
+        f.reads += 1
+        return event
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class FakeSourceFactory:
+    def __init__(self, binlog: Binlog, server_id: int = 1, flavor: str = "mysql",
+                 fail_at: set[int] | None = None, open_failures: int = 0, purged_before: BinlogPosition | None = None,
+                 send_server_info: bool = True):
+        self.binlog = binlog
+        self.server_id_value = server_id
+        self.flavor = flavor
+        self.fail_at = set(fail_at or ())  # binlog indexes before which read() raises once
+        self.open_failures = open_failures
+        self.purged_before = purged_before
+        self.send_server_info = send_server_info
+        self.opened_at: list[Any] = []
+        self.sources: list[FakeSource] = []
+        self.reads = 0
+        self.failures_raised = 0
+        self.exhausted = False
+
+    def open(self, start: Any) -> FakeSource:
+        if self.open_failures > 0:
+            self.open_failures -= 1
+            raise SourceError("server unreachable")
+        self.opened_at.append(start)
+        if isinstance(start, BinlogPosition):
+            index = self.binlog.index_at(start)
+        elif isinstance(start, (MysqlGtidSet, MariadbGtidPosition)):
+            index = len(self.binlog.events)
+            for i, ev in enumerate(self.binlog.events):
+                if isinstance(ev, TxBegin) and ev.gtid and not start.contains(ev.gtid):
+                    index = i
+                    break
+        else:
+            raise AssertionError(f"open() with {start!r}")
+        source = FakeSource(self, index)
+        self.sources.append(source)
+        return source
+
+    def resolve(self, mode: str) -> BinlogPosition:
+        if mode == "earliest":
+            return self.binlog.starts[0] if self.binlog.starts else self.binlog.end
+        return self.binlog.end
+
+    def check_available(self, start: Any) -> None:
+        if self.purged_before is not None and isinstance(start, BinlogPosition) and start < self.purged_before:
+            raise PositionPurgedError(f"{start} was purged")
+
+    def server_id(self) -> int:
+        return self.server_id_value
+
+
+# -- Kafka --------------------------------------------------------------------------------
+
+
+@dataclass
+class Record:
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes
+    headers: list[tuple[str, bytes]]
+
+    @property
+    def header_text(self) -> dict[str, str]:
+        return header_dict(self.headers)
+
+
+class FakeKafka:
+    def __init__(self, topics: dict[str, int] | None = None, auto_create_partitions: int | None = 3):
+        self.logs: dict[str, list[list[Record]]] = {}
+        self.lows: dict[tuple[str, int], int] = {}
+        self.auto_create_partitions = auto_create_partitions
+        for name, n in (topics or {}).items():
+            self.create_topic(name, n)
+
+    def create_topic(self, name: str, partitions: int) -> None:
+        self.logs[name] = [[] for _ in range(partitions)]
+
+    def add_partitions(self, name: str, total: int) -> None:
+        while len(self.logs[name]) < total:
+            self.logs[name].append([])
+
+    def recreate(self, name: str) -> None:
+        self.create_topic(name, len(self.logs[name]))
+        for key in [k for k in self.lows if k[0] == name]:
+            del self.lows[key]
+
+    def partition_for(self, topic: str, key: bytes | None) -> int:
+        if topic not in self.logs:
+            if self.auto_create_partitions is None:
+                raise KeyError(topic)
+            self.create_topic(topic, self.auto_create_partitions)
+        n = len(self.logs[topic])
+        return 0 if key is None else zlib.crc32(key) % n
+
+    def append(self, topic: str, partition: int, key: bytes | None, value: bytes,
+               headers: list[tuple[str, bytes]]) -> Record:
+        log = self.logs[topic][partition]
+        record = Record(topic, partition, len(log), key, value, list(headers))
+        log.append(record)
+        return record
+
+    def records(self, topic: str | None = None) -> list[Record]:
+        out = []
+        for name, parts in sorted(self.logs.items()):
+            if topic is None or name == topic:
+                for part in parts:
+                    out.extend(part)
+        return out
+
+
+@dataclass
+class _Message:
+    topic: str
+    partition: int
+    key: bytes | None
+    value: bytes
+    headers: list[tuple[str, bytes]]
+    on_delivery: DeliveryCallback
+    record: Record | None = None
+
+
+TOO_LARGE = DeliveryFailure("MSG_SIZE_TOO_LARGE", "Broker: Message size too large", too_large=True)
+FATAL = DeliveryFailure("TOPIC_AUTHORIZATION_FAILED", "Broker: Topic authorization failed", fatal=True)
+
+
+class FakePublisher:
+    """Messages go queue -> (written to the partition) -> acknowledged (callback).
+
+    `per_poll`: at most this many messages are written and acknowledged per poll()
+    (None: all). `hold_acks`: written messages wait for `release()` (flush too).
+    `ack_order`: "fifo" or "reverse" (acknowledgements arrive out of order).
+    `fail(message) -> DeliveryFailure | None` decides a message's fate when written."""
+
+    def __init__(self, kafka: FakeKafka, fail: Callable[[_Message], DeliveryFailure | None] | None = None,
+                 per_poll: int | None = None, hold_acks: bool = False, ack_order: str = "fifo",
+                 flush_delivers: bool = True):
+        self.kafka = kafka
+        self.fail = fail
+        self.per_poll = per_poll
+        self.hold_acks = hold_acks
+        self.ack_order = ack_order
+        self.flush_delivers = flush_delivers
+        self.queue: list[_Message] = []
+        self.unacked: list[_Message] = []
+        self.published: list[_Message] = []
+        self.acked: list[Record] = []
+        self.dead = False
+        self.closed = False
+
+    # Publisher port
+    def publish(self, topic: str, key: bytes | None, value: bytes, headers: list[tuple[str, bytes]],
+                on_delivery: DeliveryCallback, timestamp_ms: int | None = None) -> None:
+        assert isinstance(value, bytes), "the relay must hand bytes to the producer"
+        if self.dead:
+            return
+        msg = _Message(topic, self.kafka.partition_for(topic, key), key, value, list(headers), on_delivery)
+        self.queue.append(msg)
+        self.published.append(msg)
+
+    def poll(self, timeout: float) -> None:
+        if self.dead:
+            return
+        self._transmit(self.per_poll)
+        if not self.hold_acks:
+            self._ack(self.per_poll)
+
+    def flush(self, timeout: float) -> int:
+        if self.dead:
+            return 0
+        if self.flush_delivers:
+            self._transmit(None)
+            if not self.hold_acks:
+                self._ack(None)
+        return len(self.queue) + len(self.unacked)
+
+    def close(self) -> None:
+        self.closed = True
+
+    # test controls
+    def _transmit(self, limit: int | None) -> None:
+        count = len(self.queue) if limit is None else min(limit, len(self.queue))
+        for _ in range(count):
+            msg = self.queue.pop(0)
+            failure = self.fail(msg) if self.fail else None
+            if failure is not None:
+                msg.on_delivery(Delivery(msg.topic, msg.partition, -1, failure))
+                continue
+            msg.record = self.kafka.append(msg.topic, msg.partition, msg.key, msg.value, msg.headers)
+            self.unacked.append(msg)
+
+    def _ack(self, limit: int | None) -> None:
+        count = len(self.unacked) if limit is None else min(limit, len(self.unacked))
+        if self.ack_order == "reverse":
+            batch, self.unacked = self.unacked[:count], self.unacked[count:]
+            batch.reverse()
+        else:
+            batch, self.unacked = self.unacked[:count], self.unacked[count:]
+        for msg in batch:
+            self.acked.append(msg.record)
+            msg.on_delivery(Delivery(msg.topic, msg.partition, msg.record.offset))
+
+    def transmit(self, limit: int | None = None) -> None:
+        self._transmit(limit)
+
+    def release(self, limit: int | None = None, where: Callable[[_Message], bool] | None = None) -> int:
+        """Deliver held acknowledgements (those matching `where`), returns how many."""
+        chosen = [m for m in self.unacked if where is None or where(m)]
+        if limit is not None:
+            chosen = chosen[:limit]
+        if self.ack_order == "reverse":
+            chosen.reverse()
+        for msg in chosen:
+            self.unacked.remove(msg)
+            self.acked.append(msg.record)
+            msg.on_delivery(Delivery(msg.topic, msg.partition, msg.record.offset))
+        return len(chosen)
+
+    def crash(self, rng: random.Random | None = None) -> None:
+        """kill -9: of the messages not yet written, each partition gets an arbitrary
+        prefix (the idempotent producer keeps order per partition); nothing more is
+        acknowledged, and the publisher is dead."""
+        rng = rng or random.Random(0)
+        cut: dict[tuple[str, int], bool] = {}
+        for msg in self.queue:
+            tp = (msg.topic, msg.partition)
+            if tp not in cut:
+                cut[tp] = False
+            if not cut[tp] and rng.random() < 0.5:
+                self.kafka.append(msg.topic, msg.partition, msg.key, msg.value, msg.headers)
+            else:
+                cut[tp] = True
+        self.queue = []
+        self.unacked = []
+        self.dead = True
+
+
+class FakeDeliveredLog:
+    def __init__(self, kafka: FakeKafka):
+        self.kafka = kafka
+        self.reads: list[tuple[str, int, int, int]] = []
+
+    def partition_count(self, topic: str) -> int | None:
+        parts = self.kafka.logs.get(topic)
+        return None if parts is None else len(parts)
+
+    def watermarks(self, topic: str, partition: int) -> tuple[int, int]:
+        log = self.kafka.logs[topic][partition]
+        return self.kafka.lows.get((topic, partition), 0), len(log)
+
+    def records(self, topic: str, partition: int, start: int, end: int) -> Iterator[tuple[int, dict[str, str]]]:
+        self.reads.append((topic, partition, start, end))
+        low = self.kafka.lows.get((topic, partition), 0)
+        for record in self.kafka.logs[topic][partition][max(start, low):end]:
+            yield record.offset, record.header_text
+
+
+# -- checkpoint store, serializer, clock -------------------------------------------------------
+
+
+class FakeCheckpointStore:
+    def __init__(self, initial: Checkpoint | None = None, on_save: Callable[[Checkpoint], None] | None = None):
+        self._data: dict[str, Any] | None = initial.to_dict() if initial else None
+        self.history: list[Checkpoint] = []
+        self.frozen = False
+        self.on_save = on_save
+
+    def load(self) -> Checkpoint | None:
+        return None if self._data is None else Checkpoint.from_dict(json.loads(json.dumps(self._data)))
+
+    def save(self, checkpoint: Checkpoint) -> None:
+        if self.frozen:
+            return
+        self._data = json.loads(json.dumps(checkpoint.to_dict()))
+        self.history.append(checkpoint)
+        if self.on_save is not None:
+            self.on_save(checkpoint)
+
+    @property
+    def current(self) -> Checkpoint | None:
+        return self.load()
+
+
+class JsonSerializer:
+    """An OutboxEvent as JSON bytes; `fail_if(event)` makes it raise ValueError;
+    `pad` adds that many bytes (to make a message too large)."""
+
+    def __init__(self, fail_if: Callable[[Any], bool] | None = None, pad_if: Callable[[Any], int] | None = None):
+        self.fail_if = fail_if
+        self.pad_if = pad_if
+
+    def encode(self, event: Any, topic: str) -> bytes:
+        if self.fail_if is not None and self.fail_if(event):
+            raise ValueError("the schema cannot hold this event")
+        payload = event.payload
+        if isinstance(payload, bytes):
+            payload = payload.hex()
+        body = {"id": event.event_id, "type": event.event_type, "aggregate": event.aggregate_id, "payload": payload}
+        pad = self.pad_if(event) if self.pad_if is not None else 0
+        if pad:
+            body["pad"] = "x" * pad
+        return json.dumps(body, sort_keys=True).encode()
+
+
+class TickingClock:
+    def __init__(self, start: float = 1_000.0, step: float = 0.001):
+        self.now = start
+        self.step = step
+
+    def __call__(self) -> float:
+        self.now += self.step
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds

@@ -1,0 +1,231 @@
+"""GTID value objects: MySQL sets and MariaDB positions."""
+
+import pytest
+from hypothesis import given, strategies as st
+
+from cdc.errors import PositionError
+from cdc.gtid import (
+    MariadbGtidPosition, MysqlGtidSet, empty_set_for, is_mariadb_gtid, parse_gtid_set,
+)
+
+U1 = "3e11fa47-71ca-11e1-9e33-c80aa9429562"
+U2 = "8c5f7d1a-0000-11ee-aaaa-000000000001"
+
+
+# -- MySQL ---------------------------------------------------------------------------------
+
+
+def test_mysql_parse_and_canonical_string():
+    s = MysqlGtidSet.parse(f"{U1}:1-100,{U2}:1-7")
+    assert str(s) == f"{U1}:1-100,{U2}:1-7"
+    assert MysqlGtidSet.parse(str(s)) == s
+
+
+def test_mysql_canonical_form_merges_sorts_and_lowercases():
+    text = f"{U2.upper()}:5-7:1-3,{U1}:10:1-4:5-9 , {U2}:4"
+    s = MysqlGtidSet.parse(text)
+    # U2: 1-3, 4, 5-7 merge (adjacent) into 1-7; U1: 1-4, 5-9, 10 merge into 1-10;
+    # uuids sorted and lower-case
+    assert str(s) == f"{U1}:1-10,{U2}:1-7"
+
+
+def test_mysql_overlapping_and_disjoint_intervals():
+    s = MysqlGtidSet.parse(f"{U1}:1-5:3-8:20-30:10")
+    assert str(s) == f"{U1}:1-8:10:20-30"
+
+
+def test_mysql_parse_tolerates_newlines_as_gtid_executed_prints_them():
+    assert str(MysqlGtidSet.parse(f"{U1}:1-3,\n{U2}:1")) == f"{U1}:1-3,{U2}:1"
+
+
+def test_mysql_empty_set():
+    s = MysqlGtidSet.parse("")
+    assert not s and str(s) == ""
+    assert not s.contains(f"{U1}:1")
+
+
+def test_mysql_contains():
+    s = MysqlGtidSet.parse(f"{U1}:1-5:10")
+    assert s.contains(f"{U1}:1") and s.contains(f"{U1}:5") and s.contains(f"{U1}:10")
+    assert not s.contains(f"{U1}:6") and not s.contains(f"{U1}:11")
+    assert s.contains(f"{U1.upper()}:3")
+    assert not s.contains(f"{U2}:1")
+
+
+def test_mysql_add():
+    s = MysqlGtidSet.parse(f"{U1}:1-5")
+    t = s.add(f"{U1}:6").add(f"{U2}:3")
+    assert str(t) == f"{U1}:1-6,{U2}:3"
+    assert str(s) == f"{U1}:1-5"  # immutable
+    assert s.add(f"{U1}:3") == s  # already held: no change
+
+
+def test_mysql_union_and_issuperset():
+    a = MysqlGtidSet.parse(f"{U1}:1-5")
+    b = MysqlGtidSet.parse(f"{U1}:6-9,{U2}:1")
+    u = a.union(b)
+    assert str(u) == f"{U1}:1-9,{U2}:1"
+    assert u.issuperset(a) and u.issuperset(b)
+    assert not a.issuperset(b)
+    assert a.issuperset(MysqlGtidSet())
+    assert not MysqlGtidSet.parse(f"{U1}:1-4").issuperset(a)
+
+
+@pytest.mark.parametrize("text", [
+    "not-a-uuid:1", f"{U1}", f"{U1}:", f"{U1}:0", f"{U1}:5-3", f"{U1}:a-b", f"{U1}:1-2-3",
+    f"{U1}:-5", f"{U1[:-1]}:1", f"{U1}:1,{U2}",
+])
+def test_mysql_malformed_sets_raise_position_error(text):
+    with pytest.raises(PositionError):
+        MysqlGtidSet.parse(text)
+
+
+def test_mysql_open_ended_interval_is_refused():
+    # "1-" is not an interval; accepting it as "1" would silently misread a set.
+    with pytest.raises(PositionError):
+        MysqlGtidSet.parse(f"{U1}:1-")
+
+
+@pytest.mark.parametrize("gtid", ["", U1, f"{U1}:0", f"{U1}:x", "0-1-5", f"{U1}:1-3"])
+def test_mysql_malformed_single_gtid(gtid):
+    with pytest.raises(PositionError):
+        MysqlGtidSet().contains(gtid)
+    with pytest.raises(PositionError):
+        MysqlGtidSet().add(gtid)
+
+
+# -- MariaDB -------------------------------------------------------------------------------
+
+
+def test_mariadb_parse_and_str_sorted_by_domain():
+    p = MariadbGtidPosition.parse("1-2-7, 0-1-100")
+    assert str(p) == "0-1-100,1-2-7"
+    assert MariadbGtidPosition.parse(str(p)) == p
+
+
+def test_mariadb_contains_is_per_domain_last_sequence_whatever_the_server():
+    p = MariadbGtidPosition.parse("0-1-100,1-2-7")
+    assert p.contains("0-1-100") and p.contains("0-1-1") and p.contains("0-9-50")
+    assert not p.contains("0-1-101")
+    assert p.contains("1-2-7") and not p.contains("1-2-8")
+    assert not p.contains("2-1-1")
+
+
+def test_mariadb_add_moves_the_domain_forward_and_older_is_a_no_op():
+    p = MariadbGtidPosition.parse("0-1-100")
+    q = p.add("0-2-101")
+    assert str(q) == "0-2-101"
+    assert q.add("0-1-50") == q  # older sequence: no-op
+    assert q.add("0-1-101") == q  # same sequence: no-op
+    r = q.add("3-1-1")
+    assert str(r) == "0-2-101,3-1-1"
+    assert str(p) == "0-1-100"  # immutable
+
+
+def test_mariadb_union_and_issuperset():
+    a = MariadbGtidPosition.parse("0-1-10,1-1-5")
+    b = MariadbGtidPosition.parse("0-1-8,2-1-3")
+    u = a.union(b)
+    assert str(u) == "0-1-10,1-1-5,2-1-3"
+    assert u.issuperset(a) and u.issuperset(b)
+    assert a.issuperset(MariadbGtidPosition.parse("0-1-9"))
+    assert not a.issuperset(b)
+
+
+@pytest.mark.parametrize("text", ["0-1", "0-1-x", "a-b-c", "0-1-2-3", "0-1-5,0-2-6", "0_1_5", "-1-1-1"])
+def test_mariadb_malformed_positions_raise_position_error(text):
+    with pytest.raises(PositionError):
+        MariadbGtidPosition.parse(text)
+
+
+def test_mariadb_domain_twice_is_named_in_the_message():
+    with pytest.raises(PositionError, match="domain 0 twice"):
+        MariadbGtidPosition.parse("0-1-5,0-2-6")
+
+
+# -- flavour detection ---------------------------------------------------------------------
+
+
+def test_parse_gtid_set_detects_the_flavour():
+    assert isinstance(parse_gtid_set("0-1-100,1-2-3"), MariadbGtidPosition)
+    assert isinstance(parse_gtid_set(f"{U1}:1-3"), MysqlGtidSet)
+    assert str(parse_gtid_set(f" {U1.upper()}:1-3 ")) == f"{U1}:1-3"
+
+
+@pytest.mark.parametrize("text", ["", "   ", ",", "garbage", "0-1", f"0-1-2,{U1}:1"])
+def test_parse_gtid_set_refuses_malformed_input(text):
+    with pytest.raises(PositionError):
+        parse_gtid_set(text)
+
+
+def test_is_mariadb_gtid_and_empty_set_for():
+    assert is_mariadb_gtid("0-1-5") and not is_mariadb_gtid(f"{U1}:5")
+    assert empty_set_for("0-1-5") == MariadbGtidPosition()
+    assert empty_set_for(f"{U1}:5") == MysqlGtidSet()
+
+
+# -- properties ----------------------------------------------------------------------------
+
+uuids = st.sampled_from([U1, U2, "00000000-0000-0000-0000-000000000000", "ffffffff-ffff-ffff-ffff-fffffffffffe"])
+seqs = st.integers(1, 60)
+mysql_gtids = st.builds(lambda u, n: f"{u}:{n}", uuids, seqs)
+
+
+def _mysql_set(gtids):
+    s = MysqlGtidSet()
+    for g in gtids:
+        s = s.add(g)
+    return s
+
+
+mysql_sets = st.lists(mysql_gtids, max_size=30).map(_mysql_set)
+
+
+@given(mysql_sets, mysql_sets)
+def test_mysql_union_is_commutative(a, b):
+    assert a.union(b) == b.union(a)
+    assert str(a.union(b)) == str(b.union(a))
+
+
+@given(mysql_sets, mysql_gtids)
+def test_mysql_add_then_contains(s, g):
+    t = s.add(g)
+    assert t.contains(g)
+    assert t.issuperset(s)
+    assert MysqlGtidSet.parse(str(t)) == t
+
+
+@given(st.lists(mysql_gtids, max_size=30))
+def test_mysql_contains_exactly_what_was_added(gtids):
+    s = _mysql_set(gtids)
+    for u in [U1, U2]:
+        for n in range(1, 61):
+            assert s.contains(f"{u}:{n}") == (f"{u}:{n}" in gtids)
+
+
+mariadb_gtids = st.builds(lambda d, s, n: f"{d}-{s}-{n}", st.integers(0, 3), st.integers(1, 3), st.integers(1, 50))
+
+
+def _mariadb_pos(gtids):
+    p = MariadbGtidPosition()
+    for g in gtids:
+        p = p.add(g)
+    return p
+
+
+mariadb_positions = st.lists(mariadb_gtids, max_size=10).map(_mariadb_pos)
+
+
+@given(mariadb_positions, mariadb_positions)
+def test_mariadb_union_is_commutative_as_a_set(a, b):
+    ab, ba = a.union(b), b.union(a)
+    assert ab.issuperset(ba) and ba.issuperset(ab)
+    assert ab.issuperset(a) and ab.issuperset(b)
+
+
+@given(mariadb_positions, mariadb_gtids)
+def test_mariadb_add_then_contains(p, g):
+    q = p.add(g)
+    assert q.contains(g)
+    assert q.issuperset(p)
+    assert MariadbGtidPosition.parse(str(q)) == q
