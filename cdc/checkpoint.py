@@ -67,5 +67,5 @@ class Checkpoint:
                 written_at_ms=int(data.get("written_at_ms", 0)),
                 events_delivered=int(data.get("events_delivered", 0)),
             )
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ConfigError(f"checkpoint is damaged ({exc!r}); restore it or start with a start position") from exc

@@ -20,7 +20,8 @@ from typing import Iterable
 from cdc.errors import PositionError
 
 _UUID = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
-_MARIADB_GTID = re.compile(r"^(\d+)-(\d+)-(\d+)$")
+_MARIADB_GTID = re.compile(r"^([0-9]+)-([0-9]+)-([0-9]+)$")
+_DIGITS = re.compile(r"^[0-9]+$")
 
 Interval = tuple[int, int]
 
@@ -55,8 +56,8 @@ class MysqlGtidSet:
                     "<server_uuid>:<n>[-<m>][:<n>-<m>...]"
                 )
             for rng in ranges:
-                lo, _, hi = rng.partition("-")
-                if not lo.isdigit() or (hi and not hi.isdigit()):
+                lo, dash, hi = rng.partition("-")
+                if not _DIGITS.match(lo) or (dash and not _DIGITS.match(hi)):
                     raise PositionError(f"malformed GTID interval {rng!r} in {part!r}")
                 start, end = int(lo), int(hi or lo)
                 if start < 1 or end < start:
@@ -105,7 +106,7 @@ class MysqlGtidSet:
 
 def _split_mysql_gtid(gtid: str) -> tuple[str, int]:
     uuid, _, seq = gtid.strip().rpartition(":")
-    if not _UUID.match(uuid) or not seq.isdigit() or int(seq) < 1:
+    if not _UUID.match(uuid) or not _DIGITS.match(seq) or int(seq) < 1:
         raise PositionError(f"malformed MySQL GTID {gtid!r}: expected <server_uuid>:<n>")
     return uuid.lower(), int(seq)
 

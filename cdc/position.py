@@ -14,7 +14,7 @@ from functools import total_ordering
 
 from cdc.errors import PositionError
 
-_FILE = re.compile(r"^(?P<base>[^\s:/\\]+)\.(?P<seq>\d+)$")
+_FILE = re.compile(r"^(?P<base>[^\s:/\\]+)\.(?P<seq>[0-9]+)$")
 
 
 def file_sequence(name: str) -> tuple[str, int]:
@@ -47,7 +47,7 @@ class BinlogPosition:
     def parse(cls, text: str) -> "BinlogPosition":
         """Parse `mysql-bin.000042:1234`."""
         name, sep, offset = text.strip().rpartition(":")
-        if not sep or not offset.isdigit():
+        if not sep or not (offset.isascii() and offset.isdigit()):
             raise PositionError(
                 f"malformed binlog position {text!r}: expected <file>:<offset>, "
                 "for example mysql-bin.000042:1234"

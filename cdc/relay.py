@@ -19,6 +19,7 @@ import datetime as _dt
 import decimal
 import json
 import logging
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -41,6 +42,7 @@ from cdc.topics import TopicRouter, topic_problem
 from cdc.transaction import CommittedTransaction, TransactionAssembler
 
 log = logging.getLogger(__name__)
+_POSITION = re.compile(r"^[^\s:]+\.\d+:\d+$")  # <file>.<n>:<offset>; a GTID set never has this shape
 
 
 @dataclass(frozen=True)
@@ -149,7 +151,7 @@ class Relay:
         start = self.settings.start.strip()
         if start in ("latest", "earliest"):
             return self._sources.resolve(start)
-        if ":" in start and not start.count("-") >= 2:
+        if _POSITION.match(start):
             return BinlogPosition.parse(start)
         return parse_gtid_set(start)
 
@@ -193,11 +195,7 @@ class Relay:
         try:
             while not should_stop():
                 if self._failure is not None:
-                    failure = self._failure.failure
-                    raise DeliveryError(
-                        f"Kafka refused a message for {self._failure.topic}: {failure.code}: {failure.message}"
-                        if failure else "Kafka refused a message"
-                    )
+                    raise DeliveryError(self._failure_text())
                 try:
                     event = source.read(settings.read_timeout_s)
                 except SourceError as exc:
@@ -239,11 +237,21 @@ class Relay:
             metrics.rows_discarded += assembler.discarded_rows
             assembler.reset()
             self._drain()
+        if self._failure is not None:
+            raise DeliveryError(self._failure_text())
         return RunSummary(
             window.position, metrics.events_published, metrics.dead_lettered_total,
             metrics.events_skipped_recovery, stopped_by, error,
             self._recovery_summary(),
         )
+
+    def _failure_text(self) -> str:
+        delivery = self._failure
+        failure = delivery.failure if delivery else None
+        if delivery is None or failure is None:
+            return "Kafka refused a message"
+        return (f"Kafka refused a message for {delivery.topic}: {failure.code}: {failure.message}; "
+                "the checkpoint stops before it: fix the cause and restart the relay")
 
     def _recovery_summary(self) -> dict[str, Any]:
         r = self._recovery_stats
@@ -258,7 +266,7 @@ class Relay:
         deadline = self._clock() + self.settings.drain_timeout_s
         while True:
             remaining = self._publisher.flush(max(0.0, min(1.0, deadline - self._clock())))
-            if self._redirects and self._failure is None:
+            if self._redirects:
                 self._redirect_dead_letters()
                 continue
             if remaining == 0 or self._clock() >= deadline:
@@ -354,8 +362,7 @@ class Relay:
                 metrics.events_published += 1
                 metrics.bytes_published += size
             elif delivery.failure.too_large:
-                # Still counted as in flight: the dead-letter copy completes it.
-                entry.remaining -= 1
+                # Still in flight: the dead-letter copy's acknowledgement completes it.
                 self._redirects.append((entry, self._as_dead_letter(
                     event, "too_large", f"{delivery.failure.code}: {delivery.failure.message}")))
             else:
@@ -375,9 +382,13 @@ class Relay:
     def _redirect_dead_letters(self) -> None:
         redirects, self._redirects = self._redirects, []
         for entry, dead in redirects:
-            self._publish_dead_letter(entry, dead)
+            self._publish_dead_letter(entry, dead, redirect=True)
 
-    def _publish_dead_letter(self, entry: PendingTx, dead: DeadLetter) -> None:
+    def _publish_dead_letter(self, entry: PendingTx, dead: DeadLetter, redirect: bool = False) -> None:
+        """Send `dead` to the dead-letter topic. A `redirect` (a message Kafka refused as too
+        large, re-sent here) keeps the expectation of the original message, and its offset
+        is not recorded for the checkpoint: it was produced after messages of later
+        transactions, so its offset says nothing about where they sit."""
         topic = self.settings.dead_letter_topic
         headers = dead.identity.headers()
         event_id = dead.row.get("id")
@@ -391,11 +402,15 @@ class Relay:
         ]
         self._note_topic(topic)
         window, metrics = self._window, self.metrics
-        window.expect(entry)
+        if not redirect:
+            window.expect(entry)
 
         def on_delivery(delivery: Delivery) -> None:
             if delivery.failure is None:
-                window.acknowledged(entry, delivery.topic, delivery.partition, delivery.offset)
+                if redirect:
+                    entry.remaining -= 1
+                else:
+                    window.acknowledged(entry, delivery.topic, delivery.partition, delivery.offset)
                 metrics.dead_lettered[dead.cause] += 1
             else:
                 metrics.delivery_errors += 1
@@ -432,6 +447,9 @@ class Relay:
         if not force and last is not None and last.position == window.position:
             return
         crashpoints.hit("after_ack_before_checkpoint")
+        for topic, count in list(self._partitions.items()):
+            if not count:  # created by the first produce: learn its partition count now
+                self._partitions[topic] = self._delivered.partition_count(topic) or 0
         cp = Checkpoint(
             source=self.settings.source_name,
             position=window.position,

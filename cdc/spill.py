@@ -37,6 +37,7 @@ class SpillBuffer:
             if len(self._items) > self._limit:
                 self._spill()
             return
+        self._file.seek(0, 2)  # an unfinished iteration may have left the file mid-way
         self._offsets.append(self._file.tell())
         pickle.dump(item, self._file, protocol=pickle.HIGHEST_PROTOCOL)
         self.spilled_total += 1

@@ -56,7 +56,10 @@ Flags passed to ``mariadbd`` (start to connectable: about 0.1 s):
 No orphan servers: the child sets ``prctl(PR_SET_PDEATHSIG, SIGKILL)`` before
 exec, so the kernel kills mariadbd when its parent dies, even by SIGKILL, and an
 ``atexit`` handler kills (SIGKILL) every server still running at interpreter
-exit and removes their temporary datadirs. Caveat: the kernel sends the
+exit and removes their temporary datadirs. A parent killed by a signal runs
+no atexit, so its temporary datadir (``$TMPDIR/cdc-mariadb-*``, stamped with the
+owner's pid and start time) is deleted by the next ``start()`` that finds its
+owner and server gone. Caveat: the kernel sends the
 parent-death signal when the *thread* that forked the child exits, not the
 process. Call ``start()`` and ``restart()`` from a long-lived thread (the main
 thread); a server started from a short-lived worker thread dies with it.
@@ -98,6 +101,8 @@ _MARIADBD_DIRS = ("/usr/sbin", "/usr/local/sbin", "/usr/local/mysql/bin")
 _INSTALL_DB_DIRS = ("/usr/bin", "/usr/local/bin", "/usr/local/mysql/scripts", "/usr/local/mysql/bin")
 _INSTALL_HINT = "install it with 'apt-get install mariadb-server' (Debian/Ubuntu)"
 
+_ROOT_PREFIX = "cdc-mariadb-"
+_OWNER_FILE = "owner"
 _ERROR_LOG = "mariadbd.err"
 _PID_FILE = "mariadbd.pid"
 _SOCKET = "mariadbd.sock"
@@ -217,6 +222,55 @@ def _make_preexec(parent_pid: int) -> Callable[[], None]:
 
 
 # --------------------------------------------------------------------------
+# temporary datadirs left behind by parents that were killed
+
+
+def _owner_stamp(pid: int) -> str | None:
+    """``"<pid> <start time>"``: identifies a process even after its pid is reused."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[1].split()
+    if fields[0] in ("Z", "X"):
+        return None
+    return f"{pid} {fields[19]}"  # field 22 of stat: start time in clock ticks
+
+
+def _sweep_stale_roots() -> None:
+    """Delete temporary roots whose owning process is gone.
+
+    A parent killed by a signal gets no atexit: PR_SET_PDEATHSIG kills its
+    mariadbd but the temporary datadir stays. Only roots carrying an owner stamp
+    whose process no longer exists are removed; anything else is left alone.
+    """
+    base = Path(tempfile.gettempdir())
+    try:
+        candidates = list(base.glob(f"{_ROOT_PREFIX}*"))
+    except OSError:
+        return
+    for root in candidates:
+        try:
+            stamp = (root / _OWNER_FILE).read_text().strip()
+            pid = int(stamp.split()[0])
+        except (OSError, ValueError, IndexError):
+            continue
+        if _owner_stamp(pid) == stamp:
+            continue  # owner alive
+        server_pid = _read_pid(root / "data" / _PID_FILE)
+        if server_pid is not None and _owner_stamp(server_pid) is not None:
+            continue  # a server still runs there: leave it to whoever owns it
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _read_pid(path: Path) -> int | None:
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+# --------------------------------------------------------------------------
 # registry for the atexit handler
 
 _running: set[EmbeddedMariaDB] = set()
@@ -330,7 +384,9 @@ class EmbeddedMariaDB:
 
         owns = datadir is None
         if datadir is None:
-            root = Path(tempfile.mkdtemp(prefix="cdc-mariadb-"))
+            _sweep_stale_roots()
+            root = Path(tempfile.mkdtemp(prefix=_ROOT_PREFIX))
+            (root / _OWNER_FILE).write_text(_owner_stamp(os.getpid()) or "")
             data = root / "data"
         else:
             data = Path(datadir).resolve()
@@ -374,7 +430,12 @@ class EmbeddedMariaDB:
         quoted = DEFAULT_PASSWORD.replace("'", "''")
         # Bootstrap mode runs with the grant tables unloaded; FLUSH PRIVILEGES
         # loads them so that CREATE USER / GRANT work.
+        # The rows for the host name are dropped: --skip-name-resolve ignores
+        # them anyway, with a warning on every start.
+        local = "('localhost', '127.0.0.1', '::1')"
         user_sql.write_text(
+            f"DELETE FROM mysql.global_priv WHERE Host NOT IN {local};\n"
+            f"DELETE FROM mysql.proxies_priv WHERE Host NOT IN {local};\n"
             "FLUSH PRIVILEGES;\n"
             + "".join(
                 f"CREATE USER IF NOT EXISTS '{DEFAULT_USER}'@'{host}' IDENTIFIED BY '{quoted}';\n"
@@ -495,7 +556,11 @@ class EmbeddedMariaDB:
                     f"(extra_args){where}; {self._log_excerpt(new_log)}"
                 )
             try:
-                conn = pymysql.connect(connect_timeout=2, **self.connection_settings())
+                # read/write timeouts too: a listener that is not mariadbd (a port
+                # grabbed by someone else) accepts TCP and then never answers.
+                conn = pymysql.connect(
+                    connect_timeout=2, read_timeout=2, write_timeout=2, **self.connection_settings()
+                )
                 conn.close()
                 return time.monotonic() - t0
             except pymysql.err.MySQLError as exc:

@@ -537,8 +537,20 @@ def iter_binlog_events(options: Mapping[str, str], part: Mapping[str, Any]) -> I
     source = options.get("source") or ""
     if not source:
         raise ValueError("cdc_binlog: option 'source' (the relay's source name) is required")
-    for tx in read_binlog_file(settings, part["file"], part["start"], part["end"], part["server_id"], tables):
+    anomalies: list[str] = []
+    for tx in read_binlog_file(settings, part["file"], part["start"], part["end"], part["server_id"], tables, anomalies.append):
         yield from events_of_tx(source, part["file"], tx, mapper)
+    for text in anomalies:
+        yield anomaly_row(source, part["file"], text)
+
+
+def anomaly_row(source: str, file: str, text: str) -> dict[str, Any]:
+    """Something the verifier's transaction assembly could not make sense of, carried in
+    the event stream as a row without identity (`ikey` NULL, `row` -1, text in
+    `dlq_error`): the verify job lists these in its report instead of losing them."""
+    row: dict[str, Any] = {name: None for name, _ in BINLOG_FIELDS}
+    row.update(source=source, file=file, file_seq=file_sequence(file)[1], row=-1, dlq_error=text)
+    return row
 
 
 # ----------------------------------------------------------------------- data source

@@ -26,6 +26,7 @@ from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.event import GtidEvent, MariadbGtidEvent, QueryEvent, XidEvent
 from pymysqlreplication.row_event import WriteRowsEvent
 
+import connectors.mariadb_server as module
 from connectors.mariadb_server import EmbeddedMariaDB, MariaDBServerError
 
 pytestmark = [
@@ -324,6 +325,10 @@ def test_no_orphan_server_outlives_its_parent(exit_normally: bool) -> None:
         assert _wait_dead(pid, 10), f"mariadbd {pid} survived its parent"
         if exit_normally:
             assert not root.exists(), "the atexit handler should delete the temporary datadir"
+        else:  # a SIGKILLed parent cannot clean up: the next start() sweeps its datadir
+            assert root.exists()
+            module._sweep_stale_roots()
+            assert not root.exists()
     finally:
         if _alive(pid) and _is_mariadbd(pid):
             os.kill(pid, signal.SIGKILL)
@@ -389,8 +394,6 @@ def test_cleanup_stops_the_server_and_deletes_the_datadir() -> None:
 
 
 def test_auto_picked_port_taken_before_bind_is_retried(monkeypatch: pytest.MonkeyPatch) -> None:
-    import connectors.mariadb_server as module
-
     real_free_port = module._free_port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as holder:
         holder.bind(("127.0.0.1", 0))
@@ -402,3 +405,15 @@ def test_auto_picked_port_taken_before_bind_is_retried(monkeypatch: pytest.Monke
             assert db.port != taken
             assert "Address already in use" in db.log_tail(100)  # the first attempt hit the held port
             db.connect().close()
+
+
+def test_given_datadir_is_initialised_once_reused_and_kept(tmp_path: Path) -> None:
+    datadir = tmp_path / "data"
+    with EmbeddedMariaDB.start(datadir=datadir) as db:
+        assert db.datadir == datadir.resolve() and "install" in db.timings
+        db.create_database("kept")
+    assert db.pid is None and (datadir / "kept").is_dir()  # cleanup() keeps a caller's datadir
+    with EmbeddedMariaDB.start(datadir=datadir) as again:
+        assert "install" not in again.timings  # already initialised: reused as is
+        conn = again.connect("kept")
+        conn.close()

@@ -235,8 +235,9 @@ class FakeSource:
 class FakeSourceFactory:
     def __init__(self, binlog: Binlog, server_id: int = 1, flavor: str = "mysql",
                  fail_at: set[int] | None = None, open_failures: int = 0, purged_before: BinlogPosition | None = None,
-                 send_server_info: bool = True):
+                 send_server_info: bool = True, reopen_failures: int = 0):
         self.binlog = binlog
+        self.reopen_failures = reopen_failures  # open() failures after the first open
         self.server_id_value = server_id
         self.flavor = flavor
         self.fail_at = set(fail_at or ())  # binlog indexes before which read() raises once
@@ -252,6 +253,9 @@ class FakeSourceFactory:
     def open(self, start: Any) -> FakeSource:
         if self.open_failures > 0:
             self.open_failures -= 1
+            raise SourceError("server unreachable")
+        if self.opened_at and self.reopen_failures > 0:
+            self.reopen_failures -= 1
             raise SourceError("server unreachable")
         self.opened_at.append(start)
         if isinstance(start, BinlogPosition):
@@ -340,6 +344,10 @@ class FakeKafka:
                 for part in parts:
                     out.extend(part)
         return out
+
+
+def message_id(msg: "_Message") -> str:
+    return header_dict(msg.headers).get("id", "")
 
 
 @dataclass
@@ -449,20 +457,22 @@ class FakePublisher:
             msg.on_delivery(Delivery(msg.topic, msg.partition, msg.record.offset))
         return len(chosen)
 
-    def crash(self, rng: random.Random | None = None) -> None:
-        """kill -9: of the messages not yet written, each partition gets an arbitrary
-        prefix (the idempotent producer keeps order per partition); nothing more is
-        acknowledged, and the publisher is dead."""
+    def crash(self, rng: random.Random | None = None, keep: Callable[[_Message], bool] | None = None) -> None:
+        """kill -9: of the messages not yet written, each partition gets a prefix (the
+        idempotent producer keeps order per partition) -- chosen by `keep` (a message
+        lands while `keep` holds for it and for every earlier one of its partition), or
+        at random; nothing more is acknowledged, and the publisher is dead."""
         rng = rng or random.Random(0)
-        cut: dict[tuple[str, int], bool] = {}
+        decide = keep or (lambda _msg: rng.random() < 0.5)
+        cut: set[tuple[str, int]] = set()
         for msg in self.queue:
             tp = (msg.topic, msg.partition)
-            if tp not in cut:
-                cut[tp] = False
-            if not cut[tp] and rng.random() < 0.5:
+            if self.fail is not None and self.fail(msg) is not None:
+                continue  # the broker refuses it whenever it arrives
+            if tp not in cut and decide(msg):
                 self.kafka.append(msg.topic, msg.partition, msg.key, msg.value, msg.headers)
             else:
-                cut[tp] = True
+                cut.add(tp)
         self.queue = []
         self.unacked = []
         self.dead = True
@@ -516,7 +526,7 @@ class FakeCheckpointStore:
 
 class JsonSerializer:
     """An OutboxEvent as JSON bytes; `fail_if(event)` makes it raise ValueError;
-    `pad` adds that many bytes (to make a message too large)."""
+    `pad_if(event)` returns how many bytes to add (to make a message too large)."""
 
     def __init__(self, fail_if: Callable[[Any], bool] | None = None, pad_if: Callable[[Any], int] | None = None):
         self.fail_if = fail_if
@@ -546,3 +556,98 @@ class TickingClock:
 
     def sleep(self, seconds: float) -> None:
         self.now += seconds
+
+
+# -- a relay on the fakes -------------------------------------------------------------------
+
+
+class Killed(BaseException):
+    """Raised out of the relay loop to model kill -9 (BaseException: no product code may
+    catch it). The publisher and the store are 'dead' before it is raised, so whatever
+    the loop's cleanup does is lost, as it would be."""
+
+
+DEFAULT_TOPICS = {"outbox.event.order": 3, "outbox.event.user": 3, "outbox.dlq": 2}
+SOURCE_NAME = "shop-db"
+
+
+class RelayHarness:
+    """One relay process over the fakes. Several harnesses can share a FakeKafka and a
+    FakeCheckpointStore (restarts)."""
+
+    def __init__(self, binlog: Binlog, kafka: FakeKafka | None = None, store: FakeCheckpointStore | None = None,
+                 publisher: dict[str, Any] | None = None, factory: dict[str, Any] | None = None,
+                 serializer: Any = None, **settings: Any):
+        from cdc.outbox import OutboxTable
+        from cdc.relay import Relay, RelaySettings
+
+        self.binlog = binlog
+        self.kafka = kafka if kafka is not None else FakeKafka(DEFAULT_TOPICS)
+        self.store = store if store is not None else FakeCheckpointStore()
+        self.factory = FakeSourceFactory(binlog, **(factory or {}))
+        self.publisher = FakePublisher(self.kafka, **(publisher or {}))
+        self.delivered = FakeDeliveredLog(self.kafka)
+        self.serializer = serializer or JsonSerializer()
+        self.clock = TickingClock()
+        options = dict(source_name=SOURCE_NAME, tables=(OutboxTable(SCHEMA, OUTBOX),), start="mysql-bin.000001:4",
+                       checkpoint_interval_s=0.0, read_timeout_s=0.0, drain_timeout_s=5.0,
+                       reconnect_timeout_s=5.0)
+        options.update(settings)
+        self.settings = RelaySettings(**options)
+        self.relay = Relay(self.settings, self.factory, self.publisher, self.serializer, self.store,
+                           self.delivered, clock=self.clock, sleep=self.clock.sleep)
+        self.iterations = 0
+
+    def run(self, stop: Callable[["RelayHarness"], bool] | None = None, max_iterations: int = 200_000):
+        """Run until `stop(self)` (default: the source has nothing more to give)."""
+        stop = stop or (lambda h: h.factory.exhausted)
+
+        def should_stop() -> bool:
+            self.iterations += 1
+            if self.iterations > max_iterations:
+                raise AssertionError("the relay loop did not stop")
+            return stop(self)
+
+        return self.relay.run(should_stop)
+
+    def kill(self, rng: random.Random | None = None, keep: Callable[[_Message], bool] | None = None) -> None:
+        """kill -9 now: in-flight messages land as a per-partition prefix."""
+        self.publisher.crash(rng, keep)
+        self.store.frozen = True
+        raise Killed()
+
+    def run_until_killed(self, when: Callable[["RelayHarness"], bool], rng: random.Random | None = None,
+                         keep: Callable[[_Message], bool] | None = None) -> bool:
+        """Run until `when(self)`, then kill -9; returns False when the source ran out
+        first (the relay then stopped normally)."""
+        def stop(h: "RelayHarness") -> bool:
+            if when(h):
+                h.kill(rng, keep)
+            return h.factory.exhausted
+
+        try:
+            self.run(stop)
+            return False
+        except Killed:
+            return True
+        finally:
+            self.store.frozen = False
+
+
+def identity_of(record: Record) -> tuple:
+    h = record.header_text
+    return (h["cdc.binlog.file"], int(h["cdc.binlog.pos"]), int(h["cdc.binlog.row"]))
+
+
+def expected_events(binlog: Binlog) -> list[tuple]:
+    """(file, pos, row, event id) of every committed outbox row, in commit and row order."""
+    out = []
+    for tx in binlog.committed():
+        for row, values in enumerate(tx.outbox_rows):
+            out.append((tx.start.file, tx.start.pos, row, str(values["id"])))
+    return out
+
+
+def delivered_events(kafka: FakeKafka) -> list[tuple]:
+    """(file, pos, row, event id) of every record in every topic."""
+    return [(*identity_of(r), r.header_text["id"]) for r in kafka.records()]

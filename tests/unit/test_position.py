@@ -1,7 +1,7 @@
 """BinlogPosition: parsing, formatting and the total order by numeric file suffix."""
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import example, given, strategies as st
 
 from cdc.errors import PositionError
 from cdc.position import BinlogPosition, file_sequence
@@ -104,6 +104,7 @@ def test_order_matches_numeric_tuple_order(a, b):
 
 
 @given(st.text(max_size=40))
+@example("mysql-bin.000001:\u00b2")
 def test_parse_either_succeeds_and_round_trips_or_raises_position_error(text):
     try:
         p = BinlogPosition.parse(text)

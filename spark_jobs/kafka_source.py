@@ -1,0 +1,470 @@
+"""PySpark Python data source `cdc_kafka`: the records of Kafka topics, read with a plain
+confluent-kafka Consumer (assign + seek, no consumer group offsets are committed).
+
+    spark.read.format("cdc_kafka")
+        .option("bootstrap", "host:9092,...")
+        .option("topics", "outbox.event.order,outbox.dlq")    # and/or
+        .option("topic_pattern", r"outbox\\.event\\..*")      # a Python regex (fullmatch)
+        .option("dlq_topic", "outbox.dlq")                    # decode its values as JSON
+        .option("chunk", "100000")                            # offsets per Spark partition
+        .option("plan", json.dumps(plan_kafka(...)))          # optional: a fixed snapshot
+        .option("include_raw", "true")                        # headers map + value bytes
+        .option("decode", "true")                             # identity + Avro columns
+        .option("isolation", "read_committed")
+        .load()
+
+Partitions: `(topic, partition, [start, end))` chunks of at most `chunk` offsets between
+the low and high watermark of the plan. A reader stops at `end` or at the end of the
+partition. Offsets that hold no record (transaction markers, compacted records) are
+simply absent; they are never losses.
+
+Schema: `topic, partition, offset, timestamp_ms, timestamp_type, key` (binary),
+`key_text`, then with include_raw `headers` (map<string,string>, UTF-8 text; the last
+value wins for a repeated name) and `value` (binary), then with decode the identity
+columns from the headers (`ikey`, `source`, `h_file`, `h_file_seq`, `h_pos`, `h_row`,
+`h_gtid`, `h_commit_ts`, `h_event_id`, `h_event_type`, `h_table`, `repair`,
+`dlq_cause`, `dlq_error`, `dlq_topic`) and the value decoded from the Confluent wire format
++ Avro `outbox_event.avsc` (`schema_id`, `v_id`, `v_aggregate_type`, `v_aggregate_id`,
+`v_type`, `v_payload` binary + `v_payload_is_text`, `v_timestamp_us`, `value_error`).
+Dead-letter values (JSON) are not decoded into `v_*`; `value_error` says when they are
+not JSON.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import time
+import uuid
+from typing import Any, Iterator, Mapping, Sequence
+
+from cdc import identity as hdr
+from spark_jobs.common import file_seq_or_none, identity_key, opt_bool, opt_int, opt_json
+
+try:
+    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+except Exception:  # pragma: no cover
+    DataSource = object  # type: ignore[misc,assignment]
+    DataSourceReader = object  # type: ignore[misc,assignment]
+
+    class InputPartition:  # type: ignore[no-redef]
+        def __init__(self, value: Any) -> None:
+            self.value = value
+
+
+BASE_FIELDS: tuple[tuple[str, str], ...] = (
+    ("topic", "string"),
+    ("partition", "int"),
+    ("offset", "bigint"),
+    ("timestamp_ms", "bigint"),
+    ("timestamp_type", "int"),
+    ("key", "binary"),
+    ("key_text", "string"),
+)
+RAW_FIELDS: tuple[tuple[str, str], ...] = (
+    ("headers", "map<string,string>"),
+    ("value", "binary"),
+)
+DECODED_FIELDS: tuple[tuple[str, str], ...] = (
+    ("ikey", "string"),
+    ("source", "string"),
+    ("h_file", "string"),
+    ("h_file_seq", "bigint"),
+    ("h_pos", "bigint"),
+    ("h_row", "int"),
+    ("h_gtid", "string"),
+    ("h_commit_ts", "bigint"),
+    ("h_event_id", "string"),
+    ("h_event_type", "string"),
+    ("h_table", "string"),
+    ("repair", "boolean"),
+    ("dlq_cause", "string"),
+    ("dlq_error", "string"),
+    ("dlq_topic", "string"),
+    ("schema_id", "int"),
+    ("v_id", "string"),
+    ("v_aggregate_type", "string"),
+    ("v_aggregate_id", "string"),
+    ("v_type", "string"),
+    ("v_payload", "binary"),
+    ("v_payload_is_text", "boolean"),
+    ("v_timestamp_us", "bigint"),
+    ("value_error", "string"),
+)
+BATCH_ROWS = 8192
+DEFAULT_CHUNK = 100_000
+
+
+def fields_for(include_raw: bool, decode: bool) -> tuple[tuple[str, str], ...]:
+    return BASE_FIELDS + (RAW_FIELDS if include_raw else ()) + (DECODED_FIELDS if decode else ())
+
+
+def schema_for(include_raw: bool, decode: bool) -> str:
+    return ", ".join(f"`{n}` {k}" for n, k in fields_for(include_raw, decode))
+
+
+# ------------------------------------------------------------------------ consumer
+
+
+def consumer_config(bootstrap: str, extra: Mapping[str, Any] | None = None, isolation: str = "read_committed") -> dict[str, Any]:
+    conf: dict[str, Any] = {
+        "bootstrap.servers": bootstrap,
+        "group.id": f"cdc-verify-{uuid.uuid4().hex[:12]}",
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "enable.partition.eof": True,
+        "auto.offset.reset": "earliest",
+        "isolation.level": isolation,
+        "fetch.max.bytes": 52_428_800,
+        "max.partition.fetch.bytes": 8_388_608,
+        "queued.min.messages": 200_000,
+        "socket.timeout.ms": 20_000,
+        "log_level": 3,
+    }
+    conf.update(dict(extra or {}))
+    return conf
+
+
+def _consumer(bootstrap: str, extra: Mapping[str, Any] | None = None, isolation: str = "read_committed") -> Any:
+    from confluent_kafka import Consumer
+
+    return Consumer(consumer_config(bootstrap, extra, isolation))
+
+
+def select_topics(available: Sequence[str], topics: Sequence[str] | None, pattern: str | None) -> tuple[list[str], list[str]]:
+    """(topics to read, requested topics that do not exist)."""
+    wanted: list[str] = []
+    missing: list[str] = []
+    avail = set(available)
+    for t in topics or ():
+        if t in avail:
+            wanted.append(t)
+        else:
+            missing.append(t)
+    if pattern:
+        rx = re.compile(pattern)
+        wanted += [t for t in sorted(avail) if not t.startswith("__") and rx.fullmatch(t) and t not in wanted]
+    return sorted(set(wanted)), sorted(set(missing))
+
+
+def plan_kafka(
+    bootstrap: str,
+    topics: Sequence[str] | None = None,
+    pattern: str | None = None,
+    extra: Mapping[str, Any] | None = None,
+    timeout: float = 15.0,
+) -> dict[str, Any]:
+    """A snapshot of what to read: every partition of the selected topics with its low and
+    high watermark now."""
+    from confluent_kafka import TopicPartition
+
+    consumer = _consumer(bootstrap, extra)
+    try:
+        md = consumer.list_topics(timeout=timeout)
+        names, missing = select_topics(list(md.topics), topics, pattern)
+        parts = []
+        counts = {}
+        for name in names:
+            tmd = md.topics[name]
+            if tmd.error is not None:
+                raise RuntimeError(f"cdc_kafka: topic {name!r}: {tmd.error}")
+            counts[name] = len(tmd.partitions)
+            for p in sorted(tmd.partitions):
+                low, high = consumer.get_watermark_offsets(TopicPartition(name, p), timeout=timeout, cached=False)
+                parts.append({"topic": name, "partition": p, "low": int(low), "high": int(high)})
+    finally:
+        consumer.close()
+    return {"bootstrap": bootstrap, "partitions": parts, "partition_counts": counts, "missing_topics": missing, "at_ms": int(time.time() * 1000)}
+
+
+def chunks(plan: Mapping[str, Any], chunk: int = DEFAULT_CHUNK) -> list[dict[str, Any]]:
+    out = []
+    for p in plan["partitions"]:
+        start = p["low"]
+        while start < p["high"]:
+            end = min(p["high"], start + chunk)
+            out.append({"topic": p["topic"], "partition": p["partition"], "start": start, "end": end})
+            start = end
+    return out
+
+
+def consume_range(
+    bootstrap: str,
+    topic: str,
+    partition: int,
+    start: int,
+    end: int,
+    extra: Mapping[str, Any] | None = None,
+    isolation: str = "read_committed",
+    stall_timeout: float = 60.0,
+) -> Iterator[Any]:
+    """The messages of `topic[partition]` at offsets `[start, end)`, in offset order."""
+    from confluent_kafka import KafkaError, TopicPartition
+
+    if end <= start:
+        return
+    consumer = _consumer(bootstrap, extra, isolation)
+    try:
+        consumer.assign([TopicPartition(topic, partition, start)])
+        last_progress = time.monotonic()
+        while True:
+            msgs = consumer.consume(num_messages=10_000, timeout=1.0)
+            if not msgs:
+                if time.monotonic() - last_progress > stall_timeout:
+                    raise RuntimeError(
+                        f"cdc_kafka: no progress reading {topic}[{partition}] offsets [{start}, {end}) "
+                        f"for {stall_timeout:.0f}s from {bootstrap}"
+                    )
+                continue
+            last_progress = time.monotonic()
+            for msg in msgs:
+                err = msg.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        return
+                    if err.retriable() or not err.fatal():
+                        continue
+                    raise RuntimeError(f"cdc_kafka: reading {topic}[{partition}]: {err}")
+                off = msg.offset()
+                if off >= end:
+                    return
+                if off < start:
+                    continue
+                yield msg
+                if off >= end - 1:
+                    return
+    finally:
+        consumer.close()
+
+
+# ------------------------------------------------------------------------ decoding
+
+_AVRO = None
+
+
+def _strip_logical(schema: Any) -> Any:
+    if isinstance(schema, dict):
+        return {k: _strip_logical(v) for k, v in schema.items() if k != "logicalType"}
+    if isinstance(schema, list):
+        return [_strip_logical(s) for s in schema]
+    return schema
+
+
+def avro_schema() -> Any:
+    """The parsed outbox event schema, with logical types dropped so that `timestamp`
+    decodes to its raw long (microseconds)."""
+    global _AVRO
+    if _AVRO is None:
+        import fastavro
+
+        from connectors.avro_schemas import schema
+
+        _AVRO = fastavro.parse_schema(_strip_logical(schema()))
+    return _AVRO
+
+
+def decode_value(value: bytes | None) -> tuple[dict[str, Any] | None, int | None, str | None]:
+    """(avro record, schema id, error) of a Confluent wire-format value."""
+    import fastavro
+
+    if value is None:
+        return None, None, "null value"
+    if len(value) < 5 or value[0] != 0:
+        return None, None, "not Confluent wire format (magic byte 0 + 4-byte schema id)"
+    schema_id = int.from_bytes(value[1:5], "big")
+    buf = io.BytesIO(value)
+    buf.seek(5)
+    try:
+        parsed = avro_schema()
+        record = fastavro.schemaless_reader(buf, parsed, parsed)
+    except Exception as exc:  # noqa: BLE001
+        return None, schema_id, f"Avro decoding failed: {type(exc).__name__}: {exc}"[:300]
+    if buf.tell() != len(value):
+        return record, schema_id, f"{len(value) - buf.tell()} trailing byte(s) after the Avro record"
+    return record, schema_id, None
+
+
+def _int_or_none(text: str | None) -> int | None:
+    if text is None:
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        return None
+
+
+def decode_record(
+    topic: str,
+    headers: Mapping[str, str],
+    value: bytes | None,
+    dlq_topic: str | None,
+) -> dict[str, Any]:
+    """The identity (from the headers) and the event (from the value) of one record."""
+    h = headers
+    source = h.get(hdr.H_SOURCE)
+    row = _int_or_none(h.get(hdr.H_ROW))
+    pos = _int_or_none(h.get(hdr.H_POS))
+    gtid = h.get(hdr.H_GTID) or None
+    file = h.get(hdr.H_FILE)
+    ikey = None
+    if source is not None and row is not None and (gtid or (file and pos is not None)):
+        ikey = identity_key(source, gtid, file, pos, row)
+    out: dict[str, Any] = {
+        "ikey": ikey,
+        "source": source,
+        "h_file": file,
+        "h_file_seq": file_seq_or_none(file),
+        "h_pos": pos,
+        "h_row": row,
+        "h_gtid": gtid,
+        "h_commit_ts": _int_or_none(h.get(hdr.H_COMMIT_TS)),
+        "h_event_id": h.get(hdr.H_EVENT_ID),
+        "h_event_type": h.get(hdr.H_EVENT_TYPE),
+        "h_table": h.get(hdr.H_TABLE),
+        "repair": hdr.H_REPAIR in h,
+        "dlq_cause": h.get(hdr.H_DLQ_CAUSE),
+        "dlq_error": h.get(hdr.H_DLQ_ERROR),
+        "dlq_topic": h.get(hdr.H_DLQ_TOPIC),
+        "schema_id": None,
+        "v_id": None,
+        "v_aggregate_type": None,
+        "v_aggregate_id": None,
+        "v_type": None,
+        "v_payload": None,
+        "v_payload_is_text": None,
+        "v_timestamp_us": None,
+        "value_error": None,
+    }
+    if dlq_topic and topic == dlq_topic:
+        try:
+            json.loads(value or b"")
+        except ValueError as exc:
+            out["value_error"] = f"dead-letter value is not JSON: {exc}"[:300]
+        return out
+    record, schema_id, error = decode_value(value)
+    out["schema_id"] = schema_id
+    out["value_error"] = error
+    if record is not None:
+        payload = record.get("payload")
+        out.update(
+            v_id=record.get("id"),
+            v_aggregate_type=record.get("aggregate_type"),
+            v_aggregate_id=record.get("aggregate_id"),
+            v_type=record.get("type"),
+            v_payload=payload.encode("utf-8") if isinstance(payload, str) else payload,
+            v_payload_is_text=None if payload is None else isinstance(payload, str),
+            v_timestamp_us=record.get("timestamp"),
+        )
+    return out
+
+
+def message_row(msg: Any, include_raw: bool, decode: bool, dlq_topic: str | None) -> dict[str, Any]:
+    ts_type, ts = msg.timestamp()
+    key = msg.key()
+    headers = hdr.header_dict(msg.headers())
+    row: dict[str, Any] = {
+        "topic": msg.topic(),
+        "partition": msg.partition(),
+        "offset": msg.offset(),
+        "timestamp_ms": ts if ts_type else None,
+        "timestamp_type": ts_type,
+        "key": key,
+        "key_text": None if key is None else key.decode("utf-8", "replace"),
+    }
+    if include_raw:
+        row["headers"] = headers
+        row["value"] = msg.value()
+    if decode:
+        row.update(decode_record(msg.topic(), headers, msg.value(), dlq_topic))
+    return row
+
+
+_ARROW: dict[tuple[bool, bool], Any] = {}
+
+
+def arrow_schema(include_raw: bool, decode: bool) -> Any:
+    key = (include_raw, decode)
+    if key not in _ARROW:
+        import pyarrow as pa
+
+        kinds = {
+            "string": pa.string(),
+            "bigint": pa.int64(),
+            "int": pa.int32(),
+            "binary": pa.binary(),
+            "boolean": pa.bool_(),
+            "map<string,string>": pa.map_(pa.string(), pa.string()),
+        }
+        _ARROW[key] = pa.schema([(n, kinds[k]) for n, k in fields_for(include_raw, decode)])
+    return _ARROW[key]
+
+
+def _batch(rows: list[dict[str, Any]], include_raw: bool, decode: bool) -> Any:
+    import pyarrow as pa
+
+    names = [n for n, _ in fields_for(include_raw, decode)]
+    data: dict[str, list[Any]] = {n: [r[n] for r in rows] for n in names}
+    if include_raw:
+        data["headers"] = [list(h.items()) for h in data["headers"]]
+    return pa.RecordBatch.from_pydict(data, schema=arrow_schema(include_raw, decode))
+
+
+# ----------------------------------------------------------------------- data source
+
+
+class KafkaReader(DataSourceReader):
+    def __init__(self, options: Mapping[str, str]):
+        self.options = dict(options)
+        self.include_raw = opt_bool(self.options, "include_raw", True)
+        self.decode = opt_bool(self.options, "decode", True)
+
+    def _bootstrap(self) -> str:
+        bootstrap = self.options.get("bootstrap") or self.options.get("kafka.bootstrap.servers")
+        if not bootstrap:
+            raise ValueError("cdc_kafka: option 'bootstrap' (bootstrap servers) is required")
+        return bootstrap
+
+    def partitions(self) -> Sequence[InputPartition]:
+        plan = opt_json(self.options, "plan")
+        if plan is None:
+            topics = [t.strip() for t in (self.options.get("topics") or "").split(",") if t.strip()]
+            plan = plan_kafka(
+                self._bootstrap(), topics, self.options.get("topic_pattern") or None, opt_json(self.options, "consumer_conf", {})
+            )
+        parts = chunks(plan, opt_int(self.options, "chunk", DEFAULT_CHUNK) or DEFAULT_CHUNK)
+        return [InputPartition(p) for p in parts] or [InputPartition(None)]
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        part = partition.value
+        if part is None:
+            return
+        dlq = self.options.get("dlq_topic") or None
+        rows: list[dict[str, Any]] = []
+        for msg in consume_range(
+            self._bootstrap(),
+            part["topic"],
+            part["partition"],
+            part["start"],
+            part["end"],
+            opt_json(self.options, "consumer_conf", {}),
+            self.options.get("isolation") or "read_committed",
+        ):
+            rows.append(message_row(msg, self.include_raw, self.decode, dlq))
+            if len(rows) >= BATCH_ROWS:
+                yield _batch(rows, self.include_raw, self.decode)
+                rows = []
+        if rows:
+            yield _batch(rows, self.include_raw, self.decode)
+
+
+class KafkaDataSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "cdc_kafka"
+
+    def schema(self) -> str:
+        return schema_for(opt_bool(self.options, "include_raw", True), opt_bool(self.options, "decode", True))
+
+    def reader(self, schema: Any) -> KafkaReader:
+        return KafkaReader(self.options)

@@ -1,0 +1,122 @@
+"""`cdc locate`: from a Kafka offset to the binlog event it carries, and from a binlog
+position or GTID to the Kafka records that carry it (a header scan; no Spark needed).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from cdc import identity as hdr
+from cdc.position import BinlogPosition
+from spark_jobs.kafka_source import _consumer, consume_range, plan_kafka
+
+_MARIADB_GTID = re.compile(r"^\d+-\d+-\d+$")
+_MYSQL_GTID = re.compile(r"^[0-9a-fA-F-]{36}:\d+$")
+
+
+@dataclass(frozen=True)
+class Located:
+    topic: str
+    partition: int
+    offset: int
+
+
+def _identity_of(msg: Any) -> dict[str, Any]:
+    headers = hdr.header_dict(msg.headers())
+    ts_type, ts = msg.timestamp()
+    ident = hdr.identity_from_headers(headers)
+    out: dict[str, Any] = {
+        "topic": msg.topic(),
+        "partition": msg.partition(),
+        "offset": msg.offset(),
+        "timestamp_ms": ts if ts_type else None,
+        "key": None if msg.key() is None else msg.key().decode("utf-8", "replace"),
+        "headers": headers,
+        "identity_key": hdr.identity_key_from_headers(headers),
+        "source": headers.get(hdr.H_SOURCE),
+        "position": None,
+        "row": None,
+        "gtid": headers.get(hdr.H_GTID),
+        "commit_ts_ms": None,
+        "event_id": headers.get(hdr.H_EVENT_ID),
+        "repair": hdr.H_REPAIR in headers,
+        "dlq_cause": headers.get(hdr.H_DLQ_CAUSE),
+    }
+    if ident is not None:
+        out.update(
+            position=str(ident.tx.start),
+            file=ident.tx.start.file,
+            pos=ident.tx.start.pos,
+            row=ident.row,
+            commit_ts_ms=ident.tx.commit_ts_ms,
+        )
+    return out
+
+
+def locate_offset(kafka_bootstrap: str, topic: str, partition: int, offset: int, timeout: float = 30.0) -> dict[str, Any] | None:
+    """The identity and binlog position of the record at `topic[partition]@offset`: a dict
+    with `identity_key`, `source`, `position` ("file:pos" of the transaction start),
+    `file`, `pos`, `row`, `gtid`, `commit_ts_ms`, `event_id`, `headers`, ... - or None when
+    no record has that offset (a transaction marker, a compacted or deleted record, or
+    beyond the end)."""
+    from confluent_kafka import TopicPartition
+
+    consumer = _consumer(kafka_bootstrap)
+    try:
+        low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout, cached=False)
+    finally:
+        consumer.close()
+    if offset < low or offset >= high:
+        return None
+    for msg in consume_range(kafka_bootstrap, topic, partition, offset, offset + 1, stall_timeout=timeout):
+        if msg.offset() == offset:
+            return _identity_of(msg)
+    return None
+
+
+def _matcher(source: str, where: str | BinlogPosition, row: int | None) -> Any:
+    text = str(where).strip()
+    if isinstance(where, str) and (_MARIADB_GTID.match(text) or _MYSQL_GTID.match(text)):
+        gtid = text.lower()
+
+        def by_gtid(h: dict[str, str]) -> bool:
+            return h.get(hdr.H_SOURCE) == source and (h.get(hdr.H_GTID) or "").lower() == gtid and (row is None or h.get(hdr.H_ROW) == str(row))
+
+        return by_gtid
+    position = where if isinstance(where, BinlogPosition) else BinlogPosition.parse(text)
+
+    def by_position(h: dict[str, str]) -> bool:
+        return (
+            h.get(hdr.H_SOURCE) == source
+            and h.get(hdr.H_FILE) == position.file
+            and h.get(hdr.H_POS) == str(position.pos)
+            and (row is None or h.get(hdr.H_ROW) == str(row))
+        )
+
+    return by_position
+
+
+def locate_position(
+    kafka_bootstrap: str,
+    topics: Sequence[str] | str,
+    source: str,
+    where: str | BinlogPosition,
+    row: int | None = None,
+    topic_pattern: str | None = None,
+) -> list[tuple[str, int, int]]:
+    """Every (topic, partition, offset) whose headers name the transaction `where` of
+    `source` - a binlog position `file:pos` (the transaction's start, as in the
+    `cdc.binlog.file`/`cdc.binlog.pos` headers) or a GTID (`d-s-n` / `uuid:n`) - and,
+    when given, its row index. Scans the headers of every record of the topics."""
+    if isinstance(topics, str):
+        topics = [t.strip() for t in topics.split(",") if t.strip()]
+    match = _matcher(source, where, row)
+    plan = plan_kafka(kafka_bootstrap, list(topics), topic_pattern)
+    found: list[tuple[str, int, int]] = []
+    for p in plan["partitions"]:
+        for msg in consume_range(kafka_bootstrap, p["topic"], p["partition"], p["low"], p["high"]):
+            if match(hdr.header_dict(msg.headers())):
+                found.append((msg.topic(), msg.partition(), msg.offset()))
+    return sorted(found)

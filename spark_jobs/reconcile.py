@@ -1,0 +1,738 @@
+"""Reconciliation: every committed outbox event of the binlog against every record of the
+topics, joined on the identity key, and each side classified.
+
+Inputs: the events of `cdc_binlog` (one per committed outbox insert) and the decoded
+records of `cdc_kafka` (`decode=true`), plus a `ReconcileContext` (source name, the
+verified binlog range, the watermarks of every partition read).
+
+The rules (the same in the Spark implementation `reconcile()` and in the pure-python
+reference `reconcile_reference()`, which the unit tests hold against each other):
+
+Records: a record "of ours" carries identity headers (`cdc.source`, `cdc.binlog.row` and
+a GTID or file+pos) with our source name; every other record is `foreign` (another
+source) or `unidentified` (no identity headers) and is only counted. A record of ours
+whose identity key is an event of the binlog is a *delivery* of that event (records with
+`cdc.repair` and dead-letter records included). A record of ours that matches no event is
+    - `unverifiable` when its header position lies before the verified binlog range
+      (reason `before_binlog_range`: the binlog there is purged or was not asked for) or
+      at/after its end (`after_verified_range`: committed after the snapshot);
+    - `phantom` otherwise: the binlog does not hold it as a committed outbox insert.
+
+Events: with n deliveries,
+    - n == 0: `missing`, unless it cannot be proven absent: its expected topic was not
+      read (`topic_not_read`), or the partition it belongs to (murmur2 of the key when the
+      partitioner is known, else any partition of the topic), or any partition of the
+      dead-letter topic, has a low watermark above 0 and its first retained record comes
+      after the event in binlog order (`partition_truncated`) - then `unverifiable`.
+    - n >= 2: `duplicate` (all offsets listed).
+    - n == 1 in the dead-letter topic: `dead_lettered` (with its cause).
+    - n == 1 whose content differs from the binlog row: `altered` (reasons among topic,
+      key, id, aggregate_type, aggregate_id, type, payload, timestamp, commit_ts, value).
+    - n == 1 that comes, in its partition, after a record of the same key with a later
+      binlog position: `reordered` (only the first copy of each event in a partition and
+      no repair or dead-letter record take part in the order check).
+    - else `delivered`.
+Partition order: in each partition, the header positions (file, pos, row) of our
+non-repair records never go backwards as offsets grow; every record that does is listed
+in `order_violations` (a warning: a late duplicate or a reorder across keys).
+
+`verified_through`: the end position of the last transaction such that it and every
+event before it are proven delivered or dead-lettered (classes delivered, reordered,
+duplicate, dead_lettered); when nothing is unproven, the end of the verified range.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Sequence
+
+from spark_jobs.common import murmur2_partition
+
+EVENT_CLASSES = ("delivered", "missing", "duplicate", "reordered", "altered", "dead_lettered", "unverifiable")
+RECORD_CLASSES = ("phantom", "unverifiable", "foreign", "unidentified")
+PROBLEM_CLASSES = ("missing", "duplicate", "phantom", "reordered", "altered")
+PROVEN_CLASSES = ("delivered", "reordered", "duplicate", "dead_lettered")
+ALL_CLASSES = ("delivered", "missing", "duplicate", "phantom", "reordered", "altered", "dead_lettered", "unverifiable")
+
+
+@dataclass(frozen=True)
+class ReconcileContext:
+    source: str
+    dlq_topic: str
+    range_start: tuple[str, int, int]  # (file, file_seq, pos): first position verified
+    range_end: tuple[str, int, int]  # (file, file_seq, pos): end of the verified range (exclusive)
+    partitions: tuple[tuple[str, int, int, int], ...] = ()  # (topic, partition, low, high)
+    partition_counts: Mapping[str, int] = field(default_factory=dict)
+    unread_topics: tuple[str, ...] = ()  # expected topics that were not read
+    partitioner: str = "murmur2"  # or "unknown"
+
+    def truncated(self) -> list[tuple[str, int, int]]:
+        return [(t, p, low) for t, p, low, _high in self.partitions if low > 0]
+
+
+# =============================================================================
+# pure-python reference
+# =============================================================================
+
+
+def _neq(a: Any, b: Any) -> bool:
+    return a != b
+
+
+def record_reasons(rec: Mapping[str, Any], ev: Mapping[str, Any], dlq_topic: str) -> list[str]:
+    """Why a delivery does not match its binlog event (empty when it does)."""
+    reasons: list[str] = []
+    is_dlq = rec["topic"] == dlq_topic
+    if not is_dlq:
+        if ev.get("expected_topic") is not None and rec["topic"] != ev["expected_topic"]:
+            reasons.append("topic")
+        if rec.get("key_text") != ev.get("aggregate_id"):
+            reasons.append("key")
+        if rec.get("value_error") is None:
+            if rec.get("v_id") != ev.get("event_id") or (
+                rec.get("h_event_id") is not None and rec.get("h_event_id") != ev.get("event_id")
+            ):
+                reasons.append("id")
+            if rec.get("v_aggregate_type") != ev.get("aggregate_type"):
+                reasons.append("aggregate_type")
+            if rec.get("v_aggregate_id") != ev.get("aggregate_id"):
+                reasons.append("aggregate_id")
+            if rec.get("v_type") != ev.get("event_type") or (
+                rec.get("h_event_type") is not None and rec.get("h_event_type") != ev.get("event_type")
+            ):
+                reasons.append("type")
+            if rec.get("v_payload") != ev.get("payload"):
+                reasons.append("payload")
+            if rec.get("v_timestamp_us") != ev.get("timestamp_us"):
+                reasons.append("timestamp")
+    if rec.get("h_commit_ts") is not None and rec.get("h_commit_ts") != ev.get("commit_ts_ms"):
+        reasons.append("commit_ts")
+    if rec.get("value_error") is not None:
+        reasons.append("value")
+    return reasons
+
+
+def _ord_event(ev: Mapping[str, Any]) -> tuple[int, int, int]:
+    return (ev["file_seq"], ev["tx_pos"], ev["row"])
+
+
+def _ord_header(rec: Mapping[str, Any]) -> tuple[int, int, int] | None:
+    if rec.get("h_file_seq") is None or rec.get("h_pos") is None or rec.get("h_row") is None:
+        return None
+    return (rec["h_file_seq"], rec["h_pos"], rec["h_row"])
+
+
+@dataclass
+class ReferenceResult:
+    event_class: dict[str, str]  # ikey -> class
+    event_reasons: dict[str, list[str]]
+    event_unverifiable_reason: dict[str, str]
+    deliveries: dict[str, list[tuple[str, int, int]]]  # ikey -> [(topic, partition, offset)]
+    record_class: dict[tuple[str, int, int], tuple[str, str | None]]  # (t, p, o) -> (class, reason)
+    order_violations: set[tuple[str, int, int]]
+    verified_through: tuple[str, int] | None
+    first_unproven: tuple[str, int, int] | None
+    latencies: dict[str, int]
+
+    def counts(self) -> dict[str, int]:
+        out = {c: 0 for c in ALL_CLASSES}
+        for c in self.event_class.values():
+            out[c] += 1
+        for c, _ in self.record_class.values():
+            if c in ("phantom", "unverifiable"):
+                out[c] += 1
+        return out
+
+
+def truncation_thresholds(records: Iterable[Mapping[str, Any]], ctx: ReconcileContext) -> dict[tuple[str, int], tuple | None]:
+    """For every partition whose low watermark is above 0: the binlog order of its first
+    retained record of ours (None when it holds none)."""
+    trunc = {(t, p): None for t, p, _low in ctx.truncated()}
+    best: dict[tuple[str, int], tuple[int, tuple]] = {}
+    for rec in records:
+        tp = (rec["topic"], rec["partition"])
+        if tp not in trunc:
+            continue
+        o = _ord_header(rec)
+        if o is None or rec.get("source") != ctx.source:
+            continue
+        if tp not in best or rec["offset"] < best[tp][0]:
+            best[tp] = (rec["offset"], o)
+    for tp, (_off, o) in best.items():
+        trunc[tp] = o
+    return trunc
+
+
+def event_unverifiable(ev: Mapping[str, Any], ctx: ReconcileContext, thresholds: Mapping[tuple[str, int], tuple | None]) -> str | None:
+    """Why an event without any delivery cannot be called missing (None: it is missing)."""
+    loc = ctx.dlq_topic if ev.get("dlq_cause") else ev.get("expected_topic")
+    if loc in ctx.unread_topics:
+        return "topic_not_read"
+    o = _ord_event(ev)
+    count = ctx.partition_counts.get(loc or "")
+    pred = murmur2_partition(ev.get("aggregate_id"), count) if (ctx.partitioner == "murmur2" and count) else None
+    for (topic, part), thr in thresholds.items():
+        if topic == ctx.dlq_topic or (topic == loc and (pred is None or pred == part)):
+            if thr is None or o < thr:
+                return "partition_truncated"
+    return None
+
+
+def reconcile_reference(
+    events: Sequence[Mapping[str, Any]], records: Sequence[Mapping[str, Any]], ctx: ReconcileContext
+) -> ReferenceResult:
+    by_key = {e["ikey"]: e for e in events}
+    ours = [r for r in records if r.get("ikey") is not None and r.get("source") == ctx.source]
+    record_class: dict[tuple[str, int, int], tuple[str, str | None]] = {}
+    for r in records:
+        rid = (r["topic"], r["partition"], r["offset"])
+        if r.get("ikey") is None:
+            record_class[rid] = ("unidentified", None)
+        elif r.get("source") != ctx.source:
+            record_class[rid] = ("foreign", None)
+    matches: dict[str, list[Mapping[str, Any]]] = {}
+    s_seq, s_pos = ctx.range_start[1], ctx.range_start[2]
+    e_seq, e_pos = ctx.range_end[1], ctx.range_end[2]
+    for r in ours:
+        rid = (r["topic"], r["partition"], r["offset"])
+        if r["ikey"] in by_key:
+            matches.setdefault(r["ikey"], []).append(r)
+            continue
+        if r.get("h_file_seq") is None or r.get("h_pos") is None:
+            record_class[rid] = ("phantom", None)
+        elif (r["h_file_seq"], r["h_pos"]) < (s_seq, s_pos):
+            record_class[rid] = ("unverifiable", "before_binlog_range")
+        elif (r["h_file_seq"], r["h_pos"]) >= (e_seq, e_pos):
+            record_class[rid] = ("unverifiable", "after_verified_range")
+        else:
+            record_class[rid] = ("phantom", None)
+
+    # key order: first copy of each event per partition, no repair / dead-letter records
+    reordered: set[str] = set()
+    by_partition_key: dict[tuple[str, int, str | None], list[Mapping[str, Any]]] = {}
+    seen: set[tuple[str, str, int]] = set()
+    for r in sorted((r for rs in matches.values() for r in rs), key=lambda r: (r["topic"], r["partition"], r["offset"])):
+        if r.get("repair") or r["topic"] == ctx.dlq_topic:
+            continue
+        k = (r["ikey"], r["topic"], r["partition"])
+        if k in seen:
+            continue
+        seen.add(k)
+        by_partition_key.setdefault((r["topic"], r["partition"], r.get("key_text")), []).append(r)
+    for rs in by_partition_key.values():
+        running: tuple | None = None
+        for r in rs:
+            o = _ord_event(by_key[r["ikey"]])
+            if running is not None and o < running:
+                reordered.add(r["ikey"])
+            running = o if running is None else max(running, o)
+
+    # partition order of header positions
+    violations: set[tuple[str, int, int]] = set()
+    per_partition: dict[tuple[str, int], list[Mapping[str, Any]]] = {}
+    for r in ours:
+        if not r.get("repair") and _ord_header(r) is not None:
+            per_partition.setdefault((r["topic"], r["partition"]), []).append(r)
+    for rs in per_partition.values():
+        running = None
+        for r in sorted(rs, key=lambda r: r["offset"]):
+            o = _ord_header(r)
+            if running is not None and o < running:
+                violations.add((r["topic"], r["partition"], r["offset"]))
+            running = o if running is None else max(running, o)
+
+    thresholds = truncation_thresholds(records, ctx)
+    event_class: dict[str, str] = {}
+    event_reasons: dict[str, list[str]] = {}
+    event_unv: dict[str, str] = {}
+    deliveries: dict[str, list[tuple[str, int, int]]] = {}
+    latencies: dict[str, int] = {}
+    for e in events:
+        k = e["ikey"]
+        ms = sorted(matches.get(k, []), key=lambda r: (r["topic"], r["partition"], r["offset"]))
+        deliveries[k] = [(r["topic"], r["partition"], r["offset"]) for r in ms]
+        stamps = [r["timestamp_ms"] for r in ms if not r.get("repair") and r.get("timestamp_ms") is not None]
+        if stamps:
+            latencies[k] = min(stamps) - e["commit_ts_ms"]
+        if not ms:
+            why = event_unverifiable(e, ctx, thresholds)
+            if why:
+                event_class[k] = "unverifiable"
+                event_unv[k] = why
+            else:
+                event_class[k] = "missing"
+            continue
+        if len(ms) >= 2:
+            event_class[k] = "duplicate"
+            continue
+        r = ms[0]
+        reasons = record_reasons(r, e, ctx.dlq_topic)
+        event_reasons[k] = reasons
+        if r["topic"] == ctx.dlq_topic:
+            event_class[k] = "dead_lettered"
+        elif reasons:
+            event_class[k] = "altered"
+        elif k in reordered:
+            event_class[k] = "reordered"
+        else:
+            event_class[k] = "delivered"
+
+    verified_through, first_unproven = _verified_through_ref(events, event_class, ctx)
+    return ReferenceResult(
+        event_class, event_reasons, event_unv, deliveries, record_class, violations, verified_through, first_unproven, latencies
+    )
+
+
+def _verified_through_ref(
+    events: Sequence[Mapping[str, Any]], event_class: Mapping[str, str], ctx: ReconcileContext
+) -> tuple[tuple[str, int] | None, tuple[str, int, int] | None]:
+    bad = [e for e in events if event_class[e["ikey"]] not in PROVEN_CLASSES]
+    if not bad:
+        return (ctx.range_end[0], ctx.range_end[2]), None
+    first = min(bad, key=_ord_event)
+    before = [e for e in events if (e["file_seq"], e["tx_pos"]) < (first["file_seq"], first["tx_pos"])]
+    if not before:
+        return (ctx.range_start[0], ctx.range_start[2]), (first["file"], first["tx_pos"], first["row"])
+    last = max(before, key=_ord_event)
+    return (last["file"], last["tx_end"]), (first["file"], first["tx_pos"], first["row"])
+
+
+# =============================================================================
+# Spark implementation
+# =============================================================================
+
+EVENT_COLUMNS = (
+    "ikey", "source", "server_id", "file", "file_seq", "tx_pos", "tx_end", "row", "gtid", "commit_ts_ms", "table",
+    "event_id", "aggregate_type", "aggregate_id", "event_type", "payload", "payload_is_text", "timestamp_us",
+    "expected_topic", "dlq_cause", "dlq_error",
+)  # fmt: skip
+
+
+@dataclass
+class Reconciled:
+    """The classified sides, persisted: `events` (one row per binlog event: class,
+    reasons, deliveries, latency_ms ...), `records` (records of ours that match no event,
+    and foreign / unidentified records: class, reason), `violations` (partition order)."""
+
+    events: Any
+    records: Any
+    violations: Any
+    ctx: ReconcileContext
+
+    def unpersist(self) -> None:
+        for df in (self.events, self.records, self.violations):
+            try:
+                df.unpersist()
+            except Exception:  # noqa: BLE001
+                pass
+
+
+def _spark_thresholds(records: Any, ctx: ReconcileContext) -> dict[tuple[str, int], tuple | None]:
+    from pyspark.sql import functions as F
+
+    trunc = ctx.truncated()
+    if not trunc:
+        return {}
+    out: dict[tuple[str, int], tuple | None] = {(t, p): None for t, p, _ in trunc}
+    cond = None
+    for t, p, _ in trunc:
+        c = (F.col("topic") == t) & (F.col("partition") == p)
+        cond = c if cond is None else (cond | c)
+    rows = (
+        records.filter(cond & (F.col("source") == ctx.source) & F.col("h_file_seq").isNotNull() & F.col("h_pos").isNotNull() & F.col("h_row").isNotNull())
+        .groupBy("topic", "partition")
+        .agg(F.min_by(F.struct("h_file_seq", "h_pos", "h_row"), F.col("offset")).alias("first"))
+        .collect()
+    )
+    for r in rows:
+        out[(r["topic"], r["partition"])] = (r["first"]["h_file_seq"], r["first"]["h_pos"], r["first"]["h_row"])
+    return out
+
+
+def _lt(a_seq: Any, a_pos: Any, a_row: Any, b: tuple) -> Any:
+    """Column expression: (a_seq, a_pos, a_row) < b (a python tuple)."""
+    from pyspark.sql import functions as F
+
+    b_seq, b_pos, b_row = (F.lit(x) for x in b)
+    return (a_seq < b_seq) | ((a_seq == b_seq) & ((a_pos < b_pos) | ((a_pos == b_pos) & (a_row < b_row))))
+
+
+def reconcile(events: Any, records: Any, ctx: ReconcileContext, storage: Any = None) -> Reconciled:
+    """Classify with Spark DataFrames (joins, window functions). `events`: cdc_binlog rows;
+    `records`: cdc_kafka rows with decode=true. The results are persisted."""
+    from pyspark import StorageLevel
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    storage = storage or StorageLevel.MEMORY_AND_DISK
+    dlq = ctx.dlq_topic
+    col = F.col
+
+    rec = records.withColumn("is_dlq", col("topic") == F.lit(dlq)).withColumn("repair", F.coalesce(col("repair"), F.lit(False)))
+    ours = rec.filter(col("ikey").isNotNull() & (col("source") == F.lit(ctx.source)))
+    ev = events.filter(col("ikey").isNotNull()).select(*EVENT_COLUMNS).withColumn("ord", F.struct("file_seq", "tx_pos", "row"))
+    evj = ev.select("ikey", *[col(c).alias(f"e_{c}") for c in EVENT_COLUMNS if c != "ikey"], col("ord").alias("e_ord"))
+
+    m = ours.join(evj, "ikey", "left")
+    matched = m.filter(col("e_file").isNotNull())
+    unmatched = m.filter(col("e_file").isNull())
+
+    # ---- content check of each delivery
+    def ne(a: str, b: str) -> Any:
+        return ~col(a).eqNullSafe(col(b))
+
+    decoded = col("value_error").isNull()
+    not_dlq = ~col("is_dlq")
+    reason_list = F.array(
+        F.when(not_dlq & col("e_expected_topic").isNotNull() & (col("topic") != col("e_expected_topic")), F.lit("topic")),
+        F.when(not_dlq & ne("key_text", "e_aggregate_id"), F.lit("key")),
+        F.when(not_dlq & decoded & (ne("v_id", "e_event_id") | (col("h_event_id").isNotNull() & (col("h_event_id") != col("e_event_id")))), F.lit("id")),
+        F.when(not_dlq & decoded & ne("v_aggregate_type", "e_aggregate_type"), F.lit("aggregate_type")),
+        F.when(not_dlq & decoded & ne("v_aggregate_id", "e_aggregate_id"), F.lit("aggregate_id")),
+        F.when(not_dlq & decoded & (ne("v_type", "e_event_type") | (col("h_event_type").isNotNull() & (col("h_event_type") != col("e_event_type")))), F.lit("type")),
+        F.when(not_dlq & decoded & ne("v_payload", "e_payload"), F.lit("payload")),
+        F.when(not_dlq & decoded & ne("v_timestamp_us", "e_timestamp_us"), F.lit("timestamp")),
+        F.when(col("h_commit_ts").isNotNull() & (col("h_commit_ts") != col("e_commit_ts_ms")), F.lit("commit_ts")),
+        F.when(col("value_error").isNotNull(), F.lit("value")),
+    )
+    matched = matched.withColumn("reasons", F.filter(reason_list, lambda x: x.isNotNull()))
+
+    # ---- key order within each partition (first copy of each event, no repair / DLQ)
+    first_copy = Window.partitionBy("ikey", "topic", "partition").orderBy("offset")
+    by_key = Window.partitionBy("topic", "partition", "key_text").orderBy("offset").rowsBetween(Window.unboundedPreceding, -1)
+    order = (
+        matched.filter(~col("repair") & not_dlq)
+        .select("ikey", "topic", "partition", "offset", "key_text", "e_ord")
+        .withColumn("rn", F.row_number().over(first_copy))
+        .filter(col("rn") == 1)
+        .withColumn("prev_max", F.max("e_ord").over(by_key))
+        .filter(col("prev_max").isNotNull() & (col("e_ord") < col("prev_max")))
+        .groupBy("ikey")
+        .agg(F.lit(True).alias("reordered"), F.min_by(F.struct("topic", "partition", "offset", "prev_max"), col("offset")).alias("reorder_at"))
+    )
+
+    # ---- deliveries per event
+    delivery = F.struct(
+        col("topic"), col("partition"), col("offset"), col("timestamp_ms"), col("repair"), col("is_dlq"),
+        col("dlq_cause"), col("reasons"),
+    )  # fmt: skip
+    agg = matched.groupBy("ikey").agg(
+        F.count(F.lit(1)).alias("n"),
+        F.sort_array(F.collect_list(delivery)).alias("deliveries"),
+        F.min(F.when(~col("repair"), col("timestamp_ms"))).alias("first_ts"),
+    )
+    classified = (
+        ev.join(agg, "ikey", "left")
+        .join(order, "ikey", "left")
+        .withColumn("n", F.coalesce(col("n"), F.lit(0)))
+        .withColumn("reordered", F.coalesce(col("reordered"), F.lit(False)))
+        .withColumn("latency_ms", col("first_ts") - col("commit_ts_ms"))
+    )
+    one = col("deliveries")[0]
+    empty_reasons = F.array().cast(T.ArrayType(T.StringType()))
+    classified = classified.withColumn(
+        "reasons", F.when(col("n") == 1, one["reasons"]).otherwise(empty_reasons)
+    ).withColumn(
+        "class",
+        F.when(col("n") == 0, F.lit("missing"))
+        .when(col("n") >= 2, F.lit("duplicate"))
+        .when(one["is_dlq"], F.lit("dead_lettered"))
+        .when(F.size(col("reasons")) > 0, F.lit("altered"))
+        .when(col("reordered"), F.lit("reordered"))
+        .otherwise(F.lit("delivered")),
+    ).withColumn("unverifiable_reason", F.lit(None).cast("string"))
+
+    # ---- events without a delivery that cannot be proven absent
+    thresholds = _spark_thresholds(rec, ctx)
+    if thresholds or ctx.unread_topics:
+        counts = dict(ctx.partition_counts)
+        partitioner = ctx.partitioner
+
+        @F.udf("int")
+        def predicted(loc, key):  # type: ignore[no-untyped-def]
+            n = counts.get(loc or "")
+            if partitioner != "murmur2" or not n:
+                return None
+            return murmur2_partition(key, n)
+
+        loc = F.when(col("dlq_cause").isNotNull(), F.lit(dlq)).otherwise(col("expected_topic"))
+        missing = classified.filter(col("class") == "missing").withColumn("_loc", loc)
+        missing = missing.withColumn("_pred", predicted(col("_loc"), col("aggregate_id")))
+        trunc_cond = F.lit(False)
+        for (topic, part), thr in thresholds.items():
+            applies = F.lit(True) if topic == dlq else ((col("_loc") == F.lit(topic)) & (col("_pred").isNull() | (col("_pred") == F.lit(part))))
+            before = F.lit(True) if thr is None else _lt(col("file_seq"), col("tx_pos"), col("row"), thr)
+            trunc_cond = trunc_cond | (applies & before)
+        why = (
+            F.when(col("_loc").isin(list(ctx.unread_topics)) if ctx.unread_topics else F.lit(False), F.lit("topic_not_read"))
+            .when(trunc_cond, F.lit("partition_truncated"))
+        )
+        missing = (
+            missing.withColumn("unverifiable_reason", why)
+            .withColumn("class", F.when(col("unverifiable_reason").isNotNull(), F.lit("unverifiable")).otherwise(col("class")))
+            .drop("_loc", "_pred")
+        )
+        classified = classified.filter(col("class") != "missing").unionByName(missing)
+
+    # ---- records that match no event, and other people's records
+    s_file, s_seq, s_pos = ctx.range_start
+    e_file, e_seq, e_pos = ctx.range_end
+    hs, hp = col("h_file_seq"), col("h_pos")
+    before = (hs < s_seq) | ((hs == s_seq) & (hp < s_pos))
+    after = (hs > e_seq) | ((hs == e_seq) & (hp >= e_pos))
+    record_cols = [
+        "topic", "partition", "offset", "timestamp_ms", "key_text", "source", "h_file", "h_file_seq", "h_pos", "h_row",
+        "h_gtid", "h_commit_ts", "h_event_id", "h_event_type", "repair", "is_dlq", "dlq_cause", "value_error",
+    ]  # fmt: skip
+    unmatched = unmatched.select(*record_cols).withColumn(
+        "reason",
+        F.when(hs.isNull() | hp.isNull(), F.lit(None)).when(before, F.lit("before_binlog_range")).when(after, F.lit("after_verified_range")),
+    ).withColumn("class", F.when(col("reason").isNull(), F.lit("phantom")).otherwise(F.lit("unverifiable")))
+    others = (
+        rec.filter(col("ikey").isNull() | col("source").isNull() | (col("source") != F.lit(ctx.source)))
+        .withColumn("class", F.when(col("ikey").isNull(), F.lit("unidentified")).otherwise(F.lit("foreign")))
+        .withColumn("reason", F.lit(None).cast("string"))
+        .select(*record_cols, "reason", "class")
+    )
+    record_classes = unmatched.unionByName(others)
+
+    # ---- partition order of header positions
+    part_w = Window.partitionBy("topic", "partition").orderBy("offset").rowsBetween(Window.unboundedPreceding, -1)
+    violations = (
+        ours.filter(~col("repair") & col("h_file_seq").isNotNull() & col("h_pos").isNotNull() & col("h_row").isNotNull())
+        .select("topic", "partition", "offset", "key_text", "h_file", "h_pos", "h_row", "h_gtid", F.struct("h_file_seq", "h_pos", "h_row").alias("h_ord"))
+        .withColumn("prev_max", F.max("h_ord").over(part_w))
+        .filter(col("prev_max").isNotNull() & (col("h_ord") < col("prev_max")))
+    )
+
+    classified = classified.persist(storage)
+    record_classes = record_classes.persist(storage)
+    violations = violations.persist(storage)
+    return Reconciled(classified, record_classes, violations, ctx)
+
+
+# =============================================================================
+# summaries (the report's numbers) from a Reconciled
+# =============================================================================
+
+
+def _event_example(r: Any) -> dict[str, Any]:
+    d = r.asDict(recursive=True)
+    out = {
+        "class": d.get("class"),
+        "binlog": {
+            "file": d["file"], "pos": d["tx_pos"], "row": d["row"], "gtid": d["gtid"], "tx_end": d["tx_end"],
+            "commit_ts_ms": d["commit_ts_ms"], "server_id": d["server_id"],
+        },
+        "table": d["table"],
+        "event_id": d["event_id"],
+        "aggregate_type": d["aggregate_type"],
+        "aggregate_id": d["aggregate_id"],
+        "event_type": d["event_type"],
+        "expected_topic": d["expected_topic"],
+        "expected_dlq_cause": d["dlq_cause"],
+        "deliveries": [
+            {k: v for k, v in x.items() if k in ("topic", "partition", "offset", "timestamp_ms", "repair", "dlq_cause", "reasons")}
+            for x in (d.get("deliveries") or [])
+        ],
+    }  # fmt: skip
+    if d.get("reasons"):
+        out["reasons"] = d["reasons"]
+    if d.get("unverifiable_reason"):
+        out["unverifiable_reason"] = d["unverifiable_reason"]
+    if d.get("reorder_at"):
+        ra = d["reorder_at"]
+        out["reordered_after"] = {
+            "topic": ra["topic"], "partition": ra["partition"], "offset": ra["offset"],
+            "later_position_seen": {"file_seq": ra["prev_max"]["file_seq"], "pos": ra["prev_max"]["tx_pos"], "row": ra["prev_max"]["row"]},
+        }  # fmt: skip
+    return out
+
+
+def _record_example(r: Any) -> dict[str, Any]:
+    d = r.asDict(recursive=True)
+    return {
+        "class": d["class"],
+        "reason": d.get("reason"),
+        "kafka": {"topic": d["topic"], "partition": d["partition"], "offset": d["offset"], "timestamp_ms": d["timestamp_ms"]},
+        "key": d["key_text"],
+        "headers": {
+            "source": d["source"], "file": d["h_file"], "pos": d["h_pos"], "row": d["h_row"], "gtid": d["h_gtid"],
+            "commit_ts": d["h_commit_ts"], "id": d["h_event_id"], "type": d["h_event_type"], "repair": d["repair"],
+        },
+    }  # fmt: skip
+
+
+def missing_entry(r: Any) -> dict[str, Any]:
+    """One missing event, machine-usable (for `cdc repair`)."""
+    d = r.asDict(recursive=True) if hasattr(r, "asDict") else dict(r)
+    return {
+        "source": d["source"], "file": d["file"], "pos": d["tx_pos"], "row": d["row"], "gtid": d["gtid"],
+        "tx_end": d["tx_end"], "server_id": d["server_id"], "commit_ts_ms": d["commit_ts_ms"], "table": d["table"],
+        "event_id": d["event_id"], "aggregate_type": d["aggregate_type"], "aggregate_id": d["aggregate_id"],
+        "event_type": d["event_type"], "expected_topic": d["expected_topic"], "dlq_cause": d["dlq_cause"],
+    }  # fmt: skip
+
+
+def summarize(rc: Reconciled, max_examples: int = 20, lag_buckets: int = 600, hist_bins: int = 40) -> dict[str, Any]:
+    """Counts, examples, verified_through, latency and lag, from the persisted results."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    col = F.col
+    ctx = rc.ctx
+    ev = rc.events
+    counts = {c: 0 for c in ALL_CLASSES}
+    for r in ev.groupBy("class").count().collect():
+        counts[r["class"]] += r["count"]
+    rec_counts: dict[str, int] = {}
+    rec_reasons: dict[str, int] = {}
+    for r in rc.records.groupBy("class", "reason").count().collect():
+        rec_counts[r["class"]] = rec_counts.get(r["class"], 0) + r["count"]
+        if r["class"] == "unverifiable":
+            rec_reasons[r["reason"]] = rec_reasons.get(r["reason"], 0) + r["count"]
+    counts["phantom"] += rec_counts.get("phantom", 0)
+    counts["unverifiable"] += rec_counts.get("unverifiable", 0)
+    ev_unv = {r["unverifiable_reason"]: r["count"] for r in ev.filter(col("class") == "unverifiable").groupBy("unverifiable_reason").count().collect()}
+    dlq_causes = {
+        r["cause"]: r["count"]
+        for r in ev.filter(col("class") == "dead_lettered").groupBy(col("deliveries")[0]["dlq_cause"].alias("cause")).count().collect()
+    }
+    altered_reasons: dict[str, int] = {}
+    for r in ev.filter(col("class") == "altered").select(F.explode("reasons").alias("r")).groupBy("r").count().collect():
+        altered_reasons[r["r"]] = r["count"]
+
+    # examples: up to N per class, in binlog order
+    w = Window.partitionBy("class").orderBy("file_seq", "tx_pos", "row")
+    examples: dict[str, list[dict[str, Any]]] = {c: [] for c in ALL_CLASSES}
+    for r in ev.filter(col("class") != "delivered").withColumn("rn", F.row_number().over(w)).filter(col("rn") <= max_examples).orderBy("class", "rn").collect():
+        examples[r["class"]].append(_event_example(r))
+    wr = Window.partitionBy("class").orderBy("topic", "partition", "offset")
+    for r in (
+        rc.records.filter(col("class").isin("phantom", "unverifiable"))
+        .withColumn("rn", F.row_number().over(wr))
+        .filter(col("rn") <= max_examples)
+        .orderBy("class", "rn")
+        .collect()
+    ):
+        if len(examples[r["class"]]) < 2 * max_examples:
+            examples[r["class"]].append(_record_example(r))
+    violations_count = rc.violations.count()
+    violation_examples = [
+        {
+            "topic": r["topic"], "partition": r["partition"], "offset": r["offset"], "key": r["key_text"],
+            "position": {"file": r["h_file"], "pos": r["h_pos"], "row": r["h_row"], "gtid": r["h_gtid"]},
+            "after_position": {"file_seq": r["prev_max"]["h_file_seq"], "pos": r["prev_max"]["h_pos"], "row": r["prev_max"]["h_row"]},
+        }  # fmt: skip
+        for r in rc.violations.orderBy("topic", "partition", "offset").limit(max_examples).collect()
+    ]
+
+    # verified_through
+    bad = ev.filter(~col("class").isin(*PROVEN_CLASSES))
+    first_bad = bad.agg(F.min(F.struct("file_seq", "tx_pos", "row", "file")).alias("m")).collect()[0]["m"]
+    if first_bad is None:
+        verified = {"file": ctx.range_end[0], "pos": ctx.range_end[2], "complete": True}
+        first_unproven = None
+    else:
+        prev = (
+            ev.filter((col("file_seq") < first_bad["file_seq"]) | ((col("file_seq") == first_bad["file_seq"]) & (col("tx_pos") < first_bad["tx_pos"])))
+            .agg(F.max(F.struct("file_seq", "tx_pos", "row", "file", "tx_end")).alias("m"))
+            .collect()[0]["m"]
+        )
+        if prev is None:
+            verified = {"file": ctx.range_start[0], "pos": ctx.range_start[2], "complete": False}
+        else:
+            verified = {"file": prev["file"], "pos": prev["tx_end"], "complete": False}
+        first_unproven = {"file": first_bad["file"], "pos": first_bad["tx_pos"], "row": first_bad["row"]}
+
+    latency = latency_summary(ev, lag_buckets=lag_buckets, hist_bins=hist_bins)
+    truncated = [
+        {"topic": t, "partition": p, "low_watermark": low}
+        for t, p, low in ctx.truncated()
+    ]
+    unv_records = rc.records.filter(col("class") == "unverifiable").groupBy("reason").agg(
+        F.min(F.struct("h_file_seq", "h_pos", "h_file")).alias("lo"), F.max(F.struct("h_file_seq", "h_pos", "h_file")).alias("hi"), F.count(F.lit(1)).alias("n")
+    ).collect()
+    unv_events = ev.filter(col("class") == "unverifiable").groupBy("unverifiable_reason").agg(
+        F.min(F.struct("file_seq", "tx_pos", "file")).alias("lo"), F.max(F.struct("file_seq", "tx_pos", "file")).alias("hi"), F.count(F.lit(1)).alias("n")
+    ).collect()
+    unverifiable_ranges = [
+        {"side": "kafka_records", "reason": r["reason"], "count": r["n"],
+         "from": {"file": r["lo"]["h_file"], "pos": r["lo"]["h_pos"]}, "to": {"file": r["hi"]["h_file"], "pos": r["hi"]["h_pos"]}}
+        for r in unv_records
+    ] + [
+        {"side": "binlog_events", "reason": r["unverifiable_reason"], "count": r["n"],
+         "from": {"file": r["lo"]["file"], "pos": r["lo"]["tx_pos"]}, "to": {"file": r["hi"]["file"], "pos": r["hi"]["tx_pos"]}}
+        for r in unv_events
+    ]  # fmt: skip
+    return {
+        "counts": counts,
+        "events_total": sum(counts[c] for c in EVENT_CLASSES if c != "unverifiable") + sum(ev_unv.values()),
+        "records": {
+            "foreign": rec_counts.get("foreign", 0),
+            "unidentified": rec_counts.get("unidentified", 0),
+            "phantom": rec_counts.get("phantom", 0),
+            "unverifiable": rec_counts.get("unverifiable", 0),
+        },
+        "unverifiable_reasons": {**{f"event:{k}": v for k, v in ev_unv.items()}, **{f"record:{k}": v for k, v in rec_reasons.items()}},
+        "dead_letter_causes": dlq_causes,
+        "altered_reasons": altered_reasons,
+        "examples": {k: v for k, v in examples.items() if v},
+        "order_violations": {"count": violations_count, "examples": violation_examples},
+        "verified_through": verified,
+        "first_unproven": first_unproven,
+        "latency": latency,
+        "truncated_partitions": truncated,
+        "unverifiable_ranges": unverifiable_ranges,
+    }
+
+
+def latency_summary(ev: Any, lag_buckets: int = 600, hist_bins: int = 40) -> dict[str, Any]:
+    """Commit time (binlog, ms, second resolution on MariaDB) -> broker timestamp of the
+    first delivery: percentiles, a histogram and the maximum per commit-time bucket."""
+    from pyspark.sql import functions as F
+
+    col = F.col
+    lat = ev.filter(col("latency_ms").isNotNull())
+    row = lat.agg(
+        F.count(F.lit(1)).alias("n"),
+        F.min("latency_ms").alias("min"),
+        F.max("latency_ms").alias("max"),
+        F.avg("latency_ms").alias("mean"),
+        F.percentile_approx("latency_ms", [0.5, 0.95, 0.99], 10000).alias("p"),
+        F.min("commit_ts_ms").alias("t0"),
+        F.max("commit_ts_ms").alias("t1"),
+    ).collect()[0]
+    out: dict[str, Any] = {
+        "count": row["n"],
+        "note": "commit time comes from the binlog commit event header, which has one-second resolution on MariaDB: "
+        "latencies are overstated by up to 1000 ms (and can exceed the true value by that much)",
+    }
+    if not row["n"]:
+        return out
+    p = row["p"]
+    out.update(min_ms=row["min"], p50_ms=p[0], p95_ms=p[1], p99_ms=p[2], max_ms=row["max"], mean_ms=round(row["mean"], 1))
+    lo, hi = int(row["min"]), int(row["max"])
+    width = max(1, -(-(hi - lo + 1) // hist_bins))
+    hist = lat.groupBy(F.floor((col("latency_ms") - F.lit(lo)) / F.lit(width)).alias("b")).count().collect()
+    out["histogram"] = {
+        "bin_width_ms": width,
+        "bins": sorted(({"from_ms": lo + int(r["b"]) * width, "count": r["count"]} for r in hist), key=lambda b: b["from_ms"]),
+    }
+    span_s = (int(row["t1"]) - int(row["t0"])) // 1000 + 1
+    bucket_s = max(1, -(-span_s // lag_buckets))
+    t0 = int(row["t0"]) // 1000
+    series = (
+        lat.groupBy(F.floor((F.floor(col("commit_ts_ms") / 1000) - F.lit(t0)) / F.lit(bucket_s)).alias("b"))
+        .agg(F.max("latency_ms").alias("max_ms"), F.count(F.lit(1)).alias("events"))
+        .collect()
+    )
+    out["lag_over_time"] = {
+        "bucket_seconds": bucket_s,
+        "points": sorted(
+            ({"commit_second": t0 + int(r["b"]) * bucket_s, "max_latency_ms": r["max_ms"], "events": r["events"]} for r in series),
+            key=lambda x: x["commit_second"],
+        ),
+    }
+    return out

@@ -1,0 +1,179 @@
+"""An independent delivery checker for the fault suite.
+
+It shares nothing with the relay's recovery path (no cdc.transaction, cdc.recovery,
+cdc.inflight, no connectors.binlog_source): it reads the committed outbox inserts
+straight from the binlog with python-mysql-replication and its own few lines of
+transaction assembly, reads every record of the topics with a plain consumer, and
+compares by the outbox row's own id (the application's identity of the event, not the
+relay's headers).
+
+Reported: missing (committed, in no topic), duplicate (more than one record with one
+event id), reordered (a key's events in another order than committed), phantom (a
+record whose event id no committed insert has).
+"""
+
+from __future__ import annotations
+
+import io
+import uuid
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import fastavro
+from confluent_kafka import Consumer, TopicPartition
+from pymysqlreplication import BinLogStreamReader
+from pymysqlreplication.event import QueryEvent, RotateEvent, XidEvent
+from pymysqlreplication.row_event import WriteRowsEvent
+
+from connectors.avro_schemas import schema
+
+
+@dataclass(frozen=True)
+class Committed:
+    event_id: str
+    key: str
+    seq: int  # commit order across the whole binlog
+
+
+def committed_outbox_events(conn_settings: dict, database: str, table: str = "outbox",
+                            start_file: str | None = None, start_pos: int = 4) -> list[Committed]:
+    """Every outbox row inserted by a committed transaction, in commit order."""
+    settings = {"host": conn_settings["host"], "port": conn_settings["port"], "user": conn_settings["user"],
+                "password": conn_settings.get("password") or conn_settings.get("passwd") or ""}
+    kwargs = dict(connection_settings=settings, server_id=9_000_000 + uuid.uuid4().int % 100_000, blocking=False,
+                  only_events=[WriteRowsEvent, XidEvent, QueryEvent, RotateEvent])
+    if start_file:
+        kwargs.update(resume_stream=True, log_file=start_file, log_pos=start_pos)
+    stream = BinLogStreamReader(**kwargs)
+    out: list[Committed] = []
+    held: list[tuple[str, str]] = []
+    savepoints: dict[str, int] = {}
+    try:
+        for ev in stream:
+            if isinstance(ev, WriteRowsEvent):
+                if ev.schema == database and ev.table == table:
+                    for row in ev.rows:
+                        v = row["values"]
+                        held.append((str(v["id"]), str(v["aggregateid"])))
+            elif isinstance(ev, XidEvent):
+                _release(out, held)
+                held, savepoints = [], {}
+            elif isinstance(ev, QueryEvent):
+                q = (ev.query if isinstance(ev.query, str) else ev.query.decode()).strip().upper()
+                if q == "COMMIT":
+                    _release(out, held)
+                    held, savepoints = [], {}
+                elif q in ("ROLLBACK", "BEGIN"):
+                    held, savepoints = [], {}
+                elif q.startswith("SAVEPOINT"):
+                    savepoints[q.split()[-1].strip("`")] = len(held)
+                elif q.startswith("ROLLBACK TO"):
+                    held = held[: savepoints.get(q.split()[-1].strip("`"), len(held))]
+    finally:
+        stream.close()
+    return out
+
+
+def _release(out: list[Committed], held: list[tuple[str, str]]) -> None:
+    base = len(out)
+    out.extend(Committed(event_id, key, base + n) for n, (event_id, key) in enumerate(held))
+
+
+@dataclass(frozen=True)
+class TopicRecord:
+    topic: str
+    partition: int
+    offset: int
+    event_id: str
+    key: str | None
+
+
+def topic_records(bootstrap: str, topics: list[str]) -> list[TopicRecord]:
+    """Every record of `topics` (offset order per partition), event id from the Avro value
+    (or, on the dead-letter topic, from the JSON row)."""
+    import json
+
+    parsed = fastavro.parse_schema(schema())
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"checker-{uuid.uuid4().hex[:8]}",
+                         "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+    out: list[TopicRecord] = []
+    try:
+        meta = consumer.list_topics(timeout=10)
+        for topic in topics:
+            if topic not in meta.topics:
+                continue
+            for partition in meta.topics[topic].partitions:
+                low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
+                if high <= low:
+                    continue
+                consumer.assign([TopicPartition(topic, partition, low)])
+                done = False
+                while not done:
+                    batch = consumer.consume(1000, timeout=5)
+                    if not batch:
+                        break
+                    for msg in batch:
+                        if msg.error():
+                            continue
+                        value = msg.value() or b""
+                        if value[:1] == b"\x00":
+                            event_id = fastavro.schemaless_reader(io.BytesIO(value[5:]), parsed, None)["id"]
+                        else:
+                            event_id = str(json.loads(value)["row"]["id"])
+                        key = msg.key().decode() if msg.key() is not None else None
+                        out.append(TopicRecord(topic, partition, msg.offset(), event_id, key))
+                        if msg.offset() + 1 >= high:
+                            done = True
+    finally:
+        consumer.close()
+    return out
+
+
+@dataclass
+class CheckResult:
+    committed: int
+    records: int
+    missing: list[str] = field(default_factory=list)
+    duplicates: dict[str, list[tuple[str, int, int]]] = field(default_factory=dict)
+    reordered_keys: list[str] = field(default_factory=list)
+    phantoms: list[str] = field(default_factory=list)
+
+    @property
+    def clean(self) -> bool:
+        return not (self.missing or self.duplicates or self.reordered_keys or self.phantoms)
+
+    def summary(self) -> str:
+        return (f"committed={self.committed} records={self.records} missing={len(self.missing)} "
+                f"duplicates={len(self.duplicates)} reordered_keys={len(self.reordered_keys)} "
+                f"phantoms={len(self.phantoms)}")
+
+
+def check(committed: list[Committed], records: list[TopicRecord]) -> CheckResult:
+    result = CheckResult(len(committed), len(records))
+    by_id: dict[str, list[TopicRecord]] = defaultdict(list)
+    for rec in records:
+        by_id[rec.event_id].append(rec)
+    committed_ids = {c.event_id for c in committed}
+    for c in committed:
+        if c.event_id not in by_id:
+            result.missing.append(c.event_id)
+    for event_id, recs in by_id.items():
+        if len(recs) > 1:
+            result.duplicates[event_id] = [(r.topic, r.partition, r.offset) for r in recs]
+        if event_id not in committed_ids:
+            result.phantoms.append(event_id)
+    # Per key: the first copy of each event, in (partition, offset) order, must follow commit order.
+    seq = {c.event_id: c.seq for c in committed}
+    by_key: dict[str, list[tuple[int, int, int]]] = defaultdict(list)
+    seen: set[str] = set()
+    for rec in sorted(records, key=lambda r: (r.topic, r.partition, r.offset)):
+        if rec.event_id in seen or rec.event_id not in seq or rec.key is None:
+            continue
+        seen.add(rec.event_id)
+        by_key[(rec.topic, rec.key)].append((rec.partition, rec.offset, seq[rec.event_id]))
+    for key, items in by_key.items():
+        partitions = {p for p, _, _ in items}
+        seqs = [s for _, _, s in sorted(items)]
+        if len(partitions) > 1 or seqs != sorted(seqs):
+            result.reordered_keys.append(str(key))
+    return result

@@ -1,0 +1,191 @@
+"""The `cdc` command as an operator meets it: bad config inputs, an unreachable server,
+secrets kept out of every output, and the HTTP endpoint of a running relay."""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.integration.harness import (
+    OUTBOX_DDL, RelayProcess, _to_toml, env_for, insert_events, relay_raw_config, wait_until,
+)
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+SECRET = "Zk9-distinctive-pw-7Qx"
+
+
+def cdc(args: list[str], env: dict[str, str] | None = None, timeout: float = 90) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "cdc_cli.main", *args], cwd=ROOT, env={**os.environ, **(env or {})},
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def assert_one_line(result: subprocess.CompletedProcess, code: int | None, *fragments: str) -> str:
+    """Exactly one line in stderr, starting `cdc: `, holding every fragment; no traceback."""
+    text = result.stdout + result.stderr
+    assert "Traceback" not in text, text
+    if code is None:
+        assert result.returncode != 0, text
+    else:
+        assert result.returncode == code, f"exit {result.returncode}: {text}"
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, f"expected one line, got {len(lines)}: {result.stderr}"
+    assert lines[0].startswith("cdc: "), lines[0]
+    for fragment in fragments:
+        assert fragment in lines[0], f"{fragment!r} not in {lines[0]!r}"
+    return lines[0]
+
+
+@pytest.fixture
+def valid_raw(mariadb, kafka, database, topic_prefix, tmp_path) -> dict:
+    with mariadb.connect(database, autocommit=True) as conn, conn.cursor() as cur:
+        cur.execute(OUTBOX_DDL.format(name="outbox"))
+    return relay_raw_config(mariadb, kafka, database, topic_prefix, tmp_path / "cp.json")
+
+
+# -- bad config inputs ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("command", ["run", "check"])
+def test_missing_config_file(command, tmp_path):
+    path = tmp_path / "nowhere" / "relay.toml"
+    result = cdc([command, "--config", str(path)])
+    assert_one_line(result, 2, str(path), "not found", "--config")
+
+
+def test_invalid_toml(tmp_path):
+    path = tmp_path / "relay.toml"
+    path.write_text('[source]\nname = "shop"\nhost = \n')
+    result = cdc(["run", "--config", str(path)])
+    assert_one_line(result, 2, str(path), "not valid TOML")
+
+
+def test_unknown_section_is_refused(valid_raw, mariadb, tmp_path):
+    raw = {**valid_raw, "sorce": {"name": "typo"}}
+    path = tmp_path / "relay.toml"
+    path.write_text(_to_toml(raw))
+    result = cdc(["run", "--config", str(path)], env_for(mariadb))
+    assert_one_line(result, 2, "unknown section", "sorce", "source")
+
+
+def test_unknown_key_is_refused_naming_the_known_ones(valid_raw, mariadb, tmp_path):
+    raw = {**valid_raw, "source": {**valid_raw["source"], "hots": "127.0.0.1"}}
+    path = tmp_path / "relay.toml"
+    path.write_text(_to_toml(raw))
+    for command in ("run", "check"):
+        result = cdc([command, "--config", str(path)], env_for(mariadb))
+        assert_one_line(result, 2, "source.hots", "host")
+
+
+def test_password_written_in_the_file_is_refused(valid_raw, mariadb, tmp_path):
+    source = {k: v for k, v in valid_raw["source"].items() if k != "password_env"}
+    raw = {**valid_raw, "source": {**source, "password": SECRET}}
+    path = tmp_path / "relay.toml"
+    path.write_text(_to_toml(raw))
+    for command in ("run", "check"):
+        result = cdc([command, "--config", str(path)])
+        assert_one_line(result, 2, "source.password", "source.password_env")
+        assert SECRET not in result.stdout + result.stderr
+
+
+# -- secrets and unreachable servers ----------------------------------------------------------
+
+def _secret_env() -> dict[str, str]:
+    return {"CDC_TEST_MYSQL_PASSWORD": SECRET}
+
+
+def test_password_never_appears_in_any_output(valid_raw, mariadb, tmp_path):
+    """Connections that fail (nobody on the port; the wrong password), with debug logging:
+    the password is in none of `cdc check`'s or `cdc run`'s output."""
+    outputs = []
+    wrong_port = {**valid_raw["source"], "port": free_port()}
+    wrong_password = dict(valid_raw["source"])  # the real server, SECRET is not its password
+    for name, source in (("port", wrong_port), ("password", wrong_password)):
+        raw = {**valid_raw, "source": source, "log": {"level": "DEBUG"}}
+        path = tmp_path / f"relay-{name}.toml"
+        path.write_text(_to_toml(raw))
+        for args in (["check"], ["run"], ["run", "--skip-check"]):
+            result = cdc([args[0], "--config", str(path), *args[1:]], _secret_env(), timeout=60)
+            assert result.returncode != 0, (name, args, result.stdout, result.stderr)
+            assert "Traceback" not in result.stderr, result.stderr
+            outputs.append(result.stdout + result.stderr)
+    for text in outputs:
+        assert SECRET not in text, text
+    assert any("access denied" in t.lower() or "Access denied" in t for t in outputs), outputs
+
+
+def test_run_against_an_unreachable_server_exits_with_one_line(valid_raw, mariadb, tmp_path):
+    port = free_port()
+    raw = {**valid_raw, "source": {**valid_raw["source"], "port": port}}
+    path = tmp_path / "relay.toml"
+    path.write_text(_to_toml(raw))
+    # With the preflight: a person must look (exit 2), the line names host:port and the fix.
+    result = cdc(["run", "--config", str(path)], env_for(mariadb), timeout=60)
+    assert_one_line(result, 2, f"127.0.0.1:{port}", "source.host/source.port")
+    # Without it: the relay's own connection fails; retriable (exit 1), still one line.
+    result = cdc(["run", "--config", str(path), "--skip-check"], env_for(mariadb), timeout=60)
+    assert_one_line(result, 1, f"127.0.0.1:{port}")
+
+
+# -- the HTTP endpoint --------------------------------------------------------------------------
+
+def _get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+    except OSError:
+        return 0, ""
+
+
+def _metric(text: str, name: str) -> float | None:
+    match = re.search(rf"^{name}(?:_total)?\{{[^}}]*\}} (\S+)$", text, re.M)
+    return float(match.group(1)) if match else None
+
+
+def test_metrics_healthz_readyz_served_while_the_relay_runs(
+        valid_raw, mariadb, kafka, database, topic_prefix, tmp_path):
+    kafka.create_topic(f"{topic_prefix}.order", 2)
+    port = free_port()
+    raw = {**valid_raw, "http": {"port": port}}
+    relay = RelayProcess(raw, env_for(mariadb), tmp_path / "relay")
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_until(lambda: not relay.alive() or _get(base + "/readyz")[0] == 200, 60, "/readyz to answer 200")
+        assert relay.alive(), relay.log_text()[-2000:]
+        status, body = _get(base + "/healthz")
+        assert status == 200 and body.strip() == "ok", (status, body)
+        assert _get(base + "/nothing-here")[0] == 404
+
+        with mariadb.connect(database) as conn:
+            insert_events(conn, "outbox", [(f"m-{i}", "order", f"k{i % 5}", "created", "{}") for i in range(25)])
+            conn.commit()
+        wait_until(lambda: _metric(_get(base + "/metrics")[1], "cdc_events_published") == 25, 60,
+                   "cdc_events_published to reach 25")
+        status, text = _get(base + "/metrics")
+        assert status == 200
+        assert f'source="src-{topic_prefix}"' in text
+        assert _metric(text, "cdc_lag_seconds") is not None, text
+        assert _metric(text, "cdc_lag_seconds") >= 0
+        assert _metric(text, "cdc_ready") == 1
+        assert _metric(text, "cdc_transactions") >= 1
+        assert valid_raw["source"]["user"] and mariadb.password not in text
+    finally:
+        code = relay.terminate()
+    assert code == 0, relay.log_text()[-2000:]
+    assert _get(base + "/healthz")[0] == 0, "the endpoint should close with the relay"

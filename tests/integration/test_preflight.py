@@ -1,0 +1,241 @@
+"""`cdc check` (and `cdc run`'s refusal at start) against real servers set up wrong.
+
+Each failure must be one line that names the fix, the exit status 2, and no traceback.
+Servers with other settings than the session's are started here, once per module, on
+first use (about a second each).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from connectors.mariadb_server import EmbeddedMariaDB
+from tests.integration.harness import (
+    OUTBOX_DDL, RelayProcess, _to_toml, env_for, master_position, relay_raw_config, wait_until,
+)
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+# -- servers with other settings --------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def binlog_off_server():
+    with EmbeddedMariaDB.start(server_id=11, extra_args=["--skip-log-bin"]) as db:
+        yield db
+
+
+@pytest.fixture(scope="module")
+def statement_minimal_server():
+    with EmbeddedMariaDB.start(server_id=12, extra_args=[
+            "--binlog-format=STATEMENT", "--binlog-row-image=MINIMAL", "--binlog-row-metadata=MINIMAL"]) as db:
+        yield db
+
+
+@pytest.fixture(scope="module")
+def purge_server():
+    """A server of its own: the purge test removes binlogs, which the session's server keeps."""
+    with EmbeddedMariaDB.start(server_id=13) as db:
+        yield db
+
+
+# -- helpers ------------------------------------------------------------------------------
+
+def cdc(args: list[str], env: dict[str, str] | None = None, timeout: float = 90) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "cdc_cli.main", *args], cwd=ROOT, env={**os.environ, **(env or {})},
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def write_config(tmp_path: Path, raw: dict, name: str = "relay.toml") -> Path:
+    path = tmp_path / name
+    path.write_text(_to_toml(raw))
+    return path
+
+
+def make_outbox(db, database: str, table: str = "outbox", ddl: str = OUTBOX_DDL) -> None:
+    db.create_database(database)
+    with db.connect(database, autocommit=True) as conn, conn.cursor() as cur:
+        cur.execute(ddl.format(name=table))
+
+
+def raw_for(server, mariadb, kafka, database: str, prefix: str, tmp_path: Path, **overrides) -> dict:
+    """A relay config pointed at `server` (which may have binary logging off, so the
+    session server names the start position and `start` is set explicitly)."""
+    raw = relay_raw_config(mariadb, kafka, database, prefix, tmp_path / "cp.json", **overrides)
+    raw["source"]["port"] = server.port
+    raw["source"]["start"] = overrides.get("source__start", "latest")
+    return raw
+
+
+def check(tmp_path: Path, raw: dict, env: dict[str, str]) -> subprocess.CompletedProcess:
+    return cdc(["check", "--config", str(write_config(tmp_path, raw))], env)
+
+
+def failed_lines(result: subprocess.CompletedProcess) -> dict[str, str]:
+    """`FAIL <name>: <message>` lines of `cdc check`, by check name."""
+    out = {}
+    for line in result.stdout.splitlines():
+        if line.startswith("FAIL "):
+            name, _, message = line[5:].partition(": ")
+            out[name.strip()] = message
+    return out
+
+
+def assert_refused(result: subprocess.CompletedProcess, expected: dict[str, list[str]]) -> dict[str, str]:
+    """Exit 2, no traceback, and each named check FAILs with a message holding every fragment."""
+    text = result.stdout + result.stderr
+    assert "Traceback" not in text, text
+    assert result.returncode == 2, f"exit {result.returncode}: {text}"
+    failed = failed_lines(result)
+    for name, fragments in expected.items():
+        assert name in failed, f"check {name!r} did not fail: {result.stdout}"
+        for fragment in fragments:
+            assert fragment in failed[name], f"{name}: {fragment!r} not in {failed[name]!r}"
+    assert f"{len(failed)} check(s) failed" in result.stderr
+    return failed
+
+
+# -- the checks ---------------------------------------------------------------------------
+
+def test_passing_check_prints_ok_lines_and_exits_0(mariadb, kafka, database, topic_prefix, tmp_path):
+    with mariadb.connect(database, autocommit=True) as conn, conn.cursor() as cur:
+        cur.execute(OUTBOX_DDL.format(name="outbox"))
+    raw = relay_raw_config(mariadb, kafka, database, topic_prefix, tmp_path / "cp.json")
+    result = check(tmp_path, raw, env_for(mariadb))
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = [line for line in result.stdout.splitlines() if line.strip()]
+    assert lines and all(line.startswith("ok ") for line in lines), result.stdout
+    names = {line[4:].split(":")[0].strip() for line in lines}
+    for name in ("connect", "log_bin", "binlog_format", "binlog_row_image", "binlog_row_metadata",
+                 "replica_server_id", "grant_replication_slave", "grant_replication_client",
+                 f"table {database}.outbox", "start_position"):
+        assert name in names, f"no ok line for {name}: {result.stdout}"
+    assert "Traceback" not in result.stderr
+
+
+def test_binlog_off_is_refused(binlog_off_server, mariadb, kafka, topic_prefix, tmp_path):
+    database = f"p_{uuid.uuid4().hex[:8]}"
+    make_outbox(binlog_off_server, database)
+    raw = raw_for(binlog_off_server, mariadb, kafka, database, topic_prefix, tmp_path)
+    result = check(tmp_path, raw, env_for(mariadb))
+    assert_refused(result, {"log_bin": ["binary logging is off", "--log-bin"]})
+    # `cdc run` refuses to start the same way: one line per problem, exit 2.
+    run = cdc(["run", "--config", str(write_config(tmp_path, raw, "run.toml"))], env_for(mariadb))
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert "Traceback" not in run.stderr
+    assert any(line.startswith("cdc: ") and "--log-bin" in line for line in run.stderr.splitlines()), run.stderr
+
+
+def test_statement_format_and_minimal_row_image_and_metadata_are_refused(
+        statement_minimal_server, mariadb, kafka, topic_prefix, tmp_path):
+    database = f"p_{uuid.uuid4().hex[:8]}"
+    make_outbox(statement_minimal_server, database)
+    raw = raw_for(statement_minimal_server, mariadb, kafka, database, topic_prefix, tmp_path)
+    result = check(tmp_path, raw, env_for(mariadb))
+    failed = assert_refused(result, {
+        "binlog_format": ["STATEMENT", "binlog_format=ROW"],
+        "binlog_row_image": ["MINIMAL", "binlog_row_image=FULL"],
+        "binlog_row_metadata": ["MINIMAL", "binlog_row_metadata=FULL"],
+    })
+    assert "log_bin" not in failed
+
+
+def test_replica_server_id_equal_to_the_servers_own_is_refused(mariadb, kafka, database, topic_prefix, tmp_path):
+    with mariadb.connect(database, autocommit=True) as conn, conn.cursor() as cur:
+        cur.execute(OUTBOX_DDL.format(name="outbox"))
+        cur.execute("SELECT @@server_id")
+        own = int(cur.fetchone()[0])
+    raw = relay_raw_config(mariadb, kafka, database, topic_prefix, tmp_path / "cp.json", source__replica_server_id=own)
+    result = check(tmp_path, raw, env_for(mariadb))
+    failed = assert_refused(result, {"replica_server_id": [str(own), "server's own server_id", "pick another"]})
+    assert set(failed) == {"replica_server_id"}, failed
+
+
+def test_missing_grants_are_refused_with_the_grant_to_run(mariadb, kafka, database, topic_prefix, tmp_path):
+    user = f"nogrant_{uuid.uuid4().hex[:6]}"
+    with mariadb.connect(database, autocommit=True) as conn, conn.cursor() as cur:
+        cur.execute(OUTBOX_DDL.format(name="outbox"))
+        cur.execute(f"CREATE USER '{user}'@'127.0.0.1' IDENTIFIED BY 'x'")
+        cur.execute(f"GRANT SELECT ON `{database}`.`outbox` TO '{user}'@'127.0.0.1'")
+    try:
+        raw = relay_raw_config(mariadb, kafka, database, topic_prefix, tmp_path / "cp.json", source__user=user,
+                               source__password_env="CDC_TEST_NOGRANT_PASSWORD")
+        result = check(tmp_path, raw, {"CDC_TEST_NOGRANT_PASSWORD": "x"})
+        failed = assert_refused(result, {
+            "grant_replication_slave": [user, "GRANT REPLICATION SLAVE ON *.*"],
+            "grant_replication_client": [user, "GRANT BINLOG MONITOR ON *.*"],
+        })
+        assert f"table {database}.outbox" not in failed, "SELECT on the outbox table was granted"
+    finally:
+        with mariadb.connect(autocommit=True) as conn, conn.cursor() as cur:
+            cur.execute(f"DROP USER IF EXISTS '{user}'@'127.0.0.1'")
+
+
+def test_missing_outbox_table_is_refused(mariadb, kafka, database, topic_prefix, tmp_path):
+    raw = relay_raw_config(mariadb, kafka, database, topic_prefix, tmp_path / "cp.json",
+                           outbox={"tables": [{"schema": database, "table": "no_such_outbox"}]})
+    result = check(tmp_path, raw, env_for(mariadb))
+    failed = assert_refused(result, {f"table {database}.no_such_outbox": ["does not exist", "outbox.tables"]})
+    assert set(failed) == {f"table {database}.no_such_outbox"}, failed
+
+
+def test_outbox_table_lacking_a_column_is_refused(mariadb, kafka, database, topic_prefix, tmp_path):
+    with mariadb.connect(database, autocommit=True) as conn, conn.cursor() as cur:
+        cur.execute("CREATE TABLE outbox (id CHAR(36) PRIMARY KEY, aggregatetype VARCHAR(255) NOT NULL, "
+                    "aggregateid VARCHAR(255), payload LONGTEXT) ENGINE=InnoDB")
+    raw = relay_raw_config(mariadb, kafka, database, topic_prefix, tmp_path / "cp.json")
+    result = check(tmp_path, raw, env_for(mariadb))
+    failed = assert_refused(result, {f"table {database}.outbox": ["lacks column(s) type", "type_column"]})
+    assert set(failed) == {f"table {database}.outbox"}, failed
+
+
+def test_purged_start_position_is_refused_naming_the_lost_range(purge_server, mariadb, kafka, topic_prefix, tmp_path):
+    db = purge_server
+    database = f"p_{uuid.uuid4().hex[:8]}"
+    make_outbox(db, database)
+    old = master_position(db)
+    with db.connect(database, autocommit=True) as conn, conn.cursor() as cur:
+        cur.execute("INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) "
+                    "VALUES ('lost-1', 'order', 'a', 'created', 'x')")
+        cur.execute("FLUSH BINARY LOGS")
+        cur.execute("FLUSH BINARY LOGS")
+        cur.execute("SHOW MASTER STATUS")
+        newest = cur.fetchone()[0]
+
+        def purged() -> bool:
+            # MariaDB keeps a binlog until its binlog checkpoint is written (asynchronously
+            # after a rotation): retry the purge until only the newest remains.
+            cur.execute(f"PURGE BINARY LOGS TO '{newest}'")
+            cur.execute("SHOW BINARY LOGS")
+            return [r[0] for r in cur.fetchall()] == [newest]
+
+        wait_until(purged, 30, f"binlogs before {newest} purged", interval=0.1)
+    raw = raw_for(db, mariadb, kafka, database, topic_prefix, tmp_path, source__start=old)
+    lost = [old, f"{newest}:4"]
+    result = check(tmp_path, raw, env_for(db))
+    failed = assert_refused(result, {"start_position": ["purged", *lost]})
+    assert set(failed) == {"start_position"}, failed
+
+    # `cdc run` refuses to start, with the same message, exit 2, one line.
+    run = cdc(["run", "--config", str(write_config(tmp_path, raw, "run.toml"))], env_for(db))
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert "Traceback" not in run.stderr
+    problems = [line for line in run.stderr.splitlines() if line.startswith("cdc: ")]
+    assert len(problems) == 1 and "purged" in problems[0] and all(p in problems[0] for p in lost), run.stderr
+
+    # Without the preflight, the relay itself refuses the start position (never skips it).
+    relay = RelayProcess(raw, env_for(db), tmp_path / "skip-check")
+    code = relay.wait(60)
+    log = relay.log_text()
+    assert code == 2, log
+    assert "Traceback" not in log
+    refusal = [line for line in log.splitlines() if line.startswith("cdc: ")]
+    assert len(refusal) == 1 and "purged" in refusal[0] and all(p in refusal[0] for p in lost), log

@@ -1,0 +1,306 @@
+"""Transaction assembly: rows are held until the commit and released in order."""
+
+import pytest
+
+from cdc.identity import TxIdentity
+from cdc.outbox import DeadLetter, OutboxEvent, OutboxMapper, OutboxTable
+from cdc.position import BinlogPosition
+from cdc.source_events import (
+    RollbackToSavepoint, RowChange, RowInsert, Savepoint, Statement, TxBegin, TxCommit, TxRollback,
+)
+from cdc.topics import TopicRouter
+from cdc.errors import ConfigError
+from cdc.transaction import OutboxChangeRefused, TransactionAssembler
+
+from fakes import Binlog, outbox_row
+
+U1 = "3e11fa47-71ca-11e1-9e33-c80aa9429562"
+
+
+def P(pos, file="mysql-bin.000001"):
+    return BinlogPosition(file, pos)
+
+
+def assembler(tables=None, **kw):
+    tables = tables or [OutboxTable("shop", "outbox")]
+    return TransactionAssembler(tables, OutboxMapper(TopicRouter()), "src", server_id=3, **kw)
+
+
+def feed_all(asm, events):
+    out = []
+    for ev in events:
+        tx = asm.feed(ev)
+        if tx is not None:
+            out.append(tx)
+    return out
+
+
+def ids(tx):
+    return [item.event_id for item in tx.items()]
+
+
+def test_rows_are_released_only_at_commit():
+    asm = assembler()
+    assert asm.feed(TxBegin(P(4), P(100))) is None
+    assert asm.in_transaction
+    assert asm.feed(RowInsert("shop", "outbox", outbox_row("a"), P(200))) is None
+    assert asm.feed(RowInsert("shop", "outbox", outbox_row("b"), P(300))) is None
+    assert asm.resume_point is None
+    tx = asm.feed(TxCommit(P(400), 1_700_000_000))
+    assert tx is not None and tx.size == 2 and tx.end == P(400)
+    assert ids(tx) == ["a", "b"]
+    assert tx.identity == TxIdentity("src", P(4), None, 3, 1_700_000_000_000)
+    assert [item.identity.row for item in tx.items()] == [0, 1]
+    assert asm.resume_point == P(400) and not asm.in_transaction
+
+
+def test_release_frees_the_rows():
+    asm = assembler()
+    tx = feed_all(asm, [TxBegin(P(4), P(100)), RowInsert("shop", "outbox", outbox_row("a"), P(200)),
+                        TxCommit(P(300), 1)])[0]
+    tx.release()
+    assert list(tx.items()) == []
+
+
+def test_rollback_discards_the_transaction():
+    b = Binlog()
+    b.transaction([outbox_row("a"), outbox_row("b")], outcome="rollback")
+    b.transaction([outbox_row("c")])
+    asm = assembler()
+    txs = feed_all(asm, b.events)
+    assert len(txs) == 1 and ids(txs[0]) == ["c"]
+    assert asm.discarded_rows == 2
+    # the rolled-back transaction's row index does not leak into the next one
+    assert [i.identity.row for i in txs[0].items()] == [0]
+
+
+def test_rollback_moves_the_resume_point():
+    asm = assembler()
+    feed_all(asm, [TxBegin(P(4), P(100)), RowInsert("shop", "outbox", outbox_row("a"), P(200)), TxRollback(P(300))])
+    assert asm.resume_point == P(300) and not asm.in_transaction
+
+
+def test_rollback_to_savepoint_cuts_back():
+    b = Binlog()
+    b.begin()
+    b.insert(outbox_row("a"))
+    b.savepoint("s1")
+    b.insert(outbox_row("b"))
+    b.insert(outbox_row("c"))
+    b.rollback_to("s1")
+    b.insert(outbox_row("d"))
+    b.commit()
+    asm = assembler()
+    [tx] = feed_all(asm, b.events)
+    assert ids(tx) == ["a", "d"] == [r["id"] for r in b.txs[0].outbox_rows]
+    assert [i.identity.row for i in tx.items()] == [0, 1]
+    assert asm.discarded_rows == 2
+
+
+def test_rollback_to_unknown_savepoint_keeps_rows():
+    asm = assembler()
+    txs = feed_all(asm, [TxBegin(P(4), P(100)), RowInsert("shop", "outbox", outbox_row("a"), P(200)),
+                         RollbackToSavepoint("nope", P(300)), TxCommit(P(400), 1)])
+    assert ids(txs[0]) == ["a"]
+
+
+def test_gtid_then_begin_is_one_transaction():
+    b = Binlog()
+    b.transaction([outbox_row("a"), outbox_row("b")], gtid=f"{U1}:7")
+    assert isinstance(b.events[1], TxBegin) and b.events[1].gtid is None
+    asm = assembler()
+    [tx] = feed_all(asm, b.events)
+    assert ids(tx) == ["a", "b"]
+    assert tx.identity.gtid == f"{U1}:7"
+    assert tx.identity.start == b.events[0].start  # the GTID event is the transaction's start
+
+
+def test_a_new_begin_cuts_an_unfinished_transaction_and_releases_nothing_of_it():
+    asm = assembler()
+    txs = feed_all(asm, [
+        TxBegin(P(4), P(100)),
+        RowInsert("shop", "outbox", outbox_row("lost1"), P(200)),
+        RowInsert("shop", "outbox", outbox_row("lost2"), P(300)),
+        # the stream was cut and reopened: a new transaction starts
+        TxBegin(P(4), P(100)),
+        RowInsert("shop", "outbox", outbox_row("a"), P(200)),
+        TxCommit(P(300), 1),
+    ])
+    assert len(txs) == 1 and ids(txs[0]) == ["a"]
+    assert asm.discarded_rows == 2
+
+
+def test_a_new_gtid_cuts_an_unfinished_gtid_transaction():
+    asm = assembler()
+    txs = feed_all(asm, [
+        TxBegin(P(4), P(100), f"{U1}:1"), TxBegin(P(100), P(200)),
+        RowInsert("shop", "outbox", outbox_row("lost"), P(300)),
+        TxBegin(P(4), P(100), f"{U1}:1"), TxBegin(P(100), P(200)),
+        RowInsert("shop", "outbox", outbox_row("a"), P(300)),
+        TxCommit(P(400), 1),
+    ])
+    assert [ids(t) for t in txs] == [["a"]]
+    assert txs[0].identity.gtid == f"{U1}:1"
+
+
+def test_reset_mid_transaction_releases_nothing():
+    asm = assembler()
+    feed_all(asm, [TxBegin(P(4), P(100)), RowInsert("shop", "outbox", outbox_row("lost"), P(200))])
+    asm.reset()
+    assert not asm.in_transaction and asm.discarded_rows == 1
+    # a commit without a transaction (the stream resumed after the BEGIN) is not a release
+    txs = feed_all(asm, [RowInsert("shop", "outbox", outbox_row("orphan"), P(300))])
+    assert txs == []
+    txs = feed_all(asm, [TxBegin(P(400), P(500)), RowInsert("shop", "outbox", outbox_row("a"), P(600)),
+                         TxCommit(P(700), 1)])
+    assert [ids(t) for t in txs] == [["a"]]
+
+
+def test_standalone_ddl_completes_an_empty_transaction():
+    b = Binlog()
+    b.begin(gtid="0-1-5", begin_query=False, standalone=True)
+    ddl = b.statement("ALTER TABLE shop.outbox ADD COLUMN x INT")
+    asm = assembler()
+    [tx] = feed_all(asm, b.events)
+    assert tx.size == 0 and list(tx.items()) == []
+    assert tx.end == ddl.end and asm.resume_point == ddl.end
+    assert tx.identity.gtid == "0-1-5"
+
+
+def test_mysql_ddl_after_a_gtid_without_begin_completes_it():
+    asm = assembler()
+    [tx] = feed_all(asm, [TxBegin(P(4), P(100), f"{U1}:3"), Statement("CREATE TABLE t (a INT)", P(200), 5)])
+    assert tx.size == 0 and tx.end == P(200) and tx.identity.gtid == f"{U1}:3"
+    assert asm.resume_point == P(200)
+
+
+def test_statement_outside_a_transaction_moves_the_resume_point():
+    asm = assembler()
+    assert asm.feed(Statement("CREATE TABLE t (a INT)", P(200), 5)) is None
+    assert asm.resume_point == P(200)
+
+
+def test_statement_inside_an_explicit_transaction_does_not_end_it():
+    asm = assembler()
+    txs = feed_all(asm, [TxBegin(P(4), P(100)), RowInsert("shop", "outbox", outbox_row("a"), P(200)),
+                         Statement("INSERT INTO myisam_t VALUES (1)", P(300)),
+                         RowInsert("shop", "outbox", outbox_row("b"), P(400)), TxCommit(P(500), 1)])
+    assert [ids(t) for t in txs] == [["a", "b"]]
+
+
+def test_non_outbox_tables_are_ignored_and_the_transaction_still_completes():
+    b = Binlog()
+    b.transaction([], other_rows=3)
+    b.begin()
+    b.insert({"id": 1}, table="orders")
+    b.insert(outbox_row("a"))
+    b.insert({"id": 2}, schema="other", table="outbox")
+    b.commit()
+    asm = assembler()
+    txs = feed_all(asm, b.events)
+    assert [t.size for t in txs] == [0, 1]
+    assert ids(txs[1]) == ["a"]
+    assert txs[0].end == b.txs[0].end  # an empty transaction still moves the position
+    assert not asm.watches("shop", "orders") and asm.watches("shop", "outbox")
+
+
+def test_row_indexes_run_in_order_across_two_outbox_tables():
+    t1 = OutboxTable("shop", "outbox")
+    t2 = OutboxTable("billing", "events", topic="billing.{type}")
+    asm = assembler(tables=[t1, t2])
+    txs = feed_all(asm, [
+        TxBegin(P(4), P(100)),
+        RowInsert("shop", "outbox", outbox_row("a"), P(200)),
+        RowInsert("billing", "events", outbox_row("b", type="paid"), P(300)),
+        RowInsert("shop", "outbox", outbox_row("c"), P(400)),
+        RowInsert("billing", "events", outbox_row("d", type="paid"), P(500)),
+        TxCommit(P(600), 1),
+    ])
+    items = list(txs[0].items())
+    assert [(i.event_id, i.identity.row, i.topic, i.table) for i in items] == [
+        ("a", 0, "outbox.event.order", "shop.outbox"),
+        ("b", 1, "billing.paid", "billing.events"),
+        ("c", 2, "outbox.event.order", "shop.outbox"),
+        ("d", 3, "billing.paid", "billing.events"),
+    ]
+
+
+def test_dead_letters_keep_their_row_index():
+    asm = assembler()
+    txs = feed_all(asm, [TxBegin(P(4), P(100)),
+                         RowInsert("shop", "outbox", outbox_row("a"), P(200)),
+                         RowInsert("shop", "outbox", outbox_row("b", aggregate_type="bad type"), P(300)),
+                         TxCommit(P(400), 1)])
+    items = list(txs[0].items())
+    assert isinstance(items[0], OutboxEvent) and isinstance(items[1], DeadLetter)
+    assert items[1].identity.row == 1 and items[1].cause == "illegal_topic"
+
+
+@pytest.mark.parametrize("policy", ["ignore", "warn"])
+def test_update_and_delete_on_outbox_are_counted_and_ignored(policy):
+    seen = []
+    asm = assembler(on_change=policy, on_ignored_change=seen.append)
+    txs = feed_all(asm, [TxBegin(P(4), P(100)),
+                         RowInsert("shop", "outbox", outbox_row("a"), P(200)),
+                         RowChange("delete", "shop", "outbox", outbox_row("a"), P(300)),
+                         RowChange("update", "shop", "outbox", outbox_row("a"), P(350)),
+                         RowChange("delete", "shop", "orders", {"id": 1}, P(380)),
+                         TxCommit(P(400), 1)])
+    assert [ids(t) for t in txs] == [["a"]]
+    assert [c.kind for c in seen] == ["delete", "update"]
+
+
+def test_update_on_outbox_with_stop_policy_is_refused():
+    asm = assembler(on_change="stop")
+    asm.feed(TxBegin(P(4), P(100)))
+    with pytest.raises(OutboxChangeRefused, match=r"DELETE on outbox table shop\.outbox"):
+        asm.feed(RowChange("delete", "shop", "outbox", outbox_row("a"), P(300)))
+    # a change on another table is fine
+    assembler(on_change="stop").feed(RowChange("update", "shop", "orders", {}, P(10)))
+
+
+def test_unknown_on_change_policy_is_a_config_error():
+    with pytest.raises(ConfigError, match="on_change"):
+        assembler(on_change="explode")
+
+
+def test_heartbeats_and_unknown_events_are_ignored():
+    from cdc.source_events import Heartbeat, ServerInfo
+    asm = assembler()
+    assert asm.feed(Heartbeat(P(4))) is None and asm.feed(ServerInfo(1, "mysql")) is None
+    assert asm.resume_point is None
+
+
+def test_a_large_transaction_spills_and_yields_every_row_in_order(tmp_path):
+    asm = assembler(memory_limit=1000, spill_dir=str(tmp_path))
+    asm.feed(TxBegin(P(4), P(100)))
+    n = 50_000
+    for i in range(n):
+        asm.feed(RowInsert("shop", "outbox", {"id": i, "aggregatetype": "order", "aggregateid": i % 7,
+                                              "type": "t", "payload": None}, P(200 + i)))
+    buffer = asm._rows  # the buffer of the open transaction
+    assert buffer.spilled and buffer.spilled_total > 0
+    tx = asm.feed(TxCommit(P(100_000), 1))
+    assert tx.size == n
+    count = 0
+    for expected, item in enumerate(tx.items()):
+        assert item.event_id == str(expected) and item.identity.row == expected
+        count += 1
+    assert count == n
+    tx.release()
+    # the next transaction starts with a fresh, unspilled buffer
+    [tx2] = feed_all(asm, [TxBegin(P(200_000), P(200_100)),
+                           RowInsert("shop", "outbox", outbox_row("x"), P(200_200)), TxCommit(P(200_300), 2)])
+    assert ids(tx2) == ["x"]
+
+
+def test_rollback_to_savepoint_after_spilling(tmp_path):
+    asm = assembler(memory_limit=3, spill_dir=str(tmp_path))
+    events = [TxBegin(P(4), P(100))]
+    events += [RowInsert("shop", "outbox", outbox_row(f"a{i}"), P(200 + i)) for i in range(5)]
+    events += [Savepoint("s", P(300))]
+    events += [RowInsert("shop", "outbox", outbox_row(f"b{i}"), P(400 + i)) for i in range(5)]
+    events += [RollbackToSavepoint("s", P(500)), RowInsert("shop", "outbox", outbox_row("c"), P(600)),
+               TxCommit(P(700), 1)]
+    [tx] = feed_all(asm, events)
+    assert ids(tx) == [f"a{i}" for i in range(5)] + ["c"]
