@@ -124,6 +124,7 @@ class RelayTuning:
     spill_rows: int = 10_000
     spill_dir: str | None = None
     max_message_bytes: int = 1_000_000
+    max_in_flight: int = 5_000
     reconnect_timeout_s: float = 300.0
     drain_timeout_s: float = 30.0
 
@@ -145,7 +146,8 @@ class Config:
             source_name=self.source.name, tables=self.tables, dead_letter_topic=self.kafka.dead_letter_topic,
             topic_allowlist=self.kafka.topic_allowlist, on_change=r.on_change, start=self.source.start,
             checkpoint_interval_s=self.checkpoint.interval_s, spill_rows=r.spill_rows, spill_dir=r.spill_dir,
-            max_message_bytes=r.max_message_bytes, reconnect_timeout_s=r.reconnect_timeout_s,
+            max_message_bytes=r.max_message_bytes, max_in_flight=r.max_in_flight,
+            reconnect_timeout_s=r.reconnect_timeout_s,
             drain_timeout_s=r.drain_timeout_s,
         )
 

@@ -19,6 +19,7 @@ from cdc.position import BinlogPosition
 class PendingTx:
     end: BinlogPosition
     gtid: str | None
+    server_id: int = 0  # the server whose binlog `end` is a position of
     remaining: int = 0
     sealed: bool = False  # every message of the transaction has been handed over
     events: int = 0
@@ -28,6 +29,9 @@ class PendingTx:
 class InflightWindow:
     def __init__(self, checkpoint: Checkpoint | None):
         self.position: BinlogPosition | None = checkpoint.position if checkpoint else None
+        # The server `position` belongs to: after a failover the window keeps the old
+        # server's position until a transaction of the new one completes.
+        self.position_server_id: int = checkpoint.server_id if checkpoint else 0
         self.gtids: GtidSet | None = parse_gtid_set(checkpoint.gtids) if checkpoint and checkpoint.gtids else None
         self.offsets: dict[str, dict[int, int]] = (
             {t: dict(ps) for t, ps in checkpoint.offsets.items()} if checkpoint else {}
@@ -42,8 +46,8 @@ class InflightWindow:
     def messages_in_flight(self) -> int:
         return sum(p.remaining for p in self._queue)
 
-    def begin(self, end: BinlogPosition, gtid: str | None) -> PendingTx:
-        entry = PendingTx(end, gtid)
+    def begin(self, end: BinlogPosition, gtid: str | None, server_id: int = 0) -> PendingTx:
+        entry = PendingTx(end, gtid, server_id)
         self._queue.append(entry)
         return entry
 
@@ -70,7 +74,7 @@ class InflightWindow:
         queue = self._queue
         while queue and queue[0].sealed and queue[0].remaining == 0:
             entry = queue.popleft()
-            self.position = entry.end
+            self.position, self.position_server_id = entry.end, entry.server_id
             if entry.gtid:
                 if self.gtids is None:
                     self.gtids = empty_set_for(entry.gtid)

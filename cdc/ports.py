@@ -66,6 +66,9 @@ class Publisher(Protocol):
 
     def poll(self, timeout: float) -> None: ...
 
+    def pending(self) -> int:
+        """Messages handed over and not yet reported (queued or in flight)."""
+
     def flush(self, timeout: float) -> int:
         """Wait for outstanding messages; returns how many are still outstanding."""
 

@@ -59,6 +59,7 @@ class RelaySettings:
     spill_rows: int = 10_000  # rows of one transaction held in memory before spilling
     spill_dir: str | None = None
     max_message_bytes: int = 1_000_000  # larger encoded events are dead-lettered
+    max_in_flight: int = 5_000  # handed to the producer and not yet acknowledged: publishing waits above it
     reconnect_timeout_s: float = 300.0  # give up (exit non-zero) after this long without a connection
     drain_timeout_s: float = 30.0  # on stop: how long to wait for outstanding acknowledgements
     read_timeout_s: float = 0.05
@@ -101,6 +102,29 @@ def dead_letter_value(dead: DeadLetter) -> bytes:
     return json.dumps({"table": dead.table, "row": dead.row}, default=_json_default, sort_keys=True).encode()
 
 
+def start_point(cp: Checkpoint | None, server_id: int, settings: RelaySettings) -> StartAt | str:
+    """Where a relay connected to server `server_id` starts: the checkpoint's position on
+    the server that wrote it; its GTID set on another server of the topology (a failover:
+    file/pos mean nothing there); without a checkpoint, the configured start (`latest`
+    and `earliest` are returned as such, for the source to resolve)."""
+    if cp is not None:
+        if cp.source != settings.source_name:
+            raise ConfigError(
+                f"the checkpoint belongs to source {cp.source!r}, this relay is {settings.source_name!r}: "
+                "point checkpoint.* at this source's own checkpoint"
+            )
+        if cp.gtids and cp.server_id and cp.server_id != server_id:
+            log.info("server id changed %s -> %s: resuming by GTID set %s", cp.server_id, server_id, cp.gtids)
+            return parse_gtid_set(cp.gtids)
+        return cp.position
+    start = settings.start.strip()
+    if start in ("latest", "earliest"):
+        return start
+    if _POSITION.match(start):
+        return BinlogPosition.parse(start)
+    return parse_gtid_set(start)
+
+
 class Relay:
     def __init__(
         self,
@@ -136,24 +160,10 @@ class Relay:
     # -- start --------------------------------------------------------------------------
 
     def _start_point(self, cp: Checkpoint | None) -> StartAt:
-        if cp is not None:
-            if cp.source != self.settings.source_name:
-                raise ConfigError(
-                    f"the checkpoint belongs to source {cp.source!r}, this relay is {self.settings.source_name!r}: "
-                    "point checkpoint.* at this source's own checkpoint"
-                )
-            if cp.gtids and cp.server_id and cp.server_id != self._server_id:
-                # Another server of the topology (a failover): file/pos mean nothing
-                # there, the GTID set still does.
-                log.info("server id changed %s -> %s: resuming by GTID set %s", cp.server_id, self._server_id, cp.gtids)
-                return parse_gtid_set(cp.gtids)
-            return cp.position
-        start = self.settings.start.strip()
-        if start in ("latest", "earliest"):
-            return self._sources.resolve(start)
-        if _POSITION.match(start):
-            return BinlogPosition.parse(start)
-        return parse_gtid_set(start)
+        point = start_point(cp, self._server_id, self.settings)
+        if point in ("latest", "earliest"):
+            return self._sources.resolve(point)
+        return point
 
     # -- the loop -----------------------------------------------------------------------
 
@@ -181,7 +191,7 @@ class Relay:
                 self._recovery = recovery
             self._recovery_stats = recovery
         elif isinstance(start, BinlogPosition):
-            window.position = start
+            window.position, window.position_server_id = start, self._server_id
         assembler = TransactionAssembler(
             list(settings.tables), OutboxMapper(TopicRouter(settings.topic_allowlist)), settings.source_name,
             self._server_id, settings.on_change, settings.spill_rows, settings.spill_dir,
@@ -314,11 +324,19 @@ class Relay:
         assert window is not None
         metrics.transactions += 1
         metrics.last_commit_ts = tx.identity.commit_ts_ms / 1000.0
-        entry = window.begin(tx.end, tx.identity.gtid)
+        entry = window.begin(tx.end, tx.identity.gtid, self._server_id)
         if tx.size:
             self._tx_start = tx.identity.start
             recovery = self._recovery
-            for item in tx.items():
+            publisher, cap = self._publisher, self.settings.max_in_flight
+            for index, item in enumerate(tx.items()):
+                if index & 255 == 255:
+                    # A large transaction: serve acknowledgements as we go, and wait while
+                    # too many are outstanding, so memory stays bounded (the rows
+                    # themselves were spilled while the transaction was read).
+                    publisher.poll(0)
+                    while publisher.pending() > cap:
+                        publisher.poll(0.05)
                 if recovery is not None and recovery.already_delivered(item.identity.key()):
                     window.skipped(entry)
                     metrics.events_skipped_recovery += 1
@@ -433,8 +451,10 @@ class Relay:
             parts = window.offsets.setdefault(topic, {})
             for partition in range(count):
                 parts.setdefault(partition, self._delivered.watermarks(topic, partition)[1])
-        if window.position is None and self._tx_start is not None:
-            window.position = self._tx_start  # started from a GTID set: the first transaction
+        if self._tx_start is not None and (window.position is None or window.position_server_id != self._server_id):
+            # Started from a GTID set (no checkpoint, or a failover): until a transaction
+            # of this server completes, the first one's start is the resume point here.
+            window.position, window.position_server_id = self._tx_start, self._server_id
         self._checkpoint(force=True)
 
     # -- checkpoint ---------------------------------------------------------------------
@@ -454,7 +474,7 @@ class Relay:
             source=self.settings.source_name,
             position=window.position,
             gtids=str(window.gtids) if window.gtids else None,
-            server_id=self._server_id,
+            server_id=window.position_server_id,
             offsets={t: dict(ps) for t, ps in window.offsets.items()},
             partitions=dict(self._partitions),
             written_at_ms=int(self._clock() * 1000),

@@ -16,10 +16,9 @@ from typing import Callable
 import pymysql
 
 from cdc.config import Config
-from cdc.errors import PreflightError
+from cdc.errors import CdcError, PreflightError
 from cdc.metrics import RelayMetrics
-from cdc.position import BinlogPosition
-from cdc.relay import Relay, RunSummary
+from cdc.relay import Relay, RunSummary, start_point
 from connectors.avro_serializer import ConfluentAvroSerializer, registry_client
 from connectors.binlog_source import MySQLBinlogSourceFactory
 from connectors.checkpoint_stores import FileCheckpointStore, KafkaCheckpointStore
@@ -37,15 +36,15 @@ def checkpoint_store(cfg: Config):
     return KafkaCheckpointStore(cfg.kafka.bootstrap, cfg.checkpoint.topic, cfg.source.name, cfg.kafka.producer)
 
 
-def start_position(cfg: Config, store) -> BinlogPosition | str | None:
-    cp = store.load()
-    if cp is not None:
-        return cp.position
-    start = cfg.source.start
+def start_position(cfg: Config, store) -> object:
+    """Where `cdc run` would start (the relay's own rule, asked of the server it is
+    configured for), for the preflight's start-position check."""
+    sources = MySQLBinlogSourceFactory(cfg.source.connection(), cfg.source.replica_server_id, set())
     try:
-        return BinlogPosition.parse(start)
-    except Exception:
-        return start
+        server_id = sources.server_id()
+    except CdcError:
+        return None  # preflight reports the connection problem itself
+    return start_point(store.load(), server_id, cfg.relay_settings())
 
 
 def preflight(cfg: Config, store=None) -> list:

@@ -137,18 +137,12 @@ def run_demo(orders: int = 2000, workdir: str | None = None, verify: bool = True
 
 
 def _verify(db, kafka, cfg, work: Path) -> int:
-    try:
-        from spark_jobs.verify import VerifyConfig, run_verify
-    except ImportError:
-        print("verifier not available (spark_jobs.verify missing); skipped")
-        return 0
+    from cdc_cli.verify_commands import verify_config
+    from spark_jobs.verify import run_verify
+
     print()
     print("verifying with Spark (binlog vs topics, event by event) ...", flush=True)
-    vcfg = VerifyConfig(
-        mysql=cfg.source.connection(), source=cfg.source.name, tables=list(cfg.tables),
-        bootstrap=kafka.bootstrap_servers, topics=[t for t in TOPICS if t != cfg.kafka.dead_letter_topic],
-        dead_letter_topic=cfg.kafka.dead_letter_topic, master="local[2]", output_dir=str(work / "report"),
-    )
+    vcfg = verify_config(cfg, str(work / "report"), master="local[2]")
     report = run_verify(vcfg, progress=lambda msg: print(f"  {msg}", flush=True))
     print(report.summary_text())
     print(f"  HTML report: {report.html_path}")

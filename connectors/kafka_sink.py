@@ -87,6 +87,9 @@ class KafkaPublisher:
     def poll(self, timeout: float) -> None:
         self._producer.poll(timeout)
 
+    def pending(self) -> int:
+        return len(self._producer)
+
     def flush(self, timeout: float) -> int:
         return self._producer.flush(timeout)
 

@@ -209,7 +209,7 @@ def consume_range(
         consumer.assign([TopicPartition(topic, partition, start)])
         last_progress = time.monotonic()
         while True:
-            msgs = consumer.consume(num_messages=10_000, timeout=1.0)
+            msgs = consumer.consume(num_messages=5_000, timeout=0.2)
             if not msgs:
                 if time.monotonic() - last_progress > stall_timeout:
                     raise RuntimeError(

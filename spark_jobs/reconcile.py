@@ -576,61 +576,83 @@ def missing_entry(r: Any) -> dict[str, Any]:
 
 
 def summarize(rc: Reconciled, max_examples: int = 20, lag_buckets: int = 600, hist_bins: int = 40) -> dict[str, Any]:
-    """Counts, examples, verified_through, latency and lag, from the persisted results."""
+    """Counts, examples, verified_through, latency and lag, from the persisted results.
+
+    Few Spark actions: one for every count (events, records, order violations), one for
+    the global figures (latency percentiles, first unproven event), one for the latency
+    histogram and the lag series; the others only run when there is something to show."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
+    from pyspark.sql import types as T
 
     col = F.col
     ctx = rc.ctx
     ev = rc.events
+    str_null = F.lit(None).cast("string")
+
+    # ---- 1 action: every count
+    facts = (
+        ev.groupBy(
+            F.lit("event").alias("side"),
+            col("class"),
+            col("unverifiable_reason").alias("reason"),
+            F.when(col("class") == "dead_lettered", col("deliveries")[0]["dlq_cause"]).alias("cause"),
+            F.when(col("class") == "altered", F.array_join(col("reasons"), ",")).alias("reasons"),
+        )
+        .count()
+        .unionByName(
+            rc.records.groupBy(F.lit("record").alias("side"), col("class"), col("reason"), str_null.alias("cause"), str_null.alias("reasons")).count()
+        )
+        .unionByName(
+            rc.violations.groupBy(F.lit("violation").alias("side"), F.lit("order").alias("class"), str_null.alias("reason"),
+                                  str_null.alias("cause"), str_null.alias("reasons")).count()  # fmt: skip
+        )
+        .collect()
+    )
     counts = {c: 0 for c in ALL_CLASSES}
-    for r in ev.groupBy("class").count().collect():
-        counts[r["class"]] += r["count"]
     rec_counts: dict[str, int] = {}
     rec_reasons: dict[str, int] = {}
-    for r in rc.records.groupBy("class", "reason").count().collect():
-        rec_counts[r["class"]] = rec_counts.get(r["class"], 0) + r["count"]
-        if r["class"] == "unverifiable":
-            rec_reasons[r["reason"]] = rec_reasons.get(r["reason"], 0) + r["count"]
+    ev_unv: dict[str, int] = {}
+    dlq_causes: dict[str, int] = {}
+    altered_reasons: dict[str, int] = {}
+    violations_count = 0
+    for r in facts:
+        n = r["count"]
+        if r["side"] == "event":
+            counts[r["class"]] += n
+            if r["class"] == "unverifiable":
+                ev_unv[r["reason"]] = ev_unv.get(r["reason"], 0) + n
+            if r["class"] == "dead_lettered":
+                dlq_causes[r["cause"]] = dlq_causes.get(r["cause"], 0) + n
+            if r["class"] == "altered":
+                for reason in (r["reasons"] or "").split(","):
+                    if reason:
+                        altered_reasons[reason] = altered_reasons.get(reason, 0) + n
+        elif r["side"] == "record":
+            rec_counts[r["class"]] = rec_counts.get(r["class"], 0) + n
+            if r["class"] == "unverifiable":
+                rec_reasons[r["reason"]] = rec_reasons.get(r["reason"], 0) + n
+        else:
+            violations_count += n
+    events_total = sum(counts.values())
     counts["phantom"] += rec_counts.get("phantom", 0)
     counts["unverifiable"] += rec_counts.get("unverifiable", 0)
-    ev_unv = {r["unverifiable_reason"]: r["count"] for r in ev.filter(col("class") == "unverifiable").groupBy("unverifiable_reason").count().collect()}
-    dlq_causes = {
-        r["cause"]: r["count"]
-        for r in ev.filter(col("class") == "dead_lettered").groupBy(col("deliveries")[0]["dlq_cause"].alias("cause")).count().collect()
-    }
-    altered_reasons: dict[str, int] = {}
-    for r in ev.filter(col("class") == "altered").select(F.explode("reasons").alias("r")).groupBy("r").count().collect():
-        altered_reasons[r["r"]] = r["count"]
 
-    # examples: up to N per class, in binlog order
-    w = Window.partitionBy("class").orderBy("file_seq", "tx_pos", "row")
-    examples: dict[str, list[dict[str, Any]]] = {c: [] for c in ALL_CLASSES}
-    for r in ev.filter(col("class") != "delivered").withColumn("rn", F.row_number().over(w)).filter(col("rn") <= max_examples).orderBy("class", "rn").collect():
-        examples[r["class"]].append(_event_example(r))
-    wr = Window.partitionBy("class").orderBy("topic", "partition", "offset")
-    for r in (
-        rc.records.filter(col("class").isin("phantom", "unverifiable"))
-        .withColumn("rn", F.row_number().over(wr))
-        .filter(col("rn") <= max_examples)
-        .orderBy("class", "rn")
-        .collect()
-    ):
-        if len(examples[r["class"]]) < 2 * max_examples:
-            examples[r["class"]].append(_record_example(r))
-    violations_count = rc.violations.count()
-    violation_examples = [
-        {
-            "topic": r["topic"], "partition": r["partition"], "offset": r["offset"], "key": r["key_text"],
-            "position": {"file": r["h_file"], "pos": r["h_pos"], "row": r["h_row"], "gtid": r["h_gtid"]},
-            "after_position": {"file_seq": r["prev_max"]["h_file_seq"], "pos": r["prev_max"]["h_pos"], "row": r["prev_max"]["h_row"]},
-        }  # fmt: skip
-        for r in rc.violations.orderBy("topic", "partition", "offset").limit(max_examples).collect()
-    ]
+    # ---- 1 action: global figures (latency, first unproven event)
+    lat_expr = col("latency_ms")
+    g = ev.agg(
+        F.count(lat_expr).alias("n"),
+        F.min(lat_expr).alias("min"),
+        F.max(lat_expr).alias("max"),
+        F.avg(lat_expr).alias("mean"),
+        F.percentile_approx(lat_expr, [0.5, 0.95, 0.99], 10000).alias("p"),
+        F.min(F.when(lat_expr.isNotNull(), col("commit_ts_ms"))).alias("t0"),
+        F.max(F.when(lat_expr.isNotNull(), col("commit_ts_ms"))).alias("t1"),
+        F.min(F.when(~col("class").isin(*PROVEN_CLASSES), F.struct("file_seq", "tx_pos", "row", "file"))).alias("first_bad"),
+    ).collect()[0]
 
-    # verified_through
-    bad = ev.filter(~col("class").isin(*PROVEN_CLASSES))
-    first_bad = bad.agg(F.min(F.struct("file_seq", "tx_pos", "row", "file")).alias("m")).collect()[0]["m"]
+    # ---- verified_through
+    first_bad = g["first_bad"]
     if first_bad is None:
         verified = {"file": ctx.range_end[0], "pos": ctx.range_end[2], "complete": True}
         first_unproven = None
@@ -646,29 +668,90 @@ def summarize(rc: Reconciled, max_examples: int = 20, lag_buckets: int = 600, hi
             verified = {"file": prev["file"], "pos": prev["tx_end"], "complete": False}
         first_unproven = {"file": first_bad["file"], "pos": first_bad["tx_pos"], "row": first_bad["row"]}
 
-    latency = latency_summary(ev, lag_buckets=lag_buckets, hist_bins=hist_bins)
-    truncated = [
-        {"topic": t, "partition": p, "low_watermark": low}
-        for t, p, low in ctx.truncated()
-    ]
-    unv_records = rc.records.filter(col("class") == "unverifiable").groupBy("reason").agg(
-        F.min(F.struct("h_file_seq", "h_pos", "h_file")).alias("lo"), F.max(F.struct("h_file_seq", "h_pos", "h_file")).alias("hi"), F.count(F.lit(1)).alias("n")
-    ).collect()
-    unv_events = ev.filter(col("class") == "unverifiable").groupBy("unverifiable_reason").agg(
-        F.min(F.struct("file_seq", "tx_pos", "file")).alias("lo"), F.max(F.struct("file_seq", "tx_pos", "file")).alias("hi"), F.count(F.lit(1)).alias("n")
-    ).collect()
-    unverifiable_ranges = [
-        {"side": "kafka_records", "reason": r["reason"], "count": r["n"],
-         "from": {"file": r["lo"]["h_file"], "pos": r["lo"]["h_pos"]}, "to": {"file": r["hi"]["h_file"], "pos": r["hi"]["h_pos"]}}
-        for r in unv_records
-    ] + [
-        {"side": "binlog_events", "reason": r["unverifiable_reason"], "count": r["n"],
-         "from": {"file": r["lo"]["file"], "pos": r["lo"]["tx_pos"]}, "to": {"file": r["hi"]["file"], "pos": r["hi"]["tx_pos"]}}
-        for r in unv_events
-    ]  # fmt: skip
+    # ---- 1 action: latency histogram + lag over time
+    latency: dict[str, Any] = {
+        "count": g["n"],
+        "note": "commit time comes from the binlog commit event header, which has one-second resolution on MariaDB: "
+        "a latency can be overstated by up to 1000 ms",
+    }
+    if g["n"]:
+        p = g["p"]
+        latency.update(min_ms=g["min"], p50_ms=p[0], p95_ms=p[1], p99_ms=p[2], max_ms=g["max"], mean_ms=round(g["mean"], 1))
+        lo, hi = int(g["min"]), int(g["max"])
+        width = max(1, -(-(hi - lo + 1) // hist_bins))
+        t0 = int(g["t0"]) // 1000
+        span_s = (int(g["t1"]) - int(g["t0"])) // 1000 + 1
+        bucket_s = max(1, -(-span_s // lag_buckets))
+        lat = ev.filter(lat_expr.isNotNull())
+        rows = (
+            lat.groupBy(F.lit("h").alias("kind"), F.floor((lat_expr - F.lit(lo)) / F.lit(width)).alias("b"))
+            .agg(F.count(F.lit(1)).alias("n"), F.max(lat_expr).alias("mx"))
+            .unionByName(
+                lat.groupBy(F.lit("l").alias("kind"), F.floor((F.floor(col("commit_ts_ms") / 1000) - F.lit(t0)) / F.lit(bucket_s)).alias("b"))
+                .agg(F.count(F.lit(1)).alias("n"), F.max(lat_expr).alias("mx"))
+            )
+            .collect()
+        )
+        latency["histogram"] = {
+            "bin_width_ms": width,
+            "bins": sorted(({"from_ms": lo + int(r["b"]) * width, "count": r["n"]} for r in rows if r["kind"] == "h"), key=lambda b: b["from_ms"]),
+        }
+        latency["lag_over_time"] = {
+            "bucket_seconds": bucket_s,
+            "points": sorted(
+                ({"commit_second": t0 + int(r["b"]) * bucket_s, "max_latency_ms": r["mx"], "events": r["n"]} for r in rows if r["kind"] == "l"),
+                key=lambda x: x["commit_second"],
+            ),
+        }
+
+    # ---- examples (only when there is something to show)
+    examples: dict[str, list[dict[str, Any]]] = {c: [] for c in ALL_CLASSES}
+    if events_total - counts["delivered"] > 0:
+        w = Window.partitionBy("class").orderBy("file_seq", "tx_pos", "row")
+        for r in ev.filter(col("class") != "delivered").withColumn("rn", F.row_number().over(w)).filter(col("rn") <= max_examples).orderBy("class", "rn").collect():
+            examples[r["class"]].append(_event_example(r))
+    if rec_counts.get("phantom", 0) + rec_counts.get("unverifiable", 0) > 0:
+        wr = Window.partitionBy("class").orderBy("topic", "partition", "offset")
+        for r in (
+            rc.records.filter(col("class").isin("phantom", "unverifiable"))
+            .withColumn("rn", F.row_number().over(wr))
+            .filter(col("rn") <= max_examples)
+            .orderBy("class", "rn")
+            .collect()
+        ):
+            if len(examples[r["class"]]) < 2 * max_examples:
+                examples[r["class"]].append(_record_example(r))
+    violation_examples = []
+    if violations_count:
+        violation_examples = [
+            {
+                "topic": r["topic"], "partition": r["partition"], "offset": r["offset"], "key": r["key_text"],
+                "position": {"file": r["h_file"], "pos": r["h_pos"], "row": r["h_row"], "gtid": r["h_gtid"]},
+                "after_position": {"file_seq": r["prev_max"]["h_file_seq"], "pos": r["prev_max"]["h_pos"], "row": r["prev_max"]["h_row"]},
+            }  # fmt: skip
+            for r in rc.violations.orderBy("topic", "partition", "offset").limit(max_examples).collect()
+        ]
+    unverifiable_ranges: list[dict[str, Any]] = []
+    if rec_counts.get("unverifiable", 0):
+        for r in rc.records.filter(col("class") == "unverifiable").groupBy("reason").agg(
+            F.min(F.struct("h_file_seq", "h_pos", "h_file")).alias("lo"), F.max(F.struct("h_file_seq", "h_pos", "h_file")).alias("hi"),
+            F.count(F.lit(1)).alias("n"),
+        ).collect():  # fmt: skip
+            unverifiable_ranges.append({"side": "kafka_records", "reason": r["reason"], "count": r["n"],
+                                        "from": {"file": r["lo"]["h_file"], "pos": r["lo"]["h_pos"]},
+                                        "to": {"file": r["hi"]["h_file"], "pos": r["hi"]["h_pos"]}})  # fmt: skip
+    if ev_unv:
+        for r in ev.filter(col("class") == "unverifiable").groupBy("unverifiable_reason").agg(
+            F.min(F.struct("file_seq", "tx_pos", "file")).alias("lo"), F.max(F.struct("file_seq", "tx_pos", "file")).alias("hi"),
+            F.count(F.lit(1)).alias("n"),
+        ).collect():  # fmt: skip
+            unverifiable_ranges.append({"side": "binlog_events", "reason": r["unverifiable_reason"], "count": r["n"],
+                                        "from": {"file": r["lo"]["file"], "pos": r["lo"]["tx_pos"]},
+                                        "to": {"file": r["hi"]["file"], "pos": r["hi"]["tx_pos"]}})  # fmt: skip
+    del T
     return {
         "counts": counts,
-        "events_total": sum(counts[c] for c in EVENT_CLASSES if c != "unverifiable") + sum(ev_unv.values()),
+        "events_total": events_total,
         "records": {
             "foreign": rec_counts.get("foreign", 0),
             "unidentified": rec_counts.get("unidentified", 0),
@@ -683,56 +766,6 @@ def summarize(rc: Reconciled, max_examples: int = 20, lag_buckets: int = 600, hi
         "verified_through": verified,
         "first_unproven": first_unproven,
         "latency": latency,
-        "truncated_partitions": truncated,
+        "truncated_partitions": [{"topic": t, "partition": p, "low_watermark": low} for t, p, low in ctx.truncated()],
         "unverifiable_ranges": unverifiable_ranges,
     }
-
-
-def latency_summary(ev: Any, lag_buckets: int = 600, hist_bins: int = 40) -> dict[str, Any]:
-    """Commit time (binlog, ms, second resolution on MariaDB) -> broker timestamp of the
-    first delivery: percentiles, a histogram and the maximum per commit-time bucket."""
-    from pyspark.sql import functions as F
-
-    col = F.col
-    lat = ev.filter(col("latency_ms").isNotNull())
-    row = lat.agg(
-        F.count(F.lit(1)).alias("n"),
-        F.min("latency_ms").alias("min"),
-        F.max("latency_ms").alias("max"),
-        F.avg("latency_ms").alias("mean"),
-        F.percentile_approx("latency_ms", [0.5, 0.95, 0.99], 10000).alias("p"),
-        F.min("commit_ts_ms").alias("t0"),
-        F.max("commit_ts_ms").alias("t1"),
-    ).collect()[0]
-    out: dict[str, Any] = {
-        "count": row["n"],
-        "note": "commit time comes from the binlog commit event header, which has one-second resolution on MariaDB: "
-        "latencies are overstated by up to 1000 ms (and can exceed the true value by that much)",
-    }
-    if not row["n"]:
-        return out
-    p = row["p"]
-    out.update(min_ms=row["min"], p50_ms=p[0], p95_ms=p[1], p99_ms=p[2], max_ms=row["max"], mean_ms=round(row["mean"], 1))
-    lo, hi = int(row["min"]), int(row["max"])
-    width = max(1, -(-(hi - lo + 1) // hist_bins))
-    hist = lat.groupBy(F.floor((col("latency_ms") - F.lit(lo)) / F.lit(width)).alias("b")).count().collect()
-    out["histogram"] = {
-        "bin_width_ms": width,
-        "bins": sorted(({"from_ms": lo + int(r["b"]) * width, "count": r["count"]} for r in hist), key=lambda b: b["from_ms"]),
-    }
-    span_s = (int(row["t1"]) - int(row["t0"])) // 1000 + 1
-    bucket_s = max(1, -(-span_s // lag_buckets))
-    t0 = int(row["t0"]) // 1000
-    series = (
-        lat.groupBy(F.floor((F.floor(col("commit_ts_ms") / 1000) - F.lit(t0)) / F.lit(bucket_s)).alias("b"))
-        .agg(F.max("latency_ms").alias("max_ms"), F.count(F.lit(1)).alias("events"))
-        .collect()
-    )
-    out["lag_over_time"] = {
-        "bucket_seconds": bucket_s,
-        "points": sorted(
-            ({"commit_second": t0 + int(r["b"]) * bucket_s, "max_latency_ms": r["max_ms"], "events": r["events"]} for r in series),
-            key=lambda x: x["commit_second"],
-        ),
-    }
-    return out

@@ -171,11 +171,19 @@ def run_verify(config: VerifyConfig, progress: Progress | None = None, spark: An
             .persist(StorageLevel.MEMORY_AND_DISK)
         )
         say(f"binlog: reading {len(bplan['files'])} file(s) through {bplan['range_end']['file']}:{bplan['range_end']['pos']}")
-        per_file = {r["file"]: (r["n"], r["anomalies"]) for r in events_all.groupBy("file").agg(
+        # one action: reads the binlog into the cache; per file: events, anomalies, topics
+        per_file: dict[str, tuple[int, int]] = {}
+        anomalies: list[str] = []
+        expected_topics: set[str] = set()
+        for r in events_all.groupBy("file").agg(
             F.count(F.when(F.col("ikey").isNotNull(), 1)).alias("n"),
-            F.count(F.when(F.col("ikey").isNull(), 1)).alias("anomalies"),
-        ).collect()}  # fmt: skip
-        anomalies = [f"{r['file']}: {r['dlq_error']}" for r in events_all.filter(F.col("ikey").isNull()).select("file", "dlq_error").limit(1000).collect()]
+            F.slice(F.collect_list(F.when(F.col("ikey").isNull(), F.col("dlq_error"))), 1, 200).alias("anomalies"),
+            F.count(F.when(F.col("ikey").isNull(), 1)).alias("n_anomalies"),
+            F.collect_set(F.when(F.col("ikey").isNotNull() & F.col("dlq_cause").isNull(), F.col("expected_topic"))).alias("topics"),
+        ).collect():  # fmt: skip
+            per_file[r["file"]] = (r["n"], r["n_anomalies"])
+            anomalies += [f"{r['file']}: {a}" for a in r["anomalies"]]
+            expected_topics.update(r["topics"])
         timings["read_binlog"] = time.monotonic() - t
 
         t = time.monotonic()
@@ -202,10 +210,6 @@ def run_verify(config: VerifyConfig, progress: Progress | None = None, spark: An
         }
         timings["read_kafka"] = time.monotonic() - t
 
-        expected_topics = {
-            r["expected_topic"]
-            for r in events_all.filter(F.col("ikey").isNotNull() & F.col("dlq_cause").isNull()).select("expected_topic").distinct().collect()
-        }
         read_topics = set(kplan["partition_counts"])
         unread = tuple(sorted(t for t in expected_topics if t not in read_topics and not _topic_selected(t, config)))
 
@@ -263,15 +267,16 @@ def run_verify(config: VerifyConfig, progress: Progress | None = None, spark: An
         report = VerifyReport(summary=summary, inputs=inputs, config=config.public(), timings=timings, anomalies=anomalies)
         say("report: writing")
         missing_rows = (
-            missing_entry(r)
-            for r in rc.events.filter(F.col("class") == "missing").orderBy("file_seq", "tx_pos", "row").toLocalIterator()
+            (missing_entry(r) for r in rc.events.filter(F.col("class") == "missing").orderBy("file_seq", "tx_pos", "row").toLocalIterator())
+            if summary["counts"]["missing"]
+            else iter(())
         )
         timings["total"] = time.monotonic() - t_all
         write_outputs(report, config.output_dir, missing_rows)
         rc.unpersist()
         events_all.unpersist()
         records.unpersist()
-        say(summary_text(report))
+        say(f"report: {report.json_path}")
         return report
     finally:
         if own_spark:

@@ -107,9 +107,11 @@ def topic_records(bootstrap: str, topics: list[str]) -> list[TopicRecord]:
                 if high <= low:
                     continue
                 consumer.assign([TopicPartition(topic, partition, low)])
-                done = False
+                done, next_offset = False, low
                 while not done:
-                    batch = consumer.consume(1000, timeout=5)
+                    # Ask for no more than the partition has left: consume() waits out its
+                    # whole timeout when fewer messages than asked for arrive.
+                    batch = consumer.consume(max(1, min(1000, high - next_offset)), timeout=5)
                     if not batch:
                         break
                     for msg in batch:
@@ -122,6 +124,7 @@ def topic_records(bootstrap: str, topics: list[str]) -> list[TopicRecord]:
                             event_id = str(json.loads(value)["row"]["id"])
                         key = msg.key().decode() if msg.key() is not None else None
                         out.append(TopicRecord(topic, partition, msg.offset(), event_id, key))
+                        next_offset = msg.offset() + 1
                         if msg.offset() + 1 >= high:
                             done = True
     finally:

@@ -327,8 +327,12 @@ def test_10k_events_keep_per_key_commit_order_on_6_partitions(
     assert not split, f"keys spread over several partitions: {dict(list(split.items())[:5])}"
     for key, got in seqs.items():
         assert got == list(range(seq[key])), f"key {key}: events out of commit order: {got[:30]}"
-    wrong = {k: (p, murmur2_partition(k.encode(), partitions)) for k, (p,) in
-             ((k, tuple(v)) for k, v in partitions_of.items()) if p != murmur2_partition(k.encode(), partitions)}
+    # Stable across producers too: the Java client's murmur2 partition of the key.
+    wrong = {}
+    for key, (partition,) in ((k, tuple(v)) for k, v in partitions_of.items()):
+        want = murmur2_partition(key.encode(), partitions)
+        if partition != want:
+            wrong[key] = (partition, want)
     assert not wrong, f"keys not on the Java client's murmur2 partition: {dict(list(wrong.items())[:5])}"
     assert len({r.partition for r in records}) == partitions
 
@@ -472,79 +476,6 @@ def test_alter_table_mid_stream_maps_every_field(mariadb, kafka, database, topic
     assert not wrong, f"{len(wrong)} events mis-mapped, e.g. {wrong[:3]}"
 
 
-# -- 6. memory bound for a huge transaction --------------------------------------------------
-
-def _insert_big_transaction(db, database: str, rows: int, payload_bytes: int) -> None:
-    """One committed transaction of `rows` outbox rows (INSERT ... SELECT over a sequence)."""
-    with db.connect(database) as conn, conn.cursor() as cur:
-        cur.execute("SET SESSION max_statement_time = 0")
-        cur.execute(
-            f"INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) "
-            f"SELECT CONCAT('big-', LPAD(seq, 6, '0')), 'order', CONCAT('k', seq % 500), 'created', "
-            f"CONCAT(LPAD(seq, 6, '0'), REPEAT('x', {payload_bytes - 6})) FROM seq_0_to_{rows - 1}")
-        assert cur.rowcount == rows
-        conn.commit()
-
-
-def _peak_rss_while_publishing(raw: dict, db, kafka, topic: str, expected: int, workdir: Path) -> tuple[int, int]:
-    """Run `cdc run` until `expected` messages are in `topic`; (VmHWM, max sampled RSS) in bytes."""
-    relay = RelayProcess(raw, env_for(db), workdir)
-    sampled = 0
-    stop = threading.Event()
-
-    def sample() -> None:
-        nonlocal sampled
-        try:
-            proc = psutil.Process(relay.pid)
-            while not stop.wait(0.05):
-                sampled = max(sampled, proc.memory_info().rss)
-        except psutil.Error:
-            pass
-
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
-    try:
-        wait_until(lambda: not relay.alive() or topic_count(kafka.bootstrap_servers, topic) >= expected, 240,
-                   f"{expected} events in {topic}", interval=0.5)
-        assert relay.alive(), f"relay exited early: {relay.log_text()[-2000:]}"
-        status = Path(f"/proc/{relay.pid}/status").read_text()
-        hwm = int(next(line for line in status.splitlines() if line.startswith("VmHWM:")).split()[1]) * 1024
-    finally:
-        stop.set()
-        code = relay.terminate()
-        sampler.join(5)
-    assert code == 0, relay.log_text()[-2000:]
-    return hwm, sampled
-
-
-@pytest.mark.slow
-def test_100k_row_transaction_is_published_with_bounded_memory(
-        mariadb, kafka, database, topic_prefix, outbox, tmp_path):
-    rows, payload_bytes, bound_mb = 100_000, 200, 250
-    topic = f"{topic_prefix}.order"
-    kafka.create_topic(topic, 8)
-    start = master_position(mariadb)
-    _insert_big_transaction(mariadb, database, rows, payload_bytes)
-
-    raw = relay_raw_config(mariadb, kafka, database, topic_prefix, tmp_path / "cp.json", source__start=start)
-    hwm, sampled = _peak_rss_while_publishing(raw, mariadb, kafka, topic, rows, tmp_path / "spill")
-    print(f"\n[memory] 100k-row transaction, relay.spill_rows=10000 (default): peak RSS "
-          f"VmHWM={hwm / 2**20:.1f} MiB, max sampled RSS={sampled / 2**20:.1f} MiB")
-    records = read_topic(kafka.bootstrap_servers, topic)
-    assert_exactly_once(records, {f"big-{i:06d}" for i in range(rows)})
-    assert {r.headers[H_POS] for r in records} == {records[0].headers[H_POS]}, "one transaction, one position"
-    assert hwm < bound_mb * 2**20, f"relay peak RSS {hwm / 2**20:.0f} MiB exceeds the {bound_mb} MiB bound"
-
-    # For comparison only (no assertion): the same transaction held wholly in memory.
-    other = topic_prefix + "nospill"
-    kafka.create_topic(f"{other}.order", 8)
-    raw2 = relay_raw_config(mariadb, kafka, database, other, tmp_path / "cp2.json", source__start=start,
-                            relay__spill_rows=10_000_000)
-    hwm2, sampled2 = _peak_rss_while_publishing(raw2, mariadb, kafka, f"{other}.order", rows, tmp_path / "nospill")
-    print(f"[memory] 100k-row transaction, relay.spill_rows=10000000 (no spill): peak RSS "
-          f"VmHWM={hwm2 / 2**20:.1f} MiB, max sampled RSS={sampled2 / 2**20:.1f} MiB")
-
-
 # -- 7. dead letters ----------------------------------------------------------------------
 
 def test_each_dead_letter_cause_lands_in_the_dlq_and_the_stream_goes_on(
@@ -675,3 +606,85 @@ def test_sigterm_during_load_loses_nothing_and_a_restart_continues(
     assert code2 == 0, second.log_text()[-2000:]
     records = read_topic(kafka.bootstrap_servers, topic)
     assert_exactly_once(records, written)
+
+
+# -- 6. memory bound for a huge transaction (last: the slowest) ------------------------------
+
+def _insert_big_transaction(db, database: str, rows: int, payload_bytes: int) -> None:
+    """One committed transaction of `rows` outbox rows (INSERT ... SELECT over a sequence)."""
+    with db.connect(database) as conn, conn.cursor() as cur:
+        cur.execute("SET SESSION max_statement_time = 0")
+        cur.execute(
+            f"INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) "
+            f"SELECT CONCAT('big-', LPAD(seq, 6, '0')), 'order', CONCAT('k', seq % 500), 'created', "
+            f"CONCAT(LPAD(seq, 6, '0'), REPEAT('x', {payload_bytes - 6})) FROM seq_0_to_{rows - 1}")
+        assert cur.rowcount == rows
+        conn.commit()
+
+
+def _peak_rss_while_publishing(raw: dict, db, kafka, topic: str, expected: int, workdir: Path) -> tuple[int, int]:
+    """Run `cdc run` until `expected` messages are in `topic`; (VmHWM, max sampled RSS) in bytes."""
+    relay = RelayProcess(raw, env_for(db), workdir)
+    sampled = 0
+    stop = threading.Event()
+
+    def sample() -> None:
+        nonlocal sampled
+        try:
+            proc = psutil.Process(relay.pid)
+            while not stop.wait(0.05):
+                sampled = max(sampled, proc.memory_info().rss)
+        except psutil.Error:
+            pass
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        wait_until(lambda: not relay.alive() or topic_count(kafka.bootstrap_servers, topic) >= expected, 240,
+                   f"{expected} events in {topic}", interval=0.5)
+        assert relay.alive(), f"relay exited early: {relay.log_text()[-2000:]}"
+        status = Path(f"/proc/{relay.pid}/status").read_text()
+        hwm = int(next(line for line in status.splitlines() if line.startswith("VmHWM:")).split()[1]) * 1024
+    finally:
+        stop.set()
+        code = relay.terminate()
+        sampler.join(5)
+    assert code == 0, relay.log_text()[-2000:]
+    return hwm, sampled
+
+
+@pytest.mark.slow
+def test_100k_row_transaction_is_published_with_bounded_memory(
+        mariadb, kafka, database, topic_prefix, outbox, tmp_path):
+    """One 100k-row transaction (200-byte payloads), relay.spill_rows at its default of
+    10 000: the relay's peak RSS must stay under BOUND_MB. Measured on this machine kind
+    (2 cores): the same 100k events in 100 transactions of 1 000 rows peak at ~73 MiB;
+    this test runs the relay a second time with spilling disabled and prints that peak
+    for comparison (no assertion on it)."""
+    rows, payload_bytes, bound_mb = 100_000, 200, 250
+    topic = f"{topic_prefix}.order"
+    kafka.create_topic(topic, 8)
+    start = master_position(mariadb)
+    _insert_big_transaction(mariadb, database, rows, payload_bytes)
+
+    raw = relay_raw_config(mariadb, kafka, database, topic_prefix, tmp_path / "cp.json", source__start=start)
+    hwm, sampled = _peak_rss_while_publishing(raw, mariadb, kafka, topic, rows, tmp_path / "spill")
+    print(f"\n[memory] 100k-row transaction, relay.spill_rows=10000 (default): peak RSS "
+          f"VmHWM={hwm / 2**20:.1f} MiB, max sampled RSS={sampled / 2**20:.1f} MiB")
+    records = read_topic(kafka.bootstrap_servers, topic)
+    assert_exactly_once(records, {f"big-{i:06d}" for i in range(rows)})
+    assert {r.headers[H_POS] for r in records} == {records[0].headers[H_POS]}, "one transaction, one position"
+    del records
+
+    # For comparison only: the same transaction held wholly in memory.
+    other = topic_prefix + "nospill"
+    kafka.create_topic(f"{other}.order", 8)
+    raw2 = relay_raw_config(mariadb, kafka, database, other, tmp_path / "cp2.json", source__start=start,
+                            relay__spill_rows=10_000_000)
+    hwm2, sampled2 = _peak_rss_while_publishing(raw2, mariadb, kafka, f"{other}.order", rows, tmp_path / "nospill")
+    print(f"[memory] 100k-row transaction, relay.spill_rows=10000000 (no spill): peak RSS "
+          f"VmHWM={hwm2 / 2**20:.1f} MiB, max sampled RSS={sampled2 / 2**20:.1f} MiB")
+
+    assert hwm < bound_mb * 2**20, (
+        f"relay peak RSS {hwm / 2**20:.0f} MiB with spill_rows=10000 exceeds the {bound_mb} MiB bound "
+        f"(without spilling: {hwm2 / 2**20:.0f} MiB)")

@@ -406,6 +406,9 @@ class FakePublisher:
         if not self.hold_acks:
             self._ack(self.per_poll)
 
+    def pending(self) -> int:
+        return len(self.queue) + len(self.unacked)
+
     def flush(self, timeout: float) -> int:
         if self.dead:
             return 0

@@ -617,3 +617,24 @@ def test_a_late_too_large_redirect_does_not_move_the_checkpoint_offset_past_a_la
     run2 = RelayHarness(b, kafka=kafka, store=store, publisher=dict(fail=_fail_id("big", TOO_LARGE)))
     run2.run()
     assert Counter(ids_in(kafka)) == Counter({"big": 1, "dead": 1, "slow": 1}), Counter(ids_in(kafka))
+
+
+def test_a_large_transaction_is_published_with_a_bounded_number_in_flight():
+    """Acknowledgements are served while a large transaction is handed over, and the relay
+    waits while more than `max_in_flight` are outstanding (memory stays bounded)."""
+    b = Binlog()
+    b.transaction([outbox_row(f"e{n}", "order", f"k{n % 7}") for n in range(3000)])
+    h = RelayHarness(b, publisher={"per_poll": 50}, max_in_flight=400)
+    peak = 0
+    publish = h.publisher.publish
+
+    def watching(*args, **kwargs):
+        nonlocal peak
+        publish(*args, **kwargs)
+        peak = max(peak, h.publisher.pending())
+
+    h.publisher.publish = watching
+    h.run()
+    assert_exactly_once_in_order(h.kafka, b)
+    assert len(ids_in(h.kafka)) == 3000
+    assert peak <= 400 + 256, peak

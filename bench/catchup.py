@@ -1,0 +1,162 @@
+"""Catch-up benchmark: the relay reads a binlog written before it started, end to end
+(binlog -> Avro -> acknowledged by the broker), against the naive python-mysql-replication
+parse rate of the same binlog measured in the same run.
+
+    ./run.sh bench catchup [--events 200000] [--mixed] [--profile out.svg]
+
+Prints events/s, CPU seconds, peak RSS, time to the first published event, and the
+ratio to the naive parse rate (the figure that holds across machines).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.workloads import bench_server, create_schema, write  # noqa: E402
+
+
+def naive_parse_rate(db, start_file: str, start_pos: int, database: str) -> tuple[float, int]:
+    """python-mysql-replication with its defaults, reading every row event of the
+    range and touching each row's values (what any consumer of the library does)."""
+    from pymysqlreplication import BinLogStreamReader
+    from pymysqlreplication.event import XidEvent
+    from pymysqlreplication.row_event import WriteRowsEvent
+
+    s = db.connection_settings()
+    stream = BinLogStreamReader(connection_settings=s, server_id=777_001, blocking=False, resume_stream=True,
+                                log_file=start_file, log_pos=start_pos, only_events=[WriteRowsEvent, XidEvent])
+    rows = outbox = 0
+    t0 = time.perf_counter()
+    for ev in stream:
+        if isinstance(ev, WriteRowsEvent):
+            for row in ev.rows:
+                rows += 1
+                if ev.table == "outbox":
+                    outbox += 1
+                    row["values"]["payload"]
+    stream.close()
+    return outbox / (time.perf_counter() - t0), rows
+
+
+def run_relay(db, kafka, database: str, start: str, expected_end: tuple[str, int], workdir: Path,
+              profile: str | None) -> dict:
+    from cdc.position import BinlogPosition
+
+    cp = workdir / "cp.json"
+    cfg = workdir / "relay.toml"
+    cfg.write_text(f"""
+[source]
+name = "bench"
+host = "{db.host}"
+port = {db.port}
+user = "{db.user}"
+password_env = "BENCH_MYSQL_PASSWORD"
+replica_server_id = 777002
+start = "{start}"
+[[outbox.tables]]
+schema = "{database}"
+table = "outbox"
+topic = "bench.{{aggregate_type}}"
+[kafka]
+bootstrap = "{kafka.bootstrap_servers}"
+dead_letter_topic = "bench.dlq"
+[schema_registry]
+url = "mock://bench"
+[checkpoint]
+store = "file"
+path = "{cp}"
+interval_s = 0.5
+[log]
+level = "WARNING"
+""")
+    env = {**os.environ, "BENCH_MYSQL_PASSWORD": db.password}
+    cmd = [sys.executable, "-m", "cdc_cli.main", "run", "--config", str(cfg), "--skip-check"]
+    if profile:
+        fmt = "raw" if profile.endswith(".txt") else "flamegraph"
+        cmd = [str(Path(sys.executable).parent / "py-spy"), "record", "-o", profile, "-r", "200", "--format", fmt,
+               "--"] + cmd
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    ps = psutil.Process(proc.pid)
+    peak = 0
+    first_event = None
+    end = BinlogPosition(*expected_end)
+    while True:
+        try:
+            procs = [ps] + ps.children(recursive=True)
+            rss = sum(p.memory_info().rss for p in procs if "python" in p.name())
+            peak = max(peak, rss)
+        except psutil.Error:
+            pass
+        try:
+            data = json.loads(cp.read_text())
+            pos = BinlogPosition(data["file"], data["pos"])
+            if first_event is None and data.get("events_delivered", 0) > 0:
+                first_event = time.perf_counter() - t0
+            if pos >= end:
+                break
+        except (FileNotFoundError, ValueError, KeyError):
+            pass
+        if proc.poll() is not None:
+            raise SystemExit(f"relay exited early: {proc.stderr.read().decode()[-2000:]}")
+        time.sleep(0.05)
+    elapsed = time.perf_counter() - t0
+    target = [p for p in [ps] + ps.children(recursive=True) if "python" in p.name()][-1]
+    cpu = sum(target.cpu_times()[:2])
+    if profile:
+        target.send_signal(15)  # the relay drains and exits; py-spy then writes its profile
+    else:
+        proc.terminate()
+    proc.wait(120)
+    return {"elapsed": elapsed, "cpu": cpu, "peak_rss": peak, "first_event": first_event,
+            "events": data.get("events_delivered", 0)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--events", type=int, default=200_000)
+    ap.add_argument("--mixed", action="store_true")
+    ap.add_argument("--profile", default=None, help="write a py-spy flame graph of the relay here")
+    args = ap.parse_args()
+    from connectors.kafka_standin import KafkaStandin
+
+    database = "bench"
+    with bench_server() as db, KafkaStandin.start(brokers=1) as kafka, tempfile.TemporaryDirectory() as tmp:
+        kafka.create_topic("bench.order", 24)
+        kafka.create_topic("bench.dlq", 1)
+        create_schema(db, database, args.mixed)
+        with db.connect() as conn, conn.cursor() as cur:
+            cur.execute("SHOW MASTER STATUS")
+            start_file, start_pos = cur.fetchone()[:2]
+        t0 = time.perf_counter()
+        write(db, database, args.events, mixed=args.mixed)
+        gen = time.perf_counter() - t0
+        with db.connect() as conn, conn.cursor() as cur:
+            cur.execute("SHOW MASTER STATUS")
+            end = cur.fetchone()[:2]
+        kind = "mixed (outbox = 1/11 of rows)" if args.mixed else "outbox-only"
+        print(f"workload: {args.events} outbox events, {kind}, 100 per transaction, generated in {gen:.1f}s")
+        naive, rows = naive_parse_rate(db, start_file, start_pos, database)
+        print(f"naive python-mysql-replication parse: {naive:,.0f} outbox events/s ({rows} rows read)")
+        r = run_relay(db, kafka, database, f"{start_file}:{start_pos}", (end[0], int(end[1])), Path(tmp), args.profile)
+        rate = args.events / r["elapsed"]
+        print(f"relay end to end: {rate:,.0f} events/s ({args.events} events in {r['elapsed']:.1f}s, "
+              f"incl. start-up), CPU {r['cpu']:.1f}s ({r['cpu'] / r['elapsed']:.2f} cores), "
+              f"peak RSS {r['peak_rss'] / 2**20:.0f} MiB, first event after {r['first_event']:.2f}s")
+        print(f"ratio relay / naive parse: {rate / naive:.2f}x")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,104 @@
+"""`cdc verify`, `cdc repair`, `cdc locate`: the verifier's commands, driven by the
+relay's own config file (one file names the source, the tables and the topics)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from cdc.config import Config
+from cdc.position import BinlogPosition
+
+
+def verify_config(cfg: Config, output_dir: str, master: str | None = None, end_position: str | None = None,
+                  start_file: str | None = None):
+    from spark_jobs.verify import VerifyConfig
+
+    return VerifyConfig(
+        mysql=cfg.source.connection(), source=cfg.source.name, tables=tuple(cfg.tables),
+        kafka_bootstrap=cfg.kafka.bootstrap, dlq_topic=cfg.kafka.dead_letter_topic,
+        spark_master=master or "local[*]", output_dir=output_dir, end_position=end_position,
+        start_file=start_file, topic_allowlist=tuple(cfg.kafka.topic_allowlist),
+    )
+
+
+def _cmd_verify(args: argparse.Namespace) -> int:
+    from cdc_cli.logs import configure
+    from cdc_cli.main import read_config
+    from spark_jobs.verify import run_verify
+
+    cfg = read_config(args.config)
+    configure("text", "WARNING")
+    vcfg = verify_config(cfg, args.output_dir, args.master, args.end_position, args.start_file)
+    report = run_verify(vcfg, progress=lambda m: print(f"  {m}", file=sys.stderr, flush=True))
+    print(report.summary_text())
+    print(f"report: {report.json_path}\nhtml:   {report.html_path}")
+    return 0 if report.ok else 3
+
+
+def _cmd_repair(args: argparse.Namespace) -> int:
+    from cdc_cli.logs import configure
+    from cdc_cli.main import read_config
+    from cdc_cli.repair import load_missing, repair
+
+    cfg = read_config(args.config)
+    configure("text", "WARNING")
+    result = repair(cfg, load_missing(args.report), progress=lambda m: print(m, file=sys.stderr))
+    print(f"repair: {result.requested} missing, {result.published} re-published (header cdc.repair), "
+          f"{result.already_present} already present, {result.not_found_in_binlog} not found in the binlog")
+    return 0 if result.not_found_in_binlog == 0 else 3
+
+
+def _cmd_locate(args: argparse.Namespace) -> int:
+    from cdc_cli.main import read_config
+    from spark_jobs.locate import locate_offset, locate_position
+    from spark_jobs.verify import template_pattern
+
+    cfg = read_config(args.config)
+    if args.offset is not None:
+        if not args.topic or args.partition is None:
+            print("cdc locate: --offset needs --topic and --partition", file=sys.stderr)
+            return 2
+        found = locate_offset(cfg.kafka.bootstrap, args.topic, args.partition, args.offset)
+        if found is None:
+            print(f"no record at {args.topic}[{args.partition}]@{args.offset}", file=sys.stderr)
+            return 3
+        print(json.dumps({k: v for k, v in found.items() if k != "headers"}, default=str))
+        return 0
+    if not args.position:
+        print("cdc locate: give --position <file:pos | GTID> or --topic/--partition/--offset", file=sys.stderr)
+        return 2
+    where = args.position
+    try:
+        where = BinlogPosition.parse(args.position) if ":" in args.position and "." in args.position.split(":")[0] else where
+    except Exception:
+        pass
+    pattern = template_pattern([t.topic for t in cfg.tables])
+    topics = [cfg.kafka.dead_letter_topic]
+    hits = locate_position(cfg.kafka.bootstrap, topics, cfg.source.name, where, args.row, topic_pattern=pattern)
+    for topic, partition, offset in hits:
+        print(f"{topic}\t{partition}\t{offset}")
+    return 0 if hits else 3
+
+
+def add_parsers(sub) -> None:
+    p = sub.add_parser("verify", help="Spark verifier: binlog vs topics, event by event")
+    p.add_argument("--config", required=True, help="the relay's TOML file")
+    p.add_argument("--output-dir", default="verify-report", help="report.json, report.html, missing.jsonl")
+    p.add_argument("--master", default=None, help="Spark master (default local[*])")
+    p.add_argument("--start-file", default=None, help="verify from this binlog file (default: the oldest)")
+    p.add_argument("--end-position", default=None, help="verify up to file:pos (default: the server's end now)")
+    p.set_defaults(func=_cmd_verify)
+    p = sub.add_parser("repair", help="re-publish exactly the events a verify found missing")
+    p.add_argument("--config", required=True)
+    p.add_argument("--report", default="verify-report", help="the output directory of `cdc verify`")
+    p.set_defaults(func=_cmd_repair)
+    p = sub.add_parser("locate", help="binlog position/GTID <-> topic/partition/offset")
+    p.add_argument("--config", required=True)
+    p.add_argument("--position", help="a transaction's start file:pos, or its GTID")
+    p.add_argument("--row", type=int, default=None, help="the event's row index in its transaction")
+    p.add_argument("--topic")
+    p.add_argument("--partition", type=int)
+    p.add_argument("--offset", type=int)
+    p.set_defaults(func=_cmd_locate)
