@@ -6,7 +6,8 @@ callbacks while the socket waits, and a slow Kafka slows the reader instead of f
 memory.
 
 Positions. The library reports `packet.log_pos`, the end of each event; an event starts
-at `log_pos - event_size`. A transaction is named by the start of its GTID (or BEGIN)
+at `log_pos - packet.event_size` (the whole event: `event.event_size` is only its body,
+without the 19-byte header and the checksum). A transaction is named by the start of its GTID (or BEGIN)
 event; the stream resumes at the end of a commit event.
 
 Reconnects are the relay's job, never the library's: on a dropped connection the
@@ -84,7 +85,7 @@ class _Converter:
             return
         if kind is MariadbGtidEvent or kind is GtidEvent:
             end = ev.packet.log_pos
-            start = BinlogPosition(self.file, end - ev.event_size)
+            start = BinlogPosition(self.file, end - ev.packet.event_size)
             standalone = bool(getattr(ev, "flags", 0) & _FL_STANDALONE) if kind is MariadbGtidEvent else False
             out.append(TxBegin(start, BinlogPosition(self.file, end), ev.gtid, standalone))
             return
@@ -113,7 +114,7 @@ class _Converter:
         end = BinlogPosition(self.file, end_pos)
         upper = sql.upper()
         if upper == "BEGIN" or upper.startswith("XA START"):
-            out.append(TxBegin(BinlogPosition(self.file, end_pos - ev.event_size), end))
+            out.append(TxBegin(BinlogPosition(self.file, end_pos - ev.packet.event_size), end))
         elif upper == "COMMIT":
             out.append(TxCommit(end, ev.timestamp))
         elif upper == "ROLLBACK":

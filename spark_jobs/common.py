@@ -173,7 +173,7 @@ def build_spark(master: str = "local[*]", app_name: str = "cdc-verify", conf: Ma
         "spark.sql.adaptive.enabled": "true",
         "spark.driver.memory": "2g",
         "spark.ui.showConsoleProgress": "false",
-        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        "spark.sql.execution.pythonUDF.arrow.enabled": "false",
     }
     for key, value in {**defaults, **dict(conf or {})}.items():
         builder = builder.config(key, value)

@@ -238,6 +238,51 @@ def consume_range(
         consumer.close()
 
 
+def scan_partitions(
+    bootstrap: str,
+    parts: Sequence[Mapping[str, Any]],
+    extra: Mapping[str, Any] | None = None,
+    isolation: str = "read_committed",
+    stall_timeout: float = 60.0,
+) -> Iterator[Any]:
+    """The messages of many `{topic, partition, low, high}` ranges through ONE consumer
+    (order is per partition only) - for header scans such as `cdc locate`."""
+    from confluent_kafka import KafkaError, TopicPartition
+
+    todo = {(p["topic"], p["partition"]): int(p["high"]) for p in parts if p["high"] > p["low"]}
+    if not todo:
+        return
+    consumer = _consumer(bootstrap, extra, isolation)
+    try:
+        consumer.assign([TopicPartition(p["topic"], p["partition"], p["low"]) for p in parts if (p["topic"], p["partition"]) in todo])
+        last_progress = time.monotonic()
+        while todo:
+            msgs = consumer.consume(num_messages=5_000, timeout=0.2)
+            if not msgs:
+                if time.monotonic() - last_progress > stall_timeout:
+                    raise RuntimeError(f"cdc_kafka: no progress scanning {sorted(todo)[:5]} for {stall_timeout:.0f}s from {bootstrap}")
+                continue
+            last_progress = time.monotonic()
+            for msg in msgs:
+                tp = (msg.topic(), msg.partition())
+                err = msg.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        todo.pop(tp, None)
+                        continue
+                    if err.retriable() or not err.fatal():
+                        continue
+                    raise RuntimeError(f"cdc_kafka: scanning {tp}: {err}")
+                high = todo.get(tp)
+                if high is None or msg.offset() >= high:
+                    continue
+                yield msg
+                if msg.offset() >= high - 1:
+                    todo.pop(tp, None)
+    finally:
+        consumer.close()
+
+
 # ------------------------------------------------------------------------ decoding
 
 _AVRO = None

@@ -10,7 +10,7 @@ from typing import Any, Sequence
 
 from cdc import identity as hdr
 from cdc.position import BinlogPosition
-from spark_jobs.kafka_source import _consumer, consume_range, plan_kafka
+from spark_jobs.kafka_source import _consumer, consume_range, plan_kafka, scan_partitions
 
 _MARIADB_GTID = re.compile(r"^\d+-\d+-\d+$")
 _MYSQL_GTID = re.compile(r"^[0-9a-fA-F-]{36}:\d+$")
@@ -115,8 +115,7 @@ def locate_position(
     match = _matcher(source, where, row)
     plan = plan_kafka(kafka_bootstrap, list(topics), topic_pattern)
     found: list[tuple[str, int, int]] = []
-    for p in plan["partitions"]:
-        for msg in consume_range(kafka_bootstrap, p["topic"], p["partition"], p["low"], p["high"]):
-            if match(hdr.header_dict(msg.headers())):
-                found.append((msg.topic(), msg.partition(), msg.offset()))
+    for msg in scan_partitions(kafka_bootstrap, plan["partitions"]):
+        if match(hdr.header_dict(msg.headers())):
+            found.append((msg.topic(), msg.partition(), msg.offset()))
     return sorted(found)

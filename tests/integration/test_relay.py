@@ -688,3 +688,29 @@ def test_100k_row_transaction_is_published_with_bounded_memory(
     assert hwm < bound_mb * 2**20, (
         f"relay peak RSS {hwm / 2**20:.0f} MiB with spill_rows=10000 exceeds the {bound_mb} MiB bound "
         f"(without spilling: {hwm2 / 2**20:.0f} MiB)")
+
+
+def test_headers_name_the_transaction_start_as_the_server_lists_it(mariadb, kafka, database, topic_prefix, tmp_path):
+    """Traceability: cdc.binlog.file/pos is where the transaction's first event (its GTID
+    event) starts, exactly as SHOW BINLOG EVENTS lists it, so a position from a header
+    can be given to any binlog tool."""
+    create_outbox(mariadb, database)
+    kafka.create_topic(f"{topic_prefix}.order", 2)
+    cfg = relay_config(mariadb, kafka, database, topic_prefix, tmp_path / "cp.json")
+    relay = RelayThread(cfg)
+    with mariadb.connect(database) as conn:
+        for n in range(3):
+            insert_events(conn, "outbox", [(f"id-{n}", "order", "k", "T", "{}")])
+            conn.commit()
+    relay.wait_delivered(3)
+    relay.stop()
+    records = read_topic(kafka.bootstrap_servers, f"{topic_prefix}.order")
+    with mariadb.connect() as conn, conn.cursor() as cur:
+        starts = set()
+        for file in {r.headers[H_FILE] for r in records}:
+            cur.execute(f"SHOW BINLOG EVENTS IN '{file}'")
+            starts |= {(file, int(row[1]), row[5]) for row in cur.fetchall() if row[2] == "Gtid"}
+    gtid_starts = {(f, p) for f, p, _info in starts}
+    assert len(records) == 3
+    for r in records:
+        assert (r.headers[H_FILE], int(r.headers[H_POS])) in gtid_starts, (r.headers, sorted(gtid_starts)[-5:])
