@@ -79,6 +79,7 @@ class SourceConfig:
     replica_server_id: int = 4242  # the id this relay registers with as a replica
     heartbeat_s: float = 1.0  # the server sends a heartbeat when idle this long
     start: str = "latest"
+    decoder: str = "fast"  # fast: the relay's own binlog decoder; library: python-mysql-replication
 
     def connection(self) -> dict[str, Any]:
         return {"host": self.host, "port": self.port, "user": self.user, "password": self.password.reveal()}
@@ -282,6 +283,8 @@ def _validate(cfg: Config) -> None:
         raise ConfigError(f"checkpoint.topic: {topic_problem(cfg.checkpoint.topic)}")
     if cfg.relay.on_change not in ON_CHANGE_POLICIES:
         raise ConfigError(f"outbox.on_change must be one of {ON_CHANGE_POLICIES}, got {cfg.relay.on_change!r}")
+    if cfg.source.decoder not in ("fast", "library"):
+        raise ConfigError(f"source.decoder must be \"fast\" or \"library\", got {cfg.source.decoder!r}")
     if cfg.log.format not in ("text", "json"):
         raise ConfigError(f"log.format must be \"text\" or \"json\", got {cfg.log.format!r}")
     if not 1 <= cfg.source.replica_server_id < 2**32:

@@ -42,6 +42,19 @@ class TxIdentity:
     server_id: int
     commit_ts_ms: int
 
+    def headers(self) -> list[tuple[str, bytes]]:
+        """The headers every event of this transaction shares (all but the row index)."""
+        out = [
+            (H_SOURCE, self.source.encode()),
+            (H_SERVER_ID, str(self.server_id).encode()),
+            (H_FILE, self.start.file.encode()),
+            (H_POS, str(self.start.pos).encode()),
+            (H_COMMIT_TS, str(self.commit_ts_ms).encode()),
+        ]
+        if self.gtid:
+            out.append((H_GTID, self.gtid.encode()))
+        return out
+
     def key(self) -> tuple:
         """What recognises this transaction again: the GTID survives a failover to
         another server of the same topology; file/pos does not."""
@@ -50,8 +63,10 @@ class TxIdentity:
         return (self.source, self.start.file, self.start.pos)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class EventIdentity:
+    """One per published row; treated as immutable (not `frozen`: see OutboxEvent)."""
+
     tx: TxIdentity
     row: int
 
@@ -59,18 +74,7 @@ class EventIdentity:
         return (*self.tx.key(), self.row)
 
     def headers(self) -> list[tuple[str, bytes]]:
-        tx = self.tx
-        out = [
-            (H_SOURCE, tx.source.encode()),
-            (H_SERVER_ID, str(tx.server_id).encode()),
-            (H_FILE, tx.start.file.encode()),
-            (H_POS, str(tx.start.pos).encode()),
-            (H_ROW, str(self.row).encode()),
-            (H_COMMIT_TS, str(tx.commit_ts_ms).encode()),
-        ]
-        if tx.gtid:
-            out.append((H_GTID, tx.gtid.encode()))
-        return out
+        return self.tx.headers() + [(H_ROW, str(self.row).encode())]
 
 
 def header_dict(headers: Iterable[tuple[str, bytes | str | None]] | None) -> dict[str, str]:

@@ -26,9 +26,10 @@ from typing import Any, Callable
 
 from cdc import crashpoints
 from cdc.checkpoint import Checkpoint
+from cdc.checkpoint_writer import CheckpointWriter
 from cdc.errors import ConfigError, DeliveryError, SourceError
 from cdc.gtid import parse_gtid_set
-from cdc.identity import H_DLQ_CAUSE, H_DLQ_ERROR, H_DLQ_TOPIC, H_EVENT_ID, H_EVENT_TYPE, H_TABLE
+from cdc.identity import H_DLQ_CAUSE, H_DLQ_ERROR, H_DLQ_TOPIC, H_EVENT_ID, H_EVENT_TYPE, H_ROW, H_TABLE
 from cdc.inflight import InflightWindow, PendingTx
 from cdc.metrics import RelayMetrics
 from cdc.outbox import DeadLetter, OutboxEvent, OutboxMapper, OutboxTable
@@ -56,6 +57,7 @@ class RelaySettings:
     on_change: str = "ignore"  # UPDATE/DELETE on an outbox table: ignore | warn | stop
     start: str = "latest"  # without a checkpoint: latest | earliest | <file>:<pos> | <GTID set>
     checkpoint_interval_s: float = 1.0
+    checkpoint_in_background: bool = True  # periodic checkpoints do not block the loop
     spill_rows: int = 10_000  # rows of one transaction held in memory before spilling
     spill_dir: str | None = None
     max_message_bytes: int = 1_000_000  # larger encoded events are dead-lettered
@@ -155,6 +157,7 @@ class Relay:
         self._server_id = 0
         self._last_checkpoint: Checkpoint | None = None
         self._recovery_stats: Recovery | None = None
+        self._writer: CheckpointWriter | None = None
         self._tx_start: BinlogPosition | None = None
 
     # -- start --------------------------------------------------------------------------
@@ -181,6 +184,7 @@ class Relay:
         self._sources.check_available(start)
         self._window = window = InflightWindow(cp)
         self._last_checkpoint = cp
+        self._writer = CheckpointWriter(self._store, settings.checkpoint_in_background)
         if cp is not None:
             self._partitions.update(cp.partitions)
             recovery = Recovery(cp, self._delivered)
@@ -207,7 +211,9 @@ class Relay:
                 if self._failure is not None:
                     raise DeliveryError(self._failure_text())
                 try:
-                    event = source.read(settings.read_timeout_s)
+                    # Acknowledgements are only served by poll(): while some are due, wait
+                    # for binlog events in short slices so they are not served late.
+                    event = source.read(0.002 if publisher.pending() else settings.read_timeout_s)
                 except SourceError as exc:
                     source = self._reconnect(source, assembler, start, exc)
                     continue
@@ -284,6 +290,7 @@ class Relay:
         if self._window is not None:
             self._window.advance()
             self._checkpoint(force=True)
+        self._writer.close()
 
     def _reconnect(self, source: BinlogSource, assembler: TransactionAssembler, start: StartAt,
                    cause: Exception) -> BinlogSource:
@@ -329,6 +336,7 @@ class Relay:
             self._tx_start = tx.identity.start
             recovery = self._recovery
             publisher, cap = self._publisher, self.settings.max_in_flight
+            tx_headers = tx.identity.headers()
             for index, item in enumerate(tx.items()):
                 if index & 255 == 255:
                     # A large transaction: serve acknowledgements as we go, and wait while
@@ -346,14 +354,14 @@ class Relay:
                         self._recovery = recovery = None
                     continue
                 if type(item) is OutboxEvent:
-                    self._publish_event(entry, item)
+                    self._publish_event(entry, item, tx_headers)
                 else:
                     self._publish_dead_letter(entry, item)
                 crashpoints.hit("after_produce")
             tx.release()
         entry.sealed = True
 
-    def _publish_event(self, entry: PendingTx, event: OutboxEvent) -> None:
+    def _publish_event(self, entry: PendingTx, event: OutboxEvent, tx_headers: list[tuple[str, bytes]]) -> None:
         try:
             value = self._serializer.encode(event, event.topic)
         except (ValueError, TypeError) as exc:
@@ -364,11 +372,14 @@ class Relay:
                 event, "too_large",
                 f"encoded event is {len(value)} bytes; the limit is {self.settings.max_message_bytes}"))
             return
-        headers = event.identity.headers()
-        headers.append((H_EVENT_ID, event.event_id.encode()))
-        headers.append((H_EVENT_TYPE, event.event_type.encode()))
-        headers.append((H_TABLE, event.table.encode()))
-        self._note_topic(event.topic)
+        headers = tx_headers + [
+            (H_ROW, str(event.identity.row).encode()),
+            (H_EVENT_ID, event.event_id.encode()),
+            (H_EVENT_TYPE, event.event_type.encode()),
+            (H_TABLE, event.table.encode()),
+        ]
+        if event.topic not in self._partitions:
+            self._note_topic(event.topic)
         window = self._window
         window.expect(entry)
         metrics = self.metrics
@@ -480,7 +491,10 @@ class Relay:
             written_at_ms=int(self._clock() * 1000),
             events_delivered=window.events_delivered,
         )
-        self._store.save(cp)
+        if force:
+            self._writer.save(cp)  # must be durable before the relay goes on
+        else:
+            self._writer.submit(cp)
         self._last_checkpoint = cp
         m = self.metrics
         m.checkpoint_written_at = self._clock()

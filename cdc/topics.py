@@ -63,12 +63,12 @@ class TopicRouter:
         self._allowlist = allowlist
         self._cache: dict[tuple, Route] = {}
 
-    def route(self, template: str, **fields: str) -> Route:
-        key = (template, *sorted(fields.items()))
+    def route(self, template: str, aggregate_type: str, type: str, schema: str, table: str) -> Route:  # noqa: A002
+        key = (template, aggregate_type, type, schema, table)
         cached = self._cache.get(key)
         if cached is not None:
             return cached
-        topic = template.format(**fields)
+        topic = template.format(aggregate_type=aggregate_type, type=type, schema=schema, table=table)
         problem = topic_problem(topic)
         cause = "illegal_topic" if problem else None
         if problem is None and self._allowlist and not any(

@@ -77,7 +77,7 @@ def build_relay(cfg: Config, metrics: RelayMetrics | None = None) -> RelayHandle
         registry_client(cfg.schema_registry.url, cfg.schema_registry.basic_auth.reveal() or None))
     sources = MySQLBinlogSourceFactory(
         cfg.source.connection(), cfg.source.replica_server_id, {(t.schema, t.table) for t in cfg.tables},
-        heartbeat_s=cfg.source.heartbeat_s,
+        heartbeat_s=cfg.source.heartbeat_s, decoder=cfg.source.decoder,
     )
     settings = cfg.relay_settings()
     limit = min(settings.max_message_bytes, publisher.max_message_bytes)

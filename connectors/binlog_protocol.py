@@ -356,13 +356,14 @@ class BinlogConnection:
                 pass
 
     def _drop(self) -> None:
-        conn, self._conn = self._conn, None
+        """Close the login connection after a failed handshake step (the object stays:
+        a BinlogConnection is single-use)."""
+        conn = self._conn
         if conn is not None:
             try:
-                conn._force_close() if hasattr(conn, "_force_close") else conn.close()
-            except Exception:
+                conn.close()
+            except Exception:  # already broken: nothing to recover
                 pass
-        self._conn = conn  # keep it: a connection object is single-use
 
     def close(self) -> None:
         """Close the connection; safe from any thread and more than once. A thread

@@ -37,9 +37,11 @@ from pymysqlreplication.event import (
 )
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
-from cdc.errors import PositionError, PositionPurgedError, SourceError
+from cdc.errors import ConfigError, PositionError, PositionPurgedError, SourceError
 from cdc.gtid import GtidSet, MariadbGtidPosition
 from cdc.position import BinlogPosition
+from connectors.binlog_decoder import BinlogDecodeError, BinlogDecoder, UnsupportedColumnType, UnsupportedEvent
+from connectors.binlog_protocol import BinlogConnection, BinlogConnectionError, BinlogPositionError
 from cdc.source_events import (
     Heartbeat, RollbackToSavepoint, RowChange, RowInsert, Savepoint, ServerInfo, SourceEvent, Statement, TxBegin,
     TxCommit, TxRollback,
@@ -135,11 +137,16 @@ def _savepoint_name(text: str) -> str:
 
 
 class MySQLBinlogSource:
-    """One open binlog stream (implements cdc.ports.BinlogSource)."""
+    """One open binlog stream (implements cdc.ports.BinlogSource).
 
-    def __init__(self, reader: BinLogStreamReader, converter: _Converter, info: ServerInfo, queue_events: int):
-        self._reader = reader
-        self._converter = converter
+    `events` yields the stream's raw items and `convert(item, out)` appends source events
+    for each: python-mysql-replication's event objects with `_Converter`, or raw event
+    bytes with `BinlogDecoder` (the default, see connectors/binlog_decoder.py)."""
+
+    def __init__(self, events, convert, close, info: ServerInfo, queue_events: int):
+        self._events = events
+        self._convert = convert
+        self._close_stream = close
         self._queue: queue.Queue = queue.Queue(maxsize=max(1, queue_events // 64))
         self._pending: list[SourceEvent] = [info]
         self._index = 0
@@ -148,15 +155,15 @@ class MySQLBinlogSource:
         self._thread.start()
 
     def _pump(self) -> None:
-        convert = self._converter.convert
+        convert = self._convert
         batch: list[SourceEvent] = []
-        put = self._queue.put
+        put, empty = self._queue.put, self._queue.empty
         try:
-            for ev in self._reader:
-                if self._closed.is_set():
-                    return
+            for ev in self._events:
                 convert(ev, batch)
-                if len(batch) >= 64 or (batch and self._queue.empty()):
+                if len(batch) >= 64 or (batch and empty()):
+                    if self._closed.is_set():
+                        return
                     put(batch)
                     batch = []
             put(batch)
@@ -184,8 +191,14 @@ class MySQLBinlogSource:
             return item[0]
         if item is _END:
             raise SourceError("the binlog stream ended (the server closed it)")
-        if isinstance(item, pymysql.err.OperationalError) and item.args and item.args[0] == _ER_MASTER_FATAL_READING_BINLOG:
+        if isinstance(item, BinlogPositionError) or (
+                isinstance(item, pymysql.err.OperationalError) and item.args
+                and item.args[0] == _ER_MASTER_FATAL_READING_BINLOG):
             raise PositionPurgedError(f"the server refused the start position: {_ser_error(item)}")
+        if isinstance(item, UnsupportedColumnType):
+            raise ConfigError(f"{item}; set source.decoder = \"library\" to read it with python-mysql-replication")
+        if isinstance(item, (BinlogDecodeError, UnsupportedEvent)):
+            raise SourceError(f"cannot decode the binlog: {item}") from item
         raise SourceError(f"binlog connection failed: {_ser_error(item)}") from item
 
     def close(self) -> None:
@@ -193,7 +206,7 @@ class MySQLBinlogSource:
             return
         self._closed.set()
         try:
-            self._reader.close()
+            self._close_stream()
         except Exception:  # closing a dead socket can fail; nothing to recover
             pass
         # Unblock a reader thread waiting on a full queue.
@@ -219,7 +232,11 @@ class MySQLBinlogSourceFactory:
         heartbeat_s: float = 1.0,
         queue_events: int = 20_000,
         connect_timeout: float = 5.0,
+        decoder: str = "fast",
     ):
+        if decoder not in ("fast", "library"):
+            raise ConfigError(f"source.decoder must be \"fast\" or \"library\", got {decoder!r}")
+        self._decoder = decoder
         self._conn = {
             "host": connection["host"], "port": int(connection["port"]),
             "user": connection["user"], "passwd": connection.get("password") or connection.get("passwd") or "",
@@ -299,6 +316,37 @@ class MySQLBinlogSourceFactory:
         )
 
     def open(self, start: BinlogPosition | GtidSet) -> MySQLBinlogSource:
+        if self._decoder == "fast":
+            return self._open_fast(start)
+        return self._open_library(start)
+
+    def _open_fast(self, start: BinlogPosition | GtidSet) -> MySQLBinlogSource:
+        """The relay's own protocol client and decoder (22x python-mysql-replication)."""
+        flavor, server_id = self._facts()
+        c = self._conn
+        conn = BinlogConnection(c["host"], c["port"], c["user"], c["passwd"], self._replica_id,
+                                connect_timeout=c["connect_timeout"], heartbeat_s=self._heartbeat)
+        try:
+            if isinstance(start, BinlogPosition):
+                conn.dump_file(start.file, start.pos)
+                file = start.file
+            elif isinstance(start, MariadbGtidPosition):
+                conn.dump_mariadb_gtid(str(start))
+                file = None
+            else:
+                conn.dump_mysql_gtid(str(start))
+                file = None
+        except BinlogPositionError as exc:
+            conn.close()
+            raise PositionPurgedError(f"the server refused the start position {start}: {exc}") from exc
+        except (BinlogConnectionError, OSError) as exc:
+            conn.close()
+            raise SourceError(f"cannot open the binlog stream: {exc}") from exc
+        decoder = BinlogDecoder(self._watched, file, flavor=flavor)
+        info = ServerInfo(server_id=server_id, flavor=flavor)
+        return MySQLBinlogSource(conn.events(), decoder.decode, conn.close, info, self._queue_events)
+
+    def _open_library(self, start: BinlogPosition | GtidSet) -> MySQLBinlogSource:
         flavor, server_id = self._facts()
         kwargs: dict[str, Any] = {
             "connection_settings": self._conn,
@@ -324,4 +372,5 @@ class MySQLBinlogSourceFactory:
         except pymysql.err.MySQLError as exc:
             raise SourceError(f"cannot open the binlog stream: {_ser_error(exc)}") from exc
         info = ServerInfo(server_id=server_id, flavor=flavor)
-        return MySQLBinlogSource(reader, _Converter(self._watched, file), info, self._queue_events)
+        converter = _Converter(self._watched, file)
+        return MySQLBinlogSource(iter(reader), converter.convert, reader.close, info, self._queue_events)

@@ -63,17 +63,17 @@ class KafkaPublisher:
     ) -> None:
         def report(err: KafkaError | None, msg: Any) -> None:
             if err is None:
-                on_delivery(Delivery(msg.topic(), msg.partition(), msg.offset()))
+                on_delivery(Delivery(topic, msg.partition(), msg.offset()))
             else:
                 on_delivery(Delivery(topic, msg.partition() if msg is not None else -1, -1, _failure(err)))
 
-        kwargs: dict[str, Any] = {"key": key, "value": value, "headers": headers, "on_delivery": report}
-        if timestamp_ms is not None:
-            kwargs["timestamp"] = timestamp_ms
         produce, poll = self._producer.produce, self._producer.poll
         while True:
             try:
-                produce(topic, **kwargs)
+                if timestamp_ms is None:
+                    produce(topic, value, key, on_delivery=report, headers=headers)
+                else:
+                    produce(topic, value, key, on_delivery=report, headers=headers, timestamp=timestamp_ms)
                 return
             except BufferError:
                 poll(0.05)  # queue full: wait for acknowledgements, never drop

@@ -146,6 +146,10 @@ def ensure_pyspark_python() -> None:
 
 
 def register_sources(spark: Any) -> None:
+    """Register the verifier's Python data sources (`cdc_binlog`, `cdc_kafka`,
+    `cdc_outbox_table`) with `spark`. Idempotent: registering again replaces the same
+    classes, so it is safe on a session that already has them (registrations are per
+    session: `spark.newSession()` starts without them)."""
     from spark_jobs.binlog_source import BinlogDataSource
     from spark_jobs.kafka_source import KafkaDataSource
     from spark_jobs.outbox_table_source import OutboxTableDataSource

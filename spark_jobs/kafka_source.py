@@ -13,9 +13,10 @@ confluent-kafka Consumer (assign + seek, no consumer group offsets are committed
         .option("isolation", "read_committed")
         .load()
 
-Partitions: `(topic, partition, [start, end))` chunks of at most `chunk` offsets between
-the low and high watermark of the plan. A reader stops at `end` or at the end of the
-partition. Offsets that hold no record (transaction markers, compacted records) are
+Partitions: lists of `(topic, partition, [low, high))` offset ranges between the low and
+high watermark of the plan, at most `chunk` offsets per Spark partition (a big Kafka
+partition is split into ranges; small ones share one task and one consumer). A reader
+stops at `high` or at the end of the partition. Offsets that hold no record (transaction markers, compacted records) are
 simply absent; they are never losses.
 
 Schema: `topic, partition, offset, timestamp_ms, timestamp_type, key` (binary),
@@ -178,15 +179,27 @@ def plan_kafka(
     return {"bootstrap": bootstrap, "partitions": parts, "partition_counts": counts, "missing_topics": missing, "at_ms": int(time.time() * 1000)}
 
 
-def chunks(plan: Mapping[str, Any], chunk: int = DEFAULT_CHUNK) -> list[dict[str, Any]]:
-    out = []
+def chunks(plan: Mapping[str, Any], chunk: int = DEFAULT_CHUNK) -> list[list[dict[str, Any]]]:
+    """Spark partitions: lists of `{topic, partition, low, high}` offset ranges of at most
+    `chunk` offsets in all - a big Kafka partition is split, small ones share a task
+    (and one consumer)."""
+    ranges = []
     for p in plan["partitions"]:
         start = p["low"]
         while start < p["high"]:
             end = min(p["high"], start + chunk)
-            out.append({"topic": p["topic"], "partition": p["partition"], "start": start, "end": end})
+            ranges.append({"topic": p["topic"], "partition": p["partition"], "low": start, "high": end})
             start = end
-    return out
+    tasks: list[list[dict[str, Any]]] = []
+    size = 0
+    for r in ranges:
+        n = r["high"] - r["low"]
+        if not tasks or size + n > chunk:
+            tasks.append([])
+            size = 0
+        tasks[-1].append(r)
+        size += n
+    return tasks
 
 
 def consume_range(
@@ -249,7 +262,7 @@ def scan_partitions(
     (order is per partition only) - for header scans such as `cdc locate`."""
     from confluent_kafka import KafkaError, TopicPartition
 
-    todo = {(p["topic"], p["partition"]): int(p["high"]) for p in parts if p["high"] > p["low"]}
+    todo = {(p["topic"], p["partition"]): (int(p["low"]), int(p["high"])) for p in parts if p["high"] > p["low"]}
     if not todo:
         return
     consumer = _consumer(bootstrap, extra, isolation)
@@ -273,9 +286,10 @@ def scan_partitions(
                     if err.retriable() or not err.fatal():
                         continue
                     raise RuntimeError(f"cdc_kafka: scanning {tp}: {err}")
-                high = todo.get(tp)
-                if high is None or msg.offset() >= high:
+                bounds = todo.get(tp)
+                if bounds is None or not bounds[0] <= msg.offset() < bounds[1]:
                     continue
+                high = bounds[1]
                 yield msg
                 if msg.offset() >= high - 1:
                     todo.pop(tp, None)
@@ -486,12 +500,9 @@ class KafkaReader(DataSourceReader):
             return
         dlq = self.options.get("dlq_topic") or None
         rows: list[dict[str, Any]] = []
-        for msg in consume_range(
+        for msg in scan_partitions(
             self._bootstrap(),
-            part["topic"],
-            part["partition"],
-            part["start"],
-            part["end"],
+            part,
             opt_json(self.options, "consumer_conf", {}),
             self.options.get("isolation") or "read_committed",
         ):

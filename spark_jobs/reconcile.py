@@ -318,9 +318,12 @@ class Reconciled:
     records: Any
     violations: Any
     ctx: ReconcileContext
+    joined: Any = None
 
     def unpersist(self) -> None:
-        for df in (self.events, self.records, self.violations):
+        for df in (self.events, self.records, self.violations, self.joined):
+            if df is None:
+                continue
             try:
                 df.unpersist()
             except Exception:  # noqa: BLE001
@@ -359,7 +362,13 @@ def _lt(a_seq: Any, a_pos: Any, a_row: Any, b: tuple) -> Any:
 
 def reconcile(events: Any, records: Any, ctx: ReconcileContext, storage: Any = None) -> Reconciled:
     """Classify with Spark DataFrames (joins, window functions). `events`: cdc_binlog rows;
-    `records`: cdc_kafka rows with decode=true. The results are persisted."""
+    `records`: cdc_kafka rows with decode=true. The results are persisted.
+
+    Plan: the records of ours are grouped by identity key (one shuffle), the events are
+    full-outer-joined to the groups (one shuffle of the events); every event's class and
+    every unmatched record's class is then a row-local expression. The key-order check
+    is one narrow window over (topic, partition, key) by offset, the partition-order
+    check one over (topic, partition)."""
     from pyspark import StorageLevel
     from pyspark.sql import Window
     from pyspark.sql import functions as F
@@ -372,76 +381,72 @@ def reconcile(events: Any, records: Any, ctx: ReconcileContext, storage: Any = N
     rec = records.withColumn("is_dlq", col("topic") == F.lit(dlq)).withColumn("repair", F.coalesce(col("repair"), F.lit(False)))
     ours = rec.filter(col("ikey").isNotNull() & (col("source") == F.lit(ctx.source)))
     ev = events.filter(col("ikey").isNotNull()).select(*EVENT_COLUMNS).withColumn("ord", F.struct("file_seq", "tx_pos", "row"))
-    evj = ev.select("ikey", *[col(c).alias(f"e_{c}") for c in EVENT_COLUMNS if c != "ikey"], col("ord").alias("e_ord"))
 
-    m = ours.join(evj, "ikey", "left")
-    matched = m.filter(col("e_file").isNotNull())
-    unmatched = m.filter(col("e_file").isNull())
-
-    # ---- content check of each delivery
-    def ne(a: str, b: str) -> Any:
-        return ~col(a).eqNullSafe(col(b))
-
-    decoded = col("value_error").isNull()
-    not_dlq = ~col("is_dlq")
-    reason_list = F.array(
-        F.when(not_dlq & col("e_expected_topic").isNotNull() & (col("topic") != col("e_expected_topic")), F.lit("topic")),
-        F.when(not_dlq & ne("key_text", "e_aggregate_id"), F.lit("key")),
-        F.when(not_dlq & decoded & (ne("v_id", "e_event_id") | (col("h_event_id").isNotNull() & (col("h_event_id") != col("e_event_id")))), F.lit("id")),
-        F.when(not_dlq & decoded & ne("v_aggregate_type", "e_aggregate_type"), F.lit("aggregate_type")),
-        F.when(not_dlq & decoded & ne("v_aggregate_id", "e_aggregate_id"), F.lit("aggregate_id")),
-        F.when(not_dlq & decoded & (ne("v_type", "e_event_type") | (col("h_event_type").isNotNull() & (col("h_event_type") != col("e_event_type")))), F.lit("type")),
-        F.when(not_dlq & decoded & ne("v_payload", "e_payload"), F.lit("payload")),
-        F.when(not_dlq & decoded & ne("v_timestamp_us", "e_timestamp_us"), F.lit("timestamp")),
-        F.when(col("h_commit_ts").isNotNull() & (col("h_commit_ts") != col("e_commit_ts_ms")), F.lit("commit_ts")),
-        F.when(col("value_error").isNotNull(), F.lit("value")),
-    )
-    matched = matched.withColumn("reasons", F.filter(reason_list, lambda x: x.isNotNull()))
-
-    # ---- key order within each partition (first copy of each event, no repair / DLQ)
-    first_copy = Window.partitionBy("ikey", "topic", "partition").orderBy("offset")
-    by_key = Window.partitionBy("topic", "partition", "key_text").orderBy("offset").rowsBetween(Window.unboundedPreceding, -1)
-    order = (
-        matched.filter(~col("repair") & not_dlq)
-        .select("ikey", "topic", "partition", "offset", "key_text", "e_ord")
-        .withColumn("rn", F.row_number().over(first_copy))
-        .filter(col("rn") == 1)
-        .withColumn("prev_max", F.max("e_ord").over(by_key))
-        .filter(col("prev_max").isNotNull() & (col("e_ord") < col("prev_max")))
-        .groupBy("ikey")
-        .agg(F.lit(True).alias("reordered"), F.min_by(F.struct("topic", "partition", "offset", "prev_max"), col("offset")).alias("reorder_at"))
-    )
-
-    # ---- deliveries per event
-    delivery = F.struct(
-        col("topic"), col("partition"), col("offset"), col("timestamp_ms"), col("repair"), col("is_dlq"),
-        col("dlq_cause"), col("reasons"),
-    )  # fmt: skip
-    agg = matched.groupBy("ikey").agg(
+    # ---- records of ours grouped by identity (deliveries sorted by topic, partition, offset)
+    delivery = F.struct(*[col(c) for c in DELIVERY_FIELDS])
+    grouped = ours.groupBy("ikey").agg(
         F.count(F.lit(1)).alias("n"),
         F.sort_array(F.collect_list(delivery)).alias("deliveries"),
         F.min(F.when(~col("repair"), col("timestamp_ms"))).alias("first_ts"),
     )
-    classified = (
-        ev.join(agg, "ikey", "left")
-        .join(order, "ikey", "left")
+    joined = ev.join(grouped, "ikey", "full_outer").persist(storage)
+
+    # ---- events
+    one = col("deliveries")[0]
+    decoded = one["value_error"].isNull()
+    not_dlq = ~one["is_dlq"]
+
+    def ne(a: Any, b: str) -> Any:
+        return ~a.eqNullSafe(col(b))
+
+    reason_list = F.array(
+        F.when(not_dlq & col("expected_topic").isNotNull() & (one["topic"] != col("expected_topic")), F.lit("topic")),
+        F.when(not_dlq & ne(one["key_text"], "aggregate_id"), F.lit("key")),
+        F.when(not_dlq & decoded & (ne(one["v_id"], "event_id") | (one["h_event_id"].isNotNull() & (one["h_event_id"] != col("event_id")))), F.lit("id")),
+        F.when(not_dlq & decoded & ne(one["v_aggregate_type"], "aggregate_type"), F.lit("aggregate_type")),
+        F.when(not_dlq & decoded & ne(one["v_aggregate_id"], "aggregate_id"), F.lit("aggregate_id")),
+        F.when(not_dlq & decoded & (ne(one["v_type"], "event_type") | (one["h_event_type"].isNotNull() & (one["h_event_type"] != col("event_type")))), F.lit("type")),
+        F.when(not_dlq & decoded & ne(one["v_payload"], "payload"), F.lit("payload")),
+        F.when(not_dlq & decoded & ne(one["v_timestamp_us"], "timestamp_us"), F.lit("timestamp")),
+        F.when(one["h_commit_ts"].isNotNull() & (one["h_commit_ts"] != col("commit_ts_ms")), F.lit("commit_ts")),
+        F.when(one["value_error"].isNotNull(), F.lit("value")),
+    )
+    empty_reasons = F.array().cast(T.ArrayType(T.StringType()))
+    evs = (
+        joined.filter(col("file").isNotNull())
         .withColumn("n", F.coalesce(col("n"), F.lit(0)))
-        .withColumn("reordered", F.coalesce(col("reordered"), F.lit(False)))
+        .withColumn("reasons", F.when(col("n") == 1, F.filter(reason_list, lambda x: x.isNotNull())).otherwise(empty_reasons))
         .withColumn("latency_ms", col("first_ts") - col("commit_ts_ms"))
     )
-    one = col("deliveries")[0]
-    empty_reasons = F.array().cast(T.ArrayType(T.StringType()))
-    classified = classified.withColumn(
-        "reasons", F.when(col("n") == 1, one["reasons"]).otherwise(empty_reasons)
-    ).withColumn(
-        "class",
-        F.when(col("n") == 0, F.lit("missing"))
-        .when(col("n") >= 2, F.lit("duplicate"))
-        .when(one["is_dlq"], F.lit("dead_lettered"))
-        .when(F.size(col("reasons")) > 0, F.lit("altered"))
-        .when(col("reordered"), F.lit("reordered"))
-        .otherwise(F.lit("delivered")),
-    ).withColumn("unverifiable_reason", F.lit(None).cast("string"))
+
+    # ---- key order within each partition (no repair / dead-letter records). A later
+    # copy of an event can only flag that event itself, which is a duplicate anyway.
+    by_key = Window.partitionBy("topic", "partition", "key_text").orderBy("offset").rowsBetween(Window.unboundedPreceding, -1)
+    order = (
+        evs.filter(col("n") > 0)
+        .select("ikey", "ord", F.explode("deliveries").alias("d"))
+        .filter(~col("d.repair") & ~col("d.is_dlq"))
+        .select("ikey", "ord", col("d.topic").alias("topic"), col("d.partition").alias("partition"),
+                col("d.offset").alias("offset"), col("d.key_text").alias("key_text"))  # fmt: skip
+        .withColumn("prev_max", F.max("ord").over(by_key))
+        .filter(col("prev_max").isNotNull() & (col("ord") < col("prev_max")))
+        .groupBy("ikey")
+        .agg(F.lit(True).alias("reordered"), F.min_by(F.struct("topic", "partition", "offset", "prev_max"), col("offset")).alias("reorder_at"))
+    )
+    classified = (
+        evs.join(order, "ikey", "left")
+        .withColumn("reordered", F.coalesce(col("reordered"), F.lit(False)))
+        .withColumn(
+            "class",
+            F.when(col("n") == 0, F.lit("missing"))
+            .when(col("n") >= 2, F.lit("duplicate"))
+            .when(one["is_dlq"], F.lit("dead_lettered"))
+            .when(F.size(col("reasons")) > 0, F.lit("altered"))
+            .when(col("reordered"), F.lit("reordered"))
+            .otherwise(F.lit("delivered")),
+        )
+        .withColumn("unverifiable_reason", F.lit(None).cast("string"))
+    )
 
     # ---- events without a delivery that cannot be proven absent
     thresholds = _spark_thresholds(rec, ctx)
@@ -464,10 +469,8 @@ def reconcile(events: Any, records: Any, ctx: ReconcileContext, storage: Any = N
             applies = F.lit(True) if topic == dlq else ((col("_loc") == F.lit(topic)) & (col("_pred").isNull() | (col("_pred") == F.lit(part))))
             before = F.lit(True) if thr is None else _lt(col("file_seq"), col("tx_pos"), col("row"), thr)
             trunc_cond = trunc_cond | (applies & before)
-        why = (
-            F.when(col("_loc").isin(list(ctx.unread_topics)) if ctx.unread_topics else F.lit(False), F.lit("topic_not_read"))
-            .when(trunc_cond, F.lit("partition_truncated"))
-        )
+        unread = col("_loc").isin(list(ctx.unread_topics)) if ctx.unread_topics else F.lit(False)
+        why = F.when(unread, F.lit("topic_not_read")).when(trunc_cond, F.lit("partition_truncated"))
         missing = (
             missing.withColumn("unverifiable_reason", why)
             .withColumn("class", F.when(col("unverifiable_reason").isNotNull(), F.lit("unverifiable")).otherwise(col("class")))
@@ -475,25 +478,28 @@ def reconcile(events: Any, records: Any, ctx: ReconcileContext, storage: Any = N
         )
         classified = classified.filter(col("class") != "missing").unionByName(missing)
 
-    # ---- records that match no event, and other people's records
+    # ---- records of ours that match no event, and other people's records
     s_file, s_seq, s_pos = ctx.range_start
     e_file, e_seq, e_pos = ctx.range_end
     hs, hp = col("h_file_seq"), col("h_pos")
     before = (hs < s_seq) | ((hs == s_seq) & (hp < s_pos))
     after = (hs > e_seq) | ((hs == e_seq) & (hp >= e_pos))
-    record_cols = [
-        "topic", "partition", "offset", "timestamp_ms", "key_text", "source", "h_file", "h_file_seq", "h_pos", "h_row",
-        "h_gtid", "h_commit_ts", "h_event_id", "h_event_type", "repair", "is_dlq", "dlq_cause", "value_error",
-    ]  # fmt: skip
-    unmatched = unmatched.select(*record_cols).withColumn(
-        "reason",
-        F.when(hs.isNull() | hp.isNull(), F.lit(None)).when(before, F.lit("before_binlog_range")).when(after, F.lit("after_verified_range")),
-    ).withColumn("class", F.when(col("reason").isNull(), F.lit("phantom")).otherwise(F.lit("unverifiable")))
+    unmatched = (
+        joined.filter(col("file").isNull())
+        .select(F.explode("deliveries").alias("d"))
+        .select("d.*")
+        .select(*RECORD_COLUMNS)
+        .withColumn(
+            "reason",
+            F.when(hs.isNull() | hp.isNull(), F.lit(None)).when(before, F.lit("before_binlog_range")).when(after, F.lit("after_verified_range")),
+        )
+        .withColumn("class", F.when(col("reason").isNull(), F.lit("phantom")).otherwise(F.lit("unverifiable")))
+    )
     others = (
         rec.filter(col("ikey").isNull() | col("source").isNull() | (col("source") != F.lit(ctx.source)))
         .withColumn("class", F.when(col("ikey").isNull(), F.lit("unidentified")).otherwise(F.lit("foreign")))
         .withColumn("reason", F.lit(None).cast("string"))
-        .select(*record_cols, "reason", "class")
+        .select(*RECORD_COLUMNS, "reason", "class")
     )
     record_classes = unmatched.unionByName(others)
 
@@ -509,7 +515,18 @@ def reconcile(events: Any, records: Any, ctx: ReconcileContext, storage: Any = N
     classified = classified.persist(storage)
     record_classes = record_classes.persist(storage)
     violations = violations.persist(storage)
-    return Reconciled(classified, record_classes, violations, ctx)
+    return Reconciled(classified, record_classes, violations, ctx, joined)
+
+
+DELIVERY_FIELDS = (
+    "topic", "partition", "offset", "timestamp_ms", "repair", "is_dlq", "dlq_cause", "key_text", "v_id",
+    "v_aggregate_type", "v_aggregate_id", "v_type", "v_payload", "v_timestamp_us", "h_event_id", "h_event_type",
+    "h_commit_ts", "value_error", "source", "h_file", "h_file_seq", "h_pos", "h_row", "h_gtid",
+)  # fmt: skip
+RECORD_COLUMNS = (
+    "topic", "partition", "offset", "timestamp_ms", "key_text", "source", "h_file", "h_file_seq", "h_pos", "h_row",
+    "h_gtid", "h_commit_ts", "h_event_id", "h_event_type", "repair", "is_dlq", "dlq_cause", "value_error",
+)  # fmt: skip
 
 
 # =============================================================================

@@ -39,7 +39,7 @@ if __package__ in (None, ""):  # run as a file by spark-submit: make the project
 from cdc.outbox import OutboxTable  # noqa: E402
 from cdc.position import file_sequence  # noqa: E402
 from spark_jobs.binlog_source import plan_binlog, tables_to_json  # noqa: E402
-from spark_jobs.common import build_spark, redacted  # noqa: E402
+from spark_jobs.common import build_spark, redacted, register_sources  # noqa: E402
 from spark_jobs.kafka_source import plan_kafka  # noqa: E402
 from spark_jobs.reconcile import ReconcileContext, missing_entry, reconcile, summarize  # noqa: E402
 from spark_jobs.report import VerifyReport, summary_text, write_outputs  # noqa: E402
@@ -155,6 +155,8 @@ def run_verify(config: VerifyConfig, progress: Progress | None = None, spark: An
     if own_spark:
         say(f"spark: starting ({config.spark_master})")
         spark = build_spark(config.spark_master, "cdc-verify", config.spark_conf)
+    else:
+        register_sources(spark)  # a session made elsewhere may not know cdc_binlog / cdc_kafka
     try:
         from pyspark import StorageLevel
         from pyspark.sql import functions as F

@@ -75,8 +75,8 @@ def read_library(mariadb, watched, file, pos) -> list:
 
 
 def assert_same(mariadb, watched, file, pos) -> list:
-    """Both readers agree (with _Converter's TxBegin.start reproduced); returns the events."""
-    fast = read_fast(mariadb, watched, file, pos, legacy_begin_start=True)
+    """Both readers agree; returns the events."""
+    fast = read_fast(mariadb, watched, file, pos)
     lib = read_library(mariadb, watched, file, pos)
     assert len(fast) == len(lib), (len(fast), len(lib))
     for i, (a, b) in enumerate(zip(fast, lib)):
@@ -126,8 +126,9 @@ def test_outbox_rows_equal_library(mariadb, database):
 
 
 def test_true_begin_start_is_where_the_event_starts(mariadb, database):
-    """By default TxBegin.start is the real start of the GTID event (what the verifier
-    computes with the header's event size); a dump started there re-reads that GTID."""
+    """TxBegin.start is the real start of the GTID event (the header's event size, as the
+    verifier and the fixed _Converter compute it); a dump started there re-reads that
+    GTID. legacy_begin_start reproduces the old _Converter (body size only)."""
     _run(mariadb, database, [OUTBOX])
     file, pos = _status(mariadb)
     _run(mariadb, database, ["INSERT INTO outbox (id, aggregatetype, aggregateid, type) VALUES ('x','t','k','T')"])
@@ -403,11 +404,29 @@ def test_query_classification_like_converter(sql):
     body = struct.pack("<IIBHH", 7, 0, 2, 0, 0) + b"db\x00" + sql.encode()
     ev = struct.pack("<IBIIIH", 1700000000, 2, 1, 19 + len(body) + 4, 5000, 0) + body
     ev += struct.pack("<I", __import__("zlib").crc32(ev))
-    dec = BinlogDecoder(set(), "mysql-bin.000001", legacy_begin_start=True)
+    dec = BinlogDecoder(set(), "mysql-bin.000001")
     dec.crc, dec._crc_known = 4, True
     fast: list = []
     dec.decode(ev, fast)
     lib: list = []
-    fake = SimpleNamespace(query=sql, packet=SimpleNamespace(log_pos=5000), event_size=len(body), timestamp=1700000000)
+    fake = SimpleNamespace(query=sql, packet=SimpleNamespace(log_pos=5000, event_size=len(ev)), event_size=len(body),
+                           timestamp=1700000000)
     _Converter(set(), "mysql-bin.000001")._query(fake, lib)
     assert fast == lib
+
+
+def test_binlog_checksum_none_server():
+    """A server with binlog_checksum=NONE: no CRC to strip (found from the FDE itself)."""
+    from connectors.mariadb_server import EmbeddedMariaDB
+
+    with EmbeddedMariaDB.start(server_id=7, extra_args=["--binlog-checksum=NONE"]) as db:
+        db.create_database("nc")
+        _run(db, "nc", [OUTBOX])
+        file, pos = _status(db)
+        _run(db, "nc", ["INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES "
+                        "('n1','t','k','T','p'), ('n2','t','k','T',NULL)", "FLUSH BINARY LOGS",
+                        "INSERT INTO outbox (id, aggregatetype, aggregateid, type) VALUES ('n3','t','k','T')"])
+        events = assert_same(db, {("nc", "outbox")}, file, pos)
+        assert [e.values["id"] for e in events if isinstance(e, RowInsert)] == ["n1", "n2", "n3"]
+        # from the start of the first file too (fake rotate, FDE, GTID list, checkpoint...)
+        assert_same(db, {("nc", "outbox")}, "mysql-bin.000001", 4)

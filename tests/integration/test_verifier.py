@@ -387,6 +387,27 @@ def test_clean_run_reports_no_problem(servers, world, spark, tmp_path_factory) -
     world.clean_published = pub  # for the locate tests
 
 
+def test_run_verify_registers_the_sources_on_a_passed_session(servers, world, spark, tmp_path_factory) -> None:  # type: ignore[no-untyped-def]
+    """A session built elsewhere (not by build_spark) knows no cdc_binlog / cdc_kafka:
+    run_verify registers them itself, and registering again is harmless."""
+    from spark_jobs.common import register_sources
+    from spark_jobs.verify import run_verify
+
+    if getattr(world, "clean_published", None) is None:
+        pytest.skip("needs test_clean_run_reports_no_problem")
+    bare = spark.newSession()  # same SparkContext, fresh session state: no data sources
+    with pytest.raises(Exception, match="DATA_SOURCE_NOT_FOUND"):
+        bare.read.format("cdc_binlog").load()
+    tmp = tmp_path_factory.mktemp("verify-bare")
+    rep = run_verify(verify_config(servers, "clean", tmp), spark=bare)
+    n = len(world.expected)
+    assert rep.ok, rep.summary_text()
+    assert rep.counts["delivered"] == n - 1 and rep.counts["dead_lettered"] == 1
+    register_sources(bare)  # idempotent
+    assert [f.name for f in bare.read.format("cdc_kafka").option("decode", "false").option("include_raw", "false").load().schema][:3] == [
+        "topic", "partition", "offset"]  # fmt: skip
+
+
 def test_seeded_faults_are_each_classified(servers, world, spark, tmp_path_factory) -> None:  # type: ignore[no-untyped-def]
     from spark_jobs.verify import run_verify
 

@@ -594,6 +594,7 @@ class RelayHarness:
         self.clock = TickingClock()
         options = dict(source_name=SOURCE_NAME, tables=(OutboxTable(SCHEMA, OUTBOX),), start="mysql-bin.000001:4",
                        checkpoint_interval_s=0.0, read_timeout_s=0.0, drain_timeout_s=5.0,
+                       checkpoint_in_background=False,
                        reconnect_timeout_s=5.0)
         options.update(settings)
         self.settings = RelaySettings(**options)
