@@ -108,3 +108,28 @@ SourceEvent = (
     TxBegin | RowInsert | RowChange | TxCommit | TxRollback | Savepoint
     | RollbackToSavepoint | Statement | Heartbeat | ServerInfo
 )
+
+
+def query_event(sql: str, start: BinlogPosition, end: BinlogPosition, timestamp: int) -> SourceEvent:
+    """What a binlog Query event means for transaction assembly: BEGIN / XA START open a
+    transaction, COMMIT and ROLLBACK close one, SAVEPOINT and ROLLBACK TO mark and cut
+    back, anything else is a statement (DDL, for example). Shared by both binlog readers."""
+    upper = sql.upper()
+    if upper == "BEGIN" or upper.startswith("XA START"):
+        return TxBegin(start, end)
+    if upper == "COMMIT":
+        return TxCommit(end, timestamp)
+    if upper == "ROLLBACK":
+        return TxRollback(end)
+    if upper.startswith("SAVEPOINT"):
+        return Savepoint(_savepoint_name(sql[len("SAVEPOINT"):]), end)
+    if upper.startswith("ROLLBACK TO"):
+        rest = sql[len("ROLLBACK TO"):].strip()
+        if rest.upper().startswith("SAVEPOINT"):
+            rest = rest[len("SAVEPOINT"):]
+        return RollbackToSavepoint(_savepoint_name(rest), end)
+    return Statement(sql, end, timestamp)
+
+
+def _savepoint_name(text: str) -> str:
+    return text.strip().strip("`").strip()

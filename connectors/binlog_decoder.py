@@ -43,7 +43,7 @@ from pymysqlreplication.row_event import RowsEvent, find_charset
 
 from cdc.position import BinlogPosition, file_sequence
 from cdc.source_events import (
-    Heartbeat, RollbackToSavepoint, RowChange, RowInsert, Savepoint, Statement, TxBegin, TxCommit, TxRollback,
+    Heartbeat, RowChange, RowInsert, TxBegin, TxCommit, query_event,
 )
 
 __all__ = ["BinlogDecoder", "BinlogDecodeError", "UnsupportedColumnType", "UnsupportedEvent"]
@@ -755,23 +755,7 @@ class BinlogDecoder:
         start = 19 + self._ph_query + status_len + db_len + 1
         sql = ev[start:len(ev) - self.crc].decode("utf-8", "backslashreplace").strip()
         file = self.file
-        end = _pos(file, log_pos)
-        upper = sql.upper()
-        if upper == "BEGIN" or upper.startswith("XA START"):
-            out.append(TxBegin(_pos(file, self._begin_start(size, log_pos)), end))
-        elif upper == "COMMIT":
-            out.append(TxCommit(end, ts))
-        elif upper == "ROLLBACK":
-            out.append(TxRollback(end))
-        elif upper.startswith("SAVEPOINT"):
-            out.append(Savepoint(_savepoint_name(sql[len("SAVEPOINT"):]), end))
-        elif upper.startswith("ROLLBACK TO"):
-            rest = sql[len("ROLLBACK TO"):].strip()
-            if rest.upper().startswith("SAVEPOINT"):
-                rest = rest[len("SAVEPOINT"):]
-            out.append(RollbackToSavepoint(_savepoint_name(rest), end))
-        else:
-            out.append(Statement(sql, end, ts))
+        out.append(query_event(sql, _pos(file, self._begin_start(size, log_pos)), _pos(file, log_pos), ts))
 
     # -- Table_map ---------------------------------------------------------------------
 
@@ -912,6 +896,3 @@ class BinlogDecoder:
                 values, p = after(ev, p)
             out.append(RowChange(kind, schema, table, values, end))
 
-
-def _savepoint_name(text: str) -> str:
-    return text.strip().strip("`").strip()

@@ -43,8 +43,7 @@ from cdc.position import BinlogPosition
 from connectors.binlog_decoder import BinlogDecodeError, BinlogDecoder, UnsupportedColumnType, UnsupportedEvent
 from connectors.binlog_protocol import BinlogConnection, BinlogConnectionError, BinlogPositionError
 from cdc.source_events import (
-    Heartbeat, RollbackToSavepoint, RowChange, RowInsert, Savepoint, ServerInfo, SourceEvent, Statement, TxBegin,
-    TxCommit, TxRollback,
+    Heartbeat, RowChange, RowInsert, ServerInfo, SourceEvent, TxBegin, TxCommit, query_event,
 )
 
 log = logging.getLogger(__name__)
@@ -113,27 +112,8 @@ class _Converter:
     def _query(self, ev: Any, out: list[SourceEvent]) -> None:
         sql = ev.query.strip() if isinstance(ev.query, str) else ev.query.decode("utf-8", "replace").strip()
         end_pos = ev.packet.log_pos
-        end = BinlogPosition(self.file, end_pos)
-        upper = sql.upper()
-        if upper == "BEGIN" or upper.startswith("XA START"):
-            out.append(TxBegin(BinlogPosition(self.file, end_pos - ev.packet.event_size), end))
-        elif upper == "COMMIT":
-            out.append(TxCommit(end, ev.timestamp))
-        elif upper == "ROLLBACK":
-            out.append(TxRollback(end))
-        elif upper.startswith("SAVEPOINT"):
-            out.append(Savepoint(_savepoint_name(sql[len("SAVEPOINT"):]), end))
-        elif upper.startswith("ROLLBACK TO"):
-            rest = sql[len("ROLLBACK TO"):].strip()
-            if rest.upper().startswith("SAVEPOINT"):
-                rest = rest[len("SAVEPOINT"):]
-            out.append(RollbackToSavepoint(_savepoint_name(rest), end))
-        else:
-            out.append(Statement(sql, end, ev.timestamp))
-
-
-def _savepoint_name(text: str) -> str:
-    return text.strip().strip("`").strip()
+        start = BinlogPosition(self.file, end_pos - ev.packet.event_size)
+        out.append(query_event(sql, start, BinlogPosition(self.file, end_pos), ev.timestamp))
 
 
 class MySQLBinlogSource:

@@ -323,6 +323,109 @@ def avro_schema() -> Any:
     return _AVRO
 
 
+# The layout of outbox_event.avsc that `_decode_outbox` reads without fastavro: four
+# strings, a [null, string, bytes] union and a [null, long] union. When the schema file
+# says anything else, the fast path is off and every value goes through fastavro.
+_OUTBOX_LAYOUT = (
+    ("id", "string"), ("aggregate_type", "string"), ("aggregate_id", "string"), ("type", "string"),
+    ("payload", ("null", "string", "bytes")), ("timestamp", ("null", "long")),
+)  # fmt: skip
+_FAST_AVRO: bool | None = None
+
+
+def _fast_avro_ok() -> bool:
+    global _FAST_AVRO
+    if _FAST_AVRO is None:
+        try:
+            from connectors.avro_schemas import schema
+
+            fields = _strip_logical(schema())["fields"]
+            layout = tuple(
+                (f["name"], tuple(t if isinstance(t, str) else t["type"] for t in f["type"]) if isinstance(f["type"], list) else f["type"])
+                for f in fields
+            )
+            _FAST_AVRO = layout == _OUTBOX_LAYOUT
+        except Exception:  # noqa: BLE001
+            _FAST_AVRO = False
+    return _FAST_AVRO
+
+
+class _Bad(Exception):
+    pass
+
+
+def _decode_outbox(v: bytes) -> tuple:
+    """(id, aggregate_type, aggregate_id, type, payload, timestamp) of a Confluent
+    wire-format value (Avro body from offset 5) that holds exactly one outbox event
+    record; raises on anything else (the caller then asks fastavro, for the same result
+    or the same error)."""
+    p = 5
+    size = len(v)
+    out = []
+    for _ in range(4):
+        b = v[p]
+        p += 1
+        if b < 0x80:
+            n = b
+        else:
+            n = b & 0x7F
+            shift = 7
+            while b & 0x80:
+                b = v[p]
+                p += 1
+                n |= (b & 0x7F) << shift
+                shift += 7
+        n = (n >> 1) ^ -(n & 1)
+        if n < 0 or p + n > size:
+            raise _Bad
+        out.append(v[p:p + n].decode())
+        p += n
+    u = v[p]
+    p += 1
+    if u == 0:
+        out.append(None)
+    elif u == 2 or u == 4:  # zigzag 1 (string), 2 (bytes)
+        b = v[p]
+        p += 1
+        if b < 0x80:
+            n = b
+        else:
+            n = b & 0x7F
+            shift = 7
+            while b & 0x80:
+                b = v[p]
+                p += 1
+                n |= (b & 0x7F) << shift
+                shift += 7
+        n = (n >> 1) ^ -(n & 1)
+        if n < 0 or p + n > size:
+            raise _Bad
+        out.append(v[p:p + n].decode() if u == 2 else v[p:p + n])
+        p += n
+    else:
+        raise _Bad
+    u = v[p]
+    p += 1
+    if u == 0:
+        out.append(None)
+    elif u == 2:
+        b = v[p]
+        p += 1
+        n = b & 0x7F
+        shift = 7
+        while b & 0x80:
+            b = v[p]
+            p += 1
+            n |= (b & 0x7F) << shift
+            shift += 7
+        out.append((n >> 1) ^ -(n & 1))
+    else:
+        raise _Bad
+    if p != size:
+        raise _Bad
+    return tuple(out)
+
+
 def decode_value(value: bytes | None) -> tuple[dict[str, Any] | None, int | None, str | None]:
     """(avro record, schema id, error) of a Confluent wire-format value."""
     import fastavro
@@ -439,6 +542,123 @@ def message_row(msg: Any, include_raw: bool, decode: bool, dlq_topic: str | None
     return row
 
 
+_WANTED_HEADERS = (
+    hdr.H_SOURCE, hdr.H_FILE, hdr.H_POS, hdr.H_ROW, hdr.H_GTID, hdr.H_COMMIT_TS, hdr.H_EVENT_ID, hdr.H_EVENT_TYPE,
+    hdr.H_TABLE, hdr.H_REPAIR, hdr.H_DLQ_CAUSE, hdr.H_DLQ_ERROR, hdr.H_DLQ_TOPIC,
+)  # fmt: skip
+_HEADER_INDEX = {name: i for i, name in enumerate(_WANTED_HEADERS)}
+
+
+class RecordColumns:
+    """The rows of `message_row` built column by column (no dict per record) and handed
+    out as Arrow record batches; the same values, at a fraction of the cost."""
+
+    def __init__(self, include_raw: bool, decode: bool, dlq_topic: str | None):
+        self.include_raw = include_raw
+        self.decode = decode
+        self.dlq_topic = dlq_topic
+        self.fast_avro = _fast_avro_ok()
+        self.fields = fields_for(include_raw, decode)
+        self._seq: dict[str, int | None] = {}
+        self._reset()
+
+    def _reset(self) -> None:
+        self.cols: list[list[Any]] = [[] for _ in self.fields]
+        self.n = 0
+
+    def _file_seq(self, file: str | None) -> int | None:
+        if file is None:
+            return None
+        try:
+            return self._seq[file]
+        except KeyError:
+            seq = file_seq_or_none(file)
+            if len(self._seq) < 100_000:
+                self._seq[file] = seq
+            return seq
+
+    def add(self, msg: Any) -> None:
+        cols = self.cols
+        topic = msg.topic()
+        ts_type, ts = msg.timestamp()
+        key = msg.key()
+        cols[0].append(topic)
+        cols[1].append(msg.partition())
+        cols[2].append(msg.offset())
+        cols[3].append(ts if ts_type else None)
+        cols[4].append(ts_type)
+        cols[5].append(key)
+        cols[6].append(None if key is None else key.decode("utf-8", "replace"))
+        i = 7
+        raw_headers = msg.headers()
+        value = msg.value()
+        if self.include_raw:
+            cols[7].append(list(hdr.header_dict(raw_headers).items()))
+            cols[8].append(value)
+            i = 9
+        if not self.decode:
+            self.n += 1
+            return
+        h: list[Any] = [None] * 13
+        index = _HEADER_INDEX.get
+        for name, text in raw_headers or ():
+            j = index(name)
+            if j is not None and text is not None:
+                h[j] = text.decode("utf-8", "replace") if isinstance(text, bytes) else str(text)
+        source, file, pos_t, row_t, gtid = h[0], h[1], h[2], h[3], h[4]
+        row = _int_or_none(row_t)
+        pos = _int_or_none(pos_t)
+        gtid = gtid or None
+        ikey = None
+        if source is not None and row is not None and (gtid or (file and pos is not None)):
+            ikey = identity_key(source, gtid, file, pos, row)
+        decoded = (ikey, source, file, self._file_seq(file), pos, row, gtid, _int_or_none(h[5]), h[6], h[7], h[8],
+                   h[9] is not None, h[10], h[11], h[12])  # fmt: skip
+        for j, item in enumerate(decoded, i):
+            cols[j].append(item)
+        i += 15
+        # value: schema_id, v_id, v_aggregate_type, v_aggregate_id, v_type, v_payload, v_payload_is_text,
+        # v_timestamp_us, value_error
+        if self.dlq_topic and topic == self.dlq_topic:
+            error = None
+            try:
+                json.loads(value or b"")
+            except ValueError as exc:
+                error = f"dead-letter value is not JSON: {exc}"[:300]
+            v = (None, None, None, None, None, None, None, None, error)
+        else:
+            v = None
+            if self.fast_avro and value is not None and len(value) >= 5 and value[0] == 0:
+                try:
+                    rid, atype, aid, etype, payload, stamp = _decode_outbox(value)
+                except Exception:  # noqa: BLE001 - fastavro below says what is wrong
+                    pass
+                else:
+                    v = (int.from_bytes(value[1:5], "big"), rid, atype, aid, etype,
+                         payload.encode("utf-8") if isinstance(payload, str) else payload,
+                         None if payload is None else isinstance(payload, str), stamp, None)  # fmt: skip
+            if v is None:
+                d = decode_record(topic, {}, value, self.dlq_topic)
+                v = tuple(d[n] for n in _VALUE_FIELDS)
+        for j, item in enumerate(v, i):
+            cols[j].append(item)
+        self.n += 1
+
+    def take(self) -> Any:
+        import pyarrow as pa
+
+        schema = arrow_schema(self.include_raw, self.decode)
+        batch = pa.RecordBatch.from_arrays([pa.array(c, type=f.type) for c, f in zip(self.cols, schema)], schema=schema)
+        self._reset()
+        return batch
+
+
+_VALUE_FIELDS = (
+    "schema_id", "v_id", "v_aggregate_type", "v_aggregate_id", "v_type", "v_payload", "v_payload_is_text", "v_timestamp_us",
+    "value_error",
+)  # fmt: skip
+
+
 _ARROW: dict[tuple[bool, bool], Any] = {}
 
 
@@ -498,20 +718,19 @@ class KafkaReader(DataSourceReader):
         part = partition.value
         if part is None:
             return
-        dlq = self.options.get("dlq_topic") or None
-        rows: list[dict[str, Any]] = []
+        cols = RecordColumns(self.include_raw, self.decode, self.options.get("dlq_topic") or None)
+        add = cols.add
         for msg in scan_partitions(
             self._bootstrap(),
             part,
             opt_json(self.options, "consumer_conf", {}),
             self.options.get("isolation") or "read_committed",
         ):
-            rows.append(message_row(msg, self.include_raw, self.decode, dlq))
-            if len(rows) >= BATCH_ROWS:
-                yield _batch(rows, self.include_raw, self.decode)
-                rows = []
-        if rows:
-            yield _batch(rows, self.include_raw, self.decode)
+            add(msg)
+            if cols.n >= BATCH_ROWS:
+                yield cols.take()
+        if cols.n:
+            yield cols.take()
 
 
 class KafkaDataSource(DataSource):

@@ -58,7 +58,9 @@ class Writer(threading.Thread):
                 if conn is None:
                     conn = self._connect()
                 rows = []
-                for _ in range(rng.randint(1, 5)):
+                # The long run writes larger transactions: 200k events in minutes, not hours
+                # of per-commit fsyncs.
+                for _ in range(rng.randint(1, 30 if LONG else 5)):
                     key = f"k{rng.randrange(self._keys)}"
                     rows.append((str(uuid.uuid4()), rng.choice(AGGREGATES), key, "Happened",
                                  '{"n": %d, "pad": "%s"}' % (self.attempted + len(rows), "x" * 150)))
@@ -167,7 +169,8 @@ def test_every_crash_point(mariadb, kafka, database, topic_prefix, tmp_path):
     try:
         for _ in range(rounds):
             for point in order:
-                nth = 1 if point in ("recovery", "after_ack_before_checkpoint") else rng.randint(1, 400)
+                nth = {"recovery": 1, "after_ack_before_checkpoint": 1,
+                       "checkpoint_write": rng.randint(1, 10)}.get(point) or rng.randint(1, 400)
                 relay = RelayProcess(raw, env_for(mariadb), tmp_path, crash_at=f"{point}@{nth}")
                 try:
                     relay.wait(60)

@@ -7,10 +7,8 @@ No servers. Tests marked `spark` start one local Spark session (module scope).""
 from __future__ import annotations
 
 import json
-import os
 import random
 import struct
-import sys
 import uuid
 from typing import Any
 
@@ -747,3 +745,120 @@ def test_spark_random_histories_match_reference(spark: Any) -> None:
         c = ctx(partitioner="murmur2", partitions=((TOPIC, 0, 0, 9999), (TOPIC, 1, 0, 9999), (DLQ, 0, 0, 999)))
         ref = reconcile_reference(events, records, c)
         _assert_same(_spark_result(spark, events, records, c), ref)
+
+
+# ----------------------------------------------------------------------------- columnar readers
+
+
+class _Msg:
+    """The confluent-kafka Message methods the reader calls."""
+
+    def __init__(self, topic: str, partition: int, offset: int, key: bytes | None, value: bytes | None,
+                 headers: list | None, ts: tuple[int, int] = (1, 1_700_000_000_123)):  # fmt: skip
+        self._t, self._p, self._o, self._k, self._v, self._h, self._ts = topic, partition, offset, key, value, headers, ts
+
+    def topic(self) -> str:
+        return self._t
+
+    def partition(self) -> int:
+        return self._p
+
+    def offset(self) -> int:
+        return self._o
+
+    def key(self) -> bytes | None:
+        return self._k
+
+    def value(self) -> bytes | None:
+        return self._v
+
+    def headers(self) -> list | None:
+        return self._h
+
+    def timestamp(self) -> tuple[int, int]:
+        return self._ts
+
+
+def _sample_messages() -> list[_Msg]:
+    base = [(hdr.H_SOURCE, b"s"), (hdr.H_FILE, b"mysql-bin.000003"), (hdr.H_POS, b"900"), (hdr.H_ROW, b"1"),
+            (hdr.H_GTID, b"0-1-5"), (hdr.H_COMMIT_TS, b"1700000000000"), (hdr.H_EVENT_ID, b"7"),
+            (hdr.H_EVENT_TYPE, b"created"), (hdr.H_TABLE, b"shop.outbox")]  # fmt: skip
+    rec = {"id": "7", "aggregate_type": "order", "aggregate_id": "o1", "type": "created", "payload": "hé", "timestamp": 123}
+    good = encode_value(rec)
+    long_text = encode_value({**rec, "payload": "x" * 5000, "id": "é" * 300, "timestamp": -(1 << 60)})
+    binary = encode_value({**rec, "payload": b"\x00\xff", "timestamp": None})
+    null_payload = encode_value({**rec, "payload": None}, schema_id=77)
+    msgs = [
+        _Msg(TOPIC, 0, 0, b"o1", good, base),
+        _Msg(TOPIC, 0, 1, b"o1", long_text, base + [(hdr.H_REPAIR, b"1")]),
+        _Msg(TOPIC, 1, 2, None, binary, [(hdr.H_POS, b"x")] + base[:2] + [(hdr.H_ROW, None)], ts=(0, -1)),
+        _Msg(TOPIC, 1, 3, b"\xff\xfe", null_payload, [(h, v) for h, v in base if h != hdr.H_GTID]),  # file/pos identity
+        _Msg(TOPIC, 1, 4, b"k", good + b"xx", base),  # trailing bytes
+        _Msg(TOPIC, 1, 5, b"k", good[:8], base),  # truncated
+        _Msg(TOPIC, 1, 6, b"k", b"\x01\x00\x00\x00\x01abc", None),  # not wire format
+        _Msg(TOPIC, 1, 7, b"k", None, []),  # null value
+        _Msg(TOPIC, 1, 8, b"k", b"\x00\x00\x00\x00\x01" + good[5:-1] + b"\x06", base),  # bad union index
+        _Msg(DLQ, 0, 9, b"k", b'{"a": 1}', base + [(hdr.H_DLQ_CAUSE, b"too_large"), (hdr.H_DLQ_TOPIC, b"t")]),
+        _Msg(DLQ, 0, 10, b"k", b"not json", base),
+        _Msg(TOPIC, 0, 11, b"k", good, base + [(hdr.H_SOURCE, b"other"), (hdr.H_SOURCE, None)]),  # last non-null wins
+    ]
+    return msgs
+
+
+@pytest.mark.parametrize("include_raw,decode", [(False, True), (True, True), (True, False), (False, False)])
+def test_record_columns_equal_message_row(include_raw: bool, decode: bool) -> None:
+    from spark_jobs.kafka_source import RecordColumns, message_row
+
+    msgs = _sample_messages()
+    cols = RecordColumns(include_raw, decode, DLQ)
+    assert cols.fast_avro  # the schema file has the layout the fast decoder reads
+    for m in msgs:
+        cols.add(m)
+    got = cols.take().to_pylist()
+    want = [message_row(m, include_raw, decode, DLQ) for m in msgs]
+    if include_raw:
+        for w in want:
+            w["headers"] = list(w["headers"].items())
+    assert got == want
+    assert cols.n == 0 and cols.take().num_rows == 0
+
+
+def test_record_columns_without_the_fast_avro_path_agree(monkeypatch: Any) -> None:
+    import spark_jobs.kafka_source as ks
+
+    msgs = _sample_messages()
+    fast = ks.RecordColumns(False, True, DLQ)
+    slow = ks.RecordColumns(False, True, DLQ)
+    slow.fast_avro = False
+    for m in msgs:
+        fast.add(m)
+        slow.add(m)
+    assert fast.take().to_pylist() == slow.take().to_pylist()
+
+
+def test_event_columns_equal_events_of_tx() -> None:
+    from spark_jobs.binlog_source import CommittedTx, EventColumns, anomaly_row
+
+    table = OutboxTable("shop", "outbox", topic="outbox.event.{aggregate_type}", timestamp_column="created_at")
+    mapper = EventMapper([table], allowlist=("outbox.event.o*",))
+    rows = [
+        {"id": 1, "aggregatetype": "order", "aggregateid": "a", "type": "t", "payload": "p", "created_at": None},
+        {"id": uuid.uuid4().bytes, "aggregatetype": "invoice", "aggregateid": b"b", "type": "t", "payload": b"\x00"},
+        {"id": 3, "aggregatetype": "bad type", "aggregateid": "c", "type": "t", "payload": {"x": 1}, "created_at": 17},
+        {"id": 4, "aggregatetype": None, "aggregateid": "d", "type": "t", "payload": None},
+        {"id": 5, "aggregateid": "e", "type": "t"},
+    ]
+    txs = [
+        ("mysql-bin.000042", CommittedTx(1000, 1500, "0-1-42", 1, 1_700_000_123, [("shop", "outbox", r) for r in rows])),
+        ("mysql-bin.000042", CommittedTx(2000, 2500, None, 2, 1_700_000_124, [("shop", "outbox", rows[0])])),
+        ("mysql-bin.000043", CommittedTx(4, 50, "0-1-43", 1, 1_700_000_125, [])),
+    ]
+    cols = EventColumns("src", mapper)
+    want = []
+    for file, tx in txs:
+        cols.add_tx(file, tx)
+        want += list(events_of_tx("src", file, tx, mapper))
+    cols.add_row(anomaly_row("src", "mysql-bin.000042", "something odd"))
+    want.append(anomaly_row("src", "mysql-bin.000042", "something odd"))
+    names = [n for n, _ in BINLOG_FIELDS]
+    assert cols.take().to_pylist() == [{n: w[n] for n in names} for w in want]
