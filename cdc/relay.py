@@ -82,7 +82,7 @@ class RunSummary:
     events_published: int
     dead_lettered: int
     skipped_recovery: int
-    stopped_by: str  # "request" | "error"
+    stopped_by: str  # "request": a run that fails raises instead of returning
     error: str | None = None
     recovery: dict[str, Any] = field(default_factory=dict)
 
@@ -205,7 +205,6 @@ class Relay:
         metrics.ready = True
         last_checkpoint_at = self._clock()
         publisher, poll = self._publisher, self._publisher.poll
-        stopped_by, error = "request", None
         try:
             while not should_stop():
                 if self._failure is not None:
@@ -243,10 +242,6 @@ class Relay:
                     window.advance()
                     self._checkpoint()
                     last_checkpoint_at = now
-        except DeliveryError as exc:
-            stopped_by, error = "error", str(exc)
-            metrics.delivery_errors += 1
-            raise
         finally:
             metrics.ready = False
             source.close()
@@ -257,8 +252,7 @@ class Relay:
             raise DeliveryError(self._failure_text())
         return RunSummary(
             window.position, metrics.events_published, metrics.dead_lettered_total,
-            metrics.events_skipped_recovery, stopped_by, error,
-            self._recovery_summary(),
+            metrics.events_skipped_recovery, "request", None, self._recovery_summary(),
         )
 
     def _failure_text(self) -> str:
