@@ -46,6 +46,7 @@ setup() {
   fi
   export PATH="$ROOT/.venv/bin:$PATH"
   export PYSPARK_PYTHON="$ROOT/.venv/bin/python" PYSPARK_DRIVER_PYTHON="$ROOT/.venv/bin/python"
+  export SPARK_LOCAL_IP="${SPARK_LOCAL_IP:-127.0.0.1}"  # Spark in local mode: loopback, no hostname look-up
 }
 
 cmd=${1:-help}
