@@ -147,15 +147,18 @@ def ensure_pyspark_python() -> None:
 
 def register_sources(spark: Any) -> None:
     """Register the verifier's Python data sources (`cdc_binlog`, `cdc_kafka`,
-    `cdc_outbox_table`) with `spark`. Idempotent: registering again replaces the same
-    classes, so it is safe on a session that already has them (registrations are per
-    session: `spark.newSession()` starts without them)."""
+    `cdc_outbox_table`) with `spark`. Idempotent: a name already registered with the session is left as it is
+    (registrations are per session: `spark.newSession()` starts without them)."""
     from spark_jobs.binlog_source import BinlogDataSource
     from spark_jobs.kafka_source import KafkaDataSource
     from spark_jobs.outbox_table_source import OutboxTableDataSource
 
     for source in (BinlogDataSource, KafkaDataSource, OutboxTableDataSource):
-        spark.dataSource.register(source)
+        try:
+            spark.dataSource.register(source)
+        except Exception as exc:  # noqa: BLE001 - only "already registered" is fine
+            if "DATA_SOURCE_ALREADY_EXISTS" not in str(exc):
+                raise
 
 
 def build_spark(master: str = "local[*]", app_name: str = "cdc-verify", conf: Mapping[str, str] | None = None) -> Any:

@@ -310,7 +310,7 @@ EVENT_COLUMNS = (
 
 @dataclass
 class Reconciled:
-    """The classified sides, persisted: `events` (one row per binlog event: class,
+    """The classified sides (computed from persisted intermediates): `events` (one row per binlog event: class,
     reasons, deliveries, latency_ms ...), `records` (records of ours that match no event,
     and foreign / unidentified records: class, reason), `violations` (partition order)."""
 
@@ -319,9 +319,10 @@ class Reconciled:
     violations: Any
     ctx: ReconcileContext
     joined: Any = None
+    side: tuple = ()  # further persisted intermediates
 
     def unpersist(self) -> None:
-        for df in (self.events, self.records, self.violations, self.joined):
+        for df in (self.events, self.records, self.violations, self.joined, *self.side):
             if df is None:
                 continue
             try:
@@ -362,13 +363,23 @@ def _lt(a_seq: Any, a_pos: Any, a_row: Any, b: tuple) -> Any:
 
 def reconcile(events: Any, records: Any, ctx: ReconcileContext, storage: Any = None) -> Reconciled:
     """Classify with Spark DataFrames (joins, window functions). `events`: cdc_binlog rows;
-    `records`: cdc_kafka rows with decode=true. The results are persisted.
+    `records`: cdc_kafka rows with decode=true. The results are computed from persisted
+    intermediates (`unpersist()` frees them).
 
-    Plan: the records of ours are grouped by identity key (one shuffle), the events are
-    full-outer-joined to the groups (one shuffle of the events); every event's class and
-    every unmatched record's class is then a row-local expression. The key-order check
-    is one narrow window over (topic, partition, key) by offset, the partition-order
-    check one over (topic, partition)."""
+    Plan (two big shuffles, no per-key list building in the common case):
+      1. the records of ours are hash-partitioned by identity key and numbered within
+         their key by (topic, partition, offset) with one window (count, rank, first
+         broker time);
+      2. the events are full-outer-joined to them on the key (a sort-merge join that
+         reuses step 1's partitioning): one row per (event, record) pair, an event
+         without records, or a record without an event. This is persisted;
+      3. an event's row is its first record's row (rank 1): its class and its content
+         check are row-local expressions; only events with two or more records get
+         their delivery list from a (small) aggregation;
+      4. one shuffle by (topic, partition), sorted by offset, serves both order checks:
+         the partition order of header positions, and (after a sort by key) the key
+         order of binlog positions; what they flag is small and joined back by broadcast.
+    """
     from pyspark import StorageLevel
     from pyspark.sql import Window
     from pyspark.sql import functions as F
@@ -382,70 +393,109 @@ def reconcile(events: Any, records: Any, ctx: ReconcileContext, storage: Any = N
     ours = rec.filter(col("ikey").isNotNull() & (col("source") == F.lit(ctx.source)))
     ev = events.filter(col("ikey").isNotNull()).select(*EVENT_COLUMNS).withColumn("ord", F.struct("file_seq", "tx_pos", "row"))
 
-    # ---- records of ours grouped by identity (deliveries sorted by topic, partition, offset)
-    delivery = F.struct(*[col(c) for c in DELIVERY_FIELDS])
-    grouped = ours.groupBy("ikey").agg(
-        F.count(F.lit(1)).alias("n"),
-        F.sort_array(F.collect_list(delivery)).alias("deliveries"),
-        F.min(F.when(~col("repair"), col("timestamp_ms"))).alias("first_ts"),
+    # ---- 1. records of ours by identity key: how many, rank by (topic, partition, offset)
+    by_ikey = Window.partitionBy("r_ikey").orderBy("r_topic", "r_partition", "r_offset")
+    whole = by_ikey.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
+    r_cols = ("ikey",) + tuple(c for c in DELIVERY_FIELDS)
+    ours_w = (
+        ours.select(*[col(c).alias(f"r_{c}") for c in r_cols])
+        .withColumn("n", F.count(F.lit(1)).over(whole))
+        .withColumn("rn", F.row_number().over(by_ikey))
+        .withColumn("first_ts", F.min(F.when(~col("r_repair"), col("r_timestamp_ms"))).over(whole))
     )
-    joined = ev.join(grouped, "ikey", "full_outer").persist(storage)
+    # ---- 2. events joined to them
+    joined = ev.join(ours_w, ev["ikey"] == ours_w["r_ikey"], "full_outer").persist(storage)
 
-    # ---- events
-    one = col("deliveries")[0]
-    decoded = one["value_error"].isNull()
-    not_dlq = ~one["is_dlq"]
+    # ---- 3. events: the row of the first record (or of none)
+    def r(name: str) -> Any:
+        return col(f"r_{name}")
+
+    decoded = r("value_error").isNull()
+    not_dlq = ~r("is_dlq")
 
     def ne(a: Any, b: str) -> Any:
         return ~a.eqNullSafe(col(b))
 
     reason_list = F.array(
-        F.when(not_dlq & col("expected_topic").isNotNull() & (one["topic"] != col("expected_topic")), F.lit("topic")),
-        F.when(not_dlq & ne(one["key_text"], "aggregate_id"), F.lit("key")),
-        F.when(not_dlq & decoded & (ne(one["v_id"], "event_id") | (one["h_event_id"].isNotNull() & (one["h_event_id"] != col("event_id")))), F.lit("id")),
-        F.when(not_dlq & decoded & ne(one["v_aggregate_type"], "aggregate_type"), F.lit("aggregate_type")),
-        F.when(not_dlq & decoded & ne(one["v_aggregate_id"], "aggregate_id"), F.lit("aggregate_id")),
-        F.when(not_dlq & decoded & (ne(one["v_type"], "event_type") | (one["h_event_type"].isNotNull() & (one["h_event_type"] != col("event_type")))), F.lit("type")),
-        F.when(not_dlq & decoded & ne(one["v_payload"], "payload"), F.lit("payload")),
-        F.when(not_dlq & decoded & ne(one["v_timestamp_us"], "timestamp_us"), F.lit("timestamp")),
-        F.when(one["h_commit_ts"].isNotNull() & (one["h_commit_ts"] != col("commit_ts_ms")), F.lit("commit_ts")),
-        F.when(one["value_error"].isNotNull(), F.lit("value")),
+        F.when(not_dlq & col("expected_topic").isNotNull() & (r("topic") != col("expected_topic")), F.lit("topic")),
+        F.when(not_dlq & ne(r("key_text"), "aggregate_id"), F.lit("key")),
+        F.when(not_dlq & decoded & (ne(r("v_id"), "event_id") | (r("h_event_id").isNotNull() & (r("h_event_id") != col("event_id")))), F.lit("id")),
+        F.when(not_dlq & decoded & ne(r("v_aggregate_type"), "aggregate_type"), F.lit("aggregate_type")),
+        F.when(not_dlq & decoded & ne(r("v_aggregate_id"), "aggregate_id"), F.lit("aggregate_id")),
+        F.when(not_dlq & decoded & (ne(r("v_type"), "event_type") | (r("h_event_type").isNotNull() & (r("h_event_type") != col("event_type")))), F.lit("type")),
+        F.when(not_dlq & decoded & ne(r("v_payload"), "payload"), F.lit("payload")),
+        F.when(not_dlq & decoded & ne(r("v_timestamp_us"), "timestamp_us"), F.lit("timestamp")),
+        F.when(r("h_commit_ts").isNotNull() & (r("h_commit_ts") != col("commit_ts_ms")), F.lit("commit_ts")),
+        F.when(r("value_error").isNotNull(), F.lit("value")),
     )
     empty_reasons = F.array().cast(T.ArrayType(T.StringType()))
+    delivery = F.struct(*[r(c).alias(c) for c in LISTED_DELIVERY_FIELDS])
+    multi = (
+        joined.filter(col("file").isNotNull() & (col("n") >= 2))
+        .groupBy("ikey")
+        .agg(F.sort_array(F.collect_list(delivery)).alias("_deliveries"))
+    )
+    multi, n_multi = _small(multi, storage)
     evs = (
-        joined.filter(col("file").isNotNull())
+        joined.filter(col("file").isNotNull() & (col("rn").isNull() | (col("rn") == 1)))
         .withColumn("n", F.coalesce(col("n"), F.lit(0)))
         .withColumn("reasons", F.when(col("n") == 1, F.filter(reason_list, lambda x: x.isNotNull())).otherwise(empty_reasons))
         .withColumn("latency_ms", col("first_ts") - col("commit_ts_ms"))
+        .withColumn("_one", F.when(col("n") == 1, F.array(delivery)))
+        .withColumn("_first_is_dlq", r("is_dlq"))
     )
+    evs = _join_small(evs, multi, n_multi).withColumn("deliveries", F.coalesce(col("_deliveries"), col("_one")))
 
-    # ---- key order within each partition (no repair / dead-letter records). A later
-    # copy of an event can only flag that event itself, which is a duplicate anyway.
-    by_key = Window.partitionBy("topic", "partition", "key_text").orderBy("offset").rowsBetween(Window.unboundedPreceding, -1)
-    order = (
-        evs.filter(col("n") > 0)
-        .select("ikey", "ord", F.explode("deliveries").alias("d"))
-        .filter(~col("d.repair") & ~col("d.is_dlq"))
-        .select("ikey", "ord", col("d.topic").alias("topic"), col("d.partition").alias("partition"),
-                col("d.offset").alias("offset"), col("d.key_text").alias("key_text"))  # fmt: skip
-        .withColumn("prev_max", F.max("ord").over(by_key))
-        .filter(col("prev_max").isNotNull() & (col("ord") < col("prev_max")))
-        .groupBy("ikey")
-        .agg(F.lit(True).alias("reordered"), F.min_by(F.struct("topic", "partition", "offset", "prev_max"), col("offset")).alias("reorder_at"))
+    # ---- 4. order checks, one shuffle: partition order (header positions, every record
+    # of ours but repairs) and key order (binlog positions of the events delivered, no
+    # dead-letter records). A later copy of an event can only flag that event itself,
+    # which is a duplicate anyway.
+    h_ord = F.when(
+        r("h_file_seq").isNotNull() & r("h_pos").isNotNull() & r("h_row").isNotNull(),
+        F.struct(r("h_file_seq").alias("h_file_seq"), r("h_pos").alias("h_pos"), r("h_row").alias("h_row")),
     )
+    keyed = col("file").isNotNull() & ~r("is_dlq")
+    by_part = Window.partitionBy("topic", "partition").orderBy("offset").rowsBetween(Window.unboundedPreceding, -1)
+    by_key = Window.partitionBy("topic", "partition", "key_text").orderBy("offset").rowsBetween(Window.unboundedPreceding, -1)
+    flagged = (
+        joined.filter(r("ikey").isNotNull() & ~r("repair"))
+        .select(
+            r("topic").alias("topic"), r("partition").alias("partition"), r("offset").alias("offset"), r("key_text").alias("key_text"),
+            r("h_file").alias("h_file"), r("h_pos").alias("h_pos"), r("h_row").alias("h_row"), r("h_gtid").alias("h_gtid"),
+            h_ord.alias("h_ord"), "ikey", F.when(keyed, col("ord")).alias("k_ord"),
+        )  # fmt: skip
+        .withColumn("h_prev_max", F.max("h_ord").over(by_part))
+        .withColumn("k_prev_max", F.max("k_ord").over(by_key))
+        .withColumn("violation", col("h_ord").isNotNull() & col("h_prev_max").isNotNull() & (col("h_ord") < col("h_prev_max")))
+        .withColumn("reorder", col("k_ord").isNotNull() & col("k_prev_max").isNotNull() & (col("k_ord") < col("k_prev_max")))
+        .filter(col("violation") | col("reorder"))
+        .persist(storage)
+    )
+    violations = flagged.filter(col("violation")).select(
+        "topic", "partition", "offset", "key_text", "h_file", "h_pos", "h_row", "h_gtid", "h_ord", col("h_prev_max").alias("prev_max")
+    )
+    order = (
+        flagged.filter(col("reorder"))
+        .groupBy("ikey")
+        .agg(F.lit(True).alias("reordered"),
+             F.min_by(F.struct("topic", "partition", "offset", col("k_prev_max").alias("prev_max")), col("offset")).alias("reorder_at"))  # fmt: skip
+    )
+    order, n_order = _small(order, storage)
     classified = (
-        evs.join(order, "ikey", "left")
+        _join_small(evs, order, n_order)
         .withColumn("reordered", F.coalesce(col("reordered"), F.lit(False)))
         .withColumn(
             "class",
             F.when(col("n") == 0, F.lit("missing"))
             .when(col("n") >= 2, F.lit("duplicate"))
-            .when(one["is_dlq"], F.lit("dead_lettered"))
+            .when(col("_first_is_dlq"), F.lit("dead_lettered"))
             .when(F.size(col("reasons")) > 0, F.lit("altered"))
             .when(col("reordered"), F.lit("reordered"))
             .otherwise(F.lit("delivered")),
         )
         .withColumn("unverifiable_reason", F.lit(None).cast("string"))
+        .select(*EVENT_COLUMNS, "ord", "n", "deliveries", "first_ts", "reasons", "latency_ms", "reordered", "reorder_at", "class",
+                "unverifiable_reason")  # fmt: skip
     )
 
     # ---- events without a delivery that cannot be proven absent
@@ -486,9 +536,7 @@ def reconcile(events: Any, records: Any, ctx: ReconcileContext, storage: Any = N
     after = (hs > e_seq) | ((hs == e_seq) & (hp >= e_pos))
     unmatched = (
         joined.filter(col("file").isNull())
-        .select(F.explode("deliveries").alias("d"))
-        .select("d.*")
-        .select(*RECORD_COLUMNS)
+        .select(*[r(c).alias(c) for c in RECORD_COLUMNS])
         .withColumn(
             "reason",
             F.when(hs.isNull() | hp.isNull(), F.lit(None)).when(before, F.lit("before_binlog_range")).when(after, F.lit("after_verified_range")),
@@ -503,21 +551,32 @@ def reconcile(events: Any, records: Any, ctx: ReconcileContext, storage: Any = N
     )
     record_classes = unmatched.unionByName(others)
 
-    # ---- partition order of header positions
-    part_w = Window.partitionBy("topic", "partition").orderBy("offset").rowsBetween(Window.unboundedPreceding, -1)
-    violations = (
-        ours.filter(~col("repair") & col("h_file_seq").isNotNull() & col("h_pos").isNotNull() & col("h_row").isNotNull())
-        .select("topic", "partition", "offset", "key_text", "h_file", "h_pos", "h_row", "h_gtid", F.struct("h_file_seq", "h_pos", "h_row").alias("h_ord"))
-        .withColumn("prev_max", F.max("h_ord").over(part_w))
-        .filter(col("prev_max").isNotNull() & (col("h_ord") < col("prev_max")))
-    )
-
-    classified = classified.persist(storage)
-    record_classes = record_classes.persist(storage)
-    violations = violations.persist(storage)
-    return Reconciled(classified, record_classes, violations, ctx, joined)
+    # `joined` (and the small side tables) are persisted; the three results are cheap,
+    # column-pruned projections of them, so they are not cached a second time.
+    return Reconciled(classified, record_classes, violations, ctx, joined, (flagged, multi, order))
 
 
+SMALL_ROWS = 200_000  # a side table up to this many rows is broadcast to the join
+
+
+def _small(df: Any, storage: Any) -> tuple[Any, int]:
+    """`df` persisted and its row count (one action): the side tables of reconcile
+    (events delivered twice or more, events out of key order) are usually empty."""
+    df = df.persist(storage)
+    return df, df.count()
+
+
+def _join_small(big: Any, small: Any, n: int) -> Any:
+    from pyspark.sql import functions as F
+
+    if n == 0:  # nothing to join: the side's columns, all NULL
+        return big.select("*", *[F.lit(None).cast(f.dataType).alias(f.name) for f in small.schema.fields if f.name != "ikey"])
+    return big.join(F.broadcast(small) if n <= SMALL_ROWS else small, "ikey", "left")
+
+
+# the record fields an event's row carries (prefixed r_); LISTED_DELIVERY_FIELDS go into
+# its `deliveries` list (sorted by topic, partition, offset)
+LISTED_DELIVERY_FIELDS = ("topic", "partition", "offset", "timestamp_ms", "repair", "is_dlq", "dlq_cause")
 DELIVERY_FIELDS = (
     "topic", "partition", "offset", "timestamp_ms", "repair", "is_dlq", "dlq_cause", "key_text", "v_id",
     "v_aggregate_type", "v_aggregate_id", "v_type", "v_payload", "v_timestamp_us", "h_event_id", "h_event_type",

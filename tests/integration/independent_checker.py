@@ -88,9 +88,12 @@ class TopicRecord:
     key: str | None
 
 
-def topic_records(bootstrap: str, topics: list[str]) -> list[TopicRecord]:
+def topic_records(bootstrap: str, topics: list[str], truncated: list[tuple[str, int, int]] | None = None
+                  ) -> list[TopicRecord]:
     """Every record of `topics` (offset order per partition), event id from the Avro value
-    (or, on the dead-letter topic, from the JSON row)."""
+    (or, on the dead-letter topic, from the JSON row). Partitions whose low watermark rose
+    above 0 (the stand-in's fixed retention dropped their oldest batches) are appended to
+    `truncated` as (topic, partition, low watermark)."""
     import json
 
     parsed = fastavro.parse_schema(schema())
@@ -104,6 +107,8 @@ def topic_records(bootstrap: str, topics: list[str]) -> list[TopicRecord]:
                 continue
             for partition in meta.topics[topic].partitions:
                 low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
+                if low > 0 and truncated is not None:
+                    truncated.append((topic, partition, low))
                 if high <= low:
                     continue
                 consumer.assign([TopicPartition(topic, partition, low)])
@@ -140,19 +145,26 @@ class CheckResult:
     duplicates: dict[str, list[tuple[str, int, int]]] = field(default_factory=dict)
     reordered_keys: list[str] = field(default_factory=list)
     phantoms: list[str] = field(default_factory=list)
+    truncated: list[tuple[str, int, int]] = field(default_factory=list)  # retention dropped records
 
     @property
     def clean(self) -> bool:
-        return not (self.missing or self.duplicates or self.reordered_keys or self.phantoms)
+        return not (self.missing or self.duplicates or self.reordered_keys or self.phantoms or self.truncated)
 
     def summary(self) -> str:
-        return (f"committed={self.committed} records={self.records} missing={len(self.missing)} "
+        text = (f"committed={self.committed} records={self.records} missing={len(self.missing)} "
                 f"duplicates={len(self.duplicates)} reordered_keys={len(self.reordered_keys)} "
                 f"phantoms={len(self.phantoms)}")
+        if self.truncated:
+            text += (f"; NOT VERIFIABLE: the stand-in's retention dropped the oldest records of "
+                     f"{len(self.truncated)} partition(s) (e.g. {self.truncated[0]}): 'missing' here may be the "
+                     "broker's doing, not the relay's; use fewer events or more partitions")
+        return text
 
 
-def check(committed: list[Committed], records: list[TopicRecord]) -> CheckResult:
-    result = CheckResult(len(committed), len(records))
+def check(committed: list[Committed], records: list[TopicRecord],
+          truncated: list[tuple[str, int, int]] | None = None) -> CheckResult:
+    result = CheckResult(len(committed), len(records), truncated=list(truncated or []))
     by_id: dict[str, list[TopicRecord]] = defaultdict(list)
     for rec in records:
         by_id[rec.event_id].append(rec)

@@ -353,6 +353,39 @@ def test_binlog_source_reads_exactly_the_committed_outbox_inserts(servers, world
     assert df.filter("ikey is null").count() == 0  # no assembly anomalies
 
 
+def test_split_ranges_and_fast_reader_read_the_same_events(servers, world, spark) -> None:  # type: ignore[no-untyped-def]
+    """Binlog files cut into ranges at transaction starts (more tasks than files), and the
+    opt-in fast reader (the relay's decoder feeding the verifier's own assembly), yield
+    exactly the rows of the default one-task-per-file python-mysql-replication read."""
+    db, _ = servers
+    s = db.connection_settings()
+    from spark_jobs.binlog_source import BINLOG_FIELDS, plan_binlog, split_ranges, tables_to_json
+
+    plan = plan_binlog(s, server_id_base=880000)
+
+    def read(**opts: str) -> tuple[int, list]:
+        df = (
+            spark.read.format("cdc_binlog")
+            .options(host=s["host"], port=str(s["port"]), user=s["user"], password=s["password"])
+            .option("source", SOURCE)
+            .option("tables", tables_to_json([OutboxTable(SCHEMA, "outbox")]))
+            .option("plan", json.dumps(plan))
+            .options(**opts)
+            .load()
+        )
+        rows = sorted((tuple(r[n] for n, _ in BINLOG_FIELDS) for r in df.collect()), key=repr)
+        return df.rdd.getNumPartitions(), rows
+
+    n_default, default = read()
+    assert n_default == 2 and len(default) == len(world.expected)
+    ranges = split_ranges(s, plan, 400)["ranges"]
+    assert len(ranges) > 4 and all(r["start"] < r["end"] for r in ranges)
+    n_split, split = read(split_bytes="400")
+    assert n_split == len(ranges) and split == default
+    _, fast = read(binlog_reader="fast", split_bytes="400")
+    assert fast == default
+
+
 def test_clean_run_reports_no_problem(servers, world, spark, tmp_path_factory) -> None:  # type: ignore[no-untyped-def]
     from spark_jobs.verify import run_verify
 
@@ -387,25 +420,50 @@ def test_clean_run_reports_no_problem(servers, world, spark, tmp_path_factory) -
     world.clean_published = pub  # for the locate tests
 
 
-def test_run_verify_registers_the_sources_on_a_passed_session(servers, world, spark, tmp_path_factory) -> None:  # type: ignore[no-untyped-def]
-    """A session built elsewhere (not by build_spark) knows no cdc_binlog / cdc_kafka:
-    run_verify registers them itself, and registering again is harmless."""
-    from spark_jobs.common import register_sources
-    from spark_jobs.verify import run_verify
-
+def test_run_verify_registers_the_sources_on_a_passed_session(servers, world, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A session built elsewhere (a plain SparkSession, not build_spark) knows no
+    cdc_binlog / cdc_kafka: run_verify registers them itself, and registering again is
+    harmless. Its own process: this module's session already has the sources."""
     if getattr(world, "clean_published", None) is None:
         pytest.skip("needs test_clean_run_reports_no_problem")
-    bare = spark.newSession()  # same SparkContext, fresh session state: no data sources
-    with pytest.raises(Exception, match="DATA_SOURCE_NOT_FOUND"):
-        bare.read.format("cdc_binlog").load()
-    tmp = tmp_path_factory.mktemp("verify-bare")
-    rep = run_verify(verify_config(servers, "clean", tmp), spark=bare)
+    db, kafka = servers
+    s = db.connection_settings()
+    config = {
+        "source": SOURCE, "dlq_topic": "clean.dlq", "output_dir": str(tmp_path / "out"),
+        "mysql": {"host": s["host"], "port": s["port"], "user": s["user"], "password_env": "VERIFY_TEST_PW"},
+        "kafka": {"bootstrap": kafka.bootstrap_servers},
+        "outbox": {"tables": [{"schema": SCHEMA, "table": "outbox", "topic": "clean.{aggregate_type}"}]},
+    }  # fmt: skip
+    path = tmp_path / "verify.json"
+    path.write_text(json.dumps(config))
+    root = Path(__file__).resolve().parents[2]
+    script = f"""
+import json, sys
+sys.path.insert(0, {str(root)!r})
+from pyspark.sql import SparkSession
+from spark_jobs.common import register_sources
+from spark_jobs.verify import load_config, run_verify
+plain = (SparkSession.builder.master("local[1]").appName("plain").config("spark.ui.enabled", "false")
+         .config("spark.sql.shuffle.partitions", "2").getOrCreate())
+try:
+    plain.read.format("cdc_binlog").load()
+    before = "found"
+except Exception as exc:
+    before = "DATA_SOURCE_NOT_FOUND" if "DATA_SOURCE_NOT_FOUND" in str(exc) else repr(exc)[:300]
+rep = run_verify(load_config({str(path)!r}), spark=plain)
+register_sources(plain)  # again: harmless
+schema = [f.name for f in plain.read.format("cdc_kafka").option("include_raw", "false").option("decode", "false").load().schema]
+print(json.dumps({{"before": before, "ok": rep.ok, "counts": rep.counts, "schema": schema[:3]}}))
+plain.stop()
+"""
+    env = {**os.environ, "VERIFY_TEST_PW": s["password"], "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=env, cwd=str(tmp_path))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
     n = len(world.expected)
-    assert rep.ok, rep.summary_text()
-    assert rep.counts["delivered"] == n - 1 and rep.counts["dead_lettered"] == 1
-    register_sources(bare)  # idempotent
-    assert [f.name for f in bare.read.format("cdc_kafka").option("decode", "false").option("include_raw", "false").load().schema][:3] == [
-        "topic", "partition", "offset"]  # fmt: skip
+    assert out["before"] == "DATA_SOURCE_NOT_FOUND"  # the bug's precondition: a session without the sources
+    assert out["ok"] is True and out["counts"]["delivered"] == n - 1 and out["counts"]["dead_lettered"] == 1
+    assert out["schema"] == ["topic", "partition", "offset"]
 
 
 def test_seeded_faults_are_each_classified(servers, world, spark, tmp_path_factory) -> None:  # type: ignore[no-untyped-def]
