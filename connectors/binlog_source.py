@@ -304,8 +304,11 @@ class MySQLBinlogSourceFactory:
         """The relay's own protocol client and decoder (22x python-mysql-replication)."""
         flavor, server_id = self._facts()
         c = self._conn
+        # The server sends a heartbeat after `heartbeat_s` idle seconds; a stream silent
+        # for several of them is dead (a network that dropped without a reset).
         conn = BinlogConnection(c["host"], c["port"], c["user"], c["passwd"], self._replica_id,
-                                connect_timeout=c["connect_timeout"], heartbeat_s=self._heartbeat)
+                                connect_timeout=c["connect_timeout"], heartbeat_s=self._heartbeat,
+                                read_timeout=max(5.0, 4 * self._heartbeat))
         try:
             if isinstance(start, BinlogPosition):
                 conn.dump_file(start.file, start.pos)
