@@ -214,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
             )
             print(f"run {i}: reader={reader} master={master}", flush=True)
             t = time.monotonic()
-            report = run_verify(config, progress=lambda m: print(f"  [{time.monotonic() - t:6.1f}s] {m.splitlines()[0]}", flush=True))
+            report = run_verify(config, progress=lambda m, t=t: print(f"  [{time.monotonic() - t:6.1f}s] {m.splitlines()[0]}", flush=True))
             verify_s = time.monotonic() - t
             run = {"reader": reader, "master": master}
             run["verify_s"] = round(verify_s, 2)

@@ -8,14 +8,26 @@ MySQL binlog, one row per event, with the coordinates the relay puts in its head
         .option("server_id_base", "1234567")               # optional
         .option("start_file", "mysql-bin.000003")          # optional
         .option("end_position", "mysql-bin.000007:1234")   # optional, default: now
+        .option("split_bytes", str(8 << 20))               # optional: pieces of ~8 MiB
+        .option("binlog_reader", "default")                # or "fast" (NOT independent)
         .option("plan", json.dumps(plan_binlog(...)))      # optional: a fixed snapshot
         .load()
 
-Partitions: one per binlog file (`SHOW BINARY LOGS`), each read over its own replication
-connection with its own server_id (`server_id_base + index`; two dump threads with one
-server_id would disconnect each other). Every partition reads `[start, end)` of one file;
-the end of the newest file is the server's position when the plan was made, so a read is
-a consistent snapshot even while the server keeps writing.
+Partitions: one per binlog file (`SHOW BINARY LOGS`), or with `split_bytes` (the verify
+job sets it: about three pieces per core) pieces of about that many bytes cut at
+transaction starts (`SHOW BINLOG EVENTS`: GTID events, or BEGIN without GTIDs), so more
+cores finish sooner. Each piece is read over its own replication connection with its own
+server_id (`server_id_base + index`; two dump threads with one server_id would disconnect
+each other). Every partition reads `[start, end)` of one file; the end of the newest file
+is the server's position when the plan was made, so a read is a consistent snapshot even
+while the server keeps writing.
+
+Readers (`binlog_reader`): "default" decodes with python-mysql-replication - a second,
+independent decoder, so a bug of the relay's decoder cannot hide itself. "fast" uses the
+relay's own reader (`connectors.binlog_protocol` + `connectors.binlog_decoder`) and is
+several times faster, but a decoder bug would then be made by both sides: opt in only
+when that trade is acceptable. Either way the events go through the verifier's own
+transaction assembly below, and rows reach Spark as Arrow batches built column by column.
 
 The transaction assembly here is the verifier's own (buffer outbox rows until XID or
 `COMMIT`; drop them on `ROLLBACK`; cut back to the savepoint on `ROLLBACK TO`); it shares
@@ -483,49 +495,60 @@ def plan_binlog(
 _CUT_EVENTS = ("Gtid", "Anonymous_Gtid")
 
 
-def transaction_starts(settings: Mapping[str, Any], file: str, start: int, end: int) -> list[int]:
+def transaction_starts(settings: Mapping[str, Any], file: str, start: int, end: int, until: int | None = None) -> list[int]:
     """Positions in `(start, end)` of `file` where a transaction begins (its GTID event;
     without GTIDs its BEGIN), from `SHOW BINLOG EVENTS` (the server reads the file; the
-    rows are streamed, not buffered)."""
+    rows are streamed, not buffered). With `until`, the scan stops at the first
+    transaction start at or after it."""
     import pymysql.cursors
 
     conn = _connect({**settings, "cursorclass": pymysql.cursors.SSCursor})
     cuts: list[int] = []
     try:
-        with conn.cursor() as cur:
-            cur.execute("SHOW BINLOG EVENTS IN %s FROM %s", (file, start))
-            prev = None
-            for row in cur:
-                pos, kind = int(row[1]), row[2]
-                if pos >= end:
+        cur = conn.cursor()
+        cur.execute("SHOW BINLOG EVENTS IN %s FROM %s", (file, start))
+        prev = None
+        for row in cur:
+            pos, kind = int(row[1]), row[2]
+            if pos >= end:
+                break
+            if pos > start and (kind in _CUT_EVENTS or (kind == "Query" and str(row[5]).strip().upper() == "BEGIN" and prev not in _CUT_EVENTS)):
+                cuts.append(pos)
+                if until is not None and pos >= until:
                     break
-                if pos > start and (kind in _CUT_EVENTS or (kind == "Query" and str(row[5]).strip().upper() == "BEGIN" and prev not in _CUT_EVENTS)):
-                    cuts.append(pos)
-                prev = kind
+            prev = kind
     finally:
+        # Close without draining the rest of the listing: tell PyMySQL's unbuffered
+        # result it is done, or its cleanup would try to read from the closed socket.
+        result = getattr(cur, "_result", None) if "cur" in locals() else None
+        if result is not None:
+            result.unbuffered_active = False
+            cur._result = None
         conn.close()
     return cuts
 
 
 def split_ranges(settings: Mapping[str, Any], plan: Mapping[str, Any], split_bytes: int) -> dict[str, Any]:
     """The plan with `ranges`: each file's `[start, end)` cut at transaction starts into
-    pieces of about `split_bytes` (more Spark tasks than files: better balance, and more
-    cores finish sooner). A piece always starts at a transaction's first event, so the
-    verifier's assembly of every piece sees whole transactions."""
+    ceil(size / split_bytes) pieces of about equal size (more Spark tasks than files:
+    better balance, and more cores finish sooner). A piece always starts at a
+    transaction's first event, so the verifier's assembly of every piece sees whole
+    transactions."""
     ranges = []
     for f in plan["files"]:
         start, end = int(f["start"]), int(f["end"])
-        if split_bytes <= 0 or end - start <= split_bytes * 1.5:
+        pieces = -(-(end - start) // split_bytes) if split_bytes > 0 else 1
+        if pieces <= 1:
             ranges.append({"file": f["file"], "start": start, "end": end})
             continue
-        cuts = transaction_starts(settings, f["file"], start, end)
+        targets = [start + (end - start) * i // pieces for i in range(1, pieces)]
         lo = start
-        target = start + split_bytes
-        for pos in cuts:
-            if pos >= target and end - pos > split_bytes // 2:
+        for pos in transaction_starts(settings, f["file"], start, end, until=targets[-1]):
+            if targets and pos >= targets[0]:
                 ranges.append({"file": f["file"], "start": lo, "end": pos})
                 lo = pos
-                target = pos + split_bytes
+                while targets and targets[0] <= pos:
+                    targets.pop(0)
         ranges.append({"file": f["file"], "start": lo, "end": end})
     return {**plan, "ranges": ranges}
 
@@ -708,12 +731,6 @@ def read_binlog_file_fast(
 _ROTATE_EVENT = 4
 _MARIADB_GTID_EVENT = 162
 BINLOG_READERS = ("default", "fast")
-
-
-def _batch(rows: list[dict[str, Any]]) -> Any:
-    import pyarrow as pa
-
-    return pa.RecordBatch.from_pydict({name: [r[name] for r in rows] for name, _ in BINLOG_FIELDS}, schema=arrow_schema())
 
 
 _ARROW_SCHEMA = None

@@ -156,7 +156,7 @@ def register_sources(spark: Any) -> None:
     for source in (BinlogDataSource, KafkaDataSource, OutboxTableDataSource):
         try:
             spark.dataSource.register(source)
-        except Exception as exc:  # noqa: BLE001 - only "already registered" is fine
+        except Exception as exc:  # only "already registered" is fine
             if "DATA_SOURCE_ALREADY_EXISTS" not in str(exc):
                 raise
 

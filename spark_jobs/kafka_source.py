@@ -627,17 +627,8 @@ class RecordColumns:
                 error = f"dead-letter value is not JSON: {exc}"[:300]
             v = (None, None, None, None, None, None, None, None, error)
         else:
-            v = None
-            if self.fast_avro and value is not None and len(value) >= 5 and value[0] == 0:
-                try:
-                    rid, atype, aid, etype, payload, stamp = _decode_outbox(value)
-                except Exception:  # noqa: BLE001 - fastavro below says what is wrong
-                    pass
-                else:
-                    v = (int.from_bytes(value[1:5], "big"), rid, atype, aid, etype,
-                         payload.encode("utf-8") if isinstance(payload, str) else payload,
-                         None if payload is None else isinstance(payload, str), stamp, None)  # fmt: skip
-            if v is None:
+            v = _fast_value(value) if self.fast_avro else None
+            if v is None:  # not the plain layout, or broken: fastavro says what it is
                 d = decode_record(topic, {}, value, self.dlq_topic)
                 v = tuple(d[n] for n in _VALUE_FIELDS)
         for j, item in enumerate(v, i):
@@ -651,6 +642,20 @@ class RecordColumns:
         batch = pa.RecordBatch.from_arrays([pa.array(c, type=f.type) for c, f in zip(self.cols, schema)], schema=schema)
         self._reset()
         return batch
+
+
+def _fast_value(value: bytes | None) -> tuple | None:
+    """The value columns of a Confluent wire-format outbox event read by `_decode_outbox`,
+    or None when that reader does not take it (fastavro decides then)."""
+    if value is None or len(value) < 5 or value[0] != 0:
+        return None
+    try:
+        rid, atype, aid, etype, payload, stamp = _decode_outbox(value)
+    except Exception:  # noqa: BLE001 - any failure goes the slow, exact way
+        return None
+    return (int.from_bytes(value[1:5], "big"), rid, atype, aid, etype,
+            payload.encode("utf-8") if isinstance(payload, str) else payload,
+            None if payload is None else isinstance(payload, str), stamp, None)  # fmt: skip
 
 
 _VALUE_FIELDS = (
@@ -677,16 +682,6 @@ def arrow_schema(include_raw: bool, decode: bool) -> Any:
         }
         _ARROW[key] = pa.schema([(n, kinds[k]) for n, k in fields_for(include_raw, decode)])
     return _ARROW[key]
-
-
-def _batch(rows: list[dict[str, Any]], include_raw: bool, decode: bool) -> Any:
-    import pyarrow as pa
-
-    names = [n for n, _ in fields_for(include_raw, decode)]
-    data: dict[str, list[Any]] = {n: [r[n] for r in rows] for n in names}
-    if include_raw:
-        data["headers"] = [list(h.items()) for h in data["headers"]]
-    return pa.RecordBatch.from_pydict(data, schema=arrow_schema(include_raw, decode))
 
 
 # ----------------------------------------------------------------------- data source

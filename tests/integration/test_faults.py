@@ -42,9 +42,13 @@ class Writer(threading.Thread):
     """Commits outbox transactions (1-5 events, 5% rolled back) until `total` events were
     attempted; survives the server going away (the binlog, not this ledger, is the truth)."""
 
-    def __init__(self, connect, total: int, keys: int = 100, pause_s: float = 0.0, seed: int = 1):
+    def __init__(self, connect, total: int, keys: int = 100, pause_s: float = 0.0, seed: int = 1,
+                 max_rows: int | None = None):
         super().__init__(name="writer", daemon=True)
         self._connect, self.total, self._keys, self._pause = connect, total, keys, pause_s
+        # The long run writes larger transactions: 200k events in minutes, not hours of
+        # per-commit fsyncs.
+        self._max_rows = max_rows or (30 if LONG else 5)
         self._rng = random.Random(seed)
         self.attempted = 0
         self.errors = 0
@@ -58,9 +62,7 @@ class Writer(threading.Thread):
                 if conn is None:
                     conn = self._connect()
                 rows = []
-                # The long run writes larger transactions: 200k events in minutes, not hours
-                # of per-commit fsyncs.
-                for _ in range(rng.randint(1, 30 if LONG else 5)):
+                for _ in range(rng.randint(1, self._max_rows)):
                     key = f"k{rng.randrange(self._keys)}"
                     rows.append((str(uuid.uuid4()), rng.choice(AGGREGATES), key, "Happened",
                                  '{"n": %d, "pad": "%s"}' % (self.attempted + len(rows), "x" * 150)))
@@ -171,8 +173,9 @@ def test_every_crash_point(mariadb, kafka, database, topic_prefix, tmp_path):
     topics = _setup(mariadb, kafka, database, topic_prefix)
     raw = relay_raw_config(mariadb, kafka, database, topic_prefix, tmp_path / "cp.json")
     start = raw["source"]["start"]
-    # Bounded in the long run (the stand-in's retention); the short run stops it at the end.
-    writer = Writer(lambda: mariadb.connect(database), 200_000 if LONG else 10**9, pause_s=0.002)
+    # Writes until the last round (every crash point needs new events to reach), at a pace
+    # that keeps the long run under the stand-in's retention.
+    writer = Writer(lambda: mariadb.connect(database), 10**9, pause_s=0.01 if LONG else 0.002, max_rows=5)
     writer.start()
     rng = random.Random(7)
     reached = {p: 0 for p in order}
