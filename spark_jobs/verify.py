@@ -42,7 +42,7 @@ from spark_jobs.binlog_source import BINLOG_READERS, plan_binlog, split_ranges, 
 from spark_jobs.common import build_spark, redacted, register_sources  # noqa: E402
 from spark_jobs.kafka_source import plan_kafka  # noqa: E402
 from spark_jobs.reconcile import ReconcileContext, missing_entry, reconcile, summarize  # noqa: E402
-from spark_jobs.report import VerifyReport, summary_text, write_outputs  # noqa: E402
+from spark_jobs.report import VerifyReport, write_outputs  # noqa: E402
 
 Progress = Callable[[str], None]
 MIN_SPLIT_BYTES = 4 << 20  # smaller binlog pieces cost more in task and connection set-up than they save
