@@ -66,20 +66,24 @@ class KafkaTopicReader:
             return
         consumer = self._consumer_()
         consumer.assign([TopicPartition(topic, partition, start if start >= 0 else OFFSET_BEGINNING)])
+        next_offset = max(start, 0)
+        waited = 0.0
         try:
-            idle_rounds = 0
-            while True:
-                batch = consumer.consume(num_messages=5000, timeout=1.0)
+            while next_offset < end:
+                # Ask for no more than the range has left: consume() otherwise waits out
+                # its whole timeout for messages that will never come (recovery reads
+                # every partition at start; a second per partition adds up).
+                batch = consumer.consume(num_messages=max(1, min(5000, end - next_offset)), timeout=0.5)
                 if not batch:
-                    idle_rounds += 1
-                    # The end may hold offsets with no record (markers): stop when the
-                    # partition has nothing more to give up to `end`.
-                    low, high = self.watermarks(topic, partition)
+                    # The rest of the range may hold offsets with no record (transaction
+                    # markers, compaction): done when the consumer stands at the end.
+                    _low, high = self.watermarks(topic, partition)
                     position = consumer.position([TopicPartition(topic, partition)])[0].offset
-                    if position >= min(end, high) or idle_rounds * 1.0 >= self._timeout:
+                    waited += 0.5
+                    if position >= min(end, high) or waited >= self._timeout:
                         return
                     continue
-                idle_rounds = 0
+                waited = 0.0
                 for msg in batch:
                     err = msg.error()
                     if err is not None:
@@ -88,9 +92,8 @@ class KafkaTopicReader:
                         raise DeliveryError(f"reading {topic}[{partition}] failed: {err.str()}")
                     if msg.offset() >= end:
                         return
+                    next_offset = msg.offset() + 1
                     yield msg
-                    if msg.offset() + 1 >= end:
-                        return
         finally:
             consumer.unassign()
 
