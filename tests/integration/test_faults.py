@@ -350,6 +350,7 @@ def test_full_producer_queue(mariadb, database, topic_prefix, tmp_path):
         finally:
             if relay.alive():
                 relay.kill()
+            kafka.set_rtt(1, 0)  # the checker reads at full speed
         committed = committed_outbox_events(mariadb.connection_settings(), database,
                                             start_file=start.split(":")[0], start_pos=int(start.split(":")[1]))
         result = _check_topics(kafka, topics, committed)
