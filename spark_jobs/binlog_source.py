@@ -64,15 +64,7 @@ from spark_jobs.common import (
     where,
 )
 
-try:  # the data source base classes; the pure-python parts below work without Spark
-    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
-except Exception:  # pragma: no cover
-    DataSource = object  # type: ignore[misc,assignment]
-    DataSourceReader = object  # type: ignore[misc,assignment]
-
-    class InputPartition:  # type: ignore[no-redef]
-        def __init__(self, value: Any) -> None:
-            self.value = value
+from spark_jobs.common import DataSource, DataSourceReader, InputPartition  # noqa: E402
 
 
 BINLOG_FIELDS: tuple[tuple[str, str], ...] = (

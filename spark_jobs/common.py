@@ -21,6 +21,16 @@ _SEP = "\x1f"
 
 SECRET_OPTION_NAMES = frozenset({"password", "passwd"})
 
+try:  # the data source base classes; the pure-python parts of the sources work without Spark
+    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+except Exception:  # pragma: no cover
+    DataSource = object  # type: ignore[misc,assignment]
+    DataSourceReader = object  # type: ignore[misc,assignment]
+
+    class InputPartition:  # type: ignore[no-redef]
+        def __init__(self, value: Any) -> None:
+            self.value = value
+
 
 def identity_key(source: str, gtid: str | None, file: str | None, pos: int | None, row: int) -> str:
     """The identity of one event as one string: `(source, gtid, row)` when the transaction

@@ -41,17 +41,10 @@ import uuid
 from typing import Any, Iterator, Mapping, Sequence
 
 from cdc import identity as hdr
-from spark_jobs.common import file_seq_or_none, identity_key, opt_bool, opt_int, opt_json
 
-try:
-    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
-except Exception:  # pragma: no cover
-    DataSource = object  # type: ignore[misc,assignment]
-    DataSourceReader = object  # type: ignore[misc,assignment]
-
-    class InputPartition:  # type: ignore[no-redef]
-        def __init__(self, value: Any) -> None:
-            self.value = value
+from spark_jobs.common import (  # noqa: E402
+    DataSource, DataSourceReader, InputPartition, file_seq_or_none, identity_key, opt_bool, opt_int, opt_json,
+)
 
 
 BASE_FIELDS: tuple[tuple[str, str], ...] = (

@@ -20,17 +20,10 @@ from typing import Any, Iterator, Mapping, Sequence
 
 from cdc.outbox import OutboxTable, text_of
 from spark_jobs.binlog_source import _payload, _connect, tables_from_json
-from spark_jobs.common import mysql_settings_from_options, opt_int, scrub, where
 
-try:
-    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
-except Exception:  # pragma: no cover
-    DataSource = object  # type: ignore[misc,assignment]
-    DataSourceReader = object  # type: ignore[misc,assignment]
-
-    class InputPartition:  # type: ignore[no-redef]
-        def __init__(self, value: Any) -> None:
-            self.value = value
+from spark_jobs.common import (  # noqa: E402
+    DataSource, DataSourceReader, InputPartition, mysql_settings_from_options, opt_int, scrub, where,
+)
 
 
 TABLE_SCHEMA = (
