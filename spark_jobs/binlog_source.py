@@ -45,12 +45,13 @@ The password is never logged and is scrubbed from error messages.
 from __future__ import annotations
 
 import datetime as _dt
+from contextlib import contextmanager
 import fnmatch
 import json
 import random
 import re
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from cdc.outbox import OutboxTable, text_of
 from cdc.position import BinlogPosition, file_sequence
@@ -548,6 +549,27 @@ def split_ranges(settings: Mapping[str, Any], plan: Mapping[str, Any], split_byt
 # -------------------------------------------------------------------------- reading
 
 
+@contextmanager
+def _reading(file: str, settings: Mapping[str, Any], asm: "TxAssembler", end: int,
+             close: Callable[[], None], on_anomaly: Callable[[str], None] | None) -> Iterator[None]:
+    """The common ending of both binlog readers: a transaction left open at the end of the
+    range is an anomaly, a failure becomes one line without the password, and the stream
+    is closed and the anomalies reported whatever happened."""
+    try:
+        yield
+        if asm.open and asm.rows:
+            asm.anomalies.append(f"{len(asm.rows)} outbox row(s) of the transaction at {asm.start} not committed by {end}")
+    except Exception as exc:  # noqa: BLE001
+        raise RuntimeError(
+            f"cdc_binlog: reading {file} from {where(settings)} failed: {scrub(str(exc), settings)}"
+        ) from None
+    finally:
+        close()
+        if on_anomaly is not None:
+            for text in asm.anomalies:
+                on_anomaly(f"{file}: {text}")
+
+
 def read_binlog_file(
     settings: Mapping[str, Any],
     file: str,
@@ -577,7 +599,7 @@ def read_binlog_file(
         enable_logging=False,
     )
     asm = TxAssembler()
-    try:
+    with _reading(file, settings, asm, end, stream.close, on_anomaly):
         for event in stream:
             packet = event.packet
             event_end = packet.log_pos
@@ -618,17 +640,6 @@ def read_binlog_file(
                     asm.rollback_to(name or "", event_start)
                 else:
                     asm.other_statement(event_start)
-        if asm.open and asm.rows:
-            asm.anomalies.append(f"{len(asm.rows)} outbox row(s) of the transaction at {asm.start} not committed by {end}")
-    except Exception as exc:  # noqa: BLE001
-        raise RuntimeError(
-            f"cdc_binlog: reading {file} from {where(settings)} failed: {scrub(str(exc), settings)}"
-        ) from None
-    finally:
-        stream.close()
-        if on_anomaly is not None:
-            for text in asm.anomalies:
-                on_anomaly(f"{file}: {text}")
 
 
 def read_binlog_file_fast(
@@ -659,7 +670,7 @@ def read_binlog_file_fast(
     asm = TxAssembler()
     out: list[Any] = []
     rows: list[tuple[str, str, dict[str, Any]]] = []  # consecutive inserts of one row event
-    try:
+    with _reading(file, settings, asm, end, conn.close, on_anomaly):
         conn.dump_file(file, start, blocking=False)
         for raw in conn.events():
             kind = raw[4]
@@ -707,17 +718,6 @@ def read_binlog_file_fast(
                 asm.add_rows_of(rows, event_start)
                 rows = []
             out.clear()
-        if asm.open and asm.rows:
-            asm.anomalies.append(f"{len(asm.rows)} outbox row(s) of the transaction at {asm.start} not committed by {end}")
-    except Exception as exc:  # noqa: BLE001
-        raise RuntimeError(
-            f"cdc_binlog: reading {file} from {where(settings)} failed: {scrub(str(exc), settings)}"
-        ) from None
-    finally:
-        conn.close()
-        if on_anomaly is not None:
-            for text in asm.anomalies:
-                on_anomaly(f"{file}: {text}")
 
 
 _ROTATE_EVENT = 4
