@@ -157,6 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output-dir", default=None)
     parser.add_argument("--reader", default="default", choices=("default", "fast"), help="the verifier's binlog reader")
     parser.add_argument("--runs", default=None, help="comma-separated reader@master runs on the same data (overrides --reader/--master)")
+    parser.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark setting (repeatable)")
     parser.add_argument("--split-bytes", type=int, default=None, help="binlog piece size (default: auto; 0 = one task per file)")
     args = parser.parse_args(argv)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -208,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
                 dlq_topic="bench.dlq",
                 spark_master=master,
                 output_dir=os.path.join(out_dir, f"run{i}") if len(runs) > 1 else out_dir,
-                spark_conf={"spark.driver.memory": "4g"},
+                spark_conf={"spark.driver.memory": "4g", **dict(kv.split("=", 1) for kv in args.spark_conf)},
                 binlog_reader=reader,
                 binlog_split_bytes=args.split_bytes,
             )

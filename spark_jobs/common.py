@@ -191,6 +191,9 @@ def build_spark(master: str = "local[*]", app_name: str = "cdc-verify", conf: Ma
         "spark.driver.memory": "2g",
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.execution.pythonUDF.arrow.enabled": "false",
+        # the verifier caches its two inputs and the joined table once each and scans them
+        # a few times: building a compressed cache cost more than it saved (bench/verify_bench.py)
+        "spark.sql.inMemoryColumnarStorage.compressed": "false",
     }
     for key, value in {**defaults, **dict(conf or {})}.items():
         builder = builder.config(key, value)

@@ -403,10 +403,9 @@ def reconcile(events: Any, records: Any, ctx: ReconcileContext, storage: Any = N
         .withColumn("rn", F.row_number().over(by_ikey))
         .withColumn("first_ts", F.min(F.when(~col("r_repair"), col("r_timestamp_ms"))).over(whole))
     )
-    # ---- 2. events joined to them
-    joined = ev.join(ours_w, ev["ikey"] == ours_w["r_ikey"], "full_outer").persist(storage)
-
-    # ---- 3. events: the row of the first record (or of none)
+    # ---- 2. events joined to them; the content check is row-local, so it is done here and
+    # only the narrow result is persisted (building Spark's cache costs by the byte, and
+    # the payloads are most of the bytes)
     def r(name: str) -> Any:
         return col(f"r_{name}")
 
@@ -428,6 +427,14 @@ def reconcile(events: Any, records: Any, ctx: ReconcileContext, storage: Any = N
         F.when(r("h_commit_ts").isNotNull() & (r("h_commit_ts") != col("commit_ts_ms")), F.lit("commit_ts")),
         F.when(r("value_error").isNotNull(), F.lit("value")),
     )
+    joined = (
+        ev.join(ours_w, ev["ikey"] == ours_w["r_ikey"], "full_outer")
+        .withColumn("match_reasons", F.when(col("file").isNotNull() & r("ikey").isNotNull(), F.array_compact(reason_list)))
+        .select(*JOINED_EVENT_COLUMNS, "ord", "match_reasons", *[f"r_{c}" for c in JOINED_RECORD_FIELDS], "n", "rn", "first_ts")
+        .persist(storage)
+    )
+
+    # ---- 3. events: the row of the first record (or of none)
     empty_reasons = F.array().cast(T.ArrayType(T.StringType()))
     delivery = F.struct(*[r(c).alias(c) for c in LISTED_DELIVERY_FIELDS])
     multi = (
@@ -439,7 +446,7 @@ def reconcile(events: Any, records: Any, ctx: ReconcileContext, storage: Any = N
     evs = (
         joined.filter(col("file").isNotNull() & (col("rn").isNull() | (col("rn") == 1)))
         .withColumn("n", F.coalesce(col("n"), F.lit(0)))
-        .withColumn("reasons", F.when(col("n") == 1, F.filter(reason_list, lambda x: x.isNotNull())).otherwise(empty_reasons))
+        .withColumn("reasons", F.when(col("n") == 1, col("match_reasons")).otherwise(empty_reasons))
         .withColumn("latency_ms", col("first_ts") - col("commit_ts_ms"))
         .withColumn("_one", F.when(col("n") == 1, F.array(delivery)))
         .withColumn("_first_is_dlq", r("is_dlq"))
@@ -494,7 +501,7 @@ def reconcile(events: Any, records: Any, ctx: ReconcileContext, storage: Any = N
             .otherwise(F.lit("delivered")),
         )
         .withColumn("unverifiable_reason", F.lit(None).cast("string"))
-        .select(*EVENT_COLUMNS, "ord", "n", "deliveries", "first_ts", "reasons", "latency_ms", "reordered", "reorder_at", "class",
+        .select(*JOINED_EVENT_COLUMNS, "ord", "n", "deliveries", "first_ts", "reasons", "latency_ms", "reordered", "reorder_at", "class",
                 "unverifiable_reason")  # fmt: skip
     )
 
@@ -582,6 +589,10 @@ DELIVERY_FIELDS = (
     "v_aggregate_type", "v_aggregate_id", "v_type", "v_payload", "v_timestamp_us", "h_event_id", "h_event_type",
     "h_commit_ts", "value_error", "source", "h_file", "h_file_seq", "h_pos", "h_row", "h_gtid",
 )  # fmt: skip
+# what the joined table keeps once the content has been compared: no payloads, no decoded values
+EVENT_CONTENT_COLUMNS = ("payload", "payload_is_text", "timestamp_us")
+JOINED_EVENT_COLUMNS = tuple(c for c in EVENT_COLUMNS if c not in EVENT_CONTENT_COLUMNS)
+JOINED_RECORD_FIELDS = ("ikey",) + tuple(c for c in DELIVERY_FIELDS if not c.startswith("v_"))
 RECORD_COLUMNS = (
     "topic", "partition", "offset", "timestamp_ms", "key_text", "source", "h_file", "h_file_seq", "h_pos", "h_row",
     "h_gtid", "h_commit_ts", "h_event_id", "h_event_type", "repair", "is_dlq", "dlq_cause", "value_error",
