@@ -4,7 +4,8 @@ parse rate of the same binlog measured in the same run.
 
     ./run.sh bench catchup [--events 200000] [--mixed] [--profile out.svg]
 
-Prints events/s, CPU seconds, peak RSS, time to the first published event, and the
+Prints events/s, CPU seconds and peak RSS (summed over the relay's processes: with
+`source.reader = "process"` it has two; PSS too, which counts shared pages once), time to the first published event, and the
 ratio to the naive parse rate (the figure that holds across machines).
 """
 
@@ -24,7 +25,7 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.workloads import bench_server, create_schema, write  # noqa: E402
+from bench.workloads import bench_server, create_schema, write
 
 
 def naive_parse_rate(db, start_file: str, start_pos: int, database: str) -> tuple[float, int]:
@@ -86,7 +87,7 @@ level = "WARNING"
     if profile:
         fmt = "raw" if profile.endswith(".txt") else "flamegraph"
         cmd = [str(Path(sys.executable).parent / "py-spy"), "record", "-o", profile, "-r", "200", "--format", fmt,
-               "--"] + cmd
+               "--subprocesses", "--"] + cmd
     from confluent_kafka import Consumer, TopicPartition
 
     watcher = Consumer({"bootstrap.servers": kafka.bootstrap_servers, "group.id": "bench-watch"})
@@ -104,11 +105,18 @@ level = "WARNING"
         else:
             time.sleep(0.005)
     watcher.close()
+    peak_pss = 0
+    cpu_by_pid: dict[int, float] = {}
+    last_pss = 0.0
     while True:
         try:
-            procs = [ps] + ps.children(recursive=True)
-            rss = sum(p.memory_info().rss for p in procs if "python" in p.name())
-            peak = max(peak, rss)
+            procs = [p for p in [ps] + ps.children(recursive=True) if "python" in p.name()]
+            peak = max(peak, sum(p.memory_info().rss for p in procs))
+            for p in procs:
+                cpu_by_pid[p.pid] = sum(p.cpu_times()[:2])
+            if time.perf_counter() - last_pss > 0.25:  # PSS: shared pages split between the processes
+                peak_pss = max(peak_pss, sum(p.memory_full_info().pss for p in procs))
+                last_pss = time.perf_counter()
         except psutil.Error:
             pass
         try:
@@ -122,14 +130,18 @@ level = "WARNING"
             raise SystemExit(f"relay exited early: {proc.stderr.read().decode()[-2000:]}")
         time.sleep(0.05)
     elapsed = time.perf_counter() - t0
-    target = [p for p in [ps] + ps.children(recursive=True) if "python" in p.name()][-1]
-    cpu = sum(target.cpu_times()[:2])
+    procs = [p for p in [ps] + ps.children(recursive=True) if "python" in p.name()]
+    for p in procs:
+        cpu_by_pid[p.pid] = sum(p.cpu_times()[:2])
+    cpu = sum(cpu_by_pid.values())
+    processes = len(cpu_by_pid)
     if profile:
-        target.send_signal(15)  # the relay drains and exits; py-spy then writes its profile
+        procs[0].send_signal(15)  # the relay drains and exits; py-spy then writes its profile
     else:
         proc.terminate()
     proc.wait(120)
-    return {"elapsed": elapsed, "cpu": cpu, "peak_rss": peak, "first_event": first_event,
+    return {"elapsed": elapsed, "cpu": cpu, "peak_rss": peak, "peak_pss": peak_pss, "processes": processes,
+            "first_event": first_event,
             "events": data.get("events_delivered", 0)}
 
 
@@ -175,7 +187,8 @@ def main() -> None:
             raise SystemExit(f"the relay delivered {r['events']} events, the workload wrote {args.events}")
         print(f"relay end to end: {rate:,.0f} events/s ({args.events} events in {r['elapsed']:.1f}s, "
               f"incl. start-up), CPU {r['cpu']:.1f}s ({r['cpu'] / r['elapsed']:.2f} cores), "
-              f"peak RSS {r['peak_rss'] / 2**20:.0f} MiB, first event after {r['first_event']:.2f}s")
+              f"peak RSS {r['peak_rss'] / 2**20:.0f} MiB (PSS {r['peak_pss'] / 2**20:.0f} MiB) over {r['processes']} "
+              f"process(es), first event after {r['first_event']:.2f}s")
         steady = args.events / (r["elapsed"] - r["first_event"])
         print(f"relay after its first event: {steady:,.0f} events/s")
         print(f"ratio relay / naive parse: {rate / naive:.2f}x (after the first event: {steady / naive:.2f}x)")

@@ -80,6 +80,9 @@ class SourceConfig:
     heartbeat_s: float = 1.0  # the server sends a heartbeat when idle this long
     start: str = "latest"
     decoder: str = "fast"  # fast: the relay's own binlog decoder; library: python-mysql-replication
+    # process: read, decode, map and encode in a second process (uses a second core);
+    # thread: all in the relay's process (a reader thread shares its interpreter lock)
+    reader: str = "process"
 
     def connection(self) -> dict[str, Any]:
         return {"host": self.host, "port": self.port, "user": self.user, "password": self.password.reveal()}
@@ -285,6 +288,8 @@ def _validate(cfg: Config) -> None:
         raise ConfigError(f"outbox.on_change must be one of {ON_CHANGE_POLICIES}, got {cfg.relay.on_change!r}")
     if cfg.source.decoder not in ("fast", "library"):
         raise ConfigError(f"source.decoder must be \"fast\" or \"library\", got {cfg.source.decoder!r}")
+    if cfg.source.reader not in ("process", "thread"):
+        raise ConfigError(f"source.reader must be \"process\" or \"thread\", got {cfg.source.reader!r}")
     if cfg.log.format not in ("text", "json"):
         raise ConfigError(f"log.format must be \"text\" or \"json\", got {cfg.log.format!r}")
     if not 1 <= cfg.source.replica_server_id < 2**32:

@@ -10,6 +10,9 @@ Points:
     checkpoint_write           inside the checkpoint store's write, before it is durable
     mid_transaction            rows of a transaction were read, its commit not yet
     recovery                   while reading back the topics at start
+
+The relay's reader process (connectors/reader_process.py) names its parent in `relay_pids`,
+so a point reached there kills the whole relay, as it would in one process.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ POINTS = ("after_produce", "after_ack_before_checkpoint", "checkpoint_write", "m
 
 _armed: str | None = None
 _remaining = 0
+relay_pids: list[int] = []  # other processes of this relay, killed first
 
 
 def arm(spec: str | None) -> None:
@@ -40,6 +44,11 @@ def hit(name: str) -> None:
         return
     _remaining -= 1
     if _remaining <= 0:
+        for pid in relay_pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
         os.kill(os.getpid(), signal.SIGKILL)
 
 

@@ -74,6 +74,7 @@ class OutboxEvent:
     topic: str
     table: str
     identity: EventIdentity
+    encoded: bytes | None = None  # the message value, once encoded (see cdc.feed.prepare)
 
 
 @dataclass(slots=True)

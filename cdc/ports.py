@@ -3,8 +3,9 @@ real systems; tests implement them in memory (and with injected failures)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Callable, Iterator, Protocol
+from typing import Any, Protocol
 
 from cdc.checkpoint import Checkpoint
 from cdc.gtid import GtidSet
@@ -35,6 +36,24 @@ class BinlogSourceFactory(Protocol):
 
     def server_id(self) -> int:
         """The connected server's @@server_id (a change means a failover)."""
+
+
+class Feed(Protocol):
+    """Committed transactions from the binlog (cdc.feed.LocalFeed, or a reader process)."""
+
+    reconnects: int
+
+    @property
+    def discarded_rows(self) -> int: ...
+
+    def read(self, timeout: float) -> Any:
+        """A CommittedTransaction-like object, Heartbeat, ServerInfo, cdc.feed.MORE, or None."""
+
+    def close(self) -> None: ...
+
+
+class FeedFactory(Protocol):
+    def open(self, start: StartAt, server_id: int) -> Feed: ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,8 +1,9 @@
 """The relay loop: binlog events in, Kafka messages out, checkpoint behind them.
 
-    source.read() -> TransactionAssembler -> (at commit) OutboxEvent | DeadLetter
+    feed (cdc.feed: source.read() -> TransactionAssembler -> at commit, OutboxEvent | DeadLetter;
+          in this process, or in a reader process: connectors.reader_process)
         -> recovery says "already delivered"?  skip (counts as delivered)
-        -> serializer.encode -> publisher.publish(on_delivery)   (never fire and forget)
+        -> serializer.encode (unless the feed did) -> publisher.publish(on_delivery)   (never fire and forget)
     acknowledgements -> InflightWindow.advance -> CheckpointStore.save (at intervals)
 
 Invariants kept here (DESIGN.md): only committed transactions are published; messages
@@ -21,24 +22,42 @@ import json
 import logging
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from cdc import crashpoints
 from cdc.checkpoint import Checkpoint
 from cdc.checkpoint_writer import CheckpointWriter
-from cdc.errors import ConfigError, DeliveryError, SourceError
+from cdc.errors import ConfigError, DeliveryError
+from cdc.feed import MORE, LocalFeed, as_dead_letter, prepare
 from cdc.gtid import parse_gtid_set
-from cdc.identity import H_DLQ_CAUSE, H_DLQ_ERROR, H_DLQ_TOPIC, H_EVENT_ID, H_EVENT_TYPE, H_ROW, H_TABLE
+from cdc.identity import (
+    H_DLQ_CAUSE,
+    H_DLQ_ERROR,
+    H_DLQ_TOPIC,
+    H_EVENT_ID,
+    H_EVENT_TYPE,
+    H_ROW,
+    H_TABLE,
+)
 from cdc.inflight import InflightWindow, PendingTx
 from cdc.metrics import RelayMetrics
 from cdc.outbox import DeadLetter, OutboxEvent, OutboxMapper, OutboxTable
 from cdc.ports import (
-    BinlogSource, BinlogSourceFactory, CheckpointStore, DeliveredLog, Delivery, Publisher, Serializer, StartAt,
+    BinlogSourceFactory,
+    CheckpointStore,
+    DeliveredLog,
+    Delivery,
+    Feed,
+    FeedFactory,
+    Publisher,
+    Serializer,
+    StartAt,
 )
 from cdc.position import BinlogPosition
 from cdc.recovery import Recovery
-from cdc.source_events import Heartbeat, RowChange, RowInsert, ServerInfo
+from cdc.source_events import Heartbeat, RowChange, ServerInfo
 from cdc.topics import TopicRouter, topic_problem
 from cdc.transaction import CommittedTransaction, TransactionAssembler
 
@@ -139,9 +158,13 @@ class Relay:
         metrics: RelayMetrics | None = None,
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], None] = time.sleep,
+        feeds: FeedFactory | None = None,
     ):
+        """`feeds`: where committed transactions come from (default: a `LocalFeed` over
+        `sources` in this process); `sources` also answers the start-up questions."""
         self.settings = settings
         self._sources = sources
+        self._feeds = feeds
         self._publisher = publisher
         self._serializer = serializer
         self._store = store
@@ -159,6 +182,7 @@ class Relay:
         self._recovery_stats: Recovery | None = None
         self._writer: CheckpointWriter | None = None
         self._tx_start: BinlogPosition | None = None
+        self._feed_seen: dict[str, int] = {}
 
     # -- start --------------------------------------------------------------------------
 
@@ -196,12 +220,7 @@ class Relay:
             self._recovery_stats = recovery
         elif isinstance(start, BinlogPosition):
             window.position, window.position_server_id = start, self._server_id
-        assembler = TransactionAssembler(
-            list(settings.tables), OutboxMapper(TopicRouter(settings.topic_allowlist)), settings.source_name,
-            self._server_id, settings.on_change, settings.spill_rows, settings.spill_dir,
-            on_ignored_change=self._count_ignored_change,
-        )
-        source = self._sources.open(start)
+        feed = self._open_feed(start)
         metrics.ready = True
         last_checkpoint_at = self._clock()
         publisher, poll = self._publisher, self._publisher.poll
@@ -209,32 +228,26 @@ class Relay:
             while not should_stop():
                 if self._failure is not None:
                     raise DeliveryError(self._failure_text())
-                try:
-                    # Acknowledgements are only served by poll(): while some are due, wait
-                    # for binlog events in short slices so they are not served late.
-                    event = source.read(0.002 if publisher.pending() else settings.read_timeout_s)
-                except SourceError as exc:
-                    source = self._reconnect(source, assembler, start, exc)
-                    continue
-                if event is None:
+                # Acknowledgements are only served by poll(): while some are due, wait for
+                # the feed in short slices so they are not served late.
+                item = feed.read(0.002 if publisher.pending() else settings.read_timeout_s)
+                if item is None:
                     metrics.caught_up = True
                     poll(0)
+                elif item is MORE:
+                    metrics.caught_up = False
                 else:
-                    kind = type(event)
+                    kind = type(item)
                     if kind is Heartbeat:
                         metrics.caught_up = True
                     elif kind is ServerInfo:
-                        assembler.server_id = self._server_id = event.server_id
+                        self._server_id = item.server_id
                     else:
                         metrics.caught_up = False
-                        tx = assembler.feed(event)
-                        if tx is not None:
-                            self._publish(tx)
-                            metrics.read_file, metrics.read_pos = tx.end.file, tx.end.pos
-                            if tx.size:
-                                poll(0)
-                        elif kind is RowInsert and assembler.in_transaction:
-                            crashpoints.hit("mid_transaction")
+                        self._publish(item)
+                        metrics.read_file, metrics.read_pos = item.end.file, item.end.pos
+                        if item.size:
+                            poll(0)
                 if self._redirects:
                     self._redirect_dead_letters()
                 now = self._clock()
@@ -242,12 +255,14 @@ class Relay:
                     window.advance()
                     self._checkpoint()
                     last_checkpoint_at = now
+                    self._feed_counters(feed)
         finally:
             metrics.ready = False
-            source.close()
-            metrics.rows_discarded += assembler.discarded_rows
-            assembler.reset()
-            self._drain()
+            try:
+                feed.close()
+            finally:
+                self._feed_counters(feed)
+                self._drain()
         if self._failure is not None:
             raise DeliveryError(self._failure_text())
         return RunSummary(
@@ -286,34 +301,26 @@ class Relay:
             self._checkpoint(force=True)
         self._writer.close()
 
-    def _reconnect(self, source: BinlogSource, assembler: TransactionAssembler, start: StartAt,
-                   cause: Exception) -> BinlogSource:
-        """Reopen the stream from the relay's own position: the end of the last complete
-        transaction read (never the library's memory, which may sit mid-transaction)."""
-        metrics = self.metrics
-        source.close()
-        metrics.rows_discarded += assembler.discarded_rows
-        assembler.discarded_rows = 0
-        assembler.reset()
-        resume = assembler.resume_point or start
-        log.warning("binlog connection lost (%s); reconnecting from %s", cause, resume)
-        deadline = self._clock() + self.settings.reconnect_timeout_s
-        delay = 0.05
-        while True:
-            self._publisher.poll(0)
-            try:
-                reopened = self._sources.open(resume)
-                metrics.reconnects += 1
-                return reopened
-            except SourceError as exc:
-                if self._clock() >= deadline:
-                    raise SourceError(
-                        f"binlog server unreachable for {self.settings.reconnect_timeout_s:.0f} s ({exc}); "
-                        "check that it is running and reachable, then restart the relay"
-                    ) from exc
-                self._publisher.poll(min(delay, 0.2))
-                self._sleep(delay)
-                delay = min(delay * 2, 0.5)
+    def _open_feed(self, start: StartAt) -> Feed:
+        settings = self.settings
+        if self._feeds is not None:
+            return self._feeds.open(start, self._server_id)
+        assembler = TransactionAssembler(
+            list(settings.tables), OutboxMapper(TopicRouter(settings.topic_allowlist)), settings.source_name,
+            self._server_id, settings.on_change, settings.spill_rows, settings.spill_dir,
+            on_ignored_change=self._count_ignored_change,
+        )
+        return LocalFeed(self._sources, assembler, start, settings.reconnect_timeout_s, self._clock, self._sleep,
+                         self._publisher.poll)
+
+    def _feed_counters(self, feed: Feed) -> None:
+        """The feed's own counters into the metrics (a reader process counts there)."""
+        m, seen = self.metrics, self._feed_seen
+        now = {"reconnects": feed.reconnects, "rows_discarded": feed.discarded_rows,
+               "outbox_changes_ignored": getattr(feed, "outbox_changes_ignored", 0)}
+        for name, value in now.items():
+            setattr(m, name, getattr(m, name) + value - seen.get(name, 0))
+        self._feed_seen = now
 
     # -- publishing ---------------------------------------------------------------------
 
@@ -356,16 +363,13 @@ class Relay:
         entry.sealed = True
 
     def _publish_event(self, entry: PendingTx, event: OutboxEvent, tx_headers: list[tuple[str, bytes]]) -> None:
-        try:
-            value = self._serializer.encode(event, event.topic)
-        except (ValueError, TypeError) as exc:
-            self._publish_dead_letter(entry, self._as_dead_letter(event, "encoding_failed", str(exc)))
-            return
-        if len(value) > self.settings.max_message_bytes:
-            self._publish_dead_letter(entry, self._as_dead_letter(
-                event, "too_large",
-                f"encoded event is {len(value)} bytes; the limit is {self.settings.max_message_bytes}"))
-            return
+        value = event.encoded
+        if value is None:
+            prepared = prepare(event, self._serializer, self.settings.max_message_bytes)
+            if type(prepared) is DeadLetter:
+                self._publish_dead_letter(entry, prepared)
+                return
+            value = event.encoded
         headers = tx_headers + [
             (H_ROW, str(event.identity.row).encode()),
             (H_EVENT_ID, event.event_id.encode()),
@@ -386,7 +390,7 @@ class Relay:
                 metrics.bytes_published += size
             elif delivery.failure.too_large:
                 # Still in flight: the dead-letter copy's acknowledgement completes it.
-                self._redirects.append((entry, self._as_dead_letter(
+                self._redirects.append((entry, as_dead_letter(
                     event, "too_large", f"{delivery.failure.code}: {delivery.failure.message}")))
             else:
                 metrics.delivery_errors += 1
@@ -394,13 +398,6 @@ class Relay:
                     self._failure = delivery
 
         self._publisher.publish(event.topic, event.aggregate_id.encode(), value, headers, on_delivery)
-
-    def _as_dead_letter(self, event: OutboxEvent, cause: str, error: str) -> DeadLetter:
-        row = {
-            "id": event.event_id, "aggregatetype": event.aggregate_type, "aggregateid": event.aggregate_id,
-            "type": event.event_type, "payload": event.payload, "timestamp_us": event.timestamp_us,
-        }
-        return DeadLetter(cause, error, event.topic, event.aggregate_id, row, event.table, event.identity)
 
     def _redirect_dead_letters(self) -> None:
         redirects, self._redirects = self._redirects, []

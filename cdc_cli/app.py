@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any
 
 import pymysql
 
@@ -19,13 +20,13 @@ from cdc.config import Config
 from cdc.errors import CdcError, PreflightError
 from cdc.metrics import RelayMetrics
 from cdc.relay import Relay, RunSummary, start_point
-from connectors.avro_serializer import ConfluentAvroSerializer, registry_client
 from connectors.binlog_source import MySQLBinlogSourceFactory
 from connectors.checkpoint_stores import FileCheckpointStore, KafkaCheckpointStore
 from connectors.http_endpoint import HttpEndpoint
 from connectors.kafka_reader import KafkaTopicReader
 from connectors.kafka_sink import KafkaPublisher
 from connectors.preflight import failures, run_checks
+from connectors.reader_process import ReaderProcessFeeds, ReaderSpec
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +62,7 @@ class RelayHandle:
     relay: Relay
     publisher: KafkaPublisher
     reader: KafkaTopicReader
+    feeds: ReaderProcessFeeds | None = None
 
     @property
     def metrics(self) -> RelayMetrics:
@@ -68,13 +70,33 @@ class RelayHandle:
 
     def close(self) -> None:
         self.reader.close()
+        if self.feeds is not None:
+            self.feeds.close()
+
+
+class _LazySerializer:
+    """The Avro serializer, built on first use: with `source.reader = "process"` the reader
+    process encodes, and the relay's process never loads the registry client."""
+
+    def __init__(self, cfg: Config):
+        self._cfg, self._serializer = cfg, None
+
+    def encode(self, event: Any, topic: str) -> bytes:
+        if self._serializer is None:
+            from connectors.avro_serializer import (
+                ConfluentAvroSerializer,
+                registry_client,
+            )
+
+            reg = self._cfg.schema_registry
+            self._serializer = ConfluentAvroSerializer(registry_client(reg.url, reg.basic_auth.reveal() or None))
+        return self._serializer.encode(event, topic)
 
 
 def build_relay(cfg: Config, metrics: RelayMetrics | None = None) -> RelayHandle:
     publisher = KafkaPublisher(cfg.kafka.bootstrap, cfg.kafka.producer)
     reader = KafkaTopicReader(cfg.kafka.bootstrap)
-    serializer = ConfluentAvroSerializer(
-        registry_client(cfg.schema_registry.url, cfg.schema_registry.basic_auth.reveal() or None))
+    serializer = _LazySerializer(cfg)
     sources = MySQLBinlogSourceFactory(
         cfg.source.connection(), cfg.source.replica_server_id, {(t.schema, t.table) for t in cfg.tables},
         heartbeat_s=cfg.source.heartbeat_s, decoder=cfg.source.decoder,
@@ -84,8 +106,16 @@ def build_relay(cfg: Config, metrics: RelayMetrics | None = None) -> RelayHandle
     if limit != settings.max_message_bytes:
         from dataclasses import replace
         settings = replace(settings, max_message_bytes=limit)
-    relay = Relay(settings, sources, publisher, serializer, checkpoint_store(cfg), reader, metrics)
-    return RelayHandle(relay, publisher, reader)
+    feeds = None
+    if cfg.source.reader == "process":
+        feeds = ReaderProcessFeeds(ReaderSpec(
+            cfg.source.connection(), cfg.source.replica_server_id, cfg.source.heartbeat_s, cfg.source.decoder,
+            cfg.schema_registry.url, cfg.schema_registry.basic_auth.reveal() or None, tuple(settings.tables),
+            tuple(settings.topic_allowlist), settings.source_name, settings.on_change, settings.spill_rows,
+            settings.spill_dir, settings.max_message_bytes, settings.reconnect_timeout_s, settings.read_timeout_s,
+        ))  # fmt: skip
+    relay = Relay(settings, sources, publisher, serializer, checkpoint_store(cfg), reader, metrics, feeds=feeds)
+    return RelayHandle(relay, publisher, reader, feeds)
 
 
 class _BinlogBehindPoller:
@@ -132,7 +162,11 @@ def run_relay(cfg: Config, should_stop: Callable[[], bool], metrics: RelayMetric
     """Preflight, then run until `should_stop()`; the HTTP endpoint lives as long."""
     handle = build_relay(cfg, metrics)
     if check:
-        preflight(cfg)
+        try:
+            preflight(cfg)
+        except BaseException:
+            handle.close()
+            raise
     endpoint = None
     failed = threading.Event()
     if cfg.http.port:

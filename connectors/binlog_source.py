@@ -30,26 +30,27 @@ import threading
 from typing import Any
 
 import pymysql
-import pymysqlreplication.binlogstream as _binlogstream
-from pymysqlreplication import BinLogStreamReader
-from pymysqlreplication.event import (
-    FormatDescriptionEvent, GtidEvent, HeartbeatLogEvent, MariadbGtidEvent, QueryEvent, RotateEvent, XidEvent,
-)
-from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
 from cdc.errors import ConfigError, PositionError, PositionPurgedError, SourceError
 from cdc.gtid import GtidSet, MariadbGtidPosition
 from cdc.position import BinlogPosition
-from connectors.binlog_decoder import BinlogDecodeError, BinlogDecoder, UnsupportedColumnType, UnsupportedEvent
-from connectors.binlog_protocol import BinlogConnection, BinlogConnectionError, BinlogPositionError
 from cdc.source_events import (
-    Heartbeat, RowChange, RowInsert, ServerInfo, SourceEvent, TxBegin, TxCommit, query_event,
+    ServerInfo,
+    SourceEvent,
+)
+from connectors.binlog_decoder import (
+    BinlogDecodeError,
+    BinlogDecoder,
+    UnsupportedColumnType,
+    UnsupportedEvent,
+)
+from connectors.binlog_protocol import (
+    BinlogConnection,
+    BinlogConnectionError,
+    BinlogPositionError,
 )
 
 log = logging.getLogger(__name__)
-
-# See the module docstring: the relay reconnects from its own position.
-_binlogstream.MYSQL_EXPECTED_ERROR_CODES = []
 
 _FL_STANDALONE = 0x01  # MariaDB Gtid_log_event flag: no COMMIT/XID follows
 _ER_MASTER_FATAL_READING_BINLOG = 1236  # purged or unknown start position
@@ -62,58 +63,6 @@ def _ser_error(exc: BaseException) -> str:
     if isinstance(exc, pymysql.err.MySQLError) and exc.args:
         return " ".join(str(a) for a in exc.args[:2])
     return f"{type(exc).__name__}: {exc}"
-
-
-class _Converter:
-    """Turns library events into source events; keeps the current file name."""
-
-    def __init__(self, watched: set[tuple[str, str]], file: str | None):
-        self.watched = watched
-        self.file = file
-
-    def convert(self, ev: Any, out: list[SourceEvent]) -> None:
-        kind = type(ev)
-        if kind is WriteRowsEvent:
-            schema, table = ev.schema, ev.table
-            if (schema, table) not in self.watched:
-                return  # rows of other tables are never decoded (`rows` is lazy)
-            end = BinlogPosition(self.file, ev.packet.log_pos)
-            for row in ev.rows:
-                out.append(RowInsert(schema, table, row["values"], end))
-            return
-        if kind is XidEvent:
-            out.append(TxCommit(BinlogPosition(self.file, ev.packet.log_pos), ev.timestamp))
-            return
-        if kind is MariadbGtidEvent or kind is GtidEvent:
-            end = ev.packet.log_pos
-            start = BinlogPosition(self.file, end - ev.packet.event_size)
-            standalone = bool(getattr(ev, "flags", 0) & _FL_STANDALONE) if kind is MariadbGtidEvent else False
-            out.append(TxBegin(start, BinlogPosition(self.file, end), ev.gtid, standalone))
-            return
-        if kind is QueryEvent:
-            self._query(ev, out)
-            return
-        if kind is RotateEvent:
-            self.file = ev.next_binlog
-            return
-        if kind is UpdateRowsEvent or kind is DeleteRowsEvent:
-            if (ev.schema, ev.table) in self.watched:
-                end = BinlogPosition(self.file, ev.packet.log_pos)
-                change = "update" if kind is UpdateRowsEvent else "delete"
-                for row in ev.rows:
-                    values = row.get("after_values") or row.get("values") or {}
-                    out.append(RowChange(change, ev.schema, ev.table, values, end))
-            return
-        if kind is HeartbeatLogEvent:
-            if self.file and ev.packet.log_pos:
-                out.append(Heartbeat(BinlogPosition(self.file, ev.packet.log_pos)))
-            return
-
-    def _query(self, ev: Any, out: list[SourceEvent]) -> None:
-        sql = ev.query.strip() if isinstance(ev.query, str) else ev.query.decode("utf-8", "replace").strip()
-        end_pos = ev.packet.log_pos
-        start = BinlogPosition(self.file, end_pos - ev.packet.event_size)
-        out.append(query_event(sql, start, BinlogPosition(self.file, end_pos), ev.timestamp))
 
 
 class MySQLBinlogSource:
@@ -330,30 +279,10 @@ class MySQLBinlogSourceFactory:
         return MySQLBinlogSource(conn.events(), decoder.decode, conn.close, info, self._queue_events)
 
     def _open_library(self, start: BinlogPosition | GtidSet) -> MySQLBinlogSource:
+        from connectors.binlog_library import LibraryConverter, open_library_stream
+
         flavor, server_id = self._facts()
-        kwargs: dict[str, Any] = {
-            "connection_settings": self._conn,
-            "server_id": self._replica_id,
-            "blocking": True,
-            "only_events": [
-                FormatDescriptionEvent, RotateEvent, GtidEvent, MariadbGtidEvent, QueryEvent, XidEvent,
-                WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent, HeartbeatLogEvent,
-            ],
-            "only_schemas": sorted({schema for schema, _ in self._watched}) or None,
-            "only_tables": sorted({table for _, table in self._watched}) or None,
-            "slave_heartbeat": self._heartbeat,
-            "enable_logging": False,
-        }
-        if isinstance(start, BinlogPosition):
-            kwargs.update(resume_stream=True, log_file=start.file, log_pos=start.pos)
-            file = start.file
-        else:
-            kwargs.update(auto_position=str(start), is_mariadb=isinstance(start, MariadbGtidPosition))
-            file = None
-        try:
-            reader = BinLogStreamReader(**kwargs)
-        except pymysql.err.MySQLError as exc:
-            raise SourceError(f"cannot open the binlog stream: {_ser_error(exc)}") from exc
+        reader, file = open_library_stream(self._conn, self._replica_id, self._watched, self._heartbeat, start)
         info = ServerInfo(server_id=server_id, flavor=flavor)
-        converter = _Converter(self._watched, file)
+        converter = LibraryConverter(self._watched, file)
         return MySQLBinlogSource(iter(reader), converter.convert, reader.close, info, self._queue_events)

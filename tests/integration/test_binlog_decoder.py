@@ -1,5 +1,5 @@
 """The fast binlog reader (connectors.binlog_protocol + connectors.binlog_decoder) against
-python-mysql-replication + binlog_source._Converter, on a real MariaDB binlog: both must
+python-mysql-replication + binlog_library.LibraryConverter, on a real MariaDB binlog: both must
 yield equal source events (types, positions, values) for every column type."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from cdc.position import BinlogPosition
 from cdc.source_events import Heartbeat, RowChange, RowInsert, TxBegin, TxCommit
 from connectors.binlog_decoder import BinlogDecoder, UnsupportedEvent
 from connectors.binlog_protocol import BinlogConnection, BinlogConnectionError, BinlogPositionError
-from connectors.binlog_source import _Converter
+from connectors.binlog_library import LibraryConverter as _Converter
 
 pytestmark = pytest.mark.integration
 

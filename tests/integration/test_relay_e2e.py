@@ -714,3 +714,44 @@ def test_headers_name_the_transaction_start_as_the_server_lists_it(mariadb, kafk
     assert len(records) == 3
     for r in records:
         assert (r.headers[H_FILE], int(r.headers[H_POS])) in gtid_starts, (r.headers, sorted(gtid_starts)[-5:])
+
+
+# -- the reader process (source.reader) ---------------------------------------------------
+
+@pytest.mark.parametrize("reader", ["process", "thread"])
+def test_both_readers_deliver_every_event_once_in_order(mariadb, kafka, database, topic_prefix, outbox, tmp_path, reader):
+    """A transaction larger than one pipe message, small ones around it and a dead letter:
+    the same records whichever process reads the binlog."""
+    topic = f"{topic_prefix}.order"
+    kafka.create_topic(topic, 2)
+    cfg = relay_config(mariadb, kafka, database, topic_prefix, tmp_path / "cp.json", source__reader=reader)
+    big = [ev(f"big-{i:04d}", aggregate_id=f"k{i % 7}") for i in range(1000)]
+    relay = RelayThread(cfg)
+    try:
+        commit_events(mariadb, database, [ev("first")])
+        commit_events(mariadb, database, big)
+        commit_events(mariadb, database, [ev("bad", aggregate_type="no spaces allowed"), ev("last")])
+        relay.wait_delivered(1003)
+    finally:
+        summary = relay.stop()
+    records = read_topic(kafka.bootstrap_servers, topic)
+    assert_exactly_once(records, {"first", "last", *(e[0] for e in big)})
+    for key in {f"k{i}" for i in range(7)}:  # per key, in row order
+        ids = [i for r, i in zip(records, ids_of(records)) if r.key == key]
+        assert ids == sorted(ids), key
+    dead = read_topic(kafka.bootstrap_servers, f"{topic_prefix}.dlq")
+    assert [d.headers.get("cdc.dlq.cause") for d in dead] == ["illegal_topic"]
+    assert summary.events_published == 1002 and relay.metrics.transactions >= 3
+
+
+def test_reader_process_dies_with_the_relay(mariadb, kafka, database, topic_prefix, outbox, tmp_path):
+    raw = relay_raw_config(mariadb, kafka, database, topic_prefix, tmp_path / "cp.json")
+    relay = RelayProcess(raw, env_for(mariadb), tmp_path / "run")
+    try:
+        parent = psutil.Process(relay.pid)
+        children = wait_until(lambda: parent.children(), 30, "the reader process to start")
+        assert any("connectors.reader_process" in " ".join(c.cmdline()) for c in children), [c.cmdline() for c in children]
+    finally:
+        relay.kill()
+    gone, alive = psutil.wait_procs(children, timeout=10)
+    assert not alive, f"reader process outlived the relay: {[p.pid for p in alive]}"

@@ -1,0 +1,150 @@
+"""The relay's feed: committed transactions, ready to publish, from the binlog.
+
+    BinlogSource.read() -> TransactionAssembler.feed() -> CommittedTransaction
+        (its items mapped and, via `prepare`, encoded or dead-lettered)
+
+`LocalFeed` does this in the relay's own process. `connectors.reader_process` runs the
+same `LocalFeed` in a second process and ships what it returns to the relay over a pipe,
+so that reading, decoding, mapping and encoding use one core while publishing and
+acknowledging use the other. Either way the relay sees the same sequence: only committed
+transactions, in binlog order, each with its items in row order.
+
+Reconnects are the feed's job: on a lost connection it reopens the stream at the end of
+the last complete transaction it read (never the library's memory, which may sit in the
+middle of one), and gives up with SourceError after `reconnect_timeout_s`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from cdc import crashpoints
+from cdc.errors import SourceError
+from cdc.outbox import DeadLetter, OutboxEvent
+from cdc.ports import BinlogSource, BinlogSourceFactory, Serializer, StartAt
+from cdc.source_events import Heartbeat, RowInsert, ServerInfo
+from cdc.transaction import CommittedTransaction, TransactionAssembler
+
+log = logging.getLogger(__name__)
+
+
+class _More:
+    """`LocalFeed.read` consumed an event that did not complete a transaction."""
+
+    def __repr__(self) -> str:
+        return "MORE"
+
+
+MORE = _More()
+FeedItem = CommittedTransaction | Heartbeat | ServerInfo | _More | None  # None: nothing to read (caught up)
+
+
+def as_dead_letter(event: OutboxEvent, cause: str, error: str) -> DeadLetter:
+    """`event` kept whole as a dead letter with its cause."""
+    row = {
+        "id": event.event_id, "aggregatetype": event.aggregate_type, "aggregateid": event.aggregate_id,
+        "type": event.event_type, "payload": event.payload, "timestamp_us": event.timestamp_us,
+    }  # fmt: skip
+    return DeadLetter(cause, error, event.topic, event.aggregate_id, row, event.table, event.identity)
+
+
+def prepare(event: OutboxEvent, serializer: Serializer, max_message_bytes: int) -> OutboxEvent | DeadLetter:
+    """`event` with its encoded value set, or the dead letter it becomes when it cannot be
+    encoded or is larger than a message may be."""
+    try:
+        value = serializer.encode(event, event.topic)
+    except (ValueError, TypeError) as exc:
+        return as_dead_letter(event, "encoding_failed", str(exc))
+    if len(value) > max_message_bytes:
+        return as_dead_letter(
+            event, "too_large", f"encoded event is {len(value)} bytes; the limit is {max_message_bytes}"
+        )
+    event.encoded = value
+    return event
+
+
+class LocalFeed:
+    """Source events in, committed transactions out, in this process."""
+
+    def __init__(
+        self,
+        sources: BinlogSourceFactory,
+        assembler: TransactionAssembler,
+        start: StartAt,
+        reconnect_timeout_s: float,
+        clock: Callable[[], float],
+        sleep: Callable[[float], None],
+        wait: Callable[[float], None],
+    ):
+        self._sources = sources
+        self._assembler = assembler
+        self._start = start
+        self._reconnect_timeout_s = reconnect_timeout_s
+        self._clock, self._sleep, self._wait = clock, sleep, wait
+        self.reconnects = 0
+        self._source: BinlogSource | None = sources.open(start)
+
+    @property
+    def discarded_rows(self) -> int:
+        return self._assembler.discarded_rows
+
+    def read(self, timeout: float) -> FeedItem:
+        """The next thing the relay must act on: a committed transaction, a heartbeat, the
+        server's identity; MORE when an event was consumed without completing a
+        transaction; None when nothing arrived within `timeout`."""
+        assert self._source is not None
+        try:
+            event = self._source.read(timeout)
+        except SourceError as exc:
+            self._reconnect(exc)
+            return MORE
+        if event is None:
+            return None
+        kind = type(event)
+        if kind is Heartbeat:
+            return event
+        assembler = self._assembler
+        if kind is ServerInfo:
+            assembler.server_id = event.server_id
+            return event
+        tx = assembler.feed(event)
+        if tx is not None:
+            return tx
+        if kind is RowInsert and assembler.in_transaction:
+            crashpoints.hit("mid_transaction")
+        return MORE
+
+    def close(self) -> None:
+        if self._source is not None:
+            self._source.close()
+            self._source = None
+        self._assembler.reset()
+
+    def _reconnect(self, cause: Exception) -> None:
+        """Reopen the stream from the feed's own position: the end of the last complete
+        transaction read."""
+        assert self._source is not None
+        self._source.close()
+        assembler = self._assembler
+        assembler.reset()
+        resume = assembler.resume_point or self._start
+        log.warning("binlog connection lost (%s); reconnecting from %s", cause, resume)
+        deadline = self._clock() + self._reconnect_timeout_s
+        delay = 0.05
+        while True:
+            self._wait(0)
+            try:
+                self._source = self._sources.open(resume)
+                self.reconnects += 1
+                return
+            except SourceError as exc:
+                if self._clock() >= deadline:
+                    raise SourceError(
+                        f"binlog server unreachable for {self._reconnect_timeout_s:.0f} s ({exc}); "
+                        "check that it is running and reachable, then restart the relay"
+                    ) from exc
+                self._wait(min(delay, 0.2))
+                self._sleep(delay)
+                delay = min(delay * 2, 0.5)
+

@@ -1,0 +1,126 @@
+"""The python-mysql-replication path of the binlog source (`source.decoder = "library"`):
+its stream, and its events turned into `cdc.source_events`. Imported only when that
+decoder is chosen, so the default path never loads the library.
+
+Reconnects are the relay's job, never the library's (see connectors/binlog_source.py):
+its list of "expected" error codes is emptied here, so that a dropped connection
+surfaces as SourceError instead of a silent reconnect from the library's own position.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pymysql
+import pymysqlreplication.binlogstream as _binlogstream
+from pymysqlreplication import BinLogStreamReader
+from pymysqlreplication.event import (
+    FormatDescriptionEvent,
+    GtidEvent,
+    HeartbeatLogEvent,
+    MariadbGtidEvent,
+    QueryEvent,
+    RotateEvent,
+    XidEvent,
+)
+from pymysqlreplication.row_event import (
+    DeleteRowsEvent,
+    UpdateRowsEvent,
+    WriteRowsEvent,
+)
+
+from cdc.errors import SourceError
+from cdc.gtid import GtidSet, MariadbGtidPosition
+from cdc.position import BinlogPosition
+from cdc.source_events import (
+    Heartbeat,
+    RowChange,
+    RowInsert,
+    SourceEvent,
+    TxBegin,
+    TxCommit,
+    query_event,
+)
+from connectors.binlog_source import _FL_STANDALONE, _ser_error
+
+_binlogstream.MYSQL_EXPECTED_ERROR_CODES = []
+
+
+def open_library_stream(conn: dict[str, Any], replica_id: int, watched: set[tuple[str, str]], heartbeat: float,
+                        start: BinlogPosition | GtidSet) -> tuple[Any, str | None]:
+    """The library's blocking stream from `start`, and the file it starts in (None for a GTID start)."""
+    kwargs: dict[str, Any] = {
+        "connection_settings": conn,
+        "server_id": replica_id,
+        "blocking": True,
+        "only_events": [
+            FormatDescriptionEvent, RotateEvent, GtidEvent, MariadbGtidEvent, QueryEvent, XidEvent,
+            WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent, HeartbeatLogEvent,
+        ],
+        "only_schemas": sorted({schema for schema, _ in watched}) or None,
+        "only_tables": sorted({table for _, table in watched}) or None,
+        "slave_heartbeat": heartbeat,
+        "enable_logging": False,
+    }
+    if isinstance(start, BinlogPosition):
+        kwargs.update(resume_stream=True, log_file=start.file, log_pos=start.pos)
+        file = start.file
+    else:
+        kwargs.update(auto_position=str(start), is_mariadb=isinstance(start, MariadbGtidPosition))
+        file = None
+    try:
+        return BinLogStreamReader(**kwargs), file
+    except pymysql.err.MySQLError as exc:
+        raise SourceError(f"cannot open the binlog stream: {_ser_error(exc)}") from exc
+
+
+class LibraryConverter:
+    """Turns library events into source events; keeps the current file name."""
+
+    def __init__(self, watched: set[tuple[str, str]], file: str | None):
+        self.watched = watched
+        self.file = file
+
+    def convert(self, ev: Any, out: list[SourceEvent]) -> None:
+        kind = type(ev)
+        if kind is WriteRowsEvent:
+            schema, table = ev.schema, ev.table
+            if (schema, table) not in self.watched:
+                return  # rows of other tables are never decoded (`rows` is lazy)
+            end = BinlogPosition(self.file, ev.packet.log_pos)
+            for row in ev.rows:
+                out.append(RowInsert(schema, table, row["values"], end))
+            return
+        if kind is XidEvent:
+            out.append(TxCommit(BinlogPosition(self.file, ev.packet.log_pos), ev.timestamp))
+            return
+        if kind is MariadbGtidEvent or kind is GtidEvent:
+            end = ev.packet.log_pos
+            start = BinlogPosition(self.file, end - ev.packet.event_size)
+            standalone = bool(getattr(ev, "flags", 0) & _FL_STANDALONE) if kind is MariadbGtidEvent else False
+            out.append(TxBegin(start, BinlogPosition(self.file, end), ev.gtid, standalone))
+            return
+        if kind is QueryEvent:
+            self._query(ev, out)
+            return
+        if kind is RotateEvent:
+            self.file = ev.next_binlog
+            return
+        if kind is UpdateRowsEvent or kind is DeleteRowsEvent:
+            if (ev.schema, ev.table) in self.watched:
+                end = BinlogPosition(self.file, ev.packet.log_pos)
+                change = "update" if kind is UpdateRowsEvent else "delete"
+                for row in ev.rows:
+                    values = row.get("after_values") or row.get("values") or {}
+                    out.append(RowChange(change, ev.schema, ev.table, values, end))
+            return
+        if kind is HeartbeatLogEvent:
+            if self.file and ev.packet.log_pos:
+                out.append(Heartbeat(BinlogPosition(self.file, ev.packet.log_pos)))
+            return
+
+    def _query(self, ev: Any, out: list[SourceEvent]) -> None:
+        sql = ev.query.strip() if isinstance(ev.query, str) else ev.query.decode("utf-8", "replace").strip()
+        end_pos = ev.packet.log_pos
+        start = BinlogPosition(self.file, end_pos - ev.packet.event_size)
+        out.append(query_event(sql, start, BinlogPosition(self.file, end_pos), ev.timestamp))

@@ -1,0 +1,356 @@
+"""The relay's feed in a second process: reading, decoding, assembling, mapping and
+Avro-encoding on one core, while the relay's process publishes and serves
+acknowledgements on the other (`source.reader = "process"`).
+
+The child runs exactly the in-process pipeline (`cdc.feed.LocalFeed` over
+`MySQLBinlogSourceFactory` and `TransactionAssembler`, then `cdc.feed.prepare`) and ships
+what it returns over a pipe:
+
+    ("ev", Heartbeat | ServerInfo, counters)
+    ("tx", TxIdentity, end, size, items, more, counters)   a committed transaction; when
+    ("items", items, more)                                 `more`, further items follow
+    ("error", module, class name, message)                 the feed raised; the child exits
+
+`items` are plain tuples (cheaper to pickle than objects): an event is
+`(0, event_id, aggregate_type, aggregate_id, event_type, payload, timestamp_us, topic,
+table, encoded)`, a dead letter `(1, cause, error, intended_topic, key, row, table)`; the
+row index is the item's place in the transaction. Only committed transactions are sent,
+in binlog order, their items in row order: what the relay receives is what `LocalFeed`
+would have returned in its own process. The pipe is the back-pressure: a child ahead of
+the relay blocks in `send`.
+
+Life cycle: the child is spawned when the relay is built (its imports and connections
+overlap the relay's checkpoint load and recovery), opens the stream on "open", and dies
+with its parent (PR_SET_PDEATHSIG). It ignores SIGINT and SIGTERM: stopping is the
+relay's decision (it drains, then closes the feed). If the child dies, the relay's next
+read raises SourceError and the relay stops after checkpointing its proven prefix.
+Secrets travel in the spawn arguments (a pipe), never in argv or the environment.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import importlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Any
+
+from cdc import crashpoints
+from cdc.errors import CdcError, SourceError
+from cdc.feed import MORE, LocalFeed, prepare
+from cdc.identity import EventIdentity, TxIdentity
+from cdc.outbox import DeadLetter, OutboxEvent, OutboxMapper, OutboxTable
+from cdc.ports import StartAt
+from cdc.position import BinlogPosition
+from cdc.topics import TopicRouter
+from cdc.transaction import TransactionAssembler
+
+CHUNK = 256  # items per pipe message
+
+
+@dataclass(frozen=True)
+class ReaderSpec:
+    """What the child needs to build its feed (it holds the password: never log it)."""
+
+    connection: dict[str, Any]
+    replica_server_id: int
+    heartbeat_s: float
+    decoder: str
+    registry_url: str
+    registry_auth: str | None
+    tables: tuple[OutboxTable, ...]
+    topic_allowlist: tuple[str, ...]
+    source_name: str
+    on_change: str
+    spill_rows: int
+    spill_dir: str | None
+    max_message_bytes: int
+    reconnect_timeout_s: float
+    read_timeout_s: float
+
+    def __repr__(self) -> str:  # no password in any traceback or log line
+        return f"ReaderSpec(source={self.source_name!r}, host={self.connection.get('host')!r})"
+
+
+class ReaderProcessFeeds:
+    """FeedFactory: spawns the reader process at once; `open` starts its stream."""
+
+    def __init__(self, spec: ReaderSpec):
+        # Two one-way pipes: transactions child -> relay (enlarged, so the child can run a
+        # few transactions ahead instead of waiting for each to be taken), control back.
+        # A plain `python -m` child (not multiprocessing's spawn, which would start a
+        # resource-tracker process too and re-import the relay's main module).
+        data_r, data_w = os.pipe()
+        control_r, control_w = os.pipe()
+        _enlarge(data_r)
+        self._process = _Child(subprocess.Popen(
+            [sys.executable, "-m", "connectors.reader_process", str(data_w), str(control_r), str(os.getpid())],
+            pass_fds=(data_w, control_r), close_fds=True, cwd=os.getcwd(),
+        ))  # fmt: skip
+        os.close(data_w)
+        os.close(control_r)
+        self._data = Connection(data_r, writable=False)
+        self._control = Connection(control_w, readable=False)
+        self._control.send(spec)
+
+    def open(self, start: StartAt, server_id: int) -> ProcessFeed:
+        self._control.send(("open", start, server_id))
+        return ProcessFeed(self._data, self._control, self._process)
+
+    def close(self) -> None:
+        """Stop the child if no feed did (a relay that failed before reading)."""
+        if self._process.is_alive():
+            try:
+                self._control.send(("close",))
+            except OSError:
+                pass
+            self._process.join(2.0)
+            if self._process.is_alive():
+                self._process.kill()
+                self._process.join(2.0)
+
+
+class _Child:
+    """The bits of multiprocessing.Process the feed uses, over a Popen."""
+
+    def __init__(self, popen: subprocess.Popen):
+        self._popen = popen
+
+    def is_alive(self) -> bool:
+        return self._popen.poll() is None
+
+    @property
+    def exitcode(self) -> int | None:
+        return self._popen.poll()
+
+    def join(self, timeout: float) -> None:
+        try:
+            self._popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            pass
+
+    def kill(self) -> None:
+        self._popen.kill()
+
+
+class ShippedTransaction:
+    """A committed transaction read by the reader process (CommittedTransaction's shape)."""
+
+    __slots__ = ("_feed", "_first", "_more", "end", "identity", "size")
+
+    def __init__(self, feed: ProcessFeed, identity: TxIdentity, end: BinlogPosition, size: int,
+                 first: list[tuple], more: bool):
+        self.identity, self.end, self.size = identity, end, size
+        self._feed, self._first, self._more = feed, first, more
+
+    def items(self) -> Any:
+        identity, row = self.identity, 0
+        chunk, more = self._first, self._more
+        self._first = []
+        while True:
+            for t in chunk:
+                if t[0] == 0:
+                    yield OutboxEvent(t[1], t[2], t[3], t[4], t[5], t[6], t[7], t[8], EventIdentity(identity, row), t[9])
+                else:
+                    yield DeadLetter(t[1], t[2], t[3], t[4], t[5], t[6], EventIdentity(identity, row))
+                row += 1
+            if not more:
+                self._more = False
+                return
+            msg = self._feed._recv(None)
+            if msg[0] != "items":
+                raise SourceError(f"binlog reader process: expected the rest of a transaction, got {msg[0]!r}")
+            chunk, more = msg[1], msg[2]
+
+    def release(self) -> None:
+        while self._more:  # a transaction not read to its end: drop the rest of it
+            for _ in self.items():
+                pass
+
+
+class ProcessFeed:
+    """The relay's side of the pipe (implements cdc.ports.Feed)."""
+
+    def __init__(self, data: Any, control: Any, process: Any):
+        self._conn, self._control, self._process = data, control, process
+        self.reconnects = 0
+        self.discarded_rows = 0
+        self.outbox_changes_ignored = 0
+
+    def _recv(self, timeout: float | None) -> Any:
+        try:
+            if timeout is not None and not self._conn.poll(timeout):
+                return None
+            return self._conn.recv()
+        except (EOFError, OSError):
+            self._process.join(1.0)
+            raise SourceError(
+                f"the binlog reader process stopped unexpectedly (exit code {self._process.exitcode}); "
+                "restart the relay (it resumes from its checkpoint)"
+            ) from None
+
+    def read(self, timeout: float) -> Any:
+        msg = self._recv(timeout)
+        if msg is None:
+            return None
+        kind = msg[0]
+        if kind == "tx":
+            _, identity, end, size, items, more, counters = msg
+            self._counters(counters)
+            return ShippedTransaction(self, identity, end, size, items, more)
+        if kind == "ev":
+            self._counters(msg[2])
+            return msg[1]
+        if kind == "error":
+            raise _rebuild_error(msg[1], msg[2], msg[3])
+        return MORE
+
+    def _counters(self, counters: tuple[int, int, int]) -> None:
+        self.reconnects, self.discarded_rows, self.outbox_changes_ignored = counters
+
+    def close(self) -> None:
+        try:
+            self._control.send(("close",))
+        except OSError:
+            pass
+        deadline = time.monotonic() + 5.0
+        while self._process.is_alive() and time.monotonic() < deadline:
+            try:  # the child may be blocked sending: take what it sends
+                if self._conn.poll(0.05):
+                    self._conn.recv()
+            except (EOFError, OSError):
+                break
+        self._process.join(1.0)
+        if self._process.is_alive():
+            self._process.kill()
+            self._process.join(2.0)
+        self._conn.close()
+        self._control.close()
+
+
+def _rebuild_error(module: str, name: str, message: str) -> BaseException:
+    """The child's exception as the same class here (a CdcError keeps its exit code)."""
+    try:
+        cls = getattr(importlib.import_module(module), name)
+        if isinstance(cls, type) and issubclass(cls, CdcError):
+            return cls(message)
+    except (ImportError, AttributeError, TypeError):
+        pass
+    return SourceError(f"binlog reader process failed: {name}: {message}")
+
+
+# ----------------------------------------------------------------------------- child
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        ulong = ctypes.c_ulong
+        libc.prctl.argtypes = [ctypes.c_int, ulong, ulong, ulong, ulong]
+        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    if os.getppid() != parent_pid:  # the parent died before prctl took effect
+        os._exit(1)
+
+
+def _enlarge(fd: int, size: int = 1 << 20) -> None:
+    """Grow a pipe's buffer (Linux F_SETPIPE_SZ; up to /proc/sys/fs/pipe-max-size)."""
+    try:
+        import fcntl
+
+        fcntl.fcntl(fd, 1031, size)
+    except (ImportError, OSError):
+        pass
+
+
+def _child_main(conn: Any, control: Any, parent_pid: int) -> None:
+    _die_with_parent(parent_pid)
+    crashpoints.relay_pids.append(parent_pid)  # a crash point reached here kills the relay
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    spec: ReaderSpec = control.recv()
+    from connectors.avro_serializer import ConfluentAvroSerializer, registry_client
+    from connectors.binlog_source import MySQLBinlogSourceFactory
+
+    feed = None
+    try:
+        sources = MySQLBinlogSourceFactory(
+            spec.connection, spec.replica_server_id, {(t.schema, t.table) for t in spec.tables},
+            heartbeat_s=spec.heartbeat_s, decoder=spec.decoder,
+        )
+        serializer = ConfluentAvroSerializer(registry_client(spec.registry_url, spec.registry_auth))
+        ignored = [0]
+
+        def count_ignored(_change: Any) -> None:
+            ignored[0] += 1
+
+        msg = control.recv()
+        if msg[0] != "open":
+            return
+        _, start, server_id = msg
+        assembler = TransactionAssembler(
+            list(spec.tables), OutboxMapper(TopicRouter(spec.topic_allowlist)), spec.source_name, server_id,
+            spec.on_change, spec.spill_rows, spec.spill_dir, on_ignored_change=count_ignored,
+        )
+        feed = LocalFeed(sources, assembler, start, spec.reconnect_timeout_s, time.time, time.sleep, time.sleep)
+        _ship(conn, control, feed, serializer, spec, ignored)
+    except (EOFError, BrokenPipeError, KeyboardInterrupt):
+        pass
+    except BaseException as exc:  # noqa: BLE001 - every failure goes to the relay
+        try:
+            conn.send(("error", type(exc).__module__, type(exc).__name__, str(exc)))
+        except OSError:
+            pass
+    finally:
+        if feed is not None:
+            feed.close()
+
+
+def _ship(conn: Any, control: Any, feed: LocalFeed, serializer: Any, spec: ReaderSpec, ignored: list[int]) -> None:
+    send, poll = conn.send, control.poll
+    max_bytes = spec.max_message_bytes
+    timeout = max(spec.read_timeout_s, 0.05)
+    while True:
+        item = feed.read(timeout)
+        if item is MORE:
+            continue
+        if poll(0) and control.recv()[0] == "close":
+            return
+        if item is None:
+            continue
+        counters = (feed.reconnects, feed.discarded_rows, ignored[0])
+        if not hasattr(item, "items"):
+            send(("ev", item, counters))
+            continue
+        chunk: list[tuple] = []
+        head = True
+        for it in item.items():
+            if type(it) is OutboxEvent:
+                it = prepare(it, serializer, max_bytes)
+            if type(it) is OutboxEvent:
+                chunk.append((0, it.event_id, it.aggregate_type, it.aggregate_id, it.event_type, it.payload,
+                              it.timestamp_us, it.topic, it.table, it.encoded))
+            else:
+                chunk.append((1, it.cause, it.error, it.intended_topic, it.key, it.row, it.table))
+            if len(chunk) >= CHUNK:
+                if head:
+                    send(("tx", item.identity, item.end, item.size, chunk, True, counters))
+                    head = False
+                else:
+                    send(("items", chunk, True))
+                chunk = []
+        if head:
+            send(("tx", item.identity, item.end, item.size, chunk, False, counters))
+        else:
+            send(("items", chunk, False))
+        item.release()
+
+
+if __name__ == "__main__":
+    _data_fd, _control_fd, _parent = (int(a) for a in sys.argv[1:4])
+    _child_main(Connection(_data_fd, readable=False), Connection(_control_fd, writable=False), _parent)
