@@ -32,7 +32,7 @@ def _library(db, watched, file, pos):
     from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
     from cdc.source_events import RowInsert
-    from connectors.binlog_source import _Converter
+    from connectors.binlog_library import LibraryConverter as _Converter
 
     t0 = time.perf_counter()
     reader = BinLogStreamReader(

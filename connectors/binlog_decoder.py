@@ -1,6 +1,6 @@
 """Raw binlog events (from `connectors.binlog_protocol`) -> `cdc.source_events`.
 
-A lean replacement for python-mysql-replication + `binlog_source._Converter` that yields
+A lean replacement for python-mysql-replication + `binlog_library.LibraryConverter` that yields
 the same source events with the same positions and the same Python values, at a fraction
 of the cost:
 
@@ -23,8 +23,8 @@ TRANSACTION_PAYLOAD, MariaDB *_COMPRESSED_*) raise `UnsupportedEvent` instead of
 dropped silently as the library does.
 
 Positions: an event ends at its header `log_pos`; it starts at `log_pos - event_size`
-with `event_size` the header's total event size (as `_Converter` computes it from
-`ev.packet.event_size`). `legacy_begin_start=True` reproduces the earlier `_Converter`,
+with `event_size` the header's total event size (as `LibraryConverter` computes it from
+`ev.packet.event_size`). `legacy_begin_start=True` reproduces the earlier `LibraryConverter`,
 which subtracted the library's `ev.event_size` — the body size without the 19-byte header
 and the 4-byte checksum — and so named a TxBegin.start 23 bytes past the real start.
 """

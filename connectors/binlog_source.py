@@ -13,8 +13,9 @@ event; the stream resumes at the end of a commit event.
 Reconnects are the relay's job, never the library's: on a dropped connection the
 library would reconnect by itself from its own last `log_pos`, which can sit in the
 middle of a transaction (after the Table_map the rows need). Its list of "expected"
-error codes is emptied here so that the error surfaces as `SourceError`, and the relay
-reopens the stream at the end of the last complete transaction it read.
+error codes is emptied (connectors/binlog_library.py) so that the error surfaces as
+`SourceError`, and the relay's feed (cdc/feed.py) reopens the stream at the end of the
+last complete transaction it read.
 
 Starting points. With `is_mariadb=True` the library ignores `log_file`/`log_pos` and can
 only start from a GTID position; a file/pos start therefore uses the plain
@@ -37,12 +38,6 @@ from cdc.position import BinlogPosition
 from cdc.source_events import (
     ServerInfo,
     SourceEvent,
-)
-from connectors.binlog_decoder import (
-    BinlogDecodeError,
-    BinlogDecoder,
-    UnsupportedColumnType,
-    UnsupportedEvent,
 )
 from connectors.binlog_protocol import (
     BinlogConnection,
@@ -69,7 +64,7 @@ class MySQLBinlogSource:
     """One open binlog stream (implements cdc.ports.BinlogSource).
 
     `events` yields the stream's raw items and `convert(item, out)` appends source events
-    for each: python-mysql-replication's event objects with `_Converter`, or raw event
+    for each: python-mysql-replication's event objects with `binlog_library.LibraryConverter`, or raw event
     bytes with `BinlogDecoder` (the default, see connectors/binlog_decoder.py)."""
 
     def __init__(self, events, convert, close, info: ServerInfo, queue_events: int):
@@ -124,6 +119,9 @@ class MySQLBinlogSource:
                 isinstance(item, pymysql.err.OperationalError) and item.args
                 and item.args[0] == _ER_MASTER_FATAL_READING_BINLOG):
             raise PositionPurgedError(f"the server refused the start position: {_ser_error(item)}")
+        # imported here: a relay whose reader process decodes never loads the decoder
+        from connectors.binlog_decoder import BinlogDecodeError, UnsupportedColumnType, UnsupportedEvent
+
         if isinstance(item, UnsupportedColumnType):
             raise ConfigError(f"{item}; set source.decoder = \"library\" to read it with python-mysql-replication")
         if isinstance(item, (BinlogDecodeError, UnsupportedEvent)):
@@ -274,6 +272,8 @@ class MySQLBinlogSourceFactory:
         except (BinlogConnectionError, OSError) as exc:
             conn.close()
             raise SourceError(f"cannot open the binlog stream: {exc}") from exc
+        from connectors.binlog_decoder import BinlogDecoder
+
         decoder = BinlogDecoder(self._watched, file, flavor=flavor)
         info = ServerInfo(server_id=server_id, flavor=flavor)
         return MySQLBinlogSource(conn.events(), decoder.decode, conn.close, info, self._queue_events)
