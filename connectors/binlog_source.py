@@ -67,7 +67,11 @@ class MySQLBinlogSource:
     for each: python-mysql-replication's event objects with `binlog_library.LibraryConverter`, or raw event
     bytes with `BinlogDecoder` (the default, see connectors/binlog_decoder.py)."""
 
-    def __init__(self, events, convert, close, info: ServerInfo, queue_events: int):
+    def __init__(self, events, convert, close, info: ServerInfo, queue_events: int, threaded: bool = True):
+        """`threaded=False`: no reader thread; `read` reads the socket itself and blocks
+        until an event converts to something (at the latest the next heartbeat), whatever
+        its timeout. For a process that does nothing else (connectors/reader_process.py):
+        two threads there would only take turns on the interpreter lock."""
         self._events = events
         self._convert = convert
         self._close_stream = close
@@ -75,8 +79,27 @@ class MySQLBinlogSource:
         self._pending: list[SourceEvent] = [info]
         self._index = 0
         self._closed = threading.Event()
-        self._thread = threading.Thread(target=self._pump, name="binlog-reader", daemon=True)
-        self._thread.start()
+        self._thread: threading.Thread | None = None
+        self._deferred: Any = None  # without a thread: the end or error met after a batch
+        if threaded:
+            self._thread = threading.Thread(target=self._pump, name="binlog-reader", daemon=True)
+            self._thread.start()
+
+    def _next_batch(self) -> Any:
+        """Without a reader thread: the next non-empty batch, _END, or the exception."""
+        if self._deferred is not None:
+            item, self._deferred = self._deferred, None
+            return item
+        batch: list[SourceEvent] = []
+        convert, events = self._convert, self._events
+        try:
+            while not batch:
+                convert(next(events), batch)
+        except StopIteration:
+            self._deferred = _END
+        except BaseException as exc:  # noqa: BLE001 - mapped like the reader thread's
+            self._deferred = exc
+        return batch or self._next_batch()
 
     def _pump(self) -> None:
         convert = self._convert
@@ -104,10 +127,13 @@ class MySQLBinlogSource:
             event = pending[self._index]
             self._index += 1
             return event
-        try:
-            item = self._queue.get(timeout=timeout)
-        except queue.Empty:
-            return None
+        if self._thread is None:
+            item = self._next_batch()
+        else:
+            try:
+                item = self._queue.get(timeout=timeout)
+            except queue.Empty:
+                return None
         if type(item) is list:
             if not item:
                 return None
@@ -137,7 +163,7 @@ class MySQLBinlogSource:
         except Exception:  # closing a dead socket can fail; nothing to recover
             pass
         # Unblock a reader thread waiting on a full queue.
-        while self._thread.is_alive():
+        while self._thread is not None and self._thread.is_alive():
             try:
                 self._queue.get_nowait()
             except queue.Empty:
@@ -158,6 +184,7 @@ class MySQLBinlogSourceFactory:
         watched_tables: set[tuple[str, str]],
         heartbeat_s: float = 1.0,
         queue_events: int = 20_000,
+        threaded: bool = True,
         connect_timeout: float = 5.0,
         decoder: str = "fast",
     ):
@@ -173,6 +200,7 @@ class MySQLBinlogSourceFactory:
         self._watched = set(watched_tables)
         self._heartbeat = heartbeat_s
         self._queue_events = queue_events
+        self._threaded = threaded
         self._flavor: str | None = None
         self._server_id: int | None = None
 
@@ -276,7 +304,7 @@ class MySQLBinlogSourceFactory:
 
         decoder = BinlogDecoder(self._watched, file, flavor=flavor)
         info = ServerInfo(server_id=server_id, flavor=flavor)
-        return MySQLBinlogSource(conn.events(), decoder.decode, conn.close, info, self._queue_events)
+        return MySQLBinlogSource(conn.events(), decoder.decode, conn.close, info, self._queue_events, self._threaded)
 
     def _open_library(self, start: BinlogPosition | GtidSet) -> MySQLBinlogSource:
         from connectors.binlog_library import LibraryConverter, open_library_stream
@@ -285,4 +313,4 @@ class MySQLBinlogSourceFactory:
         reader, file = open_library_stream(self._conn, self._replica_id, self._watched, self._heartbeat, start)
         info = ServerInfo(server_id=server_id, flavor=flavor)
         converter = LibraryConverter(self._watched, file)
-        return MySQLBinlogSource(iter(reader), converter.convert, reader.close, info, self._queue_events)
+        return MySQLBinlogSource(iter(reader), converter.convert, reader.close, info, self._queue_events, self._threaded)

@@ -281,7 +281,7 @@ def _child_main(conn: Any, control: Any, parent_pid: int) -> None:
     try:
         sources = MySQLBinlogSourceFactory(
             spec.connection, spec.replica_server_id, {(t.schema, t.table) for t in spec.tables},
-            heartbeat_s=spec.heartbeat_s, decoder=spec.decoder,
+            heartbeat_s=spec.heartbeat_s, decoder=spec.decoder, threaded=False,
         )
         serializer = ConfluentAvroSerializer(registry_client(spec.registry_url, spec.registry_auth))
         ignored = [0]
