@@ -29,6 +29,7 @@ import re
 import string
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -144,6 +145,19 @@ def _topic_selected(topic: str, config: VerifyConfig) -> bool:
     return bool(pattern and re.fullmatch(pattern, topic))
 
 
+def local_cores(master: str) -> int | None:
+    """The cores of a `local[N]` / `local[*]` / `local` master (None for a cluster, or
+    under spark-submit, where the command line's master wins)."""
+    if os.environ.get("PYSPARK_GATEWAY_PORT"):
+        return None
+    m = re.fullmatch(r"local(?:\[(\d+|\*)(?:,\d+)?\])?", (master or "").strip())
+    if not m:
+        return None
+    if m.group(1) is None:
+        return 1
+    return (os.cpu_count() or 1) if m.group(1) == "*" else int(m.group(1))
+
+
 def run_verify(config: VerifyConfig, progress: Progress | None = None, spark: Any = None) -> VerifyReport:
     """Plan, read, reconcile and report. Writes report.json, report.html and
     missing.jsonl into `config.output_dir`. A Spark session is created (and stopped at
@@ -165,8 +179,19 @@ def run_verify(config: VerifyConfig, progress: Progress | None = None, spark: An
     )
     timings["plan"] = time.monotonic() - t
 
+    def ranges(cores: int) -> dict[str, Any]:
+        split = config.binlog_split_bytes
+        if split is None:
+            total = sum(f["end"] - f["start"] for f in bplan["files"])
+            split = max(MIN_SPLIT_BYTES, total // max(1, 3 * cores))
+        return split_ranges(settings_typed, bplan, split) if split else bplan
+
     own_spark = spark is None
+    early = None
     if own_spark:
+        cores = local_cores(config.spark_master)
+        if cores:  # cut the binlog into ranges (SHOW BINLOG EVENTS) while the JVM starts
+            early = ThreadPoolExecutor(1, thread_name_prefix="binlog-ranges").submit(ranges, cores)
         say(f"spark: starting ({config.spark_master})")
         spark = build_spark(config.spark_master, "cdc-verify", config.spark_conf)
     else:
@@ -176,11 +201,10 @@ def run_verify(config: VerifyConfig, progress: Progress | None = None, spark: An
         from pyspark.sql import functions as F
 
         t = time.monotonic()
-        split = config.binlog_split_bytes
-        if split is None:
-            total = sum(f["end"] - f["start"] for f in bplan["files"])
-            split = max(MIN_SPLIT_BYTES, total // max(1, 3 * spark.sparkContext.defaultParallelism))
-        rplan = split_ranges(settings_typed, bplan, split) if split else bplan
+        if early is not None and spark.sparkContext.defaultParallelism == local_cores(config.spark_master):
+            rplan = early.result()
+        else:
+            rplan = ranges(spark.sparkContext.defaultParallelism)
         events_all = (
             spark.read.format("cdc_binlog")
             .options(**settings)
