@@ -8,9 +8,13 @@ Nothing here comes from the relay's transaction or recovery code; only the value
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import shutil
 import sys
+import time
+from pathlib import Path
 from typing import Any, Mapping
 
 from cdc.position import file_sequence
@@ -171,6 +175,59 @@ def register_sources(spark: Any) -> None:
                 raise
 
 
+def class_archive_options(conf: Mapping[str, str]) -> str | None:
+    """JVM options that keep a class-data-sharing archive of the classes Spark loads, in
+    `~/.cache/cdc-verify/` (about 160 MB): the first run writes it when its JVM exits,
+    later runs map it and start several seconds sooner (bench/verify_bench.py). The
+    archive is keyed on the java binary and the PySpark install, so an upgrade makes a new
+    one; a JVM that cannot use an archive simply starts without it. Off under
+    spark-submit (the JVM is already running), when the caller sets
+    spark.driver.extraJavaOptions, or with CDC_SPARK_CLASS_ARCHIVE=off."""
+    if os.environ.get("PYSPARK_GATEWAY_PORT") or "spark.driver.extraJavaOptions" in conf:
+        return None
+    if os.environ.get("CDC_SPARK_CLASS_ARCHIVE", "").lower() in ("off", "0", "false", "no"):
+        return None
+    java = os.path.join(os.environ["JAVA_HOME"], "bin", "java") if os.environ.get("JAVA_HOME") else shutil.which("java")
+    if not java or not os.path.exists(java):
+        return None
+    try:
+        import pyspark
+
+        java = os.path.realpath(java)
+        stamp = f"{java}:{os.stat(java).st_mtime_ns}:{pyspark.__version__}:{os.path.dirname(pyspark.__file__)}"
+        cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "cdc-verify"
+        cache.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return None
+    key = hashlib.sha256(stamp.encode()).hexdigest()[:16]
+    archive = cache / f"spark-classes-{key}.jsa"
+    quiet = "-Xlog:cds*=off"
+    if not archive.exists():
+        # A finished archive of an earlier run: written under that run's pid by its JVM at
+        # exit; finished once no process holds that pid and the file has stopped growing.
+        for part in cache.glob(f"spark-classes-{key}.*.part"):
+            pid = part.name.rsplit(".", 2)[-2]
+            try:
+                if pid.isdigit() and not _alive(int(pid)) and time.time() - part.stat().st_mtime > 5:
+                    part.replace(archive)
+                    break
+            except OSError:
+                continue
+    if archive.exists():
+        return f"-XX:SharedArchiveFile={archive} {quiet}"
+    return f"-XX:ArchiveClassesAtExit={cache / f'spark-classes-{key}.{os.getpid()}.part'} {quiet}"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def build_spark(master: str = "local[*]", app_name: str = "cdc-verify", conf: Mapping[str, str] | None = None) -> Any:
     """A SparkSession with this project's data sources registered.
 
@@ -195,7 +252,11 @@ def build_spark(master: str = "local[*]", app_name: str = "cdc-verify", conf: Ma
         # a few times: building a compressed cache cost more than it saved (bench/verify_bench.py)
         "spark.sql.inMemoryColumnarStorage.compressed": "false",
     }
-    for key, value in {**defaults, **dict(conf or {})}.items():
+    settings = {**defaults, **dict(conf or {})}
+    java_options = class_archive_options(settings)
+    if java_options:
+        settings["spark.driver.extraJavaOptions"] = java_options
+    for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")

@@ -21,3 +21,31 @@ def test_local_cores_from_the_master(master: str, cores: int | None, monkeypatch
 def test_under_spark_submit_the_command_line_master_wins(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PYSPARK_GATEWAY_PORT", "12345")
     assert local_cores("local[2]") is None
+
+
+def test_class_archive_written_once_then_used(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+
+    from spark_jobs.common import class_archive_options
+
+    monkeypatch.delenv("PYSPARK_GATEWAY_PORT", raising=False)
+    monkeypatch.delenv("CDC_SPARK_CLASS_ARCHIVE", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    first = class_archive_options({})
+    if first is None:
+        pytest.fail("no java found: the verifier needs one")
+    assert "-XX:ArchiveClassesAtExit=" in first and "-Xlog:cds*=off" in first
+    part = first.split("ArchiveClassesAtExit=")[1].split()[0]
+    # the part of a process that is gone, written a while ago, becomes the archive
+    gone = part.rsplit(".", 2)[0] + ".999999999.part"
+    with open(gone, "wb") as f:
+        f.write(b"archive")
+    old = time.time() - 60
+    os.utime(gone, (old, old))
+    second = class_archive_options({})
+    assert second is not None and "-XX:SharedArchiveFile=" in second
+    assert not os.path.exists(gone)
+    # the caller's own JVM options win; an opt-out
+    assert class_archive_options({"spark.driver.extraJavaOptions": "-Xss4m"}) is None
+    monkeypatch.setenv("CDC_SPARK_CLASS_ARCHIVE", "off")
+    assert class_archive_options({}) is None
