@@ -271,6 +271,9 @@ class MySQLBinlogSourceFactory:
         )
 
     def open(self, start: BinlogPosition | GtidSet) -> MySQLBinlogSource:
+        # Ask again which server this is: a reconnect may land on another one behind the
+        # same address (a moved virtual IP), and its stream must carry that server's id.
+        self._flavor = self._server_id = None
         if self._decoder == "fast":
             return self._open_fast(start)
         return self._open_library(start)

@@ -344,3 +344,33 @@ def test_failover_with_nothing_new_then_restart_on_replica(kafka, topic_prefix, 
         if not result.clean:
             problems.append(f"(c) {result.summary()}")
         assert not problems, "; ".join(problems)
+
+
+@pytest.mark.parametrize("decoder", ["fast", "library"])
+def test_every_stream_names_the_server_it_opened_on(mariadb, decoder):
+    """A reconnect can land on another server behind the same address (a virtual IP moved
+    at a failover): each opened stream must report the server it is on, never one
+    remembered from an earlier connection, or the checkpoint would label positions of
+    one server with another's id."""
+    from cdc.source_events import ServerInfo
+    from connectors.binlog_source import MySQLBinlogSourceFactory
+
+    factory = MySQLBinlogSourceFactory(
+        {"host": mariadb.host, "port": mariadb.port, "user": mariadb.user, "password": mariadb.password},
+        7100 + (decoder == "library"), set(), decoder=decoder,
+    )
+    real, answers = factory._query, iter([111, 222])
+
+    def query(sql: str) -> list[tuple]:  # the server's answer, with the id the moved address would give
+        rows = real(sql)
+        return [(rows[0][0], next(answers))] if sql.startswith("SELECT VERSION()") else rows
+
+    factory._query = query  # type: ignore[method-assign]
+    start = factory.resolve("latest")
+    for expected in (111, 222):
+        source = factory.open(start)
+        try:
+            info = source.read(5.0)
+        finally:
+            source.close()
+        assert isinstance(info, ServerInfo) and info.server_id == expected, info
