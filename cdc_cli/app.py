@@ -93,7 +93,10 @@ class _LazySerializer:
         return self._serializer.encode(event, topic)
 
 
-def build_relay(cfg: Config, metrics: RelayMetrics | None = None) -> RelayHandle:
+def build_relay(cfg: Config, metrics: RelayMetrics | None = None, feeds: ReaderProcessFeeds | None = None) -> RelayHandle:
+    """The relay with its adapters. `feeds`: a reader process started earlier (see
+    cdc_cli/main.py), configured here; with `source.reader = "process"` and none given,
+    one is started here."""
     publisher = KafkaPublisher(cfg.kafka.bootstrap, cfg.kafka.producer)
     reader = KafkaTopicReader(cfg.kafka.bootstrap)
     serializer = _LazySerializer(cfg)
@@ -106,9 +109,11 @@ def build_relay(cfg: Config, metrics: RelayMetrics | None = None) -> RelayHandle
     if limit != settings.max_message_bytes:
         from dataclasses import replace
         settings = replace(settings, max_message_bytes=limit)
-    feeds = None
-    if cfg.source.reader == "process":
-        feeds = ReaderProcessFeeds(ReaderSpec(
+    if cfg.source.reader != "process":
+        feeds = None
+    else:
+        feeds = feeds or ReaderProcessFeeds()
+        feeds.configure(ReaderSpec(
             cfg.source.connection(), cfg.source.replica_server_id, cfg.source.heartbeat_s, cfg.source.decoder,
             cfg.schema_registry.url, cfg.schema_registry.basic_auth.reveal() or None, tuple(settings.tables),
             tuple(settings.topic_allowlist), settings.source_name, settings.on_change, settings.spill_rows,
@@ -158,9 +163,14 @@ class _BinlogBehindPoller:
 
 
 def run_relay(cfg: Config, should_stop: Callable[[], bool], metrics: RelayMetrics | None = None,
-              check: bool = True) -> RunSummary:
+              check: bool = True, feeds: ReaderProcessFeeds | None = None) -> RunSummary:
     """Preflight, then run until `should_stop()`; the HTTP endpoint lives as long."""
-    handle = build_relay(cfg, metrics)
+    try:
+        handle = build_relay(cfg, metrics, feeds)
+    except BaseException:
+        if feeds is not None:
+            feeds.close()
+        raise
     if check:
         try:
             preflight(cfg)

@@ -47,10 +47,17 @@ class CliError(NeedsOperator):
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    cfg = read_config(args.config)
+    feeds = None
+    if cfg.source.reader == "process":
+        # Started before the relay's own heavy imports, so that the reader process's
+        # imports run alongside them (time to the first event).
+        from connectors.reader_process import ReaderProcessFeeds
+
+        feeds = ReaderProcessFeeds()
     from cdc_cli.app import run_relay
     from cdc_cli.logs import configure
 
-    cfg = read_config(args.config)
     configure(cfg.log.format, cfg.log.level)
     stop = threading.Event()
 
@@ -60,7 +67,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    summary = run_relay(cfg, stop.is_set, check=not args.skip_check)
+    summary = run_relay(cfg, stop.is_set, check=not args.skip_check, feeds=feeds)
     log.info("stopped at %s: %d events published, %d dead-lettered, %d skipped as already delivered",
              summary.position, summary.events_published, summary.dead_lettered, summary.skipped_recovery)
     return 0

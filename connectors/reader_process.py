@@ -79,9 +79,10 @@ class ReaderSpec:
 
 
 class ReaderProcessFeeds:
-    """FeedFactory: spawns the reader process at once; `open` starts its stream."""
+    """FeedFactory: spawns the reader process at once (its imports then overlap the
+    relay's start-up); `configure` hands it the spec, `open` starts its stream."""
 
-    def __init__(self, spec: ReaderSpec):
+    def __init__(self, spec: ReaderSpec | None = None):
         # Two one-way pipes: transactions child -> relay (enlarged, so the child can run a
         # few transactions ahead instead of waiting for each to be taken), control back.
         # A plain `python -m` child (not multiprocessing's spawn, which would start a
@@ -97,7 +98,15 @@ class ReaderProcessFeeds:
         os.close(control_r)
         self._data = Connection(data_r, writable=False)
         self._control = Connection(control_w, readable=False)
+        self._configured = False
+        if spec is not None:
+            self.configure(spec)
+
+    def configure(self, spec: ReaderSpec) -> None:
+        if self._configured:
+            raise RuntimeError("the reader process is configured once")
         self._control.send(spec)
+        self._configured = True
 
     def open(self, start: StartAt, server_id: int) -> ProcessFeed:
         self._control.send(("open", start, server_id))
@@ -273,9 +282,15 @@ def _child_main(conn: Any, control: Any, parent_pid: int) -> None:
     crashpoints.relay_pids.append(parent_pid)  # a crash point reached here kills the relay
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    spec: ReaderSpec = control.recv()
+    # imports first: they run while the relay starts and builds the spec
+    import connectors.binlog_decoder  # noqa: F401
     from connectors.avro_serializer import ConfluentAvroSerializer, registry_client
     from connectors.binlog_source import MySQLBinlogSourceFactory
+
+    try:
+        spec: ReaderSpec = control.recv()
+    except (EOFError, OSError):
+        return
 
     feed = None
     try:
