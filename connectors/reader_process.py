@@ -19,8 +19,9 @@ in binlog order, their items in row order: what the relay receives is what `Loca
 would have returned in its own process. The pipe is the back-pressure: a child ahead of
 the relay blocks in `send`.
 
-Life cycle: the child is spawned when the relay is built (its imports and connections
-overlap the relay's checkpoint load and recovery), opens the stream on "open", and dies
+Life cycle: the child is spawned as early as possible (`cdc run` starts it before its own
+imports; `build_relay` otherwise), so that its imports overlap the relay's start-up, checkpoint
+load and recovery; it receives its spec, opens the stream on "open", and dies
 with its parent (PR_SET_PDEATHSIG). It ignores SIGINT and SIGTERM: stopping is the
 relay's decision (it drains, then closes the feed). If the child dies, the relay's next
 read raises SourceError and the relay stops after checkpointing its proven prefix.
