@@ -115,15 +115,7 @@ class ReaderProcessFeeds:
 
     def close(self) -> None:
         """Stop the child if no feed did (a relay that failed before reading)."""
-        if self._process.is_alive():
-            try:
-                self._control.send(("close",))
-            except OSError:
-                pass
-            self._process.join(2.0)
-            if self._process.is_alive():
-                self._process.kill()
-                self._process.join(2.0)
+        _stop(self._data, self._control, self._process)
 
 
 class _Child:
@@ -225,23 +217,29 @@ class ProcessFeed:
         self.reconnects, self.discarded_rows, self.outbox_changes_ignored = counters
 
     def close(self) -> None:
+        _stop(self._conn, self._control, self._process)
+
+
+def _stop(data: Connection, control: Connection, process: _Child) -> None:
+    """Ask the child to stop, take what it is still sending meanwhile (it may be blocked
+    in `send`), kill it after 5 s, and close both pipes. Safe to call twice."""
+    try:
+        control.send(("close",))
+    except OSError:
+        pass
+    deadline = time.monotonic() + 5.0
+    while process.is_alive() and time.monotonic() < deadline:
         try:
-            self._control.send(("close",))
-        except OSError:
-            pass
-        deadline = time.monotonic() + 5.0
-        while self._process.is_alive() and time.monotonic() < deadline:
-            try:  # the child may be blocked sending: take what it sends
-                if self._conn.poll(0.05):
-                    self._conn.recv()
-            except (EOFError, OSError):
-                break
-        self._process.join(1.0)
-        if self._process.is_alive():
-            self._process.kill()
-            self._process.join(2.0)
-        self._conn.close()
-        self._control.close()
+            if data.poll(0.05):
+                data.recv()
+        except (EOFError, OSError):
+            break
+    process.join(1.0)
+    if process.is_alive():
+        process.kill()
+        process.join(2.0)
+    data.close()
+    control.close()
 
 
 def _rebuild_error(module: str, name: str, message: str) -> BaseException:
