@@ -18,13 +18,18 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from cdc import crashpoints
 from cdc.errors import SourceError
-from cdc.outbox import DeadLetter, OutboxEvent
+from cdc.outbox import DeadLetter, OutboxEvent, OutboxMapper
 from cdc.ports import BinlogSource, BinlogSourceFactory, Serializer, StartAt
 from cdc.source_events import Heartbeat, RowInsert, ServerInfo
+from cdc.topics import TopicRouter
 from cdc.transaction import CommittedTransaction, TransactionAssembler
+
+if TYPE_CHECKING:
+    from cdc.relay import RelaySettings
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +67,14 @@ def prepare(event: OutboxEvent, serializer: Serializer, max_message_bytes: int) 
         )
     event.encoded = value
     return event
+
+
+def assembler_for(settings: RelaySettings, server_id: int, on_ignored_change: Callable[[Any], None]) -> TransactionAssembler:
+    """The transaction assembly the relay's settings describe (in either process)."""
+    return TransactionAssembler(
+        list(settings.tables), OutboxMapper(TopicRouter(settings.topic_allowlist)), settings.source_name,
+        server_id, settings.on_change, settings.spill_rows, settings.spill_dir, on_ignored_change=on_ignored_change,
+    )
 
 
 class LocalFeed:

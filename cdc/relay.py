@@ -30,7 +30,7 @@ from cdc import crashpoints
 from cdc.checkpoint import Checkpoint
 from cdc.checkpoint_writer import CheckpointWriter
 from cdc.errors import ConfigError, DeliveryError
-from cdc.feed import MORE, LocalFeed, as_dead_letter, prepare
+from cdc.feed import MORE, LocalFeed, as_dead_letter, assembler_for, prepare
 from cdc.gtid import parse_gtid_set
 from cdc.identity import (
     H_DLQ_CAUSE,
@@ -43,7 +43,7 @@ from cdc.identity import (
 )
 from cdc.inflight import InflightWindow, PendingTx
 from cdc.metrics import RelayMetrics
-from cdc.outbox import DeadLetter, OutboxEvent, OutboxMapper, OutboxTable
+from cdc.outbox import DeadLetter, OutboxEvent, OutboxTable
 from cdc.ports import (
     BinlogSourceFactory,
     CheckpointStore,
@@ -58,8 +58,8 @@ from cdc.ports import (
 from cdc.position import BinlogPosition
 from cdc.recovery import Recovery
 from cdc.source_events import Heartbeat, RowChange, ServerInfo
-from cdc.topics import TopicRouter, topic_problem
-from cdc.transaction import CommittedTransaction, TransactionAssembler
+from cdc.topics import topic_problem
+from cdc.transaction import CommittedTransaction
 
 log = logging.getLogger(__name__)
 _POSITION = re.compile(r"^[^\s:]+\.\d+:\d+$")  # <file>.<n>:<offset>; a GTID set never has this shape
@@ -305,11 +305,7 @@ class Relay:
         settings = self.settings
         if self._feeds is not None:
             return self._feeds.open(start, self._server_id)
-        assembler = TransactionAssembler(
-            list(settings.tables), OutboxMapper(TopicRouter(settings.topic_allowlist)), settings.source_name,
-            self._server_id, settings.on_change, settings.spill_rows, settings.spill_dir,
-            on_ignored_change=self._count_ignored_change,
-        )
+        assembler = assembler_for(settings, self._server_id, self._count_ignored_change)
         return LocalFeed(self._sources, assembler, start, settings.reconnect_timeout_s, self._clock, self._sleep,
                          self._publisher.poll)
 

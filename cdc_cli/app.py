@@ -115,9 +115,7 @@ def build_relay(cfg: Config, metrics: RelayMetrics | None = None, feeds: ReaderP
         feeds = feeds or ReaderProcessFeeds()
         feeds.configure(ReaderSpec(
             cfg.source.connection(), cfg.source.replica_server_id, cfg.source.heartbeat_s, cfg.source.decoder,
-            cfg.schema_registry.url, cfg.schema_registry.basic_auth.reveal() or None, tuple(settings.tables),
-            tuple(settings.topic_allowlist), settings.source_name, settings.on_change, settings.spill_rows,
-            settings.spill_dir, settings.max_message_bytes, settings.reconnect_timeout_s, settings.read_timeout_s,
+            cfg.schema_registry.url, cfg.schema_registry.basic_auth.reveal() or None, settings,
         ))  # fmt: skip
     relay = Relay(settings, sources, publisher, serializer, checkpoint_store(cfg), reader, metrics, feeds=feeds)
     return RelayHandle(relay, publisher, reader, feeds)

@@ -44,13 +44,12 @@ from typing import Any
 
 from cdc import crashpoints
 from cdc.errors import CdcError, SourceError
-from cdc.feed import MORE, LocalFeed, prepare
+from cdc.feed import MORE, LocalFeed, assembler_for, prepare
 from cdc.identity import EventIdentity, TxIdentity
-from cdc.outbox import DeadLetter, OutboxEvent, OutboxMapper, OutboxTable
+from cdc.outbox import DeadLetter, OutboxEvent
 from cdc.ports import StartAt
 from cdc.position import BinlogPosition
-from cdc.topics import TopicRouter
-from cdc.transaction import TransactionAssembler
+from cdc.relay import RelaySettings
 
 CHUNK = 256  # items per pipe message
 
@@ -65,18 +64,10 @@ class ReaderSpec:
     decoder: str
     registry_url: str
     registry_auth: str | None
-    tables: tuple[OutboxTable, ...]
-    topic_allowlist: tuple[str, ...]
-    source_name: str
-    on_change: str
-    spill_rows: int
-    spill_dir: str | None
-    max_message_bytes: int
-    reconnect_timeout_s: float
-    read_timeout_s: float
+    settings: RelaySettings  # tables, mapping, spill, limits: the relay's own
 
     def __repr__(self) -> str:  # no password in any traceback or log line
-        return f"ReaderSpec(source={self.source_name!r}, host={self.connection.get('host')!r})"
+        return f"ReaderSpec(source={self.settings.source_name!r}, host={self.connection.get('host')!r})"
 
 
 class ReaderProcessFeeds:
@@ -294,7 +285,7 @@ def _child_main(conn: Any, control: Any, parent_pid: int) -> None:
     feed = None
     try:
         sources = MySQLBinlogSourceFactory(
-            spec.connection, spec.replica_server_id, {(t.schema, t.table) for t in spec.tables},
+            spec.connection, spec.replica_server_id, {(t.schema, t.table) for t in spec.settings.tables},
             heartbeat_s=spec.heartbeat_s, decoder=spec.decoder, threaded=False,
         )
         serializer = ConfluentAvroSerializer(registry_client(spec.registry_url, spec.registry_auth))
@@ -307,11 +298,8 @@ def _child_main(conn: Any, control: Any, parent_pid: int) -> None:
         if msg[0] != "open":
             return
         _, start, server_id = msg
-        assembler = TransactionAssembler(
-            list(spec.tables), OutboxMapper(TopicRouter(spec.topic_allowlist)), spec.source_name, server_id,
-            spec.on_change, spec.spill_rows, spec.spill_dir, on_ignored_change=count_ignored,
-        )
-        feed = LocalFeed(sources, assembler, start, spec.reconnect_timeout_s, time.time, time.sleep, time.sleep)
+        assembler = assembler_for(spec.settings, server_id, count_ignored)
+        feed = LocalFeed(sources, assembler, start, spec.settings.reconnect_timeout_s, time.time, time.sleep, time.sleep)
         _ship(conn, control, feed, serializer, spec, ignored)
     except (EOFError, BrokenPipeError, KeyboardInterrupt):
         pass
@@ -327,8 +315,8 @@ def _child_main(conn: Any, control: Any, parent_pid: int) -> None:
 
 def _ship(conn: Any, control: Any, feed: LocalFeed, serializer: Any, spec: ReaderSpec, ignored: list[int]) -> None:
     send, poll = conn.send, control.poll
-    max_bytes = spec.max_message_bytes
-    timeout = max(spec.read_timeout_s, 0.05)
+    max_bytes = spec.settings.max_message_bytes
+    timeout = max(spec.settings.read_timeout_s, 0.05)
     while True:
         item = feed.read(timeout)
         if item is MORE:
