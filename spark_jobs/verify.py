@@ -29,7 +29,7 @@ import re
 import string
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -37,6 +37,7 @@ from typing import Any, Callable, Mapping, Sequence
 if __package__ in (None, ""):  # run as a file by spark-submit: make the project importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from cdc.errors import NeedsOperator  # noqa: E402
 from cdc.outbox import OutboxTable  # noqa: E402
 from cdc.position import file_sequence  # noqa: E402
 from spark_jobs.binlog_source import BINLOG_READERS, plan_binlog, split_ranges, tables_to_json  # noqa: E402
@@ -47,6 +48,8 @@ from spark_jobs.report import VerifyReport, write_outputs  # noqa: E402
 
 Progress = Callable[[str], None]
 MIN_SPLIT_BYTES = 4 << 20  # smaller binlog pieces cost more in task and connection set-up than they save
+BINLOG_JOB_GROUP = "cdc-verify-binlog"
+KAFKA_JOB_GROUP = "cdc-verify-kafka"
 
 
 @dataclass(frozen=True)
@@ -158,6 +161,98 @@ def local_cores(master: str) -> int | None:
     return (os.cpu_count() or 1) if m.group(1) == "*" else int(m.group(1))
 
 
+class ReadFailed(NeedsOperator):
+    """A data source's task failed; the message is its own one line (no password), not
+    Spark's stack traces."""
+
+
+def source_error(exc: BaseException) -> str | None:
+    """The one-line error a cdc_* data source raised inside a Spark task, if it did."""
+    m = re.search(r"\b(cdc_(?:binlog|kafka|outbox_table): [^\n]*)", str(exc))
+    return m.group(1).strip() if m else None
+
+
+def _read_binlog(
+    spark: Any, config: VerifyConfig, bplan: Mapping[str, Any], range_plan: Callable[[], dict[str, Any]],
+    say: Progress, timings: dict[str, float],
+) -> tuple[Any, dict[str, tuple[int, int]], list[str], set[str]]:  # fmt: skip
+    """The binlog's events, read into Spark's cache by one job, and per file: (events,
+    anomalies), the anomaly texts, and the topics the events expect."""
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    t = time.monotonic()
+    rplan = range_plan()
+    events_all = (
+        spark.read.format("cdc_binlog")
+        .options(**config.mysql_options())
+        .option("source", config.source)
+        .option("tables", tables_to_json(config.tables))
+        .option("topic_allowlist", json.dumps(list(config.topic_allowlist)))
+        .option("binlog_reader", config.binlog_reader)
+        .option("plan", json.dumps(rplan))
+        .load()
+        .persist(StorageLevel.MEMORY_AND_DISK)
+    )
+    n_ranges = len(rplan.get("ranges") or bplan["files"])
+    say(
+        f"binlog: reading {len(bplan['files'])} file(s) in {n_ranges} range(s) through "
+        f"{bplan['range_end']['file']}:{bplan['range_end']['pos']} ({config.binlog_reader} reader)"
+    )
+    per_file: dict[str, tuple[int, int]] = {}
+    anomalies: list[str] = []
+    expected_topics: set[str] = set()
+    spark.sparkContext.setJobGroup(BINLOG_JOB_GROUP, "cdc verify: read the binlog", interruptOnCancel=True)
+    for r in events_all.groupBy("file").agg(
+        F.count(F.when(F.col("ikey").isNotNull(), 1)).alias("n"),
+        F.slice(F.collect_list(F.when(F.col("ikey").isNull(), F.col("dlq_error"))), 1, 200).alias("anomalies"),
+        F.count(F.when(F.col("ikey").isNull(), 1)).alias("n_anomalies"),
+        F.collect_set(F.when(F.col("ikey").isNotNull() & F.col("dlq_cause").isNull(), F.col("expected_topic"))).alias("topics"),
+    ).collect():  # fmt: skip
+        per_file[r["file"]] = (r["n"], r["n_anomalies"])
+        anomalies += [f"{r['file']}: {a}" for a in r["anomalies"]]
+        expected_topics.update(r["topics"])
+    timings["read_binlog"] = time.monotonic() - t
+    return events_all, per_file, anomalies, expected_topics
+
+
+def _read_kafka(
+    spark: Any, config: VerifyConfig, kplan: Mapping[str, Any], binlog_read: Future, say: Progress, timings: dict[str, float]
+) -> tuple[Any, dict[tuple[str, int], tuple[int, int, int]]]:
+    """The topics' records, read into Spark's cache by one job submitted after the binlog's
+    (see run_verify), and per partition: (records, first offset, last offset)."""
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    t = time.monotonic()
+    records = (
+        spark.read.format("cdc_kafka")
+        .option("bootstrap", config.kafka_bootstrap)
+        .option("plan", json.dumps(kplan))
+        .option("dlq_topic", config.dlq_topic)
+        .option("chunk", str(config.kafka_chunk))
+        .option("include_raw", "false")
+        .option("decode", "true")
+        .option("isolation", config.isolation)
+        .option("consumer_conf", json.dumps(dict(config.consumer_conf)))
+        .load()
+        .persist(StorageLevel.MEMORY_AND_DISK)
+    )
+    stats = records.groupBy("topic", "partition").agg(
+        F.count(F.lit(1)).alias("n"), F.min("offset").alias("lo"), F.max("offset").alias("hi")
+    )
+    # queue behind the binlog's job: wait until it is submitted (or its thread is done)
+    tracker = spark.sparkContext.statusTracker()
+    deadline = time.monotonic() + 60
+    while not binlog_read.done() and not tracker.getJobIdsForGroup(BINLOG_JOB_GROUP) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    say(f"kafka: reading {len(kplan['partitions'])} partition(s) of {len(kplan['partition_counts'])} topic(s)")
+    spark.sparkContext.setJobGroup(KAFKA_JOB_GROUP, "cdc verify: read the topics", interruptOnCancel=True)
+    per_partition = {(r["topic"], r["partition"]): (r["n"], r["lo"], r["hi"]) for r in stats.collect()}
+    timings["read_kafka"] = time.monotonic() - t
+    return records, per_partition
+
+
 def run_verify(config: VerifyConfig, progress: Progress | None = None, spark: Any = None) -> VerifyReport:
     """Plan, read, reconcile and report. Writes report.json, report.html and
     missing.jsonl into `config.output_dir`. A Spark session is created (and stopped at
@@ -197,68 +292,32 @@ def run_verify(config: VerifyConfig, progress: Progress | None = None, spark: An
     else:
         register_sources(spark)  # a session made elsewhere may not know cdc_binlog / cdc_kafka
     try:
-        from pyspark import StorageLevel
         from pyspark.sql import functions as F
 
-        t = time.monotonic()
-        if early is not None and spark.sparkContext.defaultParallelism == local_cores(config.spark_master):
-            rplan = early.result()
-        else:
-            rplan = ranges(spark.sparkContext.defaultParallelism)
-        events_all = (
-            spark.read.format("cdc_binlog")
-            .options(**settings)
-            .option("source", config.source)
-            .option("tables", tables_to_json(config.tables))
-            .option("topic_allowlist", json.dumps(list(config.topic_allowlist)))
-            .option("binlog_reader", config.binlog_reader)
-            .option("plan", json.dumps(rplan))
-            .load()
-            .persist(StorageLevel.MEMORY_AND_DISK)
-        )
-        n_ranges = len(rplan.get("ranges") or bplan["files"])
-        say(
-            f"binlog: reading {len(bplan['files'])} file(s) in {n_ranges} range(s) through "
-            f"{bplan['range_end']['file']}:{bplan['range_end']['pos']} ({config.binlog_reader} reader)"
-        )
-        # one action: reads the binlog into the cache; per file: events, anomalies, topics
-        per_file: dict[str, tuple[int, int]] = {}
-        anomalies: list[str] = []
-        expected_topics: set[str] = set()
-        for r in events_all.groupBy("file").agg(
-            F.count(F.when(F.col("ikey").isNotNull(), 1)).alias("n"),
-            F.slice(F.collect_list(F.when(F.col("ikey").isNull(), F.col("dlq_error"))), 1, 200).alias("anomalies"),
-            F.count(F.when(F.col("ikey").isNull(), 1)).alias("n_anomalies"),
-            F.collect_set(F.when(F.col("ikey").isNotNull() & F.col("dlq_cause").isNull(), F.col("expected_topic"))).alias("topics"),
-        ).collect():  # fmt: skip
-            per_file[r["file"]] = (r["n"], r["n_anomalies"])
-            anomalies += [f"{r['file']}: {a}" for a in r["anomalies"]]
-            expected_topics.update(r["topics"])
-        timings["read_binlog"] = time.monotonic() - t
+        # The two reads run as concurrent Spark jobs: the topics' tasks fill the cores the
+        # binlog's last tasks leave idle, and each side's planning overlaps the other's
+        # reading. The binlog job is submitted first: its tasks are the longer ones, and
+        # FIFO scheduling runs a job's tasks before those of a job submitted after it.
+        def range_plan() -> dict[str, Any]:
+            if early is not None and spark.sparkContext.defaultParallelism == local_cores(config.spark_master):
+                return early.result()
+            return ranges(spark.sparkContext.defaultParallelism)
 
         t = time.monotonic()
-        records = (
-            spark.read.format("cdc_kafka")
-            .option("bootstrap", config.kafka_bootstrap)
-            .option("plan", json.dumps(kplan))
-            .option("dlq_topic", config.dlq_topic)
-            .option("chunk", str(config.kafka_chunk))
-            .option("include_raw", "false")
-            .option("decode", "true")
-            .option("isolation", config.isolation)
-            .option("consumer_conf", json.dumps(dict(config.consumer_conf)))
-            .load()
-            .persist(StorageLevel.MEMORY_AND_DISK)
-        )
-        n_parts = len(kplan["partitions"])
-        say(f"kafka: reading {n_parts} partition(s) of {len(kplan['partition_counts'])} topic(s)")
-        per_partition = {
-            (r["topic"], r["partition"]): (r["n"], r["lo"], r["hi"])
-            for r in records.groupBy("topic", "partition").agg(
-                F.count(F.lit(1)).alias("n"), F.min("offset").alias("lo"), F.max("offset").alias("hi")
-            ).collect()
-        }
-        timings["read_kafka"] = time.monotonic() - t
+        with ThreadPoolExecutor(2, thread_name_prefix="cdc-read") as pool:
+            binlog_read = pool.submit(_read_binlog, spark, config, bplan, range_plan, say, timings)
+            kafka_read = pool.submit(_read_kafka, spark, config, kplan, binlog_read, say, timings)
+            try:
+                events_all, per_file, anomalies, expected_topics = binlog_read.result()
+                records, per_partition = kafka_read.result()
+            except BaseException as exc:
+                spark.sparkContext.cancelJobGroup(BINLOG_JOB_GROUP)
+                spark.sparkContext.cancelJobGroup(KAFKA_JOB_GROUP)
+                reason = source_error(exc)
+                if reason:
+                    raise ReadFailed(reason) from None
+                raise
+        timings["read"] = time.monotonic() - t
 
         read_topics = set(kplan["partition_counts"])
         unread = tuple(sorted(t for t in expected_topics if t not in read_topics and not _topic_selected(t, config)))

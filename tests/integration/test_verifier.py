@@ -466,6 +466,34 @@ plain.stop()
     assert out["schema"] == ["topic", "partition", "offset"]
 
 
+def test_a_failed_read_stops_the_other_and_says_why(servers, world, spark, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The binlog and the topics are read by two concurrent Spark jobs. A user who may
+    list the binlog (planning works) but not stream it (no REPLICATION SLAVE) makes the
+    binlog job fail: run_verify raises one error that names the read and never the
+    password, and the topics' job is not left running on the session."""
+    from spark_jobs.verify import ReadFailed, run_verify
+
+    db, _kafka = servers
+    password = "no-dump-pw-7f3a"
+    admin = db.connect(autocommit=True)
+    cur = admin.cursor()
+    cur.execute("CREATE USER IF NOT EXISTS 'nodump'@'%%' IDENTIFIED BY %s", (password,))
+    cur.execute("GRANT BINLOG MONITOR, SELECT ON *.* TO 'nodump'@'%'")
+    admin.close()
+    mysql = {**db.connection_settings(), "user": "nodump", "password": password}
+    started = time.monotonic()
+    with pytest.raises(ReadFailed) as failure:
+        run_verify(verify_config(servers, "clean", tmp_path, mysql=mysql), spark=spark)
+    message = str(failure.value)
+    assert message.startswith("cdc_binlog: reading") and "REPLICATION SLAVE" in message, message
+    assert "\n" not in message and password not in message
+    deadline = time.monotonic() + 30
+    while spark.sparkContext.statusTracker().getActiveJobsIds() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert spark.sparkContext.statusTracker().getActiveJobsIds() == []
+    assert time.monotonic() - started < 120
+
+
 def test_seeded_faults_are_each_classified(servers, world, spark, tmp_path_factory) -> None:  # type: ignore[no-untyped-def]
     from spark_jobs.verify import run_verify
 
