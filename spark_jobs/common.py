@@ -201,6 +201,7 @@ def class_archive_options(conf: Mapping[str, str]) -> str | None:
         return None
     key = hashlib.sha256(stamp.encode()).hexdigest()[:16]
     archive = cache / f"spark-classes-{key}.jsa"
+    _prune_archives(cache, key)
     quiet = "-Xlog:cds*=off"
     if not archive.exists():
         # A finished archive of an earlier run: written under that run's pid by its JVM at
@@ -216,6 +217,31 @@ def class_archive_options(conf: Mapping[str, str]) -> str | None:
     if archive.exists():
         return f"-XX:SharedArchiveFile={archive} {quiet}"
     return f"-XX:ArchiveClassesAtExit={cache / f'spark-classes-{key}.{os.getpid()}.part'} {quiet}"
+
+
+KEEP_OTHER_ARCHIVES = 2  # of other PySpark installs (each venv has its own key)
+STALE_ARCHIVE_S = 86_400
+
+
+def _prune_archives(cache: Path, key: str) -> None:
+    """Archives and unfinished parts of other keys (other PySpark installs, e.g. a clone
+    since deleted) are ~170 MB each: all but the newest two are removed once untouched
+    for a day."""
+    others = []
+    for path in cache.glob("spark-classes-*"):
+        if path.name.startswith(f"spark-classes-{key}.") or not path.name.endswith((".jsa", ".part")):
+            continue
+        try:
+            others.append((path.stat().st_mtime, path))
+        except OSError:
+            continue
+    others.sort(reverse=True)
+    for mtime, path in others[KEEP_OTHER_ARCHIVES:]:
+        if time.time() - mtime > STALE_ARCHIVE_S:
+            try:
+                path.unlink()
+            except OSError:
+                pass
 
 
 def _alive(pid: int) -> bool:

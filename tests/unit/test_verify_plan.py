@@ -49,3 +49,36 @@ def test_class_archive_written_once_then_used(tmp_path, monkeypatch: pytest.Monk
     assert class_archive_options({"spark.driver.extraJavaOptions": "-Xss4m"}) is None
     monkeypatch.setenv("CDC_SPARK_CLASS_ARCHIVE", "off")
     assert class_archive_options({}) is None
+
+
+def test_class_archives_of_other_installs_do_not_pile_up(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Every PySpark install (each fresh clone's venv) has its own archive key, and an
+    archive is ~170 MB: of the archives and unfinished parts of other keys, the newest two
+    are kept and the others removed once untouched for a day (a run may still be writing
+    a recent part)."""
+    import time
+
+    from spark_jobs.common import class_archive_options
+
+    monkeypatch.delenv("PYSPARK_GATEWAY_PORT", raising=False)
+    monkeypatch.delenv("CDC_SPARK_CLASS_ARCHIVE", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    cache = tmp_path / "cdc-verify"
+    cache.mkdir()
+    day = 86_400
+    files = {
+        "spark-classes-aaaaaaaaaaaaaaaa.jsa": 5 * day,
+        "spark-classes-bbbbbbbbbbbbbbbb.123.part": 4 * day,
+        "spark-classes-cccccccccccccccc.jsa": 3 * day,
+        "spark-classes-dddddddddddddddd.456.part": 2 * day,
+        "spark-classes-eeeeeeeeeeeeeeee.789.part": 600,  # being written
+        "notes.txt": 9 * day,  # not ours
+    }
+    now = time.time()
+    for name, age in files.items():
+        (cache / name).write_bytes(b"x")
+        os.utime(cache / name, (now - age, now - age))
+    if class_archive_options({}) is None:
+        pytest.fail("no java found: the verifier needs one")
+    left = {p.name for p in cache.iterdir()}
+    assert left == {"spark-classes-dddddddddddddddd.456.part", "spark-classes-eeeeeeeeeeeeeeee.789.part", "notes.txt"}
