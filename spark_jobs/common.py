@@ -285,6 +285,8 @@ def build_spark(master: str = "local[*]", app_name: str = "cdc-verify", conf: Ma
     for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
+    # A failed task logs its stack traces at ERROR; run_verify raises the failure itself
+    # (a data source's own one-line message: ReadFailed), so the terminal gets that line only.
+    spark.sparkContext.setLogLevel("FATAL")
     register_sources(spark)
     return spark

@@ -114,7 +114,9 @@ def consumer_config(bootstrap: str, extra: Mapping[str, Any] | None = None, isol
         "max.partition.fetch.bytes": 8_388_608,
         "queued.min.messages": 200_000,
         "socket.timeout.ms": 20_000,
-        "log_level": 3,
+        # librdkafka logs every failed connection attempt (errors at level 3, many a
+        # second); every failure that matters reaches us as an error and is raised as one line
+        "log_level": 2,
     }
     conf.update(dict(extra or {}))
     return conf
@@ -153,9 +155,16 @@ def plan_kafka(
     high watermark now."""
     from confluent_kafka import TopicPartition
 
+    from confluent_kafka import KafkaException
+
     consumer = _consumer(bootstrap, extra)
     try:
-        md = consumer.list_topics(timeout=timeout)
+        try:
+            md = consumer.list_topics(timeout=timeout)
+        except KafkaException as exc:
+            raise RuntimeError(
+                f"cdc_kafka: cannot list the topics of {bootstrap} within {timeout:.0f}s: {exc.args[0].str()} (check the bootstrap servers)"
+            ) from None
         names, missing = select_topics(list(md.topics), topics, pattern)
         parts = []
         counts = {}

@@ -162,8 +162,8 @@ def local_cores(master: str) -> int | None:
 
 
 class ReadFailed(NeedsOperator):
-    """A data source's task failed; the message is its own one line (no password), not
-    Spark's stack traces."""
+    """Planning or reading a source failed (the server is unreachable, a grant is missing
+    ...); the message is the source's own one line (no password), not Spark's stack traces."""
 
 
 def source_error(exc: BaseException) -> str | None:
@@ -267,11 +267,17 @@ def run_verify(config: VerifyConfig, progress: Progress | None = None, spark: An
     say("binlog: planning (SHOW BINARY LOGS)")
     settings = config.mysql_options()
     settings_typed = {**settings, "port": int(settings["port"])}
-    bplan = plan_binlog(settings_typed, config.start_file, config.end_position, config.server_id_base)
-    say(f"kafka: planning (watermarks of {config.topics or config.effective_pattern()} + {config.dlq_topic})")
-    kplan = plan_kafka(
-        config.kafka_bootstrap, list(config.topics) + [config.dlq_topic], config.effective_pattern(), config.consumer_conf
-    )
+    try:
+        bplan = plan_binlog(settings_typed, config.start_file, config.end_position, config.server_id_base)
+        say(f"kafka: planning (watermarks of {config.topics or config.effective_pattern()} + {config.dlq_topic})")
+        kplan = plan_kafka(
+            config.kafka_bootstrap, list(config.topics) + [config.dlq_topic], config.effective_pattern(), config.consumer_conf
+        )
+    except Exception as exc:  # noqa: BLE001 - the sources' own one-line errors (no password)
+        reason = source_error(exc)
+        if reason:
+            raise ReadFailed(reason) from None
+        raise
     timings["plan"] = time.monotonic() - t
 
     def ranges(cores: int) -> dict[str, Any]:

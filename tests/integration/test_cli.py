@@ -189,3 +189,49 @@ def test_metrics_healthz_readyz_served_while_the_relay_runs(
         code = relay.terminate()
     assert code == 0, relay.log_text()[-2000:]
     assert _get(base + "/healthz")[0] == 0, "the endpoint should close with the relay"
+
+
+# -- the verifier -------------------------------------------------------------------------------
+
+def test_verify_with_a_user_who_may_not_stream_the_binlog_ends_in_one_line(valid_raw, mariadb, tmp_path):
+    """A user error that only shows inside a Spark task (no REPLICATION SLAVE: planning
+    works, streaming does not): `cdc verify` exits 2 with the source's own line last, and
+    neither Python tracebacks nor Spark's Java stack traces reach the terminal."""
+    with mariadb.connect(autocommit=True) as conn, conn.cursor() as cur:
+        cur.execute("CREATE USER IF NOT EXISTS 'cli_nodump'@'%%' IDENTIFIED BY %s", (SECRET,))
+        cur.execute("GRANT BINLOG MONITOR, SELECT ON *.* TO 'cli_nodump'@'%'")
+    raw = {**valid_raw, "source": {**valid_raw["source"], "user": "cli_nodump"}}
+    path = tmp_path / "relay.toml"
+    path.write_text(_to_toml(raw))
+    result = cdc(["verify", "--config", str(path), "--output-dir", str(tmp_path / "report"), "--master", "local[1]"],
+                 _secret_env(), timeout=240)
+    text = result.stdout + result.stderr
+    assert result.returncode == 2, text
+    assert "Traceback" not in text and "\tat org.apache" not in text and "ERROR" not in text, text
+    last = [line for line in result.stderr.splitlines() if line.strip()][-1]
+    assert last.startswith("cdc: cdc_binlog: reading") and "REPLICATION SLAVE" in last, last
+    assert SECRET not in text
+
+
+def test_verify_against_an_unreachable_server_exits_with_one_line(valid_raw, mariadb, tmp_path):
+    port = free_port()
+    raw = {**valid_raw, "source": {**valid_raw["source"], "port": port}}
+    path = tmp_path / "relay.toml"
+    path.write_text(_to_toml(raw))
+    result = cdc(["verify", "--config", str(path), "--output-dir", str(tmp_path / "report")], env_for(mariadb), timeout=120)
+    text = result.stdout + result.stderr
+    assert result.returncode == 2 and "Traceback" not in text, text
+    last = [line for line in result.stderr.splitlines() if line.strip()][-1]
+    assert last.startswith("cdc: cdc_binlog: cannot connect to") and f"127.0.0.1:{port}" in last, last
+
+
+def test_verify_against_an_unreachable_kafka_exits_with_one_line(valid_raw, mariadb, tmp_path):
+    port = free_port()
+    raw = {**valid_raw, "kafka": {**valid_raw["kafka"], "bootstrap": f"127.0.0.1:{port}"}}
+    path = tmp_path / "relay.toml"
+    path.write_text(_to_toml(raw))
+    result = cdc(["verify", "--config", str(path), "--output-dir", str(tmp_path / "report")], env_for(mariadb), timeout=120)
+    text = result.stdout + result.stderr
+    assert result.returncode == 2 and "Traceback" not in text and "%3|" not in text, text
+    last = [line for line in result.stderr.splitlines() if line.strip()][-1]
+    assert last.startswith(f"cdc: cdc_kafka: cannot list the topics of 127.0.0.1:{port}"), last
