@@ -30,9 +30,10 @@ import string
 import sys
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 if __package__ in (None, ""):  # run as a file by spark-submit: make the project importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -172,6 +173,19 @@ def source_error(exc: BaseException) -> str | None:
     return m.group(1).strip() if m else None
 
 
+@contextmanager
+def _one_line_source_errors() -> Iterator[None]:
+    """Planning or reading: a source's own one-line error becomes ReadFailed (no Spark
+    stack traces); anything else passes unchanged."""
+    try:
+        yield
+    except Exception as exc:
+        reason = source_error(exc)
+        if reason:
+            raise ReadFailed(reason) from None
+        raise
+
+
 def _read_binlog(
     spark: Any, config: VerifyConfig, bplan: Mapping[str, Any], range_plan: Callable[[], dict[str, Any]],
     say: Progress, timings: dict[str, float],
@@ -267,17 +281,12 @@ def run_verify(config: VerifyConfig, progress: Progress | None = None, spark: An
     say("binlog: planning (SHOW BINARY LOGS)")
     settings = config.mysql_options()
     settings_typed = {**settings, "port": int(settings["port"])}
-    try:
+    with _one_line_source_errors():
         bplan = plan_binlog(settings_typed, config.start_file, config.end_position, config.server_id_base)
         say(f"kafka: planning (watermarks of {config.topics or config.effective_pattern()} + {config.dlq_topic})")
         kplan = plan_kafka(
             config.kafka_bootstrap, list(config.topics) + [config.dlq_topic], config.effective_pattern(), config.consumer_conf
         )
-    except Exception as exc:  # noqa: BLE001 - the sources' own one-line errors (no password)
-        reason = source_error(exc)
-        if reason:
-            raise ReadFailed(reason) from None
-        raise
     timings["plan"] = time.monotonic() - t
 
     def ranges(cores: int) -> dict[str, Any]:
@@ -310,18 +319,15 @@ def run_verify(config: VerifyConfig, progress: Progress | None = None, spark: An
             return ranges(spark.sparkContext.defaultParallelism)
 
         t = time.monotonic()
-        with ThreadPoolExecutor(2, thread_name_prefix="cdc-read") as pool:
+        with _one_line_source_errors(), ThreadPoolExecutor(2, thread_name_prefix="cdc-read") as pool:
             binlog_read = pool.submit(_read_binlog, spark, config, bplan, range_plan, say, timings)
             kafka_read = pool.submit(_read_kafka, spark, config, kplan, binlog_read, say, timings)
             try:
                 events_all, per_file, anomalies, expected_topics = binlog_read.result()
                 records, per_partition = kafka_read.result()
-            except BaseException as exc:
+            except BaseException:
                 spark.sparkContext.cancelJobGroup(BINLOG_JOB_GROUP)
                 spark.sparkContext.cancelJobGroup(KAFKA_JOB_GROUP)
-                reason = source_error(exc)
-                if reason:
-                    raise ReadFailed(reason) from None
                 raise
         timings["read"] = time.monotonic() - t
 

@@ -193,6 +193,10 @@ def test_metrics_healthz_readyz_served_while_the_relay_runs(
 
 # -- the verifier -------------------------------------------------------------------------------
 
+def last_line(text: str) -> str:
+    return [line for line in text.splitlines() if line.strip()][-1]
+
+
 def test_verify_with_a_user_who_may_not_stream_the_binlog_ends_in_one_line(valid_raw, mariadb, tmp_path):
     """A user error that only shows inside a Spark task (no REPLICATION SLAVE: planning
     works, streaming does not): `cdc verify` exits 2 with the source's own line last, and
@@ -208,7 +212,7 @@ def test_verify_with_a_user_who_may_not_stream_the_binlog_ends_in_one_line(valid
     text = result.stdout + result.stderr
     assert result.returncode == 2, text
     assert "Traceback" not in text and "\tat org.apache" not in text and "ERROR" not in text, text
-    last = [line for line in result.stderr.splitlines() if line.strip()][-1]
+    last = last_line(result.stderr)
     assert last.startswith("cdc: cdc_binlog: reading") and "REPLICATION SLAVE" in last, last
     assert SECRET not in text
 
@@ -221,7 +225,7 @@ def test_verify_against_an_unreachable_server_exits_with_one_line(valid_raw, mar
     result = cdc(["verify", "--config", str(path), "--output-dir", str(tmp_path / "report")], env_for(mariadb), timeout=120)
     text = result.stdout + result.stderr
     assert result.returncode == 2 and "Traceback" not in text, text
-    last = [line for line in result.stderr.splitlines() if line.strip()][-1]
+    last = last_line(result.stderr)
     assert last.startswith("cdc: cdc_binlog: cannot connect to") and f"127.0.0.1:{port}" in last, last
 
 
@@ -233,5 +237,5 @@ def test_verify_against_an_unreachable_kafka_exits_with_one_line(valid_raw, mari
     result = cdc(["verify", "--config", str(path), "--output-dir", str(tmp_path / "report")], env_for(mariadb), timeout=120)
     text = result.stdout + result.stderr
     assert result.returncode == 2 and "Traceback" not in text and "%3|" not in text, text
-    last = [line for line in result.stderr.splitlines() if line.strip()][-1]
+    last = last_line(result.stderr)
     assert last.startswith(f"cdc: cdc_kafka: cannot list the topics of 127.0.0.1:{port}"), last
