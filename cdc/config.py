@@ -30,6 +30,19 @@ Example `relay.toml`::
     store = "kafka"                     # kafka | file
     topic = "cdc.checkpoints"
 
+    [xa]                                # check-back of prepared, undecided XA transactions
+    check_after_s = 60                  # immunity: not checked while younger than this
+    check_interval_s = 30               # then checked with XA RECOVER this often
+    max_checks = 15                     # after this many checks: an operator problem
+
+`[outbox]` also takes `on_change` (UPDATE/DELETE on an outbox table: "ignore" (default),
+"warn", "stop") and `on_statement` (an INSERT into an outbox table logged as a statement,
+which has no row image: "stop" (default: exit 2 naming the position and the fix) or
+"dead_letter" (cause `statement_format`, the SQL text in the dead letter; the relay goes
+on)). An XA transaction prepared and undecided is never published while undecided: the
+checkpoint holds at its prepare, and past `max_checks` the relay reports it (log line,
+`cdc_xa_undecided_problem`, `/readyz`) until someone runs XA COMMIT or XA ROLLBACK.
+
 Environment overrides: `CDC_<SECTION>_<KEY>` for scalar keys, e.g. `CDC_SOURCE_HOST`,
 `CDC_KAFKA_BOOTSTRAP`, `CDC_CHECKPOINT_PATH`. Secrets (`password`, `basic_auth`) come
 from `*_env` (an environment variable's name) or `*_file` (a file's path), never from
@@ -46,7 +59,7 @@ from cdc.errors import ConfigError
 from cdc.outbox import OutboxTable
 from cdc.relay import RelaySettings
 from cdc.topics import topic_problem
-from cdc.transaction import ON_CHANGE_POLICIES
+from cdc.transaction import ON_CHANGE_POLICIES, ON_STATEMENT_POLICIES
 
 
 class Secret:
@@ -123,8 +136,16 @@ class LogConfig:
 
 
 @dataclass(frozen=True)
+class XaConfig:
+    check_after_s: float = 60.0  # a prepared XA transaction younger than this is not checked
+    check_interval_s: float = 30.0  # then XA RECOVER checks it this often
+    max_checks: int = 15  # after the last check it is an operator problem (still held, never published)
+
+
+@dataclass(frozen=True)
 class RelayTuning:
     on_change: str = "ignore"  # UPDATE/DELETE on an outbox table: ignore | warn | stop
+    on_statement: str = "stop"  # an outbox INSERT logged as a statement: stop | dead_letter
     spill_rows: int = 10_000
     spill_dir: str | None = None
     max_message_bytes: int = 1_000_000
@@ -143,12 +164,15 @@ class Config:
     http: HttpConfig = HttpConfig()
     log: LogConfig = LogConfig()
     relay: RelayTuning = RelayTuning()
+    xa: XaConfig = XaConfig()
 
     def relay_settings(self) -> RelaySettings:
         r = self.relay
         return RelaySettings(
             source_name=self.source.name, tables=self.tables, dead_letter_topic=self.kafka.dead_letter_topic,
-            topic_allowlist=self.kafka.topic_allowlist, on_change=r.on_change, start=self.source.start,
+            topic_allowlist=self.kafka.topic_allowlist, on_change=r.on_change, on_statement=r.on_statement,
+            xa_check_after_s=self.xa.check_after_s, xa_check_interval_s=self.xa.check_interval_s,
+            xa_max_checks=self.xa.max_checks, start=self.source.start,
             checkpoint_interval_s=self.checkpoint.interval_s, spill_rows=r.spill_rows, spill_dir=r.spill_dir,
             max_message_bytes=r.max_message_bytes, max_in_flight=r.max_in_flight,
             reconnect_timeout_s=r.reconnect_timeout_s,
@@ -158,7 +182,7 @@ class Config:
 
 _SECTIONS: dict[str, type] = {
     "source": SourceConfig, "kafka": KafkaConfig, "schema_registry": RegistryConfig,
-    "checkpoint": CheckpointConfig, "http": HttpConfig, "log": LogConfig, "relay": RelayTuning,
+    "checkpoint": CheckpointConfig, "http": HttpConfig, "log": LogConfig, "relay": RelayTuning, "xa": XaConfig,
 }
 _SECRETS = {("source", "password"), ("schema_registry", "basic_auth")}
 
@@ -262,10 +286,11 @@ def load_config(
         raise ConfigError("source.name is required: a stable name for this database, part of every event's identity")
     outbox = dict(raw.get("outbox", {}) or {})
     tables_raw = outbox.pop("tables", [])
-    if "on_change" in outbox:
-        sections["relay"]["on_change"] = outbox.pop("on_change")
+    for key in ("on_change", "on_statement"):
+        if key in outbox:
+            sections["relay"][key] = outbox.pop(key)
     if outbox:
-        raise ConfigError(f"unknown setting(s) {sorted(outbox)} in [outbox]; known: tables, on_change")
+        raise ConfigError(f"unknown setting(s) {sorted(outbox)} in [outbox]; known: tables, on_change, on_statement")
     if not tables_raw:
         raise ConfigError("no outbox table configured: add an [[outbox.tables]] entry with schema and table")
     tables = tuple(_table(t, i) for i, t in enumerate(tables_raw))
@@ -273,7 +298,7 @@ def load_config(
         source=SourceConfig(**sections["source"]), tables=tables,
         kafka=KafkaConfig(**sections["kafka"]), schema_registry=RegistryConfig(**sections["schema_registry"]),
         checkpoint=CheckpointConfig(**sections["checkpoint"]), http=HttpConfig(**sections["http"]),
-        log=LogConfig(**sections["log"]), relay=RelayTuning(**sections["relay"]),
+        log=LogConfig(**sections["log"]), relay=RelayTuning(**sections["relay"]), xa=XaConfig(**sections["xa"]),
     )
     _validate(cfg)
     return cfg
@@ -286,6 +311,11 @@ def _validate(cfg: Config) -> None:
         raise ConfigError(f"checkpoint.topic: {topic_problem(cfg.checkpoint.topic)}")
     if cfg.relay.on_change not in ON_CHANGE_POLICIES:
         raise ConfigError(f"outbox.on_change must be one of {ON_CHANGE_POLICIES}, got {cfg.relay.on_change!r}")
+    if cfg.relay.on_statement not in ON_STATEMENT_POLICIES:
+        raise ConfigError(
+            f"outbox.on_statement must be one of {ON_STATEMENT_POLICIES}, got {cfg.relay.on_statement!r}")
+    if cfg.xa.check_after_s < 0 or cfg.xa.check_interval_s <= 0 or cfg.xa.max_checks < 1:
+        raise ConfigError("xa.check_after_s must be >= 0, xa.check_interval_s > 0 and xa.max_checks >= 1")
     if cfg.source.decoder not in ("fast", "library"):
         raise ConfigError(f"source.decoder must be \"fast\" or \"library\", got {cfg.source.decoder!r}")
     if cfg.source.reader not in ("process", "thread"):

@@ -74,6 +74,7 @@ def assembler_for(settings: RelaySettings, server_id: int, on_ignored_change: Ca
     return TransactionAssembler(
         list(settings.tables), OutboxMapper(TopicRouter(settings.topic_allowlist)), settings.source_name,
         server_id, settings.on_change, settings.spill_rows, settings.spill_dir, on_ignored_change=on_ignored_change,
+        on_statement=settings.on_statement,
     )
 
 

@@ -26,6 +26,7 @@ H_GTID = "cdc.gtid"
 H_COMMIT_TS = "cdc.commit.ts"  # commit time, milliseconds since the epoch
 H_TABLE = "cdc.table"  # schema.table the outbox row came from
 H_REPAIR = "cdc.repair"  # present on messages re-published by `cdc repair`
+H_XA_PREPARE = "cdc.xa.prepare"  # an XA transaction's events: where its prepare group starts (file:pos)
 # Dead-letter headers.
 H_DLQ_CAUSE = "cdc.dlq.cause"
 H_DLQ_ERROR = "cdc.dlq.error"
@@ -41,6 +42,9 @@ class TxIdentity:
     gtid: str | None
     server_id: int
     commit_ts_ms: int
+    # An XA transaction committed in a later group than its prepare: the prepare group's
+    # start (where its rows are); `start` and `gtid` are the commit group's.
+    xa_prepared_at: BinlogPosition | None = None
 
     def headers(self) -> list[tuple[str, bytes]]:
         """The headers every event of this transaction shares (all but the row index)."""
@@ -53,6 +57,8 @@ class TxIdentity:
         ]
         if self.gtid:
             out.append((H_GTID, self.gtid.encode()))
+        if self.xa_prepared_at is not None:
+            out.append((H_XA_PREPARE, str(self.xa_prepared_at).encode()))
         return out
 
     def key(self) -> tuple:

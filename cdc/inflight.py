@@ -3,12 +3,24 @@
 Like Maxwell's InflightMessageList, the delivered position only moves to the oldest
 transaction that still has a message in flight: acknowledgements can arrive out of order
 across partitions, but the checkpoint advances over a prefix of whole transactions.
+
+Prepared XA transactions hold the checkpoint back. Their rows sit in the binlog at the
+prepare, their events are published at the commit, maybe much later: a checkpoint past
+the prepare would lose the rows on a restart. So when the delivered prefix passes a
+prepare, the window keeps a copy of its state *before* it (position, GTID set, offsets)
+and hands out the copy of the earliest undecided prepare as the checkpoint, until that
+transaction's outcome is delivered. A restart then reads the binlog from before the
+prepare; everything delivered since is recognised by the recovery scan of the topics
+from the copy's offsets (cdc/recovery.py), so nothing is published twice. The cost of an
+XA transaction left undecided is a longer re-read and scan at restart; the relay's
+check-back reports it (cdc/relay.py).
 """
 
 from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Any
 
 from cdc.checkpoint import Checkpoint
 from cdc.gtid import GtidSet, empty_set_for, parse_gtid_set
@@ -24,6 +36,30 @@ class PendingTx:
     sealed: bool = False  # every message of the transaction has been handed over
     events: int = 0
     offsets: dict[tuple[str, int], int] = field(default_factory=dict)  # max acked offset
+    xa: Any = None  # the transaction's XaMark (cdc.transaction), for the XA groups
+    prepared_ts: int = 0  # an XA prepare: its event's time (seconds since the epoch)
+
+
+@dataclass(slots=True)
+class Resume:
+    """What a checkpoint records: the first position not proven delivered, the GTIDs
+    before it, and each partition's offset after the last message before it."""
+
+    position: BinlogPosition | None
+    server_id: int
+    gtids: GtidSet | None
+    offsets: dict[str, dict[int, int]]
+    events_delivered: int
+
+
+@dataclass(slots=True)
+class HeldPrepare:
+    """An XA transaction prepared and not yet decided, as the window saw it delivered."""
+
+    xid: str
+    prepared_at: BinlogPosition  # its prepare group's start
+    prepared_ts: int  # the prepare event's time (seconds since the epoch)
+    resume: Resume  # the checkpoint from before its prepare
 
 
 class InflightWindow:
@@ -38,6 +74,7 @@ class InflightWindow:
         )
         self.events_delivered = checkpoint.events_delivered if checkpoint else 0
         self._queue: deque[PendingTx] = deque()
+        self.held: dict[str, HeldPrepare] = {}  # xid -> undecided XA prepare, in prepare order
 
     def __len__(self) -> int:
         return len(self._queue)
@@ -46,10 +83,25 @@ class InflightWindow:
     def messages_in_flight(self) -> int:
         return sum(p.remaining for p in self._queue)
 
-    def begin(self, end: BinlogPosition, gtid: str | None, server_id: int = 0) -> PendingTx:
-        entry = PendingTx(end, gtid, server_id)
+    def begin(self, end: BinlogPosition, gtid: str | None, server_id: int = 0, xa: Any = None) -> PendingTx:
+        entry = PendingTx(end, gtid, server_id, xa=xa)
         self._queue.append(entry)
         return entry
+
+    def resume(self) -> Resume:
+        """The checkpoint to write now: the delivered prefix, or, while an XA transaction
+        is prepared and undecided, the state from before the earliest such prepare."""
+        for held in self.held.values():
+            return held.resume
+        return Resume(self.position, self.position_server_id, self.gtids, self.offsets, self.events_delivered)
+
+    def note_topic(self, topic: str, end_offsets: dict[int, int]) -> None:
+        """A topic named for the first time: nothing of this run is in it before
+        `end_offsets`, in the delivered state and in every held copy alike."""
+        for offsets in [self.offsets] + [h.resume.offsets for h in self.held.values()]:
+            parts = offsets.setdefault(topic, {})
+            for partition, offset in end_offsets.items():
+                parts.setdefault(partition, offset)
 
     @staticmethod
     def expect(entry: PendingTx) -> None:
@@ -74,6 +126,9 @@ class InflightWindow:
         queue = self._queue
         while queue and queue[0].sealed and queue[0].remaining == 0:
             entry = queue.popleft()
+            xa = entry.xa
+            if xa is not None:
+                self._xa_delivered(entry, xa)
             self.position, self.position_server_id = entry.end, entry.server_id
             if entry.gtid:
                 if self.gtids is None:
@@ -86,3 +141,14 @@ class InflightWindow:
             self.events_delivered += entry.events
             moved = True
         return moved
+
+    def _xa_delivered(self, entry: PendingTx, xa: Any) -> None:
+        """An XA group reaches the delivered prefix: a prepare starts holding the
+        checkpoint (at the state before it), an outcome ends its prepare's hold."""
+        if xa.kind == "prepare":
+            if xa.xid not in self.held and xa.prepared_at is not None:
+                state = Resume(self.position, self.position_server_id, self.gtids,
+                               {t: dict(ps) for t, ps in self.offsets.items()}, self.events_delivered)
+                self.held[xa.xid] = HeldPrepare(xa.xid, xa.prepared_at, entry.prepared_ts, state)
+        else:
+            self.held.pop(xa.xid, None)

@@ -31,6 +31,9 @@ class RelayMetrics:
     server_end_bytes_behind: int | None = None  # set by the connector that asks the server
     ready: bool = False
     started_at: float = 0.0
+    xa_undecided: int = 0  # XA transactions prepared, outcome not read (held, never published)
+    xa_oldest_undecided_age_s: float = 0.0  # since the oldest one's prepare
+    xa_problems: list = field(default_factory=list)  # one line each past xa.max_checks: an operator problem
 
     def lag_seconds(self, now: float) -> float:
         if self.caught_up or not self.last_commit_ts:

@@ -37,6 +37,10 @@ class BinlogSourceFactory(Protocol):
     def server_id(self) -> int:
         """The connected server's @@server_id (a change means a failover)."""
 
+    def prepared_xids(self) -> set[str] | None:
+        """The XA transactions the server lists as prepared (`XA RECOVER`), in
+        `cdc.source_events.xid_text` form; None when the relay may not ask."""
+
 
 class Feed(Protocol):
     """Committed transactions from the binlog (cdc.feed.LocalFeed, or a reader process)."""

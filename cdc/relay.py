@@ -60,6 +60,7 @@ from cdc.recovery import Recovery
 from cdc.source_events import Heartbeat, RowChange, ServerInfo
 from cdc.topics import topic_problem
 from cdc.transaction import CommittedTransaction
+from cdc.xa_check_back import XaCheckBack
 
 log = logging.getLogger(__name__)
 _POSITION = re.compile(r"^[^\s:]+\.\d+:\d+$")  # <file>.<n>:<offset>; a GTID set never has this shape
@@ -74,6 +75,10 @@ class RelaySettings:
     dead_letter_topic: str = "outbox.dlq"
     topic_allowlist: tuple[str, ...] = ()  # fnmatch patterns; empty = any legal topic
     on_change: str = "ignore"  # UPDATE/DELETE on an outbox table: ignore | warn | stop
+    on_statement: str = "stop"  # an outbox INSERT logged as a statement: stop | dead_letter
+    xa_check_after_s: float = 60.0  # undecided XA: first XA RECOVER check after this age
+    xa_check_interval_s: float = 30.0  # then every this often
+    xa_max_checks: int = 15  # then an operator problem
     start: str = "latest"  # without a checkpoint: latest | earliest | <file>:<pos> | <GTID set>
     checkpoint_interval_s: float = 1.0
     checkpoint_in_background: bool = True  # periodic checkpoints do not block the loop
@@ -183,6 +188,7 @@ class Relay:
         self._writer: CheckpointWriter | None = None
         self._tx_start: BinlogPosition | None = None
         self._feed_seen: dict[str, int] = {}
+        self._xa_check_back = XaCheckBack(settings, sources, self.metrics)
 
     # -- start --------------------------------------------------------------------------
 
@@ -256,6 +262,7 @@ class Relay:
                     self._checkpoint()
                     last_checkpoint_at = now
                     self._feed_counters(feed)
+                    self._xa_check_back.run(window.held, now)
         finally:
             metrics.ready = False
             try:
@@ -266,7 +273,7 @@ class Relay:
         if self._failure is not None:
             raise DeliveryError(self._failure_text())
         return RunSummary(
-            window.position, metrics.events_published, metrics.dead_lettered_total,
+            window.resume().position, metrics.events_published, metrics.dead_lettered_total,
             metrics.events_skipped_recovery, "request", None, self._recovery_summary(),
         )
 
@@ -328,7 +335,10 @@ class Relay:
         assert window is not None
         metrics.transactions += 1
         metrics.last_commit_ts = tx.identity.commit_ts_ms / 1000.0
-        entry = window.begin(tx.end, tx.identity.gtid, self._server_id)
+        xa = tx.xa
+        entry = window.begin(tx.end, tx.identity.gtid, self._server_id, xa)
+        if xa is not None:
+            entry.prepared_ts = tx.identity.commit_ts_ms // 1000
         if tx.size:
             self._tx_start = tx.identity.start
             recovery = self._recovery
@@ -446,9 +456,7 @@ class Relay:
         self._partitions[topic] = count or 0  # 0: not created yet; recovery reads it whole
         window = self._window
         if count:
-            parts = window.offsets.setdefault(topic, {})
-            for partition in range(count):
-                parts.setdefault(partition, self._delivered.watermarks(topic, partition)[1])
+            window.note_topic(topic, {p: self._delivered.watermarks(topic, p)[1] for p in range(count)})
         if self._tx_start is not None and (window.position is None or window.position_server_id != self._server_id):
             # Started from a GTID set (no checkpoint, or a failover): until a transaction
             # of this server completes, the first one's start is the resume point here.
@@ -459,10 +467,14 @@ class Relay:
 
     def _checkpoint(self, force: bool = False) -> None:
         window = self._window
-        if window is None or window.position is None:
+        if window is None:
+            return
+        resume = window.resume()
+        if resume.position is None:
             return
         last = self._last_checkpoint
-        if not force and last is not None and last.position == window.position:
+        if not force and last is not None and last.position == resume.position and (
+                not window.held or last.offsets == resume.offsets):
             return
         crashpoints.hit("after_ack_before_checkpoint")
         for topic, count in list(self._partitions.items()):
@@ -470,13 +482,13 @@ class Relay:
                 self._partitions[topic] = self._delivered.partition_count(topic) or 0
         cp = Checkpoint(
             source=self.settings.source_name,
-            position=window.position,
-            gtids=str(window.gtids) if window.gtids else None,
-            server_id=window.position_server_id,
-            offsets={t: dict(ps) for t, ps in window.offsets.items()},
+            position=resume.position,
+            gtids=str(resume.gtids) if resume.gtids else None,
+            server_id=resume.server_id,
+            offsets={t: dict(ps) for t, ps in resume.offsets.items()},
             partitions=dict(self._partitions),
             written_at_ms=int(self._clock() * 1000),
-            events_delivered=window.events_delivered,
+            events_delivered=resume.events_delivered,
         )
         if force:
             self._writer.save(cp)  # must be durable before the relay goes on

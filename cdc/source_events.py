@@ -25,6 +25,10 @@ class TxBegin:
     gtid: str | None = None
     # MariaDB's FL_STANDALONE: a single statement (DDL) with no COMMIT/XID after it.
     standalone: bool = False
+    # The event itself opens a multi-statement transaction that only its commit (XID,
+    # COMMIT, XA PREPARE) ends: MariaDB's GTID event without FL_STANDALONE. A MySQL GTID
+    # event does not: a BEGIN query follows it, or the single statement it names.
+    opens: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,12 +84,57 @@ class RollbackToSavepoint:
 
 @dataclass(frozen=True, slots=True)
 class Statement:
-    """Any other query event (DDL, for example). Outside an explicit BEGIN it is a
-    complete transaction of its own."""
+    """Any other query event (DDL, or DML logged as a statement). Outside an explicit
+    BEGIN it is a complete transaction of its own. `schema` is the query's default
+    database (what an unqualified table name means)."""
 
     sql: str
     end: BinlogPosition
     timestamp: int = 0
+    schema: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class XaEnd:
+    """`XA END <xid>`: the XA transaction's statements are over; its prepare follows."""
+
+    xid: str
+    end: BinlogPosition
+
+
+@dataclass(frozen=True, slots=True)
+class XaPrepare:
+    """The XA_prepare event (type 38) that ends an XA transaction's first event group:
+    its rows are prepared, not committed; the outcome comes in a later group.
+    `one_phase`: MySQL's `XA COMMIT ... ONE PHASE`, written as a prepare event that
+    commits at once."""
+
+    xid: str
+    end: BinlogPosition
+    timestamp: int
+    one_phase: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class XaCommit:
+    """`XA COMMIT <xid>`: the prepared transaction `xid` committed here (its own event
+    group, maybe much later and after other transactions). With `one_phase`, the XA
+    transaction open right now commits without a prepare."""
+
+    xid: str
+    start: BinlogPosition
+    end: BinlogPosition
+    timestamp: int
+    one_phase: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class XaRollback:
+    """`XA ROLLBACK <xid>`: the prepared transaction `xid` is rolled back; its rows are
+    not events."""
+
+    xid: str
+    end: BinlogPosition
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,19 +155,24 @@ class ServerInfo:
 
 SourceEvent = (
     TxBegin | RowInsert | RowChange | TxCommit | TxRollback | Savepoint
-    | RollbackToSavepoint | Statement | Heartbeat | ServerInfo
+    | RollbackToSavepoint | Statement | XaEnd | XaPrepare | XaCommit | XaRollback | Heartbeat | ServerInfo
 )
 
 
-def query_event(sql: str, start: BinlogPosition, end: BinlogPosition, timestamp: int) -> SourceEvent:
+def query_event(sql: str, start: BinlogPosition, end: BinlogPosition, timestamp: int, schema: str = "") -> SourceEvent:
     """What a binlog Query event means for transaction assembly: BEGIN / XA START open a
     transaction, COMMIT and ROLLBACK close one, SAVEPOINT and ROLLBACK TO mark and cut
-    back, anything else is a statement (DDL, for example). Shared by both binlog readers."""
+    back, XA END / XA COMMIT / XA ROLLBACK act on an XA transaction, anything else is a
+    statement (DDL, or DML logged as a statement). Shared by both binlog readers."""
     upper = sql.upper()
     if upper == "BEGIN" or upper.startswith("XA START"):
         return TxBegin(start, end)
     if upper == "COMMIT":
         return TxCommit(end, timestamp)
+    if upper.startswith("XA "):
+        xa = _xa_query(sql, upper, start, end, timestamp)
+        if xa is not None:
+            return xa
     if upper == "ROLLBACK":
         return TxRollback(end)
     if upper.startswith("SAVEPOINT"):
@@ -128,7 +182,74 @@ def query_event(sql: str, start: BinlogPosition, end: BinlogPosition, timestamp:
         if rest.upper().startswith("SAVEPOINT"):
             rest = rest[len("SAVEPOINT"):]
         return RollbackToSavepoint(_savepoint_name(rest), end)
-    return Statement(sql, end, timestamp)
+    return Statement(sql, end, timestamp, schema)
+
+
+def xid_text(format_id: int, gtrid: bytes, bqual: bytes) -> str:
+    """An xid as the server writes it in `XA COMMIT`/`XA ROLLBACK` queries:
+    X'<gtrid hex>',X'<bqual hex>',<formatID>."""
+    return f"X'{gtrid.hex()}',X'{bqual.hex()}',{format_id}"
+
+
+def _xa_query(sql: str, upper: str, start: BinlogPosition, end: BinlogPosition, timestamp: int) -> SourceEvent | None:
+    verb = upper.split(None, 2)[1] if len(upper.split(None, 2)) > 1 else ""
+    rest = sql[3:].strip()[len(verb):].strip()
+    if verb == "END":
+        return XaEnd(_canonical_xid(rest), end)
+    if verb == "COMMIT":
+        one_phase = rest.upper().endswith("ONE PHASE")
+        if one_phase:
+            rest = rest[: -len("ONE PHASE")].strip()
+        return XaCommit(_canonical_xid(rest), start, end, timestamp, one_phase)
+    if verb == "ROLLBACK":
+        return XaRollback(_canonical_xid(rest), end)
+    return None
+
+
+def _canonical_xid(text: str) -> str:
+    """The xid of an XA query in `xid_text`'s form. The server writes X'..',X'..',n
+    already; a hand-written binlog may carry 'gtrid'[,'bqual'[,n]] literals."""
+    parts = [p.strip() for p in _split_xid(text)]
+    if not parts or not parts[0]:
+        return text
+    values: list[bytes] = []
+    for part in parts[:2]:
+        if part[:2].upper() == "X'" and part.endswith("'"):
+            values.append(bytes.fromhex(part[2:-1]) if _is_hex(part[2:-1]) else part.encode())
+        elif len(part) >= 2 and part[0] == part[-1] and part[0] in "'\"":
+            values.append(part[1:-1].encode())
+        else:
+            return text
+    while len(values) < 2:
+        values.append(b"")
+    try:
+        format_id = int(parts[2]) if len(parts) > 2 else 1
+    except ValueError:
+        return text
+    return xid_text(format_id, values[0], values[1])
+
+
+def _split_xid(text: str) -> list[str]:
+    parts, current, quote = [], "", ""
+    for ch in text:
+        if quote:
+            current += ch
+            if ch == quote:
+                quote = ""
+        elif ch in "'\"":
+            quote = ch
+            current += ch
+        elif ch == ",":
+            parts.append(current)
+            current = ""
+        else:
+            current += ch
+    parts.append(current)
+    return parts
+
+
+def _is_hex(text: str) -> bool:
+    return len(text) % 2 == 0 and all(c in "0123456789abcdefABCDEF" for c in text)
 
 
 def _savepoint_name(text: str) -> str:

@@ -1,13 +1,30 @@
 """Transaction assembly: rows are held until their transaction's commit event.
 
-The binlog only holds committed transactions, with one exception that matters here: a
-transaction that also wrote a non-transactional (MyISAM) table and then rolled back is
-written with a `ROLLBACK` query at its end, and `ROLLBACK TO SAVEPOINT` may appear inside
-one. Rows are therefore released only on the commit event (XID, or a `COMMIT` query),
-discarded on `ROLLBACK`, and cut back on `ROLLBACK TO SAVEPOINT`. A stream that ends, or
-reconnects, mid-transaction releases nothing of it: the resume point is always the end
-of the last complete transaction (go-mysql: "we can't save the position until meeting
-XIDEvent which tells the whole transaction is over").
+The binlog only holds committed transactions, with two exceptions that matter here:
+
+* A transaction that also wrote a non-transactional (MyISAM) table and then rolled back
+  is written with a `ROLLBACK` query at its end, and `ROLLBACK TO SAVEPOINT` may appear
+  inside one. Rows are released only on the commit event (XID, or a `COMMIT` query),
+  discarded on `ROLLBACK`, and cut back on `ROLLBACK TO SAVEPOINT`.
+* An XA (two-phase) transaction is written at `XA PREPARE`, as an event group of its own
+  ending in an XA_prepare event, and its outcome comes later in a separate group (`XA
+  COMMIT <xid>` or `XA ROLLBACK <xid>`), often from another connection, after other
+  transactions, binlog rotations or a server restart. Its rows are held by xid and
+  released at the commit: they are published *at the commit's place* in commit order,
+  with the commit group's identity (position, GTID), or discarded at the rollback.
+  `XA COMMIT ... ONE PHASE` is an ordinary transaction. A prepared transaction's
+  group, and its outcome's, are also returned (size 0, `xa` set) so that the
+  checkpoint can hold at the earliest undecided prepare (cdc/inflight.py): a restart
+  then reads the prepared rows again.
+
+A stream that ends, or reconnects, mid-transaction releases nothing of it: the resume
+point is always the end of the last complete group (go-mysql: "we can't save the
+position until meeting XIDEvent which tells the whole transaction is over").
+
+DML on an outbox table logged as a *statement* (no row image) cannot become an event:
+the relay stops at it with one line naming the fix, or, with `on_statement =
+"dead_letter"`, dead-letters it (cause `statement_format`, the SQL in the dead letter)
+as one item of its transaction, at its place among the transaction's rows.
 """
 
 from __future__ import annotations
@@ -16,23 +33,43 @@ import logging
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
-from cdc.errors import ConfigError
+from cdc.errors import ConfigError, NeedsOperator
 from cdc.identity import EventIdentity, TxIdentity
 from cdc.outbox import DeadLetter, OutboxEvent, OutboxMapper, OutboxTable
 from cdc.position import BinlogPosition
 from cdc.source_events import (
     RollbackToSavepoint, RowChange, RowInsert, Savepoint, SourceEvent, Statement, TxBegin,
-    TxCommit, TxRollback,
+    TxCommit, TxRollback, XaCommit, XaEnd, XaPrepare, XaRollback,
 )
 from cdc.spill import SpillBuffer
+from cdc.statements import statement_target
 
 log = logging.getLogger(__name__)
 
 ON_CHANGE_POLICIES = ("ignore", "warn", "stop")
+ON_STATEMENT_POLICIES = ("stop", "dead_letter")
+STATEMENT_FORMAT = "statement_format"  # the dead-letter cause of a statement-logged outbox write
+
+# What an XA group did, in CommittedTransaction.xa.
+XA_PREPARE, XA_COMMIT, XA_ROLLBACK = "prepare", "commit", "rollback"
 
 
 class OutboxChangeRefused(ConfigError):
     """An UPDATE or DELETE on an outbox table, with `on_change = "stop"` configured."""
+
+
+class StatementFormatRefused(NeedsOperator):
+    """DML on an outbox table logged as a statement, with `on_statement = "stop"`."""
+
+
+@dataclass(frozen=True, slots=True)
+class XaMark:
+    """What an XA event group did: `kind` prepare / commit / rollback of `xid`, whose
+    prepare group starts at `prepared_at` (None when the relay never read it)."""
+
+    kind: str
+    xid: str
+    prepared_at: BinlogPosition | None
 
 
 @dataclass(slots=True)
@@ -43,15 +80,24 @@ class CommittedTransaction:
     _rows: SpillBuffer | None
     _mapper: OutboxMapper | None
     _tables: dict[tuple[str, str], OutboxTable] | None
+    xa: XaMark | None = None  # set on the groups of an XA transaction
 
     def items(self) -> Iterator[OutboxEvent | DeadLetter]:
-        """The transaction's events in row order, mapped with the commit's identity."""
-        if not self.size or self._rows is None:
+        """The transaction's events in row order, mapped with the commit's identity.
+
+        A row held as text is a statement-logged write (`on_statement = "dead_letter"`)."""
+        if not self.size or self._rows is None or self._mapper is None or self._tables is None:
             return
         mapper, tables = self._mapper, self._tables
-        assert mapper is not None and tables is not None
         for row_index, (table_key, values) in enumerate(self._rows):
-            yield mapper.map(tables[table_key], values, EventIdentity(self.identity, row_index))
+            table = tables[table_key]
+            identity = EventIdentity(self.identity, row_index)
+            if type(values) is str:
+                yield DeadLetter(
+                    STATEMENT_FORMAT, "DML logged as a statement: the binlog holds no row image to publish",
+                    None, None, {"sql": values}, table.qualified_name, identity)
+            else:
+                yield mapper.map(table, values, identity)
 
     def release(self) -> None:
         """Free the held rows (and the spill file) once they are handed on."""
@@ -76,9 +122,13 @@ class TransactionAssembler:
         memory_limit: int = 10_000,
         spill_dir: str | None = None,
         on_ignored_change: Callable[[RowChange], None] | None = None,
+        on_statement: str = "stop",
     ):
         if on_change not in ON_CHANGE_POLICIES:
             raise ConfigError(f"outbox.on_change must be one of {ON_CHANGE_POLICIES}, got {on_change!r}")
+        if on_statement not in ON_STATEMENT_POLICIES:
+            raise ConfigError(f"outbox.on_statement must be one of {ON_STATEMENT_POLICIES}, got {on_statement!r}")
+        self._on_statement = on_statement
         self._tables = {(t.schema, t.table): t for t in tables}
         self._mapper = mapper
         self._source = source_name
@@ -93,8 +143,12 @@ class TransactionAssembler:
         self._gtid: str | None = None
         self._explicit = False  # a BEGIN was seen: a Statement does not end the transaction
         self._standalone = False
+        # Prepared XA transactions whose outcome has not been read: xid -> (start of the
+        # prepare group, its rows). They survive reset(): a reconnect resumes after them.
+        self._prepared: dict[str, tuple[BinlogPosition, SpillBuffer]] = {}
         self.resume_point: BinlogPosition | None = None
         self.discarded_rows = 0  # rows dropped by ROLLBACK / ROLLBACK TO SAVEPOINT / a cut stream
+        self.xa_outcomes_unmatched = 0  # XA COMMIT/ROLLBACK of a prepare read before the start
 
     @property
     def in_transaction(self) -> bool:
@@ -102,6 +156,11 @@ class TransactionAssembler:
 
     def watches(self, schema: str, table: str) -> bool:
         return (schema, table) in self._tables
+
+    @property
+    def prepared_xids(self) -> list[str]:
+        """XA transactions prepared and not yet decided, in prepare order."""
+        return list(self._prepared)
 
     def reset(self) -> None:
         """Forget a partial transaction (the stream was cut or is being reopened)."""
@@ -131,9 +190,12 @@ class TransactionAssembler:
             self._start = event.start
             self._gtid = event.gtid
             self._standalone = event.standalone
-            self._explicit = event.gtid is None
+            self._explicit = event.gtid is None or event.opens
             return None
         if kind is TxCommit:
+            if self._start is None:  # a commit without its start: the stream began mid-group
+                self.resume_point = event.end
+                return None
             return self._complete(event.end, event.timestamp)
         if kind is TxRollback:
             self.reset()
@@ -154,12 +216,90 @@ class TransactionAssembler:
                 return None
             if self._standalone or not self._explicit:
                 return self._complete(event.end, event.timestamp)
+            self._statement(event)
             return None
         if kind is RowChange:
             if self._start is not None and (event.schema, event.table) in self._tables:
                 self._outbox_change(event)
             return None
+        if kind is XaEnd:
+            return None
+        if kind is XaPrepare:
+            return self._xa_prepare(event)
+        if kind is XaCommit:
+            return self._xa_commit(event)
+        if kind is XaRollback:
+            return self._xa_rollback(event)
         return None
+
+    # -- XA -------------------------------------------------------------------------
+
+    def _xa_prepare(self, event: XaPrepare) -> CommittedTransaction | None:
+        if self._start is None:  # the stream began inside the prepare group
+            self.resume_point = event.end
+            return None
+        if event.one_phase:
+            return self._complete(event.end, event.timestamp)
+        start = self._start
+        if event.xid in self._prepared:  # the same xid prepared twice without an outcome: cannot happen
+            self.discarded_rows += len(self._prepared.pop(event.xid)[1])
+        self._prepared[event.xid] = (start, self._rows)
+        self._rows = SpillBuffer(self._memory_limit, self._spill_dir)
+        marker = self._complete(event.end, event.timestamp, XaMark(XA_PREPARE, event.xid, start))
+        return marker
+
+    def _xa_commit(self, event: XaCommit) -> CommittedTransaction:
+        if event.one_phase and self._start is not None:
+            return self._complete(event.end, event.timestamp)
+        if self._start is None:  # no GTID event before it (a server without GTIDs)
+            self._start, self._gtid = event.start, None
+        held = self._prepared.pop(event.xid, None)
+        if held is None:
+            self.xa_outcomes_unmatched += 1
+            log.warning("XA COMMIT %s at %s: its prepare lies before where this relay started reading; "
+                        "its rows were not read and are not published", event.xid, event.end)
+            return self._complete(event.end, event.timestamp, XaMark(XA_COMMIT, event.xid, None))
+        prepared_at, rows = held
+        self.discarded_rows += len(self._rows)  # an outcome group holds no rows of its own
+        self._rows.clear()
+        self._rows = rows
+        return self._complete(event.end, event.timestamp, XaMark(XA_COMMIT, event.xid, prepared_at))
+
+    def _xa_rollback(self, event: XaRollback) -> CommittedTransaction | None:
+        held = self._prepared.pop(event.xid, None)
+        prepared_at = None
+        if held is not None:
+            prepared_at, rows = held
+            self.discarded_rows += len(rows)
+            rows.clear()
+        elif self._start is None:
+            self.resume_point = event.end
+            return None
+        if self._start is None:
+            self._start, self._gtid = event.end, None
+        self.discarded_rows += len(self._rows)
+        self._rows.clear()
+        return self._complete(event.end, 0, XaMark(XA_ROLLBACK, event.xid, prepared_at))
+
+    # -- statements -----------------------------------------------------------------
+
+    def _statement(self, event: Statement) -> None:
+        """A statement inside a transaction: DML logged as text. Only a write to an
+        outbox table matters here."""
+        target = statement_target(event.sql, event.schema)
+        if target is None or (target.schema, target.table) not in self._tables:
+            return
+        key = (target.schema, target.table)
+        if target.kind != "insert":
+            self._outbox_change(RowChange(target.kind, target.schema, target.table, {}, event.end))
+            return
+        if self._on_statement == "stop":
+            raise StatementFormatRefused(
+                f"an INSERT into outbox table {target.schema}.{target.table} was logged as a statement at "
+                f"{event.end} (transaction at {self._start}); the relay needs its row image: set "
+                "binlog_format=ROW for the server and the writing sessions, then restart the relay; or set "
+                "outbox.on_statement = \"dead_letter\" to dead-letter it and go on")
+        self._rows.append((key, event.sql))
 
     def _outbox_change(self, event: RowChange) -> None:
         if self._on_change == "stop":
@@ -173,9 +313,10 @@ class TransactionAssembler:
         if self._on_ignored_change is not None:
             self._on_ignored_change(event)
 
-    def _complete(self, end: BinlogPosition, timestamp: int) -> CommittedTransaction:
-        assert self._start is not None
-        identity = TxIdentity(self._source, self._start, self._gtid, self.server_id, timestamp * 1000)
+    def _complete(self, end: BinlogPosition, timestamp: int, xa: XaMark | None = None) -> CommittedTransaction:
+        start = self._start if self._start is not None else end
+        identity = TxIdentity(self._source, start, self._gtid, self.server_id, timestamp * 1000,
+                              xa.prepared_at if xa is not None and xa.kind == XA_COMMIT else None)
         size = len(self._rows)
         rows = self._rows if size else None
         if size:
@@ -186,4 +327,4 @@ class TransactionAssembler:
         self._explicit = False
         self._standalone = False
         self.resume_point = end
-        return CommittedTransaction(identity, end, size, rows, self._mapper, self._tables)
+        return CommittedTransaction(identity, end, size, rows, self._mapper, self._tables, xa)

@@ -43,7 +43,7 @@ from pymysqlreplication.row_event import RowsEvent, find_charset
 
 from cdc.position import BinlogPosition, file_sequence
 from cdc.source_events import (
-    Heartbeat, RowChange, RowInsert, TxBegin, TxCommit, query_event,
+    Heartbeat, RowChange, RowInsert, TxBegin, TxCommit, XaPrepare, query_event, xid_text,
 )
 
 __all__ = ["BinlogDecoder", "BinlogDecodeError", "UnsupportedColumnType", "UnsupportedEvent"]
@@ -75,11 +75,13 @@ QUERY_EVENT = 2
 ROTATE_EVENT = 4
 FORMAT_DESCRIPTION_EVENT = 15
 XID_EVENT = 16
+EXECUTE_LOAD_QUERY_EVENT = 18  # LOAD DATA logged as a statement: a Query event with 13 more post-header bytes
 TABLE_MAP_EVENT = 19
 WRITE_ROWS_V1, UPDATE_ROWS_V1, DELETE_ROWS_V1 = 23, 24, 25
 HEARTBEAT_LOG_EVENT = 27
 WRITE_ROWS_V2, UPDATE_ROWS_V2, DELETE_ROWS_V2 = 30, 31, 32
 GTID_LOG_EVENT = 33
+XA_PREPARE_LOG_EVENT = 38
 PARTIAL_UPDATE_ROWS_EVENT = 39
 TRANSACTION_PAYLOAD_EVENT = 40
 MARIADB_GTID_EVENT = 162
@@ -642,6 +644,7 @@ class BinlogDecoder:
         self._crc_known = False
         self.post_header: bytes = b""
         self._ph_query = 13
+        self._ph_load_query = 26
         self._ph_table_map = 8
         self._ph_rows_v1 = 8
         self._ph_rows_v2 = 10
@@ -657,7 +660,8 @@ class BinlogDecoder:
             UPDATE_ROWS_V1: self._update_v1, UPDATE_ROWS_V2: self._update_v2,
             DELETE_ROWS_V1: self._delete_v1, DELETE_ROWS_V2: self._delete_v2,
             HEARTBEAT_LOG_EVENT: self._heartbeat, GTID_LOG_EVENT: self._mysql_gtid,
-            MARIADB_GTID_EVENT: self._mariadb_gtid,
+            MARIADB_GTID_EVENT: self._mariadb_gtid, XA_PREPARE_LOG_EVENT: self._xa_prepare,
+            EXECUTE_LOAD_QUERY_EVENT: self._load_query,
             TRANSACTION_PAYLOAD_EVENT: self._unsupported, MARIADB_QUERY_COMPRESSED: self._unsupported,
         }
         for t in MARIADB_ROWS_COMPRESSED:
@@ -711,6 +715,7 @@ class BinlogDecoder:
             self.dbms = "mariadb" if "mariadb" in version.lower() else "mysql"
         self.post_header = ph = body[57:]
         self._ph_query = ph[QUERY_EVENT - 1] if len(ph) >= QUERY_EVENT else 13
+        self._ph_load_query = ph[EXECUTE_LOAD_QUERY_EVENT - 1] if len(ph) >= EXECUTE_LOAD_QUERY_EVENT else 26
         self._ph_table_map = ph[TABLE_MAP_EVENT - 1] if len(ph) >= TABLE_MAP_EVENT else 8
         self._ph_rows_v1 = ph[WRITE_ROWS_V1 - 1] if len(ph) >= WRITE_ROWS_V1 else 8
         self._ph_rows_v2 = ph[WRITE_ROWS_V2 - 1] if len(ph) >= WRITE_ROWS_V2 else 10
@@ -737,8 +742,9 @@ class BinlogDecoder:
         domain = _U32(ev, 27)[0]
         flags = ev[31]
         file = self.file
+        standalone = bool(flags & _FL_STANDALONE)
         out.append(TxBegin(_pos(file, self._begin_start(size, log_pos)), _pos(file, log_pos),
-                           f"{domain}-{server_id}-{seq}", bool(flags & _FL_STANDALONE)))
+                           f"{domain}-{server_id}-{seq}", standalone, not standalone))
 
     def _mysql_gtid(self, ev: bytes, out: list) -> None:
         _, _, _, size, log_pos, _ = _HDR.unpack_from(ev)
@@ -748,14 +754,34 @@ class BinlogDecoder:
         file = self.file
         out.append(TxBegin(_pos(file, self._begin_start(size, log_pos)), _pos(file, log_pos), gtid, False))
 
-    def _query(self, ev: bytes, out: list) -> None:
+    def _query(self, ev: bytes, out: list, post_header: int = 0) -> None:
         ts, _, _, size, log_pos, _ = _HDR.unpack_from(ev)
         db_len = ev[19 + 8]
         status_len = _U16(ev, 19 + 11)[0]
-        start = 19 + self._ph_query + status_len + db_len + 1
+        db_at = 19 + (post_header or self._ph_query) + status_len
+        start = db_at + db_len + 1
         sql = ev[start:len(ev) - self.crc].decode("utf-8", "backslashreplace").strip()
+        schema = ev[db_at:db_at + db_len].decode("utf-8", "backslashreplace") if db_len else ""
         file = self.file
-        out.append(query_event(sql, _pos(file, self._begin_start(size, log_pos)), _pos(file, log_pos), ts))
+        out.append(query_event(sql, _pos(file, self._begin_start(size, log_pos)), _pos(file, log_pos), ts, schema))
+
+    def _load_query(self, ev: bytes, out: list) -> None:
+        """Execute_load_query (LOAD DATA in statement format): a Query event whose
+        post-header also names the loaded file; its text is the LOAD DATA statement."""
+        self._query(ev, out, self._ph_load_query)
+
+    def _xa_prepare(self, ev: bytes, out: list) -> None:
+        """XA_prepare (type 38): one_phase (1), formatID (4), gtrid length (4), bqual
+        length (4), gtrid + bqual bytes."""
+        ts, _, _, _, log_pos, _ = _HDR.unpack_from(ev)
+        one_phase = ev[19] != 0
+        format_id, gtrid_len, bqual_len = struct.unpack_from("<iII", ev, 20)
+        if 32 + gtrid_len + bqual_len > len(ev) - self.crc or gtrid_len > 64 or bqual_len > 64:
+            raise BinlogDecodeError(
+                f"malformed XA_prepare event ending at {self.file}:{log_pos} (xid lengths {gtrid_len}/{bqual_len})")
+        gtrid = ev[32:32 + gtrid_len]
+        bqual = ev[32 + gtrid_len:32 + gtrid_len + bqual_len]
+        out.append(XaPrepare(xid_text(format_id, gtrid, bqual), _pos(self.file, log_pos), ts, one_phase))
 
     # -- Table_map ---------------------------------------------------------------------
 

@@ -15,12 +15,14 @@ import pymysql
 import pymysqlreplication.binlogstream as _binlogstream
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.event import (
+    ExecuteLoadQueryEvent,
     FormatDescriptionEvent,
     GtidEvent,
     HeartbeatLogEvent,
     MariadbGtidEvent,
     QueryEvent,
     RotateEvent,
+    XAPrepareEvent,
     XidEvent,
 )
 from pymysqlreplication.row_event import (
@@ -39,7 +41,9 @@ from cdc.source_events import (
     SourceEvent,
     TxBegin,
     TxCommit,
+    XaPrepare,
     query_event,
+    xid_text,
 )
 from connectors.binlog_source import _FL_STANDALONE, _ser_error
 
@@ -55,7 +59,8 @@ def open_library_stream(conn: dict[str, Any], replica_id: int, watched: set[tupl
         "blocking": True,
         "only_events": [
             FormatDescriptionEvent, RotateEvent, GtidEvent, MariadbGtidEvent, QueryEvent, XidEvent,
-            WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent, HeartbeatLogEvent,
+            WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent, HeartbeatLogEvent, XAPrepareEvent,
+            ExecuteLoadQueryEvent,
         ],
         "only_schemas": sorted({schema for schema, _ in watched}) or None,
         "only_tables": sorted({table for _, table in watched}) or None,
@@ -98,10 +103,19 @@ class LibraryConverter:
             end = ev.packet.log_pos
             start = BinlogPosition(self.file, end - ev.packet.event_size)
             standalone = bool(getattr(ev, "flags", 0) & _FL_STANDALONE) if kind is MariadbGtidEvent else False
-            out.append(TxBegin(start, BinlogPosition(self.file, end), ev.gtid, standalone))
+            opens = kind is MariadbGtidEvent and not standalone
+            out.append(TxBegin(start, BinlogPosition(self.file, end), ev.gtid, standalone, opens))
             return
         if kind is QueryEvent:
             self._query(ev, out)
+            return
+        if kind is XAPrepareEvent:
+            format_id = ev.xid_format_id - (1 << 32) if ev.xid_format_id >= 1 << 31 else ev.xid_format_id
+            out.append(XaPrepare(xid_text(format_id, ev.xid_gtrid, ev.xid_bqual),
+                                 BinlogPosition(self.file, ev.packet.log_pos), ev.timestamp, ev.one_phase))
+            return
+        if kind is ExecuteLoadQueryEvent:
+            self._load_query(ev, out)
             return
         if kind is RotateEvent:
             self.file = ev.next_binlog
@@ -123,4 +137,19 @@ class LibraryConverter:
         sql = ev.query.strip() if isinstance(ev.query, str) else ev.query.decode("utf-8", "replace").strip()
         end_pos = ev.packet.log_pos
         start = BinlogPosition(self.file, end_pos - ev.packet.event_size)
-        out.append(query_event(sql, start, BinlogPosition(self.file, end_pos), ev.timestamp))
+        schema = ev.schema.decode("utf-8", "replace") if isinstance(ev.schema, bytes) else (ev.schema or "")
+        out.append(query_event(sql, start, BinlogPosition(self.file, end_pos), ev.timestamp, schema))
+
+    def _load_query(self, ev: Any, out: list[SourceEvent]) -> None:
+        """The library reads Execute_load_query's post-header only: the rest (status
+        variables, default database, the LOAD DATA text) is read here the way its
+        QueryEvent reads a query's."""
+        packet = ev.packet
+        packet.read(ev.status_vars_length)
+        schema = packet.read(ev.schema_length).decode("utf-8", "replace")
+        packet.read(1)
+        sql = packet.read(ev.event_size - 26 - ev.status_vars_length - ev.schema_length - 1)
+        end_pos = packet.log_pos
+        start = BinlogPosition(self.file, end_pos - packet.event_size)
+        out.append(query_event(sql.decode("utf-8", "replace").strip(), start, BinlogPosition(self.file, end_pos),
+                               ev.timestamp, schema))

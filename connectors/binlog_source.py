@@ -38,6 +38,7 @@ from cdc.position import BinlogPosition
 from cdc.source_events import (
     ServerInfo,
     SourceEvent,
+    xid_text,
 )
 from connectors.binlog_protocol import (
     BinlogConnection,
@@ -229,6 +230,19 @@ class MySQLBinlogSourceFactory:
 
     def server_id(self) -> int:
         return self._facts()[1]
+
+    def prepared_xids(self) -> set[str] | None:
+        try:
+            rows = self._query("XA RECOVER")
+        except SourceError as exc:
+            if "1227" in str(exc) or "1044" in str(exc) or "1045" in str(exc) or "denied" in str(exc).lower():
+                return None  # MySQL 8 needs XA_RECOVER_ADMIN
+            raise
+        out = set()
+        for format_id, gtrid_len, _bqual_len, data in rows:
+            data = data if isinstance(data, bytes) else str(data).encode()
+            out.add(xid_text(int(format_id), data[:int(gtrid_len)], data[int(gtrid_len):]))
+        return out
 
     def binary_logs(self) -> list[tuple[str, int]]:
         return [(str(r[0]), int(r[1])) for r in self._query("SHOW BINARY LOGS")]

@@ -7,8 +7,9 @@ The child runs exactly the in-process pipeline (`cdc.feed.LocalFeed` over
 what it returns over a pipe:
 
     ("ev", Heartbeat | ServerInfo, counters)
-    ("tx", TxIdentity, end, size, items, more, counters)   a committed transaction; when
-    ("items", items, more)                                 `more`, further items follow
+    ("tx", TxIdentity, end, size, items, more, counters, xa)   a committed transaction; when
+    ("items", items, more)                                 `more`, further items follow;
+                                                           `xa`: its XaMark, or None
     ("error", module, class name, message)                 the feed raised; the child exits
 
 `items` are plain tuples (cheaper to pickle than objects): an event is
@@ -135,11 +136,11 @@ class _Child:
 class ShippedTransaction:
     """A committed transaction read by the reader process (CommittedTransaction's shape)."""
 
-    __slots__ = ("_feed", "_first", "_more", "end", "identity", "size")
+    __slots__ = ("_feed", "_first", "_more", "end", "identity", "size", "xa")
 
     def __init__(self, feed: ProcessFeed, identity: TxIdentity, end: BinlogPosition, size: int,
-                 first: list[tuple], more: bool):
-        self.identity, self.end, self.size = identity, end, size
+                 first: list[tuple], more: bool, xa: Any = None):
+        self.identity, self.end, self.size, self.xa = identity, end, size, xa
         self._feed, self._first, self._more = feed, first, more
 
     def items(self) -> Any:
@@ -194,9 +195,9 @@ class ProcessFeed:
             return None
         kind = msg[0]
         if kind == "tx":
-            _, identity, end, size, items, more, counters = msg
+            _, identity, end, size, items, more, counters, xa = msg
             self._counters(counters)
-            return ShippedTransaction(self, identity, end, size, items, more)
+            return ShippedTransaction(self, identity, end, size, items, more, xa)
         if kind == "ev":
             self._counters(msg[2])
             return msg[1]
@@ -341,13 +342,13 @@ def _ship(conn: Any, control: Any, feed: LocalFeed, serializer: Any, spec: Reade
                 chunk.append((1, it.cause, it.error, it.intended_topic, it.key, it.row, it.table))
             if len(chunk) >= CHUNK:
                 if head:
-                    send(("tx", item.identity, item.end, item.size, chunk, True, counters))
+                    send(("tx", item.identity, item.end, item.size, chunk, True, counters, item.xa))
                     head = False
                 else:
                     send(("items", chunk, True))
                 chunk = []
         if head:
-            send(("tx", item.identity, item.end, item.size, chunk, False, counters))
+            send(("tx", item.identity, item.end, item.size, chunk, False, counters, item.xa))
         else:
             send(("items", chunk, False))
         item.release()

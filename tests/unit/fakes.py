@@ -38,7 +38,7 @@ from cdc.ports import Delivery, DeliveryCallback, DeliveryFailure
 from cdc.position import BinlogPosition
 from cdc.source_events import (
     Heartbeat, RollbackToSavepoint, RowChange, RowInsert, Savepoint, ServerInfo, Statement, TxBegin,
-    TxCommit, TxRollback,
+    TxCommit, TxRollback, XaCommit, XaEnd, XaPrepare, XaRollback,
 )
 
 EVENT_SIZE = 100
@@ -67,6 +67,7 @@ class TxInfo:
     outcome: str = "open"  # commit | rollback | open (cut)
     outbox_rows: list[dict[str, Any]] = field(default_factory=list)  # released rows, in order
     commit_ts: int = 0
+    prepared_at: BinlogPosition | None = None  # an XA outcome: where its prepare group starts
 
     @property
     def committed(self) -> bool:
@@ -88,6 +89,7 @@ class Binlog:
         self._standalone = False
         self._explicit = True
         self._ts = 1_700_000_000
+        self._xa_prepared: dict[str, tuple[BinlogPosition, list[dict[str, Any]]]] = {}
 
     # positions
     def _span(self) -> tuple[BinlogPosition, BinlogPosition]:
@@ -159,6 +161,39 @@ class Binlog:
         if self._open is not None and (self._standalone or not self._explicit):
             self._close("commit", ev.end, ts)
         return ev
+
+    def xa_prepare(self, xid: str, rows: list[dict[str, Any]], gtid: str | None = None) -> BinlogPosition:
+        """An XA transaction's first group, as MariaDB writes it (a GTID event that opens
+        it, its rows, XA END, the XA_prepare event) or, without a GTID, MySQL's `XA
+        START` query. Its outcome comes later: `xa_outcome`."""
+        first = self._add(lambda s, e: TxBegin(s, e, gtid, False, gtid is not None))
+        for row in rows:
+            self._add(lambda s, e, row=row: RowInsert(SCHEMA, OUTBOX, dict(row), e))
+        self._add(lambda s, e: XaEnd(xid, e))
+        self._ts += 1
+        ts = self._ts
+        self._add(lambda s, e: XaPrepare(xid, e, ts))
+        self._xa_prepared[xid] = (first.start, [dict(r) for r in rows])
+        return first.start
+
+    def xa_outcome(self, xid: str, commit: bool = True, gtid: str | None = None) -> TxInfo:
+        """The outcome group of a prepared XA transaction: XA COMMIT or XA ROLLBACK."""
+        prepared_at, rows = self._xa_prepared.pop(xid)
+        self._ts += 1
+        ts = self._ts
+        first = self._add(lambda s, e: TxBegin(s, e, gtid, True)) if gtid is not None else None
+        if commit:
+            ev = self._add(lambda s, e: XaCommit(xid, s, e, ts))
+        else:
+            ev = self._add(lambda s, e: XaRollback(xid, e))
+        start = first.start if first is not None else self.starts[-1]
+        tx = TxInfo(start, ev.end, gtid, "commit" if commit else "rollback", rows if commit else [], ts, prepared_at)
+        self.txs.append(tx)
+        return tx
+
+    @property
+    def xa_undecided(self) -> dict[str, BinlogPosition]:
+        return {xid: start for xid, (start, _rows) in self._xa_prepared.items()}
 
     def heartbeat(self) -> None:
         self.events.append(Heartbeat(self.end))
@@ -249,6 +284,7 @@ class FakeSourceFactory:
         self.reads = 0
         self.failures_raised = 0
         self.exhausted = False
+        self.prepared: set[str] | None = set()  # what XA RECOVER lists; None: not permitted
 
     def open(self, start: Any) -> FakeSource:
         if self.open_failures > 0:
@@ -283,6 +319,9 @@ class FakeSourceFactory:
 
     def server_id(self) -> int:
         return self.server_id_value
+
+    def prepared_xids(self) -> set[str] | None:
+        return set(self.prepared) if self.prepared is not None else None
 
 
 # -- Kafka --------------------------------------------------------------------------------

@@ -6,11 +6,12 @@ from cdc.identity import TxIdentity
 from cdc.outbox import DeadLetter, OutboxEvent, OutboxMapper, OutboxTable
 from cdc.position import BinlogPosition
 from cdc.source_events import (
-    RollbackToSavepoint, RowChange, RowInsert, Savepoint, Statement, TxBegin, TxCommit, TxRollback,
+    RollbackToSavepoint, RowChange, RowInsert, Savepoint, Statement, TxBegin, TxCommit, TxRollback, XaCommit,
+    XaEnd, XaPrepare, XaRollback,
 )
 from cdc.topics import TopicRouter
 from cdc.errors import ConfigError
-from cdc.transaction import OutboxChangeRefused, TransactionAssembler
+from cdc.transaction import OutboxChangeRefused, StatementFormatRefused, TransactionAssembler
 
 from fakes import Binlog, outbox_row
 
@@ -304,3 +305,130 @@ def test_rollback_to_savepoint_after_spilling(tmp_path):
                TxCommit(P(700), 1)]
     [tx] = feed_all(asm, events)
     assert ids(tx) == [f"a{i}" for i in range(5)] + ["c"]
+
+
+# -- XA (two-phase) transactions ------------------------------------------------------
+
+XID = "X'7831',X'',1"
+
+
+def _prepare_group(start, gtid="0-1-3", rows=("a",), xid=XID):
+    """MariaDB's shape: a GTID event that opens the group, rows, XA END, XA_prepare."""
+    evs = [TxBegin(P(start), P(start + 50), gtid, False, True)]
+    evs += [RowInsert("shop", "outbox", outbox_row(r), P(start + 100 + i)) for i, r in enumerate(rows)]
+    evs += [XaEnd(xid, P(start + 200)), XaPrepare(xid, P(start + 250), 1_700_000_001)]
+    return evs
+
+
+def test_an_xa_transaction_is_held_at_prepare_and_published_at_its_commit_with_the_commit_identity():
+    asm = assembler()
+    marks = feed_all(asm, _prepare_group(400, rows=("a", "b")))
+    assert len(marks) == 1 and marks[0].size == 0 and marks[0].xa.kind == "prepare"
+    assert marks[0].xa.prepared_at == P(400) and asm.prepared_xids == [XID]
+    other = feed_all(asm, [TxBegin(P(700), P(750), "0-1-4", False, True),
+                           RowInsert("shop", "outbox", outbox_row("c"), P(800)), TxCommit(P(900), 1_700_000_002)])
+    assert ids(other[0]) == ["c"]
+    done = feed_all(asm, [TxBegin(P(1000), P(1050), "0-1-5", True),
+                          XaCommit(XID, P(1050), P(1100), 1_700_000_003)])
+    assert len(done) == 1 and ids(done[0]) == ["a", "b"] and done[0].xa.kind == "commit"
+    assert done[0].identity == TxIdentity("src", P(1000), "0-1-5", 3, 1_700_000_003_000, P(400))
+    assert done[0].end == P(1100) and asm.prepared_xids == [] and asm.resume_point == P(1100)
+    assert ("cdc.xa.prepare", b"mysql-bin.000001:400") in done[0].identity.headers()
+
+
+def test_an_xa_rollback_after_prepare_publishes_nothing():
+    asm = assembler()
+    feed_all(asm, _prepare_group(400))
+    out = feed_all(asm, [TxBegin(P(1000), P(1050), "0-1-5", True), XaRollback(XID, P(1100))])
+    assert len(out) == 1 and out[0].size == 0 and out[0].xa.kind == "rollback"
+    assert asm.prepared_xids == [] and asm.discarded_rows == 1
+
+
+def test_prepared_xa_rows_survive_a_reconnect():
+    asm = assembler()
+    feed_all(asm, _prepare_group(400))
+    asm.reset()  # the stream was cut and is reopened after the prepare group
+    done = feed_all(asm, [XaCommit(XID, P(1000), P(1100), 5)])  # no GTID event: a server without GTIDs
+    assert ids(done[0]) == ["a"] and done[0].identity.start == P(1000) and done[0].identity.gtid is None
+
+
+def test_an_xa_commit_whose_prepare_was_never_read_publishes_nothing_and_is_counted():
+    asm = assembler()
+    out = feed_all(asm, [TxBegin(P(1000), P(1050), "0-1-5", True), XaCommit(XID, P(1050), P(1100), 5)])
+    assert out[0].size == 0 and asm.xa_outcomes_unmatched == 1
+
+
+def test_xa_one_phase_commits_the_open_transaction():
+    asm = assembler()
+    # MySQL: XA START, rows, XA END, then XA COMMIT ... ONE PHASE (a query, or a prepare event with one_phase)
+    for last in (XaCommit(XID, P(300), P(350), 7, one_phase=True), XaPrepare(XID, P(350), 7, one_phase=True)):
+        out = feed_all(asm, [TxBegin(P(4), P(50), "u:1"), TxBegin(P(50), P(100)),
+                             RowInsert("shop", "outbox", outbox_row("a"), P(200)), XaEnd(XID, P(300)), last])
+        assert ids(out[0]) == ["a"] and out[0].xa is None and out[0].identity.start == P(4)
+
+
+def test_xa_queries_are_recognised_with_their_xid():
+    from cdc.source_events import query_event
+    assert query_event("XA COMMIT X'7831',X'',1", P(1), P(2), 3) == XaCommit(XID, P(1), P(2), 3)
+    assert query_event("XA ROLLBACK X'7832',X'6271',7", P(1), P(2), 3) == XaRollback("X'7832',X'6271',7", P(2))
+    assert query_event("XA COMMIT 'x1' ONE PHASE", P(1), P(2), 3) == XaCommit(XID, P(1), P(2), 3, True)
+    assert query_event("XA END X'7831',X'',1", P(1), P(2), 3) == XaEnd(XID, P(2))
+
+
+# -- statement-logged writes ----------------------------------------------------------
+
+
+def _statement_tx(sql, schema="shop"):
+    return [TxBegin(P(4), P(50), "0-1-9", False, True), Statement(sql, P(200), 5, schema), TxCommit(P(300), 5)]
+
+
+@pytest.mark.parametrize("sql,schema", [
+    ("INSERT INTO shop.outbox VALUES ('g','o','1','t','p')", ""),
+    ("insert into outbox (id) values ('g')", "shop"),
+    ("/* app */ REPLACE LOW_PRIORITY INTO `shop`.`outbox` SET id = 'g'", "other"),
+    ("LOAD DATA INFILE '/tmp/x' INTO TABLE outbox", "shop"),
+])
+def test_a_statement_logged_outbox_insert_stops_the_relay_naming_table_position_and_fix(sql, schema):
+    asm = assembler()
+    with pytest.raises(StatementFormatRefused) as err:
+        feed_all(asm, _statement_tx(sql, schema))
+    text = str(err.value)
+    assert "shop.outbox" in text and "mysql-bin.000001:200" in text and "binlog_format=ROW" in text
+    assert "on_statement" in text and "\n" not in text
+
+
+def test_a_statement_logged_outbox_insert_is_dead_lettered_when_configured_and_keeps_its_place():
+    asm = assembler(on_statement="dead_letter")
+    evs = _statement_tx("INSERT INTO shop.outbox VALUES ('g')")
+    evs.insert(1, RowInsert("shop", "outbox", outbox_row("a"), P(100)))
+    tx = feed_all(asm, evs)[0]
+    items = list(tx.items())
+    assert [type(i) for i in items] == [OutboxEvent, DeadLetter]
+    assert items[1].cause == "statement_format" and items[1].row == {"sql": "INSERT INTO shop.outbox VALUES ('g')"}
+    assert items[1].identity.row == 1 and items[1].table == "shop.outbox"
+
+
+@pytest.mark.parametrize("sql", [
+    "INSERT INTO shop.orders SELECT * FROM shop.outbox",  # reads the outbox, writes another table
+    "UPDATE shop.orders SET a = 1",
+    "SET @x = 1",
+])
+def test_statements_that_do_not_write_the_outbox_pass(sql):
+    asm = assembler()
+    tx = feed_all(asm, _statement_tx(sql))[0]
+    assert tx.size == 0 and tx.end == P(300)
+
+
+def test_a_statement_logged_update_of_the_outbox_follows_on_change():
+    asm = assembler(on_change="stop")
+    with pytest.raises(OutboxChangeRefused):
+        feed_all(asm, _statement_tx("UPDATE outbox SET payload = 'x'"))
+
+
+def test_a_mariadb_transaction_is_not_ended_by_a_statement_inside_it():
+    """MariaDB's GTID event opens the transaction itself (no BEGIN query): a statement
+    inside it must not complete it (that put checkpoints inside transactions)."""
+    asm = assembler()
+    out = feed_all(asm, [TxBegin(P(4), P(50), "0-1-9", False, True), Statement("INSERT INTO shop.orders VALUES (1)",
+                   P(100), 5, "shop"), RowInsert("shop", "outbox", outbox_row("a"), P(200)), TxCommit(P(300), 5)])
+    assert len(out) == 1 and ids(out[0]) == ["a"] and out[0].end == P(300)
