@@ -10,6 +10,8 @@ Points:
     checkpoint_write           inside the checkpoint store's write, before it is durable
     mid_transaction            rows of a transaction were read, its commit not yet
     recovery                   while reading back the topics at start
+    xa_prepared                an XA transaction's prepare was read, its outcome not yet
+    xa_outcome                 an XA COMMIT's events were handed to the producer, not yet acknowledged
 
 The relay's reader process (connectors/reader_process.py) names its parent in `relay_pids`,
 so a point reached there kills the whole relay, as it would in one process.
@@ -20,7 +22,8 @@ from __future__ import annotations
 import os
 import signal
 
-POINTS = ("after_produce", "after_ack_before_checkpoint", "checkpoint_write", "mid_transaction", "recovery")
+POINTS = ("after_produce", "after_ack_before_checkpoint", "checkpoint_write", "mid_transaction", "recovery",
+          "xa_prepared", "xa_outcome")
 
 _armed: str | None = None
 _remaining = 0

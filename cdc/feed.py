@@ -124,6 +124,8 @@ class LocalFeed:
             return event
         tx = assembler.feed(event)
         if tx is not None:
+            if tx.xa is not None and tx.xa.kind == "prepare":
+                crashpoints.hit("xa_prepared")
             return tx
         if kind is RowInsert and assembler.in_transaction:
             crashpoints.hit("mid_transaction")

@@ -365,6 +365,8 @@ class Relay:
                 else:
                     self._publish_dead_letter(entry, item)
                 crashpoints.hit("after_produce")
+            if xa is not None:
+                crashpoints.hit("xa_outcome")
             tx.release()
         entry.sealed = True
 
