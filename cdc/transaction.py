@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 from cdc.errors import ConfigError, NeedsOperator
 from cdc.identity import EventIdentity, TxIdentity
@@ -146,6 +146,7 @@ class TransactionAssembler:
         # Prepared XA transactions whose outcome has not been read: xid -> (start of the
         # prepare group, its rows). They survive reset(): a reconnect resumes after them.
         self._prepared: dict[str, tuple[BinlogPosition, SpillBuffer]] = {}
+        self._deleted: set[tuple[tuple[str, str], Any]] = set()  # outbox ids deleted in this transaction
         self.resume_point: BinlogPosition | None = None
         self.discarded_rows = 0  # rows dropped by ROLLBACK / ROLLBACK TO SAVEPOINT / a cut stream
         self.xa_outcomes_unmatched = 0  # XA COMMIT/ROLLBACK of a prepare read before the start
@@ -167,6 +168,7 @@ class TransactionAssembler:
         self.discarded_rows += len(self._rows)
         self._rows.clear()
         self._savepoints.clear()
+        self._deleted.clear()
         self._start = None
         self._gtid = None
         self._explicit = False
@@ -179,6 +181,11 @@ class TransactionAssembler:
                 return None
             key = (event.schema, event.table)
             if key in self._tables:
+                if self._deleted and (key, event.values.get(self._tables[key].id_column)) in self._deleted:
+                    # the second half of a REPLACE written as delete + insert: the event id
+                    # exists already, this is a change of it, never a second event
+                    self._outbox_change(RowChange("update", event.schema, event.table, event.values, event.end))
+                    return None
                 self._rows.append((key, event.values))
             return None
         if kind is TxBegin:
@@ -219,7 +226,10 @@ class TransactionAssembler:
             self._statement(event)
             return None
         if kind is RowChange:
-            if self._start is not None and (event.schema, event.table) in self._tables:
+            key = (event.schema, event.table)
+            if self._start is not None and key in self._tables:
+                if event.kind == "delete":
+                    self._deleted.add((key, event.values.get(self._tables[key].id_column)))
                 self._outbox_change(event)
             return None
         if kind is XaEnd:
@@ -322,6 +332,7 @@ class TransactionAssembler:
         if size:
             self._rows = SpillBuffer(self._memory_limit, self._spill_dir)
         self._savepoints.clear()
+        self._deleted.clear()
         self._start = None
         self._gtid = None
         self._explicit = False

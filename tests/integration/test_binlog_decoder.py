@@ -14,7 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.event import (
-    FormatDescriptionEvent, GtidEvent, HeartbeatLogEvent, MariadbGtidEvent, QueryEvent, RotateEvent, XidEvent,
+    ExecuteLoadQueryEvent, FormatDescriptionEvent, GtidEvent, HeartbeatLogEvent, MariadbGtidEvent, QueryEvent,
+    RotateEvent, XAPrepareEvent, XidEvent,
 )
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
@@ -60,7 +61,8 @@ def read_library(mariadb, watched, file, pos) -> list:
     reader = BinLogStreamReader(
         connection_settings=mariadb.connection_settings(), server_id=next(_ids), blocking=False,
         only_events=[FormatDescriptionEvent, RotateEvent, GtidEvent, MariadbGtidEvent, QueryEvent, XidEvent,
-                     WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent, HeartbeatLogEvent],
+                     WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent, HeartbeatLogEvent, XAPrepareEvent,
+                     ExecuteLoadQueryEvent],
         only_schemas=sorted({s for s, _ in watched}) or None, only_tables=sorted({t for _, t in watched}) or None,
         enable_logging=False, resume_stream=True, log_file=file, log_pos=pos,
     )
@@ -263,6 +265,35 @@ def test_alter_flush_rollback_savepoint_ddl(mariadb, database):
         "id": 2, "a": "two", "b": decimal.Decimal("-3.25"), "c": datetime.datetime(2021, 5, 6, 7, 8, 9, 123000)}
 
 
+def test_xa_and_statement_logged_events_equal_library(mariadb, database, tmp_path):
+    """XA prepare/commit/rollback/one phase, a statement-logged INSERT and LOAD DATA
+    (Execute_load_query): both readers name the same xids, SQL and default database."""
+    csv = tmp_path / "rows.csv"
+    csv.write_text("10\n11\n")
+    csv.chmod(0o644)
+    tmp_path.chmod(0o755)
+    _run(mariadb, database, ["CREATE TABLE t (id INT PRIMARY KEY) ENGINE=InnoDB"])
+    file, pos = _status(mariadb)
+    _run(mariadb, database, [
+        "XA START 'a1', 'b\\'q', 7", "INSERT INTO t VALUES (1)", "XA END 'a1', 'b\\'q', 7",
+        "XA PREPARE 'a1', 'b\\'q', 7", "XA COMMIT 'a1', 'b\\'q', 7",
+        "XA START 'a2'", "INSERT INTO t VALUES (2)", "XA END 'a2'", "XA PREPARE 'a2'", "XA ROLLBACK 'a2'",
+        "XA START 'a3'", "INSERT INTO t VALUES (3)", "XA END 'a3'", "XA COMMIT 'a3' ONE PHASE",
+        "SET SESSION binlog_format = 'STATEMENT'",
+        "INSERT INTO t VALUES (4)",
+        f"LOAD DATA INFILE '{csv}' INTO TABLE t",
+        "SET SESSION binlog_format = 'ROW'",
+    ])
+    events = assert_same(mariadb, {(database, "t")}, file, pos)
+    kinds = [type(e).__name__ for e in events]
+    assert kinds.count("XaPrepare") == 2 and kinds.count("XaCommit") == 1 and kinds.count("XaRollback") == 1
+    prepares = [e for e in events if type(e).__name__ == "XaPrepare"]
+    assert prepares[0].xid == "X'6131',X'622771',7" and not prepares[0].one_phase
+    statements = [e for e in events if type(e).__name__ == "Statement"]
+    assert [e.schema for e in statements if e.sql.startswith(("INSERT", "LOAD"))] == [database, database]
+    assert any(e.sql.startswith("LOAD DATA") for e in statements)
+
+
 @settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck))
 @given(rows=st.lists(st.tuples(
     st.integers(-2**63, 2**63 - 1), st.integers(0, 2**32 - 1),
@@ -394,7 +425,8 @@ def test_unsupported_compressed_event_is_refused():
 
 @pytest.mark.parametrize("sql", [
     "BEGIN", "COMMIT", "ROLLBACK", "SAVEPOINT `a b`", "ROLLBACK TO SAVEPOINT `a b`", "ROLLBACK TO x",
-    "XA START 'x'", "  create table x (y int) ", "ALTER TABLE é ADD c INT",
+    "XA START 'x'", "  create table x (y int) ", "ALTER TABLE é ADD c INT", "XA END X'78',X'',1",
+    "XA COMMIT X'78',X'',1", "XA ROLLBACK X'78',X'',1", "XA COMMIT 'x' ONE PHASE", "INSERT INTO outbox VALUES (1)",
 ])
 def test_query_classification_like_converter(sql):
     """Query events the server rarely writes in ROW mode (ROLLBACK, XA): decoder vs _Converter."""
@@ -409,8 +441,8 @@ def test_query_classification_like_converter(sql):
     fast: list = []
     dec.decode(ev, fast)
     lib: list = []
-    fake = SimpleNamespace(query=sql, packet=SimpleNamespace(log_pos=5000, event_size=len(ev)), event_size=len(body),
-                           timestamp=1700000000)
+    fake = SimpleNamespace(query=sql, schema=b"db", packet=SimpleNamespace(log_pos=5000, event_size=len(ev)),
+                           event_size=len(body), timestamp=1700000000)
     _Converter(set(), "mysql-bin.000001")._query(fake, lib)
     assert fast == lib
 

@@ -318,14 +318,113 @@ def test_a_statement_logged_outbox_insert_is_dead_lettered_when_configured_and_t
                                      outbox={"tables": [{"schema": database, "table": "outbox",
                                                          "topic": topic_prefix + ".{aggregate_type}"}],
                                              "on_statement": "dead_letter"}))
+    csv = tmp_path / "load.csv"
+    csv.write_text("loaded\torder\tk\tt\tp\n")
+    csv.chmod(0o644)
+    tmp_path.chmod(0o755)
+    load = f"LOAD DATA INFILE '{csv}' INTO TABLE outbox (id, aggregatetype, aggregateid, type, payload)"
     try:
-        execute(mariadb, database, "SET SESSION binlog_format = 'STATEMENT'", sql)
+        execute(mariadb, database, "SET SESSION binlog_format = 'STATEMENT'", sql, load)
         commit_events(mariadb, database, [ev("next")])
-        relay.wait_delivered(2)
+        relay.wait_delivered(3)
     finally:
         relay.stop()
     assert ids_of(read_topic(kafka.bootstrap_servers, topic)) == ["next"]
     dead = read_topic(kafka.bootstrap_servers, dlq)
-    assert len(dead) == 1 and dead[0].headers[H_DLQ_CAUSE] == "statement_format"
-    body = json.loads(dead[0].raw_value)
-    assert body["row"]["sql"] == sql and body["table"] == f"{database}.outbox"
+    assert [d.headers[H_DLQ_CAUSE] for d in dead] == ["statement_format"] * 2
+    bodies = [json.loads(d.raw_value) for d in dead]
+    assert bodies[0]["row"]["sql"] == sql and bodies[0]["table"] == f"{database}.outbox"
+    assert bodies[1]["row"]["sql"].startswith("LOAD DATA") and "INTO TABLE `outbox`" in bodies[1]["row"]["sql"]
+
+
+# -- the other shapes ---------------------------------------------------------------------
+
+COLS = "(id, aggregatetype, aggregateid, type, payload)"
+
+
+def test_row_logged_shapes_publish_exactly_the_new_outbox_rows(
+        mariadb, kafka, database, topic_prefix, outbox, tmp_path):
+    """Multi-row INSERT, INSERT ... SELECT, ON DUPLICATE KEY UPDATE and REPLACE of an
+    existing id (never a second event under that id), rows a trigger or a stored procedure
+    writes, DDL inside a transaction (its implicit commit), CREATE TABLE ... SELECT,
+    TRUNCATE of the outbox, LOAD DATA, and a temporary table as the source of an INSERT."""
+    topic = f"{topic_prefix}.order"
+    kafka.create_topic(topic, 3)
+    csv = tmp_path / "load.csv"
+    csv.write_text("load-1\torder\tk\tt\tp\nload-2\torder\tk\tt\tp\n")
+    csv.chmod(0o644)
+    tmp_path.chmod(0o755)
+    setup = [
+        "CREATE TABLE staging LIKE outbox",
+        "CREATE TABLE orders (id INT PRIMARY KEY)",
+        f"CREATE TRIGGER order_event AFTER INSERT ON orders FOR EACH ROW INSERT INTO outbox {COLS} "
+        "VALUES (CONCAT('trigger-', NEW.id), 'order', 'k', 't', 'p')",
+        f"CREATE PROCEDURE two_events() BEGIN INSERT INTO outbox {COLS} VALUES ('proc-1','order','k','t','p'); "
+        f"INSERT INTO outbox {COLS} VALUES ('proc-2','order','k','t','p'); END",
+    ]
+    execute(mariadb, database, *setup)
+    relay = RelayThread(relay_config(mariadb, kafka, database, topic_prefix, tmp_path / "cp.json"))
+    expected = ["multi-1", "multi-2", "multi-3", "select-1", "select-2", "dup", "dup-new", "replaced",
+                "trigger-1", "proc-1", "proc-2", "ddl-1", "ddl-2", "load-1", "load-2", "temp-1", "last"]
+    try:
+        execute(mariadb, database,
+                f"INSERT INTO outbox {COLS} VALUES ('multi-1','order','k','t','p'),('multi-2','order','k','t','p'),"
+                "('multi-3','order','k','t','p')",
+                f"INSERT INTO staging {COLS} VALUES ('select-1','order','k','t','p'),('select-2','order','k','t','p')",
+                f"INSERT INTO outbox {COLS} SELECT {COLS[1:-1]} FROM staging",
+                f"INSERT INTO outbox {COLS} VALUES ('dup','order','k','t','p')",
+                f"INSERT INTO outbox {COLS} VALUES ('dup','order','k','t','again') ON DUPLICATE KEY UPDATE payload='x'",
+                f"INSERT INTO outbox {COLS} VALUES ('dup-new','order','k','t','p') ON DUPLICATE KEY UPDATE payload='x'",
+                f"INSERT INTO outbox {COLS} VALUES ('replaced','order','k','t','p')",
+                f"REPLACE INTO outbox {COLS} VALUES ('replaced','order','k','t','again')",
+                "INSERT INTO orders VALUES (1)",
+                "CALL two_events()",
+                "BEGIN",
+                f"INSERT INTO outbox {COLS} VALUES ('ddl-1','order','k','t','p')",
+                "CREATE TABLE made_mid_transaction (a INT)",  # commits ddl-1 implicitly
+                f"INSERT INTO outbox {COLS} VALUES ('ddl-2','order','k','t','p')",
+                "COMMIT",
+                "CREATE TABLE copied SELECT * FROM outbox",
+                "TRUNCATE staging",
+                f"LOAD DATA INFILE '{csv}' INTO TABLE outbox {COLS}",
+                f"CREATE TEMPORARY TABLE tmp_events AS SELECT * FROM staging",
+                f"INSERT INTO tmp_events {COLS} VALUES ('temp-1','order','k','t','p')",
+                f"INSERT INTO outbox {COLS} SELECT {COLS[1:-1]} FROM tmp_events",
+                "TRUNCATE outbox",
+                f"INSERT INTO outbox {COLS} VALUES ('last','order','k','t','p')")
+        relay.wait_delivered(len(expected))
+    finally:
+        summary = relay.stop()
+    records = read_topic(kafka.bootstrap_servers, topic)
+    assert_exactly_once(records, expected)
+    assert ids_of(records) == expected  # one key, so one partition: commit order, row order
+    assert summary.dead_lettered == 0
+
+
+def test_a_transaction_larger_than_max_binlog_cache_size_is_refused_by_the_server_and_publishes_nothing(
+        mariadb, kafka, database, topic_prefix, outbox, tmp_path):
+    import pymysql
+
+    topic = f"{topic_prefix}.order"
+    kafka.create_topic(topic, 3)
+    relay = RelayThread(relay_config(mariadb, kafka, database, topic_prefix, tmp_path / "cp.json"))
+    try:
+        with mariadb.connect(autocommit=True) as conn, conn.cursor() as cur:
+            cur.execute("SELECT @@GLOBAL.max_binlog_cache_size")
+            (old,) = cur.fetchone()
+            cur.execute("SET GLOBAL max_binlog_cache_size = 65536")
+        try:
+            with mariadb.connect(database) as conn:  # a new session picks up the global limit
+                with pytest.raises(pymysql.err.OperationalError) as refused:
+                    insert_events(conn, outbox, [ev(f"big-{i}", payload="x" * 2000) for i in range(100)])
+                    conn.commit()
+                conn.rollback()
+        finally:
+            with mariadb.connect(autocommit=True) as conn, conn.cursor() as cur:
+                cur.execute(f"SET GLOBAL max_binlog_cache_size = {int(old)}")
+        assert refused.value.args[0] == 1197  # ER_TRANS_CACHE_FULL
+        commit_events(mariadb, database, [ev("after")])
+        relay.wait_delivered(1)
+    finally:
+        relay.stop()
+    assert ids_of(read_topic(kafka.bootstrap_servers, topic)) == ["after"]

@@ -432,3 +432,17 @@ def test_a_mariadb_transaction_is_not_ended_by_a_statement_inside_it():
     out = feed_all(asm, [TxBegin(P(4), P(50), "0-1-9", False, True), Statement("INSERT INTO shop.orders VALUES (1)",
                    P(100), 5, "shop"), RowInsert("shop", "outbox", outbox_row("a"), P(200)), TxCommit(P(300), 5)])
     assert len(out) == 1 and ids(out[0]) == ["a"] and out[0].end == P(300)
+
+
+def test_replace_written_as_delete_then_insert_of_the_same_id_is_a_change_not_a_second_event():
+    asm = assembler(on_change="warn")
+    out = feed_all(asm, [TxBegin(P(4), P(50), "0-1-9", False, True),
+                         RowChange("delete", "shop", "outbox", outbox_row("b"), P(100)),
+                         RowInsert("shop", "outbox", outbox_row("b", payload="new"), P(150)),
+                         RowInsert("shop", "outbox", outbox_row("c"), P(160)), TxCommit(P(200), 5)])
+    assert ids(out[0]) == ["c"]
+    # insert-then-delete (the usual outbox pattern) still publishes the insert
+    out = feed_all(asm, [TxBegin(P(300), P(350), "0-1-10", False, True),
+                         RowInsert("shop", "outbox", outbox_row("d"), P(400)),
+                         RowChange("delete", "shop", "outbox", outbox_row("d"), P(450)), TxCommit(P(500), 5)])
+    assert ids(out[0]) == ["d"]
