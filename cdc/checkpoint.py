@@ -33,6 +33,10 @@ class Checkpoint:
     partitions: dict[str, int] = field(default_factory=dict)  # topic -> partition count
     written_at_ms: int = 0
     events_delivered: int = 0  # running total, for the operator
+    # XA transactions prepared and undecided when it was written, oldest first:
+    # (xid, prepare group's start "file:pos", prepare time in seconds). For the operator
+    # (`cdc check` ages them); recovery does not need it: `position` lies before them.
+    xa_held: tuple[tuple[str, str, int], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -46,6 +50,7 @@ class Checkpoint:
             "partitions": dict(sorted(self.partitions.items())),
             "written_at_ms": self.written_at_ms,
             "events_delivered": self.events_delivered,
+            "xa": [list(h) for h in self.xa_held],
         }
 
     @classmethod
@@ -66,6 +71,7 @@ class Checkpoint:
                 partitions={t: int(n) for t, n in data.get("partitions", {}).items()},
                 written_at_ms=int(data.get("written_at_ms", 0)),
                 events_delivered=int(data.get("events_delivered", 0)),
+                xa_held=tuple((str(x), str(at), int(ts)) for x, at, ts in data.get("xa", ())),
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ConfigError(f"checkpoint is damaged ({exc!r}); restore it or start with a start position") from exc

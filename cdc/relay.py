@@ -475,7 +475,8 @@ class Relay:
         if resume.position is None:
             return
         last = self._last_checkpoint
-        if not force and last is not None and last.position == resume.position and (
+        xa_held = tuple((h.xid, str(h.prepared_at), h.prepared_ts) for h in window.held.values())
+        if not force and last is not None and last.position == resume.position and last.xa_held == xa_held and (
                 not window.held or last.offsets == resume.offsets):
             return
         crashpoints.hit("after_ack_before_checkpoint")
@@ -491,6 +492,7 @@ class Relay:
             partitions=dict(self._partitions),
             written_at_ms=int(self._clock() * 1000),
             events_delivered=resume.events_delivered,
+            xa_held=xa_held,
         )
         if force:
             self._writer.save(cp)  # must be durable before the relay goes on

@@ -22,7 +22,8 @@ point is always the end of the last complete group (go-mysql: "we can't save the
 position until meeting XIDEvent which tells the whole transaction is over").
 
 DML on an outbox table logged as a *statement* (no row image) cannot become an event:
-the relay stops at it with one line naming the fix, or, with `on_statement =
+the relay stops at the commit of its transaction (one that rolls back never becomes
+anything) with one line naming the fix, or, with `on_statement =
 "dead_letter"`, dead-letters it (cause `statement_format`, the SQL in the dead letter)
 as one item of its transaction, at its place among the transaction's rows.
 """
@@ -145,8 +146,12 @@ class TransactionAssembler:
         self._standalone = False
         # Prepared XA transactions whose outcome has not been read: xid -> (start of the
         # prepare group, its rows). They survive reset(): a reconnect resumes after them.
-        self._prepared: dict[str, tuple[BinlogPosition, SpillBuffer]] = {}
+        self._prepared: dict[str, tuple[BinlogPosition, SpillBuffer, tuple[int, str] | None]] = {}
         self._deleted: set[tuple[tuple[str, str], Any]] = set()  # outbox ids deleted in this transaction
+        # With on_statement = "stop": the refusal of the first statement-logged outbox INSERT
+        # of the open transaction (its row index, the message). Raised only if the transaction
+        # commits: a statement of a transaction that rolls back never becomes anything.
+        self._refusal: tuple[int, str] | None = None
         self.resume_point: BinlogPosition | None = None
         self.discarded_rows = 0  # rows dropped by ROLLBACK / ROLLBACK TO SAVEPOINT / a cut stream
         self.xa_outcomes_unmatched = 0  # XA COMMIT/ROLLBACK of a prepare read before the start
@@ -169,6 +174,7 @@ class TransactionAssembler:
         self._rows.clear()
         self._savepoints.clear()
         self._deleted.clear()
+        self._refusal = None
         self._start = None
         self._gtid = None
         self._explicit = False
@@ -216,6 +222,8 @@ class TransactionAssembler:
             if keep is not None:
                 self.discarded_rows += len(self._rows) - keep
                 self._rows.truncate(keep)
+                if self._refusal is not None and self._refusal[0] >= keep:
+                    self._refusal = None
             return None
         if kind is Statement:
             if self._start is None:
@@ -253,8 +261,9 @@ class TransactionAssembler:
         start = self._start
         if event.xid in self._prepared:  # the same xid prepared twice without an outcome: cannot happen
             self.discarded_rows += len(self._prepared.pop(event.xid)[1])
-        self._prepared[event.xid] = (start, self._rows)
+        self._prepared[event.xid] = (start, self._rows, self._refusal)
         self._rows = SpillBuffer(self._memory_limit, self._spill_dir)
+        self._refusal = None
         marker = self._complete(event.end, event.timestamp, XaMark(XA_PREPARE, event.xid, start))
         return marker
 
@@ -269,17 +278,18 @@ class TransactionAssembler:
             log.warning("XA COMMIT %s at %s: its prepare lies before where this relay started reading; "
                         "its rows were not read and are not published", event.xid, event.end)
             return self._complete(event.end, event.timestamp, XaMark(XA_COMMIT, event.xid, None))
-        prepared_at, rows = held
+        prepared_at, rows, refusal = held
         self.discarded_rows += len(self._rows)  # an outcome group holds no rows of its own
         self._rows.clear()
         self._rows = rows
+        self._refusal = refusal
         return self._complete(event.end, event.timestamp, XaMark(XA_COMMIT, event.xid, prepared_at))
 
     def _xa_rollback(self, event: XaRollback) -> CommittedTransaction | None:
         held = self._prepared.pop(event.xid, None)
         prepared_at = None
         if held is not None:
-            prepared_at, rows = held
+            prepared_at, rows, _ = held
             self.discarded_rows += len(rows)
             rows.clear()
         elif self._start is None:
@@ -303,8 +313,8 @@ class TransactionAssembler:
         if target.kind != "insert":
             self._outbox_change(RowChange(target.kind, target.schema, target.table, {}, event.end))
             return
-        if self._on_statement == "stop":
-            raise StatementFormatRefused(
+        if self._on_statement == "stop" and self._refusal is None:
+            self._refusal = (len(self._rows),
                 f"an INSERT into outbox table {target.schema}.{target.table} was logged as a statement at "
                 f"{event.end} (transaction at {self._start}); the relay needs its row image: set "
                 "binlog_format=ROW for the server and the writing sessions, then restart the relay; or set "
@@ -324,6 +334,8 @@ class TransactionAssembler:
             self._on_ignored_change(event)
 
     def _complete(self, end: BinlogPosition, timestamp: int, xa: XaMark | None = None) -> CommittedTransaction:
+        if self._refusal is not None and (xa is None or xa.kind == XA_COMMIT):
+            raise StatementFormatRefused(self._refusal[1])
         start = self._start if self._start is not None else end
         identity = TxIdentity(self._source, start, self._gtid, self.server_id, timestamp * 1000,
                               xa.prepared_at if xa is not None and xa.kind == XA_COMMIT else None)
@@ -333,6 +345,7 @@ class TransactionAssembler:
             self._rows = SpillBuffer(self._memory_limit, self._spill_dir)
         self._savepoints.clear()
         self._deleted.clear()
+        self._refusal = None
         self._start = None
         self._gtid = None
         self._explicit = False

@@ -25,7 +25,7 @@ from connectors.checkpoint_stores import FileCheckpointStore, KafkaCheckpointSto
 from connectors.http_endpoint import HttpEndpoint
 from connectors.kafka_reader import KafkaTopicReader
 from connectors.kafka_sink import KafkaPublisher
-from connectors.preflight import failures, run_checks
+from connectors.preflight import failures, run_checks, warnings
 from connectors.reader_process import ReaderProcessFeeds, ReaderSpec
 
 log = logging.getLogger(__name__)
@@ -54,6 +54,8 @@ def preflight(cfg: Config, store=None) -> list:
     problems = failures(results)
     if problems:
         raise PreflightError(problems)
+    for warning in warnings(results):
+        log.warning("preflight: %s", warning)
     return results
 
 

@@ -78,9 +78,10 @@ def _cmd_check(args: argparse.Namespace) -> int:
     from connectors.preflight import run_checks
 
     cfg = read_config(args.config)
-    results = run_checks(cfg, start_position(cfg, checkpoint_store(cfg)))
+    store = checkpoint_store(cfg)
+    results = run_checks(cfg, start_position(cfg, store), store.load())
     for r in results:
-        print(f"{'ok  ' if r.ok else 'FAIL'} {r.name}: {r.message}")
+        print(f"{('warn' if r.warn else 'ok  ') if r.ok else 'FAIL'} {r.name}: {r.message}")
     failed = [r for r in results if not r.ok]
     if failed:
         print(f"{len(failed)} check(s) failed", file=sys.stderr)

@@ -1,6 +1,9 @@
 """One HTTP port for the operator: `/metrics` (Prometheus text), `/healthz` (the process
-serves), `/readyz` (the relay is streaming). Values come from `cdc.metrics.RelayMetrics`;
-nothing secret is ever part of them."""
+serves), `/readyz` (the relay is streaming: 200 `ready`, else 503 `not ready`; each
+operator problem the relay holds, such as an XA transaction still undecided after
+`xa.max_checks` check-backs, follows as one `problem: ...` line, the status unchanged: the
+relay streams on and holds only that transaction). Values come from
+`cdc.metrics.RelayMetrics`; nothing secret is ever part of them."""
 
 from __future__ import annotations
 
@@ -51,6 +54,12 @@ class _RelayCollector:
         yield gauge("cdc_binlog_bytes_behind", "Binlog bytes between the relay and the server's end",
                     -1 if m.server_end_bytes_behind is None else m.server_end_bytes_behind)
         yield gauge("cdc_ready", "1 while the relay is streaming", 1 if m.ready else 0)
+        yield gauge("cdc_xa_undecided", "XA transactions prepared whose outcome is not read (held, never published)",
+                    m.xa_undecided)
+        yield gauge("cdc_xa_oldest_undecided_age_seconds", "Seconds since the oldest undecided XA transaction's prepare",
+                    m.xa_oldest_undecided_age_s)
+        yield gauge("cdc_xa_undecided_problems", "Undecided XA transactions past xa.max_checks: an operator must "
+                    "XA COMMIT or XA ROLLBACK them", len(m.xa_problems))
 
 
 class HttpEndpoint:
@@ -69,7 +78,8 @@ class HttpEndpoint:
                     body, status, ctype = (b"ok\n" if ok else b"unhealthy\n"), (200 if ok else 503), "text/plain"
                 elif self.path == "/readyz":
                     ok = metrics.ready
-                    body, status, ctype = (b"ready\n" if ok else b"not ready\n"), (200 if ok else 503), "text/plain"
+                    text = ("ready\n" if ok else "not ready\n") + "".join(f"problem: {p}\n" for p in metrics.xa_problems)
+                    body, status, ctype = text.encode(), (200 if ok else 503), "text/plain"
                 else:
                     body, status, ctype = b"not found\n", 404, "text/plain"
                 self.send_response(status)

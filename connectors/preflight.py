@@ -1,19 +1,25 @@
 """Preflight: is the server set up for the relay? Run at start and alone as `cdc check`.
 
-Each check yields one line; a failing one names the fix. Where a privilege can be
+Each check yields one line; a failing one names the fix. A warning (`warn`) passes but
+names a risk the operator should know: an account that can log an outbox write as a
+statement, an XA transaction prepared and undecided (the relay holds its checkpoint
+before it and publishes nothing of it until it is decided). Where a privilege can be
 tried rather than parsed out of SHOW GRANTS, it is tried (a SELECT on each outbox table,
 SHOW BINARY LOGS); REPLICATION SLAVE can only be read from the grants.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import pymysql
 
+from cdc.checkpoint import Checkpoint
 from cdc.config import Config
 from cdc.errors import PositionError
 from cdc.position import BinlogPosition
+from cdc.source_events import xid_text
 
 ER_ACCESS_DENIED = 1045
 ER_SPECIFIC_ACCESS_DENIED = 1227
@@ -27,6 +33,12 @@ class CheckResult:
     name: str
     ok: bool
     message: str
+    warn: bool = False  # passes, but names a risk
+
+
+# Privileges that allow SET SESSION binlog_format (MariaDB: SUPER or BINLOG ADMIN; MySQL 8:
+# SESSION_VARIABLES_ADMIN or SYSTEM_VARIABLES_ADMIN or SUPER).
+SESSION_FORMAT_PRIVILEGES = ("SUPER", "BINLOG ADMIN", "SESSION_VARIABLES_ADMIN", "SYSTEM_VARIABLES_ADMIN")
 
 
 def _vars(cur, names: tuple[str, ...]) -> dict[str, str]:
@@ -34,14 +46,16 @@ def _vars(cur, names: tuple[str, ...]) -> dict[str, str]:
     return {str(k).lower(): str(v) for k, v in cur.fetchall()}
 
 
-def run_checks(cfg: Config, start: BinlogPosition | str | None = None) -> list[CheckResult]:
+def run_checks(cfg: Config, start: BinlogPosition | str | None = None,
+               checkpoint: Checkpoint | None = None) -> list[CheckResult]:
     """Every check's result. `start` is the position the relay would start from (a
-    checkpoint's, or the configured start when there is none)."""
+    checkpoint's, or the configured start when there is none); `checkpoint`, when there
+    is one, dates the undecided XA transactions it recorded."""
     src = cfg.source
     results: list[CheckResult] = []
 
-    def add(name: str, ok: bool, message: str) -> None:
-        results.append(CheckResult(name, ok, message))
+    def add(name: str, ok: bool, message: str, warn: bool = False) -> None:
+        results.append(CheckResult(name, ok, message, warn))
 
     try:
         conn = pymysql.connect(host=src.host, port=src.port, user=src.user, password=src.password.reveal(),
@@ -77,8 +91,10 @@ def run_checks(cfg: Config, start: BinlogPosition | str | None = None) -> list[C
                     "for new sessions; MySQL 8.0.14+ / MariaDB 10.5+ are needed for binlog_row_metadata)")
             _check_replica_id(cur, cfg, int(server_id), mariadb, add)
             _check_grants(cur, cfg, mariadb, add)
+            _check_session_format(cur, cfg, add)
             _check_tables(cur, cfg, add)
             _check_start(cur, start, add)
+            _check_xa_undecided(cur, checkpoint, add)
     finally:
         conn.close()
     return results
@@ -176,6 +192,72 @@ def _check_start(cur, start: BinlogPosition | str | None, add) -> None:
     else:
         add("start_position", False, f"start position {start} is not on this server: the checkpoint belongs to "
             "another server, or the binlog was reset")
+
+
+def _check_session_format(cur, cfg: Config, add) -> None:
+    """Who can log an outbox write as a statement: any account allowed to SET SESSION
+    binlog_format. The relay stops at such a write (or dead-letters it, by
+    outbox.on_statement); the fix is to run applications without these privileges."""
+    try:
+        cur.execute("SELECT DISTINCT GRANTEE FROM information_schema.USER_PRIVILEGES WHERE PRIVILEGE_TYPE IN ("
+                    + ",".join(["%s"] * len(SESSION_FORMAT_PRIVILEGES)) + ") ORDER BY GRANTEE",
+                    SESSION_FORMAT_PRIVILEGES)
+        accounts = [str(r[0]) for r in cur.fetchall()]
+        cur.execute("SELECT CURRENT_USER()")
+        me = str(cur.fetchone()[0])
+    except pymysql.err.MySQLError as exc:
+        add("session_binlog_format", True, f"cannot list who may change binlog_format per session ({exc.args[-1]})",
+            warn=True)
+        return
+    user, _, host = me.partition("@")
+    others = [a for a in accounts if a != f"'{user}'@'{host}'"]
+    fix = ("an outbox INSERT such an account logs with SET SESSION binlog_format='STATEMENT' stops the relay "
+           "(or is dead-lettered, outbox.on_statement): run applications under accounts without SUPER / "
+           "BINLOG ADMIN / SESSION_VARIABLES_ADMIN")
+    if others:
+        shown = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
+        add("session_binlog_format", True, f"accounts that can change binlog_format per session: {shown}; {fix}",
+            warn=True)
+    elif len(accounts) == len(others):  # not even our own row: USER_PRIVILEGES shows only what we may see
+        add("session_binlog_format", True, "no account with SUPER or BINLOG ADMIN is visible to "
+            f"{cfg.source.user!r} (it sees only its own privileges); {fix}", warn=True)
+    else:
+        add("session_binlog_format", True, f"only {me} can change binlog_format per session "
+            f"(other accounts' privileges are visible only with SELECT on mysql.*); {fix}", warn=True)
+
+
+def _check_xa_undecided(cur, checkpoint: Checkpoint | None, add) -> None:
+    """XA transactions prepared and not decided: the relay publishes nothing of them and
+    holds its checkpoint before the earliest until someone runs XA COMMIT / XA ROLLBACK."""
+    try:
+        cur.execute("XA RECOVER")
+        rows = cur.fetchall()
+    except pymysql.err.MySQLError as exc:
+        add("xa_undecided", True, f"cannot list prepared XA transactions ({exc.args[-1]}): on MySQL 8 "
+            "GRANT XA_RECOVER_ADMIN ON *.* to the relay's user", warn=True)
+        return
+    if not rows:
+        add("xa_undecided", True, "no XA transaction is prepared and undecided")
+        return
+    known = {xid: (at, ts) for xid, at, ts in (checkpoint.xa_held if checkpoint else ())}
+    now = time.time()
+    lines = []
+    for format_id, gtrid_len, _bqual_len, data in rows:
+        raw = data if isinstance(data, bytes) else str(data).encode()
+        xid = xid_text(int(format_id), raw[:int(gtrid_len)], raw[int(gtrid_len):])
+        if xid in known:
+            at, ts = known[xid]
+            lines.append(f"{xid} prepared at {at} {max(0, now - ts):.0f} s ago")
+        else:
+            lines.append(f"{xid} (not in the checkpoint: prepared after it was written, or before the relay "
+                         "started; age unknown)")
+    add("xa_undecided", True, f"{len(lines)} XA transaction(s) prepared and undecided: " + "; ".join(lines)
+        + ": the relay holds them unpublished and its checkpoint before the earliest; XA COMMIT or XA ROLLBACK "
+        "each on the server", warn=True)
+
+
+def warnings(results: list[CheckResult]) -> list[str]:
+    return [r.message for r in results if r.ok and r.warn]
 
 
 def failures(results: list[CheckResult]) -> list[str]:

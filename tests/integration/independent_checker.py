@@ -3,9 +3,10 @@
 It shares nothing with the relay's recovery path (no cdc.transaction, cdc.recovery,
 cdc.inflight, no connectors.binlog_source): it reads the committed outbox inserts
 straight from the binlog with python-mysql-replication and its own few lines of
-transaction assembly, reads every record of the topics with a plain consumer, and
-compares by the outbox row's own id (the application's identity of the event, not the
-relay's headers).
+transaction assembly (XA included: rows prepared at XA PREPARE count at their XA COMMIT,
+and not at all after XA ROLLBACK), reads every record of the topics with a plain
+consumer, and compares by the outbox row's own id (the application's identity of the
+event, not the relay's headers).
 
 Reported: missing (committed, in no topic), duplicate (more than one record with one
 event id), reordered (a key's events in another order than committed), phantom (a
@@ -22,7 +23,7 @@ from dataclasses import dataclass, field
 import fastavro
 from confluent_kafka import Consumer, TopicPartition
 from pymysqlreplication import BinLogStreamReader
-from pymysqlreplication.event import QueryEvent, RotateEvent, XidEvent
+from pymysqlreplication.event import QueryEvent, RotateEvent, XAPrepareEvent, XidEvent
 from pymysqlreplication.row_event import WriteRowsEvent
 
 from connectors.avro_schemas import schema
@@ -41,15 +42,24 @@ def committed_outbox_events(conn_settings: dict, database: str, table: str = "ou
     settings = {"host": conn_settings["host"], "port": conn_settings["port"], "user": conn_settings["user"],
                 "password": conn_settings.get("password") or conn_settings.get("passwd") or ""}
     kwargs = dict(connection_settings=settings, server_id=9_000_000 + uuid.uuid4().int % 100_000, blocking=False,
-                  only_events=[WriteRowsEvent, XidEvent, QueryEvent, RotateEvent])
+                  only_events=[WriteRowsEvent, XidEvent, QueryEvent, RotateEvent, XAPrepareEvent])
     if start_file:
         kwargs.update(resume_stream=True, log_file=start_file, log_pos=start_pos)
     stream = BinLogStreamReader(**kwargs)
     out: list[Committed] = []
     held: list[tuple[str, str]] = []
     savepoints: dict[str, int] = {}
+    prepared: dict[str, list[tuple[str, str]]] = {}  # xid text -> rows, until XA COMMIT / XA ROLLBACK
     try:
         for ev in stream:
+            if isinstance(ev, XAPrepareEvent):
+                xid = f"X'{ev.xid_gtrid.hex()}',X'{ev.xid_bqual.hex()}',{ev.xid_format_id}"
+                if ev.one_phase:
+                    _release(out, held)
+                else:
+                    prepared[xid] = held
+                held, savepoints = [], {}
+                continue
             if isinstance(ev, WriteRowsEvent):
                 if ev.schema == database and ev.table == table:
                     for row in ev.rows:
@@ -62,6 +72,16 @@ def committed_outbox_events(conn_settings: dict, database: str, table: str = "ou
                 q = (ev.query if isinstance(ev.query, str) else ev.query.decode()).strip().upper()
                 if q == "COMMIT":
                     _release(out, held)
+                    held, savepoints = [], {}
+                elif q.startswith("XA COMMIT"):
+                    xid = q[len("XA COMMIT"):].strip()
+                    if xid.endswith("ONE PHASE"):
+                        _release(out, held)
+                    else:
+                        _release(out, prepared.pop(xid.lower().replace("x'", "X'"), []))
+                    held, savepoints = [], {}
+                elif q.startswith("XA ROLLBACK"):
+                    prepared.pop(q[len("XA ROLLBACK"):].strip().lower().replace("x'", "X'"), None)
                     held, savepoints = [], {}
                 elif q in ("ROLLBACK", "BEGIN"):
                     held, savepoints = [], {}

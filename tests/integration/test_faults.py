@@ -40,10 +40,12 @@ AGGREGATES = ("order", "payment")
 
 class Writer(threading.Thread):
     """Commits outbox transactions (1-5 events, 5% rolled back) until `total` events were
-    attempted; survives the server going away (the binlog, not this ledger, is the truth)."""
+    attempted; survives the server going away (the binlog, not this ledger, is the truth).
+    A share `xa` of them are XA transactions: prepared on a connection of their own, and
+    committed (80%) or rolled back from another one a few transactions later."""
 
     def __init__(self, connect, total: int, keys: int = 100, pause_s: float = 0.0, seed: int = 1,
-                 max_rows: int | None = None):
+                 max_rows: int | None = None, xa: float = 0.1):
         super().__init__(name="writer", daemon=True)
         self._connect, self.total, self._keys, self._pause = connect, total, keys, pause_s
         # The long run writes larger transactions: 200k events in minutes, not hours of
@@ -52,9 +54,73 @@ class Writer(threading.Thread):
         self._rng = random.Random(seed)
         self.attempted = 0
         self.errors = 0
+        self.xa_prepared = 0
+        self.decide_error: str | None = None  # the last failure to decide a prepared XA transaction
         self.stop_flag = threading.Event()
+        self._xa = xa
+        self._undecided: list[list] = []  # [transactions to wait, xid, commit?]
+
+    def _xa_round(self, rows: list[tuple]) -> None:
+        """Prepare one XA transaction on its own connection (closed after the prepare: the
+        transaction stays prepared), and decide those whose turn has come."""
+        for item in list(self._undecided):
+            item[0] -= 1
+            if item[0] < 0:
+                self._decide(item)
+        if not rows:
+            return
+        xid = f"w{uuid.uuid4().hex[:12]}"
+        # Listed before the prepare: a server killed mid-prepare may or may not have prepared it.
+        self._undecided.append([self._rng.randint(0, 3), xid, self._rng.random() < 0.8])
+        conn = self._connect()
+        try:
+            conn.autocommit(True)  # XA START/COMMIT refuse a session with an implicit transaction open
+            with conn.cursor() as cur:
+                cur.execute(f"XA START '{xid}'")
+                cur.executemany("INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) "
+                                "VALUES (%s,%s,%s,%s,%s)", rows)
+                cur.execute(f"XA END '{xid}'")
+                cur.execute(f"XA PREPARE '{xid}'")
+        finally:
+            conn.close()
+        self.xa_prepared += 1
+
+    def _decide(self, item: list) -> None:
+        conn = self._connect()
+        try:
+            conn.autocommit(True)  # else XAER_OUTSIDE (1400): the session's implicit transaction
+            with conn.cursor() as cur:
+                cur.execute(f"XA {'COMMIT' if item[2] else 'ROLLBACK'} '{item[1]}'")
+        except pymysql.err.MySQLError as exc:
+            if exc.args[0] != 1397:  # XAER_NOTA: never prepared (the server died first)
+                raise
+        finally:
+            conn.close()
+        self._undecided.remove(item)
+
+    def _decide_all(self) -> None:
+        """Nothing stays prepared at the end (a prepared transaction would hold its locks)."""
+        deadline = time.monotonic() + 120
+        while self._undecided and time.monotonic() < deadline:
+            try:
+                self._decide(self._undecided[0])
+            except pymysql.err.MySQLError as exc:
+                self.decide_error = repr(exc)
+                time.sleep(0.2)
+
+    def finish(self) -> None:
+        """Join, and fail if an XA transaction stayed prepared: the relay would hold its
+        checkpoint before it and the final run could never reach the server's end."""
+        self.join()
+        assert not self._undecided, f"XA transactions left prepared: {self._undecided} ({self.decide_error})"
 
     def run(self) -> None:
+        try:
+            self._run()
+        finally:
+            self._decide_all()
+
+    def _run(self) -> None:
         rng, conn = self._rng, None
         deadline = time.monotonic() + (3600 if LONG else 600)
         while self.attempted < self.total and not self.stop_flag.is_set() and time.monotonic() < deadline:
@@ -66,6 +132,12 @@ class Writer(threading.Thread):
                     key = f"k{rng.randrange(self._keys)}"
                     rows.append((str(uuid.uuid4()), rng.choice(AGGREGATES), key, "Happened",
                                  '{"n": %d, "pad": "%s"}' % (self.attempted + len(rows), "x" * 150)))
+                if self._xa and rng.random() < self._xa:
+                    self._xa_round(rows)
+                    self.attempted += len(rows)
+                    continue
+                if self._undecided:
+                    self._xa_round([])
                 with conn.cursor() as cur:
                     cur.executemany("INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) "
                                     "VALUES (%s,%s,%s,%s,%s)", rows)
@@ -158,7 +230,7 @@ def test_random_sigkills(mariadb, kafka, database, topic_prefix, tmp_path):
         relay = RelayProcess(raw, env_for(mariadb), tmp_path)
         time.sleep(rng.uniform(0.8, 3.0))  # the fault's timing, not a wait for a condition
         relay.kill()
-    writer.join()
+    writer.finish()
     result = _finish_and_check(mariadb, kafka, database, raw, topics, tmp_path, start)
     print(f"\nrandom SIGKILLs: {kills} kills over {writer.attempted} attempted events in "
           f"{time.monotonic() - t0:.0f}s: {result.summary()}")
@@ -168,7 +240,8 @@ def test_random_sigkills(mariadb, kafka, database, topic_prefix, tmp_path):
 
 def test_every_crash_point(mariadb, kafka, database, topic_prefix, tmp_path):
     rounds = 20 if LONG else 1
-    order = ("mid_transaction", "after_produce", "after_ack_before_checkpoint", "recovery", "checkpoint_write")
+    order = ("mid_transaction", "after_produce", "after_ack_before_checkpoint", "recovery", "checkpoint_write",
+             "xa_prepared", "xa_outcome")
     assert set(order) == set(crashpoints.POINTS)
     topics = _setup(mariadb, kafka, database, topic_prefix)
     raw = relay_raw_config(mariadb, kafka, database, topic_prefix, tmp_path / "cp.json")
@@ -182,8 +255,8 @@ def test_every_crash_point(mariadb, kafka, database, topic_prefix, tmp_path):
     try:
         for _ in range(rounds):
             for point in order:
-                nth = {"recovery": 1, "after_ack_before_checkpoint": 1,
-                       "checkpoint_write": rng.randint(1, 10)}.get(point) or rng.randint(1, 400)
+                nth = {"recovery": 1, "after_ack_before_checkpoint": 1, "checkpoint_write": rng.randint(1, 10),
+                       "xa_prepared": rng.randint(1, 10), "xa_outcome": rng.randint(1, 10)}.get(point) or rng.randint(1, 400)
                 relay = RelayProcess(raw, env_for(mariadb), tmp_path, crash_at=f"{point}@{nth}")
                 try:
                     relay.wait(60)
@@ -192,7 +265,7 @@ def test_every_crash_point(mariadb, kafka, database, topic_prefix, tmp_path):
                     relay.kill()
     finally:
         writer.stop_flag.set()
-        writer.join()
+        writer.finish()
     result = _finish_and_check(mariadb, kafka, database, raw, topics, tmp_path, start)
     print(f"\ncrash points reached {reached} over {writer.attempted} events: {result.summary()}")
     assert all(n == rounds for n in reached.values()), reached
@@ -228,7 +301,7 @@ def test_mariadb_kill_restart(kafka, topic_prefix, tmp_path):
                 resume_times.append(time.monotonic() - up)
         finally:
             writer.stop_flag.set()
-            writer.join()
+            writer.finish()
         end = _server_end(db)
         wait_until(lambda: relay.error or _checkpoint_reached(tmp_path / "cp.json", end), 120, "relay caught up")
         relay.stop()
@@ -291,7 +364,7 @@ def test_broker_faults(mariadb, database, topic_prefix, tmp_path):
             time.sleep(1.0)
             kafka.set_rtt(broker, 0)
         kafka.push_errors("Produce", ["NOT_LEADER_OR_FOLLOWER", "REQUEST_TIMED_OUT", "NOT_ENOUGH_REPLICAS"] * 3)
-        writer.join()
+        writer.finish()
         end = _server_end(mariadb)
         wait_until(lambda: not thread.is_alive() or _checkpoint_reached(tmp_path / "cp.json", end), 180, "caught up")
         stop.set()
@@ -328,7 +401,7 @@ def test_full_producer_queue(mariadb, database, topic_prefix, tmp_path):
         start = raw["source"]["start"]
         writer = Writer(lambda: mariadb.connect(database), events)
         writer.start()
-        writer.join()
+        writer.finish()
         kafka.set_rtt(1, 40)
         relay = RelayProcess(raw, env_for(mariadb), tmp_path)
         peak = 0

@@ -10,11 +10,15 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
 import pytest
 
+from cdc.checkpoint import Checkpoint
+from cdc.position import BinlogPosition
+from connectors.checkpoint_stores import FileCheckpointStore
 from connectors.mariadb_server import EmbeddedMariaDB
 from tests.integration.harness import (
     OUTBOX_DDL, RelayProcess, _to_toml, env_for, master_position, relay_raw_config, wait_until,
@@ -112,13 +116,59 @@ def test_passing_check_prints_ok_lines_and_exits_0(mariadb, kafka, database, top
     result = check(tmp_path, raw, env_for(mariadb))
     assert result.returncode == 0, result.stdout + result.stderr
     lines = [line for line in result.stdout.splitlines() if line.strip()]
-    assert lines and all(line.startswith("ok ") for line in lines), result.stdout
+    assert lines and all(line.startswith(("ok ", "warn ")) for line in lines), result.stdout
     names = {line[4:].split(":")[0].strip() for line in lines}
     for name in ("connect", "log_bin", "binlog_format", "binlog_row_image", "binlog_row_metadata",
                  "replica_server_id", "grant_replication_slave", "grant_replication_client",
-                 f"table {database}.outbox", "start_position"):
+                 f"table {database}.outbox", "start_position", "session_binlog_format", "xa_undecided"):
         assert name in names, f"no ok line for {name}: {result.stdout}"
     assert "Traceback" not in result.stderr
+
+
+def warn_lines(result: subprocess.CompletedProcess) -> dict[str, str]:
+    return {line[5:].partition(": ")[0].strip(): line[5:].partition(": ")[2]
+            for line in result.stdout.splitlines() if line.startswith("warn ")}
+
+
+def test_undecided_xa_transactions_are_listed_with_their_age_and_accounts_that_can_log_statements_are_named(
+        mariadb, kafka, database, topic_prefix, tmp_path):
+    """Warnings pass (exit 0) but say what holds the relay back: each XA transaction
+    prepared and undecided (aged from the checkpoint where it recorded it), and the
+    accounts that may SET SESSION binlog_format."""
+    with mariadb.connect(database, autocommit=True) as conn, conn.cursor() as cur:
+        cur.execute(OUTBOX_DDL.format(name="outbox"))
+        cur.execute("SELECT @@server_id")
+        server_id = int(cur.fetchone()[0])
+    raw = relay_raw_config(mariadb, kafka, database, topic_prefix, tmp_path / "cp.json")
+    result = check(tmp_path, raw, env_for(mariadb))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "ok   xa_undecided: no XA transaction is prepared and undecided" in result.stdout
+    assert "'root'@'localhost'" in warn_lines(result)["session_binlog_format"]
+    gtrid = uuid.uuid4().hex[:8]
+    other = uuid.uuid4().hex[:8]
+    at = master_position(mariadb)
+    for xid in (gtrid, other):
+        with mariadb.connect(database, autocommit=True) as conn, conn.cursor() as cur:
+            cur.execute(f"XA START '{xid}'")
+            cur.execute("INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) "
+                        "VALUES (%s, 'order', 'k', 't', '{}')", (xid,))
+            cur.execute(f"XA END '{xid}'")
+            cur.execute(f"XA PREPARE '{xid}'")
+    try:
+        FileCheckpointStore(tmp_path / "cp.json").save(Checkpoint(
+            raw["source"]["name"], BinlogPosition.parse(at), server_id=server_id,
+            xa_held=((f"X'{gtrid.encode().hex()}',X'',1", at, int(time.time()) - 125),)))
+        result = check(tmp_path, raw, env_for(mariadb))
+        assert result.returncode == 0, result.stdout + result.stderr
+        line = warn_lines(result)["xa_undecided"]
+        assert line.startswith("2 XA transaction(s) prepared and undecided"), line
+        assert f"X'{gtrid.encode().hex()}',X'',1 prepared at {at} 12" in line  # 125 s ago, give or take
+        assert f"X'{other.encode().hex()}',X'',1 (not in the checkpoint" in line
+        assert "XA COMMIT or XA ROLLBACK" in line and "Traceback" not in result.stderr
+    finally:
+        with mariadb.connect(autocommit=True) as conn, conn.cursor() as cur:
+            for xid in (gtrid, other):
+                cur.execute(f"XA ROLLBACK '{xid}'")
 
 
 def test_binlog_off_is_refused(binlog_off_server, mariadb, kafka, topic_prefix, tmp_path):

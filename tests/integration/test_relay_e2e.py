@@ -236,7 +236,10 @@ def test_rollback_of_a_transaction_that_wrote_myisam_is_not_published(
     records = read_topic(kafka.bootstrap_servers, topic)
     assert_exactly_once(records, {"before-1", "after-STATEMENT-1", "after-STATEMENT-2", "after-ROW-1", "after-ROW-2"})
     assert summary.events_published == 5
-    assert relay.metrics.transactions >= 5
+    # before-1, after-STATEMENT-*, after-ROW-*, and the MyISAM row the ROW-format rollback
+    # left behind (non-transactional, logged as its own committed group); the STATEMENT-format
+    # group ends in ROLLBACK and completes nothing
+    assert relay.metrics.transactions >= 4
 
 
 def test_relay_killed_mid_transaction_publishes_nothing_of_it_then_everything_once(

@@ -13,12 +13,14 @@ import json
 import logging
 import random
 import threading
+import urllib.request
 from collections import defaultdict
 
 import pytest
 
 from cdc.identity import H_DLQ_CAUSE, H_FILE, H_GTID, H_POS, H_XA_PREPARE
 from cdc.position import BinlogPosition
+from connectors.http_endpoint import HttpEndpoint
 from tests.integration.harness import (
     RelayProcess, RelayThread, env_for, insert_events, master_position, read_topic, relay_config, relay_raw_config,
     wait_until,
@@ -160,6 +162,15 @@ def test_an_undecided_xa_holds_the_checkpoint_is_checked_back_and_reported_then_
         m = relay.metrics
         wait_until(lambda: m.xa_problems, 30, "the undecided XA transaction reported as a problem")
         assert m.xa_undecided == 1 and "XA COMMIT or XA ROLLBACK" in m.xa_problems[0]
+        endpoint = HttpEndpoint(m, "src")
+        try:
+            ready = urllib.request.urlopen(endpoint.url + "/readyz", timeout=10).read().decode()
+            metrics_text = urllib.request.urlopen(endpoint.url + "/metrics", timeout=10).read().decode()
+        finally:
+            endpoint.close()
+        assert "problem: XA transaction X'736c6f77',X'',1 prepared at" in ready
+        assert 'cdc_xa_undecided_problems{source="src"} 1.0' in metrics_text
+        assert 'cdc_xa_undecided{source="src"} 1.0' in metrics_text
         assert checkpoint_position(cp_path) <= prepare, "the checkpoint passed the prepare"
         text = caplog.text
         assert "XA RECOVER lists it as prepared (check 1 of 2)" in text

@@ -17,6 +17,7 @@ CP = Checkpoint(
     partitions={"outbox.event.order": 3, "outbox.dlq": 1},
     written_at_ms=1_700_000_000_123,
     events_delivered=99,
+    xa_held=(("X'7831',X'',1", "mysql-bin.000041:900", 1_700_000_000),),
 )
 
 
@@ -30,6 +31,12 @@ def test_round_trip_through_json():
     assert data["v"] == FORMAT_VERSION
     assert data["offsets"]["outbox.event.order"] == {"0": 10, "1": 3, "2": 5}
     assert Checkpoint.from_dict(data) == CP
+
+
+def test_a_checkpoint_written_before_xa_was_recorded_reads_as_holding_none():
+    data = CP.to_dict()
+    del data["xa"]
+    assert Checkpoint.from_dict(data).xa_held == ()
 
 
 def test_minimal_checkpoint_round_trip():

@@ -397,6 +397,40 @@ def test_a_statement_logged_outbox_insert_stops_the_relay_naming_table_position_
     assert "on_statement" in text and "\n" not in text
 
 
+def test_a_statement_logged_outbox_insert_of_a_transaction_that_rolls_back_is_nothing():
+    """A session in STATEMENT format that rolls back after touching a non-transactional
+    table leaves BEGIN, the statements and ROLLBACK in the binlog: nothing was committed,
+    nothing stops the relay."""
+    asm = assembler()
+    evs = _statement_tx("INSERT INTO shop.outbox VALUES ('g')")
+    evs[-1] = TxRollback(P(300))
+    assert feed_all(asm, evs) == [] and asm.resume_point == P(300)
+    assert len(feed_all(asm, [TxBegin(P(300), P(350), "0-1-10", False, True),
+                              RowInsert("shop", "outbox", outbox_row("a"), P(400)), TxCommit(P(500), 5)])) == 1
+
+
+def test_a_statement_logged_outbox_insert_cut_back_by_a_savepoint_is_nothing():
+    asm = assembler()
+    evs = _statement_tx("INSERT INTO shop.outbox VALUES ('g')")
+    evs[1:1] = [Savepoint("s1", P(100))]
+    evs[3:3] = [RollbackToSavepoint("s1", P(250))]
+    assert feed_all(asm, evs)[0].size == 0
+
+
+def test_a_statement_logged_outbox_insert_in_an_xa_prepare_stops_at_its_commit_not_its_rollback():
+    for outcome, refused in ((XaRollback(XID, P(700)), False), (XaCommit(XID, P(600), P(700), 5), True)):
+        asm = assembler()
+        prepare = [TxBegin(P(4), P(50), "0-1-3", False, True),
+                   Statement("INSERT INTO shop.outbox VALUES ('g')", P(200), 5, "shop"),
+                   XaEnd(XID, P(250)), XaPrepare(XID, P(300), 5)]
+        assert feed_all(asm, prepare)[0].size == 0
+        if refused:
+            with pytest.raises(StatementFormatRefused):
+                feed_all(asm, [outcome])
+        else:
+            assert feed_all(asm, [outcome])[0].size == 0
+
+
 def test_a_statement_logged_outbox_insert_is_dead_lettered_when_configured_and_keeps_its_place():
     asm = assembler(on_statement="dead_letter")
     evs = _statement_tx("INSERT INTO shop.outbox VALUES ('g')")
