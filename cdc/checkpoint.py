@@ -4,7 +4,7 @@ offsets at that moment.
 It is written only at transaction boundaries and only past transactions whose every
 message Kafka acknowledged, so restarting from it re-reads everything not proven
 delivered; recovery then reads each partition from the recorded offset on to find what
-was delivered after the checkpoint, and skips those events (DESIGN.md, invariant 4).
+was delivered after the checkpoint, and skips those events (docs/DESIGN.md, promise 4).
 
 The stored form is a versioned dict of primitives (`to_dict`/`from_dict`), short keys,
 stable across releases; a newer version than this code knows is refused, not guessed.

@@ -6,7 +6,7 @@
         -> serializer.encode (unless the feed did) -> publisher.publish(on_delivery)   (never fire and forget)
     acknowledgements -> InflightWindow.advance -> CheckpointStore.save (at intervals)
 
-Invariants kept here (DESIGN.md): only committed transactions are published; messages
+Invariants kept here (docs/DESIGN.md): only committed transactions are published; messages
 are handed to the producer in commit order and row order (the idempotent producer keeps
 that order per partition); the checkpoint only passes fully acknowledged transactions;
 a message Kafka refuses as too large goes to the dead-letter topic, any other delivery

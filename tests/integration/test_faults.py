@@ -163,7 +163,7 @@ class Writer(threading.Thread):
 
 def _setup(db, kafka, database: str, prefix: str, partitions: int = 24 if LONG else 6) -> list[str]:
     """The outbox table and the topics. The long run uses 24 partitions a topic: the
-    stand-in keeps only about 5 MiB per partition (DESIGN.md), and the checker must see
+    stand-in keeps only about 5 MiB per partition (tests/README.md), and the checker must see
     every record."""
     with db.connect(database) as conn, conn.cursor() as cur:
         cur.execute(OUTBOX_DDL.format(name="outbox"))

@@ -367,6 +367,20 @@ def test_xa_one_phase_commits_the_open_transaction():
         assert ids(out[0]) == ["a"] and out[0].xa is None and out[0].identity.start == P(4)
 
 
+def test_mysql_two_phase_shape_opened_by_an_xa_start_query_is_held_then_published_at_its_commit():
+    """MySQL writes the prepare group as a GTID event, a `XA START` query, rows, `XA END`
+    and XA_prepare; the outcome as a GTID event and a `XA COMMIT` query (byte-level shape:
+    not exercised against a MySQL server here)."""
+    from cdc.source_events import query_event
+    asm = assembler()
+    prepare = [TxBegin(P(4), P(50), "u:1"), query_event("XA START X'7831',X'',1", P(50), P(100), 5),
+               RowInsert("shop", "outbox", outbox_row("a"), P(200)),
+               query_event("XA END X'7831',X'',1", P(200), P(250), 5), XaPrepare(XID, P(300), 5)]
+    assert feed_all(asm, prepare)[0].size == 0 and asm.prepared_xids == [XID]
+    done = feed_all(asm, [TxBegin(P(300), P(350), "u:2"), query_event("XA COMMIT X'7831',X'',1", P(350), P(400), 6)])
+    assert ids(done[0]) == ["a"] and done[0].identity.gtid == "u:2" and done[0].identity.xa_prepared_at == P(4)
+
+
 def test_xa_queries_are_recognised_with_their_xid():
     from cdc.source_events import query_event
     assert query_event("XA COMMIT X'7831',X'',1", P(1), P(2), 3) == XaCommit(XID, P(1), P(2), 3)
