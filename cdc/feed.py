@@ -24,6 +24,7 @@ from cdc import crashpoints
 from cdc.errors import SourceError
 from cdc.outbox import DeadLetter, OutboxEvent, OutboxMapper
 from cdc.ports import BinlogSource, BinlogSourceFactory, Serializer, StartAt
+from cdc.position import BinlogPosition
 from cdc.source_events import Heartbeat, RowInsert, ServerInfo
 from cdc.topics import TopicRouter
 from cdc.transaction import CommittedTransaction, TransactionAssembler
@@ -42,6 +43,7 @@ class _More:
 
 
 MORE = _More()
+LOST_PREPARE_CHECK_S = 5.0  # while XA prepares are held: how often to ask whether the server lost one
 FeedItem = CommittedTransaction | Heartbeat | ServerInfo | _More | None  # None: nothing to read (caught up)
 
 
@@ -98,6 +100,10 @@ class LocalFeed:
         self._clock, self._sleep, self._wait = clock, sleep, wait
         self.reconnects = 0
         self._source: BinlogSource | None = sources.open(start)
+        # Lost prepares (see _lost_prepare): xid -> the server's binlog end when XA RECOVER
+        # did not list it; dropped once the feed has read that far without its outcome.
+        self._lost: dict[str, BinlogPosition] = {}
+        self._next_lost_check = 0.0
 
     @property
     def discarded_rows(self) -> int:
@@ -108,6 +114,10 @@ class LocalFeed:
         server's identity; MORE when an event was consumed without completing a
         transaction; None when nothing arrived within `timeout`."""
         assert self._source is not None
+        if self._assembler.holds_prepared and not self._assembler.in_transaction:
+            lost = self._lost_prepare()
+            if lost is not None:
+                return lost
         try:
             event = self._source.read(timeout)
         except SourceError as exc:
@@ -130,6 +140,51 @@ class LocalFeed:
         if kind is RowInsert and assembler.in_transaction:
             crashpoints.hit("mid_transaction")
         return MORE
+
+    def _lost_prepare(self) -> CommittedTransaction | None:
+        """A prepared XA transaction the server lost in a crash (its prepare group reached
+        the binlog, the engine's prepare did not) never gets an outcome: held, it would keep
+        the checkpoint back forever, and no one can XA COMMIT or XA ROLLBACK it (XAER_NOTA).
+        Proof that it is lost: it was prepared before the server's current start, XA RECOVER
+        (asked after that start) does not list it, and the feed has read up to the binlog end
+        taken after XA RECOVER without finding its outcome (a decided transaction leaves the
+        engine's prepared list only after its outcome is in the binlog)."""
+        assembler = self._assembler
+        at = assembler.resume_point
+        if self._lost and at is not None:
+            for xid, horizon in list(self._lost.items()):
+                if xid not in assembler.prepared_xids:
+                    del self._lost[xid]
+                elif at >= horizon:
+                    del self._lost[xid]
+                    log.warning("XA transaction %s: the server lost it in a crash (prepared before the server's "
+                                "start, not listed by XA RECOVER, no outcome in the binlog up to %s); it can never "
+                                "commit, its rows are dropped", xid, horizon)
+                    return assembler.drop_lost(xid)
+        now = self._clock()
+        if now < self._next_lost_check:
+            return None
+        self._next_lost_check = now + LOST_PREPARE_CHECK_S
+        started_at = getattr(self._sources, "server_started_at", None)
+        if started_at is None:
+            return None
+        try:
+            since = started_at()
+            older = [xid for xid, _at, ts in assembler.prepared() if since is not None and ts < since - 1
+                     and xid not in self._lost]
+            if not older:
+                return None
+            listed = self._sources.prepared_xids()
+            if listed is None:
+                return None
+            horizon = self._sources.resolve("latest")
+        except SourceError as exc:
+            log.info("checking for prepares lost in a crash failed (%s); checking again later", exc)
+            return None
+        for xid in older:
+            if xid not in listed:
+                self._lost[xid] = horizon
+        return None
 
     def close(self) -> None:
         if self._source is not None:

@@ -146,7 +146,7 @@ class TransactionAssembler:
         self._standalone = False
         # Prepared XA transactions whose outcome has not been read: xid -> (start of the
         # prepare group, its rows). They survive reset(): a reconnect resumes after them.
-        self._prepared: dict[str, tuple[BinlogPosition, SpillBuffer, tuple[int, str] | None]] = {}
+        self._prepared: dict[str, tuple[BinlogPosition, SpillBuffer, tuple[int, str] | None, int]] = {}
         self._deleted: set[tuple[tuple[str, str], Any]] = set()  # outbox ids deleted in this transaction
         # With on_statement = "stop": the refusal of the first statement-logged outbox INSERT
         # of the open transaction (its row index, the message). Raised only if the transaction
@@ -155,6 +155,7 @@ class TransactionAssembler:
         self.resume_point: BinlogPosition | None = None
         self.discarded_rows = 0  # rows dropped by ROLLBACK / ROLLBACK TO SAVEPOINT / a cut stream
         self.xa_outcomes_unmatched = 0  # XA COMMIT/ROLLBACK of a prepare read before the start
+        self.xa_lost = 0  # prepares the server lost in a crash (see drop_lost)
 
     @property
     def in_transaction(self) -> bool:
@@ -164,9 +165,32 @@ class TransactionAssembler:
         return (schema, table) in self._tables
 
     @property
+    def holds_prepared(self) -> bool:
+        return bool(self._prepared)
+
+    @property
     def prepared_xids(self) -> list[str]:
         """XA transactions prepared and not yet decided, in prepare order."""
         return list(self._prepared)
+
+    def prepared(self) -> list[tuple[str, BinlogPosition, int]]:
+        """(xid, prepare group's start, prepare time) of each undecided XA transaction."""
+        return [(xid, at, ts) for xid, (at, _rows, _refusal, ts) in self._prepared.items()]
+
+    def drop_lost(self, xid: str) -> CommittedTransaction | None:
+        """The server lost this prepare: a crash came between the prepare group's binlog
+        write and the engine's prepare, so recovery did not restore it, `XA RECOVER` does not
+        list it, and no outcome for it is in the binlog up to where the relay has read (the
+        caller's proof, cdc/feed.py). Nothing of it can ever commit: its rows go, and a
+        rollback mark ends its hold on the checkpoint. Only between transactions."""
+        if self._start is not None or xid not in self._prepared or self.resume_point is None:
+            return None
+        prepared_at, rows, _refusal, _ts = self._prepared.pop(xid)
+        self.discarded_rows += len(rows)
+        rows.clear()
+        self.xa_lost += 1
+        self._start, self._gtid = self.resume_point, None
+        return self._complete(self.resume_point, 0, XaMark(XA_ROLLBACK, xid, prepared_at))
 
     def reset(self) -> None:
         """Forget a partial transaction (the stream was cut or is being reopened)."""
@@ -261,7 +285,7 @@ class TransactionAssembler:
         start = self._start
         if event.xid in self._prepared:  # the same xid prepared twice without an outcome: cannot happen
             self.discarded_rows += len(self._prepared.pop(event.xid)[1])
-        self._prepared[event.xid] = (start, self._rows, self._refusal)
+        self._prepared[event.xid] = (start, self._rows, self._refusal, event.timestamp)
         self._rows = SpillBuffer(self._memory_limit, self._spill_dir)
         self._refusal = None
         marker = self._complete(event.end, event.timestamp, XaMark(XA_PREPARE, event.xid, start))
@@ -278,7 +302,7 @@ class TransactionAssembler:
             log.warning("XA COMMIT %s at %s: its prepare lies before where this relay started reading; "
                         "its rows were not read and are not published", event.xid, event.end)
             return self._complete(event.end, event.timestamp, XaMark(XA_COMMIT, event.xid, None))
-        prepared_at, rows, refusal = held
+        prepared_at, rows, refusal, _ts = held
         self.discarded_rows += len(self._rows)  # an outcome group holds no rows of its own
         self._rows.clear()
         self._rows = rows
@@ -289,7 +313,7 @@ class TransactionAssembler:
         held = self._prepared.pop(event.xid, None)
         prepared_at = None
         if held is not None:
-            prepared_at, rows, _ = held
+            prepared_at, rows, _, _ts = held
             self.discarded_rows += len(rows)
             rows.clear()
         elif self._start is None:

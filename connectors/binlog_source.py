@@ -244,6 +244,14 @@ class MySQLBinlogSourceFactory:
             out.add(xid_text(int(format_id), data[:int(gtrid_len)], data[int(gtrid_len):]))
         return out
 
+    def server_started_at(self) -> float | None:
+        """When the server started (its clock, seconds since the epoch)."""
+        uptime = self._query("SHOW GLOBAL STATUS LIKE 'Uptime'")  # MySQL 8 has no information_schema copy
+        now = self._query("SELECT UNIX_TIMESTAMP()")
+        if not uptime or not now:
+            return None
+        return float(now[0][0]) - float(uptime[0][1])
+
     def binary_logs(self) -> list[tuple[str, int]]:
         return [(str(r[0]), int(r[1])) for r in self._query("SHOW BINARY LOGS")]
 

@@ -285,6 +285,7 @@ class FakeSourceFactory:
         self.failures_raised = 0
         self.exhausted = False
         self.prepared: set[str] | None = set()  # what XA RECOVER lists; None: not permitted
+        self.started_at: float | None = None  # the server's start (seconds); None: unknown
 
     def open(self, start: Any) -> FakeSource:
         if self.open_failures > 0:
@@ -322,6 +323,9 @@ class FakeSourceFactory:
 
     def prepared_xids(self) -> set[str] | None:
         return set(self.prepared) if self.prepared is not None else None
+
+    def server_started_at(self) -> float | None:
+        return self.started_at
 
 
 # -- Kafka --------------------------------------------------------------------------------

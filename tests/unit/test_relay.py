@@ -637,3 +637,38 @@ def test_a_large_transaction_is_published_with_a_bounded_number_in_flight():
     assert_exactly_once_in_order(h.kafka, b)
     assert len(ids_in(h.kafka)) == 3000
     assert peak <= 400 + 256, peak
+
+
+# -- XA prepares the server lost in a crash ----------------------------------------------
+
+LOST = "X'6c6f7374',X'',1"
+
+
+def _lost_prepare_binlog():
+    b = Binlog()
+    b.transaction([outbox_row("e1", "order", "k1")])
+    prepared_at = b.xa_prepare(LOST, [outbox_row("lost", "order", "k1")])
+    b.transaction([outbox_row("e2", "order", "k1")])
+    return b, prepared_at
+
+
+def test_a_prepare_the_server_lost_in_a_crash_is_dropped_and_stops_holding_the_checkpoint():
+    """Prepared before the server's start, not listed by XA RECOVER, no outcome up to the
+    binlog's end: it can never commit; held, it would keep the checkpoint back forever."""
+    b, _ = _lost_prepare_binlog()
+    h = RelayHarness(b)
+    h.factory.started_at = 2.0e9  # after the prepare's timestamp
+    h.run(stop=lambda h: h.store.current is not None and h.store.current.position == b.end
+          and not h.store.current.xa_held)
+    assert ids_in(h.kafka) == ["e1", "e2"]
+    assert h.store.current.position == b.end and h.store.current.xa_held == ()
+
+
+@pytest.mark.parametrize("listed,started_at", [({LOST}, 2.0e9), (set(), 0.0), (set(), None)])
+def test_a_prepare_the_server_still_lists_or_that_came_after_its_start_stays_held(listed, started_at):
+    b, prepared_at = _lost_prepare_binlog()
+    h = RelayHarness(b)
+    h.factory.prepared, h.factory.started_at = listed, started_at
+    h.run(stop=lambda h: h.iterations > 3000)
+    assert ids_in(h.kafka) == ["e1", "e2"]
+    assert h.store.current.position <= prepared_at and [x for x, _at, _ts in h.store.current.xa_held] == [LOST]
