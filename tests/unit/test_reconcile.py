@@ -73,6 +73,9 @@ def make_event(
         "expected_topic": topic,
         "dlq_cause": dlq_cause,
         "dlq_error": None if dlq_cause is None else "why",
+        "kind": "event",
+        "xa_xid": None,
+        "xa_prepare": None,
     }
 
 
@@ -600,8 +603,8 @@ def _frames(spark: Any, events: list[dict], records: list[dict]) -> tuple[Any, A
 
     cols_e = [n for n, _ in BINLOG_FIELDS]
     cols_r = [n for n, _ in fields_for(False, True)]
-    ev = spark.createDataFrame([tuple(e[c] for c in cols_e) for e in events], BINLOG_SCHEMA)
-    rec = spark.createDataFrame([tuple(r[c] for c in cols_r) for r in records], schema_for(False, True))
+    ev = spark.createDataFrame([tuple(e.get(c) for c in cols_e) for e in events], BINLOG_SCHEMA)
+    rec = spark.createDataFrame([tuple(r.get(c) for c in cols_r) for r in records], schema_for(False, True))
     return ev, rec
 
 
