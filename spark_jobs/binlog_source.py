@@ -31,13 +31,32 @@ transaction assembly below, and rows reach Spark as Arrow batches built column b
 
 The transaction assembly here is the verifier's own (buffer outbox rows until XID or
 `COMMIT`; drop them on `ROLLBACK`; cut back to the savepoint on `ROLLBACK TO`); it shares
-nothing with the relay's `cdc/transaction.py` / `cdc/recovery.py`, so a bug there cannot
-hide itself.
+nothing with the relay's `cdc/transaction.py` / `cdc/source_events.py` / `cdc/recovery.py`,
+so a bug there cannot hide itself. Beyond that:
+
+* XA. A prepare group (MariaDB: GTID event, rows, `XA END`, XA_prepare event) yields its
+  outbox rows as `kind = xa_row` rows tagged with the xid (`xa_xid`, text form
+  `X'<gtrid hex>',X'<bqual hex>',<formatID>`) and the prepare group's coordinates, with
+  no identity yet; an outcome group (`XA COMMIT <xid>` / `XA ROLLBACK <xid>`, its own GTID
+  event) yields one marker row (`xa_commit` / `xa_rollback`) with the outcome group's
+  coordinates. A prepare and its outcome are often read by different partitions (other
+  byte ranges, other files), so nothing is decided here: `spark_jobs/reconcile.py`
+  `resolve_xa` pairs them over the whole read before reconciling. `XA COMMIT ... ONE
+  PHASE` (and MySQL's one-phase XA_prepare event) is an ordinary commit.
+* A statement-logged INSERT / REPLACE / LOAD DATA into an outbox table (a Query or
+  Execute_load_query event inside a multi-statement transaction; an unqualified table is
+  in the event's default schema) takes one row index, like the relay's dead letter for it;
+  its row has `dlq_cause = statement_format` and no content (the binlog holds no row image).
+* A Write_rows of an outbox id that a Delete_rows of the same table removed earlier in the
+  same transaction (REPLACE written as delete + insert) is not an event: the relay treats
+  it as a change of an existing event. So both readers read Delete_rows of outbox tables.
 
 Schema: see `BINLOG_SCHEMA`. `payload` is binary: the UTF-8 bytes of a text payload
 (`payload_is_text` true) or the raw bytes of a binary one (`payload_is_text` false);
 NULL for a NULL payload. `dlq_cause` is set when the relay must dead-letter the row
-(`missing_column`, `null_column`, `illegal_topic`, `topic_not_allowed`).
+(`missing_column`, `null_column`, `illegal_topic`, `topic_not_allowed`,
+`statement_format`). `kind` is `event`, `xa_row`, `xa_commit`, `xa_rollback` or
+`anomaly` (something the assembly could not make sense of, text in `dlq_error`).
 
 The password is never logged and is scrubbed from error messages.
 """
@@ -326,7 +345,7 @@ def classify_query(query: str) -> tuple[str, str | None]:
     the savepoint name or the xid in `xid_text` form)."""
     text = _COMMENT.sub(" ", query).strip().rstrip(";").strip()
     upper = text.upper()
-    if upper in ("BEGIN", "START TRANSACTION") or upper.startswith("XA START") or upper.startswith("XA BEGIN"):
+    if upper in ("BEGIN", "START TRANSACTION") or upper.startswith(("XA START", "XA BEGIN")):
         return "begin", None
     if upper in ("COMMIT", "COMMIT WORK"):
         return "commit", None
@@ -605,8 +624,10 @@ def events_of_tx(source: str, file: str, tx: CommittedTx, mapper: EventMapper) -
     one marker row."""
     seq = file_sequence(file)[1]
     kind, xid, prepare = _tx_rows_meta(file, tx)
-    base = dict(source=source, server_id=tx.server_id, file=file, file_seq=seq, tx_pos=tx.start, tx_end=tx.end,
-                gtid=tx.gtid, commit_ts_ms=tx.commit_ts * 1000, kind=kind, xa_xid=xid, xa_prepare=prepare)  # fmt: skip
+    base = {
+        "source": source, "server_id": tx.server_id, "file": file, "file_seq": seq, "tx_pos": tx.start, "tx_end": tx.end,
+        "gtid": tx.gtid, "commit_ts_ms": tx.commit_ts * 1000, "kind": kind, "xa_xid": xid, "xa_prepare": prepare,
+    }  # fmt: skip
     if tx.xa is not None and tx.xa[0] != XA_PREPARED:
         row: dict[str, Any] = {name: None for name in MAPPED_FIELDS}
         row.update(base, ikey=None, row=-1)
@@ -808,7 +829,7 @@ def read_binlog_file(
         only_events=[
             MariadbGtidEvent, GtidEvent, QueryEvent, XidEvent, WriteRowsEvent, DeleteRowsEvent, RotateEvent,
             XAPrepareEvent, ExecuteLoadQueryEvent,
-        ],  # fmt: skip
+        ],
         only_tables=sorted({t.table for t in tables}),
         only_schemas=sorted({t.schema for t in tables}),
         enable_logging=False,
@@ -905,8 +926,9 @@ def read_binlog_file_fast(
     relay's reading path (a decoder bug would be made by both sides and hide itself).
     Opt-in only (`binlog_reader="fast"`). The decoded events are taken by their type's
     name (this module imports neither `cdc.source_events` nor `cdc.transaction`) and go
-    through the verifier's own `TxAssembler`; Query events are classified again here
-    from their SQL text (`Statement.sql`), XA queries from the xid the decoder read."""
+    through the verifier's own `TxAssembler`; a `Statement` (any query the decoder does
+    not take for transaction control) is classified again by the verifier's own rules
+    (`classify_query`, `statement_insert_target`)."""
     from connectors.binlog_decoder import BinlogDecoder
     from connectors.binlog_protocol import BinlogConnection
 

@@ -1,9 +1,23 @@
 """Reconciliation: every committed outbox event of the binlog against every record of the
 topics, joined on the identity key, and each side classified.
 
-Inputs: the events of `cdc_binlog` (one per committed outbox insert) and the decoded
-records of `cdc_kafka` (`decode=true`), plus a `ReconcileContext` (source name, the
-verified binlog range, the watermarks of every partition read).
+Inputs: the rows of `cdc_binlog` (one per committed outbox insert, plus XA prepare rows
+and outcome markers) and the decoded records of `cdc_kafka` (`decode=true`), plus a
+`ReconcileContext` (source name, the verified binlog range, the watermarks of every
+partition read).
+
+XA first (`resolve_xa`, Spark; `resolve_xa_rows`, the reference): the binlog is read in
+byte ranges in parallel, so the rows of a prepare group and the XA COMMIT / XA ROLLBACK
+that decides them are usually read by different tasks, maybe from different files. The
+readers only tag (rows with their xid, one marker per outcome); the pairing is done here,
+over the whole read, before anything is joined: per xid, in binlog order, a prepare's
+outcome is the next row of that xid (an xid is busy from prepare to outcome). Committed:
+each row becomes an event at the COMMIT's place, with the commit group's identity
+(file/pos/GTID/commit time; `row` stays its index in the prepare group), exactly as the
+relay's headers carry it - so binlog order, the key-order check and verified_through all
+use the commit position. Rolled back: nothing. No outcome in the range: `xa_undecided`
+(below). Joining in Spark rather than carrying prepared rows from task to task keeps the
+partitions independent and is correct whatever the cut points.
 
 The rules (the same in the Spark implementation `reconcile()` and in the pure-python
 reference `reconcile_reference()`, which the unit tests hold against each other):
@@ -14,11 +28,18 @@ source) or `unidentified` (no identity headers) and is only counted. A record of
 whose identity key is an event of the binlog is a *delivery* of that event (records with
 `cdc.repair` and dead-letter records included). A record of ours that matches no event is
     - `unverifiable` when its header position lies before the verified binlog range
-      (reason `before_binlog_range`: the binlog there is purged or was not asked for) or
+      (reason `before_binlog_range`: the binlog there is purged or was not asked for) -
+      also when it is an XA event (`cdc.xa.prepare`) whose prepare group does - or
       at/after its end (`after_verified_range`: committed after the snapshot);
     - `phantom` otherwise: the binlog does not hold it as a committed outbox insert.
 
-Events: with n deliveries,
+Events: an XA transaction prepared in the range and undecided at its end is
+`unverifiable` (`xa_undecided`): never missing (the relay never publishes it while
+undecided), never matched (its key is one no record carries); its place is its prepare
+group's, so verified_through stops before it. A statement-logged outbox insert
+(`dlq_cause = statement_format`) is `unverifiable` (`statement_format`) with 0 or 1
+deliveries - its dead letter is its delivery, not a phantom - and `duplicate` with more;
+the report fails while one exists (report.py). Otherwise, with n deliveries,
     - n == 0: `missing`, unless it cannot be proven absent: its expected topic was not
       read (`topic_not_read`), or the partition it belongs to (murmur2 of the key when the
       partitioner is known, else any partition of the topic), or any partition of the

@@ -31,10 +31,19 @@ from cdc.position import BinlogPosition
 from cdc_cli.verify_commands import verify_config
 from spark_jobs.verify import run_verify
 from tests.integration.harness import (
-    RelayThread, env_for, insert_events, master_position, read_topic, relay_raw_config,
+    RelayThread,
+    env_for,
+    insert_events,
+    master_position,
+    read_topic,
+    relay_raw_config,
 )  # fmt: skip
 from tests.integration.test_relay_e2e import commit_events, create_outbox, ev, execute
-from tests.integration.test_transaction_shapes import binlog_events, xa_decide, xa_prepare
+from tests.integration.test_transaction_shapes import (
+    binlog_events,
+    xa_decide,
+    xa_prepare,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
