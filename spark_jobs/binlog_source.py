@@ -31,13 +31,32 @@ transaction assembly below, and rows reach Spark as Arrow batches built column b
 
 The transaction assembly here is the verifier's own (buffer outbox rows until XID or
 `COMMIT`; drop them on `ROLLBACK`; cut back to the savepoint on `ROLLBACK TO`); it shares
-nothing with the relay's `cdc/transaction.py` / `cdc/recovery.py`, so a bug there cannot
-hide itself.
+nothing with the relay's `cdc/transaction.py` / `cdc/source_events.py` / `cdc/recovery.py`,
+so a bug there cannot hide itself. Beyond that:
+
+* XA. A prepare group (MariaDB: GTID event, rows, `XA END`, XA_prepare event) yields its
+  outbox rows as `kind = xa_row` rows tagged with the xid (`xa_xid`, text form
+  `X'<gtrid hex>',X'<bqual hex>',<formatID>`) and the prepare group's coordinates, with
+  no identity yet; an outcome group (`XA COMMIT <xid>` / `XA ROLLBACK <xid>`, its own GTID
+  event) yields one marker row (`xa_commit` / `xa_rollback`) with the outcome group's
+  coordinates. A prepare and its outcome are often read by different partitions (other
+  byte ranges, other files), so nothing is decided here: `spark_jobs/reconcile.py`
+  `resolve_xa` pairs them over the whole read before reconciling. `XA COMMIT ... ONE
+  PHASE` (and MySQL's one-phase XA_prepare event) is an ordinary commit.
+* A statement-logged INSERT / REPLACE / LOAD DATA into an outbox table (a Query or
+  Execute_load_query event inside a multi-statement transaction; an unqualified table is
+  in the event's default schema) takes one row index, like the relay's dead letter for it;
+  its row has `dlq_cause = statement_format` and no content (the binlog holds no row image).
+* A Write_rows of an outbox id that a Delete_rows of the same table removed earlier in the
+  same transaction (REPLACE written as delete + insert) is not an event: the relay treats
+  it as a change of an existing event. So both readers read Delete_rows of outbox tables.
 
 Schema: see `BINLOG_SCHEMA`. `payload` is binary: the UTF-8 bytes of a text payload
 (`payload_is_text` true) or the raw bytes of a binary one (`payload_is_text` false);
 NULL for a NULL payload. `dlq_cause` is set when the relay must dead-letter the row
-(`missing_column`, `null_column`, `illegal_topic`, `topic_not_allowed`).
+(`missing_column`, `null_column`, `illegal_topic`, `topic_not_allowed`,
+`statement_format`). `kind` is `event`, `xa_row`, `xa_commit`, `xa_rollback` or
+`anomaly` (something the assembly could not make sense of, text in `dlq_error`).
 
 The password is never logged and is scrubbed from error messages.
 """
@@ -90,7 +109,16 @@ BINLOG_FIELDS: tuple[tuple[str, str], ...] = (
     ("expected_topic", "string"),
     ("dlq_cause", "string"),
     ("dlq_error", "string"),
+    ("kind", "string"),
+    ("xa_xid", "string"),
+    ("xa_prepare", "string"),
 )
+# `kind` of a row: an event of an ordinary transaction; a row of an XA prepare group (not
+# an event until its XA COMMIT is read); an XA outcome marker; an anomaly of the assembly.
+# reconcile.resolve_xa turns XA rows into KIND_XA_EVENT / KIND_XA_UNDECIDED events.
+KIND_EVENT, KIND_XA_ROW, KIND_XA_COMMIT, KIND_XA_ROLLBACK, KIND_ANOMALY = "event", "xa_row", "xa_commit", "xa_rollback", "anomaly"
+KIND_XA_EVENT, KIND_XA_UNDECIDED = "xa_event", "xa_undecided"
+STATEMENT_FORMAT = "statement_format"  # the dead-letter cause of a statement-logged outbox insert
 BINLOG_SCHEMA = ", ".join(f"`{name}` {kind}" for name, kind in BINLOG_FIELDS)
 BATCH_ROWS = 8192
 
@@ -118,7 +146,15 @@ class CommittedTx:
     gtid: str | None
     server_id: int
     commit_ts: int  # commit event header time, seconds
-    rows: list[tuple[str, str, dict[str, Any]]]  # (schema, table, values) in binlog order
+    # (schema, table, values) in binlog order; `values` is the SQL text (a str) for an
+    # outbox insert logged as a statement (no row image: cause statement_format)
+    rows: list[tuple[str, str, Any]]
+    # An XA group: (XA_PREPARED, xid) for a prepare group (`rows` are held, not yet
+    # events), (XA_COMMITTED | XA_ROLLED_BACK, xid) for an outcome group (no rows).
+    xa: tuple[str, str] | None = None
+
+
+XA_PREPARED, XA_COMMITTED, XA_ROLLED_BACK = "prepare", "commit", "rollback"
 
 
 @dataclass
@@ -129,7 +165,18 @@ class TxAssembler:
     outbox tables are buffered; `commit` hands them over, `rollback` drops them,
     `rollback_to(name)` cuts them back to what was buffered at `savepoint(name)`.
     Unexpected sequences are counted in `anomalies` (and their rows dropped), never
-    silently turned into events."""
+    silently turned into events.
+
+    XA: `xa_prepare` ends a prepare group and hands its rows over tagged
+    (XA_PREPARED, xid) - they are not events until an outcome for the xid is read,
+    maybe in another partition (see spark_jobs/reconcile.py `resolve_xa`);
+    `xa_outcome` hands over an outcome marker (XA_COMMITTED / XA_ROLLED_BACK, xid) with
+    the outcome group's coordinates. `XA COMMIT ... ONE PHASE` is an ordinary commit.
+
+    Statement-logged inserts into an outbox table (`statement`) take one row index, as
+    a row whose values are the SQL text. A Write_rows of an outbox id that a Delete_rows
+    of the same table removed earlier in the same transaction (REPLACE written as
+    delete + insert) is a change of an existing event, not an event (`delete_rows`)."""
 
     open: bool = False
     start: int = 0
@@ -137,9 +184,12 @@ class TxAssembler:
     server_id: int = 0
     standalone: bool = False
     multi: bool = False  # a multi-statement transaction (BEGIN, or MariaDB's non-standalone GTID)
-    rows: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
+    rows: list[tuple[str, str, Any]] = field(default_factory=list)
     savepoints: dict[str, int] = field(default_factory=dict)
     anomalies: list[str] = field(default_factory=list)
+    # (schema, table) -> its id column: which deletes can turn a later insert into a change
+    id_columns: dict[tuple[str, str], str] = field(default_factory=dict)
+    deleted: set[tuple[str, str, Any]] = field(default_factory=set)
 
     def _reset(self) -> None:
         self.open = False
@@ -150,6 +200,7 @@ class TxAssembler:
         self.multi = False
         self.rows = []
         self.savepoints = {}
+        self.deleted = set()
 
     def _drop_open(self, why: str, at: int) -> None:
         if self.open and self.rows:
@@ -183,6 +234,9 @@ class TxAssembler:
             n = sum(1 for _ in rows)
             self.anomalies.append(f"{n} outbox row(s) outside any transaction at {at} ignored")
             return
+        if self.deleted:
+            self.add_rows_of([(schema, table, values) for values in rows], at)
+            return
         for values in rows:
             self.rows.append((schema, table, values))
 
@@ -191,7 +245,31 @@ class TxAssembler:
         if not self.open:
             self.anomalies.append(f"{len(rows)} outbox row(s) outside any transaction at {at} ignored")
             return
+        if self.deleted:
+            deleted, ids = self.deleted, self.id_columns
+            rows = [r for r in rows if (r[0], r[1], _hashable(r[2].get(ids.get((r[0], r[1]), "id")))) not in deleted]
         self.rows.extend(rows)
+
+    def delete_rows(self, schema: str, table: str, rows: Iterable[dict[str, Any]]) -> None:
+        """Outbox rows deleted (Delete_rows): an insert of one of these ids later in the
+        same transaction is the second half of a REPLACE, not a new event."""
+        if not self.open:
+            return
+        column = self.id_columns.get((schema, table), "id")
+        for values in rows:
+            self.deleted.add((schema, table, _hashable(values.get(column))))
+
+    def statement(self, default_schema: str, sql: str, at: int, wanted: Any) -> None:
+        """A Query event that is not transaction control: inside a multi-statement
+        transaction a statement-logged INSERT / REPLACE / LOAD DATA into an outbox table
+        (`wanted`: the (schema, table) pairs) takes one row index; anything else is
+        ignored there. Outside one, a statement ends a standalone group (DDL)."""
+        if self.open and self.multi:
+            target = statement_insert_target(sql, default_schema)
+            if target is not None and target in wanted:
+                self.rows.append((target[0], target[1], sql))
+            return
+        self.other_statement(at)
 
     def savepoint(self, name: str) -> None:
         if self.open:
@@ -219,6 +297,31 @@ class TxAssembler:
         self._reset()
         return tx
 
+    def xa_prepare(self, xid: str, end: int, timestamp: int, one_phase: bool = False) -> CommittedTx | None:
+        """The XA_prepare event ending a prepare group: its rows, tagged with the xid
+        (MySQL's one-phase XA_prepare commits at once)."""
+        if not self.open:
+            self.anomalies.append(f"XA prepare of {xid} without a transaction at {end}")
+            return None
+        if one_phase:
+            return self.commit(end, timestamp)
+        tx = CommittedTx(self.start, end, self.gtid, self.server_id, timestamp, self.rows, (XA_PREPARED, xid))
+        self._reset()
+        return tx
+
+    def xa_outcome(self, kind: str, xid: str, start: int, end: int, timestamp: int, server_id: int) -> CommittedTx:
+        """`XA COMMIT <xid>` / `XA ROLLBACK <xid>`: the outcome group of a prepared
+        transaction, starting at its GTID event (or at the query without GTIDs)."""
+        if self.open and self.rows:
+            self.anomalies.append(f"{len(self.rows)} outbox row(s) in the XA outcome group at {self.start} ignored")
+        if self.open:
+            start, gtid, server_id = self.start, self.gtid, self.server_id
+        else:
+            gtid = None
+        tx = CommittedTx(start, end, gtid, server_id, timestamp, [], (kind, xid))
+        self._reset()
+        return tx
+
     def other_statement(self, at: int) -> None:
         """A statement that is not transaction control (DDL): it ends a standalone
         GTID group; inside a multi-statement transaction it is ignored."""
@@ -226,22 +329,35 @@ class TxAssembler:
             self._drop_open("DDL", at)
 
 
+def _hashable(value: Any) -> Any:
+    return bytes(value) if isinstance(value, bytearray) else value
+
+
 _SAVEPOINT = re.compile(r"^SAVEPOINT\s+`?([^`]+?)`?\s*;?$", re.IGNORECASE | re.DOTALL)
 _ROLLBACK_TO = re.compile(r"^ROLLBACK\s+(?:WORK\s+)?TO\s+(?:SAVEPOINT\s+)?`?([^`]+?)`?\s*;?$", re.IGNORECASE | re.DOTALL)
 _COMMENT = re.compile(r"/\*.*?\*/", re.DOTALL)
+_XA = re.compile(r"^XA\s+(END|COMMIT|ROLLBACK)\s+(.*?)(\s+ONE\s+PHASE)?\s*$", re.IGNORECASE | re.DOTALL)
 
 
 def classify_query(query: str) -> tuple[str, str | None]:
     """A Query event's statement as ("begin"|"commit"|"rollback"|"savepoint"|
-    "rollback_to"|"other", savepoint name)."""
+    "rollback_to"|"xa_end"|"xa_commit"|"xa_commit_one_phase"|"xa_rollback"|"other",
+    the savepoint name or the xid in `xid_text` form)."""
     text = _COMMENT.sub(" ", query).strip().rstrip(";").strip()
     upper = text.upper()
-    if upper in ("BEGIN", "START TRANSACTION", "XA START"):
+    if upper in ("BEGIN", "START TRANSACTION") or upper.startswith(("XA START", "XA BEGIN")):
         return "begin", None
     if upper in ("COMMIT", "COMMIT WORK"):
         return "commit", None
     if upper in ("ROLLBACK", "ROLLBACK WORK"):
         return "rollback", None
+    m = _XA.match(text)
+    if m:
+        verb = m.group(1).upper()
+        kind = {"END": "xa_end", "COMMIT": "xa_commit", "ROLLBACK": "xa_rollback"}[verb]
+        if m.group(3) and verb == "COMMIT":
+            kind = "xa_commit_one_phase"
+        return kind, canonical_xid(m.group(2))
     m = _ROLLBACK_TO.match(text)
     if m:
         return "rollback_to", m.group(1)
@@ -249,6 +365,80 @@ def classify_query(query: str) -> tuple[str, str | None]:
     if m:
         return "savepoint", m.group(1)
     return "other", None
+
+
+def xid_text(format_id: int, gtrid: bytes, bqual: bytes) -> str:
+    """An xid as the server writes it in `XA COMMIT` queries (and as the relay's
+    `cdc.xa.prepare` peers name it): X'<gtrid hex>',X'<bqual hex>',<formatID>."""
+    return f"X'{gtrid.hex()}',X'{bqual.hex()}',{format_id}"
+
+
+_XID_PART = re.compile(r"""\s*(?:[Xx]'([0-9A-Fa-f]*)'|'((?:[^']|'')*)'|"((?:[^"]|"")*)"|(\d+))\s*""")
+
+
+def canonical_xid(text: str) -> str:
+    """The xid of an XA statement in `xid_text` form: the server writes
+    X'..',X'..',n; a hand-written binlog may carry 'gtrid'[,'bqual'[,formatID]]. Text
+    that is not an xid is returned unchanged (it still pairs with itself)."""
+    parts: list[str | bytes] = []
+    pos = 0
+    text = text.strip()
+    while pos < len(text):
+        m = _XID_PART.match(text, pos)
+        if m is None:
+            return text
+        if m.group(1) is not None:
+            if len(m.group(1)) % 2:
+                return text
+            parts.append(bytes.fromhex(m.group(1)))
+        elif m.group(2) is not None:
+            parts.append(m.group(2).replace("''", "'").encode())
+        elif m.group(3) is not None:
+            parts.append(m.group(3).replace('""', '"').encode())
+        else:
+            parts.append(m.group(4))
+        pos = m.end()
+        if pos < len(text):
+            if text[pos] != ",":
+                return text
+            pos += 1
+    if not parts or not isinstance(parts[0], bytes) or len(parts) > 3:
+        return text
+    gtrid = parts[0]
+    bqual = parts[1] if len(parts) > 1 else b""
+    fmt = parts[2] if len(parts) > 2 else "1"
+    if not isinstance(bqual, bytes) or not isinstance(fmt, str):
+        return text
+    return xid_text(int(fmt), gtrid, bqual)
+
+
+# statement-logged DML: only the target of INSERT / REPLACE / LOAD DATA matters here
+_IDENT = r"(?:`(?:[^`]|``)+`|[A-Za-z0-9_$\u0080-\uffff]+)"
+_TARGET = rf"(?P<a>{_IDENT})(?:\s*\.\s*(?P<b>{_IDENT}))?"
+_LEADING = re.compile(r"^(?:\s+|/\*.*?\*/|--[^\n]*(?:\n|$)|#[^\n]*(?:\n|$))*", re.DOTALL)
+_INSERT_INTO = re.compile(
+    rf"(?:INSERT|REPLACE)\s+(?:(?:LOW_PRIORITY|DELAYED|HIGH_PRIORITY|IGNORE)\s+)*(?:INTO\s+)?{_TARGET}", re.IGNORECASE
+)
+_LOAD_INTO = re.compile(rf"LOAD\s+(?:DATA|XML)\b.*?\bINTO\s+TABLE\s+{_TARGET}", re.IGNORECASE | re.DOTALL)
+
+
+def _ident(text: str) -> str:
+    return text[1:-1].replace("``", "`") if text.startswith("`") else text
+
+
+def statement_insert_target(sql: str, default_schema: str) -> tuple[str, str] | None:
+    """(schema, table) that a statement-logged INSERT, REPLACE or LOAD DATA writes new
+    rows into, or None for any other statement. An unqualified name is in the Query
+    event's default schema. `INSERT INTO t SELECT ... FROM outbox` writes t, not the
+    outbox."""
+    body = sql[_LEADING.match(sql).end():]  # type: ignore[union-attr]  # matches the empty string
+    for pattern in (_INSERT_INTO, _LOAD_INTO):
+        m = pattern.match(body)
+        if m is not None:
+            if m.group("b") is not None:
+                return _ident(m.group("a")), _ident(m.group("b"))
+            return default_schema, _ident(m.group("a"))
+    return None
 
 
 # ------------------------------------------------------------------- outbox mapping
@@ -304,12 +494,17 @@ class EventMapper:
             self._topics[key] = hit
         return hit
 
-    def map(self, schema: str, table: str, values: Mapping[str, Any]) -> dict[str, Any]:
+    def map(self, schema: str, table: str, values: Any) -> dict[str, Any]:
         return dict(zip(MAPPED_FIELDS, self.map_values(schema, table, values)))
 
-    def map_values(self, schema: str, table: str, values: Mapping[str, Any]) -> tuple:
-        """`map` as a tuple in MAPPED_FIELDS order (no dict per row: the reader's hot path)."""
+    def map_values(self, schema: str, table: str, values: Any) -> tuple:
+        """`map` as a tuple in MAPPED_FIELDS order (no dict per row: the reader's hot path).
+        `values` is a str for an insert logged as a statement: no row image, so only
+        its table and the dead-letter cause `statement_format` are known."""
         cfg, required, name = self._layout[(schema, table)]
+        if type(values) is str:
+            return (name, None, None, None, None, None, None, None, None, STATEMENT_FORMAT,
+                    f"DML logged as a statement, no row image: {values[:200]}")  # fmt: skip
         get = values.get
         out = [name, None, None, None, None]
         for i, column in enumerate(required, 1):  # id, aggregate type, aggregate id, type
@@ -333,6 +528,18 @@ MAPPED_FIELDS = (
     "expected_topic", "dlq_cause", "dlq_error",
 )  # fmt: skip
 _SEP = "\x1f"  # spark_jobs.common.identity_key's separator
+_N_COORD = 10  # ikey .. commit_ts_ms
+_N_MAPPED = len(MAPPED_FIELDS)
+
+
+def _tx_rows_meta(file: str, tx: CommittedTx) -> tuple[str, str | None, str | None]:
+    """(kind, xa_xid, xa_prepare) of the rows a transaction yields."""
+    if tx.xa is None:
+        return KIND_EVENT, None, None
+    kind, xid = tx.xa
+    if kind == XA_PREPARED:
+        return KIND_XA_ROW, xid, f"{file}:{tx.start}"
+    return (KIND_XA_COMMIT if kind == XA_COMMITTED else KIND_XA_ROLLBACK), xid, None
 
 
 class EventColumns:
@@ -353,29 +560,47 @@ class EventColumns:
     def add_tx(self, file: str, tx: CommittedTx) -> None:
         rows = tx.rows
         n = len(rows)
-        if not n:
+        marker = tx.xa is not None and tx.xa[0] != XA_PREPARED
+        if not n and not marker:
             return
         seq = self._seq.get(file)
         if seq is None:
             seq = self._seq[file] = file_sequence(file)[1]
         source = self.source
-        prefix = f"g{_SEP}{source}{_SEP}{tx.gtid}{_SEP}" if tx.gtid else f"p{_SEP}{source}{_SEP}{file}{_SEP}{tx.start}{_SEP}"
-        (ikey, c_source, c_sid, c_file, c_seq, c_pos, c_end, c_row, c_gtid, c_ts, *mapped) = self.cols
-        ikey.extend([prefix + str(i) for i in range(n)])
+        cols = self.cols
+        (ikey, c_source, c_sid, c_file, c_seq, c_pos, c_end, c_row, c_gtid, c_ts) = cols[:_N_COORD]
+        mapped = cols[_N_COORD:_N_COORD + _N_MAPPED]
+        c_kind, c_xid, c_prep = cols[_N_COORD + _N_MAPPED:]
+        kind, xid, prepare = _tx_rows_meta(file, tx)
+        if marker:  # an XA outcome: one row, no event
+            n = 1
+            ikey.append(None)
+            c_row.append(-1)
+            for c in mapped:
+                c.append(None)
+        else:
+            if tx.xa is None:
+                prefix = f"g{_SEP}{source}{_SEP}{tx.gtid}{_SEP}" if tx.gtid else f"p{_SEP}{source}{_SEP}{file}{_SEP}{tx.start}{_SEP}"
+                ikey.extend([prefix + str(i) for i in range(n)])
+            else:
+                ikey.extend([None] * n)
+            c_row.extend(range(n))
+            map_values = self.mapper.map_values
+            appends = [c.append for c in mapped]
+            for schema, table, values in rows:
+                for append, value in zip(appends, map_values(schema, table, values)):
+                    append(value)
         c_source.extend([source] * n)
         c_sid.extend([tx.server_id] * n)
         c_file.extend([file] * n)
         c_seq.extend([seq] * n)
         c_pos.extend([tx.start] * n)
         c_end.extend([tx.end] * n)
-        c_row.extend(range(n))
         c_gtid.extend([tx.gtid] * n)
         c_ts.extend([tx.commit_ts * 1000] * n)
-        map_values = self.mapper.map_values
-        appends = [c.append for c in mapped]
-        for schema, table, values in rows:
-            for append, value in zip(appends, map_values(schema, table, values)):
-                append(value)
+        c_kind.extend([kind] * n)
+        c_xid.extend([xid] * n)
+        c_prep.extend([prepare] * n)
         self.n += n
 
     def add_row(self, row: Mapping[str, Any]) -> None:
@@ -394,21 +619,23 @@ class EventColumns:
 
 
 def events_of_tx(source: str, file: str, tx: CommittedTx, mapper: EventMapper) -> Iterator[dict[str, Any]]:
+    """The rows of one transaction as dicts (BINLOG_FIELDS): its events; for an XA
+    prepare group its held rows (kind xa_row, no identity yet); for an XA outcome group
+    one marker row."""
     seq = file_sequence(file)[1]
+    kind, xid, prepare = _tx_rows_meta(file, tx)
+    base = {
+        "source": source, "server_id": tx.server_id, "file": file, "file_seq": seq, "tx_pos": tx.start, "tx_end": tx.end,
+        "gtid": tx.gtid, "commit_ts_ms": tx.commit_ts * 1000, "kind": kind, "xa_xid": xid, "xa_prepare": prepare,
+    }  # fmt: skip
+    if tx.xa is not None and tx.xa[0] != XA_PREPARED:
+        row: dict[str, Any] = {name: None for name in MAPPED_FIELDS}
+        row.update(base, ikey=None, row=-1)
+        yield row
+        return
     for index, (schema, table, values) in enumerate(tx.rows):
         row = mapper.map(schema, table, values)
-        row.update(
-            ikey=identity_key(source, tx.gtid, file, tx.start, index),
-            source=source,
-            server_id=tx.server_id,
-            file=file,
-            file_seq=seq,
-            tx_pos=tx.start,
-            tx_end=tx.end,
-            row=index,
-            gtid=tx.gtid,
-            commit_ts_ms=tx.commit_ts * 1000,
-        )
+        row.update(base, ikey=identity_key(source, tx.gtid, file, tx.start, index) if tx.xa is None else None, row=index)
         yield row
 
 
@@ -570,6 +797,10 @@ def _reading(file: str, settings: Mapping[str, Any], asm: "TxAssembler", end: in
                 on_anomaly(f"{file}: {text}")
 
 
+def _assembler(tables: Sequence[OutboxTable]) -> TxAssembler:
+    return TxAssembler(id_columns={(t.schema, t.table): t.id_column for t in tables})
+
+
 def read_binlog_file(
     settings: Mapping[str, Any],
     file: str,
@@ -580,10 +811,12 @@ def read_binlog_file(
     on_anomaly: Any = None,
 ) -> Iterator[CommittedTx]:
     """The committed transactions (with their outbox rows) of one binlog file, from
-    `start` up to (not past) `end`."""
+    `start` up to (not past) `end`; and the XA prepare and outcome groups (`xa` set)."""
     from pymysqlreplication import BinLogStreamReader
-    from pymysqlreplication.event import GtidEvent, MariadbGtidEvent, QueryEvent, RotateEvent, XidEvent
-    from pymysqlreplication.row_event import WriteRowsEvent
+    from pymysqlreplication.event import (
+        ExecuteLoadQueryEvent, GtidEvent, MariadbGtidEvent, QueryEvent, RotateEvent, XAPrepareEvent, XidEvent,
+    )  # fmt: skip
+    from pymysqlreplication.row_event import DeleteRowsEvent, WriteRowsEvent
 
     wanted = {(t.schema, t.table) for t in tables}
     stream = BinLogStreamReader(
@@ -593,12 +826,15 @@ def read_binlog_file(
         log_file=file,
         log_pos=start,
         blocking=False,
-        only_events=[MariadbGtidEvent, GtidEvent, QueryEvent, XidEvent, WriteRowsEvent, RotateEvent],
+        only_events=[
+            MariadbGtidEvent, GtidEvent, QueryEvent, XidEvent, WriteRowsEvent, DeleteRowsEvent, RotateEvent,
+            XAPrepareEvent, ExecuteLoadQueryEvent,
+        ],
         only_tables=sorted({t.table for t in tables}),
         only_schemas=sorted({t.schema for t in tables}),
         enable_logging=False,
     )
-    asm = TxAssembler()
+    asm = _assembler(tables)
     with _reading(file, settings, asm, end, stream.close, on_anomaly):
         for event in stream:
             packet = event.packet
@@ -613,8 +849,16 @@ def read_binlog_file(
             if isinstance(event, WriteRowsEvent):
                 if (event.schema, event.table) in wanted:
                     asm.add_rows(event.schema, event.table, (r["values"] for r in event.rows), event_start)
+            elif isinstance(event, DeleteRowsEvent):
+                if (event.schema, event.table) in wanted:
+                    asm.delete_rows(event.schema, event.table, (r["values"] for r in event.rows))
             elif isinstance(event, XidEvent):
                 tx = asm.commit(event_end, event.timestamp)
+                if tx is not None:
+                    yield tx
+            elif isinstance(event, XAPrepareEvent):
+                xid = xid_text(event.xid_format_id, event.xid_gtrid, event.xid_bqual)
+                tx = asm.xa_prepare(xid, event_end, event.timestamp, event.one_phase)
                 if tx is not None:
                     yield tx
             elif isinstance(event, MariadbGtidEvent):
@@ -623,23 +867,48 @@ def read_binlog_file(
                 )
             elif isinstance(event, GtidEvent):
                 asm.gtid_event(event_start, event.gtid, packet.server_id)
+            elif isinstance(event, ExecuteLoadQueryEvent):
+                # LOAD DATA logged as a statement: the library reads only the post-header;
+                # status variables, default schema and the statement follow.
+                event.packet.read(event.status_vars_length)
+                schema = event.packet.read(event.schema_length).decode("utf-8", "replace")
+                event.packet.advance(1)
+                size = event.event_size - 26 - event.status_vars_length - event.schema_length - 1
+                query = event.packet.read(size).decode("utf-8", "replace") if size > 0 else ""
+                asm.statement(schema, query, event_start, wanted)
             elif isinstance(event, QueryEvent):
                 query = event.query if isinstance(event.query, str) else event.query.decode("utf-8", "replace")
-                kind, name = classify_query(query)
-                if kind == "begin":
-                    asm.begin(event_start, packet.server_id)
-                elif kind == "commit":
-                    tx = asm.commit(event_end, event.timestamp)
-                    if tx is not None:
-                        yield tx
-                elif kind == "rollback":
-                    asm.rollback()
-                elif kind == "savepoint":
-                    asm.savepoint(name or "")
-                elif kind == "rollback_to":
-                    asm.rollback_to(name or "", event_start)
-                else:
-                    asm.other_statement(event_start)
+                schema = event.schema if isinstance(event.schema, str) else event.schema.decode("utf-8", "replace")
+                tx = _query(asm, query, schema, event_start, event_end, event.timestamp, packet.server_id, wanted)
+                if tx is not None:
+                    yield tx
+
+
+def _query(asm: TxAssembler, query: str, schema: str, start: int, end: int, timestamp: int, server_id: int,
+           wanted: Any) -> CommittedTx | None:  # fmt: skip
+    """A Query event's text through the assembly (both readers)."""
+    kind, name = classify_query(query)
+    if kind == "begin":
+        asm.begin(start, server_id)
+    elif kind == "commit":
+        return asm.commit(end, timestamp)
+    elif kind == "rollback":
+        asm.rollback()
+    elif kind == "savepoint":
+        asm.savepoint(name or "")
+    elif kind == "rollback_to":
+        asm.rollback_to(name or "", start)
+    elif kind == "xa_commit":
+        return asm.xa_outcome(XA_COMMITTED, name or "", start, end, timestamp, server_id)
+    elif kind == "xa_rollback":
+        return asm.xa_outcome(XA_ROLLED_BACK, name or "", start, end, timestamp, server_id)
+    elif kind == "xa_commit_one_phase":
+        return asm.commit(end, timestamp)
+    elif kind == "xa_end":
+        pass
+    else:
+        asm.statement(schema, query, start, wanted)
+    return None
 
 
 def read_binlog_file_fast(
@@ -655,9 +924,11 @@ def read_binlog_file_fast(
     (`connectors.binlog_protocol.BinlogConnection` + `connectors.binlog_decoder.BinlogDecoder`)
     instead of python-mysql-replication: several times faster, but NOT independent of the
     relay's reading path (a decoder bug would be made by both sides and hide itself).
-    Opt-in only (`binlog_reader="fast"`). The decoded `cdc.source_events` still go through
-    the verifier's own `TxAssembler` (not `cdc/transaction.py`)."""
-    from cdc.source_events import RollbackToSavepoint, RowInsert, Savepoint, Statement, TxBegin, TxCommit, TxRollback
+    Opt-in only (`binlog_reader="fast"`). The decoded events are taken by their type's
+    name (this module imports neither `cdc.source_events` nor `cdc.transaction`) and go
+    through the verifier's own `TxAssembler`; a `Statement` (any query the decoder does
+    not take for transaction control) is classified again by the verifier's own rules
+    (`classify_query`, `statement_insert_target`)."""
     from connectors.binlog_decoder import BinlogDecoder
     from connectors.binlog_protocol import BinlogConnection
 
@@ -667,7 +938,7 @@ def read_binlog_file_fast(
         str(settings.get("password", "") or ""), server_id, read_timeout=120.0,
     )  # fmt: skip
     decoder = BinlogDecoder(wanted, file)
-    asm = TxAssembler()
+    asm = _assembler(tables)
     out: list[Any] = []
     rows: list[tuple[str, str, dict[str, Any]]] = []  # consecutive inserts of one row event
     with _reading(file, settings, asm, end, conn.close, on_anomaly):
@@ -688,32 +959,47 @@ def read_binlog_file_fast(
                 continue
             event_start = event_end - int.from_bytes(raw[9:13], "little")
             for ev in out:
-                t = type(ev)
-                if t is RowInsert:
+                t = type(ev).__name__
+                if t == "RowInsert":
                     rows.append((ev.schema, ev.table, ev.values))
                     continue
                 if rows:
                     asm.add_rows_of(rows, event_start)
                     rows = []
-                if t is TxCommit:
+                tx = None
+                sid = int.from_bytes(raw[5:9], "little")
+                if t == "TxCommit":
                     tx = asm.commit(event_end, ev.timestamp)
-                    if tx is not None:
-                        yield tx
-                elif t is TxBegin:
-                    sid = int.from_bytes(raw[5:9], "little")
+                elif t == "TxBegin":
                     if ev.gtid is not None:
                         mariadb = kind == _MARIADB_GTID_EVENT
                         asm.gtid_event(event_start, ev.gtid, sid, standalone=ev.standalone, implies_begin=mariadb)
                     else:
                         asm.begin(event_start, sid)
-                elif t is TxRollback:
+                elif t == "RowChange":
+                    if ev.kind == "delete":
+                        asm.delete_rows(ev.schema, ev.table, [ev.values])
+                elif t == "TxRollback":
                     asm.rollback()
-                elif t is Savepoint:
+                elif t == "Savepoint":
                     asm.savepoint(ev.name)
-                elif t is RollbackToSavepoint:
+                elif t == "RollbackToSavepoint":
                     asm.rollback_to(ev.name, event_start)
-                elif t is Statement:
-                    asm.other_statement(event_start)
+                elif t == "Statement":
+                    tx = _query(asm, ev.sql, ev.schema, event_start, event_end, ev.timestamp, sid, wanted)
+                elif t == "XaPrepare":
+                    tx = asm.xa_prepare(canonical_xid(ev.xid), event_end, ev.timestamp, ev.one_phase)
+                elif t == "XaCommit":
+                    if ev.one_phase:
+                        tx = asm.commit(event_end, ev.timestamp)
+                    else:
+                        tx = asm.xa_outcome(XA_COMMITTED, canonical_xid(ev.xid), event_start, event_end, ev.timestamp, sid)
+                elif t == "XaRollback":
+                    # the decoder's XaRollback carries no timestamp: the event header's
+                    tx = asm.xa_outcome(XA_ROLLED_BACK, canonical_xid(ev.xid), event_start, event_end,
+                                        int.from_bytes(raw[0:4], "little"), sid)  # fmt: skip
+                if tx is not None:
+                    yield tx
             if rows:
                 asm.add_rows_of(rows, event_start)
                 rows = []
@@ -779,7 +1065,7 @@ def anomaly_row(source: str, file: str, text: str) -> dict[str, Any]:
     the event stream as a row without identity (`ikey` NULL, `row` -1, text in
     `dlq_error`): the verify job lists these in its report instead of losing them."""
     row: dict[str, Any] = {name: None for name, _ in BINLOG_FIELDS}
-    row.update(source=source, file=file, file_seq=file_sequence(file)[1], row=-1, dlq_error=text)
+    row.update(source=source, file=file, file_seq=file_sequence(file)[1], row=-1, dlq_error=text, kind=KIND_ANOMALY)
     return row
 
 

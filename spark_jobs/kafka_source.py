@@ -24,7 +24,8 @@ Schema: `topic, partition, offset, timestamp_ms, timestamp_type, key` (binary),
 value wins for a repeated name) and `value` (binary), then with decode the identity
 columns from the headers (`ikey`, `source`, `h_file`, `h_file_seq`, `h_pos`, `h_row`,
 `h_gtid`, `h_commit_ts`, `h_event_id`, `h_event_type`, `h_table`, `repair`,
-`dlq_cause`, `dlq_error`, `dlq_topic`) and the value decoded from the Confluent wire format
+`dlq_cause`, `dlq_error`, `dlq_topic`; at the end `h_xa_prepare` with its `h_xa_file_seq`,
+`h_xa_pos`: an XA transaction's prepare group) and the value decoded from the Confluent wire format
 + Avro `outbox_event.avsc` (`schema_id`, `v_id`, `v_aggregate_type`, `v_aggregate_id`,
 `v_type`, `v_payload` binary + `v_payload_is_text`, `v_timestamp_us`, `value_error`).
 Dead-letter values (JSON) are not decoded into `v_*`; `value_error` says when they are
@@ -85,6 +86,9 @@ DECODED_FIELDS: tuple[tuple[str, str], ...] = (
     ("v_payload_is_text", "boolean"),
     ("v_timestamp_us", "bigint"),
     ("value_error", "string"),
+    ("h_xa_prepare", "string"),
+    ("h_xa_file_seq", "bigint"),
+    ("h_xa_pos", "bigint"),
 )
 BATCH_ROWS = 8192
 DEFAULT_CHUNK = 100_000
@@ -499,6 +503,7 @@ def decode_record(
         "v_payload_is_text": None,
         "v_timestamp_us": None,
         "value_error": None,
+        **_xa_prepare_columns(h.get(hdr.H_XA_PREPARE)),
     }
     if dlq_topic and topic == dlq_topic:
         try:
@@ -521,6 +526,13 @@ def decode_record(
             v_timestamp_us=record.get("timestamp"),
         )
     return out
+
+
+def _xa_prepare_columns(text: str | None) -> dict[str, Any]:
+    """`cdc.xa.prepare` (file:pos of an XA transaction's prepare group) as columns."""
+    file, _, pos = (text or "").rpartition(":")
+    return {"h_xa_prepare": text, "h_xa_file_seq": file_seq_or_none(file) if text else None,
+            "h_xa_pos": _int_or_none(pos) if text else None}  # fmt: skip
 
 
 def message_row(msg: Any, include_raw: bool, decode: bool, dlq_topic: str | None) -> dict[str, Any]:
@@ -546,7 +558,7 @@ def message_row(msg: Any, include_raw: bool, decode: bool, dlq_topic: str | None
 
 _WANTED_HEADERS = (
     hdr.H_SOURCE, hdr.H_FILE, hdr.H_POS, hdr.H_ROW, hdr.H_GTID, hdr.H_COMMIT_TS, hdr.H_EVENT_ID, hdr.H_EVENT_TYPE,
-    hdr.H_TABLE, hdr.H_REPAIR, hdr.H_DLQ_CAUSE, hdr.H_DLQ_ERROR, hdr.H_DLQ_TOPIC,
+    hdr.H_TABLE, hdr.H_REPAIR, hdr.H_DLQ_CAUSE, hdr.H_DLQ_ERROR, hdr.H_DLQ_TOPIC, hdr.H_XA_PREPARE,
 )  # fmt: skip
 _HEADER_INDEX = {name: i for i, name in enumerate(_WANTED_HEADERS)}
 
@@ -601,7 +613,7 @@ class RecordColumns:
         if not self.decode:
             self.n += 1
             return
-        h: list[Any] = [None] * 13
+        h: list[Any] = [None] * 14
         index = _HEADER_INDEX.get
         for name, text in raw_headers or ():
             j = index(name)
@@ -635,6 +647,16 @@ class RecordColumns:
                 v = tuple(d[n] for n in _VALUE_FIELDS)
         for j, item in enumerate(v, i):
             cols[j].append(item)
+        i += 9
+        if h[13] is None:
+            cols[i].append(None)
+            cols[i + 1].append(None)
+            cols[i + 2].append(None)
+        else:
+            xa = _xa_prepare_columns(h[13])
+            cols[i].append(xa["h_xa_prepare"])
+            cols[i + 1].append(xa["h_xa_file_seq"])
+            cols[i + 2].append(xa["h_xa_pos"])
         self.n += 1
 
     def take(self) -> Any:

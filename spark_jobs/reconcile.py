@@ -1,9 +1,23 @@
 """Reconciliation: every committed outbox event of the binlog against every record of the
 topics, joined on the identity key, and each side classified.
 
-Inputs: the events of `cdc_binlog` (one per committed outbox insert) and the decoded
-records of `cdc_kafka` (`decode=true`), plus a `ReconcileContext` (source name, the
-verified binlog range, the watermarks of every partition read).
+Inputs: the rows of `cdc_binlog` (one per committed outbox insert, plus XA prepare rows
+and outcome markers) and the decoded records of `cdc_kafka` (`decode=true`), plus a
+`ReconcileContext` (source name, the verified binlog range, the watermarks of every
+partition read).
+
+XA first (`resolve_xa`, Spark; `resolve_xa_rows`, the reference): the binlog is read in
+byte ranges in parallel, so the rows of a prepare group and the XA COMMIT / XA ROLLBACK
+that decides them are usually read by different tasks, maybe from different files. The
+readers only tag (rows with their xid, one marker per outcome); the pairing is done here,
+over the whole read, before anything is joined: per xid, in binlog order, a prepare's
+outcome is the next row of that xid (an xid is busy from prepare to outcome). Committed:
+each row becomes an event at the COMMIT's place, with the commit group's identity
+(file/pos/GTID/commit time; `row` stays its index in the prepare group), exactly as the
+relay's headers carry it - so binlog order, the key-order check and verified_through all
+use the commit position. Rolled back: nothing. No outcome in the range: `xa_undecided`
+(below). Joining in Spark rather than carrying prepared rows from task to task keeps the
+partitions independent and is correct whatever the cut points.
 
 The rules (the same in the Spark implementation `reconcile()` and in the pure-python
 reference `reconcile_reference()`, which the unit tests hold against each other):
@@ -14,11 +28,18 @@ source) or `unidentified` (no identity headers) and is only counted. A record of
 whose identity key is an event of the binlog is a *delivery* of that event (records with
 `cdc.repair` and dead-letter records included). A record of ours that matches no event is
     - `unverifiable` when its header position lies before the verified binlog range
-      (reason `before_binlog_range`: the binlog there is purged or was not asked for) or
+      (reason `before_binlog_range`: the binlog there is purged or was not asked for) -
+      also when it is an XA event (`cdc.xa.prepare`) whose prepare group does - or
       at/after its end (`after_verified_range`: committed after the snapshot);
     - `phantom` otherwise: the binlog does not hold it as a committed outbox insert.
 
-Events: with n deliveries,
+Events: an XA transaction prepared in the range and undecided at its end is
+`unverifiable` (`xa_undecided`): never missing (the relay never publishes it while
+undecided), never matched (its key is one no record carries); its place is its prepare
+group's, so verified_through stops before it. A statement-logged outbox insert
+(`dlq_cause = statement_format`) is `unverifiable` (`statement_format`) with 0 or 1
+deliveries - its dead letter is its delivery, not a phantom - and `duplicate` with more;
+the report fails while one exists (report.py). Otherwise, with n deliveries,
     - n == 0: `missing`, unless it cannot be proven absent: its expected topic was not
       read (`topic_not_read`), or the partition it belongs to (murmur2 of the key when the
       partitioner is known, else any partition of the topic), or any partition of the
@@ -46,13 +67,21 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
-from spark_jobs.common import murmur2_partition
+from spark_jobs.binlog_source import (
+    KIND_EVENT, KIND_XA_COMMIT, KIND_XA_EVENT, KIND_XA_ROLLBACK, KIND_XA_ROW, KIND_XA_UNDECIDED, STATEMENT_FORMAT,
+)  # fmt: skip
+from spark_jobs.common import identity_key, murmur2_partition
 
 EVENT_CLASSES = ("delivered", "missing", "duplicate", "reordered", "altered", "dead_lettered", "unverifiable")
 RECORD_CLASSES = ("phantom", "unverifiable", "foreign", "unidentified")
 PROBLEM_CLASSES = ("missing", "duplicate", "phantom", "reordered", "altered")
 PROVEN_CLASSES = ("delivered", "reordered", "duplicate", "dead_lettered")
 ALL_CLASSES = ("delivered", "missing", "duplicate", "phantom", "reordered", "altered", "dead_lettered", "unverifiable")
+# unverifiable reasons that still make the run fail: the binlog holds a committed outbox
+# write the verifier cannot check (a statement-logged insert: no row image)
+BLOCKING_UNVERIFIABLE = (STATEMENT_FORMAT,)
+XA_UNDECIDED = "xa_undecided"
+_SEP = "\x1f"  # spark_jobs.common.identity_key's separator
 
 
 @dataclass(frozen=True)
@@ -65,6 +94,9 @@ class ReconcileContext:
     partition_counts: Mapping[str, int] = field(default_factory=dict)
     unread_topics: tuple[str, ...] = ()  # expected topics that were not read
     partitioner: str = "murmur2"  # or "unknown"
+    # the binlog rows hold XA prepare groups or outcomes (False: resolve_xa is skipped;
+    # the verify job knows it from the read, other callers leave it True)
+    has_xa: bool = True
 
     def truncated(self) -> list[tuple[str, int, int]]:
         return [(t, p, low) for t, p, low, _high in self.partitions if low > 0]
@@ -178,9 +210,64 @@ def event_unverifiable(ev: Mapping[str, Any], ctx: ReconcileContext, thresholds:
     return None
 
 
+def _before(seq: Any, pos: Any, start: tuple[int, int]) -> bool:
+    return seq is not None and pos is not None and (seq, pos) < start
+
+
+def resolve_xa_rows(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The events of the binlog rows (the pure-python `resolve_xa`): ordinary events as
+    they are; each row of an XA prepare group paired with the next outcome of its xid in
+    binlog order (an xid is busy from its prepare to its outcome, so that outcome is
+    its own): after an XA COMMIT it is an event at the commit's place with the commit
+    group's identity (`xa_event`); after an XA ROLLBACK nothing; with no outcome in the
+    range it is `xa_undecided` at the prepare's place, under a key no record carries.
+    Outcome markers and anomaly rows are not events."""
+    out: list[dict[str, Any]] = []
+    timeline: dict[str, list[tuple[int, int, str, Mapping[str, Any] | None]]] = {}
+    held: list[Mapping[str, Any]] = []
+    seen: set[tuple[str, int, int]] = set()
+    for r in rows:
+        kind = r.get("kind") or KIND_EVENT
+        if kind == KIND_EVENT:
+            if r.get("ikey") is not None:
+                out.append(dict(r))
+        elif kind == KIND_XA_ROW:
+            held.append(r)
+            k = (r["xa_xid"], r["file_seq"], r["tx_pos"])
+            if k not in seen:
+                seen.add(k)
+                timeline.setdefault(r["xa_xid"], []).append((r["file_seq"], r["tx_pos"], "p", None))
+        elif kind in (KIND_XA_COMMIT, KIND_XA_ROLLBACK):
+            timeline.setdefault(r["xa_xid"], []).append((r["file_seq"], r["tx_pos"], kind, r))
+    outcome: dict[tuple[str, int, int], Mapping[str, Any] | None] = {}
+    for xid, items in timeline.items():
+        items.sort(key=lambda t: (t[0], t[1]))
+        for i, (seq, pos, kind, _m) in enumerate(items):
+            if kind == "p":
+                nxt = items[i + 1] if i + 1 < len(items) else None
+                outcome[(xid, seq, pos)] = nxt[3] if nxt is not None and nxt[2] != "p" else None
+    for r in held:
+        m = outcome.get((r["xa_xid"], r["file_seq"], r["tx_pos"]))
+        e = dict(r)
+        if m is None:
+            e["kind"] = KIND_XA_UNDECIDED
+            e["ikey"] = _SEP.join(("x", str(r["source"]), str(r["file"]), str(r["tx_pos"]), str(r["row"])))
+        elif m["kind"] == KIND_XA_COMMIT:
+            for c in ("file", "file_seq", "tx_pos", "tx_end", "gtid", "commit_ts_ms", "server_id"):
+                e[c] = m[c]
+            e["kind"] = KIND_XA_EVENT
+            e["ikey"] = identity_key(r["source"], m["gtid"], m["file"], m["tx_pos"], r["row"])
+        else:
+            continue  # rolled back
+        out.append(e)
+    return out
+
+
 def reconcile_reference(
     events: Sequence[Mapping[str, Any]], records: Sequence[Mapping[str, Any]], ctx: ReconcileContext
 ) -> ReferenceResult:
+    """`events`: the binlog rows (cdc_binlog), XA rows and markers included."""
+    events = resolve_xa_rows(events)
     by_key = {e["ikey"]: e for e in events}
     ours = [r for r in records if r.get("ikey") is not None and r.get("source") == ctx.source]
     record_class: dict[tuple[str, int, int], tuple[str, str | None]] = {}
@@ -200,7 +287,8 @@ def reconcile_reference(
             continue
         if r.get("h_file_seq") is None or r.get("h_pos") is None:
             record_class[rid] = ("phantom", None)
-        elif (r["h_file_seq"], r["h_pos"]) < (s_seq, s_pos):
+        elif (r["h_file_seq"], r["h_pos"]) < (s_seq, s_pos) or _before(r.get("h_xa_file_seq"), r.get("h_xa_pos"), (s_seq, s_pos)):
+            # an XA commit in range whose prepare (its rows) lies before it: unverifiable too
             record_class[rid] = ("unverifiable", "before_binlog_range")
         elif (r["h_file_seq"], r["h_pos"]) >= (e_seq, e_pos):
             record_class[rid] = ("unverifiable", "after_verified_range")
@@ -254,6 +342,16 @@ def reconcile_reference(
         stamps = [r["timestamp_ms"] for r in ms if not r.get("repair") and r.get("timestamp_ms") is not None]
         if stamps:
             latencies[k] = min(stamps) - e["commit_ts_ms"]
+        if e.get("kind") == KIND_XA_UNDECIDED:
+            event_class[k] = "unverifiable"
+            event_unv[k] = XA_UNDECIDED
+            continue
+        if e.get("dlq_cause") == STATEMENT_FORMAT and len(ms) < 2:
+            if ms:
+                event_reasons[k] = record_reasons(ms[0], e, ctx.dlq_topic)
+            event_class[k] = "unverifiable"
+            event_unv[k] = STATEMENT_FORMAT
+            continue
         if not ms:
             why = event_unverifiable(e, ctx, thresholds)
             if why:
@@ -304,8 +402,60 @@ def _verified_through_ref(
 EVENT_COLUMNS = (
     "ikey", "source", "server_id", "file", "file_seq", "tx_pos", "tx_end", "row", "gtid", "commit_ts_ms", "table",
     "event_id", "aggregate_type", "aggregate_id", "event_type", "payload", "payload_is_text", "timestamp_us",
-    "expected_topic", "dlq_cause", "dlq_error",
+    "expected_topic", "dlq_cause", "dlq_error", "kind", "xa_prepare",
 )  # fmt: skip
+
+
+def resolve_xa(rows: Any) -> Any:
+    """The events of the cdc_binlog rows (Spark; the rule of `resolve_xa_rows`).
+
+    The binlog is read in byte ranges in parallel, so an XA transaction's prepare group
+    (its rows) and its outcome group (XA COMMIT / XA ROLLBACK, maybe files later) are
+    often read by different tasks. Each task therefore only tags: the rows of a prepare
+    group come out as `xa_row` (xid, prepare position), each outcome as one marker row.
+    Here, per xid, the prepares and outcomes are put in binlog order with one window
+    (a small set: only XA groups), each prepare takes the row after it (`lead`): its
+    outcome when that is a marker, else it is undecided in the range; the held rows are
+    joined to that and become events at the commit's place (`xa_event`, the commit
+    group's identity), disappear (rollback), or are `xa_undecided` (a key no record
+    carries; their place is the prepare's, so verified_through stops before it)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    col = F.col
+    kind = F.coalesce(col("kind"), F.lit(KIND_EVENT))
+    columns = rows.columns
+    plain = rows.filter(kind == KIND_EVENT)
+    held = rows.filter(kind == KIND_XA_ROW)
+    outcome_cols = ("file", "file_seq", "tx_pos", "tx_end", "gtid", "commit_ts_ms", "server_id")
+    prepares = held.select("xa_xid", "file_seq", "tx_pos").distinct().withColumn("_k", F.lit("p"))
+    outcomes = rows.filter(kind.isin(KIND_XA_COMMIT, KIND_XA_ROLLBACK)).select(
+        "xa_xid", "file_seq", "tx_pos", col("kind").alias("_k"), F.struct(*outcome_cols).alias("_o")
+    )
+    by_xid = Window.partitionBy("xa_xid").orderBy("file_seq", "tx_pos")
+    paired = (
+        prepares.unionByName(outcomes, allowMissingColumns=True)
+        .withColumn("_n_k", F.lead("_k").over(by_xid))
+        .withColumn("_n_o", F.lead("_o").over(by_xid))
+        .filter(col("_k") == "p")
+        .select(col("xa_xid").alias("_p_xid"), col("file_seq").alias("_p_seq"), col("tx_pos").alias("_p_pos"), "_n_k", "_n_o")
+    )
+    j = held.join(paired, (col("xa_xid") == col("_p_xid")) & (col("file_seq") == col("_p_seq")) & (col("tx_pos") == col("_p_pos")), "left")
+    row_text = col("row").cast("string")
+    committed = j.filter(col("_n_k") == KIND_XA_COMMIT)
+    for c in outcome_cols:
+        committed = committed.withColumn(c, col("_n_o")[c])
+    committed = committed.withColumn("kind", F.lit(KIND_XA_EVENT)).withColumn(
+        "ikey",
+        F.when(col("gtid").isNotNull() & (col("gtid") != ""), F.concat_ws(_SEP, F.lit("g"), col("source"), col("gtid"), row_text))
+        .otherwise(F.concat_ws(_SEP, F.lit("p"), col("source"), col("file"), col("tx_pos").cast("string"), row_text)),
+    )
+    undecided = (
+        j.filter(col("_n_k").isNull() | (col("_n_k") == "p"))
+        .withColumn("kind", F.lit(KIND_XA_UNDECIDED))
+        .withColumn("ikey", F.concat_ws(_SEP, F.lit("x"), col("source"), col("file"), col("tx_pos").cast("string"), row_text))
+    )
+    return plain.unionByName(committed.select(*columns)).unionByName(undecided.select(*columns))
 
 
 @dataclass
@@ -391,6 +541,10 @@ def reconcile(events: Any, records: Any, ctx: ReconcileContext, storage: Any = N
 
     rec = records.withColumn("is_dlq", col("topic") == F.lit(dlq)).withColumn("repair", F.coalesce(col("repair"), F.lit(False)))
     ours = rec.filter(col("ikey").isNotNull() & (col("source") == F.lit(ctx.source)))
+    if ctx.has_xa:
+        events = resolve_xa(events)
+    else:
+        events = events.filter(F.coalesce(col("kind"), F.lit(KIND_EVENT)) == KIND_EVENT)
     ev = events.filter(col("ikey").isNotNull()).select(*EVENT_COLUMNS).withColumn("ord", F.struct("file_seq", "tx_pos", "row"))
 
     # ---- 1. records of ours by identity key: how many, rank by (topic, partition, offset)
@@ -491,16 +645,22 @@ def reconcile(events: Any, records: Any, ctx: ReconcileContext, storage: Any = N
     classified = (
         _join_small(evs, order, n_order)
         .withColumn("reordered", F.coalesce(col("reordered"), F.lit(False)))
+        .withColumn("_stmt", F.coalesce(col("dlq_cause") == F.lit(STATEMENT_FORMAT), F.lit(False)) & (col("n") < 2))
+        .withColumn("_undecided", F.coalesce(col("kind") == F.lit(KIND_XA_UNDECIDED), F.lit(False)))
         .withColumn(
             "class",
-            F.when(col("n") == 0, F.lit("missing"))
+            F.when(col("_undecided") | col("_stmt"), F.lit("unverifiable"))
+            .when(col("n") == 0, F.lit("missing"))
             .when(col("n") >= 2, F.lit("duplicate"))
             .when(col("_first_is_dlq"), F.lit("dead_lettered"))
             .when(F.size(col("reasons")) > 0, F.lit("altered"))
             .when(col("reordered"), F.lit("reordered"))
             .otherwise(F.lit("delivered")),
         )
-        .withColumn("unverifiable_reason", F.lit(None).cast("string"))
+        .withColumn(
+            "unverifiable_reason",
+            F.when(col("_undecided"), F.lit(XA_UNDECIDED)).when(col("_stmt"), F.lit(STATEMENT_FORMAT)).otherwise(F.lit(None).cast("string")),
+        )
         .select(*JOINED_EVENT_COLUMNS, "ord", "n", "deliveries", "first_ts", "reasons", "latency_ms", "reordered", "reorder_at", "class",
                 "unverifiable_reason")  # fmt: skip
     )
@@ -539,7 +699,8 @@ def reconcile(events: Any, records: Any, ctx: ReconcileContext, storage: Any = N
     s_file, s_seq, s_pos = ctx.range_start
     e_file, e_seq, e_pos = ctx.range_end
     hs, hp = col("h_file_seq"), col("h_pos")
-    before = (hs < s_seq) | ((hs == s_seq) & (hp < s_pos))
+    xs, xp = col("h_xa_file_seq"), col("h_xa_pos")
+    before = (hs < s_seq) | ((hs == s_seq) & (hp < s_pos)) | F.coalesce((xs < s_seq) | ((xs == s_seq) & (xp < s_pos)), F.lit(False))
     after = (hs > e_seq) | ((hs == e_seq) & (hp >= e_pos))
     unmatched = (
         joined.filter(col("file").isNull())
@@ -587,7 +748,8 @@ LISTED_DELIVERY_FIELDS = ("topic", "partition", "offset", "timestamp_ms", "repai
 DELIVERY_FIELDS = (
     "topic", "partition", "offset", "timestamp_ms", "repair", "is_dlq", "dlq_cause", "key_text", "v_id",
     "v_aggregate_type", "v_aggregate_id", "v_type", "v_payload", "v_timestamp_us", "h_event_id", "h_event_type",
-    "h_commit_ts", "value_error", "source", "h_file", "h_file_seq", "h_pos", "h_row", "h_gtid",
+    "h_commit_ts", "value_error", "source", "h_file", "h_file_seq", "h_pos", "h_row", "h_gtid", "h_xa_prepare",
+    "h_xa_file_seq", "h_xa_pos",
 )  # fmt: skip
 # what the joined table keeps once the content has been compared: no payloads, no decoded values
 EVENT_CONTENT_COLUMNS = ("payload", "payload_is_text", "timestamp_us")
@@ -596,6 +758,7 @@ JOINED_RECORD_FIELDS = ("ikey",) + tuple(c for c in DELIVERY_FIELDS if not c.sta
 RECORD_COLUMNS = (
     "topic", "partition", "offset", "timestamp_ms", "key_text", "source", "h_file", "h_file_seq", "h_pos", "h_row",
     "h_gtid", "h_commit_ts", "h_event_id", "h_event_type", "repair", "is_dlq", "dlq_cause", "value_error",
+    "h_xa_prepare", "h_xa_file_seq", "h_xa_pos",
 )  # fmt: skip
 
 
@@ -628,6 +791,8 @@ def _event_example(r: Any) -> dict[str, Any]:
         out["reasons"] = d["reasons"]
     if d.get("unverifiable_reason"):
         out["unverifiable_reason"] = d["unverifiable_reason"]
+    if d.get("xa_prepare"):
+        out["binlog"]["xa_prepare"] = d["xa_prepare"]
     if d.get("reorder_at"):
         ra = d["reorder_at"]
         out["reordered_after"] = {
@@ -647,6 +812,7 @@ def _record_example(r: Any) -> dict[str, Any]:
         "headers": {
             "source": d["source"], "file": d["h_file"], "pos": d["h_pos"], "row": d["h_row"], "gtid": d["h_gtid"],
             "commit_ts": d["h_commit_ts"], "id": d["h_event_id"], "type": d["h_event_type"], "repair": d["repair"],
+            "xa_prepare": d.get("h_xa_prepare"),
         },
     }  # fmt: skip
 

@@ -3,8 +3,10 @@ self-contained HTML page with inline SVG plots (counts by class, latency histogr
 over time). No plotting library.
 
 Exit rule: the run is OK only when missing, duplicate, phantom, reordered and altered are
-all zero (`VerifyReport.ok`); dead-lettered and unverifiable events are reported, not
-failures.
+all zero and no event is unverifiable for `statement_format` (`VerifyReport.ok`: an
+outbox insert logged as a statement has no row image, so what was delivered for it can
+never be proven); dead-lettered and other unverifiable events (`xa_undecided`,
+`partition_truncated`, ...) are reported, not failures.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-from spark_jobs.reconcile import ALL_CLASSES, PROBLEM_CLASSES
+from spark_jobs.reconcile import ALL_CLASSES, BLOCKING_UNVERIFIABLE, PROBLEM_CLASSES
 
 REPORT_VERSION = 1
 CLASS_COLORS = {
@@ -49,11 +51,19 @@ class VerifyReport:
 
     @property
     def ok(self) -> bool:
-        return all(self.summary["counts"].get(c, 0) == 0 for c in PROBLEM_CLASSES)
+        return not self.problems
 
     @property
     def problems(self) -> dict[str, int]:
-        return {c: self.summary["counts"].get(c, 0) for c in PROBLEM_CLASSES if self.summary["counts"].get(c, 0)}
+        """The failure classes with their counts, and the unverifiable reasons that fail
+        the run too (`BLOCKING_UNVERIFIABLE`: a statement-logged outbox insert, whose row
+        the binlog does not hold, so no one can prove what was delivered for it)."""
+        out = {c: self.summary["counts"].get(c, 0) for c in PROBLEM_CLASSES if self.summary["counts"].get(c, 0)}
+        reasons = self.summary.get("unverifiable_reasons") or {}
+        for reason in BLOCKING_UNVERIFIABLE:
+            if reasons.get(f"event:{reason}"):
+                out[reason] = reasons[f"event:{reason}"]
+        return out
 
     @property
     def verified_through(self) -> dict[str, Any] | None:
@@ -70,7 +80,8 @@ class VerifyReport:
             "report_version": REPORT_VERSION,
             "created_at": self.created_at,
             "ok": self.ok,
-            "exit_rule": "OK only when missing, duplicate, phantom, reordered and altered are all zero",
+            "exit_rule": "OK only when missing, duplicate, phantom, reordered and altered are all zero and no event "
+            "is unverifiable for statement_format (an outbox insert logged as a statement)",
             "counts": self.counts,
             "problems": self.problems,
             **{k: v for k, v in self.summary.items() if k != "counts"},
@@ -140,6 +151,13 @@ def summary_text(rep: VerifyReport) -> str:
     for cls in PROBLEM_CLASSES:
         for ex in (examples.get(cls) or [])[:2]:
             lines.append(f"  {cls}: {_one_line(ex)}")
+    for reason in BLOCKING_UNVERIFIABLE:
+        n = rep.problems.get(reason)
+        if n:
+            lines.append(f"  {n} outbox insert(s) logged as statements ({reason}): the binlog holds no row image to verify; "
+                         "set binlog_format=ROW for the server and the writing sessions")
+            for ex in [e for e in (examples.get("unverifiable") or []) if e.get("unverifiable_reason") == reason][:2]:
+                lines.append(f"  {reason}: {_one_line(ex)}")
     if rep.json_path:
         lines.append(f"report: {rep.json_path}" + (f"  html: {rep.html_path}" if rep.html_path else ""))
     return "\n".join(lines)

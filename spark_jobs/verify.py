@@ -41,7 +41,10 @@ if __package__ in (None, ""):  # run as a file by spark-submit: make the project
 from cdc.errors import NeedsOperator  # noqa: E402
 from cdc.outbox import OutboxTable  # noqa: E402
 from cdc.position import file_sequence  # noqa: E402
-from spark_jobs.binlog_source import BINLOG_READERS, plan_binlog, split_ranges, tables_to_json  # noqa: E402
+from spark_jobs.binlog_source import (  # noqa: E402
+    BINLOG_READERS, KIND_ANOMALY, KIND_EVENT, KIND_XA_COMMIT, KIND_XA_ROLLBACK, KIND_XA_ROW, plan_binlog, split_ranges,
+    tables_to_json,
+)  # fmt: skip
 from spark_jobs.common import build_spark, redacted, register_sources  # noqa: E402
 from spark_jobs.kafka_source import plan_kafka  # noqa: E402
 from spark_jobs.reconcile import ReconcileContext, missing_entry, reconcile, summarize  # noqa: E402
@@ -189,9 +192,10 @@ def _one_line_source_errors() -> Iterator[None]:
 def _read_binlog(
     spark: Any, config: VerifyConfig, bplan: Mapping[str, Any], range_plan: Callable[[], dict[str, Any]],
     say: Progress, timings: dict[str, float],
-) -> tuple[Any, dict[str, tuple[int, int]], list[str], set[str]]:  # fmt: skip
-    """The binlog's events, read into Spark's cache by one job, and per file: (events,
-    anomalies), the anomaly texts, and the topics the events expect."""
+) -> tuple[Any, dict[str, tuple[int, int]], list[str], set[str], bool]:  # fmt: skip
+    """The binlog's rows, read into Spark's cache by one job, and per file: (events,
+    anomalies), the anomaly texts, the topics the events expect, and whether any XA
+    prepare or outcome was read."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
@@ -216,18 +220,23 @@ def _read_binlog(
     per_file: dict[str, tuple[int, int]] = {}
     anomalies: list[str] = []
     expected_topics: set[str] = set()
+    xa_rows = 0
     spark.sparkContext.setJobGroup(BINLOG_JOB_GROUP, "cdc verify: read the binlog", interruptOnCancel=True)
+    kind = F.col("kind")
+    row_like = kind.isin(KIND_EVENT, KIND_XA_ROW)  # events, and XA rows that may become events
     for r in events_all.groupBy("file").agg(
-        F.count(F.when(F.col("ikey").isNotNull(), 1)).alias("n"),
-        F.slice(F.collect_list(F.when(F.col("ikey").isNull(), F.col("dlq_error"))), 1, 200).alias("anomalies"),
-        F.count(F.when(F.col("ikey").isNull(), 1)).alias("n_anomalies"),
-        F.collect_set(F.when(F.col("ikey").isNotNull() & F.col("dlq_cause").isNull(), F.col("expected_topic"))).alias("topics"),
+        F.count(F.when(row_like, 1)).alias("n"),
+        F.slice(F.collect_list(F.when(kind == KIND_ANOMALY, F.col("dlq_error"))), 1, 200).alias("anomalies"),
+        F.count(F.when(kind == KIND_ANOMALY, 1)).alias("n_anomalies"),
+        F.count(F.when(kind.isin(KIND_XA_ROW, KIND_XA_COMMIT, KIND_XA_ROLLBACK), 1)).alias("n_xa"),
+        F.collect_set(F.when(row_like & F.col("dlq_cause").isNull(), F.col("expected_topic"))).alias("topics"),
     ).collect():  # fmt: skip
         per_file[r["file"]] = (r["n"], r["n_anomalies"])
         anomalies += [f"{r['file']}: {a}" for a in r["anomalies"]]
         expected_topics.update(r["topics"])
+        xa_rows += r["n_xa"]
     timings["read_binlog"] = time.monotonic() - t
-    return events_all, per_file, anomalies, expected_topics
+    return events_all, per_file, anomalies, expected_topics, xa_rows > 0
 
 
 def _read_kafka(
@@ -323,7 +332,7 @@ def run_verify(config: VerifyConfig, progress: Progress | None = None, spark: An
             binlog_read = pool.submit(_read_binlog, spark, config, bplan, range_plan, say, timings)
             kafka_read = pool.submit(_read_kafka, spark, config, kplan, binlog_read, say, timings)
             try:
-                events_all, per_file, anomalies, expected_topics = binlog_read.result()
+                events_all, per_file, anomalies, expected_topics, has_xa = binlog_read.result()
                 records, per_partition = kafka_read.result()
             except BaseException:
                 spark.sparkContext.cancelJobGroup(BINLOG_JOB_GROUP)
@@ -344,6 +353,7 @@ def run_verify(config: VerifyConfig, progress: Progress | None = None, spark: An
             partition_counts=dict(kplan["partition_counts"]),
             unread_topics=unread,
             partitioner=config.partitioner,
+            has_xa=has_xa,
         )
         t = time.monotonic()
         say("reconcile: joining and classifying")
@@ -410,7 +420,7 @@ def _check_table(spark: Any, settings: Mapping[str, str], config: VerifyConfig, 
     from pyspark.sql import functions as F
 
     out = {}
-    ev = events.filter(F.col("ikey").isNotNull()).select("table", "event_id").distinct()
+    ev = events.filter(F.col("kind").isin(KIND_EVENT, KIND_XA_ROW)).select("table", "event_id").distinct()
     for table in config.tables:
         rows = spark.read.format("cdc_outbox_table").options(**settings).option("table", tables_to_json([table])).load()
         total = rows.count()

@@ -23,6 +23,7 @@ from spark_jobs.kafka_source import avro_schema, decode_record, decode_value, fi
 from spark_jobs.reconcile import (
     ReconcileContext,
     reconcile_reference,
+    resolve_xa_rows,
 )
 
 SOURCE = "shop-db"
@@ -73,6 +74,9 @@ def make_event(
         "expected_topic": topic,
         "dlq_cause": dlq_cause,
         "dlq_error": None if dlq_cause is None else "why",
+        "kind": "event",
+        "xa_xid": None,
+        "xa_prepare": None,
     }
 
 
@@ -600,8 +604,8 @@ def _frames(spark: Any, events: list[dict], records: list[dict]) -> tuple[Any, A
 
     cols_e = [n for n, _ in BINLOG_FIELDS]
     cols_r = [n for n, _ in fields_for(False, True)]
-    ev = spark.createDataFrame([tuple(e[c] for c in cols_e) for e in events], BINLOG_SCHEMA)
-    rec = spark.createDataFrame([tuple(r[c] for c in cols_r) for r in records], schema_for(False, True))
+    ev = spark.createDataFrame([tuple(e.get(c) for c in cols_e) for e in events], BINLOG_SCHEMA)
+    rec = spark.createDataFrame([tuple(r.get(c) for c in cols_r) for r in records], schema_for(False, True))
     return ev, rec
 
 
@@ -862,3 +866,32 @@ def test_event_columns_equal_events_of_tx() -> None:
     want.append(anomaly_row("src", "mysql-bin.000042", "something odd"))
     names = [n for n, _ in BINLOG_FIELDS]
     assert cols.take().to_pylist() == [{n: w[n] for n in names} for w in want]
+
+
+@pytest.mark.spark
+def test_spark_xa_statement_and_prepare_before_range_match_reference(spark: Any) -> None:
+    """resolve_xa (Spark) against resolve_xa_rows: a commit read after other transactions
+    and in another file than its prepare, a rollback, an xid used again and left
+    undecided, an outcome of a prepare before the range; a statement-logged insert with
+    its dead letter; records of each, one XA record lost."""
+    from tests.unit.test_verify_xa import marker, xa_row
+
+    xid2 = "X'7832',X'',1"
+    stmt = make_event(700, 0, file_seq=2, dlq_cause="statement_format", topic=None)
+    after_stmt = make_event(700, 1, file_seq=2)
+    rows = [
+        xa_row(100, 0), xa_row(100, 1), make_event(200, 0), marker(50, "xa_commit", file_seq=2),
+        xa_row(300, 0, xid=xid2), marker(400, "xa_rollback", xid=xid2), xa_row(500, 0, xid=xid2, file_seq=2),
+        marker(600, "xa_commit", xid="X'7a',X'',1"), stmt, after_stmt,
+        marker(60, "xa_commit", xid="X'7831',X'',1", file_seq=2, gtid=None),  # pairs with nothing: after the commit at 2:50
+    ]  # fmt: skip
+    resolved = {(e["kind"], e["tx_pos"], e["row"]): e for e in resolve_xa_rows(rows)}
+    records = [make_record(resolved[("xa_event", 50, 0)], offset=0), make_record(resolved[("event", 200, 0)], offset=1),
+               make_record(stmt, topic=DLQ, offset=0, dlq_cause="statement_format"), make_record(after_stmt, offset=2),
+               make_record(make_event(600, 0, file_seq=2), offset=3, h_xa_prepare="mysql-bin.000000:9", h_xa_file_seq=0,
+                           h_xa_pos=9)]  # fmt: skip
+    c = ctx(range_end=("mysql-bin.000003", 3, 100))
+    ref = reconcile_reference(rows, records, c)
+    assert ref.counts()["missing"] == 1 and ref.counts()["unverifiable"] == 3  # x1 row 1; undecided, statement, record
+    assert set(ref.event_unverifiable_reason.values()) == {"xa_undecided", "statement_format"}
+    _assert_same(_spark_result(spark, rows, records, c), ref)
