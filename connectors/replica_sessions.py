@@ -48,6 +48,8 @@ def process_start(pid: int) -> int | None:
     if not stat:
         return None
     fields = stat.rpartition(")")[2].split()  # after the command name, which may hold spaces
+    if not fields or fields[0] in ("Z", "X"):
+        return None  # a zombie: dead, not yet reaped (a reader process whose relay was killed)
     try:
         return int(fields[19])
     except (IndexError, ValueError):
