@@ -56,6 +56,9 @@ def preflight(cfg: Config, store=None) -> list:
         raise PreflightError(problems)
     for warning in warnings(results):
         log.warning("preflight: %s", warning)
+    for r in results:
+        if r.name == "replica_server_id":  # says whether a previous session was ended or waited out
+            log.info("preflight: %s", r.message)
     return results
 
 

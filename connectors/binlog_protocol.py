@@ -125,6 +125,7 @@ class BinlogConnection:
         connect_timeout: float = 10.0,
         heartbeat_s: float | None = None,
         read_timeout: float | None = None,
+        end_session_on_close: bool = True,
     ):
         if not 0 < int(server_id) < 2**32:
             raise ValueError(f"replica server_id must be in 1..{2**32 - 1}, got {server_id!r}")
@@ -141,6 +142,9 @@ class BinlogConnection:
         self.server_version: str | None = None
         self.flavor: str | None = None  # "mariadb" or "mysql"
         self.checksum: str | None = None  # @@global.binlog_checksum (informative)
+        self.connection_id: int | None = None  # the server's CONNECTION_ID() of this connection
+        self.end_session_on_close = end_session_on_close
+        self._live = False  # a dump runs on the server (started, no EOF, no error seen)
 
     def __repr__(self) -> str:  # never shows the password
         return f"BinlogConnection({self.user}@{self.host}:{self.port}, server_id={self.server_id})"
@@ -160,8 +164,9 @@ class BinlogConnection:
             raise _from_pymysql(exc, where) from None
         try:
             with conn.cursor() as cur:
-                cur.execute("SELECT VERSION(), @@global.binlog_checksum")
-                version, checksum = cur.fetchone()
+                cur.execute("SELECT VERSION(), @@global.binlog_checksum, CONNECTION_ID()")
+                version, checksum, conn_id = cur.fetchone()
+                self.connection_id = int(conn_id)
                 self.server_version = str(version)
                 self.flavor = "mariadb" if "mariadb" in self.server_version.lower() else "mysql"
                 self.checksum = str(checksum)
@@ -190,11 +195,17 @@ class BinlogConnection:
             raise _from_pymysql(exc, "replication command failed") from None
 
     def _register(self) -> None:
-        # COM_REGISTER_SLAVE: server_id, hostname, user, password (all empty: we do not
-        # want to appear with credentials in SHOW SLAVE HOSTS), port, rank, master_id.
+        # COM_REGISTER_SLAVE: server_id, hostname, user, password, port, rank, master_id.
+        # The hostname is the session's tag (connection id, machine, process: see
+        # cdc/replica_session.py), so that a restarted relay can tell its own previous
+        # session from another relay's; user and password stay empty (we do not want to
+        # appear with credentials in SHOW SLAVE HOSTS).
+        from connectors.replica_sessions import own_tag
+
+        tag = own_tag(self.connection_id).text().encode() if self.connection_id else b""
         payload = (
             bytes([_COM_REGISTER_SLAVE]) + struct.pack("<I", self.server_id)
-            + b"\x00" + b"\x00" + b"\x00" + struct.pack("<HII", 0, 0, 0)
+            + bytes([len(tag)]) + tag + b"\x00" + b"\x00" + struct.pack("<HII", 0, 0, 0)
         )
         self._command(payload, expect_ok=True)
 
@@ -204,6 +215,7 @@ class BinlogConnection:
         sock.settimeout(self.read_timeout)
         self._sock = sock
         self._streaming = True
+        self._live = True
         if self._closed.is_set():  # closed while we were starting
             self._shutdown()
 
@@ -294,7 +306,7 @@ class BinlogConnection:
                         yield payload[1:]
                         continue
                 if first == 0xFE and len(payload) < 9:
-                    self._streaming = False
+                    self._streaming = self._live = False
                     return  # EOF: end of the binlog in a non-blocking dump
                 if first == 0xFF:
                     raise _parse_error_packet(payload)
@@ -302,6 +314,9 @@ class BinlogConnection:
         except _Closed:
             self._streaming = False
             return
+        except BinlogConnectionError:
+            self._live = False  # the server ended the dump, or the connection is gone
+            raise
 
     def _recv(self, recv, closed) -> bytes:
         try:
@@ -367,7 +382,15 @@ class BinlogConnection:
 
     def close(self) -> None:
         """Close the connection; safe from any thread and more than once. A thread
-        blocked in `events()` wakes up and its iterator ends."""
+        blocked in `events()` wakes up and its iterator ends.
+
+        A stream that was running (no error, not ended by the server) is also ended on
+        the server: a side connection KILLs this connection's dump thread, which the
+        server would otherwise keep until a heartbeat write to the closed socket fails
+        (one or two heartbeat periods; the dump thread never reads a COM_QUIT). A
+        restart then finds the replica server id free at once. `end_session_on_close=False`
+        skips it."""
+        first = not self._closed.is_set()
         self._closed.set()
         self._shutdown()
         conn = self._conn
@@ -377,6 +400,11 @@ class BinlogConnection:
                     conn._sock.close()
             except Exception:
                 pass
+        if (first and self.end_session_on_close and self._live and self.connection_id is not None):
+            from connectors.replica_sessions import end_session
+
+            end_session(self.host, self.port, self.user, self._password, self.connection_id,
+                        timeout=min(2.0, self.connect_timeout))
 
     @property
     def closed(self) -> bool:

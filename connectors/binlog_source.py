@@ -338,4 +338,17 @@ class MySQLBinlogSourceFactory:
         reader, file = open_library_stream(self._conn, self._replica_id, self._watched, self._heartbeat, start)
         info = ServerInfo(server_id=server_id, flavor=flavor)
         converter = LibraryConverter(self._watched, file)
-        return MySQLBinlogSource(iter(reader), converter.convert, reader.close, info, self._queue_events, self._threaded)
+        c = self._conn
+
+        def close() -> None:
+            # The library only closes its socket; end the dump on the server too (see
+            # BinlogConnection.close), so that a restart finds the replica id free.
+            stream = getattr(reader, "_stream_connection", None)
+            conn_id = stream.thread_id() if stream is not None and getattr(stream, "_sock", None) else None
+            reader.close()
+            if conn_id:
+                from connectors.replica_sessions import end_session
+
+                end_session(c["host"], c["port"], c["user"], c["passwd"], conn_id)
+
+        return MySQLBinlogSource(iter(reader), converter.convert, close, info, self._queue_events, self._threaded)

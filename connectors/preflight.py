@@ -101,20 +101,18 @@ def run_checks(cfg: Config, start: BinlogPosition | str | None = None,
 
 
 def _check_replica_id(cur, cfg: Config, server_id: int, mariadb: bool, add) -> None:
+    """The replica server id must be free. A session listed with it may be this relay's
+    own previous one (a restart right after a stop or a crash): connectors/replica_sessions.py
+    ends it (KILL) when its process is provably gone, and otherwise waits it out for a few
+    heartbeat periods; one still there after that is another replica (exit 2, one line)."""
     rid = cfg.source.replica_server_id
     if rid == server_id:
         add("replica_server_id", False, f"source.replica_server_id {rid} is the server's own server_id: pick another")
         return
-    try:
-        cur.execute("SHOW SLAVE HOSTS" if mariadb else "SHOW REPLICAS")
-        taken = {int(row[0]) for row in cur.fetchall()}
-    except pymysql.err.MySQLError:
-        taken = set()
-    if rid in taken:
-        add("replica_server_id", False, f"another replica is connected with server id {rid}: set "
-            "source.replica_server_id to an id no other replica uses (or stop the other relay)")
-    else:
-        add("replica_server_id", True, f"replica server id {rid} is free")
+    from connectors.replica_sessions import settle
+
+    ok, message = settle(cur, rid, cfg.source.user, mariadb, cfg.source.heartbeat_s)
+    add("replica_server_id", ok, message)
 
 
 def _check_grants(cur, cfg: Config, mariadb: bool, add) -> None:

@@ -1,0 +1,158 @@
+"""The relay's binlog sessions on the server: the tag a session registers with, ending
+one's own session at a clean stop, and settling who holds the replica server id at start
+(the decisions are cdc/replica_session.py's; this module queries, KILLs and waits).
+
+Why: the server keeps a binlog dump thread after its client went away until a heartbeat
+write to the dead socket fails (one or two heartbeat periods; a COM_QUIT is never read,
+the dump thread does not read its socket). A relay restarted at once found its own
+previous session there and took it for another relay.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import Callable
+
+import pymysql
+
+from cdc.replica_session import DumpThread, Finding, Listed, Machine, SessionTag, assess, refusal, wait_bound
+
+ER_NO_SUCH_THREAD = 1094
+ER_KILL_DENIED = 1095
+ER_SPECIFIC_ACCESS_DENIED = 1227
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def _pidns() -> str:
+    try:
+        link = os.readlink("/proc/self/ns/pid")  # 'pid:[4026531836]'
+    except OSError:
+        return ""
+    digits = "".join(ch for ch in link if ch.isdigit())
+    return digits
+
+
+def process_start(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot (/proc/<pid>/stat field 22),
+    or None when there is no such process (or no /proc)."""
+    stat = _read(f"/proc/{pid}/stat")
+    if not stat:
+        return None
+    fields = stat.rpartition(")")[2].split()  # after the command name, which may hold spaces
+    if not fields or fields[0] in ("Z", "X"):
+        return None  # a zombie: dead, not yet reaped (a reader process whose relay was killed)
+    try:
+        return int(fields[19])
+    except (IndexError, ValueError):
+        return None
+
+
+def process_alive(pid: int, start: int) -> bool:
+    """Does the process `pid`, started at `start`, still run (a reused pid is another)?"""
+    return process_start(pid) == start
+
+
+def local_machine() -> Machine:
+    return Machine(socket.gethostname(), _read("/proc/sys/kernel/random/boot_id").replace("-", "")[:8], _pidns())
+
+
+def own_tag(conn_id: int) -> SessionTag:
+    """The tag of a binlog session this process owns, with connection id `conn_id`."""
+    here = local_machine()
+    pid = os.getpid()
+    return SessionTag(conn_id, here.host, here.boot, here.pidns, pid, process_start(pid) or 0)
+
+
+def end_session(host: str, port: int, user: str, password: str, conn_id: int, timeout: float = 2.0) -> bool:
+    """KILL the binlog connection `conn_id` from a side connection, so that the server
+    forgets the session at once. An account may always kill its own connections. True
+    when the server ended it (or it was already gone); never raises."""
+    try:
+        conn = pymysql.connect(host=host, port=int(port), user=user, password=password, connect_timeout=timeout,
+                               read_timeout=timeout, write_timeout=timeout, autocommit=True)
+    except Exception:  # noqa: BLE001 - the server is gone: so is the session
+        return False
+    try:
+        with conn.cursor() as cur:
+            cur.execute(f"KILL CONNECTION {int(conn_id)}")
+        return True
+    except pymysql.err.MySQLError as exc:
+        return bool(exc.args) and exc.args[0] == ER_NO_SUCH_THREAD
+    except Exception:  # noqa: BLE001
+        return False
+    finally:
+        try:
+            conn.close()
+        except Exception:  # noqa: BLE001
+            pass
+
+
+def _sessions(cur, mariadb: bool) -> tuple[list[Listed], list[DumpThread]]:
+    try:
+        cur.execute("SHOW SLAVE HOSTS" if mariadb else "SHOW REPLICAS")
+        listed = [Listed(int(row[0]), str(row[1] or "")) for row in cur.fetchall()]
+    except pymysql.err.MySQLError:
+        return [], []
+    try:
+        cur.execute("SELECT ID, USER, HOST FROM information_schema.PROCESSLIST WHERE COMMAND LIKE 'Binlog Dump%'")
+        dumps = [DumpThread(int(r[0]), str(r[1] or ""), str(r[2] or "")) for r in cur.fetchall()]
+    except pymysql.err.MySQLError:
+        try:
+            cur.execute("SHOW PROCESSLIST")
+            dumps = [DumpThread(int(r[0]), str(r[1] or ""), str(r[2] or "")) for r in cur.fetchall()
+                     if str(r[4] or "").startswith("Binlog Dump")]
+        except pymysql.err.MySQLError:
+            dumps = []
+    return listed, dumps
+
+
+def settle(cur, server_id: int, user: str, mariadb: bool, heartbeat_s: float,
+           clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
+           machine: Machine | None = None, alive: Callable[[int, int], bool] = process_alive,
+           ) -> tuple[bool, str]:
+    """Make sure no other session holds `server_id`: KILL this relay's own dead sessions,
+    wait out the others for `wait_bound(heartbeat_s)`. (ok, one line)."""
+    machine = machine or local_machine()
+    began = clock()
+    bound = wait_bound(heartbeat_s)
+    ended: list[str] = []
+    denied: set[int] = set()
+    waited: Finding | None = None
+    while True:
+        listed, dumps = _sessions(cur, mariadb)
+        findings = assess(server_id, listed, dumps, user, machine, alive)
+        # (A one-active-relay lease would be checked here: "no other holder of the lease
+        # for this source" as well as "no other session with this server id".)
+        if not findings:
+            if ended:
+                return True, (f"replica server id {server_id} is free (ended this relay's previous session: "
+                              + "; ".join(ended) + ")")
+            if waited is not None:
+                return True, (f"replica server id {server_id} is free (waited {clock() - began:.1f} s for "
+                              f"{waited.where} to end)")
+            return True, f"replica server id {server_id} is free"
+        for f in findings:
+            if f.kind == "dead" and f.conn is not None and f.conn not in denied:
+                try:
+                    cur.execute(f"KILL CONNECTION {int(f.conn)}")
+                    ended.append(f.where)
+                except pymysql.err.MySQLError as exc:
+                    if exc.args and exc.args[0] == ER_NO_SUCH_THREAD:
+                        ended.append(f.where)
+                    else:  # not allowed: wait it out like any other
+                        denied.add(f.conn)
+        waiting = [f for f in findings if f.kind != "dead" or f.conn in denied]
+        if waiting:
+            waited = waiting[0]
+            if clock() - began >= bound:
+                return False, refusal(server_id, waited, clock() - began)
+        sleep(0.05)
