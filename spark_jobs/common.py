@@ -277,6 +277,8 @@ def build_spark(master: str = "local[*]", app_name: str = "cdc-verify", conf: Ma
         # the verifier caches its two inputs and the joined table once each and scans them
         # a few times: building a compressed cache cost more than it saved (bench/verify_bench.py)
         "spark.sql.inMemoryColumnarStorage.compressed": "false",
+        # the stock worker daemon, without a traceback when the JVM closes a socket first
+        "spark.python.daemon.module": "spark_jobs.worker_daemon",
     }
     settings = {**defaults, **dict(conf or {})}
     java_options = class_archive_options(settings)

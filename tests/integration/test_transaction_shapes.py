@@ -122,6 +122,8 @@ def test_xa_shapes_publish_only_what_committed_once_at_the_commit(
                 cur.execute("XA COMMIT 'x4'")
         commit_events(mariadb, database, [ev("plain-3", aggregate_id="k")])
         relay.wait_delivered(7)
+        # the gauge follows the check-back, which runs on the checkpoint timer
+        wait_until(lambda: relay.metrics.xa_undecided == 0, 30, "no XA transaction held")
     finally:
         relay.stop()
     records = read_topic(kafka.bootstrap_servers, topic)
