@@ -57,7 +57,7 @@ from typing import Any, Callable, Mapping
 
 from cdc.errors import ConfigError
 from cdc.outbox import OutboxTable
-from cdc.relay import RelaySettings
+from cdc.relay_settings import RelaySettings
 from cdc.topics import topic_problem
 from cdc.transaction import ON_CHANGE_POLICIES, ON_STATEMENT_POLICIES
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from cdc import crashpoints
 from cdc.errors import SourceError
@@ -27,10 +27,8 @@ from cdc.ports import BinlogSource, BinlogSourceFactory, Serializer, StartAt
 from cdc.position import BinlogPosition
 from cdc.source_events import Heartbeat, RowInsert, ServerInfo
 from cdc.topics import TopicRouter
+from cdc.relay_settings import RelaySettings
 from cdc.transaction import CommittedTransaction, TransactionAssembler
-
-if TYPE_CHECKING:
-    from cdc.relay import RelaySettings
 
 log = logging.getLogger(__name__)
 

@@ -43,7 +43,7 @@ from cdc.identity import (
 )
 from cdc.inflight import InflightWindow, PendingTx
 from cdc.metrics import RelayMetrics
-from cdc.outbox import DeadLetter, OutboxEvent, OutboxTable
+from cdc.outbox import DeadLetter, OutboxEvent
 from cdc.ports import (
     BinlogSourceFactory,
     CheckpointStore,
@@ -57,47 +57,13 @@ from cdc.ports import (
 )
 from cdc.position import BinlogPosition
 from cdc.recovery import Recovery
+from cdc.relay_settings import RelaySettings
 from cdc.source_events import Heartbeat, RowChange, ServerInfo
-from cdc.topics import topic_problem
 from cdc.transaction import CommittedTransaction
 from cdc.xa_check_back import XaCheckBack
 
 log = logging.getLogger(__name__)
 _POSITION = re.compile(r"^[^\s:]+\.\d+:\d+$")  # <file>.<n>:<offset>; a GTID set never has this shape
-
-
-@dataclass(frozen=True)
-class RelaySettings:
-    """How the relay behaves. Defaults are what a new deployment should start with."""
-
-    source_name: str  # stable name of this source; part of every event's identity
-    tables: tuple[OutboxTable, ...]
-    dead_letter_topic: str = "outbox.dlq"
-    topic_allowlist: tuple[str, ...] = ()  # fnmatch patterns; empty = any legal topic
-    on_change: str = "ignore"  # UPDATE/DELETE on an outbox table: ignore | warn | stop
-    on_statement: str = "stop"  # an outbox INSERT logged as a statement: stop | dead_letter
-    xa_check_after_s: float = 60.0  # undecided XA: first XA RECOVER check after this age
-    xa_check_interval_s: float = 30.0  # then every this often
-    xa_max_checks: int = 15  # then an operator problem
-    start: str = "latest"  # without a checkpoint: latest | earliest | <file>:<pos> | <GTID set>
-    checkpoint_interval_s: float = 1.0
-    checkpoint_in_background: bool = True  # periodic checkpoints do not block the loop
-    spill_rows: int = 10_000  # rows of one transaction held in memory before spilling
-    spill_dir: str | None = None
-    max_message_bytes: int = 1_000_000  # larger encoded events are dead-lettered
-    max_in_flight: int = 5_000  # handed to the producer and not yet acknowledged: publishing waits above it
-    reconnect_timeout_s: float = 300.0  # give up (exit non-zero) after this long without a connection
-    drain_timeout_s: float = 30.0  # on stop: how long to wait for outstanding acknowledgements
-    read_timeout_s: float = 0.05
-
-    def __post_init__(self) -> None:
-        if not self.source_name:
-            raise ConfigError("source.name must be set: it names this source in every event's identity")
-        if not self.tables:
-            raise ConfigError("no outbox table configured: add at least one [[outbox.tables]] entry")
-        problem = topic_problem(self.dead_letter_topic)
-        if problem:
-            raise ConfigError(f"kafka.dead_letter_topic: {problem}")
 
 
 @dataclass

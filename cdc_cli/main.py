@@ -16,34 +16,15 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import signal
 import sys
 import threading
-import tomllib
-from pathlib import Path
 from typing import Any, Sequence
 
-from cdc.config import Config, load_config
-from cdc.errors import CdcError, NeedsOperator, PreflightError
+from cdc.errors import CdcError, PreflightError
+from cdc_cli.config_file import read_config
 
 log = logging.getLogger("cdc")
-
-
-def read_config(path: str) -> Config:
-    try:
-        raw = tomllib.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise CliError(f"config file {path} not found: pass --config with the path of your relay.toml") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise CliError(f"config file {path} is not valid TOML: {exc}") from None
-    except OSError as exc:
-        raise CliError(f"cannot read config file {path}: {exc.strerror}") from None
-    return load_config(raw, os.environ, lambda p: Path(p).read_text())
-
-
-class CliError(NeedsOperator):
-    pass
 
 
 def _cmd_run(args: argparse.Namespace) -> int:

@@ -25,7 +25,7 @@ def verify_config(cfg: Config, output_dir: str, master: str | None = None, end_p
 
 def _cmd_verify(args: argparse.Namespace) -> int:
     from cdc_cli.logs import configure
-    from cdc_cli.main import read_config
+    from cdc_cli.config_file import read_config
     from spark_jobs.verify import run_verify
 
     cfg = read_config(args.config)
@@ -39,7 +39,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 
 def _cmd_repair(args: argparse.Namespace) -> int:
     from cdc_cli.logs import configure
-    from cdc_cli.main import read_config
+    from cdc_cli.config_file import read_config
     from cdc_cli.repair import load_missing, repair
 
     cfg = read_config(args.config)
@@ -51,7 +51,7 @@ def _cmd_repair(args: argparse.Namespace) -> int:
 
 
 def _cmd_locate(args: argparse.Namespace) -> int:
-    from cdc_cli.main import read_config
+    from cdc_cli.config_file import read_config
     from spark_jobs.locate import locate_offset, locate_position
     from spark_jobs.verify import template_pattern
 

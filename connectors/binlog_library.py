@@ -45,7 +45,8 @@ from cdc.source_events import (
     query_event,
     xid_text,
 )
-from connectors.binlog_source import _FL_STANDALONE, _ser_error
+from connectors.binlog_decoder import _FL_STANDALONE
+from connectors.mysql_errors import error_text
 
 _binlogstream.MYSQL_EXPECTED_ERROR_CODES = []
 
@@ -76,7 +77,7 @@ def open_library_stream(conn: dict[str, Any], replica_id: int, watched: set[tupl
     try:
         return BinLogStreamReader(**kwargs), file
     except pymysql.err.MySQLError as exc:
-        raise SourceError(f"cannot open the binlog stream: {_ser_error(exc)}") from exc
+        raise SourceError(f"cannot open the binlog stream: {error_text(exc)}") from exc
 
 
 class LibraryConverter:

@@ -45,20 +45,12 @@ from connectors.binlog_protocol import (
     BinlogConnectionError,
     BinlogPositionError,
 )
+from connectors.mysql_errors import error_text
 
 log = logging.getLogger(__name__)
 
-_FL_STANDALONE = 0x01  # MariaDB Gtid_log_event flag: no COMMIT/XID follows
 _ER_MASTER_FATAL_READING_BINLOG = 1236  # purged or unknown start position
 _END = object()
-
-
-def _ser_error(exc: BaseException) -> str:
-    """An error message safe to show: pymysql errors never carry the password, but keep
-    only the code and text to be sure nothing else leaks."""
-    if isinstance(exc, pymysql.err.MySQLError) and exc.args:
-        return " ".join(str(a) for a in exc.args[:2])
-    return f"{type(exc).__name__}: {exc}"
 
 
 class MySQLBinlogSource:
@@ -145,7 +137,7 @@ class MySQLBinlogSource:
         if isinstance(item, BinlogPositionError) or (
                 isinstance(item, pymysql.err.OperationalError) and item.args
                 and item.args[0] == _ER_MASTER_FATAL_READING_BINLOG):
-            raise PositionPurgedError(f"the server refused the start position: {_ser_error(item)}")
+            raise PositionPurgedError(f"the server refused the start position: {error_text(item)}")
         # imported here: a relay whose reader process decodes never loads the decoder
         from connectors.binlog_decoder import BinlogDecodeError, UnsupportedColumnType, UnsupportedEvent
 
@@ -153,7 +145,7 @@ class MySQLBinlogSource:
             raise ConfigError(f"{item}; set source.decoder = \"library\" to read it with python-mysql-replication")
         if isinstance(item, (BinlogDecodeError, UnsupportedEvent)):
             raise SourceError(f"cannot decode the binlog: {item}") from item
-        raise SourceError(f"binlog connection failed: {_ser_error(item)}") from item
+        raise SourceError(f"binlog connection failed: {error_text(item)}") from item
 
     def close(self) -> None:
         if self._closed.is_set():
@@ -210,14 +202,14 @@ class MySQLBinlogSourceFactory:
             conn = pymysql.connect(**self._conn)
         except pymysql.err.MySQLError as exc:
             raise SourceError(
-                f"cannot connect to {self._conn['host']}:{self._conn['port']} as {self._conn['user']!r}: {_ser_error(exc)}"
+                f"cannot connect to {self._conn['host']}:{self._conn['port']} as {self._conn['user']!r}: {error_text(exc)}"
             ) from exc
         try:
             with conn.cursor() as cur:
                 cur.execute(sql)
                 return list(cur.fetchall())
         except pymysql.err.MySQLError as exc:
-            raise SourceError(f"query {sql!r} failed: {_ser_error(exc)}") from exc
+            raise SourceError(f"query {sql!r} failed: {error_text(exc)}") from exc
         finally:
             conn.close()
 

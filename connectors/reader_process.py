@@ -50,7 +50,7 @@ from cdc.identity import EventIdentity, TxIdentity
 from cdc.outbox import DeadLetter, OutboxEvent
 from cdc.ports import StartAt
 from cdc.position import BinlogPosition
-from cdc.relay import RelaySettings
+from cdc.relay_settings import RelaySettings
 
 CHUNK = 256  # items per pipe message
 

@@ -45,7 +45,8 @@ from spark_jobs.binlog_source import (  # noqa: E402
     BINLOG_READERS, KIND_ANOMALY, KIND_EVENT, KIND_XA_COMMIT, KIND_XA_ROLLBACK, KIND_XA_ROW, plan_binlog, split_ranges,
     tables_to_json,
 )  # fmt: skip
-from spark_jobs.common import build_spark, redacted, register_sources  # noqa: E402
+from spark_jobs.common import redacted  # noqa: E402
+from spark_jobs.session import build_spark, register_sources  # noqa: E402
 from spark_jobs.kafka_source import plan_kafka  # noqa: E402
 from spark_jobs.reconcile import ReconcileContext, missing_entry, reconcile, summarize  # noqa: E402
 from spark_jobs.report import VerifyReport, write_outputs  # noqa: E402

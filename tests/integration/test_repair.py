@@ -66,7 +66,7 @@ def test_repair_after_a_seeded_drop_then_verify_is_clean(mariadb, kafka, databas
     handle.close()
     assert dropper.dropped == 1
 
-    from spark_jobs.common import register_sources
+    from spark_jobs.session import register_sources
 
     register_sources(spark)
     start_file = raw["source"]["start"].split(":")[0]

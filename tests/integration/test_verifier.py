@@ -85,7 +85,7 @@ def servers():  # type: ignore[no-untyped-def]
 
 @pytest.fixture(scope="module")
 def spark():  # type: ignore[no-untyped-def]
-    from spark_jobs.common import build_spark
+    from spark_jobs.session import build_spark
 
     s = build_spark("local[2]", "test-verifier", {"spark.sql.shuffle.partitions": "4", "spark.driver.memory": "1g"})
     yield s
@@ -441,7 +441,7 @@ def test_run_verify_registers_the_sources_on_a_passed_session(servers, world, tm
 import json, sys
 sys.path.insert(0, {str(root)!r})
 from pyspark.sql import SparkSession
-from spark_jobs.common import register_sources
+from spark_jobs.session import register_sources
 from spark_jobs.verify import load_config, run_verify
 plain = (SparkSession.builder.master("local[1]").appName("plain").config("spark.ui.enabled", "false")
          .config("spark.sql.shuffle.partitions", "2").getOrCreate())

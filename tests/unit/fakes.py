@@ -625,7 +625,8 @@ class RelayHarness:
                  publisher: dict[str, Any] | None = None, factory: dict[str, Any] | None = None,
                  serializer: Any = None, **settings: Any):
         from cdc.outbox import OutboxTable
-        from cdc.relay import Relay, RelaySettings
+        from cdc.relay import Relay
+        from cdc.relay_settings import RelaySettings
 
         self.binlog = binlog
         self.kafka = kafka if kafka is not None else FakeKafka(DEFAULT_TOPICS)

@@ -26,7 +26,7 @@ def test_under_spark_submit_the_command_line_master_wins(monkeypatch: pytest.Mon
 def test_class_archive_written_once_then_used(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
     import time
 
-    from spark_jobs.common import class_archive_options
+    from spark_jobs.session import class_archive_options
 
     monkeypatch.delenv("PYSPARK_GATEWAY_PORT", raising=False)
     monkeypatch.delenv("CDC_SPARK_CLASS_ARCHIVE", raising=False)
@@ -58,7 +58,7 @@ def test_class_archives_of_other_installs_do_not_pile_up(tmp_path, monkeypatch) 
     a recent part)."""
     import time
 
-    from spark_jobs.common import class_archive_options
+    from spark_jobs.session import class_archive_options
 
     monkeypatch.delenv("PYSPARK_GATEWAY_PORT", raising=False)
     monkeypatch.delenv("CDC_SPARK_CLASS_ARCHIVE", raising=False)

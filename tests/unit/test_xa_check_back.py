@@ -6,7 +6,7 @@ import logging
 from cdc.inflight import HeldPrepare, Resume
 from cdc.metrics import RelayMetrics
 from cdc.position import BinlogPosition
-from cdc.relay import RelaySettings
+from cdc.relay_settings import RelaySettings
 from cdc.outbox import OutboxTable
 from cdc.xa_check_back import XaCheckBack
 
