@@ -102,6 +102,7 @@ class LocalFeed:
         # did not list it; dropped once the feed has read that far without its outcome.
         self._lost: dict[str, BinlogPosition] = {}
         self._next_lost_check = 0.0
+        self._server_started: float | None = None  # learnt once per connection (a restart cuts it)
 
     @property
     def discarded_rows(self) -> int:
@@ -167,7 +168,9 @@ class LocalFeed:
         if started_at is None:
             return None
         try:
-            since = started_at()
+            if self._server_started is None:
+                self._server_started = started_at()
+            since = self._server_started
             older = [xid for xid, _at, ts in assembler.prepared() if since is not None and ts < since - 1
                      and xid not in self._lost]
             if not older:
@@ -197,6 +200,7 @@ class LocalFeed:
         self._source.close()
         assembler = self._assembler
         assembler.reset()
+        self._server_started = None  # the server may have restarted
         resume = assembler.resume_point or self._start
         log.warning("binlog connection lost (%s); reconnecting from %s", cause, resume)
         deadline = self._clock() + self._reconnect_timeout_s

@@ -191,6 +191,14 @@ def xid_text(format_id: int, gtrid: bytes, bqual: bytes) -> str:
     return f"X'{gtrid.hex()}',X'{bqual.hex()}',{format_id}"
 
 
+def recovered_xid(row: tuple) -> str:
+    """The xid of an `XA RECOVER` row (formatID, gtrid_length, bqual_length, data) in
+    `xid_text` form."""
+    format_id, gtrid_len, _bqual_len, data = row
+    raw = data if isinstance(data, bytes) else str(data).encode()
+    return xid_text(int(format_id), raw[:int(gtrid_len)], raw[int(gtrid_len):])
+
+
 def _xa_query(sql: str, upper: str, start: BinlogPosition, end: BinlogPosition, timestamp: int) -> SourceEvent | None:
     verb = upper.split(None, 2)[1] if len(upper.split(None, 2)) > 1 else ""
     rest = sql[3:].strip()[len(verb):].strip()

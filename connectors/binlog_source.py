@@ -38,7 +38,7 @@ from cdc.position import BinlogPosition
 from cdc.source_events import (
     ServerInfo,
     SourceEvent,
-    xid_text,
+    recovered_xid,
 )
 from connectors.binlog_protocol import (
     BinlogConnection,
@@ -230,11 +230,7 @@ class MySQLBinlogSourceFactory:
             if "1227" in str(exc) or "1044" in str(exc) or "1045" in str(exc) or "denied" in str(exc).lower():
                 return None  # MySQL 8 needs XA_RECOVER_ADMIN
             raise
-        out = set()
-        for format_id, gtrid_len, _bqual_len, data in rows:
-            data = data if isinstance(data, bytes) else str(data).encode()
-            out.add(xid_text(int(format_id), data[:int(gtrid_len)], data[int(gtrid_len):]))
-        return out
+        return {recovered_xid(row) for row in rows}
 
     def server_started_at(self) -> float | None:
         """When the server started (its clock, seconds since the epoch)."""

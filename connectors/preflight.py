@@ -19,7 +19,7 @@ from cdc.checkpoint import Checkpoint
 from cdc.config import Config
 from cdc.errors import PositionError
 from cdc.position import BinlogPosition
-from cdc.source_events import xid_text
+from cdc.source_events import recovered_xid
 
 ER_ACCESS_DENIED = 1045
 ER_SPECIFIC_ACCESS_DENIED = 1227
@@ -208,7 +208,8 @@ def _check_session_format(cur, cfg: Config, add) -> None:
             warn=True)
         return
     user, _, host = me.partition("@")
-    others = [a for a in accounts if a != f"'{user}'@'{host}'"]
+    mine = f"'{user}'@'{host}'"
+    others = [a for a in accounts if a != mine]
     fix = ("an outbox INSERT such an account logs with SET SESSION binlog_format='STATEMENT' stops the relay "
            "(or is dead-lettered, outbox.on_statement): run applications under accounts without SUPER / "
            "BINLOG ADMIN / SESSION_VARIABLES_ADMIN")
@@ -216,7 +217,7 @@ def _check_session_format(cur, cfg: Config, add) -> None:
         shown = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
         add("session_binlog_format", True, f"accounts that can change binlog_format per session: {shown}; {fix}",
             warn=True)
-    elif len(accounts) == len(others):  # not even our own row: USER_PRIVILEGES shows only what we may see
+    elif mine not in accounts:  # USER_PRIVILEGES shows only what this account may see
         add("session_binlog_format", True, "no account with SUPER or BINLOG ADMIN is visible to "
             f"{cfg.source.user!r} (it sees only its own privileges); {fix}", warn=True)
     else:
@@ -240,9 +241,7 @@ def _check_xa_undecided(cur, checkpoint: Checkpoint | None, add) -> None:
     known = {xid: (at, ts) for xid, at, ts in (checkpoint.xa_held if checkpoint else ())}
     now = time.time()
     lines = []
-    for format_id, gtrid_len, _bqual_len, data in rows:
-        raw = data if isinstance(data, bytes) else str(data).encode()
-        xid = xid_text(int(format_id), raw[:int(gtrid_len)], raw[int(gtrid_len):])
+    for xid in map(recovered_xid, rows):
         if xid in known:
             at, ts = known[xid]
             lines.append(f"{xid} prepared at {at} {max(0, now - ts):.0f} s ago")

@@ -76,6 +76,7 @@ from cdc.outbox import OutboxTable, text_of
 from cdc.position import BinlogPosition, file_sequence
 from cdc.topics import topic_problem
 from spark_jobs.common import (
+    KEY_SEP,
     identity_key,
     mysql_settings_from_options,
     opt_int,
@@ -527,7 +528,6 @@ MAPPED_FIELDS = (
     "table", "event_id", "aggregate_type", "aggregate_id", "event_type", "payload", "payload_is_text", "timestamp_us",
     "expected_topic", "dlq_cause", "dlq_error",
 )  # fmt: skip
-_SEP = "\x1f"  # spark_jobs.common.identity_key's separator
 _N_COORD = 10  # ikey .. commit_ts_ms
 _N_MAPPED = len(MAPPED_FIELDS)
 
@@ -580,7 +580,7 @@ class EventColumns:
                 c.append(None)
         else:
             if tx.xa is None:
-                prefix = f"g{_SEP}{source}{_SEP}{tx.gtid}{_SEP}" if tx.gtid else f"p{_SEP}{source}{_SEP}{file}{_SEP}{tx.start}{_SEP}"
+                prefix = f"g{KEY_SEP}{source}{KEY_SEP}{tx.gtid}{KEY_SEP}" if tx.gtid else f"p{KEY_SEP}{source}{KEY_SEP}{file}{KEY_SEP}{tx.start}{KEY_SEP}"
                 ikey.extend([prefix + str(i) for i in range(n)])
             else:
                 ikey.extend([None] * n)

@@ -15,7 +15,7 @@ from cdc.position import file_sequence
 
 # Separator of the identity-key string: ASCII unit separator, never in a source name,
 # a GTID or a binlog file name.
-_SEP = "\x1f"
+KEY_SEP = "\x1f"
 
 SECRET_OPTION_NAMES = frozenset({"password", "passwd"})
 
@@ -34,8 +34,8 @@ def identity_key(source: str, gtid: str | None, file: str | None, pos: int | Non
     """The identity of one event as one string: `(source, gtid, row)` when the transaction
     has a GTID, else `(source, file, pos, row)` - the rule of `cdc.identity`."""
     if gtid:
-        return f"g{_SEP}{source}{_SEP}{gtid}{_SEP}{row}"
-    return f"p{_SEP}{source}{_SEP}{file}{_SEP}{pos}{_SEP}{row}"
+        return f"g{KEY_SEP}{source}{KEY_SEP}{gtid}{KEY_SEP}{row}"
+    return f"p{KEY_SEP}{source}{KEY_SEP}{file}{KEY_SEP}{pos}{KEY_SEP}{row}"
 
 
 def file_seq_or_none(name: str | None) -> int | None:

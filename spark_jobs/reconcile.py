@@ -70,7 +70,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from spark_jobs.binlog_source import (
     KIND_EVENT, KIND_XA_COMMIT, KIND_XA_EVENT, KIND_XA_ROLLBACK, KIND_XA_ROW, KIND_XA_UNDECIDED, STATEMENT_FORMAT,
 )  # fmt: skip
-from spark_jobs.common import identity_key, murmur2_partition
+from spark_jobs.common import KEY_SEP, identity_key, murmur2_partition
 
 EVENT_CLASSES = ("delivered", "missing", "duplicate", "reordered", "altered", "dead_lettered", "unverifiable")
 RECORD_CLASSES = ("phantom", "unverifiable", "foreign", "unidentified")
@@ -81,7 +81,6 @@ ALL_CLASSES = ("delivered", "missing", "duplicate", "phantom", "reordered", "alt
 # write the verifier cannot check (a statement-logged insert: no row image)
 BLOCKING_UNVERIFIABLE = (STATEMENT_FORMAT,)
 XA_UNDECIDED = "xa_undecided"
-_SEP = "\x1f"  # spark_jobs.common.identity_key's separator
 
 
 @dataclass(frozen=True)
@@ -251,7 +250,7 @@ def resolve_xa_rows(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         e = dict(r)
         if m is None:
             e["kind"] = KIND_XA_UNDECIDED
-            e["ikey"] = _SEP.join(("x", str(r["source"]), str(r["file"]), str(r["tx_pos"]), str(r["row"])))
+            e["ikey"] = KEY_SEP.join(("x", str(r["source"]), str(r["file"]), str(r["tx_pos"]), str(r["row"])))
         elif m["kind"] == KIND_XA_COMMIT:
             for c in ("file", "file_seq", "tx_pos", "tx_end", "gtid", "commit_ts_ms", "server_id"):
                 e[c] = m[c]
@@ -447,13 +446,13 @@ def resolve_xa(rows: Any) -> Any:
         committed = committed.withColumn(c, col("_n_o")[c])
     committed = committed.withColumn("kind", F.lit(KIND_XA_EVENT)).withColumn(
         "ikey",
-        F.when(col("gtid").isNotNull() & (col("gtid") != ""), F.concat_ws(_SEP, F.lit("g"), col("source"), col("gtid"), row_text))
-        .otherwise(F.concat_ws(_SEP, F.lit("p"), col("source"), col("file"), col("tx_pos").cast("string"), row_text)),
+        F.when(col("gtid").isNotNull() & (col("gtid") != ""), F.concat_ws(KEY_SEP, F.lit("g"), col("source"), col("gtid"), row_text))
+        .otherwise(F.concat_ws(KEY_SEP, F.lit("p"), col("source"), col("file"), col("tx_pos").cast("string"), row_text)),
     )
     undecided = (
         j.filter(col("_n_k").isNull() | (col("_n_k") == "p"))
         .withColumn("kind", F.lit(KIND_XA_UNDECIDED))
-        .withColumn("ikey", F.concat_ws(_SEP, F.lit("x"), col("source"), col("file"), col("tx_pos").cast("string"), row_text))
+        .withColumn("ikey", F.concat_ws(KEY_SEP, F.lit("x"), col("source"), col("file"), col("tx_pos").cast("string"), row_text))
     )
     return plain.unionByName(committed.select(*columns)).unionByName(undecided.select(*columns))
 

@@ -381,6 +381,12 @@ def test_mysql_two_phase_shape_opened_by_an_xa_start_query_is_held_then_publishe
     assert ids(done[0]) == ["a"] and done[0].identity.gtid == "u:2" and done[0].identity.xa_prepared_at == P(4)
 
 
+def test_an_xa_recover_row_names_the_xid_as_the_binlog_does():
+    from cdc.source_events import recovered_xid
+    assert recovered_xid((1, 2, 0, b"x1")) == XID
+    assert recovered_xid((7, 2, 2, "x2bq")) == "X'7832',X'6271',7"
+
+
 def test_xa_queries_are_recognised_with_their_xid():
     from cdc.source_events import query_event
     assert query_event("XA COMMIT X'7831',X'',1", P(1), P(2), 3) == XaCommit(XID, P(1), P(2), 3)
