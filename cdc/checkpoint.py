@@ -37,6 +37,13 @@ class Checkpoint:
     # (xid, prepare group's start "file:pos", prepare time in seconds). For the operator
     # (`cdc check` ages them); recovery does not need it: `position` lies before them.
     xa_held: tuple[tuple[str, str, int], ...] = ()
+    # The lease (cdc/lease.py): the epoch of the relay that wrote it (0: written without
+    # a lease), that relay's lock session tag, and whether it wrote this one at a clean
+    # stop with everything acknowledged. A checkpoint of an older epoch never wins over
+    # one of a newer epoch.
+    epoch: int = 0
+    holder: str = ""
+    released: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -51,6 +58,9 @@ class Checkpoint:
             "written_at_ms": self.written_at_ms,
             "events_delivered": self.events_delivered,
             "xa": [list(h) for h in self.xa_held],
+            "epoch": self.epoch,
+            "holder": self.holder,
+            "released": self.released,
         }
 
     @classmethod
@@ -72,6 +82,9 @@ class Checkpoint:
                 written_at_ms=int(data.get("written_at_ms", 0)),
                 events_delivered=int(data.get("events_delivered", 0)),
                 xa_held=tuple((str(x), str(at), int(ts)) for x, at, ts in data.get("xa", ())),
+                epoch=int(data.get("epoch", 0)),
+                holder=str(data.get("holder", "")),
+                released=bool(data.get("released", False)),
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ConfigError(f"checkpoint is damaged ({exc!r}); restore it or start with a start position") from exc

@@ -29,8 +29,11 @@ class RelayMetrics:
     checkpoint_file: str = ""
     checkpoint_pos: int = 0
     server_end_bytes_behind: int | None = None  # set by the connector that asks the server
-    ready: bool = False
-    started_at: float = 0.0
+    ready: bool = False  # streaming, or (a standby) ready to take over
+    role: str = "active"  # active | standby (waiting for the lease) | taking over (waiting before publishing)
+    lease_held: bool = False
+    lease_epoch: int = 0
+    lease_confirmed_at: float = 0.0  # wall-clock time of the last lease confirmation
     xa_undecided: int = 0  # XA transactions prepared, outcome not read (held, never published)
     xa_oldest_undecided_age_s: float = 0.0  # since the oldest one's prepare
     xa_problems: list = field(default_factory=list)  # one line each past xa.max_checks: an operator problem
@@ -39,6 +42,9 @@ class RelayMetrics:
         if self.caught_up or not self.last_commit_ts:
             return 0.0
         return max(0.0, now - self.last_commit_ts)
+
+    def lease_confirmed_age(self, now: float) -> float | None:
+        return None if not self.lease_confirmed_at else max(0.0, now - self.lease_confirmed_at)
 
     def checkpoint_age(self, now: float) -> float | None:
         return None if not self.checkpoint_written_at else max(0.0, now - self.checkpoint_written_at)

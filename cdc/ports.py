@@ -98,6 +98,10 @@ class Publisher(Protocol):
     def flush(self, timeout: float) -> int:
         """Wait for outstanding messages; returns how many are still outstanding."""
 
+    def purge(self) -> None:
+        """Drop every message not yet acknowledged, queued or in flight, without waiting
+        (the relay lost its lease: nothing more of it may reach Kafka)."""
+
     def close(self) -> None: ...
 
 

@@ -11,6 +11,11 @@ are handed to the producer in commit order and row order (the idempotent produce
 that order per partition); the checkpoint only passes fully acknowledged transactions;
 a message Kafka refuses as too large goes to the dead-letter topic, any other delivery
 failure stops progress and the relay exits after checkpointing the proven prefix.
+
+With a lease (cdc/lease.py) the loop checks it before every transaction it hands to the
+producer and between reads: once it has run out, the relay stops handing messages over,
+purges what the producer still queues, and raises LeaseLost without a last checkpoint.
+Every checkpoint carries the lease's epoch, one more than the epoch it started from.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ from cdc.identity import (
     H_TABLE,
 )
 from cdc.inflight import InflightWindow, PendingTx
+from cdc.lease import LeaseClock, LeaseLost
 from cdc.metrics import RelayMetrics
 from cdc.outbox import DeadLetter, OutboxEvent
 from cdc.ports import (
@@ -130,6 +136,7 @@ class Relay:
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], None] = time.sleep,
         feeds: FeedFactory | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
     ):
         """`feeds`: where committed transactions come from (default: a `LocalFeed` over
         `sources` in this process); `sources` also answers the start-up questions."""
@@ -155,6 +162,10 @@ class Relay:
         self._tx_start: BinlogPosition | None = None
         self._feed_seen: dict[str, int] = {}
         self._xa_check_back = XaCheckBack(settings, sources, self.metrics)
+        self._monotonic = monotonic
+        self._lease: LeaseClock | None = None
+        self._epoch = 0
+        self._holder = ""
 
     # -- start --------------------------------------------------------------------------
 
@@ -166,16 +177,23 @@ class Relay:
 
     # -- the loop -----------------------------------------------------------------------
 
-    def run(self, should_stop: Callable[[], bool]) -> RunSummary:
+    def run(self, should_stop: Callable[[], bool], lease: LeaseClock | None = None, holder: str = "") -> RunSummary:
         """Run until `should_stop()` returns true; then drain, checkpoint and return.
 
         Raises DeliveryError (after checkpointing the proven prefix) when Kafka refuses a
         message for a reason other than its size, SourceError when the server stays
-        unreachable past `reconnect_timeout_s`, and NeedsOperator errors at start."""
+        unreachable past `reconnect_timeout_s`, NeedsOperator errors at start, and
+        LeaseLost (after purging the producer, without a checkpoint) when `lease` runs
+        out. `holder`: the lease session's tag, recorded in every checkpoint."""
         settings, metrics = self.settings, self.metrics
-        metrics.started_at = self._clock()
         self._server_id = self._sources.server_id()
         cp = self._store.load()
+        if lease is not None:
+            self._lease, self._holder = lease, holder
+            self._epoch = (cp.epoch if cp is not None else 0) + 1
+            metrics.lease_epoch = self._epoch
+        elif cp is not None:
+            self._epoch, self._holder = cp.epoch, cp.holder
         start = self._start_point(cp)
         self._sources.check_available(start)
         self._window = window = InflightWindow(cp)
@@ -192,14 +210,21 @@ class Relay:
             self._recovery_stats = recovery
         elif isinstance(start, BinlogPosition):
             window.position, window.position_server_id = start, self._server_id
+        if lease is not None:
+            lease.check(self._monotonic())
+            self._checkpoint(force=True)  # the new epoch is durable before anything is published
         feed = self._open_feed(start)
         metrics.ready = True
         last_checkpoint_at = self._clock()
         publisher, poll = self._publisher, self._publisher.poll
+        monotonic = self._monotonic
+        fenced = False
         try:
             while not should_stop():
                 if self._failure is not None:
                     raise DeliveryError(self._failure_text())
+                if lease is not None:
+                    lease.check(monotonic())
                 # Acknowledgements are only served by poll(): while some are due, wait for
                 # the feed in short slices so they are not served late.
                 item = feed.read(0.002 if publisher.pending() else settings.read_timeout_s)
@@ -229,13 +254,18 @@ class Relay:
                     last_checkpoint_at = now
                     self._feed_counters(feed)
                     self._xa_check_back.run(window.held, now)
+        except LeaseLost:
+            fenced = True
+            publisher.purge()
+            raise
         finally:
             metrics.ready = False
             try:
                 feed.close()
             finally:
                 self._feed_counters(feed)
-                self._drain()
+                if not fenced:
+                    self._drain()
         if self._failure is not None:
             raise DeliveryError(self._failure_text())
         return RunSummary(
@@ -271,7 +301,9 @@ class Relay:
                 break
         if self._window is not None:
             self._window.advance()
-            self._checkpoint(force=True)
+            # Released: a successor need not wait for this relay's producer (cdc/lease.py).
+            self._checkpoint(force=True, released=self._lease is not None and remaining == 0
+                             and self._lease.lost is None)
         self._writer.close()
 
     def _open_feed(self, start: StartAt) -> Feed:
@@ -306,6 +338,8 @@ class Relay:
         if xa is not None:
             entry.prepared_ts = tx.identity.commit_ts_ms // 1000
         if tx.size:
+            if self._lease is not None:
+                self._lease.check(self._monotonic())
             self._tx_start = tx.identity.start
             recovery = self._recovery
             publisher, cap = self._publisher, self.settings.max_in_flight
@@ -318,6 +352,8 @@ class Relay:
                     publisher.poll(0)
                     while publisher.pending() > cap:
                         publisher.poll(0.05)
+                    if self._lease is not None:
+                        self._lease.check(self._monotonic())
                 if recovery is not None and recovery.already_delivered(item.identity.key()):
                     window.skipped(entry)
                     metrics.events_skipped_recovery += 1
@@ -433,7 +469,7 @@ class Relay:
 
     # -- checkpoint ---------------------------------------------------------------------
 
-    def _checkpoint(self, force: bool = False) -> None:
+    def _checkpoint(self, force: bool = False, released: bool = False) -> None:
         window = self._window
         if window is None:
             return
@@ -459,6 +495,9 @@ class Relay:
             written_at_ms=int(self._clock() * 1000),
             events_delivered=resume.events_delivered,
             xa_held=xa_held,
+            epoch=self._epoch,
+            holder=self._holder,
+            released=released,
         )
         if force:
             self._writer.save(cp)  # must be durable before the relay goes on

@@ -2,16 +2,22 @@
 
 * `FileCheckpointStore`: one JSON file, replaced atomically (write a temporary file,
   fsync, rename, fsync the directory), so a crash leaves the old or the new checkpoint,
-  never a torn one. Used by the embedded demo.
+  never a torn one. Used by the embedded demo. A save whose lease epoch is older than
+  the file's is refused (LeaseLost): a newer relay holds the source (cdc/lease.py); an
+  advisory lock on a side file makes the compare and the replace one step.
 * `KafkaCheckpointStore`: the default for deployments: a compacted topic keyed by the
-  source name, the last record for the key wins. `save` returns only once the broker
-  acknowledged the record (acks=all). Create the topic with cleanup.policy=compact
-  beforehand (the stand-in here cannot set topic configs; compaction is a space
-  matter, not a correctness one: the reader takes the last record for the key).
+  source name. The record with the newest lease epoch wins, the last of those if
+  several: a relay that lost its lease may still append one, and it is ignored. `save`
+  returns only once the broker acknowledged the record (acks=all). Create the topic
+  with cleanup.policy=compact beforehand (the stand-in here cannot set topic configs;
+  compaction is a space matter, not a correctness one: compaction keeps the last record
+  for the key, which is the newest epoch's unless a relay that lost its lease wrote
+  after its successor, and then only until the successor's next checkpoint).
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 from pathlib import Path
@@ -21,6 +27,7 @@ from confluent_kafka import KafkaError, Producer
 from cdc import crashpoints
 from cdc.checkpoint import Checkpoint
 from cdc.errors import ConfigError, DeliveryError
+from cdc.lease import LeaseLost
 from connectors.kafka_reader import KafkaTopicReader
 
 
@@ -29,6 +36,9 @@ class FileCheckpointStore:
         self.path = Path(path)
 
     def load(self) -> Checkpoint | None:
+        return self._read()
+
+    def _read(self) -> Checkpoint | None:
         try:
             text = self.path.read_text()
         except FileNotFoundError:
@@ -42,6 +52,17 @@ class FileCheckpointStore:
 
     def save(self, checkpoint: Checkpoint) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.path.with_name(self.path.name + ".lock"), "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+            if checkpoint.epoch:
+                current = self._read()
+                if current is not None and current.epoch > checkpoint.epoch:
+                    raise LeaseLost(f"checkpoint file {self.path} was written by a relay of lease epoch "
+                                    f"{current.epoch}, this relay's is {checkpoint.epoch}: a newer relay holds "
+                                    "the source")
+            self._replace(checkpoint)
+
+    def _replace(self, checkpoint: Checkpoint) -> None:
         tmp = self.path.with_name(self.path.name + ".tmp")
         data = json.dumps(checkpoint.to_dict(), sort_keys=True).encode()
         with open(tmp, "wb") as fh:
@@ -75,15 +96,15 @@ class KafkaCheckpointStore:
             count = reader.partition_count(self._topic)
             if count is None:
                 return None
-            latest: bytes | None = None
+            newest: Checkpoint | None = None
             for partition in range(count):
                 low, high = reader.watermarks(self._topic, partition)
                 for msg in reader.messages(self._topic, partition, low, high):
                     if msg.key() == self._key:
-                        latest = msg.value()
-            if latest is None:
-                return None
-            return Checkpoint.from_dict(json.loads(latest))
+                        cp = Checkpoint.from_dict(json.loads(msg.value()))
+                        if newest is None or cp.epoch >= newest.epoch:
+                            newest = cp
+            return newest
         finally:
             reader.close()
 

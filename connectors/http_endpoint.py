@@ -1,5 +1,6 @@
 """One HTTP port for the operator: `/metrics` (Prometheus text), `/healthz` (the process
-serves), `/readyz` (the relay is streaming: 200 `ready`, else 503 `not ready`; each
+serves), `/readyz` (the relay is streaming, or is a standby ready to take over: 200
+`ready`, else 503 `not ready`; a line `role: active|standby|taking over` follows; each
 operator problem the relay holds, such as an XA transaction still undecided after
 `xa.max_checks` check-backs, follows as one `problem: ...` line, the status unchanged: the
 relay streams on and holds only that transaction). Values come from
@@ -53,7 +54,14 @@ class _RelayCollector:
         yield gauge("cdc_checkpoint_age_seconds", "Seconds since the last checkpoint write", -1 if age is None else age)
         yield gauge("cdc_binlog_bytes_behind", "Binlog bytes between the relay and the server's end",
                     -1 if m.server_end_bytes_behind is None else m.server_end_bytes_behind)
-        yield gauge("cdc_ready", "1 while the relay is streaming", 1 if m.ready else 0)
+        yield gauge("cdc_ready", "1 while the relay is streaming, or is a standby ready to take over",
+                    1 if m.ready else 0)
+        yield gauge("cdc_lease_held", "1 while this relay holds its source's lease (the one that publishes)",
+                    1 if m.lease_held else 0)
+        yield gauge("cdc_lease_epoch", "The lease epoch this relay publishes under (0: none yet)", m.lease_epoch)
+        lease_age = m.lease_confirmed_age(now)
+        yield gauge("cdc_lease_confirmed_age_seconds", "Seconds since the lease was last confirmed (-1: not held)",
+                    -1 if lease_age is None or not m.lease_held else lease_age)
         yield gauge("cdc_xa_undecided", "XA transactions prepared whose outcome is not read (held, never published)",
                     m.xa_undecided)
         yield gauge("cdc_xa_oldest_undecided_age_seconds", "Seconds since the oldest undecided XA transaction's prepare",
@@ -78,7 +86,8 @@ class HttpEndpoint:
                     body, status, ctype = (b"ok\n" if ok else b"unhealthy\n"), (200 if ok else 503), "text/plain"
                 elif self.path == "/readyz":
                     ok = metrics.ready
-                    text = ("ready\n" if ok else "not ready\n") + "".join(f"problem: {p}\n" for p in metrics.xa_problems)
+                    text = (("ready\n" if ok else "not ready\n") + f"role: {metrics.role}\n"
+                            + "".join(f"problem: {p}\n" for p in metrics.xa_problems))
                     body, status, ctype = text.encode(), (200 if ok else 503), "text/plain"
                 else:
                     body, status, ctype = b"not found\n", 404, "text/plain"

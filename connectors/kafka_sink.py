@@ -93,5 +93,10 @@ class KafkaPublisher:
     def flush(self, timeout: float) -> int:
         return self._producer.flush(timeout)
 
+    def purge(self) -> None:
+        # A request already on the wire may still be appended by the broker; what is
+        # queued is never sent. The delivery reports (_PURGE_QUEUE) are not served.
+        self._producer.purge(in_queue=True, in_flight=True, blocking=False)
+
     def close(self) -> None:
         self._producer.flush(5.0)

@@ -431,6 +431,7 @@ class FakePublisher:
         self.acked: list[Record] = []
         self.dead = False
         self.closed = False
+        self.purged = 0
 
     # Publisher port
     def publish(self, topic: str, key: bytes | None, value: bytes, headers: list[tuple[str, bytes]],
@@ -460,6 +461,12 @@ class FakePublisher:
             if not self.hold_acks:
                 self._ack(None)
         return len(self.queue) + len(self.unacked)
+
+    def purge(self) -> None:
+        """Messages not yet written are dropped; written ones stay written, unacknowledged."""
+        self.purged += len(self.queue)
+        self.queue.clear()
+        self.unacked.clear()
 
     def close(self) -> None:
         self.closed = True

@@ -1,0 +1,200 @@
+"""The lease on the source database: `GET_LOCK()` on a session of its own (the rules are
+cdc/lease.py's).
+
+Why a named lock: the server already there holds it, no table or grant is needed (any
+account may take a user-level lock), and the server frees it the moment the holding
+session ends. The session's `wait_timeout` is set to the lease time, so the server also
+ends it, and frees the lock, when the holder goes silent (frozen, or cut off from the
+database) for that long.
+
+A standby waits in `GET_LOCK(name, renew_s)` and, between tries, looks at the holder's
+session in the process list (an account sees its own sessions without PROCESS): how
+long it has been idle tells, when the lock comes free, whether the holder's session was
+closed while it confirmed on time, or timed out after it went silent.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import pymysql
+
+from cdc.checkpoint import Checkpoint
+from cdc.errors import SourceError
+from cdc.lease import LeaseClock, LeaseSettings, Previous
+from cdc.replica_session import SessionTag
+from connectors.mysql_errors import error_text
+from connectors.replica_sessions import local_machine, own_tag, process_alive
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Observed:
+    """The holder a standby last saw: its lock session, how long that session had been
+    idle, and when (monotonic) it looked."""
+
+    conn: int
+    idle_s: float
+    at: float
+
+
+class MySQLLease:
+    """Acquire (waiting as a standby), hold (confirming every `renew_s` on a thread of its
+    own) and release the lease named `name` on the server of `connection`."""
+
+    def __init__(self, connection: dict, name: str, settings: LeaseSettings,
+                 clock: Callable[[], float] = time.monotonic, on_confirm: Callable[[float], None] | None = None):
+        self._connection = connection
+        self.name = name
+        self.settings = settings
+        self._clock = clock
+        self._on_confirm = on_confirm or (lambda _at: None)
+        self._conn: pymysql.connections.Connection | None = None
+        self.conn_id = 0
+        self.holder_tag = ""
+        self.lease: LeaseClock | None = None
+        self.observed: Observed | None = None
+        self.acquired_at = 0.0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # -- waiting ------------------------------------------------------------------------
+
+    def _connect(self) -> pymysql.connections.Connection:
+        c = self._connection
+        timeout = max(2.0, self.settings.ttl_s / 2)
+        try:
+            conn = pymysql.connect(host=c["host"], port=int(c["port"]), user=c["user"], password=c["password"],
+                                   connect_timeout=5, read_timeout=timeout, write_timeout=timeout, autocommit=True)
+        except pymysql.err.MySQLError as exc:
+            raise SourceError(f"cannot open the lease session on {c['host']}:{c['port']}: {error_text(exc)}") from exc
+        with conn.cursor() as cur:
+            cur.execute(f"SET SESSION wait_timeout = {self.settings.wait_timeout}")
+            cur.execute("SELECT CONNECTION_ID()")
+            self.conn_id = int(cur.fetchone()[0])
+        return conn
+
+    def acquire(self, should_stop: Callable[[], bool], on_waiting: Callable[[int | None], None]) -> bool:
+        """Wait for the lock (a standby meanwhile); True once held, False when
+        `should_stop()` turned true first. `on_waiting(holder connection id)` is called
+        once when another session holds it."""
+        conn = self._conn = self._connect()
+        told = False
+        try:
+            with conn.cursor() as cur:
+                while not should_stop():
+                    cur.execute("SELECT GET_LOCK(%s, %s)", (self.name, self.settings.renew_s))
+                    got = cur.fetchone()[0]
+                    if got == 1:
+                        self.acquired_at = self._clock()
+                        self.holder_tag = own_tag(self.conn_id).text()
+                        return True
+                    holder = self._look(cur)
+                    if not told:
+                        on_waiting(holder)
+                        told = True
+            return False
+        except pymysql.err.MySQLError as exc:
+            raise SourceError(f"the lease session failed while waiting for lease {self.name!r}: "
+                              f"{error_text(exc)}") from exc
+
+    def _look(self, cur) -> int | None:
+        cur.execute("SELECT IS_USED_LOCK(%s)", (self.name,))
+        holder = cur.fetchone()[0]
+        if holder is None:
+            return None
+        cur.execute("SELECT TIME FROM information_schema.PROCESSLIST WHERE ID = %s", (int(holder),))
+        row = cur.fetchone()
+        if row is not None:
+            self.observed = Observed(int(holder), float(row[0] or 0), self._clock())
+        return int(holder)
+
+    def previous(self, cp: Checkpoint | None) -> Previous:
+        """What is known of the holder before this one (call after `acquire`)."""
+        epoch = cp.epoch if cp is not None else 0
+        tag = SessionTag.parse(cp.holder) if cp is not None else None
+        seen = self.observed
+        gone = False
+        if tag is not None and (seen is None or seen.conn == tag.conn):
+            gone = local_machine().same_as(tag) and not process_alive(tag.pid, tag.start)
+        closed = False
+        if seen is not None:
+            since = self.acquired_at - seen.at
+            # The server frees a silent holder's lock `wait_timeout` after its last
+            # command; freed well before that, the session was closed, not timed out.
+            closed = since <= self.settings.renew_s + 1.5 and seen.idle_s + since < self.settings.wait_timeout - 2
+        return Previous(epoch, bool(cp is not None and cp.released), gone, closed)
+
+    # -- holding ------------------------------------------------------------------------
+
+    def hold(self) -> LeaseClock:
+        """Start confirming the lease every `renew_s`; the returned clock says until when
+        the relay may publish."""
+        self.lease = lease = LeaseClock(self.settings, self.acquired_at)
+        self._on_confirm(time.time())
+        self._thread = threading.Thread(target=self._renew, args=(lease,), name="lease", daemon=True)
+        self._thread.start()
+        return lease
+
+    def _renew(self, lease: LeaseClock) -> None:
+        conn = self._conn
+        while not self._stop.wait(self.settings.renew_s):
+            sent = self._clock()
+            try:
+                with conn.cursor() as cur:
+                    cur.execute("SELECT IS_USED_LOCK(%s)", (self.name,))
+                    holder = cur.fetchone()[0]
+            except Exception as exc:  # noqa: BLE001 - any failure of the lock session ends the lease
+                if not self._stop.is_set():
+                    lease.lose(f"the lease session failed ({error_text(exc)})")
+                return
+            if holder != self.conn_id:
+                lease.lose(f"the server says connection {holder} holds lease {self.name!r} now, not this "
+                           f"relay's {self.conn_id}")
+                return
+            lease.confirmed(sent)
+            self._on_confirm(time.time())
+
+    def close(self) -> None:
+        """Release the lease (if held) and end the session."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(self.settings.ttl_s)
+        conn, self._conn = self._conn, None
+        if conn is None:
+            return
+        try:
+            if self.lease is not None and self.lease.lost is None:
+                with conn.cursor() as cur:
+                    cur.execute("SELECT RELEASE_LOCK(%s)", (self.name,))
+        except Exception:  # noqa: BLE001 - closing the session releases it as well
+            pass
+        finally:
+            try:
+                conn.close()
+            except Exception:  # noqa: BLE001
+                pass
+
+
+def holder_text(name: str, connection: dict) -> str:
+    """Who holds the lease `name` right now, for `cdc check` (never raises)."""
+    c = connection
+    try:
+        conn = pymysql.connect(host=c["host"], port=int(c["port"]), user=c["user"], password=c["password"],
+                               connect_timeout=5, read_timeout=5)
+    except Exception:  # noqa: BLE001
+        return "unknown (cannot connect)"
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT IS_USED_LOCK(%s)", (name,))
+            holder = cur.fetchone()[0]
+            return "free" if holder is None else f"held by connection {holder}"
+    except Exception:  # noqa: BLE001
+        return "unknown"
+    finally:
+        conn.close()
