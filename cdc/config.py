@@ -30,6 +30,11 @@ Example `relay.toml`::
     store = "kafka"                     # kafka | file
     topic = "cdc.checkpoints"
 
+    [lease]                             # one active relay per source (cdc/lease.py)
+    enabled = true                      # others with this source.name wait as standbys
+    ttl_s = 10                          # a holder silent this long loses the lease
+    renew_s = 1                         # the holder confirms, a standby polls, this often
+
     [xa]                                # check-back of prepared, undecided XA transactions
     check_after_s = 60                  # immunity: not checked while younger than this
     check_interval_s = 30               # then checked with XA RECOVER this often
@@ -56,6 +61,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from cdc.errors import ConfigError
+from cdc.lease import LeaseSettings
 from cdc.outbox import OutboxTable
 from cdc.relay_settings import RelaySettings
 from cdc.topics import topic_problem
@@ -165,6 +171,7 @@ class Config:
     log: LogConfig = LogConfig()
     relay: RelayTuning = RelayTuning()
     xa: XaConfig = XaConfig()
+    lease: LeaseSettings = LeaseSettings()
 
     def relay_settings(self) -> RelaySettings:
         r = self.relay
@@ -183,6 +190,7 @@ class Config:
 _SECTIONS: dict[str, type] = {
     "source": SourceConfig, "kafka": KafkaConfig, "schema_registry": RegistryConfig,
     "checkpoint": CheckpointConfig, "http": HttpConfig, "log": LogConfig, "relay": RelayTuning, "xa": XaConfig,
+    "lease": LeaseSettings,
 }
 _SECRETS = {("source", "password"), ("schema_registry", "basic_auth")}
 
@@ -200,6 +208,12 @@ def _coerce(section: str, name: str, value: Any, target: Any) -> Any:
         if not isinstance(value, dict):
             raise ConfigError(f"{where} must be a table of settings")
         return dict(value)
+    if text in ("bool",):
+        if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no", "on", "off"):
+            return value.lower() in ("true", "1", "yes", "on")
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where} must be true or false, got {value!r}")
+        return value
     if text in ("int",):
         try:
             return int(value)
@@ -299,6 +313,7 @@ def load_config(
         kafka=KafkaConfig(**sections["kafka"]), schema_registry=RegistryConfig(**sections["schema_registry"]),
         checkpoint=CheckpointConfig(**sections["checkpoint"]), http=HttpConfig(**sections["http"]),
         log=LogConfig(**sections["log"]), relay=RelayTuning(**sections["relay"]), xa=XaConfig(**sections["xa"]),
+        lease=LeaseSettings(**sections["lease"]),
     )
     _validate(cfg)
     return cfg

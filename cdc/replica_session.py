@@ -7,7 +7,9 @@ ties the two together, so the relay ties them itself: it registers with a *tag* 
 report host (COM_REGISTER_SLAVE), naming its connection id and the process that owns
 the binlog socket (machine name, boot id, pid namespace, pid, process start time):
 
-    cdc;c=57;h=web-1;b=1a2b3c4d;n=4026531836;p=1234;s=998877
+    cdc;c=57;h=web-1;b=1a2b3c4d;n=4026531836;p=1234;s=998877;r=5f1e0a
+
+(`r`: a short hash of the relay's source name, `source_mark`.)
 
 A listed session with our server id is, in order:
 
@@ -15,6 +17,10 @@ A listed session with our server id is, in order:
   pid namespace, the process it names is gone (pid and start time), and its dump thread
   runs under our user. The server keeps such a session until a heartbeat write to the
   closed socket fails (one or two heartbeat periods): the relay ends it with KILL.
+* With the source's lease held (cdc/lease.py), a session under our user tagged with our
+  source is also `dead`: the lease decides which relay of this source reads, so another
+  one's session is left over from a relay that lost the lease (frozen, cut off): the
+  relay ends it. A relay of another source with the same id is waited out and refused.
 * `wait` — anything else: a relay that is still running (perhaps stopping), a session
   from another machine or container whose process cannot be checked from here, another
   account's, an untagged replica. It is waited out for `wait_bound(heartbeat_s)`; one
@@ -23,13 +29,14 @@ A listed session with our server id is, in order:
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
 __all__ = ["DumpThread", "Finding", "Listed", "Machine", "SessionTag", "assess", "refusal", "wait_bound"]
 
-_TAG = re.compile(r"cdc;c=(\d+);h=([^;]*);b=([0-9a-f]*);n=(\d*);p=(\d+);s=(\d+)")
+_TAG = re.compile(r"cdc;c=(\d+);h=([^;]*);b=([0-9a-f]*);n=(\d*);p=(\d+);s=(\d+)(?:;r=([0-9a-f]{6}))?")
 _HOST_CHARS = 40  # the tag stays short: MySQL/MariaDB keep report hosts of up to 60 (older) or 255 bytes
 
 
@@ -43,10 +50,12 @@ class SessionTag:
     pidns: str  # the pid namespace's inode number ('' where unknown)
     pid: int  # the process that owns the binlog socket
     start: int  # its start time (clock ticks since boot), so a reused pid is not taken for it
+    source: str = ""  # source_mark of the relay's source name ('' where not known)
 
     def text(self) -> str:
         host = re.sub(r"[^A-Za-z0-9._-]", "_", self.host)[:_HOST_CHARS]
-        return f"cdc;c={self.conn};h={host};b={self.boot};n={self.pidns};p={self.pid};s={self.start}"
+        mark = f";r={self.source}" if self.source else ""
+        return f"cdc;c={self.conn};h={host};b={self.boot};n={self.pidns};p={self.pid};s={self.start}{mark}"
 
     @classmethod
     def parse(cls, text: str) -> SessionTag | None:
@@ -54,7 +63,12 @@ class SessionTag:
         m = _TAG.fullmatch(text or "")
         if m is None:
             return None
-        return cls(int(m[1]), m[2], m[3], m[4], int(m[5]), int(m[6]))
+        return cls(int(m[1]), m[2], m[3], m[4], int(m[5]), int(m[6]), m[7] or "")
+
+
+def source_mark(source_name: str) -> str:
+    """Six hex digits naming a source in a session tag (short: report hosts are limited)."""
+    return hashlib.sha256(source_name.encode()).hexdigest()[:6] if source_name else ""
 
 
 @dataclass(frozen=True)
@@ -106,9 +120,11 @@ def wait_bound(heartbeat_s: float) -> float:
 
 
 def assess(server_id: int, listed: list[Listed], dumps: list[DumpThread], user: str, machine: Machine,
-           alive: Callable[[int, int], bool]) -> list[Finding]:
+           alive: Callable[[int, int], bool], lease_held: str = "") -> list[Finding]:
     """A finding for each listed session with `server_id` (empty: the id is free).
-    `alive(pid, start)`: does that process run on this machine (in this pid namespace)?"""
+    `alive(pid, start)`: does that process run on this machine (in this pid namespace)?
+    `lease_held`: the `source_mark` of the source whose lease this relay holds (another
+    relay's session tagged with it is stale); '' without a lease."""
     by_id = {d.id: d for d in dumps}
     tagged = {t.conn for t in (SessionTag.parse(x.host) for x in listed) if t is not None}
     out = []
@@ -127,6 +143,9 @@ def assess(server_id: int, listed: list[Listed], dumps: list[DumpThread], user: 
             out.append(Finding("wait", tag.conn, where))
             continue
         where = f"connection {thread.id} from {thread.host} (user {thread.user!r}, {who})"
+        if lease_held and thread.user == user and tag.source == lease_held:
+            out.append(Finding("dead", thread.id, where + ", a relay that lost the lease"))
+            continue
         mine = thread.user == user and machine.same_as(tag)
         if mine and not alive(tag.pid, tag.start):
             out.append(Finding("dead", thread.id, where))

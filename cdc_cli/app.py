@@ -4,12 +4,17 @@
                                   |-> ConfluentAvroSerializer (schema registry)
                                   |-> File/KafkaCheckpointStore
                                   '-> KafkaTopicReader (recovery)
+
+With `lease.enabled` (the default) `run_relay` first takes the source's lease
+(connectors/mysql_lease.py): a standby until it is free, then the takeover wait
+(cdc/lease.py), then the replica server id, then the relay.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -18,15 +23,19 @@ import pymysql
 
 from cdc.config import Config
 from cdc.errors import CdcError, PreflightError
+from cdc.lease import lock_name, takeover_wait
 from cdc.metrics import RelayMetrics
+from cdc.replica_session import source_mark
 from cdc.relay import Relay, RunSummary, start_point
 from connectors.binlog_source import MySQLBinlogSourceFactory
 from connectors.checkpoint_stores import FileCheckpointStore, KafkaCheckpointStore
 from connectors.http_endpoint import HttpEndpoint
 from connectors.kafka_reader import KafkaTopicReader
-from connectors.kafka_sink import KafkaPublisher
+from connectors.kafka_sink import KafkaPublisher, delivery_timeout_s
+from connectors.mysql_lease import MySQLLease
 from connectors.preflight import failures, run_checks, warnings
 from connectors.reader_process import ReaderProcessFeeds, ReaderSpec
+from connectors.replica_sessions import set_source, settle
 
 log = logging.getLogger(__name__)
 
@@ -48,9 +57,9 @@ def start_position(cfg: Config, store) -> object:
     return start_point(store.load(), server_id, cfg.relay_settings())
 
 
-def preflight(cfg: Config, store=None) -> list:
+def preflight(cfg: Config, store=None, replica_id: bool = True) -> list:
     store = store or checkpoint_store(cfg)
-    results = run_checks(cfg, start_position(cfg, store))
+    results = run_checks(cfg, start_position(cfg, store), replica_id=replica_id)
     problems = failures(results)
     if problems:
         raise PreflightError(problems)
@@ -67,6 +76,7 @@ class RelayHandle:
     relay: Relay
     publisher: KafkaPublisher
     reader: KafkaTopicReader
+    store: Any
     feeds: ReaderProcessFeeds | None = None
 
     @property
@@ -122,8 +132,10 @@ def build_relay(cfg: Config, metrics: RelayMetrics | None = None, feeds: ReaderP
             cfg.source.connection(), cfg.source.replica_server_id, cfg.source.heartbeat_s, cfg.source.decoder,
             cfg.schema_registry.url, cfg.schema_registry.basic_auth.reveal() or None, settings,
         ))  # fmt: skip
-    relay = Relay(settings, sources, publisher, serializer, checkpoint_store(cfg), reader, metrics, feeds=feeds)
-    return RelayHandle(relay, publisher, reader, feeds)
+    set_source(cfg.source.name)  # the tags of this process's binlog sessions name the source
+    store = checkpoint_store(cfg)
+    relay = Relay(settings, sources, publisher, serializer, store, reader, metrics, feeds=feeds)
+    return RelayHandle(relay, publisher, reader, store, feeds)
 
 
 class _BinlogBehindPoller:
@@ -165,9 +177,57 @@ class _BinlogBehindPoller:
         self._stop.set()
 
 
+def take_lease(cfg: Config, handle: RelayHandle, should_stop: Callable[[], bool]) -> MySQLLease | None:
+    """Wait as a standby until this relay holds its source's lease, then wait out what a
+    previous holder could still publish, then settle the replica server id (ending a
+    stale session of this source's). None when `should_stop()` came first."""
+    m = handle.metrics
+    lease = MySQLLease(cfg.source.connection(), lock_name(cfg.source.name), cfg.lease,
+                       on_confirm=lambda at: setattr(m, "lease_confirmed_at", at))
+    try:
+        m.role, m.ready = "standby", True  # configured and checked: ready to take over
+
+        def waiting(holder: int | None) -> None:
+            log.info("standby: the lease %r is held by connection %s; taking over when it is free",
+                     lease.name, holder if holder is not None else "(unknown)")
+
+        if not lease.acquire(should_stop, waiting):
+            lease.close()
+            return None
+        clock = lease.hold()
+        m.role, m.ready, m.lease_held = "taking over", False, True
+        wait, why = takeover_wait(lease.previous(handle.store.load()), cfg.lease,
+                                  delivery_timeout_s(cfg.kafka.producer))
+        log.info("holding the lease %r (connection %d): %s", lease.name, lease.conn_id, why)
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline and not should_stop():
+            clock.check(time.monotonic())
+            time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
+        src = cfg.source
+        conn = pymysql.connect(host=src.host, port=src.port, user=src.user, password=src.password.reveal(),
+                               connect_timeout=5)
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SELECT VERSION()")
+                mariadb = "mariadb" in str(cur.fetchone()[0]).lower()
+                ok, message = settle(cur, src.replica_server_id, src.user, mariadb, src.heartbeat_s,
+                                     lease_held=source_mark(src.name))
+        finally:
+            conn.close()
+        if not ok:
+            raise PreflightError([message])
+        log.info("preflight: %s", message)
+        m.role = "active"
+        return lease
+    except BaseException:
+        lease.close()
+        raise
+
+
 def run_relay(cfg: Config, should_stop: Callable[[], bool], metrics: RelayMetrics | None = None,
               check: bool = True, feeds: ReaderProcessFeeds | None = None) -> RunSummary:
-    """Preflight, then run until `should_stop()`; the HTTP endpoint lives as long."""
+    """Preflight, take the lease (a standby until then), then run until `should_stop()`;
+    the HTTP endpoint lives as long."""
     try:
         handle = build_relay(cfg, metrics, feeds)
     except BaseException:
@@ -176,7 +236,7 @@ def run_relay(cfg: Config, should_stop: Callable[[], bool], metrics: RelayMetric
         raise
     if check:
         try:
-            preflight(cfg)
+            preflight(cfg, replica_id=not cfg.lease.enabled)
         except BaseException:
             handle.close()
             raise
@@ -187,12 +247,20 @@ def run_relay(cfg: Config, should_stop: Callable[[], bool], metrics: RelayMetric
                                 healthy=lambda: not failed.is_set())
         log.info("metrics and health on %s", endpoint.url)
     poller = _BinlogBehindPoller(cfg, handle.metrics)
+    lease = None
     try:
+        if cfg.lease.enabled:
+            lease = take_lease(cfg, handle, should_stop)
+            if lease is None:
+                return RunSummary(None, 0, 0, 0, "request")
+            return handle.relay.run(should_stop, lease.lease, lease.holder_tag)
         return handle.relay.run(should_stop)
     except BaseException:
         failed.set()
         raise
     finally:
+        if lease is not None:
+            lease.close()  # after the last checkpoint: a successor reads it
         poller.close()
         if endpoint is not None:
             endpoint.close()

@@ -22,7 +22,10 @@ from cdc.errors import ConfigError, DeliveryError
 from cdc.ports import Delivery, DeliveryCallback, DeliveryFailure
 
 ENFORCED = {"enable.idempotence": True, "acks": "all", "partitioner": "murmur2_random"}
-DEFAULTS = {"linger.ms": 5, "compression.type": "lz4", "message.max.bytes": 1_000_000}
+# message.timeout.ms: how long a message may wait for Kafka before it fails (and the relay
+# exits 1); also the longest a message can stay queued in a frozen relay's producer, which
+# a successor that takes the lease over waits out (cdc/lease.py). librdkafka's own is 300 s.
+DEFAULTS = {"linger.ms": 5, "compression.type": "lz4", "message.max.bytes": 1_000_000, "message.timeout.ms": 60_000}
 _TOO_LARGE = {KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE}
 if hasattr(KafkaError, "_MSG_SIZE_TOO_LARGE"):
     _TOO_LARGE.add(getattr(KafkaError, "_MSG_SIZE_TOO_LARGE"))
@@ -39,6 +42,16 @@ def producer_settings(bootstrap: str, extra: dict[str, Any] | None = None) -> di
         conf[key] = value
     conf.update(ENFORCED)
     return conf
+
+
+def delivery_timeout_s(extra: dict[str, Any] | None = None) -> float:
+    """The producer's delivery timeout (message.timeout.ms, alias delivery.timeout.ms)."""
+    conf = producer_settings("", extra)
+    value = conf.get("delivery.timeout.ms", conf.get("message.timeout.ms"))
+    try:
+        return float(value) / 1000.0
+    except (TypeError, ValueError):
+        raise ConfigError(f"kafka.producer.message.timeout.ms must be a number of milliseconds, got {value!r}") from None
 
 
 def _failure(err: KafkaError) -> DeliveryFailure:

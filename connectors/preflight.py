@@ -47,10 +47,11 @@ def _vars(cur, names: tuple[str, ...]) -> dict[str, str]:
 
 
 def run_checks(cfg: Config, start: BinlogPosition | str | None = None,
-               checkpoint: Checkpoint | None = None) -> list[CheckResult]:
+               checkpoint: Checkpoint | None = None, replica_id: bool = True) -> list[CheckResult]:
     """Every check's result. `start` is the position the relay would start from (a
     checkpoint's, or the configured start when there is none); `checkpoint`, when there
-    is one, dates the undecided XA transactions it recorded."""
+    is one, dates the undecided XA transactions it recorded. `replica_id=False` leaves
+    the replica server id out (a relay with a lease settles it once it holds the lease)."""
     src = cfg.source
     results: list[CheckResult] = []
 
@@ -89,7 +90,8 @@ def run_checks(cfg: Config, start: BinlogPosition | str | None = None,
                 add(var, ok, f"{var} is {have}" if ok else
                     f"{var} is {have}: set {how} in the server config (SET GLOBAL {var}='{want}' takes effect "
                     "for new sessions; MySQL 8.0.14+ / MariaDB 10.5+ are needed for binlog_row_metadata)")
-            _check_replica_id(cur, cfg, int(server_id), mariadb, add)
+            if replica_id:
+                _check_replica_id(cur, cfg, int(server_id), mariadb, add)
             _check_grants(cur, cfg, mariadb, add)
             _check_session_format(cur, cfg, add)
             _check_tables(cur, cfg, add)

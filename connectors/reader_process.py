@@ -283,6 +283,9 @@ def _child_main(conn: Any, control: Any, parent_pid: int) -> None:
     except (EOFError, OSError):
         return
 
+    from connectors.replica_sessions import set_source
+
+    set_source(spec.settings.source_name)  # its binlog sessions' tags name the source
     feed = None
     try:
         sources = MySQLBinlogSourceFactory(

@@ -17,7 +17,17 @@ from collections.abc import Callable
 
 import pymysql
 
-from cdc.replica_session import DumpThread, Finding, Listed, Machine, SessionTag, assess, refusal, wait_bound
+from cdc.replica_session import (
+    DumpThread,
+    Finding,
+    Listed,
+    Machine,
+    SessionTag,
+    assess,
+    refusal,
+    source_mark,
+    wait_bound,
+)
 
 ER_NO_SUCH_THREAD = 1094
 ER_KILL_DENIED = 1095
@@ -65,11 +75,19 @@ def local_machine() -> Machine:
     return Machine(socket.gethostname(), _read("/proc/sys/kernel/random/boot_id").replace("-", "")[:8], _pidns())
 
 
+_source = [""]  # this process's source, as its source_mark
+
+
+def set_source(source_name: str) -> None:
+    """Name the source this process relays, for the tags of its binlog sessions."""
+    _source[0] = source_mark(source_name)
+
+
 def own_tag(conn_id: int) -> SessionTag:
     """The tag of a binlog session this process owns, with connection id `conn_id`."""
     here = local_machine()
     pid = os.getpid()
-    return SessionTag(conn_id, here.host, here.boot, here.pidns, pid, process_start(pid) or 0)
+    return SessionTag(conn_id, here.host, here.boot, here.pidns, pid, process_start(pid) or 0, _source[0])
 
 
 def end_session(host: str, port: int, user: str, password: str, conn_id: int, timeout: float = 2.0) -> bool:
@@ -118,7 +136,7 @@ def _sessions(cur, mariadb: bool) -> tuple[list[Listed], list[DumpThread]]:
 def settle(cur, server_id: int, user: str, mariadb: bool, heartbeat_s: float,
            clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
            machine: Machine | None = None, alive: Callable[[int, int], bool] = process_alive,
-           ) -> tuple[bool, str]:
+           lease_held: str = "") -> tuple[bool, str]:
     """Make sure no other session holds `server_id`: KILL this relay's own dead sessions,
     wait out the others for `wait_bound(heartbeat_s)`. (ok, one line)."""
     machine = machine or local_machine()
@@ -129,9 +147,7 @@ def settle(cur, server_id: int, user: str, mariadb: bool, heartbeat_s: float,
     waited: Finding | None = None
     while True:
         listed, dumps = _sessions(cur, mariadb)
-        findings = assess(server_id, listed, dumps, user, machine, alive)
-        # (A one-active-relay lease would be checked here: "no other holder of the lease
-        # for this source" as well as "no other session with this server id".)
+        findings = assess(server_id, listed, dumps, user, machine, alive, lease_held)
         if not findings:
             if ended:
                 return True, (f"replica server id {server_id} is free (ended this relay's previous session: "

@@ -1,6 +1,7 @@
 """Issue 21: a relay restarted at once after a clean stop (SIGTERM) or a crash (SIGKILL)
-starts, with its preflight on, and publishes; a genuinely second relay with the same
-replica server id is still refused in one line naming its session.
+starts, with its preflight on, and publishes; a relay of another source with the same
+replica server id is still refused in one line naming its session (a second relay of the
+same source is a standby: tests/integration/test_lease.py).
 
 `cdc run` runs here *with* its preflight (harness.RelayProcess passes --skip-check)."""
 
@@ -182,7 +183,10 @@ def test_a_second_relay_with_the_same_server_id_is_refused_naming_its_session(
         assert first.alive(), first.log_text()[-3000:]
         [(_, tag, *_)] = sessions_with(mariadb, rid)
         [(conn_id, host)] = [r for r in dump_connections(mariadb) if tag.startswith(f"cdc;c={r[0]};")]
-        second_raw = {**raw, "checkpoint": {**raw["checkpoint"], "path": str(tmp_path / "cp2.json")}}
+        # Another source (a relay of the same config would be a standby: test_lease.py)
+        # registering with the same replica server id.
+        second_raw = {**raw, "source": {**raw["source"], "name": raw["source"]["name"] + "-other"},
+                      "checkpoint": {**raw["checkpoint"], "path": str(tmp_path / "cp2.json")}}
         path = tmp_path / "second.toml"
         path.write_text(_to_toml(second_raw))
         for args in (["run", "--config", str(path)], ["check", "--config", str(path)]):
