@@ -193,6 +193,12 @@ class LocalFeed:
             self._source = None
         self._assembler.reset()
 
+    def abandon(self) -> None:
+        """Leave at once (the relay lost its lease and exits): the stream is not ended
+        politely; the process's exit closes its socket."""
+        self._source = None
+        self._assembler.reset()
+
     def _reconnect(self, cause: Exception) -> None:
         """Reopen the stream from the feed's own position: the end of the last complete
         transaction read."""

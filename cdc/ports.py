@@ -55,6 +55,9 @@ class Feed(Protocol):
 
     def close(self) -> None: ...
 
+    def abandon(self) -> None:
+        """Leave at once, without ending the stream politely (the relay lost its lease)."""
+
 
 class FeedFactory(Protocol):
     def open(self, start: StartAt, server_id: int) -> Feed: ...

@@ -261,7 +261,7 @@ class Relay:
         finally:
             metrics.ready = False
             try:
-                feed.close()
+                (feed.abandon if fenced else feed.close)()
             finally:
                 self._feed_counters(feed)
                 if not fenced:

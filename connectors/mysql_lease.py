@@ -163,8 +163,8 @@ class MySQLLease:
     def close(self) -> None:
         """Release the lease (if held) and end the session."""
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join(self.settings.ttl_s)
+        if self._thread is not None and (self.lease is None or self.lease.lost is None):
+            self._thread.join(self.settings.ttl_s)  # (a lost lease's thread may hang in a dead read: left)
         conn, self._conn = self._conn, None
         if conn is None:
             return

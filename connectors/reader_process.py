@@ -211,6 +211,12 @@ class ProcessFeed:
     def close(self) -> None:
         _stop(self._conn, self._control, self._process)
 
+    def abandon(self) -> None:
+        """Leave at once (the relay lost its lease and exits): the reader process is
+        killed, not asked to end its binlog session."""
+        self._process.kill()
+        _stop(self._conn, self._control, self._process)
+
 
 def _stop(data: Connection, control: Connection, process: _Child) -> None:
     """Ask the child to stop, take what it is still sending meanwhile (it may be blocked
