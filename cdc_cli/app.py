@@ -22,7 +22,7 @@ from typing import Any
 import pymysql
 
 from cdc.config import Config
-from cdc.errors import CdcError, PreflightError
+from cdc.errors import CdcError, PreflightError, SourceError
 from cdc.lease import lock_name, takeover_wait
 from cdc.metrics import RelayMetrics
 from cdc.replica_session import source_mark
@@ -32,6 +32,7 @@ from connectors.checkpoint_stores import FileCheckpointStore, KafkaCheckpointSto
 from connectors.http_endpoint import HttpEndpoint
 from connectors.kafka_reader import KafkaTopicReader
 from connectors.kafka_sink import KafkaPublisher, delivery_timeout_s
+from connectors.mysql_errors import error_text
 from connectors.mysql_lease import MySQLLease
 from connectors.preflight import failures, run_checks, warnings
 from connectors.reader_process import ReaderProcessFeeds, ReaderSpec
@@ -203,9 +204,16 @@ def take_lease(cfg: Config, handle: RelayHandle, should_stop: Callable[[], bool]
         while time.monotonic() < deadline and not should_stop():
             clock.check(time.monotonic())
             time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
+        if should_stop():
+            lease.close()
+            return None
         src = cfg.source
-        conn = pymysql.connect(host=src.host, port=src.port, user=src.user, password=src.password.reveal(),
-                               connect_timeout=5)
+        try:
+            conn = pymysql.connect(host=src.host, port=src.port, user=src.user, password=src.password.reveal(),
+                                   connect_timeout=5)
+        except pymysql.err.MySQLError as exc:
+            raise SourceError(f"cannot connect to {src.host}:{src.port} to settle the replica server id: "
+                              f"{error_text(exc)}") from exc
         try:
             with conn.cursor() as cur:
                 cur.execute("SELECT VERSION()")
