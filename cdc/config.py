@@ -139,6 +139,7 @@ class HttpConfig:
 class LogConfig:
     format: str = "text"  # text | json
     level: str = "INFO"
+    kafka_level: str = "WARNING"  # librdkafka's own lines (rate-limited: each at most once per 30 s)
 
 
 @dataclass(frozen=True)
@@ -158,6 +159,9 @@ class RelayTuning:
     max_in_flight: int = 5_000
     reconnect_timeout_s: float = 300.0
     drain_timeout_s: float = 30.0
+    # /readyz says not ready (with the reason) while a message has waited this long for
+    # Kafka's acknowledgement: Kafka unreachable, or too slow for the load
+    max_unacknowledged_age_s: float = 30.0
 
 
 @dataclass(frozen=True)

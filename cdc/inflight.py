@@ -38,6 +38,7 @@ class PendingTx:
     offsets: dict[tuple[str, int], int] = field(default_factory=dict)  # max acked offset
     xa: Any = None  # the transaction's XaMark (cdc.transaction), for the XA groups
     prepared_ts: int = 0  # an XA prepare: its event's time (seconds since the epoch)
+    handed_at: float = 0.0  # when its messages were handed to the producer (wall clock)
 
 
 @dataclass(slots=True)
@@ -83,10 +84,34 @@ class InflightWindow:
     def messages_in_flight(self) -> int:
         return sum(p.remaining for p in self._queue)
 
-    def begin(self, end: BinlogPosition, gtid: str | None, server_id: int = 0, xa: Any = None) -> PendingTx:
-        entry = PendingTx(end, gtid, server_id, xa=xa)
+    def begin(self, end: BinlogPosition, gtid: str | None, server_id: int = 0, xa: Any = None,
+              handed_at: float = 0.0) -> PendingTx:
+        entry = PendingTx(end, gtid, server_id, xa=xa, handed_at=handed_at)
         self._queue.append(entry)
         return entry
+
+    def oldest_handed_at(self) -> float:
+        """When the oldest transaction not yet in the delivered prefix was handed over (0: none)."""
+        queue = self._queue
+        try:
+            return queue[0].handed_at if queue else 0.0
+        except IndexError:  # emptied meanwhile (read from another thread)
+            return 0.0
+
+    def oldest_unacknowledged(self, scan: int = 64) -> float | None:
+        """When the oldest message still waiting for Kafka's acknowledgement was handed
+        over (None: none waits). Safe to call from another thread (it looks, never
+        changes); looks at the first `scan` transactions, where it is unless the relay
+        has not advanced the window for a long while."""
+        queue = self._queue
+        try:
+            for i in range(min(scan, len(queue))):
+                entry = queue[i]
+                if entry.remaining:
+                    return entry.handed_at
+        except IndexError:
+            pass
+        return None
 
     def resume(self) -> Resume:
         """The checkpoint to write now: the delivered prefix, or, while an XA transaction

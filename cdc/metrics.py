@@ -7,7 +7,10 @@ read them directly. Only the relay thread writes; readers see plain ints and flo
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
+
+from cdc.outbox import DEAD_LETTER_CAUSES
 
 
 @dataclass
@@ -15,8 +18,10 @@ class RelayMetrics:
     events_published: int = 0  # acknowledged by Kafka
     bytes_published: int = 0
     events_skipped_recovery: int = 0  # proven delivered before a restart, not re-sent
-    dead_lettered: Counter = field(default_factory=Counter)  # cause -> count
+    # cause -> count; every cause there from the start (an alert on a rate needs the series)
+    dead_lettered: Counter = field(default_factory=lambda: Counter({c: 0 for c in DEAD_LETTER_CAUSES}))
     delivery_errors: int = 0
+    delivery_error_causes: Counter = field(default_factory=Counter)  # librdkafka error name -> count
     transactions: int = 0  # committed transactions read (with or without outbox rows)
     outbox_changes_ignored: int = 0  # UPDATE/DELETE on outbox tables
     rows_discarded: int = 0  # rolled back, or cut by a stream that ended mid-transaction
@@ -25,9 +30,18 @@ class RelayMetrics:
     caught_up: bool = False  # the last read returned nothing new
     read_file: str = ""
     read_pos: int = 0
-    checkpoint_written_at: float = 0.0
-    checkpoint_file: str = ""
-    checkpoint_pos: int = 0
+    # since when the checkpoint has not covered everything read (0: it does): the oldest
+    # transaction handed over after it; an idle, up-to-date relay's is 0
+    checkpoint_behind_since: float = 0.0
+    # the oldest message handed to Kafka and not acknowledged: a function the relay sets
+    # (wall-clock time it was handed over, or None), read when the metrics are read
+    unacknowledged_since: Callable[[], float | None] = lambda: None
+    max_unacknowledged_age_s: float = 30.0  # older than this: /readyz says not ready, with the reason
+    kafka_reachable: bool = True
+    kafka_brokers_up: int = -1  # -1: not known yet
+    kafka_unreachable_since: float = 0.0
+    kafka_outages: int = 0
+    kafka_waiting_since: float = 0.0  # the relay waits for a metadata answer it cannot go on without
     server_end_bytes_behind: int | None = None  # set by the connector that asks the server
     ready: bool = False  # streaming, or (a standby) ready to take over
     role: str = "active"  # active | standby (waiting for the lease) | taking over (waiting before publishing)
@@ -46,8 +60,28 @@ class RelayMetrics:
     def lease_confirmed_age(self, now: float) -> float | None:
         return None if not self.lease_confirmed_at else max(0.0, now - self.lease_confirmed_at)
 
-    def checkpoint_age(self, now: float) -> float | None:
-        return None if not self.checkpoint_written_at else max(0.0, now - self.checkpoint_written_at)
+    def checkpoint_age(self, now: float) -> float:
+        """Seconds the checkpoint has lagged what was read (0 while it covers everything)."""
+        return 0.0 if not self.checkpoint_behind_since else max(0.0, now - self.checkpoint_behind_since)
+
+    def unacknowledged_age(self, now: float) -> float:
+        since = self.unacknowledged_since()
+        return 0.0 if since is None else max(0.0, now - since)
+
+    def readiness(self, now: float) -> tuple[bool, list[str]]:
+        """(ready, reasons when not): streaming (or a standby ready to take over), and no
+        message waiting for Kafka longer than `max_unacknowledged_age_s`."""
+        if not self.ready:
+            return False, [f"not streaming ({self.role})"]
+        if self.kafka_waiting_since and now - self.kafka_waiting_since > self.max_unacknowledged_age_s:
+            return False, [f"waiting {now - self.kafka_waiting_since:.0f} s for Kafka to answer a metadata request "
+                           f"(bound relay.max_unacknowledged_age_s = {self.max_unacknowledged_age_s:g})"]
+        age = self.unacknowledged_age(now)
+        if age > self.max_unacknowledged_age_s:
+            why = "" if self.kafka_reachable else f"; Kafka unreachable for {now - self.kafka_unreachable_since:.0f} s"
+            return False, [f"the oldest unacknowledged message was handed to Kafka {age:.0f} s ago (bound "
+                           f"relay.max_unacknowledged_age_s = {self.max_unacknowledged_age_s:g}){why}"]
+        return True, []
 
     @property
     def dead_lettered_total(self) -> int:

@@ -48,6 +48,7 @@ from cdc.identity import (
 )
 from cdc.inflight import InflightWindow, PendingTx
 from cdc.lease import LeaseClock, LeaseLost
+from cdc.log_limit import LogLimiter
 from cdc.metrics import RelayMetrics
 from cdc.outbox import DeadLetter, OutboxEvent
 from cdc.ports import (
@@ -163,6 +164,7 @@ class Relay:
         self._feed_seen: dict[str, int] = {}
         self._xa_check_back = XaCheckBack(settings, sources, self.metrics)
         self._monotonic = monotonic
+        self._dead_letter_log = LogLimiter(10.0, monotonic)
         self._lease: LeaseClock | None = None
         self._epoch = 0
         self._holder = ""
@@ -197,6 +199,7 @@ class Relay:
         start = self._start_point(cp)
         self._sources.check_available(start)
         self._window = window = InflightWindow(cp)
+        metrics.unacknowledged_since = window.oldest_unacknowledged
         self._last_checkpoint = cp
         self._writer = CheckpointWriter(self._store, settings.checkpoint_in_background)
         if cp is not None:
@@ -251,6 +254,7 @@ class Relay:
                 if now - last_checkpoint_at >= settings.checkpoint_interval_s:
                     window.advance()
                     self._checkpoint()
+                    metrics.checkpoint_behind_since = window.oldest_handed_at()
                     last_checkpoint_at = now
                     self._feed_counters(feed)
                     self._xa_check_back.run(window.held, now)
@@ -334,7 +338,7 @@ class Relay:
         metrics.transactions += 1
         metrics.last_commit_ts = tx.identity.commit_ts_ms / 1000.0
         xa = tx.xa
-        entry = window.begin(tx.end, tx.identity.gtid, self._server_id, xa)
+        entry = window.begin(tx.end, tx.identity.gtid, self._server_id, xa, self._clock())
         if xa is not None:
             entry.prepared_ts = tx.identity.commit_ts_ms // 1000
         if tx.size:
@@ -403,11 +407,16 @@ class Relay:
                 self._redirects.append((entry, as_dead_letter(
                     event, "too_large", f"{delivery.failure.code}: {delivery.failure.message}")))
             else:
-                metrics.delivery_errors += 1
-                if self._failure is None:
-                    self._failure = delivery
+                self._delivery_failed(delivery)
 
         self._publisher.publish(event.topic, event.aggregate_id.encode(), value, headers, on_delivery)
+
+    def _delivery_failed(self, delivery: Delivery) -> None:
+        metrics = self.metrics
+        metrics.delivery_errors += 1
+        metrics.delivery_error_causes[delivery.failure.code if delivery.failure else "unknown"] += 1
+        if self._failure is None:
+            self._failure = delivery
 
     def _redirect_dead_letters(self) -> None:
         redirects, self._redirects = self._redirects, []
@@ -442,13 +451,52 @@ class Relay:
                 else:
                     window.acknowledged(entry, delivery.topic, delivery.partition, delivery.offset)
                 metrics.dead_lettered[dead.cause] += 1
+                self._log_dead_letter(dead, event_id)
             else:
-                metrics.delivery_errors += 1
-                if self._failure is None:
-                    self._failure = delivery
+                self._delivery_failed(delivery)
 
         key = dead.key.encode() if dead.key is not None else None
         self._publisher.publish(topic, key, dead_letter_value(dead), headers, on_delivery)
+
+    def _ask_kafka(self, what: str, ask: Callable[[], Any]) -> Any:
+        """A metadata question to Kafka that the loop cannot go on without: while Kafka
+        does not answer, ask again (serving acknowledgements, keeping the lease checked)
+        for up to `reconnect_timeout_s`, then give up (DeliveryError: exit 1)."""
+        try:
+            return ask()
+        except DeliveryError as exc:
+            first = exc
+        metrics = self.metrics
+        metrics.kafka_waiting_since = self._clock()
+        log.warning("cannot %s (%s); waiting for Kafka (up to %.0f s, relay.reconnect_timeout_s)", what, first,
+                    self.settings.reconnect_timeout_s)
+        deadline = self._clock() + self.settings.reconnect_timeout_s
+        try:
+            while True:
+                self._publisher.poll(1.0)
+                if self._lease is not None:
+                    self._lease.check(self._monotonic())
+                try:
+                    answer = ask()
+                except DeliveryError:
+                    if self._clock() >= deadline:
+                        raise
+                    continue
+                log.info("Kafka answered: %s done after %.1f s", what, self._clock() - metrics.kafka_waiting_since)
+                return answer
+        finally:
+            metrics.kafka_waiting_since = 0.0
+
+    def _log_dead_letter(self, dead: DeadLetter, event_id: Any) -> None:
+        """One line per dead letter, at most one per cause every 10 s (with the count of
+        those held back): the operator learns of them without reading the topic."""
+        ok, held = self._dead_letter_log.allow(dead.cause)
+        if ok:
+            more = f" ({held} more dead letters of this cause since the last line)" if held else ""
+            start = dead.identity.tx.start
+            log.warning("dead-lettered to %s: event %s of %s at %s row %s: %s: %s%s",
+                        self.settings.dead_letter_topic, event_id, dead.table, start, dead.identity.row,
+                        dead.cause, dead.error[:300], more)
 
     def _note_topic(self, topic: str) -> None:
         """Before the first message to a topic, write a checkpoint that names it, with
@@ -456,11 +504,13 @@ class Relay:
         may have written, and where in each to start looking."""
         if topic in self._partitions:
             return
-        count = self._delivered.partition_count(topic)
+        count = self._ask_kafka(f"read the partitions of {topic}", lambda: self._delivered.partition_count(topic))
         self._partitions[topic] = count or 0  # 0: not created yet; recovery reads it whole
         window = self._window
         if count:
-            window.note_topic(topic, {p: self._delivered.watermarks(topic, p)[1] for p in range(count)})
+            ends = self._ask_kafka(f"read the end offsets of {topic}", lambda: {
+                p: self._delivered.watermarks(topic, p)[1] for p in range(count)})
+            window.note_topic(topic, ends)
         if self._tx_start is not None and (window.position is None or window.position_server_id != self._server_id):
             # Started from a GTID set (no checkpoint, or a failover): until a transaction
             # of this server completes, the first one's start is the resume point here.
@@ -484,7 +534,8 @@ class Relay:
         crashpoints.hit("after_ack_before_checkpoint")
         for topic, count in list(self._partitions.items()):
             if not count:  # created by the first produce: learn its partition count now
-                self._partitions[topic] = self._delivered.partition_count(topic) or 0
+                self._partitions[topic] = self._ask_kafka(
+                    f"read the partitions of {topic}", lambda: self._delivered.partition_count(topic)) or 0
         cp = Checkpoint(
             source=self.settings.source_name,
             position=resume.position,
@@ -504,6 +555,3 @@ class Relay:
         else:
             self._writer.submit(cp)
         self._last_checkpoint = cp
-        m = self.metrics
-        m.checkpoint_written_at = self._clock()
-        m.checkpoint_file, m.checkpoint_pos = cp.position.file, cp.position.pos

@@ -23,6 +23,7 @@ import pymysql
 
 from cdc.config import Config
 from cdc.errors import CdcError, PreflightError, SourceError
+from cdc.kafka_health import KafkaHealth
 from cdc.lease import lock_name, takeover_wait
 from cdc.metrics import RelayMetrics
 from cdc.replica_session import source_mark
@@ -113,7 +114,9 @@ def build_relay(cfg: Config, metrics: RelayMetrics | None = None, feeds: ReaderP
     """The relay with its adapters. `feeds`: a reader process started earlier (see
     cdc_cli/main.py), configured here; with `source.reader = "process"` and none given,
     one is started here."""
-    publisher = KafkaPublisher(cfg.kafka.bootstrap, cfg.kafka.producer)
+    metrics = metrics or RelayMetrics()
+    metrics.max_unacknowledged_age_s = cfg.relay.max_unacknowledged_age_s
+    publisher = KafkaPublisher(cfg.kafka.bootstrap, cfg.kafka.producer, KafkaHealth(metrics, cfg.kafka.bootstrap))
     reader = KafkaTopicReader(cfg.kafka.bootstrap)
     serializer = _LazySerializer(cfg)
     sources = MySQLBinlogSourceFactory(

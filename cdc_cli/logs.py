@@ -21,7 +21,8 @@ class _JsonFormatter(logging.Formatter):
         return json.dumps(out)
 
 
-def configure(fmt: str = "text", level: str = "INFO") -> None:
+def configure(fmt: str = "text", level: str = "INFO", kafka_level: str = "WARNING") -> None:
+    """`kafka_level`: librdkafka's own lines (logger `cdc.kafka`, rate-limited)."""
     handler = logging.StreamHandler(sys.stderr)
     if fmt == "json":
         handler.setFormatter(_JsonFormatter())
@@ -32,3 +33,4 @@ def configure(fmt: str = "text", level: str = "INFO") -> None:
     root.setLevel(level.upper())
     # python-mysql-replication and confluent-kafka are chatty at INFO.
     logging.getLogger("pymysqlreplication").setLevel(logging.WARNING)
+    logging.getLogger("cdc.kafka").setLevel(kafka_level.upper())

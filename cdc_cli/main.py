@@ -39,7 +39,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from cdc_cli.app import run_relay
     from cdc_cli.logs import configure
 
-    configure(cfg.log.format, cfg.log.level)
+    configure(cfg.log.format, cfg.log.level, cfg.log.kafka_level)
     stop = threading.Event()
 
     def on_signal(signum: int, _frame: Any) -> None:

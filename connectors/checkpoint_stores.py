@@ -28,6 +28,7 @@ from cdc import crashpoints
 from cdc.checkpoint import Checkpoint
 from cdc.errors import ConfigError, DeliveryError
 from cdc.lease import LeaseLost
+from connectors.kafka_logging import client_logging
 from connectors.kafka_reader import KafkaTopicReader
 
 
@@ -87,7 +88,7 @@ class KafkaCheckpointStore:
         self._bootstrap = bootstrap
         self._producer = Producer({
             "bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all", "linger.ms": 0,
-            "partitioner": "murmur2_random", **(producer_config or {}),
+            "partitioner": "murmur2_random", **(producer_config or {}), **client_logging(),
         })
 
     def load(self) -> Checkpoint | None:

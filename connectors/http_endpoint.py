@@ -1,7 +1,8 @@
 """One HTTP port for the operator: `/metrics` (Prometheus text), `/healthz` (the process
-serves), `/readyz` (the relay is streaming, or is a standby ready to take over: 200
-`ready`, else 503 `not ready`; a line `role: active|standby|taking over` follows; each
-operator problem the relay holds, such as an XA transaction still undecided after
+serves), `/readyz` (the relay is streaming, or is a standby ready to take over, and no
+message has waited for Kafka longer than `relay.max_unacknowledged_age_s`: 200 `ready`,
+else 503 `not ready` with a `reason: ...` line; a line `role: active|standby|taking over`
+follows; each operator problem the relay holds, such as an XA transaction still undecided after
 `xa.max_checks` check-backs, follows as one `problem: ...` line, the status unchanged: the
 relay streams on and holds only that transaction). Values come from
 `cdc.metrics.RelayMetrics`; nothing secret is ever part of them."""
@@ -46,16 +47,29 @@ class _RelayCollector:
         for cause, count in sorted(m.dead_lettered.items()):
             dl.add_metric([src, cause], count)
         yield dl
-        yield counter("cdc_delivery_errors", "Messages Kafka refused after retries", m.delivery_errors)
+        errors = CounterMetricFamily("cdc_delivery_errors", "Messages Kafka refused after retries, by librdkafka error",
+                                     labels=["source", "cause"])
+        for cause, count in sorted(m.delivery_error_causes.items()):
+            errors.add_metric([src, cause], count)
+        if not m.delivery_error_causes:
+            errors.add_metric([src, "none"], 0)
+        yield errors
+        yield gauge("cdc_unacknowledged_age_seconds", "Seconds the oldest message handed to Kafka has waited for its "
+                    "acknowledgement (0: none waits)", m.unacknowledged_age(now))
+        yield gauge("cdc_kafka_reachable", "0 while no broker answers (the relay's own account)",
+                    1 if m.kafka_reachable else 0)
+        yield gauge("cdc_kafka_brokers_up", "Brokers the producer is connected to (-1: not known yet)",
+                    m.kafka_brokers_up)
+        yield counter("cdc_kafka_outages", "Times every broker became unreachable", m.kafka_outages)
         yield counter("cdc_transactions", "Committed transactions read", m.transactions)
         yield counter("cdc_reconnects", "Binlog reconnections", m.reconnects)
         yield gauge("cdc_lag_seconds", "Seconds behind the newest commit read", m.lag_seconds(now))
-        age = m.checkpoint_age(now)
-        yield gauge("cdc_checkpoint_age_seconds", "Seconds since the last checkpoint write", -1 if age is None else age)
+        yield gauge("cdc_checkpoint_age_seconds", "Seconds the checkpoint has lagged what was read (0 while it covers "
+                    "everything: an idle, up-to-date relay)", m.checkpoint_age(now))
         yield gauge("cdc_binlog_bytes_behind", "Binlog bytes between the relay and the server's end",
                     -1 if m.server_end_bytes_behind is None else m.server_end_bytes_behind)
-        yield gauge("cdc_ready", "1 while the relay is streaming, or is a standby ready to take over",
-                    1 if m.ready else 0)
+        yield gauge("cdc_ready", "1 while the relay is streaming (or a standby ready to take over) and no message "
+                    "waits for Kafka longer than relay.max_unacknowledged_age_s", 1 if m.readiness(now)[0] else 0)
         yield gauge("cdc_lease_held", "1 while this relay holds its source's lease (the one that publishes)",
                     1 if m.lease_held else 0)
         yield gauge("cdc_lease_epoch", "The lease epoch this relay publishes under (0: none yet)", m.lease_epoch)
@@ -85,9 +99,9 @@ class HttpEndpoint:
                     ok = healthy()
                     body, status, ctype = (b"ok\n" if ok else b"unhealthy\n"), (200 if ok else 503), "text/plain"
                 elif self.path == "/readyz":
-                    ok = metrics.ready
-                    text = (("ready\n" if ok else "not ready\n") + f"role: {metrics.role}\n"
-                            + "".join(f"problem: {p}\n" for p in metrics.xa_problems))
+                    ok, reasons = metrics.readiness(time.time())
+                    text = (("ready\n" if ok else "not ready\n") + "".join(f"reason: {r}\n" for r in reasons)
+                            + f"role: {metrics.role}\n" + "".join(f"problem: {p}\n" for p in metrics.xa_problems))
                     body, status, ctype = text.encode(), (200 if ok else 503), "text/plain"
                 else:
                     body, status, ctype = b"not found\n", 404, "text/plain"

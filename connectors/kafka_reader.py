@@ -16,6 +16,7 @@ from confluent_kafka.admin import AdminClient
 
 from cdc.errors import DeliveryError
 from cdc.identity import header_dict
+from connectors.kafka_logging import client_logging
 
 
 class KafkaTopicReader:
@@ -30,8 +31,10 @@ class KafkaTopicReader:
             "isolation.level": "read_committed",
             "allow.auto.create.topics": False,
             **(consumer_config or {}),
+            **client_logging(),
         }
-        self._admin = AdminClient({"bootstrap.servers": bootstrap, **{
+        self._bootstrap = bootstrap
+        self._admin = AdminClient({"bootstrap.servers": bootstrap, **client_logging(), **{
             k: v for k, v in (consumer_config or {}).items() if k.startswith(("security.", "sasl.", "ssl."))}})
         self._consumer: Consumer | None = None
 
@@ -44,7 +47,9 @@ class KafkaTopicReader:
         try:
             meta = self._admin.list_topics(timeout=self._timeout)
         except KafkaException as exc:
-            raise DeliveryError(f"cannot read Kafka metadata: {exc.args[0].str()}") from exc
+            raise DeliveryError(f"cannot read Kafka metadata from {self._bootstrap} (kafka.bootstrap) within "
+                                f"{self._timeout:g} s: {exc.args[0].str()}: check the address and that the brokers "
+                                "run") from exc
         info = meta.topics.get(topic)
         if info is None or (info.error is not None and info.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART):
             return None

@@ -10,16 +10,24 @@ Everything else in `producer_config` is passed to librdkafka untouched.
 
 Every produce carries a delivery callback; a full local queue makes `publish` wait
 (serving callbacks) instead of dropping the message.
+
+Health: librdkafka's "all brokers down" error and its statistics (every 2 s: how many
+brokers are up) reach `cdc.kafka_health.KafkaHealth`, which says in the relay's own log
+when Kafka became unreachable and when it came back; librdkafka's log lines go through
+`connectors/kafka_logging.py` (rate-limited), never straight to stderr.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from cdc.errors import ConfigError, DeliveryError
+from cdc.kafka_health import KafkaHealth
 from cdc.ports import Delivery, DeliveryCallback, DeliveryFailure
+from connectors.kafka_logging import client_logging
 
 ENFORCED = {"enable.idempotence": True, "acks": "all", "partitioner": "murmur2_random"}
 # message.timeout.ms: how long a message may wait for Kafka before it fails (and the relay
@@ -59,12 +67,30 @@ def _failure(err: KafkaError) -> DeliveryFailure:
 
 
 class KafkaPublisher:
-    def __init__(self, bootstrap: str, producer_config: dict[str, Any] | None = None):
+    def __init__(self, bootstrap: str, producer_config: dict[str, Any] | None = None,
+                 health: KafkaHealth | None = None):
         self._conf = producer_settings(bootstrap, producer_config)
+        self._health = health
+        conf: dict[str, Any] = {**self._conf, **client_logging()}
+        if health is not None:
+            conf.update({"error_cb": self._on_error, "stats_cb": self._on_stats,
+                         "statistics.interval.ms": conf.get("statistics.interval.ms", 2000)})
         try:
-            self._producer = Producer(self._conf)
+            self._producer = Producer(conf)
         except KafkaException as exc:
             raise ConfigError(f"invalid Kafka producer settings: {exc.args[0].str()}") from exc
+
+    def _on_error(self, err: KafkaError) -> None:
+        if err.code() == KafkaError._ALL_BROKERS_DOWN and self._health is not None:
+            self._health.unreachable(err.str(), len(self._producer))
+
+    def _on_stats(self, text: str) -> None:
+        try:
+            brokers = json.loads(text).get("brokers", {})
+        except ValueError:
+            return
+        up = sum(1 for b in brokers.values() if b.get("state") == "UP" and b.get("nodeid", -1) >= 0)
+        self._health.brokers_up(up)
 
     @property
     def max_message_bytes(self) -> int:
@@ -74,8 +100,12 @@ class KafkaPublisher:
         self, topic: str, key: bytes | None, value: bytes, headers: list[tuple[str, bytes]],
         on_delivery: DeliveryCallback, timestamp_ms: int | None = None,
     ) -> None:
+        health = self._health
+
         def report(err: KafkaError | None, msg: Any) -> None:
             if err is None:
+                if health is not None and health.down:
+                    health.reachable()
                 on_delivery(Delivery(topic, msg.partition(), msg.offset()))
             else:
                 on_delivery(Delivery(topic, msg.partition() if msg is not None else -1, -1, _failure(err)))
