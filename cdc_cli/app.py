@@ -256,7 +256,12 @@ def run_relay(cfg: Config, should_stop: Callable[[], bool], metrics: RelayMetric
     if cfg.http.port:
         endpoint = HttpEndpoint(handle.metrics, cfg.source.name, cfg.http.host, cfg.http.port,
                                 healthy=lambda: not failed.is_set())
-        log.info("metrics and health on %s", endpoint.url)
+    src, store = cfg.source, cfg.checkpoint
+    log.info("relay for source %r: MySQL %s:%d as replica %d, Kafka %s, checkpoint %s, lease %s, metrics and "
+             "health %s", src.name, src.host, src.port, src.replica_server_id, cfg.kafka.bootstrap,
+             store.path if store.store == "file" else f"topic {store.topic}",
+             f"on (ttl {cfg.lease.ttl_s:g} s)" if cfg.lease.enabled else "off (lease.enabled = false)",
+             f"on {endpoint.url}" if endpoint is not None else "off (http.port = 0)")
     poller = _BinlogBehindPoller(cfg, handle.metrics)
     lease = None
     try:
