@@ -5,6 +5,7 @@
 #   ./run.sh cdc <args>          the cdc command itself (run, check, verify, repair, locate)
 #   ./run.sh bench <name>        a benchmark from bench/
 set -euo pipefail
+CALLER=$(pwd)  # `./run.sh cdc ... --config relay.toml` reads relay.toml from here
 cd "$(dirname "$0")"
 ROOT=$(pwd)
 
@@ -54,7 +55,7 @@ cmd=${1:-help}
 case "$cmd" in
   demo) setup; exec .venv/bin/cdc demo "$@" ;;
   test) setup; exec .venv/bin/python -m pytest "$@" ;;
-  cdc) setup; exec .venv/bin/cdc "$@" ;;
+  cdc) setup; cd "$CALLER"; exec "$ROOT/.venv/bin/cdc" "$@" ;;
   bench) setup; name=${1:?usage: ./run.sh bench <name> [args]}; shift; exec .venv/bin/python "bench/$name.py" "$@" ;;
   setup) setup ;;
   *) sed -n '2,6p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;

@@ -125,7 +125,7 @@ def run_demo(orders: int = 2000, workdir: str | None = None, verify: bool = True
         print(f"  events committed         {expected}  (by the application's own ledger)")
         print(f"  events never committed   {len(result.rolled_back)}  (rolled back: must not appear)")
         print(f"  published to Kafka       {published}")
-        print(f"  dead-lettered            {dead}  {dict(metrics.dead_lettered)}")
+        print(f"  dead-lettered            {dead}  {({c: n for c, n in metrics.dead_lettered.items() if n})}")
         print(f"  outbox deletes ignored   {metrics.outbox_changes_ignored}  (insert-then-delete)")
         print(f"  checkpoint               {summary.position}")
         print(f"  relay verdict            {'OK: counts match' if ok else 'MISMATCH'}")

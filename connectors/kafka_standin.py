@@ -813,7 +813,7 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--ignore-stdin",
         action="store_true",
-        help="do not exit when stdin closes (for running in the background by hand)",
+        help="do not exit when stdin closes nor when the parent exits (for running in the background by hand)",
     )
     parser.add_argument("--debug", default=None, help="librdkafka debug contexts, e.g. 'mock'")
     args = parser.parse_args(argv)
@@ -833,7 +833,8 @@ def _emit(obj: dict[str, Any]) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the stand-in server until shutdown, stdin EOF, SIGTERM or SIGINT."""
     args = _parse_args(argv)
-    _die_with_parent()
+    if not args.ignore_stdin:
+        _die_with_parent()  # started by hand in the background: it outlives the shell
 
     # Bind fixed ports before creating the cluster so a taken port fails fast
     # with one clear line and nothing to clean up.

@@ -519,3 +519,27 @@ def test_server_dies_with_a_killed_parent(tmp_path: Path) -> None:
             parent.wait(timeout=5.0)
         if child_pid and not process_gone(child_pid):
             os.kill(child_pid, signal.SIGKILL)
+
+
+def test_started_by_hand_in_the_background_it_outlives_its_shell(tmp_path: Path) -> None:
+    """`python -m connectors.kafka_standin --ignore-stdin &` from a shell that then exits:
+    the stand-in keeps serving (it died with its parent shell before)."""
+    out = tmp_path / "standin.json"
+    shell = subprocess.run(
+        ["bash", "-c", f"{sys.executable} -m connectors.kafka_standin --ignore-stdin > {out} 2>/dev/null "
+         "< /dev/null & echo $!"],
+        cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=30,
+    )
+    pid = int(shell.stdout.strip())
+    try:
+        wait_until(lambda: out.exists() and out.read_text().strip(), 30.0, "the stand-in's first line")
+        info = json.loads(out.read_text().splitlines()[0])
+        time.sleep(1.0)  # the shell is gone by now; a parent-death signal would have come
+        assert not process_gone(pid)
+        host, port = info["bootstrap"].split(",")[0].rsplit(":", 1)
+        with socket.create_connection((host, int(port)), timeout=2.0):
+            pass
+    finally:
+        if not process_gone(pid):
+            os.kill(pid, signal.SIGTERM)
+            wait_until(lambda: process_gone(pid), 10.0, "the stand-in to stop")
