@@ -10,6 +10,7 @@ SHOW BINARY LOGS); REPLICATION SLAVE can only be read from the grants.
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass
 
@@ -115,12 +116,48 @@ def _check_replica_id(cur, cfg: Config, server_id: int, mariadb: bool, add) -> N
     add("replica_server_id", ok, message)
 
 
+# `GRANT <privileges> ON *.* TO ...`: a global grant. Global privileges never carry
+# column lists or quotes, so the privileges are the text between GRANT and ON *.*.
+_GLOBAL_GRANT = re.compile(r"^GRANT\s+([A-Z_ ,]+?)\s+ON\s+\*\.\*\s+TO\s", re.IGNORECASE)
+EVERYTHING = "ALL PRIVILEGES"
+# Names SHOW GRANTS may show for the privilege that lets a client stream the binlog
+# (MariaDB 10.5.1+ accepts REPLICATION REPLICA as its alias, and shows REPLICATION SLAVE).
+REPLICATION_SLAVE = ("REPLICATION SLAVE", "REPLICATION REPLICA")
+
+
+def global_privileges(grant_lines: list[str]) -> set[str]:
+    """The privileges granted ON *.* in SHOW GRANTS's lines, by exact name (upper case,
+    single spaces): `GRANT REPLICATION SLAVE ADMIN ON *.*` holds REPLICATION SLAVE ADMIN,
+    not REPLICATION SLAVE. ALL / ALL PRIVILEGES ON *.* is `EVERYTHING`. Grants on a
+    schema, a table or columns, PROXY grants and role grants (`GRANT `r` TO ...`) hold no
+    global privilege.
+
+    Roles: MariaDB's SHOW GRANTS lists the privileges of the session's active roles (a
+    new session's are its default roles, nested ones included) as lines `... TO `role``,
+    and those count here, as they count for the relay's own sessions. Not covered:
+    MySQL 8 shows a role's privileges only with SHOW GRANTS ... USING, so a privilege
+    held only through a MySQL role is reported missing; and a role that is granted but
+    not a default role counts for nothing (the relay does not SET ROLE)."""
+    privileges: set[str] = set()
+    for line in grant_lines:
+        match = _GLOBAL_GRANT.match(line.strip())
+        if match is None:
+            continue
+        for name in match.group(1).split(","):
+            name = " ".join(name.split()).upper()
+            privileges.add(EVERYTHING if name in ("ALL", "ALL PRIVILEGES") else name)
+    return privileges
+
+
+def has_privilege(privileges: set[str], *names: str) -> bool:
+    return EVERYTHING in privileges or any(name in privileges for name in names)
+
+
 def _check_grants(cur, cfg: Config, mariadb: bool, add) -> None:
     user = cfg.source.user
     cur.execute("SHOW GRANTS")
-    grants = " ".join(str(row[0]).upper() for row in cur.fetchall())
-    everything = "ALL PRIVILEGES ON *.*" in grants
-    has_slave = everything or "REPLICATION SLAVE" in grants
+    privileges = global_privileges([str(row[0]) for row in cur.fetchall()])
+    has_slave = has_privilege(privileges, *REPLICATION_SLAVE)
     add("grant_replication_slave", has_slave, "REPLICATION SLAVE granted" if has_slave else
         f"user {user!r} lacks REPLICATION SLAVE: GRANT REPLICATION SLAVE ON *.* TO '{user}'@'%'")
     try:

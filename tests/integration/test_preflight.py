@@ -229,6 +229,60 @@ def test_missing_grants_are_refused_with_the_grant_to_run(mariadb, kafka, databa
             cur.execute(f"DROP USER IF EXISTS '{user}'@'127.0.0.1'")
 
 
+def grant_user(mariadb, database: str, grants: list[str], user: str | None = None) -> str:
+    """A user of its own ('<user>'@'127.0.0.1', password 'x') with exactly `grants`
+    (each the part of a GRANT statement before TO)."""
+    user = user or f"g_{uuid.uuid4().hex[:8]}"
+    with mariadb.connect(autocommit=True) as conn, conn.cursor() as cur:
+        cur.execute(f"CREATE USER '{user}'@'127.0.0.1' IDENTIFIED BY 'x'")
+        for grant in grants:
+            cur.execute(f"GRANT {grant} TO '{user}'@'127.0.0.1'")
+    return user
+
+
+def drop_user(mariadb, user: str) -> None:
+    with mariadb.connect(autocommit=True) as conn, conn.cursor() as cur:
+        cur.execute(f"DROP USER IF EXISTS '{user}'@'127.0.0.1'")
+
+
+def check_as(user: str, mariadb, kafka, database, topic_prefix, tmp_path, **overrides) -> subprocess.CompletedProcess:
+    raw = relay_raw_config(mariadb, kafka, database, topic_prefix, tmp_path / "cp.json", source__user=user,
+                           source__password_env="CDC_TEST_GRANT_PASSWORD", **overrides)
+    return check(tmp_path, raw, {"CDC_TEST_GRANT_PASSWORD": "x"})
+
+
+def test_replication_slave_admin_is_not_replication_slave(mariadb, kafka, database, topic_prefix, tmp_path):
+    """REPLICATION SLAVE ADMIN (and the other privileges whose names hold "REPLICATION
+    SLAVE") do not let a user stream the binlog: the grant is parsed, not searched."""
+    with mariadb.connect(database, autocommit=True) as conn, conn.cursor() as cur:
+        cur.execute(OUTBOX_DDL.format(name="outbox"))
+    user = grant_user(mariadb, database, [
+        "REPLICATION SLAVE ADMIN, BINLOG MONITOR, REPLICATION MASTER ADMIN ON *.*",
+        f"SELECT ON `{database}`.`outbox`"])
+    try:
+        result = check_as(user, mariadb, kafka, database, topic_prefix, tmp_path)
+        failed = assert_refused(result, {"grant_replication_slave": [
+            f"user '{user}' lacks REPLICATION SLAVE: GRANT REPLICATION SLAVE ON *.* TO '{user}'@'%'"]})
+        assert set(failed) == {"grant_replication_slave"}, failed
+    finally:
+        drop_user(mariadb, user)
+
+
+def test_replication_slave_on_one_schema_only_does_not_count(mariadb, kafka, database, topic_prefix, tmp_path):
+    """ALL PRIVILEGES counts as every privilege only ON *.*: on one schema it holds no
+    REPLICATION SLAVE (a global privilege)."""
+    with mariadb.connect(database, autocommit=True) as conn, conn.cursor() as cur:
+        cur.execute(OUTBOX_DDL.format(name="outbox"))
+    user = grant_user(mariadb, database, [
+        "BINLOG MONITOR, REPLICATION MASTER ADMIN ON *.*", f"ALL PRIVILEGES ON `{database}`.*"])
+    try:
+        result = check_as(user, mariadb, kafka, database, topic_prefix, tmp_path)
+        failed = assert_refused(result, {"grant_replication_slave": [f"user '{user}' lacks REPLICATION SLAVE"]})
+        assert set(failed) == {"grant_replication_slave"}, failed
+    finally:
+        drop_user(mariadb, user)
+
+
 def test_missing_outbox_table_is_refused(mariadb, kafka, database, topic_prefix, tmp_path):
     raw = relay_raw_config(mariadb, kafka, database, topic_prefix, tmp_path / "cp.json",
                            outbox={"tables": [{"schema": database, "table": "no_such_outbox"}]})
