@@ -105,7 +105,10 @@ def _check_replica_id(cur, cfg: Config, server_id: int, mariadb: bool, add) -> N
     """The replica server id must be free. A session listed with it may be this relay's
     own previous one (a restart right after a stop or a crash): connectors/replica_sessions.py
     ends it (KILL) when its process is provably gone, and otherwise waits it out for a few
-    heartbeat periods; one still there after that is another replica (exit 2, one line)."""
+    heartbeat periods; one still there after that is another replica (exit 2, one line).
+    A user who may not list the replicas (MariaDB 10.5.2+: no REPLICATION MASTER ADMIN)
+    fails too: the id cannot be shown to be free, and two sessions with one id end each
+    other's."""
     rid = cfg.source.replica_server_id
     if rid == server_id:
         add("replica_server_id", False, f"source.replica_server_id {rid} is the server's own server_id: pick another")

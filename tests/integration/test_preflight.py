@@ -283,6 +283,50 @@ def test_replication_slave_on_one_schema_only_does_not_count(mariadb, kafka, dat
         drop_user(mariadb, user)
 
 
+def test_the_grants_the_readme_documents_pass(mariadb, kafka, database, topic_prefix, tmp_path):
+    """The README's grants for MariaDB (REPLICATION SLAVE, BINLOG MONITOR, REPLICATION
+    MASTER ADMIN, SELECT on the outbox table), each in its own GRANT: every check passes."""
+    with mariadb.connect(database, autocommit=True) as conn, conn.cursor() as cur:
+        cur.execute(OUTBOX_DDL.format(name="outbox"))
+    readme = (ROOT / "README.md").read_text()
+    for privilege in ("REPLICATION SLAVE", "BINLOG MONITOR", "REPLICATION MASTER ADMIN"):
+        assert f"`{privilege}`" in readme, f"README does not document {privilege}"
+    user = grant_user(mariadb, database, [
+        "REPLICATION SLAVE ON *.*", "BINLOG MONITOR ON *.*", "REPLICATION MASTER ADMIN ON *.*",
+        f"SELECT ON `{database}`.`outbox`"])
+    try:
+        result = check_as(user, mariadb, kafka, database, topic_prefix, tmp_path)
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert "ok   grant_replication_slave: REPLICATION SLAVE granted" in result.stdout, result.stdout
+        assert f"ok   replica_server_id: replica server id" in result.stdout, result.stdout
+    finally:
+        drop_user(mariadb, user)
+
+
+def test_show_slave_hosts_denied_is_a_failure_not_a_free_replica_id(mariadb, kafka, database, topic_prefix, tmp_path):
+    """A user who may not list the replicas cannot be told the replica id is free: the
+    check fails (exit 2) naming the grant, and `cdc run` refuses to start the same way."""
+    with mariadb.connect(database, autocommit=True) as conn, conn.cursor() as cur:
+        cur.execute(OUTBOX_DDL.format(name="outbox"))
+    user = grant_user(mariadb, database, ["REPLICATION SLAVE, BINLOG MONITOR ON *.*",
+                                          f"SELECT ON `{database}`.`outbox`"])
+    try:
+        result = check_as(user, mariadb, kafka, database, topic_prefix, tmp_path)
+        rid = 5000 + (hash(topic_prefix) % 10000)
+        expected = (f"cannot verify that replica server id {rid} is free: SHOW SLAVE HOSTS is denied to user "
+                    f"'{user}': GRANT REPLICATION MASTER ADMIN ON *.* TO '{user}'@'%' (MariaDB 10.5.2+; MySQL: "
+                    f"REPLICATION SLAVE), or make sure no other replica uses id {rid}")
+        failed = assert_refused(result, {"replica_server_id": [expected]})
+        assert failed == {"replica_server_id": expected}, failed
+        raw = relay_raw_config(mariadb, kafka, database, topic_prefix, tmp_path / "cp.json", source__user=user,
+                               source__password_env="CDC_TEST_GRANT_PASSWORD")
+        run = cdc(["run", "--config", str(write_config(tmp_path, raw, "run.toml"))], {"CDC_TEST_GRANT_PASSWORD": "x"})
+        assert run.returncode == 2 and "Traceback" not in run.stderr, run.stdout + run.stderr
+        assert [line for line in run.stderr.splitlines() if line.strip()] == [f"cdc: {expected}"], run.stderr
+    finally:
+        drop_user(mariadb, user)
+
+
 def test_missing_outbox_table_is_refused(mariadb, kafka, database, topic_prefix, tmp_path):
     raw = relay_raw_config(mariadb, kafka, database, topic_prefix, tmp_path / "cp.json",
                            outbox={"tables": [{"schema": database, "table": "no_such_outbox"}]})
