@@ -188,8 +188,7 @@ def _check_tables(cur, cfg: Config, add) -> None:
             if code in (ER_NO_SUCH_TABLE, ER_BAD_DB):
                 add(f"table {name}", False, f"outbox table {name} does not exist: create it, or fix outbox.tables")
             elif code == ER_TABLEACCESS_DENIED:
-                add(f"table {name}", False, f"user {user!r} cannot read {name}: "
-                    f"GRANT SELECT ON `{table.schema}`.`{table.table}` TO '{user}'@'%'")
+                add(f"table {name}", False, _denied_table(cur, user, table.schema, table.table))
             else:
                 add(f"table {name}", False, f"cannot read {name}: {exc.args[-1]}")
             continue
@@ -205,6 +204,26 @@ def _check_tables(cur, cfg: Config, add) -> None:
                 "type_column, payload_column)")
         else:
             add(f"table {name}", True, f"outbox table {name} has the expected columns")
+
+
+def _denied_table(cur, user: str, schema: str, table: str) -> str:
+    """The line for a table whose SELECT is denied. The server answers "denied", not "no
+    such table", to a user without privileges on the table, whether it exists or not;
+    information_schema.TABLES lists the tables the user holds any privilege on, so a
+    table listed there exists, and otherwise the line says both."""
+    grant = f"GRANT SELECT ON `{schema}`.`{table}` TO '{user}'@'%'"
+    try:
+        cur.execute("SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s ORDER BY TABLE_NAME",
+                    (schema,))
+        visible = [str(r[0]) for r in cur.fetchall()]
+    except pymysql.err.MySQLError:
+        visible = []
+    if table in visible:
+        return f"user {user!r} cannot read {schema}.{table}: {grant}"
+    shown = ", ".join(visible[:5]) + (f" and {len(visible) - 5} more" if len(visible) > 5 else "")
+    sees = f"of {schema}'s tables it sees {shown}" if visible else f"it sees none of {schema}'s tables"
+    return (f"outbox table {schema}.{table} does not exist or user {user!r} may not read it (the server does not "
+            f"tell this user which; {sees}): create it, or fix outbox.tables, or {grant}")
 
 
 def _check_start(cur, start: BinlogPosition | str | None, add) -> None:

@@ -331,8 +331,47 @@ def test_missing_outbox_table_is_refused(mariadb, kafka, database, topic_prefix,
     raw = relay_raw_config(mariadb, kafka, database, topic_prefix, tmp_path / "cp.json",
                            outbox={"tables": [{"schema": database, "table": "no_such_outbox"}]})
     result = check(tmp_path, raw, env_for(mariadb))
-    failed = assert_refused(result, {f"table {database}.no_such_outbox": ["does not exist", "outbox.tables"]})
+    failed = assert_refused(result, {f"table {database}.no_such_outbox": [
+        f"outbox table {database}.no_such_outbox does not exist: create it, or fix outbox.tables"]})
     assert set(failed) == {f"table {database}.no_such_outbox"}, failed
+
+
+def test_a_missing_table_the_user_may_not_see_is_not_reported_as_a_missing_grant(
+        mariadb, kafka, database, topic_prefix, tmp_path):
+    """With SELECT on its outbox table only, the relay's user gets "SELECT command denied"
+    for a table that does not exist (the server does not tell it which): the line says
+    both, and names the tables of that schema the user can see."""
+    with mariadb.connect(database, autocommit=True) as conn, conn.cursor() as cur:
+        cur.execute(OUTBOX_DDL.format(name="outbox"))
+    user = grant_user(mariadb, database, ["REPLICATION SLAVE, BINLOG MONITOR, REPLICATION MASTER ADMIN ON *.*",
+                                          f"SELECT ON `{database}`.`outbox`"])
+    try:
+        result = check_as(user, mariadb, kafka, database, topic_prefix, tmp_path,
+                          outbox={"tables": [{"schema": database, "table": "outbx"}]})
+        name = f"table {database}.outbx"
+        expected = (f"outbox table {database}.outbx does not exist or user '{user}' may not read it (the server "
+                    f"does not tell this user which; of {database}'s tables it sees outbox): create it, or fix "
+                    f"outbox.tables, or GRANT SELECT ON `{database}`.`outbx` TO '{user}'@'%'")
+        failed = assert_refused(result, {name: [expected]})
+        assert failed == {name: expected}, failed
+    finally:
+        drop_user(mariadb, user)
+
+
+def test_an_existing_table_the_user_may_not_read_names_the_grant(mariadb, kafka, database, topic_prefix, tmp_path):
+    with mariadb.connect(database, autocommit=True) as conn, conn.cursor() as cur:
+        cur.execute(OUTBOX_DDL.format(name="outbox"))
+    user = grant_user(mariadb, database, ["REPLICATION SLAVE, BINLOG MONITOR, REPLICATION MASTER ADMIN ON *.*",
+                                          f"INSERT ON `{database}`.`outbox`"])
+    try:
+        result = check_as(user, mariadb, kafka, database, topic_prefix, tmp_path)
+        name = f"table {database}.outbox"
+        expected = (f"user '{user}' cannot read {database}.outbox: "
+                    f"GRANT SELECT ON `{database}`.`outbox` TO '{user}'@'%'")
+        failed = assert_refused(result, {name: [expected]})
+        assert failed == {name: expected}, failed
+    finally:
+        drop_user(mariadb, user)
 
 
 def test_outbox_table_lacking_a_column_is_refused(mariadb, kafka, database, topic_prefix, tmp_path):
