@@ -102,6 +102,19 @@ def test_password_written_in_the_file_is_refused(valid_raw, mariadb, tmp_path):
         assert SECRET not in result.stdout + result.stderr
 
 
+def test_a_topic_template_that_can_never_be_legal_is_refused_naming_the_key(valid_raw, mariadb, tmp_path):
+    table = {**valid_raw["outbox"]["tables"][0], "topic": "outbox events/{aggregate_type}"}
+    raw = {**valid_raw, "outbox": {"tables": [table]}}
+    path = tmp_path / "relay.toml"
+    path.write_text(_to_toml(raw))
+    for command in ("run", "check"):
+        result = cdc([command, "--config", str(path)], env_for(mariadb))
+        line = assert_one_line(result, 2)
+        assert line == ("cdc: outbox.tables[0].topic: topic template 'outbox events/{aggregate_type}' has characters "
+                        "Kafka does not allow in its fixed text: ' /' (a topic name holds only a-z, A-Z, 0-9, '.', "
+                        "'_' and '-')"), line
+
+
 # -- secrets and unreachable servers ----------------------------------------------------------
 
 def _secret_env() -> dict[str, str]:
