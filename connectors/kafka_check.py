@@ -73,7 +73,11 @@ def _ask(address: str, settings: dict[str, Any], deadline: float) -> _Answer:
         admin = AdminClient({**settings, "bootstrap.servers": address, "logger": _QUIET, "error_cb": errors.append,
                              "log.connection.close": False})
     except (KafkaException, ValueError, TypeError) as exc:
-        return _Answer(address, None, _error_text(exc.args[0] if exc.args else exc), refused=True)
+        text = _error_text(exc.args[0] if exc.args else exc)
+        for key, value in settings.items():  # librdkafka may quote a refused value: never a secret
+            if ("password" in key or "secret" in key) and str(value):
+                text = text.replace(str(value), "***")
+        return _Answer(address, None, text, refused=True)
     try:
         return _Answer(address, admin.list_topics(timeout=max(0.1, deadline - time.monotonic())), "")
     except KafkaException as exc:

@@ -40,3 +40,10 @@ def test_settings_the_client_refuses_fail_naming_kafka_producer():
     assert not result.ok and result.name == "kafka"
     assert result.message.startswith("the Kafka client refuses the connection settings of kafka.producer (")
     assert "ssl.no.such.thing" in result.message and result.message.endswith("): fix them")
+
+
+def test_a_refused_setting_never_shows_a_secret():
+    [result] = check_kafka(_cfg(bootstrap="127.0.0.1:9", producer={
+        "sasl.password": "Zk9-distinctive-pw-7Qx", "ssl.no.such.thing": "Zk9-distinctive-pw-7Qx"}))
+    assert not result.ok and "ssl.no.such.thing" in result.message
+    assert "Zk9-distinctive-pw-7Qx" not in result.message
