@@ -288,7 +288,10 @@ def _table(raw: Mapping[str, Any], index: int) -> OutboxTable:
     for required in ("schema", "table"):
         if not raw.get(required):
             raise ConfigError(f"outbox.tables[{index}].{required} is required")
-    return OutboxTable(**{k: v for k, v in raw.items()})
+    try:
+        return OutboxTable(**{k: v for k, v in raw.items()})
+    except ConfigError as exc:  # only the topic template is checked there (cdc.topics.check_template)
+        raise ConfigError(f"outbox.tables[{index}].topic: {exc}") from None
 
 
 def load_config(

@@ -35,17 +35,36 @@ def topic_problem(name: str) -> str | None:
 
 
 def check_template(template: str) -> None:
-    """Refuse, at start, a template naming an unknown field."""
+    """Refuse, at start, a template naming an unknown field, or one whose fixed text can
+    never make a legal topic (characters Kafka does not allow, more than 249 fixed
+    characters, a fixed topic that is empty, `.` or `..`). Only the fixed text is checked:
+    a placeholder may become anything, and a value that makes an illegal topic is that
+    row's problem (a dead letter), not the config's."""
+    if not isinstance(template, str):
+        raise ConfigError(f"topic template must be a string, got {template!r}")
     try:
-        fields = {f for _, f, _, _ in string.Formatter().parse(template) if f is not None}
+        parts = list(string.Formatter().parse(template))
     except ValueError as exc:
         raise ConfigError(f"topic template {template!r} is malformed: {exc}") from exc
+    fields = {f for _, f, _, _ in parts if f is not None}
     unknown = fields - PLACEHOLDERS
     if unknown:
         raise ConfigError(
             f"topic template {template!r} uses unknown field(s) {sorted(unknown)}; "
             f"use only {sorted(PLACEHOLDERS)}"
         )
+    fixed = "".join(literal for literal, _, _, _ in parts)
+    bad = sorted({c for c in fixed if not _LEGAL.match(c)})
+    if bad:
+        raise ConfigError(f"topic template {template[:120]!r} has characters Kafka does not allow in its fixed text: "
+                          f"{''.join(bad)!r} (a topic name holds only a-z, A-Z, 0-9, '.', '_' and '-')")
+    if len(fixed) > MAX_TOPIC_LENGTH:
+        raise ConfigError(f"topic template {template[:40]!r}... has {len(fixed)} fixed characters; Kafka allows at "
+                          f"most {MAX_TOPIC_LENGTH} in a topic name")
+    if not fields:
+        problem = topic_problem(template)
+        if problem:
+            raise ConfigError(f"topic template {template!r}: {problem}")
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,7 +1,7 @@
 """The `cdc` command.
 
     cdc run     --config relay.toml   stream the binlog's outbox inserts to Kafka
-    cdc check   --config relay.toml   preflight only: server settings, grants, tables, start
+    cdc check   --config relay.toml   preflight only: server settings, grants, tables, start, Kafka
     cdc demo                          embedded MariaDB + Kafka stand-in + relay + workload + verify
     cdc verify  --config verify.toml  Spark verifier: binlog vs topics, position by position
     cdc repair  --config verify.toml  re-publish exactly the events a verify found missing
@@ -55,12 +55,23 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
-    from cdc_cli.app import checkpoint_store, start_position
-    from connectors.preflight import run_checks
+    from connectors.kafka_check import check_kafka
+    from connectors.preflight import CheckResult, run_checks
 
     cfg = read_config(args.config)
-    store = checkpoint_store(cfg)
-    results = run_checks(cfg, start_position(cfg, store), store.load())
+    # Kafka first (at most kafka_check.TIMEOUT_S): a checkpoint kept in Kafka is read only
+    # when Kafka answers; its lines are printed last.
+    kafka = check_kafka(cfg)
+    if cfg.checkpoint.store == "kafka" and not all(r.ok for r in kafka if r.name == "kafka"):
+        results = run_checks(cfg)
+        results.append(CheckResult("start_position", True, f"not checked: the checkpoint (checkpoint.topic "
+                                   f"{cfg.checkpoint.topic!r}) cannot be read while Kafka does not answer", warn=True))
+    else:
+        from cdc_cli.app import checkpoint_store, start_position
+
+        store = checkpoint_store(cfg)
+        results = run_checks(cfg, start_position(cfg, store), store.load())
+    results += kafka
     for r in results:
         print(f"{('warn' if r.warn else 'ok  ') if r.ok else 'FAIL'} {r.name}: {r.message}")
     failed = [r for r in results if not r.ok]

@@ -10,6 +10,7 @@ SHOW BINARY LOGS); REPLICATION SLAVE can only be read from the grants.
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass
 
@@ -106,7 +107,10 @@ def _check_replica_id(cur, cfg: Config, server_id: int, mariadb: bool, add) -> N
     """The replica server id must be free. A session listed with it may be this relay's
     own previous one (a restart right after a stop or a crash): connectors/replica_sessions.py
     ends it (KILL) when its process is provably gone, and otherwise waits it out for a few
-    heartbeat periods; one still there after that is another replica (exit 2, one line)."""
+    heartbeat periods; one still there after that is another replica (exit 2, one line).
+    A user who may not list the replicas (MariaDB 10.5.2+: no REPLICATION MASTER ADMIN)
+    fails too: the id cannot be shown to be free, and two sessions with one id end each
+    other's."""
     rid = cfg.source.replica_server_id
     if rid == server_id:
         add("replica_server_id", False, f"source.replica_server_id {rid} is the server's own server_id: pick another")
@@ -117,12 +121,48 @@ def _check_replica_id(cur, cfg: Config, server_id: int, mariadb: bool, add) -> N
     add("replica_server_id", ok, message)
 
 
+# `GRANT <privileges> ON *.* TO ...`: a global grant. Global privileges never carry
+# column lists or quotes, so the privileges are the text between GRANT and ON *.*.
+_GLOBAL_GRANT = re.compile(r"^GRANT\s+([A-Z_ ,]+?)\s+ON\s+\*\.\*\s+TO\s", re.IGNORECASE)
+EVERYTHING = "ALL PRIVILEGES"
+# Names SHOW GRANTS may show for the privilege that lets a client stream the binlog
+# (MariaDB 10.5.1+ accepts REPLICATION REPLICA as its alias, and shows REPLICATION SLAVE).
+REPLICATION_SLAVE = ("REPLICATION SLAVE", "REPLICATION REPLICA")
+
+
+def global_privileges(grant_lines: list[str]) -> set[str]:
+    """The privileges granted ON *.* in SHOW GRANTS's lines, by exact name (upper case,
+    single spaces): `GRANT REPLICATION SLAVE ADMIN ON *.*` holds REPLICATION SLAVE ADMIN,
+    not REPLICATION SLAVE. ALL / ALL PRIVILEGES ON *.* is `EVERYTHING`. Grants on a
+    schema, a table or columns, PROXY grants and role grants (`GRANT `r` TO ...`) hold no
+    global privilege.
+
+    Roles: MariaDB's SHOW GRANTS lists the privileges of the session's active roles (a
+    new session's are its default roles, nested ones included) as lines `... TO `role``,
+    and those count here, as they count for the relay's own sessions. Not covered:
+    MySQL 8 shows a role's privileges only with SHOW GRANTS ... USING, so a privilege
+    held only through a MySQL role is reported missing; and a role that is granted but
+    not a default role counts for nothing (the relay does not SET ROLE)."""
+    privileges: set[str] = set()
+    for line in grant_lines:
+        match = _GLOBAL_GRANT.match(line.strip())
+        if match is None:
+            continue
+        for name in match.group(1).split(","):
+            name = " ".join(name.split()).upper()
+            privileges.add(EVERYTHING if name in ("ALL", "ALL PRIVILEGES") else name)
+    return privileges
+
+
+def has_privilege(privileges: set[str], *names: str) -> bool:
+    return EVERYTHING in privileges or any(name in privileges for name in names)
+
+
 def _check_grants(cur, cfg: Config, mariadb: bool, add) -> None:
     user = cfg.source.user
     cur.execute("SHOW GRANTS")
-    grants = " ".join(str(row[0]).upper() for row in cur.fetchall())
-    everything = "ALL PRIVILEGES ON *.*" in grants
-    has_slave = everything or "REPLICATION SLAVE" in grants
+    privileges = global_privileges([str(row[0]) for row in cur.fetchall()])
+    has_slave = has_privilege(privileges, *REPLICATION_SLAVE)
     add("grant_replication_slave", has_slave, "REPLICATION SLAVE granted" if has_slave else
         f"user {user!r} lacks REPLICATION SLAVE: GRANT REPLICATION SLAVE ON *.* TO '{user}'@'%'")
     try:
@@ -150,8 +190,7 @@ def _check_tables(cur, cfg: Config, add) -> None:
             if code in (ER_NO_SUCH_TABLE, ER_BAD_DB):
                 add(f"table {name}", False, f"outbox table {name} does not exist: create it, or fix outbox.tables")
             elif code == ER_TABLEACCESS_DENIED:
-                add(f"table {name}", False, f"user {user!r} cannot read {name}: "
-                    f"GRANT SELECT ON `{table.schema}`.`{table.table}` TO '{user}'@'%'")
+                add(f"table {name}", False, _denied_table(cur, user, table.schema, table.table))
             else:
                 add(f"table {name}", False, f"cannot read {name}: {exc.args[-1]}")
             continue
@@ -167,6 +206,26 @@ def _check_tables(cur, cfg: Config, add) -> None:
                 "type_column, payload_column)")
         else:
             add(f"table {name}", True, f"outbox table {name} has the expected columns")
+
+
+def _denied_table(cur, user: str, schema: str, table: str) -> str:
+    """The line for a table whose SELECT is denied. The server answers "denied", not "no
+    such table", to a user without privileges on the table, whether it exists or not;
+    information_schema.TABLES lists the tables the user holds any privilege on, so a
+    table listed there exists, and otherwise the line says both."""
+    grant = f"GRANT SELECT ON `{schema}`.`{table}` TO '{user}'@'%'"
+    try:
+        cur.execute("SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s ORDER BY TABLE_NAME",
+                    (schema,))
+        visible = [str(r[0]) for r in cur.fetchall()]
+    except pymysql.err.MySQLError:
+        visible = []
+    if table in visible:
+        return f"user {user!r} cannot read {schema}.{table}: {grant}"
+    shown = ", ".join(visible[:5]) + (f" and {len(visible) - 5} more" if len(visible) > 5 else "")
+    sees = f"of {schema}'s tables it sees {shown}" if visible else f"it sees none of {schema}'s tables"
+    return (f"outbox table {schema}.{table} does not exist or user {user!r} may not read it (the server does not "
+            f"tell this user which; {sees}): create it, or fix outbox.tables, or {grant}")
 
 
 def _check_start(cur, start: BinlogPosition | str | None, add) -> None:

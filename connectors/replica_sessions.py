@@ -114,12 +114,39 @@ def end_session(host: str, port: int, user: str, password: str, conn_id: int, ti
             pass
 
 
-def _sessions(cur, mariadb: bool) -> tuple[list[Listed], list[DumpThread]]:
-    try:
-        cur.execute("SHOW SLAVE HOSTS" if mariadb else "SHOW REPLICAS")
-        listed = [Listed(int(row[0]), str(row[1] or "")) for row in cur.fetchall()]
-    except pymysql.err.MySQLError:
-        return [], []
+class ReplicasUnknown(Exception):
+    """The server would not list its replicas: whether the id is free cannot be told."""
+
+
+ER_PARSE_ERROR = 1064
+
+
+def _listed(cur, user: str, mariadb: bool) -> list[Listed]:
+    """The replicas the server lists (SHOW SLAVE HOSTS; MySQL 8.0.22+: SHOW REPLICAS).
+    Raises ReplicasUnknown, with the grant that would allow it, when it will not say."""
+    statements = ["SHOW SLAVE HOSTS"] if mariadb else ["SHOW REPLICAS", "SHOW SLAVE HOSTS"]
+    for statement in statements:
+        try:
+            cur.execute(statement)
+            return [Listed(int(row[0]), str(row[1] or "")) for row in cur.fetchall()]
+        except pymysql.err.MySQLError as exc:
+            code = exc.args[0] if exc.args else 0
+            if code == ER_PARSE_ERROR and statement != statements[-1]:
+                continue  # MySQL before 8.0.22 knows only SHOW SLAVE HOSTS
+            if code == ER_SPECIFIC_ACCESS_DENIED:
+                # MariaDB 10.5.2+ needs REPLICATION MASTER ADMIN; MySQL (and MariaDB
+                # before 10.5.2) REPLICATION SLAVE, which the relay needs anyway.
+                raise ReplicasUnknown(
+                    f"{statement} is denied to user {user!r}: GRANT REPLICATION MASTER ADMIN ON *.* TO '{user}'@'%' "
+                    "(MariaDB 10.5.2+; MySQL: REPLICATION SLAVE)" if mariadb else
+                    f"{statement} is denied to user {user!r}: GRANT REPLICATION SLAVE ON *.* TO '{user}'@'%' "
+                    "(MariaDB 10.5.2+: REPLICATION MASTER ADMIN)") from None
+            raise ReplicasUnknown(f"{statement} failed ({exc.args[-1] if exc.args else exc})") from None
+    return []
+
+
+def _sessions(cur, user: str, mariadb: bool) -> tuple[list[Listed], list[DumpThread]]:
+    listed = _listed(cur, user, mariadb)
     try:
         cur.execute("SELECT ID, USER, HOST FROM information_schema.PROCESSLIST WHERE COMMAND LIKE 'Binlog Dump%'")
         dumps = [DumpThread(int(r[0]), str(r[1] or ""), str(r[2] or "")) for r in cur.fetchall()]
@@ -146,7 +173,13 @@ def settle(cur, server_id: int, user: str, mariadb: bool, heartbeat_s: float,
     denied: set[int] = set()
     waited: Finding | None = None
     while True:
-        listed, dumps = _sessions(cur, mariadb)
+        try:
+            listed, dumps = _sessions(cur, user, mariadb)
+        except ReplicasUnknown as exc:
+            # Not "free": a second relay or replica with this id would make the server
+            # end one of the two sessions, again and again.
+            return False, (f"cannot verify that replica server id {server_id} is free: {exc}, "
+                           f"or make sure no other replica uses id {server_id}")
         findings = assess(server_id, listed, dumps, user, machine, alive, lease_held)
         if not findings:
             if ended:

@@ -8,6 +8,7 @@ import re
 import socket
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -102,6 +103,19 @@ def test_password_written_in_the_file_is_refused(valid_raw, mariadb, tmp_path):
         assert SECRET not in result.stdout + result.stderr
 
 
+def test_a_topic_template_that_can_never_be_legal_is_refused_naming_the_key(valid_raw, mariadb, tmp_path):
+    table = {**valid_raw["outbox"]["tables"][0], "topic": "outbox events/{aggregate_type}"}
+    raw = {**valid_raw, "outbox": {"tables": [table]}}
+    path = tmp_path / "relay.toml"
+    path.write_text(_to_toml(raw))
+    for command in ("run", "check"):
+        result = cdc([command, "--config", str(path)], env_for(mariadb))
+        line = assert_one_line(result, 2)
+        assert line == ("cdc: outbox.tables[0].topic: topic template 'outbox events/{aggregate_type}' has characters "
+                        "Kafka does not allow in its fixed text: ' /' (a topic name holds only a-z, A-Z, 0-9, '.', "
+                        "'_' and '-')"), line
+
+
 # -- secrets and unreachable servers ----------------------------------------------------------
 
 def _secret_env() -> dict[str, str]:
@@ -139,6 +153,103 @@ def test_run_against_an_unreachable_server_exits_with_one_line(valid_raw, mariad
     # Without it: the relay's own connection fails; retriable (exit 1), still one line.
     result = cdc(["run", "--config", str(path), "--skip-check"], env_for(mariadb), timeout=60)
     assert_one_line(result, 1, f"127.0.0.1:{port}")
+
+
+# -- Kafka ------------------------------------------------------------------------------------------
+
+def _check_lines(result: subprocess.CompletedProcess, status: str) -> dict[str, str]:
+    """`cdc check`'s lines of one status (`FAIL`, `warn`, `ok  `) by check name."""
+    return {line[5:].partition(": ")[0]: line[5:].partition(": ")[2]
+            for line in result.stdout.splitlines() if line.startswith(status + " ")}
+
+
+@pytest.mark.parametrize("store", ["file", "kafka"])
+def test_check_with_kafka_unreachable_ends_in_one_line_naming_the_address(store, valid_raw, mariadb, tmp_path):
+    """Nobody on the port: one FAIL line naming the address and kafka.bootstrap, exit 2,
+    in under 15 s, no traceback and none of librdkafka's own log lines; with the
+    checkpoint kept in Kafka, the checkpoint is not read (that would hang) and the start
+    position is said to be unchecked."""
+    port = free_port()
+    raw = {**valid_raw, "kafka": {**valid_raw["kafka"], "bootstrap": f"127.0.0.1:{port}"},
+           "checkpoint": {**valid_raw["checkpoint"], "store": store}}
+    path = tmp_path / "relay.toml"
+    path.write_text(_to_toml(raw))
+    began = time.monotonic()
+    result = cdc(["check", "--config", str(path)], env_for(mariadb), timeout=60)
+    took = time.monotonic() - began
+    text = result.stdout + result.stderr
+    assert result.returncode == 2, text
+    assert took < 15, f"took {took:.1f} s"
+    assert "Traceback" not in text and "%3|" not in text and "|FAIL|" not in text, text
+    assert result.stderr.strip() == "1 check(s) failed", result.stderr
+    failed = [line for line in result.stdout.splitlines() if line.startswith("FAIL")]
+    assert len(failed) == 1 and failed == [result.stdout.splitlines()[-1]], result.stdout
+    line = failed[0]
+    assert line.startswith(f"FAIL kafka: cannot reach Kafka at 127.0.0.1:{port} within 10 s (kafka.bootstrap"), line
+    assert line.endswith("): check the address and that the brokers run"), line
+    if store == "kafka":
+        assert _check_lines(result, "warn")["start_position"] == (
+            f"not checked: the checkpoint (checkpoint.topic 'cdc.checkpoints') cannot be read while Kafka does not "
+            "answer"), result.stdout
+
+
+def test_check_names_a_bootstrap_address_that_does_not_answer_while_another_does(valid_raw, mariadb, kafka, tmp_path):
+    port = free_port()
+    raw = {**valid_raw, "kafka": {**valid_raw["kafka"], "bootstrap": f"{kafka.bootstrap_servers},127.0.0.1:{port}"}}
+    path = tmp_path / "relay.toml"
+    path.write_text(_to_toml(raw))
+    result = cdc(["check", "--config", str(path)], env_for(mariadb), timeout=60)
+    text = result.stdout + result.stderr
+    assert result.returncode == 0 and "%3|" not in text, text
+    line = _check_lines(result, "warn")["kafka"]
+    assert line.startswith(f"127.0.0.1:{port} did not answer within 10 s (kafka.bootstrap; "), line
+    assert f"{kafka.bootstrap_servers.replace(',', ', ')} answered (cluster " in line, line
+    assert line.endswith("fix or remove the address that does not answer"), line
+
+
+def test_check_says_whether_the_dead_letter_and_checkpoint_topics_exist(valid_raw, mariadb, kafka, topic_prefix,
+                                                                         tmp_path):
+    dlq = valid_raw["kafka"]["dead_letter_topic"]
+    kafka.create_topic(dlq, 2)
+    checkpoints = f"{topic_prefix}.checkpoints"
+    raw = {**valid_raw, "checkpoint": {"store": "kafka", "topic": checkpoints}}
+    path = tmp_path / "relay.toml"
+    path.write_text(_to_toml(raw))
+    result = cdc(["check", "--config", str(path)], env_for(mariadb), timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+    ok = _check_lines(result, "ok  ")
+    assert ok["kafka"].startswith(f"{kafka.bootstrap_servers.replace(',', ', ')} answered (cluster "), ok
+    assert ok["kafka"].endswith(", 3 broker(s))"), ok
+    assert ok["dead_letter_topic"] == f"topic '{dlq}' exists (2 partition(s))", ok
+    assert _check_lines(result, "warn")["checkpoint_topic"] == (
+        f"topic '{checkpoints}' (checkpoint.topic) does not exist: no checkpoint is read from it (the relay starts "
+        f"from source.start) and the first checkpoint needs it; create it (kafka-topics.sh --create --topic "
+        f"{checkpoints}) unless the brokers create topics on first use (auto.create.topics.enable)"), result.stdout
+    # The check created no topic (it lists every topic, never asks for one by name).
+    from connectors.kafka_reader import KafkaTopicReader
+
+    reader = KafkaTopicReader(kafka.bootstrap_servers)
+    try:
+        assert checkpoints not in reader.topics()
+    finally:
+        reader.close()
+
+
+def test_check_talks_to_kafka_with_the_producers_security_settings(valid_raw, mariadb, kafka, tmp_path):
+    """kafka.producer's security.protocol reaches the check's client: TLS to the stand-in
+    (which speaks plaintext) cannot get metadata, while the producer-only settings beside
+    it (acks, linger.ms) are not handed to it."""
+    raw = {**valid_raw, "kafka": {**valid_raw["kafka"], "producer": {
+        "security.protocol": "ssl", "enable.ssl.certificate.verification": False, "acks": "all", "linger.ms": 5}}}
+    path = tmp_path / "relay.toml"
+    path.write_text(_to_toml(raw))
+    result = cdc(["check", "--config", str(path)], env_for(mariadb), timeout=60)
+    text = result.stdout + result.stderr
+    assert result.returncode == 2 and "Traceback" not in text and "%3|" not in text, text
+    failed = _check_lines(result, "FAIL")
+    assert list(failed) == ["kafka"], result.stdout
+    assert failed["kafka"].startswith(f"cannot reach Kafka at {kafka.bootstrap_servers.replace(',', ', ')} within "
+                                      "10 s (kafka.bootstrap; "), failed
 
 
 # -- the HTTP endpoint --------------------------------------------------------------------------

@@ -229,12 +229,149 @@ def test_missing_grants_are_refused_with_the_grant_to_run(mariadb, kafka, databa
             cur.execute(f"DROP USER IF EXISTS '{user}'@'127.0.0.1'")
 
 
+def grant_user(mariadb, database: str, grants: list[str], user: str | None = None) -> str:
+    """A user of its own ('<user>'@'127.0.0.1', password 'x') with exactly `grants`
+    (each the part of a GRANT statement before TO)."""
+    user = user or f"g_{uuid.uuid4().hex[:8]}"
+    with mariadb.connect(autocommit=True) as conn, conn.cursor() as cur:
+        cur.execute(f"CREATE USER '{user}'@'127.0.0.1' IDENTIFIED BY 'x'")
+        for grant in grants:
+            cur.execute(f"GRANT {grant} TO '{user}'@'127.0.0.1'")
+    return user
+
+
+def drop_user(mariadb, user: str) -> None:
+    with mariadb.connect(autocommit=True) as conn, conn.cursor() as cur:
+        cur.execute(f"DROP USER IF EXISTS '{user}'@'127.0.0.1'")
+
+
+def check_as(user: str, mariadb, kafka, database, topic_prefix, tmp_path, **overrides) -> subprocess.CompletedProcess:
+    raw = relay_raw_config(mariadb, kafka, database, topic_prefix, tmp_path / "cp.json", source__user=user,
+                           source__password_env="CDC_TEST_GRANT_PASSWORD", **overrides)
+    return check(tmp_path, raw, {"CDC_TEST_GRANT_PASSWORD": "x"})
+
+
+def test_replication_slave_admin_is_not_replication_slave(mariadb, kafka, database, topic_prefix, tmp_path):
+    """REPLICATION SLAVE ADMIN (and the other privileges whose names hold "REPLICATION
+    SLAVE") do not let a user stream the binlog: the grant is parsed, not searched."""
+    with mariadb.connect(database, autocommit=True) as conn, conn.cursor() as cur:
+        cur.execute(OUTBOX_DDL.format(name="outbox"))
+    user = grant_user(mariadb, database, [
+        "REPLICATION SLAVE ADMIN, BINLOG MONITOR, REPLICATION MASTER ADMIN ON *.*",
+        f"SELECT ON `{database}`.`outbox`"])
+    try:
+        result = check_as(user, mariadb, kafka, database, topic_prefix, tmp_path)
+        failed = assert_refused(result, {"grant_replication_slave": [
+            f"user '{user}' lacks REPLICATION SLAVE: GRANT REPLICATION SLAVE ON *.* TO '{user}'@'%'"]})
+        assert set(failed) == {"grant_replication_slave"}, failed
+    finally:
+        drop_user(mariadb, user)
+
+
+def test_replication_slave_on_one_schema_only_does_not_count(mariadb, kafka, database, topic_prefix, tmp_path):
+    """ALL PRIVILEGES counts as every privilege only ON *.*: on one schema it holds no
+    REPLICATION SLAVE (a global privilege)."""
+    with mariadb.connect(database, autocommit=True) as conn, conn.cursor() as cur:
+        cur.execute(OUTBOX_DDL.format(name="outbox"))
+    user = grant_user(mariadb, database, [
+        "BINLOG MONITOR, REPLICATION MASTER ADMIN ON *.*", f"ALL PRIVILEGES ON `{database}`.*"])
+    try:
+        result = check_as(user, mariadb, kafka, database, topic_prefix, tmp_path)
+        failed = assert_refused(result, {"grant_replication_slave": [f"user '{user}' lacks REPLICATION SLAVE"]})
+        assert set(failed) == {"grant_replication_slave"}, failed
+    finally:
+        drop_user(mariadb, user)
+
+
+def test_the_grants_the_readme_documents_pass(mariadb, kafka, database, topic_prefix, tmp_path):
+    """The README's grants for MariaDB (REPLICATION SLAVE, BINLOG MONITOR, REPLICATION
+    MASTER ADMIN, SELECT on the outbox table), each in its own GRANT: every check passes."""
+    with mariadb.connect(database, autocommit=True) as conn, conn.cursor() as cur:
+        cur.execute(OUTBOX_DDL.format(name="outbox"))
+    readme = (ROOT / "README.md").read_text()
+    for privilege in ("REPLICATION SLAVE", "BINLOG MONITOR", "REPLICATION MASTER ADMIN"):
+        assert f"`{privilege}`" in readme, f"README does not document {privilege}"
+    user = grant_user(mariadb, database, [
+        "REPLICATION SLAVE ON *.*", "BINLOG MONITOR ON *.*", "REPLICATION MASTER ADMIN ON *.*",
+        f"SELECT ON `{database}`.`outbox`"])
+    try:
+        result = check_as(user, mariadb, kafka, database, topic_prefix, tmp_path)
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert "ok   grant_replication_slave: REPLICATION SLAVE granted" in result.stdout, result.stdout
+        assert f"ok   replica_server_id: replica server id" in result.stdout, result.stdout
+    finally:
+        drop_user(mariadb, user)
+
+
+def test_show_slave_hosts_denied_is_a_failure_not_a_free_replica_id(mariadb, kafka, database, topic_prefix, tmp_path):
+    """A user who may not list the replicas cannot be told the replica id is free: the
+    check fails (exit 2) naming the grant, and `cdc run` refuses to start the same way."""
+    with mariadb.connect(database, autocommit=True) as conn, conn.cursor() as cur:
+        cur.execute(OUTBOX_DDL.format(name="outbox"))
+    user = grant_user(mariadb, database, ["REPLICATION SLAVE, BINLOG MONITOR ON *.*",
+                                          f"SELECT ON `{database}`.`outbox`"])
+    try:
+        result = check_as(user, mariadb, kafka, database, topic_prefix, tmp_path)
+        rid = 5000 + (hash(topic_prefix) % 10000)
+        expected = (f"cannot verify that replica server id {rid} is free: SHOW SLAVE HOSTS is denied to user "
+                    f"'{user}': GRANT REPLICATION MASTER ADMIN ON *.* TO '{user}'@'%' (MariaDB 10.5.2+; MySQL: "
+                    f"REPLICATION SLAVE), or make sure no other replica uses id {rid}")
+        failed = assert_refused(result, {"replica_server_id": [expected]})
+        assert failed == {"replica_server_id": expected}, failed
+        raw = relay_raw_config(mariadb, kafka, database, topic_prefix, tmp_path / "cp.json", source__user=user,
+                               source__password_env="CDC_TEST_GRANT_PASSWORD")
+        run = cdc(["run", "--config", str(write_config(tmp_path, raw, "run.toml"))], {"CDC_TEST_GRANT_PASSWORD": "x"})
+        assert run.returncode == 2 and "Traceback" not in run.stderr, run.stdout + run.stderr
+        assert [line for line in run.stderr.splitlines() if line.strip()] == [f"cdc: {expected}"], run.stderr
+    finally:
+        drop_user(mariadb, user)
+
+
 def test_missing_outbox_table_is_refused(mariadb, kafka, database, topic_prefix, tmp_path):
     raw = relay_raw_config(mariadb, kafka, database, topic_prefix, tmp_path / "cp.json",
                            outbox={"tables": [{"schema": database, "table": "no_such_outbox"}]})
     result = check(tmp_path, raw, env_for(mariadb))
-    failed = assert_refused(result, {f"table {database}.no_such_outbox": ["does not exist", "outbox.tables"]})
+    failed = assert_refused(result, {f"table {database}.no_such_outbox": [
+        f"outbox table {database}.no_such_outbox does not exist: create it, or fix outbox.tables"]})
     assert set(failed) == {f"table {database}.no_such_outbox"}, failed
+
+
+def test_a_missing_table_the_user_may_not_see_is_not_reported_as_a_missing_grant(
+        mariadb, kafka, database, topic_prefix, tmp_path):
+    """With SELECT on its outbox table only, the relay's user gets "SELECT command denied"
+    for a table that does not exist (the server does not tell it which): the line says
+    both, and names the tables of that schema the user can see."""
+    with mariadb.connect(database, autocommit=True) as conn, conn.cursor() as cur:
+        cur.execute(OUTBOX_DDL.format(name="outbox"))
+    user = grant_user(mariadb, database, ["REPLICATION SLAVE, BINLOG MONITOR, REPLICATION MASTER ADMIN ON *.*",
+                                          f"SELECT ON `{database}`.`outbox`"])
+    try:
+        result = check_as(user, mariadb, kafka, database, topic_prefix, tmp_path,
+                          outbox={"tables": [{"schema": database, "table": "outbx"}]})
+        name = f"table {database}.outbx"
+        expected = (f"outbox table {database}.outbx does not exist or user '{user}' may not read it (the server "
+                    f"does not tell this user which; of {database}'s tables it sees outbox): create it, or fix "
+                    f"outbox.tables, or GRANT SELECT ON `{database}`.`outbx` TO '{user}'@'%'")
+        failed = assert_refused(result, {name: [expected]})
+        assert failed == {name: expected}, failed
+    finally:
+        drop_user(mariadb, user)
+
+
+def test_an_existing_table_the_user_may_not_read_names_the_grant(mariadb, kafka, database, topic_prefix, tmp_path):
+    with mariadb.connect(database, autocommit=True) as conn, conn.cursor() as cur:
+        cur.execute(OUTBOX_DDL.format(name="outbox"))
+    user = grant_user(mariadb, database, ["REPLICATION SLAVE, BINLOG MONITOR, REPLICATION MASTER ADMIN ON *.*",
+                                          f"INSERT ON `{database}`.`outbox`"])
+    try:
+        result = check_as(user, mariadb, kafka, database, topic_prefix, tmp_path)
+        name = f"table {database}.outbox"
+        expected = (f"user '{user}' cannot read {database}.outbox: "
+                    f"GRANT SELECT ON `{database}`.`outbox` TO '{user}'@'%'")
+        failed = assert_refused(result, {name: [expected]})
+        assert failed == {name: expected}, failed
+    finally:
+        drop_user(mariadb, user)
 
 
 def test_outbox_table_lacking_a_column_is_refused(mariadb, kafka, database, topic_prefix, tmp_path):

@@ -81,3 +81,49 @@ def test_cache_distinguishes_field_values_and_templates():
     c = router.route("u.{aggregate_type}", **FIELDS)
     assert (a.topic, b.topic, c.topic) == ("t.order", "t.user", "u.order")
     assert router.route("t.{aggregate_type}", **FIELDS).topic == "t.order"
+
+
+# -- a template whose fixed text can never make a legal topic (refused when the config loads) --
+
+@pytest.mark.parametrize("template,fragment", [
+    ("outbox events/{aggregate_type}", "characters Kafka does not allow in its fixed text: ' /'"),
+    ("{aggregate_type}:v1", "characters Kafka does not allow in its fixed text: ':'"),
+    ("événements.{type}", "characters Kafka does not allow in its fixed text: 'é'"),
+    ("x" * 250, "250 fixed characters; Kafka allows at most 249"),
+    ("x" * 200 + ".{type}." + "y" * 48, "250 fixed characters; Kafka allows at most 249"),
+    ("..", "is reserved"),
+    ("", "is empty"),
+])
+def test_a_template_that_can_never_be_legal_is_a_config_error(template, fragment):
+    with pytest.raises(ConfigError) as info:
+        check_template(template)
+    message = str(info.value)
+    assert fragment in message and "\n" not in message, message
+
+
+@pytest.mark.parametrize("template", [
+    "{aggregate_type}", "{type}", "outbox.{aggregate_type}.{type}", "x" * 249, "x" * 240 + "{type}" + "y" * 9,
+    "{schema}..{table}",
+])
+def test_only_the_fixed_text_is_checked(template):
+    """Placeholders may become anything (a bad value is the row's problem: a dead letter)."""
+    check_template(template)
+
+
+def test_a_template_that_is_not_text_is_a_config_error():
+    with pytest.raises(ConfigError, match="must be a string"):
+        check_template(42)  # type: ignore[arg-type]
+
+
+def test_the_config_names_the_key_of_an_illegal_template():
+    from cdc.config import load_config
+
+    raw = {"source": {"name": "shop"}, "outbox": {"tables": [
+        {"schema": "shop", "table": "outbox"},
+        {"schema": "shop", "table": "outbox2", "topic": "outbox events/{aggregate_type}"},
+    ]}}
+    with pytest.raises(ConfigError) as info:
+        load_config(raw)
+    assert str(info.value) == (
+        "outbox.tables[1].topic: topic template 'outbox events/{aggregate_type}' has characters Kafka does not "
+        "allow in its fixed text: ' /' (a topic name holds only a-z, A-Z, 0-9, '.', '_' and '-')")

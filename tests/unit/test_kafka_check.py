@@ -1,0 +1,49 @@
+"""`cdc check`'s Kafka look, the parts that need no broker (connectors/kafka_check.py)."""
+
+from cdc.config import load_config
+from connectors.kafka_check import _error_text, bootstrap_addresses, check_kafka, client_settings
+
+
+def test_only_connection_and_security_settings_of_the_producer_reach_the_checks_client():
+    producer = {"security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN", "sasl.username": "u",
+                "ssl.ca.location": "/etc/ca.pem", "socket.timeout.ms": 5000, "client.id": "relay",
+                "linger.ms": 5, "acks": "all", "compression.type": "zstd", "enable.idempotence": True}
+    assert client_settings(producer) == {
+        "security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN", "sasl.username": "u",
+        "ssl.ca.location": "/etc/ca.pem", "socket.timeout.ms": 5000, "client.id": "relay"}
+
+
+def test_bootstrap_addresses_are_split_and_trimmed():
+    assert bootstrap_addresses(" a:9092, b:9092 ,,c:1") == ["a:9092", "b:9092", "c:1"]
+    assert bootstrap_addresses(" , ") == []
+
+
+def test_librdkafkas_error_text_loses_its_decorations():
+    assert _error_text("127.0.0.1:9/bootstrap: Connect to ipv4#127.0.0.1:9 failed: Connection refused "
+                       "(after 0ms in state CONNECT)") == "Connect to ipv4#127.0.0.1:9 failed: Connection refused"
+    assert _error_text("b:9092/2: SASL authentication error (after 3ms in state AUTH_REQ)") == (
+        "SASL authentication error")
+
+
+def _cfg(**kafka):
+    return load_config({"source": {"name": "s"}, "outbox": {"tables": [{"schema": "d", "table": "outbox"}]},
+                        "kafka": kafka})
+
+
+def test_an_empty_bootstrap_fails_naming_the_setting():
+    [result] = check_kafka(_cfg(bootstrap=" "))
+    assert not result.ok and result.message == "kafka.bootstrap is empty: set it to the brokers' host:port list"
+
+
+def test_settings_the_client_refuses_fail_naming_kafka_producer():
+    [result] = check_kafka(_cfg(bootstrap="127.0.0.1:9", producer={"ssl.no.such.thing": "x"}))
+    assert not result.ok and result.name == "kafka"
+    assert result.message.startswith("the Kafka client refuses the connection settings of kafka.producer (")
+    assert "ssl.no.such.thing" in result.message and result.message.endswith("): fix them")
+
+
+def test_a_refused_setting_never_shows_a_secret():
+    [result] = check_kafka(_cfg(bootstrap="127.0.0.1:9", producer={
+        "sasl.password": "Zk9-distinctive-pw-7Qx", "ssl.no.such.thing": "Zk9-distinctive-pw-7Qx"}))
+    assert not result.ok and "ssl.no.such.thing" in result.message
+    assert "Zk9-distinctive-pw-7Qx" not in result.message
