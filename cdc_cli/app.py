@@ -63,6 +63,11 @@ def preflight(cfg: Config, store=None, replica_id: bool = True) -> list:
     store = store or checkpoint_store(cfg)
     results = run_checks(cfg, start_position(cfg, store), replica_id=replica_id)
     problems = failures(results)
+    unreachable = [r.message for r in results if r.name == "connect" and not r.ok and "cannot connect" in r.message]
+    if unreachable:
+        # The database may still be starting (start order in compose or Kubernetes): a
+        # restart cures that, so exit 1, not 2. Wrong credentials stay a person's fix.
+        raise SourceError(unreachable[0])
     if problems:
         raise PreflightError(problems)
     for warning in warnings(results):
@@ -235,6 +240,16 @@ def take_lease(cfg: Config, handle: RelayHandle, should_stop: Callable[[], bool]
         raise
 
 
+def _log_start(cfg: Config, endpoint: HttpEndpoint | None) -> None:
+    """The one line that says what this relay streams, where to, and how it is watched."""
+    src, store = cfg.source, cfg.checkpoint
+    log.info("relay for source %r: MySQL %s:%d as replica %d, Kafka %s, checkpoint %s, lease %s, metrics and "
+             "health %s", src.name, src.host, src.port, src.replica_server_id, cfg.kafka.bootstrap,
+             store.path if store.store == "file" else f"topic {store.topic}",
+             f"on (ttl {cfg.lease.ttl_s:g} s)" if cfg.lease.enabled else "off (lease.enabled = false)",
+             f"on {endpoint.url}" if endpoint is not None else "off (http.port = 0)")
+
+
 def run_relay(cfg: Config, should_stop: Callable[[], bool], metrics: RelayMetrics | None = None,
               check: bool = True, feeds: ReaderProcessFeeds | None = None) -> RunSummary:
     """Preflight, take the lease (a standby until then), then run until `should_stop()`;
@@ -256,12 +271,6 @@ def run_relay(cfg: Config, should_stop: Callable[[], bool], metrics: RelayMetric
     if cfg.http.port:
         endpoint = HttpEndpoint(handle.metrics, cfg.source.name, cfg.http.host, cfg.http.port,
                                 healthy=lambda: not failed.is_set())
-    src, store = cfg.source, cfg.checkpoint
-    log.info("relay for source %r: MySQL %s:%d as replica %d, Kafka %s, checkpoint %s, lease %s, metrics and "
-             "health %s", src.name, src.host, src.port, src.replica_server_id, cfg.kafka.bootstrap,
-             store.path if store.store == "file" else f"topic {store.topic}",
-             f"on (ttl {cfg.lease.ttl_s:g} s)" if cfg.lease.enabled else "off (lease.enabled = false)",
-             f"on {endpoint.url}" if endpoint is not None else "off (http.port = 0)")
     poller = _BinlogBehindPoller(cfg, handle.metrics)
     lease = None
     try:
@@ -269,6 +278,8 @@ def run_relay(cfg: Config, should_stop: Callable[[], bool], metrics: RelayMetric
             lease = take_lease(cfg, handle, should_stop)
             if lease is None:
                 return RunSummary(None, 0, 0, 0, "request")
+        _log_start(cfg, endpoint)
+        if lease is not None:
             return handle.relay.run(should_stop, lease.lease, lease.holder_tag)
         return handle.relay.run(should_stop)
     except BaseException:

@@ -8,7 +8,7 @@
     cdc locate  --config relay.toml   binlog position/GTID <-> topic/partition/offset
 
 Exit status: 0 success; 1 the relay stopped on an error a restart may cure (Kafka, the
-binlog connection); 2 a problem a person must fix (config, server set-up, a purged start
+binlog connection, a database that does not answer at start, a lost lease); 2 a problem a person must fix (config, server set-up, a purged start
 position), printed as one line per problem with the fix; 3 verification found problems.
 """
 
@@ -59,19 +59,32 @@ def _cmd_check(args: argparse.Namespace) -> int:
     from connectors.preflight import CheckResult, run_checks
 
     cfg = read_config(args.config)
+    # With a relay of this source active (it holds the lease), the replica id is its: the
+    # next relay settles it when it takes the lease over.
+    lease: list[CheckResult] = []
+    if cfg.lease.enabled:
+        from cdc.lease import lock_name
+        from connectors.mysql_lease import lease_holder
+
+        name = lock_name(cfg.source.name)
+        holder = lease_holder(name, cfg.source.connection())
+        lease = [CheckResult("lease", True, f"lease {name!r} is free: `cdc run` takes it at once" if holder is None
+                             else f"lease {name!r} is held by connection {holder}: a relay of this source is "
+                             "active; another `cdc run` waits as its standby")]
+    replica_id = not lease or "is free" in lease[0].message
     # Kafka first (at most kafka_check.TIMEOUT_S): a checkpoint kept in Kafka is read only
     # when Kafka answers; its lines are printed last.
     kafka = check_kafka(cfg)
     if cfg.checkpoint.store == "kafka" and not all(r.ok for r in kafka if r.name == "kafka"):
-        results = run_checks(cfg)
+        results = run_checks(cfg, replica_id=replica_id)
         results.append(CheckResult("start_position", True, f"not checked: the checkpoint (checkpoint.topic "
                                    f"{cfg.checkpoint.topic!r}) cannot be read while Kafka does not answer", warn=True))
     else:
         from cdc_cli.app import checkpoint_store, start_position
 
         store = checkpoint_store(cfg)
-        results = run_checks(cfg, start_position(cfg, store), store.load())
-    results += kafka
+        results = run_checks(cfg, start_position(cfg, store), store.load(), replica_id=replica_id)
+    results += lease + kafka
     for r in results:
         print(f"{('warn' if r.warn else 'ok  ') if r.ok else 'FAIL'} {r.name}: {r.message}")
     failed = [r for r in results if not r.ok]

@@ -181,20 +181,21 @@ class MySQLLease:
                 pass
 
 
-def holder_text(name: str, connection: dict) -> str:
-    """Who holds the lease `name` right now, for `cdc check` (never raises)."""
+def lease_holder(name: str, connection: dict) -> int | None:
+    """The connection id holding the lease `name` right now (None: free, or the server
+    cannot be asked; the connection check reports that). For `cdc check`; never raises."""
     c = connection
     try:
         conn = pymysql.connect(host=c["host"], port=int(c["port"]), user=c["user"], password=c["password"],
                                connect_timeout=5, read_timeout=5)
-    except Exception:  # noqa: BLE001
-        return "unknown (cannot connect)"
+    except Exception:  # noqa: BLE001 - reported by the preflight's own connection check
+        return None
     try:
         with conn.cursor() as cur:
             cur.execute("SELECT IS_USED_LOCK(%s)", (name,))
             holder = cur.fetchone()[0]
-            return "free" if holder is None else f"held by connection {holder}"
+            return None if holder is None else int(holder)
     except Exception:  # noqa: BLE001
-        return "unknown"
+        return None
     finally:
         conn.close()

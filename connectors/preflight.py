@@ -93,6 +93,12 @@ def run_checks(cfg: Config, start: BinlogPosition | str | None = None,
                     "for new sessions; MySQL 8.0.14+ / MariaDB 10.5+ are needed for binlog_row_metadata)")
             if replica_id:
                 _check_replica_id(cur, cfg, int(server_id), mariadb, add)
+            else:  # settled once the lease is held; whether it can be settled is known now
+                from connectors.replica_sessions import replicas_listable, unverifiable
+
+                denied = replicas_listable(cur, cfg.source.user, mariadb)
+                if denied is not None:
+                    add("replica_server_id", False, unverifiable(cfg.source.replica_server_id, denied))
             _check_grants(cur, cfg, mariadb, add)
             _check_session_format(cur, cfg, add)
             _check_tables(cur, cfg, add)

@@ -121,6 +121,22 @@ class ReplicasUnknown(Exception):
 ER_PARSE_ERROR = 1064
 
 
+def unverifiable(server_id: int, exc: ReplicasUnknown) -> str:
+    """Not "free": a second relay or replica with this id would make the server end one
+    of the two sessions, again and again."""
+    return f"cannot verify that replica server id {server_id} is free: {exc}, or make sure no other replica uses id " \
+           f"{server_id}"
+
+
+def replicas_listable(cur, user: str, mariadb: bool) -> ReplicasUnknown | None:
+    """Whether this account may list the replicas (None: it may)."""
+    try:
+        _listed(cur, user, mariadb)
+    except ReplicasUnknown as exc:
+        return exc
+    return None
+
+
 def _listed(cur, user: str, mariadb: bool) -> list[Listed]:
     """The replicas the server lists (SHOW SLAVE HOSTS; MySQL 8.0.22+: SHOW REPLICAS).
     Raises ReplicasUnknown, with the grant that would allow it, when it will not say."""
@@ -176,10 +192,7 @@ def settle(cur, server_id: int, user: str, mariadb: bool, heartbeat_s: float,
         try:
             listed, dumps = _sessions(cur, user, mariadb)
         except ReplicasUnknown as exc:
-            # Not "free": a second relay or replica with this id would make the server
-            # end one of the two sessions, again and again.
-            return False, (f"cannot verify that replica server id {server_id} is free: {exc}, "
-                           f"or make sure no other replica uses id {server_id}")
+            return False, unverifiable(server_id, exc)
         findings = assess(server_id, listed, dumps, user, machine, alive, lease_held)
         if not findings:
             if ended:

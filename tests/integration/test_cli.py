@@ -147,9 +147,12 @@ def test_run_against_an_unreachable_server_exits_with_one_line(valid_raw, mariad
     raw = {**valid_raw, "source": {**valid_raw["source"], "port": port}}
     path = tmp_path / "relay.toml"
     path.write_text(_to_toml(raw))
-    # With the preflight: a person must look (exit 2), the line names host:port and the fix.
+    # With the preflight: the database may be starting, a restart cures it (exit 1); the
+    # line names host:port and what to check. `cdc check` says FAIL (exit 2).
     result = cdc(["run", "--config", str(path)], env_for(mariadb), timeout=60)
-    assert_one_line(result, 2, f"127.0.0.1:{port}", "source.host/source.port")
+    assert_one_line(result, 1, f"127.0.0.1:{port}", "source.host/source.port")
+    result = cdc(["check", "--config", str(path)], env_for(mariadb), timeout=60)
+    assert result.returncode == 2 and f"FAIL connect: cannot connect to 127.0.0.1:{port}" in result.stdout
     # Without it: the relay's own connection fails; retriable (exit 1), still one line.
     result = cdc(["run", "--config", str(path), "--skip-check"], env_for(mariadb), timeout=60)
     assert_one_line(result, 1, f"127.0.0.1:{port}")

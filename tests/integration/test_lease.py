@@ -310,3 +310,28 @@ def test_a_relay_cut_off_from_mysql_stops_within_its_lease_and_the_standby_takes
           f"the standby published {took:.2f} s after the cut; {result.summary()}")
     assert stopped <= TTL + 1.0
     assert result.committed > 0 and result.clean, result.summary()
+
+
+def test_cdc_check_beside_an_active_relay_names_the_lease_holder_and_passes(
+        mariadb, kafka, database, topic_prefix, tmp_path):
+    import subprocess
+    import sys
+
+    from tests.integration.harness import ROOT, _to_toml
+
+    _setup(mariadb, kafka, database, topic_prefix, partitions=1)
+    raw = _raw(mariadb, kafka, database, topic_prefix, tmp_path)
+    relay = RelayProcess(raw, env_for(mariadb), tmp_path / "r0")
+    try:
+        wait_until(lambda: "holding the lease" in relay.log_text(), 60, "the relay to take the lease")
+        path = tmp_path / "check.toml"
+        path.write_text(_to_toml(raw))
+        result = subprocess.run([sys.executable, "-m", "cdc_cli.main", "check", "--config", str(path)], cwd=ROOT,
+                                env={**__import__("os").environ, **env_for(mariadb)}, capture_output=True, text=True,
+                                timeout=60)
+    finally:
+        relay.terminate()
+    assert result.returncode == 0, result.stdout + result.stderr
+    [line] = [ln for ln in result.stdout.splitlines() if ln.startswith("ok   lease:")]
+    assert "is held by connection" in line and "another `cdc run` waits as its standby" in line
+    assert "replica_server_id" not in result.stdout
