@@ -27,7 +27,7 @@ from tests.integration.test_faults import Writer, _checkpoint_reached, _server_e
 
 pytestmark = [pytest.mark.integration, pytest.mark.fault]
 
-TTL = 3.0  # lease.ttl_s: short, so that the tests wait little
+TTL = 5.0  # lease.ttl_s: short, so that the tests wait little (3 s lost leases under a load of 10)
 DELIVERY_MS = 3000  # message.timeout.ms: the successor of a silent holder waits TTL + this
 
 
