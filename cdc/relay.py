@@ -169,6 +169,11 @@ class Relay:
         self._epoch = 0
         self._holder = ""
 
+    @property
+    def epoch(self) -> int:
+        """The lease epoch this relay publishes under (0: none claimed yet)."""
+        return self._epoch
+
     # -- start --------------------------------------------------------------------------
 
     def _start_point(self, cp: Checkpoint | None) -> StartAt:

@@ -203,10 +203,16 @@ def take_lease(cfg: Config, handle: RelayHandle, should_stop: Callable[[], bool]
         if not lease.acquire(should_stop, waiting):
             lease.close()
             return None
-        clock = lease.hold()
+        before = handle.store.load()
+        epoch_before = before.epoch if before is not None else 0
+
+        def newest_is_ours() -> bool:
+            newest = handle.store.load()
+            return newest is None or newest.epoch <= (handle.relay.epoch or epoch_before)
+
+        clock = lease.hold(newest_is_ours)
         m.role, m.ready, m.lease_held = "taking over", False, True
-        wait, why = takeover_wait(lease.previous(handle.store.load()), cfg.lease,
-                                  delivery_timeout_s(cfg.kafka.producer))
+        wait, why = takeover_wait(lease.previous(before), cfg.lease, delivery_timeout_s(cfg.kafka.producer))
         log.info("holding the lease %r (connection %d): %s", lease.name, lease.conn_id, why)
         deadline = time.monotonic() + wait
         while time.monotonic() < deadline and not should_stop():

@@ -25,7 +25,7 @@ import pymysql
 
 from cdc.checkpoint import Checkpoint
 from cdc.errors import SourceError
-from cdc.lease import LeaseClock, LeaseSettings, Previous
+from cdc.lease import LeaseClock, LeaseLost, LeaseSettings, Previous
 from cdc.replica_session import SessionTag
 from connectors.mysql_errors import error_text
 from connectors.replica_sessions import local_machine, own_tag, process_alive
@@ -62,6 +62,7 @@ class MySQLLease:
         self.acquired_at = 0.0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._newest_is_ours: Callable[[], bool] = lambda: True
 
     # -- waiting ------------------------------------------------------------------------
 
@@ -132,9 +133,11 @@ class MySQLLease:
 
     # -- holding ------------------------------------------------------------------------
 
-    def hold(self) -> LeaseClock:
+    def hold(self, newest_is_ours: Callable[[], bool] = lambda: True) -> LeaseClock:
         """Start confirming the lease every `renew_s`; the returned clock says until when
-        the relay may publish."""
+        the relay may publish. `newest_is_ours()`: no checkpoint of a newer epoch than
+        this relay's exists (asked before the lease is taken again on a new session)."""
+        self._newest_is_ours = newest_is_ours
         self.lease = lease = LeaseClock(self.settings, self.acquired_at)
         self._on_confirm(time.time())
         self._thread = threading.Thread(target=self._renew, args=(lease,), name="lease", daemon=True)
@@ -149,16 +152,68 @@ class MySQLLease:
                 with conn.cursor() as cur:
                     cur.execute("SELECT IS_USED_LOCK(%s)", (self.name,))
                     holder = cur.fetchone()[0]
-            except Exception as exc:  # noqa: BLE001 - any failure of the lock session ends the lease
-                if not self._stop.is_set():
-                    lease.lose(f"the lease session failed ({error_text(exc)})")
-                return
+            except Exception as exc:  # noqa: BLE001 - the lock went with the session
+                if self._stop.is_set() or not self._regain(lease, exc):
+                    return
+                conn = self._conn
+                continue
             if holder != self.conn_id:
                 lease.lose(f"the server says connection {holder} holds lease {self.name!r} now, not this "
                            f"relay's {self.conn_id}")
                 return
             lease.confirmed(sent)
             self._on_confirm(time.time())
+
+    def _regain(self, lease: LeaseClock, cause: BaseException) -> bool:
+        """The lock session failed (the server restarted, the connection dropped) and the
+        lock went with it. Take it again on a new session, while this relay's lease has
+        not run out, if no other relay holds it and none held it meanwhile (no checkpoint
+        of a newer epoch): a relay that took it meanwhile waited at least the lease time
+        before publishing, so it cannot have published yet. Otherwise the lease is lost."""
+        why = error_text(cause)
+        log.warning("the lease session failed (%s); taking lease %r again on a new session", why, self.name)
+        try:
+            self._conn.close()
+        except Exception:  # noqa: BLE001 - it is gone already
+            pass
+        while not self._stop.is_set():
+            try:
+                lease.check(self._clock())
+            except LeaseLost:
+                lease.lose(f"the lease session failed ({why}) and the lease could not be taken again in time")
+                return False
+            try:
+                conn = self._connect()
+            except SourceError:
+                self._stop.wait(self.settings.renew_s / 2)
+                continue
+            try:
+                with conn.cursor() as cur:
+                    sent = self._clock()
+                    cur.execute("SELECT GET_LOCK(%s, 0)", (self.name,))
+                    got = cur.fetchone()[0] == 1
+                    holder = None
+                    if not got:
+                        cur.execute("SELECT IS_USED_LOCK(%s)", (self.name,))
+                        holder = cur.fetchone()[0]
+                if got and not self._newest_is_ours():
+                    got, holder = False, "another relay (a checkpoint of a newer epoch exists)"
+            except Exception as exc:  # noqa: BLE001 - try again while the lease lasts
+                conn.close()
+                log.debug("taking the lease again failed: %s", error_text(exc))
+                self._stop.wait(self.settings.renew_s / 2)
+                continue
+            if not got:
+                conn.close()
+                lease.lose(f"the lease session failed ({why}) and lease {self.name!r} is held by {holder} now")
+                return False
+            self._conn = conn
+            self.holder_tag = own_tag(self.conn_id).text()
+            lease.confirmed(sent)
+            self._on_confirm(time.time())
+            log.info("took lease %r again on connection %d", self.name, self.conn_id)
+            return True
+        return False
 
     def close(self) -> None:
         """Release the lease (if held) and end the session."""
