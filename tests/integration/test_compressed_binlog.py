@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import random
 import shutil
-import struct
 from dataclasses import replace
 from pathlib import Path
 
@@ -157,3 +156,166 @@ def test_both_readers_read_every_compressed_event_kind(zdb, zdatabase):
         cur.execute("SHOW BINLOG EVENTS IN %s FROM %s", (file, pos))
         ends = {int(r[4]) for r in cur.fetchall()}
     assert all(e.end.pos in ends for e in fast if isinstance(e, (RowInsert, RowChange, TxCommit, Statement)))
+
+
+# -- the relay end to end, with a SIGKILL, then cdc verify ----------------------------------
+
+AGGREGATES = ("order", "payment")
+
+
+@pytest.fixture(scope="module")
+def spark():  # type: ignore[no-untyped-def]
+    """A session of this module's own (see test_verify_transaction_shapes.py)."""
+    from spark_jobs.session import build_spark
+
+    s = build_spark("local[2]", "test-compressed", {"spark.sql.shuffle.partitions": "4", "spark.driver.memory": "1g"})
+    yield s
+    s.stop()
+
+
+def _payload(rng: random.Random, n: int) -> str | None:
+    kind = rng.randrange(6)
+    if kind == 0:
+        return None
+    if kind == 1:
+        return ""
+    if kind == 2:
+        return f"é😀ü 日本語 {n}"
+    if kind == 3:
+        return json.dumps({"n": n, "text": "Grüße " * rng.randint(1, 200)}, ensure_ascii=False)
+    if kind == 4:
+        return "".join(rng.choice("abcdefghij😀é") for _ in range(rng.randint(1000, 4000)))
+    return ("{\"n\": %d, \"blob\": \"" % n) + "z" * (60 * 1024 - 40) + "\"}"  # about 60 KB
+
+
+class MixedWriter:
+    """Outbox transactions of 1-4 rows with payloads from NULL to 60 KB and multi-byte text,
+    10% rolled back, some XA; each committed row's id is the checker's to find."""
+
+    def __init__(self, db, database: str, seed: int = 19):
+        self.db, self.database, self.rng = db, database, random.Random(seed)
+        self.n = 0
+
+    def write(self, transactions: int) -> None:
+        rng = self.rng
+        with self.db.connect(self.database) as conn:
+            for _ in range(transactions):
+                rows = []
+                for _ in range(rng.randint(1, 4)):
+                    self.n += 1
+                    rows.append((f"ev-{self.n:06d}", rng.choice(AGGREGATES), f"k{rng.randrange(20)}", "Happened",
+                                 _payload(rng, self.n)))
+                sql = "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES (%s,%s,%s,%s,%s)"
+                if rng.random() < 0.05:
+                    xid = f"zx{self.n}"
+                    conn.autocommit(True)
+                    with conn.cursor() as cur:
+                        cur.execute(f"XA START '{xid}'")
+                        cur.executemany(sql, rows)
+                        cur.execute(f"XA END '{xid}'")
+                        cur.execute(f"XA PREPARE '{xid}'")
+                        cur.execute(f"XA {'COMMIT' if rng.random() < 0.7 else 'ROLLBACK'} '{xid}'")
+                    conn.autocommit(False)
+                    continue
+                with conn.cursor() as cur:
+                    cur.executemany(sql, rows)
+                conn.rollback() if rng.random() < 0.1 else conn.commit()
+
+
+def test_relay_publishes_a_compressed_binlog_once_across_a_sigkill_and_verify_agrees(
+        zdb, kafka, zdatabase, topic_prefix, tmp_path, spark):
+    from cdc_cli.verify_commands import verify_config
+    from spark_jobs.verify import run_verify
+    from tests.integration.test_faults import _finish_and_check, _setup
+
+    topics = _setup(zdb, kafka, zdatabase, topic_prefix)
+    raw = relay_raw_config(zdb, kafka, zdatabase, topic_prefix, tmp_path / "cp.json")
+    start = raw["source"]["start"]
+    writer = MixedWriter(zdb, zdatabase)
+    writer.write(80)
+    relay = RelayProcess(raw, env_for(zdb), tmp_path / "run-1")
+    try:
+        cp = Path(raw["checkpoint"]["path"])
+        wait_until(lambda: cp.exists() or not relay.alive(), 60, "the first checkpoint")
+        writer.write(120)  # written while the relay reads
+        relay.kill()  # SIGKILL mid-stream
+        run_sql(zdb, zdatabase, ["CREATE TABLE side (id INT PRIMARY KEY, note VARCHAR(100))"])  # a Query_compressed
+        writer.write(80)
+        relay = RelayProcess(raw, env_for(zdb), tmp_path / "run-2")
+        writer.write(40)
+        relay.kill()
+        writer.write(30)
+    finally:
+        if relay.alive():
+            relay.kill()
+    kinds = event_kinds(zdb, start)
+    assert kinds.count("Write_rows_compressed_v1") > 200 and "Query_compressed" in kinds, set(kinds)
+    result = _finish_and_check(zdb, kafka, zdatabase, raw, topics, tmp_path / "final", start)
+    assert result.committed > 500, result.summary()
+    assert result.clean, result.summary()
+
+    cfg = load_config(raw, env_for(zdb))
+    start_file = BinlogPosition.parse(start).file
+    for reader in ("default", "fast"):
+        vcfg = replace(verify_config(cfg, str(tmp_path / f"verify-{reader}"), start_file=start_file),
+                       binlog_reader=reader)
+        rep = run_verify(vcfg, spark=spark)
+        c = rep.counts
+        assert rep.ok and not rep.problems and not rep.anomalies, (reader, rep.problems, rep.anomalies)
+        assert c["delivered"] == result.committed, (reader, c)
+        assert c["missing"] == c["duplicate"] == c["phantom"] == c["reordered"] == c["altered"] == 0, (reader, c)
+
+
+# -- a damaged compressed event: one line, exit 2, the checkpoint before it ----------------
+
+
+def test_a_flipped_byte_in_a_compressed_event_stops_the_relay_with_one_line(kafka, topic_prefix, tmp_path):
+    """A copy of the binlog with one byte of a Write_rows_compressed_v1 event's zlib data
+    flipped, put in place of the original while the server is stopped."""
+    with EmbeddedMariaDB.start(server_id=23, extra_args=COMPRESS_ARGS) as db:
+        db.create_database("zc")
+        run_sql(db, "zc", [OUTBOX_DDL.format(name="outbox")])
+        raw = relay_raw_config(db, kafka, "zc", topic_prefix, tmp_path / "cp.json")
+        for topic in (f"{topic_prefix}.order", f"{topic_prefix}.dlq"):
+            kafka.create_topic(topic, 1)
+        text = "".join(random.Random(3).choice("abcdefghijklmnopqrstuvwxyz é😀") for _ in range(6000))
+        ins = "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ('{}', 'order', 'k', 'T', '{}')"
+        run_sql(db, "zc", [ins.format("good-1", "small"), ins.format("damaged", text), ins.format("after", "x" * 50),
+                           "FLUSH BINARY LOGS"])
+        file = BinlogPosition.parse(raw["source"]["start"]).file
+        with db.connect() as conn, conn.cursor() as cur:
+            cur.execute("SHOW BINLOG EVENTS IN %s", (file,))
+            events = cur.fetchall()
+        rows = [(int(r[1]), int(r[4])) for r in events if r[2] == "Write_rows_compressed_v1"]
+        assert len(rows) == 3, [r[2] for r in events]
+        (first_start, first_end), (bad_start, bad_end) = rows[0], rows[1]
+        good_commit_end = next(int(r[4]) for r in events if r[2] == "Xid" and int(r[1]) >= first_end)
+        binlog = db.datadir / file
+        db.stop()
+        copy = tmp_path / f"{file}.copy"
+        shutil.copy(binlog, copy)
+        data = bytearray(copy.read_bytes())
+        data[(bad_start + bad_end) // 2] ^= 0xFF  # inside the zlib stream of the 6000-char row
+        copy.write_bytes(bytes(data))
+        shutil.copy(copy, binlog)
+        db.restart()
+
+        relay = RelayProcess(raw, env_for(db), tmp_path / "run")
+        try:
+            code = relay.wait(60)
+        finally:
+            if relay.alive():
+                relay.kill()
+        out = relay.log_text()
+        assert code == 2, out[-3000:]
+        lines = [line for line in out.splitlines() if line.startswith("cdc: ")]
+        assert len(lines) == 1, out[-3000:]
+        line = lines[0]
+        assert line.startswith(f"cdc: cannot decode the Write_rows_compressed_v1 event (type 166) at "
+                               f"{file}:{bad_start} (ending at {bad_end}): its zlib data"), line
+        assert "restore this binlog file from an intact copy" in line
+        assert "Traceback" not in out and "reconnecting" not in out and db.password not in out
+        cp = json.loads((tmp_path / "cp.json").read_text())
+        assert (cp["file"], cp["pos"]) == (file, good_commit_end)
+        published = [r.headers.get("id") for r in read_topic(kafka.bootstrap_servers, f"{topic_prefix}.order")]
+        assert published == ["good-1"]
