@@ -319,3 +319,28 @@ def test_a_flipped_byte_in_a_compressed_event_stops_the_relay_with_one_line(kafk
         assert (cp["file"], cp["pos"]) == (file, good_commit_end)
         published = [r.headers.get("id") for r in read_topic(kafka.bootstrap_servers, f"{topic_prefix}.order")]
         assert published == ["good-1"]
+
+
+# -- preflight ------------------------------------------------------------------------------
+
+
+def test_preflight_reports_the_compression_it_finds(zdb, mariadb, kafka, zdatabase, database, topic_prefix, tmp_path):
+    from connectors.preflight import run_checks
+    from tests.integration.harness import relay_config
+
+    run_sql(zdb, zdatabase, [OUTBOX_DDL.format(name="outbox")])
+    run_sql(mariadb, database, [OUTBOX_DDL.format(name="outbox")])
+
+    def check(db, name: str, **over):
+        cfg = relay_config(db, kafka, name, topic_prefix, tmp_path / "cp.json", **over)
+        return {r.name: r for r in run_checks(cfg, replica_id=False)}
+
+    on = check(zdb, zdatabase)
+    assert all(r.ok for r in on.values()), [r.message for r in on.values() if not r.ok]
+    r = on["binlog_compression"]
+    assert not r.warn and r.message.startswith("log_bin_compress is ON (MariaDB: zlib, every statement or row "
+                                               "image of 10 bytes or more)"), r.message
+    library = check(zdb, zdatabase, source__decoder="library")["binlog_compression"]
+    assert not library.ok and library.message.endswith("set source.decoder = \"fast\""), library.message
+    off = check(mariadb, database)["binlog_compression"]
+    assert off.ok and not off.warn and off.message.startswith("binlog compression is off"), off.message
