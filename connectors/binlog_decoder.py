@@ -666,6 +666,7 @@ class BinlogDecoder:
         self._ph_table_map = 8
         self._ph_rows_v1 = 8
         self._ph_rows_v2 = 10
+        self._ph_compressed_rows: dict[int, int] = {}  # MariaDB's compressed rows types, from the FDE
         self.server_version: str | None = None
         self._tables: dict[bytes, _Table] = {}  # 6-byte table id -> layout
         self._layouts: dict[bytes, _Table] = {}  # Table_map body after the table id -> layout
@@ -726,21 +727,23 @@ class BinlogDecoder:
         self._query(plain, out, ph)
 
     def _rows_compressed(self, ev: bytes, out: list) -> None:
-        t = ev[4]
-        v2 = _compression.ROWS_COMPRESSED[t][1]
-        ph = self._post_header(t, self._ph_rows_v2 if v2 else self._ph_rows_v1)
-        if ph != (self._ph_rows_v2 if v2 else self._ph_rows_v1):
-            raise self._undecodable(ev, f"its post-header is {ph} bytes, the plain rows event's is not")
         tbl = self._tables.get(ev[19:25])
         if tbl is None or tbl.columns is None:  # not watched: skipped without decompressing
             if tbl is None:
                 self.rows_skipped_unknown_table += 1
             return
+        t = ev[4]
+        ph = self._ph_rows_v1 if t < 169 else self._ph_rows_v2
+        if self._ph_compressed_rows.get(t, ph) != ph:
+            raise self._undecodable(ev, "its post-header length differs from the plain rows event's")
         try:
             plain = _compression.mariadb_rows(ev, ph, self.crc)
         except _compression.CompressedEventError as exc:
             raise self._undecodable(ev, str(exc)) from None
-        self._handlers[plain[4]](plain, out)
+        if t == 166:  # Write_rows_compressed_v1: MariaDB's usual one
+            self._inserts(plain, out, tbl, 19 + ph)
+        else:
+            self._handlers[plain[4]](plain, out)
 
     def _payload(self, ev: bytes, out: list) -> None:
         """MySQL Transaction_payload: its events, each placed where the payload is."""
@@ -802,6 +805,7 @@ class BinlogDecoder:
         self._ph_rows_v2 = ph[WRITE_ROWS_V2 - 1] if len(ph) >= WRITE_ROWS_V2 else 10
         if self._ph_table_map != 8 or self._ph_rows_v1 < 8:
             raise BinlogDecodeError(f"unsupported binlog layout from server {version} (table id size)")
+        self._ph_compressed_rows = {t: ph[t - 1] for t in MARIADB_ROWS_COMPRESSED if len(ph) >= t and ph[t - 1]}
 
     def _xid(self, ev: bytes, out: list) -> None:
         ts, _, _, _, log_pos, _ = _HDR.unpack_from(ev)
