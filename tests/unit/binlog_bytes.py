@@ -63,11 +63,15 @@ def gtid_body(gno: int) -> bytes:
 
 
 def table_map_body(table_id: int = TABLE_ID, schema: str = SCHEMA, table: str = TABLE) -> bytes:
-    """id VARCHAR(64) utf8mb4 NOT NULL, payload LONGBLOB NULL, n INT NULL; column names."""
+    """id VARCHAR(64) utf8mb4 NOT NULL, payload LONGBLOB NULL, n INT NULL; as
+    binlog_row_metadata=FULL writes it: signedness, default charset (utf8mb4_0900_ai_ci,
+    255) with the blob's binary (63), column names."""
     types = bytes([15, 252, 3])
     meta = struct.pack("<H", 256) + b"\x04"
     names = b"".join(lenenc(len(c)) + c.encode() for c in ("id", "payload", "n"))
-    optional = b"\x04" + lenenc(len(names)) + names
+    charsets = lenenc(255) + lenenc(1) + lenenc(63)
+    optional = (b"\x01\x01\x00" + b"\x02" + lenenc(len(charsets)) + charsets
+                + b"\x04" + lenenc(len(names)) + names)
     return (struct.pack("<Q", table_id)[:6] + b"\x01\x00" + bytes([len(schema)]) + schema.encode() + b"\x00"
             + bytes([len(table)]) + table.encode() + b"\x00" + lenenc(3) + types + lenenc(len(meta)) + meta
             + b"\x06" + optional)
