@@ -114,6 +114,19 @@ def read_verifier_way(db, watched, file: str, pos: int) -> list:
     return out
 
 
+def same_from_both_readers(db, watched, file: str, pos: int) -> list:
+    fast = read_fast(db, watched, file, pos)
+    lib = read_verifier_way(db, watched, file, pos)
+    assert len(fast) == len(lib)
+    for i, (a, b) in enumerate(zip(fast, lib)):
+        assert type(a) is type(b), (i, a, b)
+        if isinstance(a, (RowInsert, RowChange)):
+            for k, v in a.values.items():
+                assert type(v) is type(b.values[k]), (i, k, v, b.values[k])
+        assert a == b, (i, a, b)
+    return fast
+
+
 def test_both_readers_read_every_compressed_event_kind(zdb, zdatabase):
     """Query_compressed (DDL, a statement-logged insert), Write/Update/Delete_rows_compressed_v1
     of every column type: the relay's decoder and the verifier's reader agree on every
@@ -136,16 +149,7 @@ def test_both_readers_read_every_compressed_event_kind(zdb, zdatabase):
     kinds = set(event_kinds(zdb, start))
     assert {"Query_compressed", "Write_rows_compressed_v1", "Update_rows_compressed_v1",
             "Delete_rows_compressed_v1"} <= kinds, kinds
-    watched = {(zdatabase, "outbox"), (zdatabase, "types")}
-    fast = read_fast(zdb, watched, file, pos)
-    lib = read_verifier_way(zdb, watched, file, pos)
-    assert len(fast) == len(lib)
-    for i, (a, b) in enumerate(zip(fast, lib)):
-        assert type(a) is type(b), (i, a, b)
-        if isinstance(a, (RowInsert, RowChange)):
-            for k, v in a.values.items():
-                assert type(v) is type(b.values[k]), (i, k, v, b.values[k])
-        assert a == b, (i, a, b)
+    fast = same_from_both_readers(zdb, {(zdatabase, "outbox"), (zdatabase, "types")}, file, pos)
     ids = [e.values["id"] for e in fast if isinstance(e, RowInsert) and e.table == "outbox"]
     assert ids == ["a1", "a2", "a3"]
     assert next(e for e in fast if isinstance(e, RowInsert) and e.values["id"] == "a1").values["payload"] == "ü😀" * 3000
@@ -156,6 +160,24 @@ def test_both_readers_read_every_compressed_event_kind(zdb, zdatabase):
         cur.execute("SHOW BINLOG EVENTS IN %s FROM %s", (file, pos))
         ends = {int(r[4]) for r in cur.fetchall()}
     assert all(e.end.pos in ends for e in fast if isinstance(e, (RowInsert, RowChange, TxCommit, Statement)))
+
+
+def test_compressed_binlog_without_checksums():
+    """binlog_checksum=NONE: no CRC after the compressed events either (both readers
+    learn it from the Format_description event)."""
+    with EmbeddedMariaDB.start(server_id=29, extra_args=COMPRESS_ARGS + ("--binlog-checksum=NONE",)) as db:
+        db.create_database("nc")
+        run_sql(db, "nc", [OUTBOX_DDL.format(name="outbox")])
+        file, pos = BinlogPosition.parse(master_position(db)).file, BinlogPosition.parse(master_position(db)).pos
+        run_sql(db, "nc", [
+            "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES "
+            "('n1', 'order', 'k', 'T', REPEAT('é', 900)), ('n2', 'order', 'k', 'T', NULL)",
+            "UPDATE outbox SET payload = 'changed payload' WHERE id = 'n2'", "DELETE FROM outbox WHERE id = 'n1'",
+            "CREATE TABLE later (id INT PRIMARY KEY, note VARCHAR(64))"])
+        assert {"Write_rows_compressed_v1", "Query_compressed"} <= set(event_kinds(db, f"{file}:{pos}"))
+        events = same_from_both_readers(db, {("nc", "outbox")}, file, pos)
+        assert [e.values["id"] for e in events if isinstance(e, RowInsert)] == ["n1", "n2"]
+        assert [e.kind for e in events if isinstance(e, RowChange)] == ["update", "delete"]
 
 
 # -- the relay end to end, with a SIGKILL, then cdc verify ----------------------------------
