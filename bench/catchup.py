@@ -3,6 +3,13 @@
 parse rate of the same binlog measured in the same run.
 
     ./run.sh bench catchup [--events 200000] [--mixed] [--profile out.svg]
+    ./run.sh bench catchup --compressed [--events 200000] [--pairs 2]
+
+`--compressed` starts mariadbd with --log-bin-compress=ON --log-bin-compress-min-len=10
+and writes the same workload twice, into two databases: once with log_bin_compress
+switched OFF (the baseline), once ON (every row event a Write_rows_compressed_v1); the
+relay then catches up on each range in turn (`--pairs` times, alternating which goes
+first), and the ratio compressed / uncompressed of each pair is printed.
 
 Prints events/s, CPU seconds and peak RSS (summed over the relay's processes: with
 `source.reader = "process"` it has two; PSS too, which counts shared pages once), time to the first published event, and the
@@ -52,7 +59,7 @@ def naive_parse_rate(db, start_file: str, start_pos: int, database: str) -> tupl
 
 
 def run_relay(db, kafka, database: str, start: str, expected_end: tuple[str, int], workdir: Path,
-              profile: str | None) -> dict:
+              profile: str | None, prefix: str = "bench") -> dict:
     from cdc.position import BinlogPosition
 
     cp = workdir / "cp.json"
@@ -69,10 +76,10 @@ start = "{start}"
 [[outbox.tables]]
 schema = "{database}"
 table = "outbox"
-topic = "bench.{{aggregate_type}}"
+topic = "{prefix}.{{aggregate_type}}"
 [kafka]
 bootstrap = "{kafka.bootstrap_servers}"
-dead_letter_topic = "bench.dlq"
+dead_letter_topic = "{prefix}.dlq"
 [schema_registry]
 url = "mock://bench"
 [checkpoint]
@@ -91,7 +98,7 @@ level = "WARNING"
     from confluent_kafka import Consumer, TopicPartition
 
     watcher = Consumer({"bootstrap.servers": kafka.bootstrap_servers, "group.id": "bench-watch"})
-    parts = [TopicPartition("bench.order", p) for p in range(24)]
+    parts = [TopicPartition(f"{prefix}.order", p) for p in range(24)]
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     ps = psutil.Process(proc.pid)
@@ -145,13 +152,103 @@ level = "WARNING"
             "events": data.get("events_delivered", 0)}
 
 
+def _status(db) -> tuple[str, int]:
+    with db.connect() as conn, conn.cursor() as cur:
+        cur.execute("SHOW MASTER STATUS")
+        file, pos = cur.fetchone()[:2]
+    return str(file), int(pos)
+
+
+def _range_bytes(db, start: tuple[str, int], end: tuple[str, int]) -> int:
+    from cdc.position import BinlogPosition
+
+    with db.connect() as conn, conn.cursor() as cur:
+        cur.execute("SHOW BINARY LOGS")
+        logs = [(str(r[0]), int(r[1])) for r in cur.fetchall()]
+    total = 0
+    for name, size in logs:
+        lo = start[1] if name == start[0] else 4
+        hi = end[1] if name == end[0] else size
+        if BinlogPosition(start[0], 4) <= BinlogPosition(name, 4) <= BinlogPosition(end[0], 4):
+            total += max(0, hi - lo)
+    return total
+
+
+def _row_event_kinds(db, start: tuple[str, int], count: int = 400) -> set[str]:
+    with db.connect() as conn, conn.cursor() as cur:
+        cur.execute(f"SHOW BINLOG EVENTS IN %s FROM %s LIMIT {count}", start)
+        return {str(r[2]) for r in cur.fetchall() if "rows" in str(r[2]).lower()}
+
+
+def main_compressed(args: argparse.Namespace) -> None:
+    """The same workload in an uncompressed and a compressed binlog range of one server."""
+    from connectors.kafka_standin import KafkaStandin
+
+    with bench_server(compressed=True) as db, KafkaStandin.start(brokers=1) as kafka, \
+            tempfile.TemporaryDirectory() as tmp:
+        ranges = {}
+        for name, setting in (("uncompressed", "OFF"), ("compressed", "ON")):
+            database = f"bench_{name}"
+            create_schema(db, database, args.mixed)
+            with db.connect() as conn, conn.cursor() as cur:
+                cur.execute(f"SET GLOBAL log_bin_compress = {setting}")
+                cur.execute("FLUSH BINARY LOGS")
+            start = _status(db)
+            t0 = time.perf_counter()
+            write(db, database, args.events, mixed=args.mixed)
+            end = _status(db)
+            kinds = _row_event_kinds(db, start)
+            print(f"{name}: {args.events} outbox events written in {time.perf_counter() - t0:.1f}s, "
+                  f"binlog {_range_bytes(db, start, end) / 2**20:.1f} MiB, row events {sorted(kinds)}")
+            ranges[name] = (database, start, end)
+        if "Write_rows_compressed_v1" not in _row_event_kinds(db, ranges["compressed"][1]):
+            raise SystemExit("the compressed range holds no Write_rows_compressed_v1 event")
+        rates: dict[str, list[float]] = {"uncompressed": [], "compressed": []}
+        cpus: dict[str, list[float]] = {"uncompressed": [], "compressed": []}
+        for i in range(args.pairs):
+            order = ("uncompressed", "compressed") if i % 2 == 0 else ("compressed", "uncompressed")
+            pair = {}
+            for name in order:
+                database, start, end = ranges[name]
+                prefix = f"b{i}{name[0]}"
+                kafka.create_topic(f"{prefix}.order", 24)
+                kafka.create_topic(f"{prefix}.dlq", 1)
+                workdir = Path(tmp) / prefix
+                workdir.mkdir()
+                r = run_relay(db, kafka, database, f"{start[0]}:{start[1]}", end, workdir, None, prefix)
+                if r["events"] != args.events:
+                    raise SystemExit(f"the relay delivered {r['events']} events of {name}, the workload wrote {args.events}")
+                rate = args.events / r["elapsed"]
+                steady = args.events / (r["elapsed"] - r["first_event"])
+                pair[name] = rate
+                rates[name].append(rate)
+                cpus[name].append(r["cpu"])
+                print(f"pair {i + 1}, {name}: {rate:,.0f} events/s incl. start-up ({steady:,.0f}/s after the first "
+                      f"event), CPU {r['cpu']:.1f}s ({r['cpu'] / r['elapsed']:.2f} cores), peak RSS "
+                      f"{r['peak_rss'] / 2**20:.0f} MiB")
+            print(f"pair {i + 1} ({' then '.join(order)}): compressed / uncompressed = "
+                  f"{pair['compressed'] / pair['uncompressed']:.3f} (events/s); CPU seconds "
+                  f"{cpus['compressed'][-1] / cpus['uncompressed'][-1]:.3f}")
+        total_c, total_u = sum(rates["compressed"]), sum(rates["uncompressed"])
+        # On a shared machine the rate moves with the neighbours; the CPU the relay spent on
+        # the same events does not: it is the figure to compare when the cores are busy.
+        print(f"over {args.pairs} pair(s): compressed / uncompressed = {total_c / total_u:.3f} (events/s), "
+              f"CPU seconds {sum(cpus['compressed']) / sum(cpus['uncompressed']):.3f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--events", type=int, default=200_000)
     ap.add_argument("--mixed", action="store_true")
     ap.add_argument("--profile", default=None, help="write a py-spy flame graph of the relay here")
     ap.add_argument("--alter", action="store_true", help="ALTER TABLE the outbox halfway through the workload")
+    ap.add_argument("--compressed", action="store_true",
+                    help="log_bin_compress=ON: the same workload compressed and not, relay catch-up on each")
+    ap.add_argument("--pairs", type=int, default=2, help="with --compressed: uncompressed/compressed runs")
     args = ap.parse_args()
+    if args.compressed:
+        main_compressed(args)
+        return
     from connectors.kafka_standin import KafkaStandin
 
     database = "bench"

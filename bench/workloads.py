@@ -86,10 +86,14 @@ def write(db, database: str, events: int, per_tx: int = 100, mixed: bool = False
     return written
 
 
-def bench_server(**kwargs):
+def bench_server(compressed: bool = False, **kwargs):
     """A throwaway MariaDB for benchmarks: the relay's binlog settings, without the
-    per-commit fsyncs (the benchmarks measure the relay, not the disk)."""
+    per-commit fsyncs (the benchmarks measure the relay, not the disk). `compressed`:
+    log_bin_compress=ON, every statement or row image of 10 bytes or more compressed."""
     from connectors.mariadb_server import EmbeddedMariaDB
 
-    return EmbeddedMariaDB.start(extra_args=["--sync-binlog=0", "--innodb-flush-log-at-trx-commit=2",
-                                             "--innodb-buffer-pool-size=256M", "--max-binlog-size=256M"], **kwargs)
+    extra = ["--sync-binlog=0", "--innodb-flush-log-at-trx-commit=2", "--innodb-buffer-pool-size=256M",
+             "--max-binlog-size=256M"]
+    if compressed:
+        extra += ["--log-bin-compress=ON", "--log-bin-compress-min-len=10"]
+    return EmbeddedMariaDB.start(extra_args=extra, **kwargs)

@@ -8,6 +8,8 @@
     │   │   └── PositionPurgedError   the binlog holding it was purged: refuse, never skip
     │   ├── RecoveryError       the topics disagree with the checkpoint (repartitioned,
     │   │                       truncated, recreated)
+    │   ├── UndecodableEventError   a binlog event cannot be decoded exactly (a corrupt
+    │   │                       compressed event, an unknown compression algorithm)
     │   └── ServerError         an embedded server cannot start (missing binary, port)
     └── Transient               a restart from the checkpoint cures it
         ├── SourceError         the binlog connection dropped or timed out
@@ -56,6 +58,11 @@ class PositionPurgedError(PositionError):
 
 class RecoveryError(NeedsOperator):
     """What the topics hold contradicts the checkpoint."""
+
+
+class UndecodableEventError(NeedsOperator):
+    """A binlog event that cannot be decoded exactly: reading on would lose its rows, and
+    reading it again gives the same bytes, so a reconnect cannot help."""
 
 
 class ServerError(NeedsOperator):

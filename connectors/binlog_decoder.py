@@ -18,9 +18,17 @@ of the cost:
 Values follow python-mysql-replication 1.0.17 (the library's own conversions are reused
 for charsets, and its arithmetic is mirrored for DECIMAL, temporal types and BIT), so a
 row decodes to an equal dict. Types the library cannot decode raise
-`UnsupportedColumnType` (at the Table_map of a watched table). Compressed events (MySQL
-TRANSACTION_PAYLOAD, MariaDB *_COMPRESSED_*) raise `UnsupportedEvent` instead of being
-dropped silently as the library does.
+`UnsupportedColumnType` (at the Table_map of a watched table).
+
+Compressed events (`connectors/binlog_compression.py`): a MariaDB *_COMPRESSED_* event is
+decompressed into the plain event it stands for (same header, so the same position) and
+decoded as that one. The events inside a MySQL Transaction_payload are decoded in order
+as if each sat where the payload sits: each starts at the payload's start and ends at its
+end (a payload holds one transaction, so a transaction begun inside it starts at the
+payload and its commit ends with it; see docs/DESIGN.md). A compressed event that cannot
+be decompressed exactly, or a payload with a second transaction after a commit, raises
+`UndecodableEvent` naming the event, its position and what to do (the library would
+drop such events silently).
 
 Positions: an event ends at its header `log_pos`; it starts at `log_pos - event_size`
 with `event_size` the header's total event size (as `LibraryConverter` computes it from
@@ -43,10 +51,12 @@ from pymysqlreplication.row_event import RowsEvent, find_charset
 
 from cdc.position import BinlogPosition, file_sequence
 from cdc.source_events import (
-    Heartbeat, RowChange, RowInsert, TxBegin, TxCommit, XaPrepare, query_event, xid_text,
+    Heartbeat, RowChange, RowInsert, TxBegin, TxCommit, TxRollback, XaCommit, XaPrepare, XaRollback, query_event,
+    xid_text,
 )
+from connectors import binlog_compression as _compression
 
-__all__ = ["BinlogDecoder", "BinlogDecodeError", "UnsupportedColumnType", "UnsupportedEvent"]
+__all__ = ["BinlogDecoder", "BinlogDecodeError", "UndecodableEvent", "UnsupportedColumnType"]
 
 
 class BinlogDecodeError(Exception):
@@ -65,8 +75,9 @@ class UnsupportedColumnType(BinlogDecodeError):
         )
 
 
-class UnsupportedEvent(BinlogDecodeError):
-    """An event the decoder refuses (compressed payloads): reading on would lose rows."""
+class UndecodableEvent(BinlogDecodeError):
+    """An event that cannot be decoded exactly (a corrupt compressed event, an unknown
+    compression algorithm): reading on would lose its rows. A person must act."""
 
 
 # -- constants -------------------------------------------------------------------------
@@ -87,6 +98,13 @@ TRANSACTION_PAYLOAD_EVENT = 40
 MARIADB_GTID_EVENT = 162
 MARIADB_QUERY_COMPRESSED = 165
 MARIADB_ROWS_COMPRESSED = range(166, 172)
+_EVENT_NAMES = {
+    TRANSACTION_PAYLOAD_EVENT: "Transaction_payload", MARIADB_QUERY_COMPRESSED: "Query_compressed",
+    166: "Write_rows_compressed_v1", 167: "Update_rows_compressed_v1", 168: "Delete_rows_compressed_v1",
+    169: "Write_rows_compressed", 170: "Update_rows_compressed", 171: "Delete_rows_compressed",
+}
+# source events that end a transaction: inside a Transaction_payload only the last may be one
+_TX_ENDS = (TxCommit, TxRollback, XaPrepare, XaCommit, XaRollback)
 
 T_DECIMAL, T_TINY, T_SHORT, T_LONG, T_FLOAT, T_DOUBLE, T_NULL, T_TIMESTAMP = 0, 1, 2, 3, 4, 5, 6, 7
 T_LONGLONG, T_INT24, T_DATE, T_TIME, T_DATETIME, T_YEAR, T_NEWDATE, T_VARCHAR = 8, 9, 10, 11, 12, 13, 14, 15
@@ -648,6 +666,7 @@ class BinlogDecoder:
         self._ph_table_map = 8
         self._ph_rows_v1 = 8
         self._ph_rows_v2 = 10
+        self._ph_compressed_rows: dict[int, int] = {}  # MariaDB's compressed rows types, from the FDE
         self.server_version: str | None = None
         self._tables: dict[bytes, _Table] = {}  # 6-byte table id -> layout
         self._layouts: dict[bytes, _Table] = {}  # Table_map body after the table id -> layout
@@ -662,10 +681,10 @@ class BinlogDecoder:
             HEARTBEAT_LOG_EVENT: self._heartbeat, GTID_LOG_EVENT: self._mysql_gtid,
             MARIADB_GTID_EVENT: self._mariadb_gtid, XA_PREPARE_LOG_EVENT: self._xa_prepare,
             EXECUTE_LOAD_QUERY_EVENT: self._load_query,
-            TRANSACTION_PAYLOAD_EVENT: self._unsupported, MARIADB_QUERY_COMPRESSED: self._unsupported,
+            TRANSACTION_PAYLOAD_EVENT: self._payload, MARIADB_QUERY_COMPRESSED: self._query_compressed,
         }
         for t in MARIADB_ROWS_COMPRESSED:
-            h[t] = self._unsupported
+            h[t] = self._rows_compressed
         self._handlers = h
         self._get_handler = h.get
 
@@ -685,12 +704,77 @@ class BinlogDecoder:
         if zlib.crc32(ev[:-4]) != _U32(ev, len(ev) - 4)[0]:
             raise BinlogDecodeError(f"CRC32 mismatch in an event of type {ev[4]} ending at {self.file}:{_U32(ev, 13)[0]}")
 
-    def _unsupported(self, ev: bytes, out: list) -> None:
+    # -- compressed events ---------------------------------------------------------------
+
+    def _undecodable(self, ev: bytes, why: str) -> UndecodableEvent:
         t = ev[4]
-        what = "MySQL TRANSACTION_PAYLOAD (binlog_transaction_compression=ON)" if t == TRANSACTION_PAYLOAD_EVENT \
-            else "MariaDB compressed event (log_bin_compress=ON)"
-        raise UnsupportedEvent(
-            f"{what} at {self.file}:{_U32(ev, 13)[0]}: compressed binlog events are not decoded; turn compression off")
+        size, log_pos = _U32(ev, 9)[0], _U32(ev, 13)[0]
+        return UndecodableEvent(
+            f"cannot decode the {_EVENT_NAMES.get(t, 'binlog')} event (type {t}) at {self.file}:{log_pos - size} "
+            f"(ending at {log_pos}): {why}; nothing from it on was published and the checkpoint stays before it: "
+            "restore this binlog file from an intact copy (a backup, or a replica's), then restart the relay")
+
+    def _post_header(self, t: int, default: int) -> int:
+        ph = self.post_header
+        return ph[t - 1] if len(ph) >= t and ph[t - 1] else default
+
+    def _query_compressed(self, ev: bytes, out: list) -> None:
+        ph = self._post_header(MARIADB_QUERY_COMPRESSED, self._ph_query)
+        try:
+            plain = _compression.mariadb_query(ev, ph, self.crc)
+        except _compression.CompressedEventError as exc:
+            raise self._undecodable(ev, str(exc)) from None
+        self._query(plain, out, ph)
+
+    def _rows_compressed(self, ev: bytes, out: list) -> None:
+        tbl = self._tables.get(ev[19:25])
+        if tbl is None or tbl.columns is None:  # not watched: skipped without decompressing
+            if tbl is None:
+                self.rows_skipped_unknown_table += 1
+            return
+        t = ev[4]
+        ph = self._ph_rows_v1 if t < 169 else self._ph_rows_v2
+        if self._ph_compressed_rows.get(t, ph) != ph:
+            raise self._undecodable(ev, "its post-header length differs from the plain rows event's")
+        try:
+            plain = _compression.mariadb_rows(ev, ph, self.crc)
+        except _compression.CompressedEventError as exc:
+            raise self._undecodable(ev, str(exc)) from None
+        if t == 166:  # Write_rows_compressed_v1: MariaDB's usual one
+            self._inserts(plain, out, tbl, 19 + ph)
+        else:
+            self._handlers[plain[4]](plain, out)
+
+    def _payload(self, ev: bytes, out: list) -> None:
+        """MySQL Transaction_payload: its events, each placed where the payload is."""
+        try:
+            inner = _compression.transaction_payload(ev, self.crc)
+        except _compression.CompressedEventError as exc:
+            raise self._undecodable(ev, str(exc)) from None
+        size, log_pos = _U32(ev, 9)[0], _U32(ev, 13)[0]
+        pad = b""
+        if self.crc:
+            first = inner[0]
+            has_own = len(first) > 23 and zlib.crc32(first[:-4]) == _U32(first, len(first) - 4)[0]
+            pad = b"" if has_own else b"\0" * self.crc
+        last = len(inner) - 1
+        get = self._get_handler
+        for i, raw in enumerate(inner):
+            t = raw[4]
+            if t == TRANSACTION_PAYLOAD_EVENT or t == FORMAT_DESCRIPTION_EVENT or t == ROTATE_EVENT:
+                raise self._undecodable(ev, f"inner event {i} has type {t}, which a payload never holds")
+            handler = get(t)
+            if handler is None:
+                continue
+            before = len(out)
+            try:
+                handler(_compression.positioned(raw, size, log_pos, pad), out)
+            except (IndexError, struct.error, UnicodeDecodeError) as exc:
+                raise self._undecodable(ev, f"inner event {i} (type {t}) is malformed ({exc})") from None
+            if i < last and len(out) > before and isinstance(out[-1], _TX_ENDS):
+                raise self._undecodable(
+                    ev, f"inner event {i} of {last + 1} ends a transaction and more events follow it; MySQL writes "
+                        "one transaction per payload, and a checkpoint cannot name a place inside one")
 
     # -- bookkeeping events ------------------------------------------------------------
 
@@ -721,6 +805,7 @@ class BinlogDecoder:
         self._ph_rows_v2 = ph[WRITE_ROWS_V2 - 1] if len(ph) >= WRITE_ROWS_V2 else 10
         if self._ph_table_map != 8 or self._ph_rows_v1 < 8:
             raise BinlogDecodeError(f"unsupported binlog layout from server {version} (table id size)")
+        self._ph_compressed_rows = {t: ph[t - 1] for t in MARIADB_ROWS_COMPRESSED if len(ph) >= t and ph[t - 1]}
 
     def _xid(self, ev: bytes, out: list) -> None:
         ts, _, _, _, log_pos, _ = _HDR.unpack_from(ev)

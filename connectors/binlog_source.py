@@ -32,7 +32,7 @@ from typing import Any
 
 import pymysql
 
-from cdc.errors import ConfigError, PositionError, PositionPurgedError, SourceError
+from cdc.errors import ConfigError, PositionError, PositionPurgedError, SourceError, UndecodableEventError
 from cdc.gtid import GtidSet, MariadbGtidPosition
 from cdc.position import BinlogPosition
 from cdc.source_events import (
@@ -139,11 +139,13 @@ class MySQLBinlogSource:
                 and item.args[0] == _ER_MASTER_FATAL_READING_BINLOG):
             raise PositionPurgedError(f"the server refused the start position: {error_text(item)}")
         # imported here: a relay whose reader process decodes never loads the decoder
-        from connectors.binlog_decoder import BinlogDecodeError, UnsupportedColumnType, UnsupportedEvent
+        from connectors.binlog_decoder import BinlogDecodeError, UndecodableEvent, UnsupportedColumnType
 
         if isinstance(item, UnsupportedColumnType):
             raise ConfigError(f"{item}; set source.decoder = \"library\" to read it with python-mysql-replication")
-        if isinstance(item, (BinlogDecodeError, UnsupportedEvent)):
+        if isinstance(item, UndecodableEvent):
+            raise UndecodableEventError(str(item)) from None
+        if isinstance(item, BinlogDecodeError):
             raise SourceError(f"cannot decode the binlog: {item}") from item
         raise SourceError(f"binlog connection failed: {error_text(item)}") from item
 

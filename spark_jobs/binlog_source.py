@@ -23,7 +23,10 @@ is the server's position when the plan was made, so a read is a consistent snaps
 while the server keeps writing.
 
 Readers (`binlog_reader`): "default" decodes with python-mysql-replication - a second,
-independent decoder, so a bug of the relay's decoder cannot hide itself. "fast" uses the
+independent decoder, so a bug of the relay's decoder cannot hide itself. Compressed
+events (MariaDB's log_bin_compress, MySQL's Transaction_payload), which the library does
+not know, are expanded into the plain events they stand for by the verifier's own code
+(`spark_jobs/binlog_compressed.py`) before the library decodes them. "fast" uses the
 relay's own reader (`connectors.binlog_protocol` + `connectors.binlog_decoder`) and is
 several times faster, but a decoder bug would then be made by both sides: opt in only
 when that trade is acceptable. Either way the events go through the verifier's own
@@ -818,9 +821,12 @@ def read_binlog_file(
     )  # fmt: skip
     from pymysqlreplication.row_event import DeleteRowsEvent, WriteRowsEvent
 
+    from spark_jobs.binlog_compressed import ExpandingConnection, event_start as event_start_of
+
     wanted = {(t.schema, t.table) for t in tables}
     stream = BinLogStreamReader(
         connection_settings=dict(settings),
+        pymysql_wrapper=ExpandingConnection,  # compressed events reach the library as plain ones
         server_id=server_id,
         resume_stream=True,
         log_file=file,
@@ -845,7 +851,7 @@ def read_binlog_file(
                 continue
             if event_end and event_end > end:
                 break
-            event_start = event_end - packet.event_size
+            event_start = event_start_of(packet)
             if isinstance(event, WriteRowsEvent):
                 if (event.schema, event.table) in wanted:
                     asm.add_rows(event.schema, event.table, (r["values"] for r in event.rows), event_start)

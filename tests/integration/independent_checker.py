@@ -27,6 +27,7 @@ from pymysqlreplication.event import QueryEvent, RotateEvent, XAPrepareEvent, Xi
 from pymysqlreplication.row_event import WriteRowsEvent
 
 from connectors.avro_schemas import schema
+from spark_jobs.binlog_compressed import ExpandingConnection
 
 
 @dataclass(frozen=True)
@@ -41,8 +42,11 @@ def committed_outbox_events(conn_settings: dict, database: str, table: str = "ou
     """Every outbox row inserted by a committed transaction, in commit order."""
     settings = {"host": conn_settings["host"], "port": conn_settings["port"], "user": conn_settings["user"],
                 "password": conn_settings.get("password") or conn_settings.get("passwd") or ""}
+    # compressed binlogs (log_bin_compress, Transaction_payload) reach the library as plain
+    # events through the verifier's expanding connection (its own decompression, not the relay's)
     kwargs = dict(connection_settings=settings, server_id=9_000_000 + uuid.uuid4().int % 100_000, blocking=False,
-                  only_events=[WriteRowsEvent, XidEvent, QueryEvent, RotateEvent, XAPrepareEvent])
+                  only_events=[WriteRowsEvent, XidEvent, QueryEvent, RotateEvent, XAPrepareEvent],
+                  pymysql_wrapper=ExpandingConnection)
     if start_file:
         kwargs.update(resume_stream=True, log_file=start_file, log_pos=start_pos)
     stream = BinLogStreamReader(**kwargs)

@@ -21,7 +21,7 @@ from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, Write
 
 from cdc.position import BinlogPosition
 from cdc.source_events import Heartbeat, RowChange, RowInsert, TxBegin, TxCommit
-from connectors.binlog_decoder import BinlogDecoder, UnsupportedEvent
+from connectors.binlog_decoder import BinlogDecoder, UndecodableEvent
 from connectors.binlog_protocol import BinlogConnection, BinlogConnectionError, BinlogPositionError
 from connectors.binlog_library import LibraryConverter as _Converter
 
@@ -415,11 +415,14 @@ def test_large_event_over_16mb_is_reassembled(mariadb, database):
     assert len(rows) == 1 and rows[0].values["b"] == b"Z" * size
 
 
-def test_unsupported_compressed_event_is_refused():
+def test_corrupt_compressed_event_is_refused():
+    """A Query_compressed event whose zlib data is garbage: refused, never skipped
+    (tests/unit/test_binlog_compression.py has the rest)."""
     import struct
     dec = BinlogDecoder(set(), "mysql-bin.000001")
-    ev = struct.pack("<IBIIIH", 1, 166, 1, 23, 100, 0) + b"\x00" * 4
-    with pytest.raises(UnsupportedEvent):
+    body = struct.pack("<IIBHH", 7, 0, 2, 0, 0) + b"db\x00" + b"\x81\x05" + b"garbage"
+    ev = struct.pack("<IBIIIH", 1, 165, 1, 19 + len(body) + 4, 100 + 19 + len(body) + 4, 0) + body + b"\x00" * 4
+    with pytest.raises(UndecodableEvent, match=r"Query_compressed event \(type 165\) at mysql-bin.000001:100 "):
         dec.decode(ev, [])
 
 

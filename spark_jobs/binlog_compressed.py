@@ -1,0 +1,235 @@
+"""The verifier's own reading of compressed binlog events, for python-mysql-replication.
+
+python-mysql-replication 1.0.17 knows neither MariaDB's compressed events
+(`log_bin_compress=ON`: Query_compressed 165, Write/Update/Delete_rows_compressed_v1
+166-168 and Write/Update/Delete_rows_compressed 169-171) nor MySQL's Transaction_payload
+(type 40, `binlog_transaction_compression=ON`): it drops them without a word. So the
+verifier's replication connection (`ExpandingConnection`, handed to the library as its
+`pymysql_wrapper`) rewrites each such event packet, before the library sees it, into the
+plain event packet(s) it stands for, and the library's own event classes decode them:
+
+* a MariaDB compressed event becomes the plain event of the same header (type 2, 23..25 or
+  30..32, the same end position), with its compressed part inflated and its size and
+  checksum made right for the new length;
+* a Transaction_payload becomes its inner events, one packet each, every one ending where
+  the payload ends (the library's `log_pos`), with a checksum added when the server writes
+  them.
+
+`stored_start` on the packet (`event_start`) names where the event stored in the binlog
+starts: the compressed event's own start, or the payload's start for every event inside a
+payload. So a transaction begun inside a payload starts at the payload, and one that ends
+inside it ends with it, as in the relay's headers.
+
+This module shares no code with the relay's `connectors/binlog_compression.py`; it
+decompresses with other calls (`zlib.decompress`, zstandard's one-shot `decompress`), so
+one bug cannot hide itself in both. What does not add up raises `CompressedEventError`
+(the read of that range fails with one line naming the event).
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from collections import deque
+from typing import Any
+
+import pymysql
+from pymysql.protocol import MysqlPacket
+
+__all__ = ["CompressedEventError", "ExpandingConnection", "event_start", "expand_event"]
+
+_FDE, _QUERY, _PAYLOAD = 15, 2, 40
+_MARIADB_QUERY_COMPRESSED = 165
+_MARIADB_ROWS = {166: 23, 167: 24, 168: 25, 169: 30, 170: 31, 171: 32}  # compressed -> plain type
+_UPDATES = (167, 170)
+_V2 = (169, 170, 171)
+_COM_BINLOG_DUMP, _COM_BINLOG_DUMP_GTID = 0x12, 0x1E
+_HEADER = struct.Struct("<IBIIIH")
+
+
+class CompressedEventError(RuntimeError):
+    """A compressed binlog event the verifier cannot expand exactly."""
+
+
+class _Packet(MysqlPacket):
+    __slots__ = ("stored_start",)
+
+
+def event_start(packet: Any) -> int:
+    """Where the event of a library event's packet (`event.packet`) starts in the binlog."""
+    stored = getattr(packet, "stored_start", None)
+    return stored if stored is not None else packet.log_pos - packet.event_size
+
+
+class _Format:
+    """What the Format_description event says: checksums, post-header lengths."""
+
+    def __init__(self) -> None:
+        self.checksum = 4
+        self.post_header = b""
+
+    def learn(self, ev: bytes) -> None:
+        crc_ok = zlib.crc32(ev[:-4]) & 0xFFFFFFFF == struct.unpack("<I", ev[-4:])[0]
+        self.checksum = 4 if crc_ok and ev[-5] == 1 else 0
+        self.post_header = ev[19 + 57:len(ev) - (5 if crc_ok else 0)]
+
+    def post_header_len(self, kind: int, default: int) -> int:
+        if kind <= len(self.post_header) and self.post_header[kind - 1]:
+            return self.post_header[kind - 1]
+        return default
+
+
+def _event(header: tuple, body: bytes, checksum: int, kind: int | None = None) -> bytes:
+    """An event from header fields and body, its size field and checksum made right."""
+    ts, old_kind, server_id, _size, log_pos, flags = header
+    size = 19 + len(body) + checksum
+    raw = _HEADER.pack(ts, old_kind if kind is None else kind, server_id, size, log_pos, flags) + body
+    if checksum:
+        raw += struct.pack("<I", zlib.crc32(raw) & 0xFFFFFFFF)
+    return raw
+
+
+def _net_int(data: bytes, at: int) -> tuple[int, int]:
+    first = data[at]
+    if first < 0xFB:
+        return first, at + 1
+    if first == 0xFC:
+        return struct.unpack_from("<H", data, at + 1)[0], at + 3
+    if first == 0xFD:
+        return int.from_bytes(data[at + 1:at + 4], "little"), at + 4
+    if first == 0xFE:
+        return struct.unpack_from("<Q", data, at + 1)[0], at + 9
+    raise CompressedEventError(f"a length-encoded integer starts with 0x{first:02x}")
+
+
+def _unzip(data: bytes) -> bytes:
+    flags = data[0]
+    if not flags & 0x80 or (flags >> 4) & 0x07:
+        raise CompressedEventError(f"compression header 0x{flags:02x} names no zlib block")
+    width = flags & 0x07
+    expected = int.from_bytes(data[1:1 + width], "big")
+    try:
+        plain = zlib.decompress(data[1 + width:], zlib.MAX_WBITS, max(expected, 1))
+    except zlib.error as exc:
+        raise CompressedEventError(f"zlib: {exc}") from None
+    if len(plain) != expected:
+        raise CompressedEventError(f"inflated to {len(plain)} bytes, the header says {expected}")
+    return plain
+
+
+def _mariadb(ev: bytes, fmt: _Format) -> bytes:
+    header = _HEADER.unpack_from(ev)
+    kind = header[1]
+    body = ev[19:len(ev) - fmt.checksum]
+    if kind == _MARIADB_QUERY_COMPRESSED:
+        fixed = fmt.post_header_len(kind, 13)
+        schema_len = body[8]
+        (status_len,) = struct.unpack_from("<H", body, 11)
+        cut = fixed + status_len + schema_len + 1
+        return _event(header, body[:cut] + _unzip(body[cut:]), fmt.checksum, _QUERY)
+    cut = fmt.post_header_len(kind, 10 if kind in _V2 else 8)
+    if kind in _V2:
+        cut += struct.unpack_from("<H", body, 8)[0] - 2
+    width, cut = _net_int(body, cut)
+    cut += (width + 7) // 8 * (2 if kind in _UPDATES else 1)
+    return _event(header, body[:cut] + _unzip(body[cut:]), fmt.checksum, _MARIADB_ROWS[kind])
+
+
+def _payload_events(ev: bytes, fmt: _Format) -> list[bytes]:
+    header = _HEADER.unpack_from(ev)
+    body = ev[19:len(ev) - fmt.checksum]
+    fields: dict[int, int] = {}
+    at = 0
+    while True:
+        code, at = _net_int(body, at)
+        if code == 0:
+            break
+        length, at = _net_int(body, at)
+        fields[code], _ = _net_int(body[at:at + length], 0)
+        at += length
+    data = body[at:]
+    if 1 in fields and fields[1] != len(data):
+        raise CompressedEventError(f"payload of {len(data)} bytes, the header says {fields[1]}")
+    method = fields.get(2, 255)
+    if method == 0:
+        import zstandard
+
+        try:
+            data = zstandard.ZstdDecompressor().decompress(data, max_output_size=fields.get(3, 1 << 30))
+        except zstandard.ZstdError as exc:
+            raise CompressedEventError(f"zstd: {exc}") from None
+    elif method != 255:
+        raise CompressedEventError(f"compression type {method} is neither zstd (0) nor none (255)")
+    if 3 in fields and fields[3] != len(data):
+        raise CompressedEventError(f"payload of {len(data)} bytes uncompressed, the header says {fields[3]}")
+    events = []
+    view = memoryview(data)
+    while view:
+        if len(view) < 19:
+            raise CompressedEventError("an inner event is cut short")
+        inner = _HEADER.unpack_from(view)
+        size = inner[3]
+        if size < 19 or size > len(view):
+            raise CompressedEventError(f"an inner event of {size} bytes with {len(view)} left")
+        # the inner event ends where the payload ends; MySQL writes it without a checksum
+        placed = (inner[0], inner[1], inner[2], 0, header[4], inner[5])
+        events.append(_event(placed, bytes(view[19:size]), fmt.checksum))
+        view = view[size:]
+    return events
+
+
+def expand_event(ev: bytes, fmt: _Format) -> list[tuple[bytes, int]] | None:
+    """(plain event, start of the stored event) for each event a compressed event stands
+    for; None for an event that is not compressed."""
+    kind = ev[4]
+    if kind == _FDE:
+        fmt.learn(ev)
+        return None
+    if kind != _PAYLOAD and kind != _MARIADB_QUERY_COMPRESSED and kind not in _MARIADB_ROWS:
+        return None
+    size, end = struct.unpack_from("<II", ev, 9)
+    start = end - size
+    try:
+        if kind == _PAYLOAD:
+            return [(inner, start) for inner in _payload_events(ev, fmt)]
+        return [(_mariadb(ev, fmt), start)]
+    except (IndexError, struct.error) as exc:
+        raise CompressedEventError(f"event of type {kind} at {start}: malformed ({exc})") from None
+    except CompressedEventError as exc:
+        raise CompressedEventError(f"event of type {kind} at {start} cannot be expanded: {exc}") from None
+
+
+class ExpandingConnection(pymysql.connections.Connection):
+    """A PyMySQL connection (python-mysql-replication's `pymysql_wrapper`) that, once it
+    has asked for a binlog dump, hands out compressed events as the plain events they
+    stand for. Other connections made with it (the library's control connection) are
+    plain PyMySQL connections."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        self._binlog_format: _Format | None = None
+        self._expanded: deque = deque()
+        super().__init__(*args, **kwargs)
+
+    def _write_bytes(self, data: bytes) -> None:
+        if len(data) > 4 and data[4] in (_COM_BINLOG_DUMP, _COM_BINLOG_DUMP_GTID):
+            self._binlog_format = _Format()
+        super()._write_bytes(data)
+
+    def _read_packet(self, packet_type: Any = MysqlPacket) -> Any:
+        if self._expanded:
+            return self._expanded.popleft()
+        packet = super()._read_packet(packet_type)
+        fmt = self._binlog_format
+        if fmt is None:
+            return packet
+        data = packet.get_all_data()
+        if len(data) < 20 or data[0] != 0:
+            return packet
+        expanded = expand_event(bytes(data[1:]), fmt)
+        if expanded is None:
+            return packet
+        for ev, start in expanded:
+            out = _Packet(b"\x00" + ev, self.encoding)
+            out.stored_start = start
+            self._expanded.append(out)
+        return self._expanded.popleft()

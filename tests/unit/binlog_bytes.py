@@ -1,0 +1,154 @@
+"""Binlog events as bytes, built by hand from the MySQL / MariaDB replication protocol
+documentation, for the decoder's unit tests (no server here).
+
+Layouts used (all integers little-endian unless said):
+  common header   timestamp 4, type 1, server_id 4, event_size 4, log_pos 4 (end of the
+                  event), flags 2; the body; CRC32 of everything before it (4)
+  Query (2)       thread_id 4, exec_time 4, schema length 1, error code 2, status vars
+                  length 2 | status vars, schema, NUL, statement
+  Xid (16)        xid 8
+  GTID (33)       flags 1, source uuid 16, gno 8, logical clock 1+8+8
+  Table_map (19)  table id 6, flags 2 | schema length 1, schema, NUL, table length 1,
+                  table, NUL, column count (lenenc), types, metadata length (lenenc),
+                  metadata, nullable bitmap, optional metadata (type 1, lenenc length,
+                  value): 4 = column names
+  Write_rows v2 (30) / v1 (23)   table id 6, flags 2, [v2: extra info length 2 (= 2)] |
+                  column count (lenenc), columns-present bitmap, rows: null bitmap of
+                  the present columns, values
+  Update_rows v2 (31)  as Write_rows with two bitmaps and before/after images
+  Transaction_payload (40)  fields (type, length, value) as lenenc integers: 1 payload
+                  size, 2 compression type (0 zstd, 255 none), 3 uncompressed size; 0
+                  ends them | the payload: events without CRC
+  MariaDB compressed (165-171)  as the plain event, its statement / row data replaced by
+                  0x80 | size bytes (1-4), the size big-endian, a zlib stream
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+
+SCHEMA, TABLE = "shop", "outbox"
+TABLE_ID = 77
+UUID = bytes.fromhex("3e11fa4771ca11e1a4f1000c29a2f5b1")
+
+
+def lenenc(n: int) -> bytes:
+    if n < 251:
+        return bytes([n])
+    if n < 1 << 16:
+        return b"\xfc" + struct.pack("<H", n)
+    if n < 1 << 24:
+        return b"\xfd" + struct.pack("<I", n)[:3]
+    return b"\xfe" + struct.pack("<Q", n)
+
+
+def event(kind: int, body: bytes, log_pos: int, crc: bool = True, ts: int = 1_700_000_000) -> bytes:
+    """One event ending at `log_pos` (its size counts the CRC when there is one)."""
+    size = 19 + len(body) + (4 if crc else 0)
+    raw = struct.pack("<IBIIIH", ts, kind, 1, size, log_pos, 0) + body
+    return raw + struct.pack("<I", zlib.crc32(raw)) if crc else raw
+
+
+def query_body(sql: str, schema: str = SCHEMA) -> bytes:
+    return struct.pack("<IIBHH", 9, 0, len(schema), 0, 0) + schema.encode() + b"\x00" + sql.encode()
+
+
+def xid_body(xid: int) -> bytes:
+    return struct.pack("<Q", xid)
+
+
+def gtid_body(gno: int) -> bytes:
+    return b"\x01" + UUID + struct.pack("<Q", gno) + b"\x02" + struct.pack("<QQ", 0, gno)
+
+
+def table_map_body(table_id: int = TABLE_ID, schema: str = SCHEMA, table: str = TABLE) -> bytes:
+    """id VARCHAR(64) utf8mb4 NOT NULL, payload LONGBLOB NULL, n INT NULL; as
+    binlog_row_metadata=FULL writes it: signedness, default charset (utf8mb4_0900_ai_ci,
+    255) with the blob's binary (63), column names."""
+    types = bytes([15, 252, 3])
+    meta = struct.pack("<H", 256) + b"\x04"
+    names = b"".join(lenenc(len(c)) + c.encode() for c in ("id", "payload", "n"))
+    charsets = lenenc(255) + lenenc(1) + lenenc(63)
+    optional = (b"\x01\x01\x00" + b"\x02" + lenenc(len(charsets)) + charsets
+                + b"\x04" + lenenc(len(names)) + names)
+    return (struct.pack("<Q", table_id)[:6] + b"\x01\x00" + bytes([len(schema)]) + schema.encode() + b"\x00"
+            + bytes([len(table)]) + table.encode() + b"\x00" + lenenc(3) + types + lenenc(len(meta)) + meta
+            + b"\x06" + optional)
+
+
+def row_image(event_id: str, payload: bytes | None, n: int | None) -> bytes:
+    nulls = (2 if payload is None else 0) | (4 if n is None else 0)
+    out = bytes([nulls]) + struct.pack("<H", len(event_id.encode())) + event_id.encode()
+    if payload is not None:
+        out += struct.pack("<I", len(payload)) + payload
+    if n is not None:
+        out += struct.pack("<i", n)
+    return out
+
+
+def rows_head(table_id: int = TABLE_ID, v2: bool = True, update: bool = False) -> bytes:
+    """Post-header and the column count and bitmap(s): what a compressed rows event keeps plain."""
+    head = struct.pack("<Q", table_id)[:6] + b"\x01\x00" + (b"\x02\x00" if v2 else b"")
+    return head + lenenc(3) + b"\x07" + (b"\x07" if update else b"")
+
+
+def write_rows_body(rows: list[tuple[str, bytes | None, int | None]], table_id: int = TABLE_ID,
+                    v2: bool = True) -> bytes:
+    return rows_head(table_id, v2) + b"".join(row_image(*r) for r in rows)
+
+
+def update_rows_body(pairs: list[tuple[tuple, tuple]], v2: bool = True) -> bytes:
+    return rows_head(TABLE_ID, v2, update=True) + b"".join(row_image(*a) + row_image(*b) for a, b in pairs)
+
+
+def mariadb_block(data: bytes, algorithm: int = 0) -> bytes:
+    """MariaDB's compressed block: 0x80 | algorithm << 4 | size bytes, the size, zlib."""
+    width = max(1, (len(data).bit_length() + 7) // 8)
+    return bytes([0x80 | algorithm << 4 | width]) + len(data).to_bytes(width, "big") + zlib.compress(data)
+
+
+def payload_body(inner: bytes, compression: int = 0, declared_size: int | None = None,
+                 declared_uncompressed: int | None = None) -> bytes:
+    """A Transaction_payload body around `inner` (events without CRC)."""
+    if compression == 0:
+        import zstandard
+
+        data = zstandard.ZstdCompressor().compress(inner)
+    else:
+        data = inner
+    def field(code: int, value: int) -> bytes:
+        enc = lenenc(value)
+        return lenenc(code) + lenenc(len(enc)) + enc
+    return (field(1, len(data) if declared_size is None else declared_size) + field(2, compression)
+            + field(3, len(inner) if declared_uncompressed is None else declared_uncompressed) + b"\x00" + data)
+
+
+class Binlog:
+    """Events laid out one after the other from position 4, as a binlog file holds them."""
+
+    def __init__(self, start: int = 4):
+        self.pos = start
+        self.events: list[bytes] = []
+        self.starts: list[int] = []
+
+    def add(self, kind: int, body: bytes, crc: bool = True) -> bytes:
+        size = 19 + len(body) + (4 if crc else 0)
+        ev = event(kind, body, self.pos + size, crc)
+        self.starts.append(self.pos)
+        self.events.append(ev)
+        self.pos += size
+        return ev
+
+
+def inner_events(*events: tuple[int, bytes]) -> bytes:
+    """Events as a Transaction_payload holds them: no CRC, log_pos 0."""
+    return b"".join(event(kind, body, 0, crc=False) for kind, body in events)
+
+
+def transaction_inner(xid: int, rows: list[tuple[str, bytes | None, int | None]], row_events: int = 1) -> bytes:
+    """BEGIN, Table_map, `row_events` Write_rows (v2) of `rows` each, XID: one transaction."""
+    parts = [(2, query_body("BEGIN")), (19, table_map_body())]
+    parts += [(30, write_rows_body(rows))] * row_events
+    parts.append((16, xid_body(xid)))
+    return inner_events(*parts)
