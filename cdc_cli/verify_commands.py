@@ -32,8 +32,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     configure("text", "WARNING")
     vcfg = verify_config(cfg, args.output_dir, args.master, args.end_position, args.start_file)
     report = run_verify(vcfg, progress=lambda m: print(f"  {m}", file=sys.stderr, flush=True))
-    print(report.summary_text())
-    print(f"report: {report.json_path}\nhtml:   {report.html_path}")
+    print(report.summary_text())  # its last line names the JSON and HTML reports
     return 0 if report.ok else 3
 
 
