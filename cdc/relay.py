@@ -263,9 +263,12 @@ class Relay:
                     last_checkpoint_at = now
                     self._feed_counters(feed)
                     self._xa_check_back.run(window.held, now)
-        except LeaseLost:
+        except LeaseLost as exc:
             fenced = True
+            queued = publisher.pending()
             publisher.purge()
+            log.error("fenced: %s (%d message(s) not yet acknowledged were dropped; the successor re-reads them)",
+                      exc, queued)
             raise
         finally:
             metrics.ready = False

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -229,3 +230,70 @@ def insert_events(conn, table: str, events: list[tuple[str, str, str, str, str |
     with conn.cursor() as cur:
         cur.executemany(f"INSERT INTO {table} (id, aggregatetype, aggregateid, type, payload) VALUES (%s,%s,%s,%s,%s)",
                         events)
+
+
+class TcpProxy:
+    """A TCP proxy to a local port, for network faults a test sets up itself.
+
+    `freeze()`: the connections open now stop forwarding (they stay open and silent, no
+    reset), new ones are forwarded normally. `cut()`: from now on every byte of every
+    connection, new ones included, is dropped (a partition as both ends see it)."""
+
+    def __init__(self, target_port: int):
+        self._target = target_port
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        self._frozen: set[int] = set()
+        self._live: list[int] = []
+        self._cut = threading.Event()
+        self._socks: list[socket.socket] = []
+        self._lock = threading.Lock()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection(("127.0.0.1", self._target))
+            with self._lock:
+                gen = len(self._live) + 1
+                self._live.append(gen)
+                self._socks += [client, server]
+            for a, b in ((client, server), (server, client)):
+                threading.Thread(target=self._pump, args=(a, b, gen), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket, gen: int) -> None:
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                if gen in self._frozen or self._cut.is_set():
+                    continue  # swallowed: the peer hears nothing, and no reset either
+                dst.sendall(data)
+        except OSError:
+            pass
+
+    def freeze(self) -> None:
+        with self._lock:
+            self._frozen.update(self._live)
+
+    def cut(self) -> None:
+        self._cut.set()
+
+    def close(self) -> None:
+        self._listener.close()
+        with self._lock:
+            for s in self._socks:
+                try:
+                    s.close()
+                except OSError:
+                    pass
+
+    def __enter__(self) -> "TcpProxy":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

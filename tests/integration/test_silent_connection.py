@@ -4,72 +4,22 @@ position: nothing lost, nothing repeated."""
 
 from __future__ import annotations
 
-import socket
-import threading
 import uuid
 
 import pytest
 
 from tests.integration.harness import (
-    OUTBOX_DDL, RelayThread, insert_events, read_topic, relay_config, wait_until,
+    OUTBOX_DDL, RelayThread, TcpProxy, insert_events, read_topic, relay_config, wait_until,
 )
 
 pytestmark = pytest.mark.integration
-
-
-class FreezableProxy:
-    """A TCP proxy to the database; `freeze()` stops forwarding on every connection open
-    now (they stay open, silent), while new connections are forwarded normally."""
-
-    def __init__(self, target_port: int):
-        self._target = target_port
-        self._listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self._listener.getsockname()[1]
-        self._frozen: set[int] = set()
-        self._live: list[int] = []
-        self._generation = 0
-        self._lock = threading.Lock()
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self._listener.accept()
-            except OSError:
-                return
-            server = socket.create_connection(("127.0.0.1", self._target))
-            with self._lock:
-                self._generation += 1
-                gen = self._generation
-                self._live.append(gen)
-            for a, b in ((client, server), (server, client)):
-                threading.Thread(target=self._pump, args=(a, b, gen), daemon=True).start()
-
-    def _pump(self, src: socket.socket, dst: socket.socket, gen: int) -> None:
-        try:
-            while True:
-                data = src.recv(65536)
-                if not data:
-                    break
-                if gen in self._frozen:
-                    continue  # swallowed: the peer hears nothing, and no reset either
-                dst.sendall(data)
-        except OSError:
-            pass
-
-    def freeze(self) -> None:
-        with self._lock:
-            self._frozen.update(self._live)
-
-    def close(self) -> None:
-        self._listener.close()
 
 
 def test_a_silent_connection_is_noticed_and_the_relay_reconnects(mariadb, kafka, database, topic_prefix, tmp_path):
     with mariadb.connect(database) as conn, conn.cursor() as cur:
         cur.execute(OUTBOX_DDL.format(name="outbox"))
     kafka.create_topic(f"{topic_prefix}.order", 2)
-    proxy = FreezableProxy(mariadb.port)
+    proxy = TcpProxy(mariadb.port)
     try:
         cfg = relay_config(mariadb, kafka, database, topic_prefix, tmp_path / "cp.json",
                            source__port=proxy.port, source__heartbeat_s=0.5)
