@@ -718,11 +718,24 @@ class Relay:
         return self._open_feed(start)
 
     def _end_as_zombie(self) -> None:
-        """The lease ran out (transactional): end the open transaction. If a successor
-        already ran init_transactions, the broker refuses (Fenced: the one line);
-        otherwise what this relay left open is aborted, never committed."""
+        """The lease ran out (transactional): ask the broker before leaving. What is open
+        is aborted; then the last checkpoint is written once more in a transaction of its
+        own, which is aborted too: if a successor already ran init_transactions, the broker
+        refuses the write (Fenced: the one line); otherwise nothing of it is ever visible
+        to read_committed readers."""
+        publisher, timeout = self._publisher, min(5.0, self.settings.drain_timeout_s)
+        self._txn.open = False
         try:
-            self._publisher.abort_transaction(min(5.0, self.settings.drain_timeout_s))
+            publisher.abort_transaction(timeout)  # whatever is open, in whatever state
+        except TransactionAborted:
+            pass
+        if self._last_checkpoint is None:
+            return
+        try:
+            publisher.begin_transaction()
+            self._store.save(self._last_checkpoint)
+            publisher.flush(timeout)
+            publisher.abort_transaction(timeout)
         except TransactionAborted:
             pass
 

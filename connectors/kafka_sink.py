@@ -206,6 +206,20 @@ class TransactionalKafkaPublisher(KafkaPublisher):
     def abort_transaction(self, timeout: float) -> None:
         self._call("abort the transaction", self._producer.abort_transaction, timeout)
 
+    def poll(self, timeout: float) -> None:
+        try:
+            self._producer.poll(timeout)
+        except KafkaException as exc:  # a transactional producer's fatal state
+            self._raise_if_fenced(exc.args[0])
+            raise TransactionAborted(f"{exc.args[0].name()}: {exc.args[0].str()}") from exc
+
+    def flush(self, timeout: float) -> int:
+        try:
+            return self._producer.flush(timeout)
+        except KafkaException as exc:
+            self._raise_if_fenced(exc.args[0])
+            raise TransactionAborted(f"{exc.args[0].name()}: {exc.args[0].str()}") from exc
+
     def produce_record(self, topic: str, key: bytes, value: bytes) -> None:
         """One record in the open transaction; a failure shows at the commit."""
         while True:

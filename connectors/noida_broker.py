@@ -104,7 +104,8 @@ class NoidaKafka:
     def create_topic(self, name: str, partitions: int = 3) -> None:
         from confluent_kafka.admin import AdminClient, NewTopic
 
-        futures = AdminClient({"bootstrap.servers": self.bootstrap}).create_topics([NewTopic(name, partitions, 1)])
+        admin = AdminClient({"bootstrap.servers": self.bootstrap})  # kept alive until the answer
+        futures = admin.create_topics([NewTopic(name, partitions, 1)])
         for future in futures.values():
             future.result(timeout=10)
 
