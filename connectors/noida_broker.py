@@ -15,7 +15,14 @@ Its limits, measured here (tests must respect them; the README repeats them):
   data is thrown away anyway;
 * it slows down past about a million messages: keep tests well below;
 * SIGTERM takes about 20 s;
-* consumers should ask for at most about 1 MB per fetch (`fetch.max.bytes`).
+* consumers should ask for at most about 1 MB per fetch (`fetch.max.bytes`);
+* an open transaction of a producer that never returns is not timed out: it blocks
+  read_committed readers of its partitions until that transactional.id's next
+  `init_transactions` aborts it;
+* a read_committed fetch that starts after an aborted transaction's marker, or a consumer
+  that waited at a transaction that was then aborted, skips every later committed record
+  of the same producer id: read_committed readers in tests start at each partition's
+  beginning.
 """
 
 from __future__ import annotations
