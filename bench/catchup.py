@@ -60,7 +60,7 @@ def naive_parse_rate(db, start_file: str, start_pos: int, database: str) -> tupl
 
 def run_relay(db, kafka, database: str, start: str, expected_end: tuple[str, int], workdir: Path,
               profile: str | None, delivery: str = "idempotent", prefix: str = "bench",
-              kill_at: float | None = None) -> dict:
+              kill_at: float | None = None, kafka_store: bool = False) -> dict:
     """One relay over the range. `kill_at`: SIGKILL it once this share of the events is
     checkpointed, restart it and measure its start (to the "recovering from checkpoint" line)."""
     from cdc.position import BinlogPosition
@@ -68,7 +68,7 @@ def run_relay(db, kafka, database: str, start: str, expected_end: tuple[str, int
     workdir.mkdir(parents=True, exist_ok=True)
     cp = workdir / "cp.json"
     cfg = workdir / "relay.toml"
-    if delivery == "transactional":
+    if delivery == "transactional" or kafka_store:
         from connectors.checkpoint_stores import KafkaCheckpointStore
 
         store = KafkaCheckpointStore(kafka.bootstrap_servers, f"{prefix}.cp", prefix)
@@ -220,7 +220,8 @@ def _commits(bootstrap: str, topic: str) -> int:
 
 
 def compare_delivery(args, db, database: str, start: str, end: tuple[str, int], tmp: str) -> None:
-    """Both delivery modes, the default first, on one noida-db broker over the same binlog."""
+    """Both delivery modes, the default first, on one noida-db broker over the same binlog,
+    both with the default checkpoint store (a Kafka topic)."""
     from connectors.noida_broker import NoidaKafka
 
     _EVENTS[0] = args.events
@@ -230,7 +231,8 @@ def compare_delivery(args, db, database: str, start: str, end: tuple[str, int], 
             prefix = f"b{delivery[:3]}"
             for topic, n in ((f"{prefix}.order", 24), (f"{prefix}.dlq", 1), (f"{prefix}.cp", 1)):
                 broker.create_topic(topic, n)
-            r = run_relay(db, broker, database, start, end, Path(tmp) / prefix, None, delivery, prefix)
+            r = run_relay(db, broker, database, start, end, Path(tmp) / prefix, None, delivery, prefix,
+                          kafka_store=True)
             if r["events"] != args.events:
                 raise SystemExit(f"{delivery}: the relay delivered {r['events']} events, the workload wrote "
                                  f"{args.events}")
@@ -245,7 +247,8 @@ def compare_delivery(args, db, database: str, start: str, end: tuple[str, int], 
             prefix = f"r{delivery[:3]}"
             for topic, n in ((f"{prefix}.order", 24), (f"{prefix}.dlq", 1), (f"{prefix}.cp", 1)):
                 broker.create_topic(topic, n)
-            r = run_relay(db, broker, database, start, end, Path(tmp) / prefix, None, delivery, prefix, kill_at=0.5)
+            r = run_relay(db, broker, database, start, end, Path(tmp) / prefix, None, delivery, prefix, kill_at=0.5,
+                          kafka_store=True)
             print(f"{delivery}: start after a SIGKILL halfway, to the end of recovery: {r['restart']:.2f}s "
                   f"({r['line']})")
 

@@ -98,7 +98,9 @@ class KafkaCheckpointStore:
             })
 
     def load(self) -> Checkpoint | None:
-        reader = KafkaTopicReader(self._bootstrap)
+        # End-of-partition events: a partition that ends in a transaction marker (no record
+        # at high - 1) is done at once instead of after a consume timeout.
+        reader = KafkaTopicReader(self._bootstrap, {"enable.partition.eof": True})
         try:
             count = reader.partition_count(self._topic)
             if count is None:
