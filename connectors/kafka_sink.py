@@ -20,6 +20,7 @@ when Kafka became unreachable and when it came back; librdkafka's log lines go t
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer
@@ -153,6 +154,15 @@ class KafkaPublisher:
         pass
 
 
+class _NotTheFence(logging.Filter):
+    """librdkafka's own lines about this producer being fenced (TXNERR, FATAL, ADDPARTS):
+    the relay says it in its one line (`fenced by a newer instance of ...`)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        return "fenced by a newer instance" not in text and "old epoch" not in text
+
+
 class TransactionalKafkaPublisher(KafkaPublisher):
     """The publisher of `kafka.delivery = "transactional"`: a transactional producer
     (`transactional.id` = cdc.transactions.transactional_id(source name)). Its calls
@@ -165,6 +175,9 @@ class TransactionalKafkaPublisher(KafkaPublisher):
                  health: KafkaHealth | None = None):
         super().__init__(bootstrap, producer_config, health, txn_id=txn_id)
         self.txn_id = txn_id
+        fence_lines = logging.getLogger("cdc.kafka")
+        if not any(isinstance(f, _NotTheFence) for f in fence_lines.filters):
+            fence_lines.addFilter(_NotTheFence())
 
     def _raise_if_fenced(self, err: KafkaError) -> None:
         if err.name() in FENCED_CODES or err.code() == KafkaError._FENCED:

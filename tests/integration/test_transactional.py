@@ -335,6 +335,7 @@ def test_a_zombie_relay_is_fenced_by_the_broker_and_exits_with_one_line(
         log = a.log_text()
         line = f"cdc: fenced by a newer instance of cdc-relay.src-{topic_prefix}; this instance stops"
         assert code == 1 and line in log and "Traceback" not in log, log[-3000:]
+        assert log.count("fenced by a newer instance") == 1, log[-3000:]  # the one line, nothing else of it
         writer.stop_flag.set()
         writer.join(30)
         _wait_all(watcher, writer, b)
