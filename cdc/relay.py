@@ -684,6 +684,9 @@ class Relay:
                 pass
         finally:
             self._writer.close()
+            figures = self._txn.summary()
+            log.info("transactional delivery: %d Kafka transactions committed (%.0f messages each on average), "
+                     "%d aborted", figures["commits"], figures["mean_batch"], figures["aborts"])
 
     def _rewind(self, feed: Feed, why: str) -> Feed:
         """Abort the open Kafka transaction (nothing of it becomes visible to

@@ -184,7 +184,7 @@ class TransactionalKafkaPublisher(KafkaPublisher):
             raise Fenced(self.txn_id)
 
     def _call(self, what: str, call: Any, *args: Any) -> None:
-        while True:
+        for attempt in range(5):
             try:
                 call(*args)
                 return
@@ -193,7 +193,7 @@ class TransactionalKafkaPublisher(KafkaPublisher):
                 self._raise_if_fenced(err)
                 if err.txn_requires_abort():
                     raise TransactionAborted(f"{what}: {err.name()}: {err.str()}") from exc
-                if err.retriable():
+                if err.retriable() and attempt < 4:
                     continue  # librdkafka: the same call may be retried
                 if err.fatal():
                     raise DeliveryError(f"Kafka producer {self.txn_id} failed ({what}): {err.name()}: {err.str()}; "
