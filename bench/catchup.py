@@ -4,12 +4,19 @@ parse rate of the same binlog measured in the same run.
 
     ./run.sh bench catchup [--events 200000] [--mixed] [--profile out.svg]
     ./run.sh bench catchup --compressed [--events 200000] [--pairs 2]
+    ./run.sh bench catchup --delivery transactional [--events 100000]
 
 `--compressed` starts mariadbd with --log-bin-compress=ON --log-bin-compress-min-len=10
 and writes the same workload twice, into two databases: once with log_bin_compress
 switched OFF (the baseline), once ON (every row event a Write_rows_compressed_v1); the
 relay then catches up on each range in turn (`--pairs` times, alternating which goes
 first), and the ratio compressed / uncompressed of each pair is printed.
+
+With `--delivery transactional` both delivery modes run on the same broker (noida-db, a
+Kafka with transactions; the stand-in has none) over the same binlog, the default
+(idempotent) first: events/s of each, the transactional run's commits and messages per
+commit, and each mode's start after a SIGKILL halfway (idempotent: the recovery scan of
+the topics' tails; transactional: the committed checkpoint alone).
 
 Prints events/s, CPU seconds and peak RSS (summed over the relay's processes: with
 `source.reader = "process"` it has two; PSS too, which counts shared pages once), time to the first published event, and the
@@ -59,14 +66,34 @@ def naive_parse_rate(db, start_file: str, start_pos: int, database: str) -> tupl
 
 
 def run_relay(db, kafka, database: str, start: str, expected_end: tuple[str, int], workdir: Path,
-              profile: str | None, prefix: str = "bench") -> dict:
+              profile: str | None, delivery: str = "idempotent", prefix: str = "bench",
+              kill_at: float | None = None, kafka_store: bool = False) -> dict:
+    """One relay over the range. `kill_at`: SIGKILL it once this share of the events is
+    checkpointed, restart it and measure its start (to the "recovering from checkpoint" line)."""
     from cdc.position import BinlogPosition
 
+    workdir.mkdir(parents=True, exist_ok=True)
     cp = workdir / "cp.json"
     cfg = workdir / "relay.toml"
+    if delivery == "transactional" or kafka_store:
+        from connectors.checkpoint_stores import KafkaCheckpointStore
+
+        store = KafkaCheckpointStore(kafka.bootstrap_servers, f"{prefix}.cp", prefix)
+        checkpoint = f'store = "kafka"\ntopic = "{prefix}.cp"'
+
+        def progress() -> dict:
+            loaded = store.load()
+            if loaded is None:
+                raise ValueError("no checkpoint yet")
+            return loaded.to_dict()
+    else:
+        checkpoint = f'store = "file"\npath = "{cp}"'
+
+        def progress() -> dict:
+            return json.loads(cp.read_text())
     cfg.write_text(f"""
 [source]
-name = "bench"
+name = "{prefix}"
 host = "{db.host}"
 port = {db.port}
 user = "{db.user}"
@@ -80,14 +107,16 @@ topic = "{prefix}.{{aggregate_type}}"
 [kafka]
 bootstrap = "{kafka.bootstrap_servers}"
 dead_letter_topic = "{prefix}.dlq"
+delivery = "{delivery}"
 [schema_registry]
 url = "mock://bench"
 [checkpoint]
-store = "file"
-path = "{cp}"
+{checkpoint}
 interval_s = 0.5
+[lease]
+enabled = false
 [log]
-level = "WARNING"
+level = "{'INFO' if kill_at else 'WARNING'}"
 """)
     env = {**os.environ, "BENCH_MYSQL_PASSWORD": db.password}
     cmd = [sys.executable, "-m", "cdc_cli.main", "run", "--config", str(cfg), "--skip-check"]
@@ -97,6 +126,36 @@ level = "WARNING"
                "--subprocesses", "--"] + cmd
     from confluent_kafka import Consumer, TopicPartition
 
+    end = BinlogPosition(*expected_end)
+    if kill_at:
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        while proc.poll() is None:
+            try:
+                data = progress()
+                if BinlogPosition(data["file"], data["pos"]) >= end:
+                    raise SystemExit("the relay finished before the kill: use more events")
+                if data.get("events_delivered", 0) >= kill_at * _EVENTS[0]:
+                    break
+            except (FileNotFoundError, ValueError, KeyError):
+                pass
+            time.sleep(0.05)
+        proc.kill()
+        proc.wait()
+        log_path = workdir / "restart.log"
+        t0 = time.perf_counter()
+        with open(log_path, "wb") as log:
+            proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=log)
+        line = ""
+        while proc.poll() is None and time.perf_counter() - t0 < 120:
+            text = log_path.read_text(errors="replace")
+            if "recovering from checkpoint" in text:
+                line = next(ln for ln in text.splitlines() if "recovering from checkpoint" in ln)
+                break
+            time.sleep(0.005)
+        started = time.perf_counter() - t0
+        proc.kill()
+        proc.wait()
+        return {"restart": started, "line": line.split("cdc.relay: ", 1)[-1]}
     watcher = Consumer({"bootstrap.servers": kafka.bootstrap_servers, "group.id": "bench-watch"})
     parts = [TopicPartition(f"{prefix}.order", p) for p in range(24)]
     t0 = time.perf_counter()
@@ -104,7 +163,6 @@ level = "WARNING"
     ps = psutil.Process(proc.pid)
     peak = 0
     first_event = None
-    end = BinlogPosition(*expected_end)
     # Time to the first acknowledged event: the first moment a partition's end moves.
     while first_event is None and proc.poll() is None and time.perf_counter() - t0 < 30:
         if any(watcher.get_watermark_offsets(tp, timeout=1, cached=False)[1] > 0 for tp in parts[:24]):
@@ -127,7 +185,7 @@ level = "WARNING"
         except psutil.Error:
             pass
         try:
-            data = json.loads(cp.read_text())
+            data = progress()
             pos = BinlogPosition(data["file"], data["pos"])
             if pos >= end:
                 break
@@ -135,7 +193,7 @@ level = "WARNING"
             pass
         if proc.poll() is not None:
             raise SystemExit(f"relay exited early: {proc.stderr.read().decode()[-2000:]}")
-        time.sleep(0.05)
+        time.sleep(0.05 if delivery == "idempotent" else 0.2)
     elapsed = time.perf_counter() - t0
     procs = [p for p in [ps] + ps.children(recursive=True) if "python" in p.name()]
     for p in procs:
@@ -147,7 +205,8 @@ level = "WARNING"
     else:
         proc.terminate()
     proc.wait(120)
-    return {"elapsed": elapsed, "cpu": cpu, "peak_rss": peak, "peak_pss": peak_pss, "processes": processes,
+    commits = _commits(kafka.bootstrap_servers, f"{prefix}.cp") if delivery == "transactional" else 0
+    return {"commits": commits, "elapsed": elapsed, "cpu": cpu, "peak_rss": peak, "peak_pss": peak_pss, "processes": processes,
             "first_event": first_event,
             "events": data.get("events_delivered", 0)}
 
@@ -215,7 +274,7 @@ def main_compressed(args: argparse.Namespace) -> None:
                 kafka.create_topic(f"{prefix}.dlq", 1)
                 workdir = Path(tmp) / prefix
                 workdir.mkdir()
-                r = run_relay(db, kafka, database, f"{start[0]}:{start[1]}", end, workdir, None, prefix)
+                r = run_relay(db, kafka, database, f"{start[0]}:{start[1]}", end, workdir, None, prefix=prefix)
                 if r["events"] != args.events:
                     raise SystemExit(f"the relay delivered {r['events']} events of {name}, the workload wrote {args.events}")
                 rate = args.events / r["elapsed"]
@@ -236,6 +295,55 @@ def main_compressed(args: argparse.Namespace) -> None:
               f"CPU seconds {sum(cpus['compressed']) / sum(cpus['uncompressed']):.3f}")
 
 
+_EVENTS = [0]
+
+
+def _commits(bootstrap: str, topic: str) -> int:
+    """Kafka transactions the relay committed: each holds one checkpoint record."""
+    from connectors.kafka_reader import KafkaTopicReader
+
+    reader = KafkaTopicReader(bootstrap)
+    try:
+        low, high = reader.watermarks(topic, 0)
+        return sum(1 for _ in reader.messages(topic, 0, low, high))
+    finally:
+        reader.close()
+
+
+def compare_delivery(args, db, database: str, start: str, end: tuple[str, int], tmp: str) -> None:
+    """Both delivery modes, the default first, on one noida-db broker over the same binlog,
+    both with the default checkpoint store (a Kafka topic)."""
+    from connectors.noida_broker import NoidaKafka
+
+    _EVENTS[0] = args.events
+    with NoidaKafka.start() as broker:
+        results = {}
+        for delivery in ("idempotent", "transactional"):
+            prefix = f"b{delivery[:3]}"
+            for topic, n in ((f"{prefix}.order", 24), (f"{prefix}.dlq", 1), (f"{prefix}.cp", 1)):
+                broker.create_topic(topic, n)
+            r = run_relay(db, broker, database, start, end, Path(tmp) / prefix, None, delivery, prefix,
+                          kafka_store=True)
+            if r["events"] != args.events:
+                raise SystemExit(f"{delivery}: the relay delivered {r['events']} events, the workload wrote "
+                                 f"{args.events}")
+            results[delivery] = rate = args.events / r["elapsed"]
+            steady = args.events / (r["elapsed"] - r["first_event"])
+            extra = (f", {r['commits']} Kafka transactions committed, {args.events / max(1, r['commits']):,.0f} "
+                     "messages per commit" if delivery == "transactional" else "")
+            print(f"{delivery} on noida-db: {rate:,.0f} events/s incl. start-up ({steady:,.0f}/s after the first "
+                  f"event, first after {r['first_event']:.2f}s), CPU {r['cpu']:.1f}s{extra}")
+        print(f"transactional / idempotent throughput: {results['transactional'] / results['idempotent']:.0%}")
+        for delivery in ("idempotent", "transactional"):
+            prefix = f"r{delivery[:3]}"
+            for topic, n in ((f"{prefix}.order", 24), (f"{prefix}.dlq", 1), (f"{prefix}.cp", 1)):
+                broker.create_topic(topic, n)
+            r = run_relay(db, broker, database, start, end, Path(tmp) / prefix, None, delivery, prefix, kill_at=0.5,
+                          kafka_store=True)
+            print(f"{delivery}: start after a SIGKILL halfway, to the end of recovery: {r['restart']:.2f}s "
+                  f"({r['line']})")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--events", type=int, default=200_000)
@@ -245,6 +353,8 @@ def main() -> None:
     ap.add_argument("--compressed", action="store_true",
                     help="log_bin_compress=ON: the same workload compressed and not, relay catch-up on each")
     ap.add_argument("--pairs", type=int, default=2, help="with --compressed: uncompressed/compressed runs")
+    ap.add_argument("--delivery", choices=("idempotent", "transactional"), default="idempotent",
+                    help="transactional: compare both delivery modes on noida-db (see the docstring)")
     args = ap.parse_args()
     if args.compressed:
         main_compressed(args)
@@ -276,6 +386,9 @@ def main() -> None:
         if args.alter:
             kind += ", ALTER TABLE ADD COLUMN halfway"
         print(f"workload: {args.events} outbox events, {kind}, 100 per transaction, generated in {gen:.1f}s")
+        if args.delivery == "transactional":
+            compare_delivery(args, db, database, f"{start_file}:{start_pos}", (end[0], int(end[1])), tmp)
+            return
         naive, rows = naive_parse_rate(db, start_file, start_pos, database)
         print(f"naive python-mysql-replication parse: {naive:,.0f} outbox events/s ({rows} rows read)")
         r = run_relay(db, kafka, database, f"{start_file}:{start_pos}", (end[0], int(end[1])), Path(tmp), args.profile)

@@ -44,6 +44,11 @@ class Checkpoint:
     epoch: int = 0
     holder: str = ""
     released: bool = False
+    # Written in the same Kafka transaction as every message before `position`
+    # (kafka.delivery = "transactional", no XA prepare held): no message of a transaction
+    # at or after `position` is visible to read_committed readers, so a restart needs no
+    # recovery scan of the topics' tails.
+    exact: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -61,6 +66,7 @@ class Checkpoint:
             "epoch": self.epoch,
             "holder": self.holder,
             "released": self.released,
+            **({"exact": True} if self.exact else {}),
         }
 
     @classmethod
@@ -85,6 +91,7 @@ class Checkpoint:
                 epoch=int(data.get("epoch", 0)),
                 holder=str(data.get("holder", "")),
                 released=bool(data.get("released", False)),
+                exact=bool(data.get("exact", False)),
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ConfigError(f"checkpoint is damaged ({exc!r}); restore it or start with a start position") from exc

@@ -20,6 +20,9 @@ Example `relay.toml`::
     [kafka]
     bootstrap = "127.0.0.1:9092"
     dead_letter_topic = "outbox.dlq"
+    delivery = "idempotent"             # idempotent | transactional (see below)
+    transaction_max_ms = 100            # transactional: commit a Kafka transaction this old ...
+    transaction_max_messages = 20000    # ... or this large (whole database transactions only)
     [kafka.producer]                    # passed to librdkafka untouched
     "linger.ms" = 5
 
@@ -47,6 +50,14 @@ which has no row image: "stop" (default: exit 2 naming the position and the fix)
 on)). An XA transaction prepared and undecided is never published while undecided: the
 checkpoint holds at its prepare, and past `max_checks` the relay reports it (log line,
 `cdc_xa_undecided_problem`, `/readyz`) until someone runs XA COMMIT or XA ROLLBACK.
+
+`kafka.delivery`: "idempotent" (the default: an idempotent producer, acks=all; a restart
+scans the topics' tails after the checkpoint; consumers may see a database transaction's
+events one by one) or "transactional" (each Kafka transaction holds whole database
+transactions, their dead letters and the checkpoint after them; `transactional.id` is
+`cdc-relay.<source.name>` and fences older instances; consumers must read with
+`isolation.level=read_committed`). Transactional delivery needs `checkpoint.store =
+"kafka"`: the checkpoint is written inside the same Kafka transaction.
 
 Environment overrides: `CDC_<SECTION>_<KEY>` for scalar keys, e.g. `CDC_SOURCE_HOST`,
 `CDC_KAFKA_BOOTSTRAP`, `CDC_CHECKPOINT_PATH`. Secrets (`password`, `basic_auth`) come
@@ -113,6 +124,9 @@ class KafkaConfig:
     dead_letter_topic: str = "outbox.dlq"
     topic_allowlist: tuple[str, ...] = ()
     producer: dict[str, Any] = field(default_factory=dict)  # librdkafka settings, opaque
+    delivery: str = "idempotent"  # idempotent | transactional
+    transaction_max_ms: float = 100.0  # transactional: commit once the open Kafka transaction is this old
+    transaction_max_messages: int = 20_000  # ... or holds this many messages
 
 
 @dataclass(frozen=True)
@@ -188,6 +202,8 @@ class Config:
             max_message_bytes=r.max_message_bytes, max_in_flight=r.max_in_flight,
             reconnect_timeout_s=r.reconnect_timeout_s,
             drain_timeout_s=r.drain_timeout_s,
+            delivery=self.kafka.delivery, transaction_max_s=self.kafka.transaction_max_ms / 1000.0,
+            transaction_max_messages=self.kafka.transaction_max_messages,
         )
 
 
@@ -331,6 +347,15 @@ def _validate(cfg: Config) -> None:
         raise ConfigError(f"checkpoint.store must be \"kafka\" or \"file\", got {cfg.checkpoint.store!r}")
     if cfg.checkpoint.store == "kafka" and topic_problem(cfg.checkpoint.topic):
         raise ConfigError(f"checkpoint.topic: {topic_problem(cfg.checkpoint.topic)}")
+    if cfg.kafka.delivery not in ("idempotent", "transactional"):
+        raise ConfigError(f"kafka.delivery must be \"idempotent\" or \"transactional\", got {cfg.kafka.delivery!r}")
+    if cfg.kafka.delivery == "transactional" and cfg.checkpoint.store != "kafka":
+        raise ConfigError("kafka.delivery = \"transactional\" needs checkpoint.store = \"kafka\" (the checkpoint is "
+                          f"written inside each Kafka transaction), got checkpoint.store = {cfg.checkpoint.store!r}: "
+                          "set checkpoint.store = \"kafka\" or kafka.delivery = \"idempotent\"")
+    if "transactional.id" in cfg.kafka.producer:
+        raise ConfigError("kafka.producer.transactional.id must not be set: transactional delivery derives it from "
+                          "source.name (cdc-relay.<source.name>); remove the setting")
     if cfg.relay.on_change not in ON_CHANGE_POLICIES:
         raise ConfigError(f"outbox.on_change must be one of {ON_CHANGE_POLICIES}, got {cfg.relay.on_change!r}")
     if cfg.relay.on_statement not in ON_STATEMENT_POLICIES:

@@ -12,6 +12,10 @@ Points:
     recovery                   while reading back the topics at start
     xa_prepared                an XA transaction's prepare was read, its outcome not yet
     xa_outcome                 an XA COMMIT's events were handed to the producer, not yet acknowledged
+    txn_before_commit          transactional delivery: messages produced in the open Kafka
+                               transaction, its checkpoint and commit not yet
+    txn_after_commit           transactional delivery: the Kafka transaction committed, the
+                               relay's own bookkeeping of it (last checkpoint, counters) not yet
 
 The relay's reader process (connectors/reader_process.py) names its parent in `relay_pids`,
 so a point reached there kills the whole relay, as it would in one process.
@@ -23,7 +27,7 @@ import os
 import signal
 
 POINTS = ("after_produce", "after_ack_before_checkpoint", "checkpoint_write", "mid_transaction", "recovery",
-          "xa_prepared", "xa_outcome")
+          "xa_prepared", "xa_outcome", "txn_before_commit", "txn_after_commit")
 
 _armed: str | None = None
 _remaining = 0

@@ -16,6 +16,13 @@ With a lease (cdc/lease.py) the loop checks it before every transaction it hands
 producer and between reads: once it has run out, the relay stops handing messages over,
 purges what the producer still queues, and raises LeaseLost without a last checkpoint.
 Every checkpoint carries the lease's epoch, one more than the epoch it started from.
+
+With `delivery = "transactional"` (cdc/transactions.py) the loop keeps a Kafka transaction
+open across whole database transactions and commits it, with the checkpoint record
+inside, when it is old or large enough (`_txn_commit`); a failed commit or a delivery
+failure aborts it and the loop re-reads from the last committed checkpoint (`_rewind`);
+a fenced producer stops the relay at once (Fenced, a LeaseLost). Idempotent mode holds
+`None` for that state and takes none of those paths.
 """
 
 from __future__ import annotations
@@ -67,6 +74,14 @@ from cdc.recovery import Recovery
 from cdc.relay_settings import RelaySettings
 from cdc.source_events import Heartbeat, RowChange, ServerInfo
 from cdc.transaction import CommittedTransaction
+from cdc.transactions import (
+    FENCED_CODES,
+    MAX_ABORTS_IN_A_ROW,
+    Fenced,
+    TransactionAborted,
+    TransactionState,
+    transactional_id,
+)
 from cdc.xa_check_back import XaCheckBack
 
 log = logging.getLogger(__name__)
@@ -168,6 +183,12 @@ class Relay:
         self._lease: LeaseClock | None = None
         self._epoch = 0
         self._holder = ""
+        self._start: StartAt | None = None
+        # Transactional delivery: the open Kafka transaction (None: idempotent delivery).
+        self._txn: TransactionState | None = None
+        self.txn_id = transactional_id(settings.source_name)
+        if settings.delivery == "transactional":
+            self._txn = TransactionState(settings.transaction_max_s, settings.transaction_max_messages)
 
     @property
     def epoch(self) -> int:
@@ -194,6 +215,12 @@ class Relay:
         out. `holder`: the lease session's tag, recorded in every checkpoint."""
         settings, metrics = self.settings, self.metrics
         self._server_id = self._sources.server_id()
+        txn = self._txn
+        if txn is not None:
+            # Before the checkpoint is read: from here on no older instance of this source
+            # can commit, and what it left open is aborted.
+            self._publisher.init_transactions(settings.drain_timeout_s)
+            log.info("transactional delivery as %s: older instances are fenced", self.txn_id)
         cp = self._store.load()
         if lease is not None:
             self._lease, self._holder = lease, holder
@@ -201,21 +228,20 @@ class Relay:
             metrics.lease_epoch = self._epoch
         elif cp is not None:
             self._epoch, self._holder = cp.epoch, cp.holder
-        start = self._start_point(cp)
+        start = self._start = self._start_point(cp)
         self._sources.check_available(start)
         self._window = window = InflightWindow(cp)
         metrics.unacknowledged_since = window.oldest_unacknowledged
         self._last_checkpoint = cp
-        self._writer = CheckpointWriter(self._store, settings.checkpoint_in_background)
+        # Transactional: a checkpoint is produced inside the open Kafka transaction, on this thread.
+        self._writer = CheckpointWriter(self._store, settings.checkpoint_in_background and txn is None)
         if cp is not None:
             self._partitions.update(cp.partitions)
-            recovery = Recovery(cp, self._delivered)
-            recovery.scan_all(set(cp.partitions) | set(cp.offsets) | {settings.dead_letter_topic})
-            log.info("recovering from checkpoint %s: %d events found delivered after it",
-                     cp.position, recovery.found)
-            if recovery.found:
-                self._recovery = recovery
-            self._recovery_stats = recovery
+            if txn is not None and cp.exact:
+                log.info("recovering from checkpoint %s: committed in the Kafka transaction of the messages before "
+                         "it, nothing after it is visible: no scan of the topics needed", cp.position)
+            else:
+                self._scan(cp)
         elif isinstance(start, BinlogPosition):
             window.position, window.position_server_id = start, self._server_id
         if lease is not None:
@@ -229,43 +255,53 @@ class Relay:
         fenced = False
         try:
             while not should_stop():
-                if self._failure is not None:
-                    raise DeliveryError(self._failure_text())
-                if lease is not None:
-                    lease.check(monotonic())
-                # Acknowledgements are only served by poll(): while some are due, wait for
-                # the feed in short slices so they are not served late.
-                item = feed.read(0.002 if publisher.pending() else settings.read_timeout_s)
-                if item is None:
-                    metrics.caught_up = True
-                    poll(0)
-                elif item is MORE:
-                    metrics.caught_up = False
-                else:
-                    kind = type(item)
-                    if kind is Heartbeat:
+                try:
+                    if self._failure is not None:
+                        self._fail()
+                    if lease is not None:
+                        lease.check(monotonic())
+                    # Acknowledgements are only served by poll(): while some are due, wait for
+                    # the feed in short slices so they are not served late.
+                    item = feed.read(0.002 if publisher.pending() else settings.read_timeout_s)
+                    if item is None:
                         metrics.caught_up = True
-                    elif kind is ServerInfo:
-                        self._server_id = item.server_id
-                    else:
+                        poll(0)
+                    elif item is MORE:
                         metrics.caught_up = False
-                        self._publish(item)
-                        metrics.read_file, metrics.read_pos = item.end.file, item.end.pos
-                        if item.size:
-                            poll(0)
-                if self._redirects:
-                    self._redirect_dead_letters()
-                now = self._clock()
-                if now - last_checkpoint_at >= settings.checkpoint_interval_s:
-                    window.advance()
-                    self._checkpoint()
-                    metrics.checkpoint_behind_since = window.oldest_handed_at()
-                    last_checkpoint_at = now
-                    self._feed_counters(feed)
-                    self._xa_check_back.run(window.held, now)
+                    else:
+                        kind = type(item)
+                        if kind is Heartbeat:
+                            metrics.caught_up = True
+                        elif kind is ServerInfo:
+                            self._server_id = item.server_id
+                        else:
+                            metrics.caught_up = False
+                            self._publish(item)
+                            metrics.read_file, metrics.read_pos = item.end.file, item.end.pos
+                            if item.size:
+                                poll(0)
+                                if txn is not None:
+                                    txn.messages += item.size
+                    if self._redirects:
+                        self._redirect_dead_letters()
+                    now = self._clock()
+                    if txn is not None and txn.due(now):
+                        self._txn_commit()
+                    if now - last_checkpoint_at >= settings.checkpoint_interval_s:
+                        window = self._window
+                        window.advance()
+                        self._checkpoint()
+                        metrics.checkpoint_behind_since = window.oldest_handed_at()
+                        last_checkpoint_at = now
+                        self._feed_counters(feed)
+                        self._xa_check_back.run(window.held, now)
+                except TransactionAborted as exc:
+                    feed = self._rewind(feed, str(exc))
         except LeaseLost as exc:
             fenced = True
             queued = publisher.pending()
+            if txn is not None and not isinstance(exc, Fenced):
+                self._end_as_zombie()  # raises Fenced when the broker already fenced this instance
             publisher.purge()
             log.error("fenced: %s (%d message(s) not yet acknowledged were dropped; the successor re-reads them)",
                       exc, queued)
@@ -279,9 +315,9 @@ class Relay:
                 if not fenced:
                     self._drain()
         if self._failure is not None:
-            raise DeliveryError(self._failure_text())
+            self._fail()
         return RunSummary(
-            window.resume().position, metrics.events_published, metrics.dead_lettered_total,
+            self._window.resume().position, metrics.events_published, metrics.dead_lettered_total,
             metrics.events_skipped_recovery, "request", None, self._recovery_summary(),
         )
 
@@ -303,6 +339,9 @@ class Relay:
     def _drain(self) -> None:
         """Stop: wait for what is in flight (dead-letter redirects included), then write
         the checkpoint of the proven prefix."""
+        if self._txn is not None:
+            self._txn_drain()
+            return
         deadline = self._clock() + self.settings.drain_timeout_s
         while True:
             remaining = self._publisher.flush(max(0.0, min(1.0, deadline - self._clock())))
@@ -352,6 +391,8 @@ class Relay:
         if tx.size:
             if self._lease is not None:
                 self._lease.check(self._monotonic())
+            if self._txn is not None and not self._txn.open:
+                self._txn_begin()
             self._tx_start = tx.identity.start
             recovery = self._recovery
             publisher, cap = self._publisher, self.settings.max_in_flight
@@ -523,23 +564,41 @@ class Relay:
             # Started from a GTID set (no checkpoint, or a failover): until a transaction
             # of this server completes, the first one's start is the resume point here.
             window.position, window.position_server_id = self._tx_start, self._server_id
-        self._checkpoint(force=True)
+        if self._txn is None:  # transactional: nothing is scanned, the next commit names it
+            self._checkpoint(force=True)
 
     # -- checkpoint ---------------------------------------------------------------------
 
     def _checkpoint(self, force: bool = False, released: bool = False) -> None:
+        if self._txn is not None:  # every checkpoint is part of a Kafka transaction
+            self._txn_commit(force=force, released=released)
+            return
         window = self._window
         if window is None:
             return
         resume = window.resume()
         if resume.position is None:
             return
-        last = self._last_checkpoint
-        xa_held = tuple((h.xid, str(h.prepared_at), h.prepared_ts) for h in window.held.values())
-        if not force and last is not None and last.position == resume.position and last.xa_held == xa_held and (
-                not window.held or last.offsets == resume.offsets):
+        if not force and not self._moved(resume):
             return
         crashpoints.hit("after_ack_before_checkpoint")
+        cp = self._new_checkpoint(resume, released)
+        if force:
+            self._writer.save(cp)  # must be durable before the relay goes on
+        else:
+            self._writer.submit(cp)
+        self._last_checkpoint = cp
+
+    def _moved(self, resume: Any) -> bool:
+        """Does `resume` say something the last checkpoint does not?"""
+        window, last = self._window, self._last_checkpoint
+        xa_held = tuple((h.xid, str(h.prepared_at), h.prepared_ts) for h in window.held.values())
+        return not (last is not None and last.position == resume.position and last.xa_held == xa_held and (
+                not window.held or last.offsets == resume.offsets))
+
+    def _new_checkpoint(self, resume: Any, released: bool) -> Checkpoint:
+        window = self._window
+        xa_held = tuple((h.xid, str(h.prepared_at), h.prepared_ts) for h in window.held.values())
         for topic, count in list(self._partitions.items()):
             if not count:  # created by the first produce: learn its partition count now
                 self._partitions[topic] = self._ask_kafka(
@@ -557,9 +616,145 @@ class Relay:
             epoch=self._epoch,
             holder=self._holder,
             released=released,
+            # Transactional: committed with every message before it. Not while an XA prepare
+            # holds it back: messages after it were committed, a restart must scan for them.
+            exact=self._txn is not None and not window.held,
         )
-        if force:
-            self._writer.save(cp)  # must be durable before the relay goes on
+        return cp
+
+    # -- transactional delivery -----------------------------------------------------------
+
+    def _fenced(self, code: str | None) -> bool:
+        return self._txn is not None and code in FENCED_CODES
+
+    def _fail(self) -> None:
+        """A delivery failed: idempotent delivery stops (DeliveryError); transactional
+        delivery aborts and re-reads (TransactionAborted), or stops if fenced."""
+        failure = self._failure.failure if self._failure is not None else None
+        if self._txn is None:
+            raise DeliveryError(self._failure_text())
+        if failure is not None and failure.code in FENCED_CODES:
+            raise Fenced(self.txn_id)
+        raise TransactionAborted(self._failure_text())
+
+    def _txn_begin(self) -> None:
+        self._publisher.begin_transaction()
+        self._txn.opened(self._clock())
+
+    def _txn_commit(self, force: bool = False, released: bool = False) -> None:
+        """Commit the open Kafka transaction with the checkpoint after its last database
+        transaction inside (or, with none open, a transaction of the checkpoint alone when
+        it moved or `force`). Raises TransactionAborted when it cannot."""
+        txn, publisher, window = self._txn, self._publisher, self._window
+        if window is None:
+            return
+        if txn.open:
+            crashpoints.hit("txn_before_commit")
+            remaining = publisher.flush(self.settings.drain_timeout_s)  # every acknowledgement served
+            if self._failure is not None:
+                self._fail()
+            if self._redirects:
+                raise TransactionAborted("Kafka refused a message as too large inside a transaction (set "
+                                         "relay.max_message_bytes to the topic's max.message.bytes)")
+            if remaining:
+                raise TransactionAborted(f"{remaining} messages not acknowledged within relay.drain_timeout_s")
+        window.advance()
+        resume = window.resume()
+        cp = None if resume.position is None else self._new_checkpoint(resume, released)
+        if not txn.open:
+            if cp is None or not (force or self._moved(resume)):
+                return
+            self._txn_begin()
+        if cp is not None:
+            self._writer.save(cp)  # produced inside the transaction (the transactional store)
+        publisher.commit_transaction(self.settings.drain_timeout_s)
+        crashpoints.hit("txn_after_commit")
+        txn.committed()
+        if cp is not None:
+            self._last_checkpoint = cp
+        self.metrics.checkpoint_behind_since = window.oldest_handed_at()
+
+    def _txn_drain(self) -> None:
+        """Stop: commit what is open with the last checkpoint (marked released when all
+        went well); an abort here leaves the range to the next start."""
+        released = self._lease is not None and self._lease.lost is None
+        try:
+            if self._redirects:
+                self._redirect_dead_letters()
+            self._txn_commit(force=True, released=released)
+        except TransactionAborted as exc:
+            log.warning("the last Kafka transaction could not be committed (%s); it is aborted and the next start "
+                        "re-reads from the checkpoint %s", exc,
+                        self._last_checkpoint.position if self._last_checkpoint else self._start)
+            try:
+                self._publisher.abort_transaction(self.settings.drain_timeout_s)
+            except TransactionAborted:
+                pass
+        finally:
+            self._writer.close()
+            figures = self._txn.summary()
+            log.info("transactional delivery: %d Kafka transactions committed (%.0f messages each on average), "
+                     "%d aborted", figures["commits"], figures["mean_batch"], figures["aborts"])
+
+    def _rewind(self, feed: Feed, why: str) -> Feed:
+        """Abort the open Kafka transaction (nothing of it becomes visible to
+        read_committed readers) and re-read the binlog from the last committed checkpoint."""
+        txn = self._txn
+        if txn is None:
+            raise DeliveryError(why)
+        try:
+            self._publisher.abort_transaction(self.settings.drain_timeout_s)
+        except TransactionAborted as exc:
+            raise DeliveryError(f"a Kafka transaction could not be aborted ({exc}) after: {why}") from exc
+        txn.aborted()
+        self.metrics.delivery_error_causes["transaction_aborted"] += 1
+        if txn.aborts_in_a_row >= MAX_ABORTS_IN_A_ROW:
+            raise DeliveryError(f"{txn.aborts_in_a_row} Kafka transactions aborted in a row, the last because: {why}; "
+                                "fix the cause and restart the relay")
+        cp = self._last_checkpoint
+        log.warning("Kafka transaction aborted (%s): nothing of it is visible to read_committed consumers; "
+                    "re-reading from the last committed checkpoint %s", why, cp.position if cp else self._start)
+        feed.close()
+        self._failure, self._redirects, self._recovery = None, [], None
+        self._window = window = InflightWindow(cp)
+        self.metrics.unacknowledged_since = window.oldest_unacknowledged
+        if cp is None:
+            if isinstance(self._start, BinlogPosition):
+                window.position, window.position_server_id = self._start, self._server_id
+            start = self._start
         else:
-            self._writer.submit(cp)
-        self._last_checkpoint = cp
+            start = self._start_point(cp)
+            if not cp.exact:
+                self._scan(cp)
+        return self._open_feed(start)
+
+    def _end_as_zombie(self) -> None:
+        """The lease ran out (transactional): ask the broker before leaving. What is open
+        is aborted; then the last checkpoint is written once more in a transaction of its
+        own, which is aborted too: if a successor already ran init_transactions, the broker
+        refuses the write (Fenced: the one line); otherwise nothing of it is ever visible
+        to read_committed readers."""
+        publisher, timeout = self._publisher, min(5.0, self.settings.drain_timeout_s)
+        self._txn.open = False
+        try:
+            publisher.abort_transaction(timeout)  # whatever is open, in whatever state
+        except TransactionAborted:
+            pass
+        if self._last_checkpoint is None:
+            return
+        try:
+            publisher.begin_transaction()
+            self._store.save(self._last_checkpoint)
+            publisher.flush(timeout)
+            publisher.abort_transaction(timeout)
+        except TransactionAborted:
+            pass
+
+    def _scan(self, cp: Checkpoint) -> None:
+        """The recovery scan of the topics' tails after `cp` (docs/DESIGN.md, promise 4)."""
+        recovery = Recovery(cp, self._delivered)
+        recovery.scan_all(set(cp.partitions) | set(cp.offsets) | {self.settings.dead_letter_topic})
+        log.info("recovering from checkpoint %s: %d events found delivered after it", cp.position, recovery.found)
+        if recovery.found:
+            self._recovery = recovery
+        self._recovery_stats = recovery

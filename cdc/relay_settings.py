@@ -34,12 +34,21 @@ class RelaySettings:
     reconnect_timeout_s: float = 300.0  # give up (exit non-zero) after this long without a connection
     drain_timeout_s: float = 30.0  # on stop: how long to wait for outstanding acknowledgements
     read_timeout_s: float = 0.05
+    # kafka.delivery: "idempotent" (idempotent producer + recovery scan) or "transactional"
+    # (Kafka transactions of whole database transactions with the checkpoint inside, cdc/transactions.py)
+    delivery: str = "idempotent"
+    transaction_max_s: float = 0.1  # transactional: commit the open Kafka transaction once it is this old
+    transaction_max_messages: int = 20_000  # ... or holds this many messages (checked between database transactions)
 
     def __post_init__(self) -> None:
         if not self.source_name:
             raise ConfigError("source.name must be set: it names this source in every event's identity")
         if not self.tables:
             raise ConfigError("no outbox table configured: add at least one [[outbox.tables]] entry")
+        if self.delivery not in ("idempotent", "transactional"):
+            raise ConfigError(f"kafka.delivery must be \"idempotent\" or \"transactional\", got {self.delivery!r}")
+        if self.transaction_max_s <= 0 or self.transaction_max_messages < 1:
+            raise ConfigError("kafka.transaction_max_ms must be positive and kafka.transaction_max_messages at least 1")
         problem = topic_problem(self.dead_letter_topic)
         if problem:
             raise ConfigError(f"kafka.dead_letter_topic: {problem}")

@@ -27,12 +27,13 @@ from cdc.kafka_health import KafkaHealth
 from cdc.lease import lock_name, takeover_wait
 from cdc.metrics import RelayMetrics
 from cdc.replica_session import source_mark
+from cdc.transactions import transactional_id
 from cdc.relay import Relay, RunSummary, start_point
 from connectors.binlog_source import MySQLBinlogSourceFactory
-from connectors.checkpoint_stores import FileCheckpointStore, KafkaCheckpointStore
+from connectors.checkpoint_stores import FileCheckpointStore, KafkaCheckpointStore, TransactionalCheckpointStore
 from connectors.http_endpoint import HttpEndpoint
 from connectors.kafka_reader import KafkaTopicReader
-from connectors.kafka_sink import KafkaPublisher, delivery_timeout_s
+from connectors.kafka_sink import KafkaPublisher, TransactionalKafkaPublisher, delivery_timeout_s
 from connectors.mysql_errors import error_text
 from connectors.mysql_lease import MySQLLease
 from connectors.preflight import failures, run_checks, warnings
@@ -121,7 +122,12 @@ def build_relay(cfg: Config, metrics: RelayMetrics | None = None, feeds: ReaderP
     one is started here."""
     metrics = metrics or RelayMetrics()
     metrics.max_unacknowledged_age_s = cfg.relay.max_unacknowledged_age_s
-    publisher = KafkaPublisher(cfg.kafka.bootstrap, cfg.kafka.producer, KafkaHealth(metrics, cfg.kafka.bootstrap))
+    health = KafkaHealth(metrics, cfg.kafka.bootstrap)
+    if cfg.kafka.delivery == "transactional":
+        publisher = TransactionalKafkaPublisher(cfg.kafka.bootstrap, transactional_id(cfg.source.name),
+                                                cfg.kafka.producer, health)
+    else:
+        publisher = KafkaPublisher(cfg.kafka.bootstrap, cfg.kafka.producer, health)
     reader = KafkaTopicReader(cfg.kafka.bootstrap)
     serializer = _LazySerializer(cfg)
     sources = MySQLBinlogSourceFactory(
@@ -142,7 +148,10 @@ def build_relay(cfg: Config, metrics: RelayMetrics | None = None, feeds: ReaderP
             cfg.schema_registry.url, cfg.schema_registry.basic_auth.reveal() or None, settings,
         ))  # fmt: skip
     set_source(cfg.source.name)  # the tags of this process's binlog sessions name the source
-    store = checkpoint_store(cfg)
+    if cfg.kafka.delivery == "transactional":  # written inside each Kafka transaction
+        store = TransactionalCheckpointStore(cfg.kafka.bootstrap, cfg.checkpoint.topic, cfg.source.name, publisher)
+    else:
+        store = checkpoint_store(cfg)
     relay = Relay(settings, sources, publisher, serializer, store, reader, metrics, feeds=feeds)
     return RelayHandle(relay, publisher, reader, store, feeds)
 

@@ -13,6 +13,11 @@
   compaction is a space matter, not a correctness one: compaction keeps the last record
   for the key, which is the newest epoch's unless a relay that lost its lease wrote
   after its successor, and then only until the successor's next checkpoint).
+* `TransactionalCheckpointStore`: the same topic, written by the relay's transactional
+  producer inside the Kafka transaction that holds the messages before the checkpoint
+  (`kafka.delivery = "transactional"`): the record becomes visible to the read_committed
+  `load` exactly when those messages do. `save` only produces; the relay's commit makes
+  it durable.
 """
 
 from __future__ import annotations
@@ -81,18 +86,21 @@ class FileCheckpointStore:
 
 class KafkaCheckpointStore:
     def __init__(self, bootstrap: str, topic: str, source: str, producer_config: dict | None = None,
-                 timeout_s: float = 30.0):
+                 timeout_s: float = 30.0, own_producer: bool = True):
         self._topic = topic
         self._key = source.encode()
         self._timeout = timeout_s
         self._bootstrap = bootstrap
-        self._producer = Producer({
-            "bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all", "linger.ms": 0,
-            "partitioner": "murmur2_random", **(producer_config or {}), **client_logging(),
-        })
+        if own_producer:
+            self._producer = Producer({
+                "bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all", "linger.ms": 0,
+                "partitioner": "murmur2_random", **(producer_config or {}), **client_logging(),
+            })
 
     def load(self) -> Checkpoint | None:
-        reader = KafkaTopicReader(self._bootstrap)
+        # End-of-partition events: a partition that ends in a transaction marker (no record
+        # at high - 1) is done at once instead of after a consume timeout.
+        reader = KafkaTopicReader(self._bootstrap, {"enable.partition.eof": True})
         try:
             count = reader.partition_count(self._topic)
             if count is None:
@@ -121,3 +129,16 @@ class KafkaCheckpointStore:
             raise DeliveryError(f"checkpoint write to {self._topic} not acknowledged within {self._timeout:.0f} s")
         if result[0] is not None:
             raise DeliveryError(f"checkpoint write to {self._topic} failed: {result[0].str()}")
+
+
+class TransactionalCheckpointStore(KafkaCheckpointStore):
+    """The Kafka store written inside the relay's open Kafka transaction (see above)."""
+
+    def __init__(self, bootstrap: str, topic: str, source: str, publisher) -> None:
+        super().__init__(bootstrap, topic, source, own_producer=False)
+        self._publisher = publisher  # connectors.kafka_sink.TransactionalKafkaPublisher
+
+    def save(self, checkpoint: Checkpoint) -> None:
+        self._publisher.produce_record(self._topic, self._key,
+                                       json.dumps(checkpoint.to_dict(), sort_keys=True).encode())
+        crashpoints.hit("checkpoint_write")

@@ -20,6 +20,7 @@ when Kafka became unreachable and when it came back; librdkafka's log lines go t
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer
@@ -27,6 +28,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from cdc.errors import ConfigError, DeliveryError
 from cdc.kafka_health import KafkaHealth
 from cdc.ports import Delivery, DeliveryCallback, DeliveryFailure
+from cdc.transactions import FENCED_CODES, Fenced, TransactionAborted
 from connectors.kafka_logging import client_logging
 
 ENFORCED = {"enable.idempotence": True, "acks": "all", "partitioner": "murmur2_random"}
@@ -39,7 +41,8 @@ if hasattr(KafkaError, "_MSG_SIZE_TOO_LARGE"):
     _TOO_LARGE.add(getattr(KafkaError, "_MSG_SIZE_TOO_LARGE"))
 
 
-def producer_settings(bootstrap: str, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+def producer_settings(bootstrap: str, extra: dict[str, Any] | None = None,
+                      txn_id: str | None = None) -> dict[str, Any]:
     conf: dict[str, Any] = {"bootstrap.servers": bootstrap, **DEFAULTS}
     for key, value in (extra or {}).items():
         if key in ENFORCED and str(value).lower() != str(ENFORCED[key]).lower():
@@ -49,6 +52,8 @@ def producer_settings(bootstrap: str, extra: dict[str, Any] | None = None) -> di
             )
         conf[key] = value
     conf.update(ENFORCED)
+    if txn_id is not None:
+        conf["transactional.id"] = txn_id
     return conf
 
 
@@ -68,8 +73,8 @@ def _failure(err: KafkaError) -> DeliveryFailure:
 
 class KafkaPublisher:
     def __init__(self, bootstrap: str, producer_config: dict[str, Any] | None = None,
-                 health: KafkaHealth | None = None):
-        self._conf = producer_settings(bootstrap, producer_config)
+                 health: KafkaHealth | None = None, txn_id: str | None = None):
+        self._conf = producer_settings(bootstrap, producer_config, txn_id)
         self._health = health
         conf: dict[str, Any] = {**self._conf, **client_logging()}
         if health is not None:
@@ -125,6 +130,7 @@ class KafkaPublisher:
                 if err.code() in _TOO_LARGE:
                     on_delivery(Delivery(topic, -1, -1, _failure(err)))
                     return
+                self._raise_if_fenced(err)
                 raise DeliveryError(f"Kafka refused a message for {topic}: {err.name()}: {err.str()}") from exc
 
     def poll(self, timeout: float) -> None:
@@ -143,3 +149,104 @@ class KafkaPublisher:
 
     def close(self) -> None:
         self._producer.flush(5.0)
+
+    def _raise_if_fenced(self, err: KafkaError) -> None:
+        pass
+
+
+class _NotTheFence(logging.Filter):
+    """librdkafka's own lines about this producer being fenced (TXNERR, FATAL, ADDPARTS):
+    the relay says it in its one line (`fenced by a newer instance of ...`)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        return "fenced by a newer instance" not in text and "old epoch" not in text
+
+
+class TransactionalKafkaPublisher(KafkaPublisher):
+    """The publisher of `kafka.delivery = "transactional"`: a transactional producer
+    (`transactional.id` = cdc.transactions.transactional_id(source name)). Its calls
+    raise Fenced when a newer instance took the transactional.id over,
+    TransactionAborted when the open transaction can only be aborted, DeliveryError
+    when Kafka does not answer in time. `produce_record` writes one record (the
+    checkpoint) in the open transaction without a delivery callback of the relay's."""
+
+    def __init__(self, bootstrap: str, txn_id: str, producer_config: dict[str, Any] | None = None,
+                 health: KafkaHealth | None = None):
+        super().__init__(bootstrap, producer_config, health, txn_id=txn_id)
+        self.txn_id = txn_id
+        fence_lines = logging.getLogger("cdc.kafka")
+        if not any(isinstance(f, _NotTheFence) for f in fence_lines.filters):
+            fence_lines.addFilter(_NotTheFence())
+
+    def _raise_if_fenced(self, err: KafkaError) -> None:
+        if err.name() in FENCED_CODES or err.code() == KafkaError._FENCED:
+            raise Fenced(self.txn_id)
+
+    def _call(self, what: str, call: Any, *args: Any) -> None:
+        for attempt in range(5):
+            try:
+                call(*args)
+                return
+            except KafkaException as exc:
+                err = exc.args[0]
+                self._raise_if_fenced(err)
+                if err.txn_requires_abort():
+                    raise TransactionAborted(f"{what}: {err.name()}: {err.str()}") from exc
+                if err.retriable() and attempt < 4:
+                    continue  # librdkafka: the same call may be retried
+                if err.fatal():
+                    raise DeliveryError(f"Kafka producer {self.txn_id} failed ({what}): {err.name()}: {err.str()}; "
+                                        "restart the relay") from exc
+                raise TransactionAborted(f"{what}: {err.name()}: {err.str()}") from exc
+
+    def init_transactions(self, timeout: float) -> None:
+        try:
+            self._producer.init_transactions(timeout)
+        except KafkaException as exc:
+            err = exc.args[0]
+            self._raise_if_fenced(err)
+            raise DeliveryError(f"Kafka did not start transactions for {self.txn_id} within {timeout:g} s: "
+                                f"{err.name()}: {err.str()}; check kafka.bootstrap and that the brokers run "
+                                "(transactional delivery needs a broker with transactions)") from exc
+
+    def begin_transaction(self) -> None:
+        self._call("begin the transaction", self._producer.begin_transaction)
+
+    def commit_transaction(self, timeout: float) -> None:
+        self._call("commit the transaction", self._producer.commit_transaction, timeout)
+
+    def abort_transaction(self, timeout: float) -> None:
+        self._call("abort the transaction", self._producer.abort_transaction, timeout)
+
+    def poll(self, timeout: float) -> None:
+        try:
+            self._producer.poll(timeout)
+        except KafkaException as exc:  # a transactional producer's fatal state
+            self._raise_if_fenced(exc.args[0])
+            raise TransactionAborted(f"{exc.args[0].name()}: {exc.args[0].str()}") from exc
+
+    def flush(self, timeout: float) -> int:
+        try:
+            return self._producer.flush(timeout)
+        except KafkaException as exc:
+            self._raise_if_fenced(exc.args[0])
+            raise TransactionAborted(f"{exc.args[0].name()}: {exc.args[0].str()}") from exc
+
+    def produce_record(self, topic: str, key: bytes, value: bytes) -> None:
+        """One record in the open transaction; a failure shows at the commit."""
+        while True:
+            try:
+                self._producer.produce(topic, value, key)
+                return
+            except BufferError:
+                self._producer.poll(0.05)
+            except KafkaException as exc:
+                self._raise_if_fenced(exc.args[0])
+                raise TransactionAborted(f"the checkpoint record for {topic} was refused: {exc.args[0].str()}") from exc
+
+    def purge(self) -> None:
+        try:
+            super().purge()
+        except KafkaException:  # a fenced (fatal) producer: nothing of it goes out anyway
+            pass

@@ -92,6 +92,8 @@ class ReaderProcessFeeds:
         self._data = Connection(data_r, writable=False)
         self._control = Connection(control_w, readable=False)
         self._configured = False
+        self._spec: ReaderSpec | None = None
+        self._opened = False
         if spec is not None:
             self.configure(spec)
 
@@ -99,9 +101,14 @@ class ReaderProcessFeeds:
         if self._configured:
             raise RuntimeError("the reader process is configured once")
         self._control.send(spec)
-        self._configured = True
+        self._configured, self._spec = True, spec
 
     def open(self, start: StartAt, server_id: int) -> ProcessFeed:
+        if self._opened and self._spec is not None:
+            # A second stream (transactional delivery re-reads from its last committed
+            # checkpoint after an abort): the first one's child was stopped with its feed.
+            self.__init__(self._spec)
+        self._opened = True
         self._control.send(("open", start, server_id))
         return ProcessFeed(self._data, self._control, self._process)
 

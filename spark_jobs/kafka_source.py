@@ -303,6 +303,28 @@ def scan_partitions(
         consumer.close()
 
 
+def aborted_records(
+    bootstrap: str,
+    parts: Sequence[Mapping[str, Any]],
+    committed: Mapping[tuple[str, int], int],
+    extra: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Records that sat in aborted transactions (transactional delivery aborted them;
+    read_committed readers never see them): per partition, what a read_uncommitted
+    consumer reads of [low, high) minus `committed`, what read_committed read. An
+    operator sees that aborts happened and were harmless. Only partitions whose offset
+    range is larger than what was read are scanned (transaction markers, aborted records,
+    compaction): a topic written without transactions costs nothing here."""
+    gaps = [p for p in parts if int(p["high"]) - int(p["low"]) > committed.get((p["topic"], p["partition"]), 0)]
+    uncommitted: dict[tuple[str, int], int] = {}
+    for msg in scan_partitions(bootstrap, gaps, extra, isolation="read_uncommitted"):
+        tp = (msg.topic(), msg.partition())
+        uncommitted[tp] = uncommitted.get(tp, 0) + 1
+    per = {f"{t}[{p}]": n - committed.get((t, p), 0) for (t, p), n in sorted(uncommitted.items())
+           if n > committed.get((t, p), 0)}
+    return {"count": sum(per.values()), "partitions": per}
+
+
 # ------------------------------------------------------------------------ decoding
 
 _AVRO = None

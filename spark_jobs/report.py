@@ -144,6 +144,10 @@ def summary_text(rep: VerifyReport) -> str:
             f"latency commit->broker ms: p50={lat['p50_ms']} p95={lat['p95_ms']} p99={lat['p99_ms']} max={lat['max_ms']}"
             " (commit time has 1 s resolution on MariaDB)"
         )
+    aborted = rep.summary.get("aborted_records")
+    if aborted is not None:
+        lines.append(f"records in aborted Kafka transactions: {aborted['count']} (read_uncommitted minus "
+                     "read_committed; never seen by read_committed consumers, not a problem)")
     ov = (rep.summary.get("order_violations") or {}).get("count", 0)
     if ov:
         lines.append(f"warning: {ov} record(s) go backwards in binlog order within their partition")

@@ -47,7 +47,7 @@ from spark_jobs.binlog_source import (  # noqa: E402
 )  # fmt: skip
 from spark_jobs.common import redacted  # noqa: E402
 from spark_jobs.session import build_spark, register_sources  # noqa: E402
-from spark_jobs.kafka_source import plan_kafka  # noqa: E402
+from spark_jobs.kafka_source import aborted_records, plan_kafka  # noqa: E402
 from spark_jobs.reconcile import ReconcileContext, missing_entry, reconcile, summarize  # noqa: E402
 from spark_jobs.report import VerifyReport, write_outputs  # noqa: E402
 
@@ -364,6 +364,10 @@ def run_verify(config: VerifyConfig, progress: Progress | None = None, spark: An
 
         if config.check_table:
             summary["outbox_table"] = _check_table(spark, settings, config, events_all)
+        if config.isolation == "read_committed":  # transactional delivery: what aborts left behind
+            summary["aborted_records"] = aborted_records(
+                config.kafka_bootstrap, kplan["partitions"],
+                {tp: n for tp, (n, _first, _last) in per_partition.items()}, config.consumer_conf)
 
         inputs = {
             "mysql": redacted(settings_typed),

@@ -59,3 +59,13 @@ def spark():
                .getOrCreate())
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def noida_kafka():
+    """One noida-db Kafka broker (with transactions) for the session: the transactional-
+    delivery tests only (connectors/noida_broker.py has its limits)."""
+    from connectors.noida_broker import NoidaKafka
+
+    with NoidaKafka.start() as broker:
+        yield broker

@@ -15,7 +15,12 @@ milliseconds. Everything here is plain Python over lists and dicts:
                       (too large, fatal), throttled/held/out-of-order acknowledgements,
                       and `crash()` that models kill -9 (an arbitrary per-partition
                       prefix of what was in flight lands, nothing is acknowledged).
-* `FakeDeliveredLog`  a DeliveredLog reading the FakeKafka.
+* `FakeTxnPublisher`  a transactional publisher on a FakeKafka (transactional delivery):
+                      records carry their Kafka transaction; commit, abort, fencing by a
+                      newer instance of the same transactional.id, injected commit failures;
+                      `FakeTxnCheckpointStore` stages its record in the open transaction.
+* `FakeDeliveredLog`  a DeliveredLog reading the FakeKafka (read_committed: records of
+                      aborted or open Kafka transactions are not seen).
 * `FakeCheckpointStore`  keeps every saved checkpoint (through to_dict/from_dict) and
                       can be frozen (a dead process saves nothing).
 * `JsonSerializer`    a trivial Serializer.
@@ -339,6 +344,7 @@ class Record:
     key: bytes | None
     value: bytes
     headers: list[tuple[str, bytes]]
+    txn: int | None = None  # the Kafka transaction it was written in (None: not transactional)
 
     @property
     def header_text(self) -> dict[str, str]:
@@ -350,6 +356,9 @@ class FakeKafka:
         self.logs: dict[str, list[list[Record]]] = {}
         self.lows: dict[tuple[str, int], int] = {}
         self.auto_create_partitions = auto_create_partitions
+        self.txn_state: dict[int, str] = {}  # Kafka transaction -> open | committed | aborted
+        self.txn_epochs: dict[str, int] = {}  # transactional.id -> newest producer epoch
+        self.txn_of: dict[int, str] = {}  # Kafka transaction -> transactional.id
         for name, n in (topics or {}).items():
             self.create_topic(name, n)
 
@@ -374,18 +383,23 @@ class FakeKafka:
         return 0 if key is None else zlib.crc32(key) % n
 
     def append(self, topic: str, partition: int, key: bytes | None, value: bytes,
-               headers: list[tuple[str, bytes]]) -> Record:
+               headers: list[tuple[str, bytes]], txn: int | None = None) -> Record:
         log = self.logs[topic][partition]
-        record = Record(topic, partition, len(log), key, value, list(headers))
+        record = Record(topic, partition, len(log), key, value, list(headers), txn)
         log.append(record)
         return record
 
-    def records(self, topic: str | None = None) -> list[Record]:
+    def visible(self, record: Record) -> bool:
+        """What a read_committed consumer sees."""
+        return record.txn is None or self.txn_state.get(record.txn) == "committed"
+
+    def records(self, topic: str | None = None, committed: bool = False) -> list[Record]:
+        """Every record (read_uncommitted), or with `committed` only what read_committed sees."""
         out = []
         for name, parts in sorted(self.logs.items()):
             if topic is None or name == topic:
                 for part in parts:
-                    out.extend(part)
+                    out.extend(r for r in part if not committed or self.visible(r))
         return out
 
 
@@ -402,6 +416,7 @@ class _Message:
     headers: list[tuple[str, bytes]]
     on_delivery: DeliveryCallback
     record: Record | None = None
+    txn: int | None = None  # a transactional publisher's open Kafka transaction
 
 
 TOO_LARGE = DeliveryFailure("MSG_SIZE_TOO_LARGE", "Broker: Message size too large", too_large=True)
@@ -523,12 +538,159 @@ class FakePublisher:
             if self.fail is not None and self.fail(msg) is not None:
                 continue  # the broker refuses it whenever it arrives
             if tp not in cut and decide(msg):
-                self.kafka.append(msg.topic, msg.partition, msg.key, msg.value, msg.headers)
+                self.kafka.append(msg.topic, msg.partition, msg.key, msg.value, msg.headers, msg.txn)
             else:
                 cut.add(tp)
         self.queue = []
         self.unacked = []
         self.dead = True
+
+
+class FakeTxnPublisher(FakePublisher):
+    """Transactional: every message is written in the open Kafka transaction; readers
+    see it only once that commits. `init_transactions` gives this instance the newest
+    epoch of its transactional.id and aborts what an older instance left open; an older
+    instance is then fenced (Fenced from begin/commit/abort, `_FENCED` in delivery
+    reports). `fail_commits`: how many commits fail (abortable) before they work;
+    `after_commit()`: called right after a commit took effect (a test kills there)."""
+
+    def __init__(self, kafka: FakeKafka, txn_id: str = "cdc-relay.shop-db", **kwargs: Any):
+        super().__init__(kafka, **kwargs)
+        self.txn_id = txn_id
+        self.epoch = -1
+        self.current: int | None = None
+        self.store: "FakeTxnCheckpointStore | None" = None
+        self.fail_commits = 0
+        self.after_commit: Callable[[], None] | None = None
+        self.commits = 0
+        self.aborts = 0
+        self._failed = False
+
+    @property
+    def fenced(self) -> bool:
+        return self.kafka.txn_epochs.get(self.txn_id, -1) > self.epoch
+
+    def _check(self) -> None:
+        from cdc.transactions import Fenced
+
+        if self.fenced:
+            raise Fenced(self.txn_id)
+
+    def init_transactions(self, timeout: float) -> None:
+        k = self.kafka
+        self.epoch = k.txn_epochs[self.txn_id] = k.txn_epochs.get(self.txn_id, -1) + 1
+        for n, state in k.txn_state.items():
+            if state == "open" and k.txn_of.get(n) == self.txn_id:
+                k.txn_state[n] = "aborted"
+
+    def begin_transaction(self) -> None:
+        if self.dead:  # a killed process does nothing more
+            return
+        self._check()
+        if self.current is not None:
+            raise AssertionError("begin_transaction with a transaction open")
+        self.current = n = len(self.kafka.txn_state) + 1
+        self.kafka.txn_state[n], self.kafka.txn_of[n] = "open", self.txn_id
+        self._failed = False
+
+    def publish(self, topic: str, key: bytes | None, value: bytes, headers: list[tuple[str, bytes]],
+                on_delivery: DeliveryCallback, timestamp_ms: int | None = None) -> None:
+        if self.current is None and not self.dead:
+            raise AssertionError("a transactional producer produced outside a transaction")
+        super().publish(topic, key, value, headers, on_delivery, timestamp_ms)
+        if self.queue:
+            self.queue[-1].txn = self.current
+
+    def _transmit(self, limit: int | None) -> None:
+        count = len(self.queue) if limit is None else min(limit, len(self.queue))
+        for _ in range(count):
+            msg = self.queue.pop(0)
+            failure = FENCED if self.fenced else (self.fail(msg) if self.fail else None)
+            if failure is not None:
+                self._failed = True
+                msg.on_delivery(Delivery(msg.topic, msg.partition, -1, failure))
+                continue
+            msg.record = self.kafka.append(msg.topic, msg.partition, msg.key, msg.value, msg.headers,
+                                           msg.txn)
+            self.unacked.append(msg)
+
+    def commit_transaction(self, timeout: float) -> None:
+        from cdc.transactions import TransactionAborted
+
+        if self.dead:
+            return
+        self._check()
+        if self.current is None:
+            raise AssertionError("commit_transaction without a transaction")
+        self.flush(timeout)
+        if self._failed or self.fail_commits > 0:
+            self.fail_commits = max(0, self.fail_commits - 1)
+            raise TransactionAborted("Broker: commit failed (injected)")
+        self.kafka.txn_state[self.current] = "committed"
+        if self.store is not None:
+            self.store.committed(self.current)
+        self.current = None
+        self.commits += 1
+        if self.after_commit is not None:
+            self.after_commit()
+
+    def abort_transaction(self, timeout: float) -> None:
+        if self.dead:
+            return
+        self._check()
+        if self.current is not None:
+            self.kafka.txn_state[self.current] = "aborted"
+            if self.store is not None:
+                self.store.aborted(self.current)
+        self.queue.clear()
+        self.unacked.clear()
+        self.current = None
+        self.aborts += 1
+
+
+FENCED = DeliveryFailure("_FENCED", "Local: This instance has been fenced by a newer instance", fatal=True)
+
+
+class FakeTxnCheckpointStore:
+    """The Kafka checkpoint store in transactional mode: a save is staged in the
+    publisher's open transaction and becomes what `load` returns when it commits."""
+
+    def __init__(self, publisher: FakeTxnPublisher):
+        self._publisher = publisher
+        publisher.store = self
+        self._data: dict[str, Any] | None = None
+        self._staged: dict[int, dict[str, Any]] = {}
+        self.history: list[Checkpoint] = []
+        self.frozen = False
+
+    def attach(self, publisher: FakeTxnPublisher) -> None:
+        """A restarted relay's publisher writes this store."""
+        self._publisher = publisher
+        publisher.store = self
+
+    def load(self) -> Checkpoint | None:
+        return None if self._data is None else Checkpoint.from_dict(json.loads(json.dumps(self._data)))
+
+    def save(self, checkpoint: Checkpoint) -> None:
+        current = self._publisher.current
+        if self._publisher.dead:
+            return
+        if current is None:
+            raise AssertionError("a transactional checkpoint saved outside a Kafka transaction")
+        self._staged[current] = json.loads(json.dumps(checkpoint.to_dict()))
+
+    def committed(self, txn: int) -> None:
+        data = self._staged.pop(txn, None)
+        if data is not None:
+            self._data = data
+            self.history.append(Checkpoint.from_dict(data))
+
+    def aborted(self, txn: int) -> None:
+        self._staged.pop(txn, None)
+
+    @property
+    def current(self) -> Checkpoint | None:
+        return self.load()
 
 
 class FakeDeliveredLog:
@@ -548,7 +710,8 @@ class FakeDeliveredLog:
         self.reads.append((topic, partition, start, end))
         low = self.kafka.lows.get((topic, partition), 0)
         for record in self.kafka.logs[topic][partition][max(start, low):end]:
-            yield record.offset, record.header_text
+            if self.kafka.visible(record):
+                yield record.offset, record.header_text
 
 
 # -- checkpoint store, serializer, clock -------------------------------------------------------
@@ -630,16 +793,24 @@ class RelayHarness:
 
     def __init__(self, binlog: Binlog, kafka: FakeKafka | None = None, store: FakeCheckpointStore | None = None,
                  publisher: dict[str, Any] | None = None, factory: dict[str, Any] | None = None,
-                 serializer: Any = None, **settings: Any):
+                 serializer: Any = None, transactional: bool = False, **settings: Any):
         from cdc.outbox import OutboxTable
         from cdc.relay import Relay
         from cdc.relay_settings import RelaySettings
 
         self.binlog = binlog
         self.kafka = kafka if kafka is not None else FakeKafka(DEFAULT_TOPICS)
-        self.store = store if store is not None else FakeCheckpointStore()
         self.factory = FakeSourceFactory(binlog, **(factory or {}))
-        self.publisher = FakePublisher(self.kafka, **(publisher or {}))
+        if transactional:
+            settings.setdefault("delivery", "transactional")
+            self.publisher = FakeTxnPublisher(self.kafka, **(publisher or {}))
+            if store is None:
+                store = FakeTxnCheckpointStore(self.publisher)
+            else:
+                store.attach(self.publisher)
+        else:
+            self.publisher = FakePublisher(self.kafka, **(publisher or {}))
+        self.store = store if store is not None else FakeCheckpointStore()
         self.delivered = FakeDeliveredLog(self.kafka)
         self.serializer = serializer or JsonSerializer()
         self.clock = TickingClock()
