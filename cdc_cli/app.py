@@ -221,7 +221,10 @@ def take_lease(cfg: Config, handle: RelayHandle, should_stop: Callable[[], bool]
 
         clock = lease.hold(newest_is_ours)
         m.role, m.ready, m.lease_held = "taking over", False, True
-        wait, why = takeover_wait(lease.previous(before), cfg.lease, delivery_timeout_s(cfg.kafka.producer))
+        # Transactional delivery: init_transactions aborts whatever an older instance left
+        # open, and the broker refuses its later writes: no delivery timeout to wait out.
+        queued_for = 0.0 if cfg.kafka.delivery == "transactional" else delivery_timeout_s(cfg.kafka.producer)
+        wait, why = takeover_wait(lease.previous(before), cfg.lease, queued_for)
         log.info("holding the lease %r (connection %d): %s", lease.name, lease.conn_id, why)
         deadline = time.monotonic() + wait
         while time.monotonic() < deadline and not should_stop():
