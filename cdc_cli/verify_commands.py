@@ -31,6 +31,10 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     cfg = read_config(args.config)
     configure("text", "WARNING")
     vcfg = verify_config(cfg, args.output_dir, args.master, args.end_position, args.start_file)
+    if args.binlog_reader:
+        from dataclasses import replace
+
+        vcfg = replace(vcfg, binlog_reader=args.binlog_reader)
     if args.follow:
         return _follow(args, vcfg)
     report = run_verify(vcfg, progress=lambda m: print(f"  {m}", file=sys.stderr, flush=True))
@@ -132,6 +136,9 @@ def add_parsers(sub) -> None:
     p.add_argument("--master", default=None, help="Spark master (default local[*])")
     p.add_argument("--start-file", default=None, help="verify from this binlog file (default: the oldest)")
     p.add_argument("--end-position", default=None, help="verify up to file:pos (default: the server's end now)")
+    p.add_argument("--binlog-reader", default=None, choices=("default", "fast"),
+                   help="default: python-mysql-replication (independent of the relay); fast: the relay's own decoder "
+                        "(several times faster, NOT independent)")
     p.add_argument("--follow", action="store_true",
                    help="run continuously (Spark Structured Streaming): verified-through, alarms, metrics, report")
     p.add_argument("--checkpoint-dir", default=None, help="--follow: Spark checkpoint + state (default <output-dir>/checkpoint)")
