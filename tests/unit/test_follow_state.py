@@ -209,3 +209,22 @@ def test_lag_is_how_long_the_head_has_been_ahead(head, lag) -> None:
     st.apply_batch(0, [a, progress(200)], [rec(a, 0)], now=0.0)
     st.observe_head(head, now=10.0)
     assert st.observe_head(head, now=15.0) == lag
+
+
+def test_the_report_of_a_following_run_shows_where_it_stands_and_the_lag_over_time() -> None:
+    from spark_jobs.follow import follow_summary
+    from spark_jobs.report import VerifyReport, render_html
+
+    st = state()
+    a, b = ev(100), ev(150)
+    st.apply_batch(0, [a, b, progress(200)], [rec(a, 0)], now=0.0)
+    st.expire(now=11.0)
+    for t in range(5):
+        st.observe_head((F1, 1, 300), now=20.0 + t)
+    summary = follow_summary(st, 4.0, (F1, 1, 300))
+    rep = VerifyReport(summary=summary, inputs={}, config={})
+    assert rep.problems == {"missing": 1} and summary["counts"]["delivered"] == 1
+    assert summary["verified_through"] == {"file": F1, "pos": 150, "complete": False}
+    html = render_html(rep)
+    assert "Following" in html and "verified-through lag behind the binlog head" in html and " s</text>" in html
+    assert len(summary["follow"]["lag_history"]) == 5
