@@ -452,8 +452,15 @@ class FollowJob:
 def follow_summary(st: FollowState, lag_s: float, head: tuple[str, int, int] | None) -> dict[str, Any]:
     """The report's summary (the batch verifier's keys) from the follow state."""
     lat = sorted(st.latencies)
-    latency: dict[str, Any] = {"count": len(lat), "clock": "binlog commit event header (1 s resolution on MariaDB) -> broker timestamp",
-                               "note": "of the last 100000 deliveries; a latency can be overstated by up to 1000 ms"}  # fmt: skip
+    clocks = dict(st.latency_clocks)
+    latency: dict[str, Any] = {
+        "count": len(lat), "clocks": clocks,
+        "clock": ("outbox timestamp column (microseconds, set at the INSERT, read as UTC) -> broker timestamp"
+                  if clocks.get("outbox_timestamp_column") else
+                  "binlog commit event header (1 s resolution on MariaDB) -> broker timestamp"),
+        "note": "of the last 100000 deliveries; from the binlog commit header a latency can be overstated by up to 1000 ms; "
+                "from the outbox timestamp column it includes the rest of the writing transaction",
+    }  # fmt: skip
     if lat:
         def q(p: float) -> int:
             return lat[min(len(lat) - 1, int(p * len(lat)))]

@@ -117,6 +117,7 @@ class FollowState:
     examples: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     anomalies: list[str] = field(default_factory=list)
     latencies: collections.deque = field(default_factory=lambda: collections.deque(maxlen=100_000))
+    latency_clocks: dict[str, int] = field(default_factory=dict)  # which clock each latency came from
     lag_history: collections.deque = field(default_factory=lambda: collections.deque(maxlen=4_000))
     heads: collections.deque = field(default_factory=collections.deque)  # ((seq, pos), first seen), ascending
 
@@ -401,8 +402,15 @@ class FollowState:
             self._example(cls, ex)
         if cls in PROVEN_CLASSES:
             self._tx_proven(ev.get("tx"))
-        if rec.get("timestamp_ms") is not None and ev.get("commit_ts_ms") is not None and not rec.get("repair"):
-            self.latencies.append(int(rec["timestamp_ms"]) - int(ev["commit_ts_ms"]))
+        if rec.get("timestamp_ms") is not None and not rec.get("repair"):
+            # the outbox timestamp column when the table has one (microseconds, written at the
+            # INSERT: it includes the rest of the transaction), else the binlog commit header (1 s)
+            if ev.get("timestamp_us") is not None:
+                self.latencies.append(int(rec["timestamp_ms"]) - int(ev["timestamp_us"]) // 1000)
+                self.latency_clocks["outbox_timestamp_column"] = self.latency_clocks.get("outbox_timestamp_column", 0) + 1
+            elif ev.get("commit_ts_ms") is not None:
+                self.latencies.append(int(rec["timestamp_ms"]) - int(ev["commit_ts_ms"]))
+                self.latency_clocks["binlog_commit_header"] = self.latency_clocks.get("binlog_commit_header", 0) + 1
         if cls == "altered":
             ev["class"] = cls
             ev["deliveries"] = [where]

@@ -228,3 +228,13 @@ def test_the_report_of_a_following_run_shows_where_it_stands_and_the_lag_over_ti
     html = render_html(rep)
     assert "Following" in html and "verified-through lag behind the binlog head" in html and " s</text>" in html
     assert len(summary["follow"]["lag_history"]) == 5
+
+
+def test_latency_uses_the_outbox_timestamp_column_when_there_is_one() -> None:
+    from spark_jobs.follow import follow_summary
+
+    st = state()
+    a, b = ev(100), ev(150, timestamp_us=1_000_200_000)  # the INSERT at 1_000_200 ms; broker at 1_000_500
+    st.apply_batch(0, [a, b, progress(200)], [rec(a, 0), rec(b, 1, v_timestamp_us=1_000_200_000)], now=0.0)
+    assert sorted(st.latencies) == [300, 500] and st.latency_clocks == {"outbox_timestamp_column": 1, "binlog_commit_header": 1}
+    assert "outbox timestamp column" in follow_summary(st, 0.0, None)["latency"]["clock"]
