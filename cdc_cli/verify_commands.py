@@ -31,9 +31,56 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     cfg = read_config(args.config)
     configure("text", "WARNING")
     vcfg = verify_config(cfg, args.output_dir, args.master, args.end_position, args.start_file)
+    if args.binlog_reader:
+        from dataclasses import replace
+
+        vcfg = replace(vcfg, binlog_reader=args.binlog_reader)
+    if args.follow:
+        return _follow(args, vcfg)
     report = run_verify(vcfg, progress=lambda m: print(f"  {m}", file=sys.stderr, flush=True))
     print(report.summary_text())  # its last line names the JSON and HTML reports
     return 0 if report.ok else 3
+
+
+def _follow(args: argparse.Namespace, vcfg) -> int:
+    import signal
+    import threading
+
+    from spark_jobs.follow import FollowConfig, run_follow
+
+    if args.end_position:
+        print("cdc verify: --follow runs until stopped; --end-position is for a one-off run (drop one of them)", file=sys.stderr)
+        return 2
+    for name in ("grace", "trigger"):
+        if getattr(args, name) <= 0:
+            print(f"cdc verify: --{name} must be a positive number of seconds, got {getattr(args, name)}", file=sys.stderr)
+            return 2
+    start = args.start_file or args.follow_start
+    fcfg = FollowConfig(verify=vcfg, checkpoint_dir=args.checkpoint_dir or "", grace_s=args.grace, trigger_s=args.trigger,
+                        start=start, metrics_host=args.metrics_host, metrics_port=args.metrics_port,
+                        report_every_s=args.report_every, dedupe_window_s=args.dedupe_window)  # fmt: skip
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_a: stop.set())
+    import logging
+
+    logging.getLogger("cdc.verify.follow").setLevel(logging.INFO)
+    try:
+        code, job = run_follow(fcfg, progress=lambda m: print(f"  {m}", file=sys.stderr, flush=True), stop=stop.is_set,
+                               duration_s=args.duration)  # fmt: skip
+    except (ValueError, RuntimeError) as exc:
+        print(f"cdc verify: error: {str(exc).splitlines()[0]}", file=sys.stderr)
+        return 2
+    if job.error:
+        print(f"cdc verify: error: {job.error}", file=sys.stderr)
+        return 2
+    snap = job.snapshot()
+    vt = snap.get("verified_through") or {}
+    print(f"follow: {snap.get('batches', 0)} batch(es); verified through {vt.get('file')}:{vt.get('pos')} "
+          f"(lag {snap.get('verified_through_lag_s')} s); counts {json.dumps(snap.get('counts'), sort_keys=True)}")  # fmt: skip
+    if job.report is not None:
+        print(f"report: {job.report.json_path}\nhtml:   {job.report.html_path}")
+    return code
 
 
 def _cmd_repair(args: argparse.Namespace) -> int:
@@ -88,6 +135,22 @@ def add_parsers(sub) -> None:
     p.add_argument("--master", default=None, help="Spark master (default local[*])")
     p.add_argument("--start-file", default=None, help="verify from this binlog file (default: the oldest)")
     p.add_argument("--end-position", default=None, help="verify up to file:pos (default: the server's end now)")
+    p.add_argument("--binlog-reader", default=None, choices=("default", "fast"),
+                   help="default: python-mysql-replication (independent of the relay); fast: the relay's own decoder "
+                        "(several times faster, NOT independent)")
+    p.add_argument("--follow", action="store_true",
+                   help="run continuously (Spark Structured Streaming): verified-through, alarms, metrics, report")
+    p.add_argument("--checkpoint-dir", default=None, help="--follow: Spark checkpoint + state (default <output-dir>/checkpoint)")
+    p.add_argument("--grace", type=float, default=60.0, help="--follow: seconds an event may wait for its record (60)")
+    p.add_argument("--trigger", type=float, default=2.0, help="--follow: seconds between micro-batches (2)")
+    p.add_argument("--follow-start", default="head",
+                   help="--follow, new checkpoint: head (default), oldest, a binlog file or file:pos (--start-file wins)")
+    p.add_argument("--metrics-host", default="127.0.0.1", help="--follow: metrics endpoint host")
+    p.add_argument("--metrics-port", type=int, default=None, help="--follow: serve /metrics on this port (0: any free port)")
+    p.add_argument("--report-every", type=float, default=10.0, help="--follow: seconds between report refreshes (10)")
+    p.add_argument("--dedupe-window", type=float, default=300.0,
+                   help="--follow: seconds a matched event is remembered to catch a later duplicate (300)")
+    p.add_argument("--duration", type=float, default=None, help="--follow: stop after this many seconds (default: until SIGTERM)")
     p.set_defaults(func=_cmd_verify)
     p = sub.add_parser("repair", help="re-publish exactly the events a verify found missing")
     p.add_argument("--config", required=True)

@@ -230,7 +230,8 @@ def svg_histogram(bins: list[dict[str, Any]], width_ms: int, title: str, width: 
     return "".join(out)
 
 
-def svg_line(points: list[tuple[float, float]], title: str, x_label: str, y_label: str, width: int = 640, height: int = 240) -> str:
+def svg_line(points: list[tuple[float, float]], title: str, x_label: str, y_label: str, width: int = 640, height: int = 240,
+             unit: str = "ms") -> str:
     pad_l, pad_b, pad_t = 60, 30, 28
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img" aria-label="{_esc(title)}">',
            f'<text x="4" y="18" font-size="14" font-weight="bold">{_esc(title)}</text>']  # fmt: skip
@@ -252,10 +253,11 @@ def svg_line(points: list[tuple[float, float]], title: str, x_label: str, y_labe
     path = " ".join(f"{'M' if i == 0 else 'L'}{sx(x):.1f},{sy(y):.1f}" for i, (x, y) in enumerate(points))
     out.append(f'<path d="{path}" fill="none" stroke="#c62828" stroke-width="1.5"/>')
     for x, y in points if len(points) <= 200 else []:
-        out.append(f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="2" fill="#c62828"><title>{_esc(x_label)} {int(x)}: {int(y)} ms</title></circle>')
+        out.append(f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="2" fill="#c62828"><title>{_esc(x_label)} {int(x)}: {y:g} {_esc(unit)}</title></circle>')
     out.append(f'<line x1="{pad_l}" y1="{pad_t + plot_h}" x2="{pad_l + plot_w}" y2="{pad_t + plot_h}" stroke="#333"/>')
     out.append(f'<line x1="{pad_l}" y1="{pad_t}" x2="{pad_l}" y2="{pad_t + plot_h}" stroke="#333"/>')
-    out.append(f'<text x="4" y="{pad_t + 10}" font-size="11">{int(y1)} ms</text>')
+    out.append(f'<text x="4" y="{pad_t + 10}" font-size="11">{y1:g} {_esc(unit)}</text>')
+    out.append(f'<text x="4" y="{pad_t + plot_h}" font-size="11">0 {_esc(unit)}</text>')
     t0 = _dt.datetime.fromtimestamp(x0, _dt.timezone.utc).strftime("%H:%M:%S")
     t1 = _dt.datetime.fromtimestamp(x1, _dt.timezone.utc).strftime("%H:%M:%S")
     out.append(f'<text x="{pad_l}" y="{height - 8}" font-size="11">{t0} UTC</text>')
@@ -298,6 +300,7 @@ def render_html(rep: VerifyReport) -> str:
         "pre{background:#f5f5f5;padding:8px;font-size:11px;overflow:auto}"
     )
     count_rows = "".join(f"<tr><td>{k}</td><td>{c.get(k, 0)}</td></tr>" for k in ALL_CLASSES)
+    follow_html = _follow_html(rep.summary.get("follow"))
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>cdc verify: {status}</title><style>{style}</style></head>
 <body>
@@ -307,6 +310,7 @@ def render_html(rep: VerifyReport) -> str:
         f" - first unproven event at {_esc(fu['file'])}:{_esc(fu['pos'])} row {_esc(fu['row'])}" if fu else " - everything in the range is proven"}</p>
 <table><tr><th>class</th><th>count</th></tr>{count_rows}</table>
 <div>{bars}</div>
+{follow_html}
 <h2>Latency</h2>{stats}
 <div>{hist_svg}</div>
 <div>{lag_svg}</div>
@@ -332,3 +336,16 @@ def write_outputs(rep: VerifyReport, out_dir: str | Path, missing_rows: Iterator
     Path(rep.json_path).write_text(rep.to_json(), encoding="utf-8")
     Path(rep.html_path).write_text(render_html(rep), encoding="utf-8")
     return rep
+
+
+def _follow_html(f: dict[str, Any] | None) -> str:
+    """The following verifier's section: where it stands and its verified-through lag over time."""
+    if not f:
+        return ""
+    rows = "".join(
+        f"<tr><td>{_esc(k)}</td><td>{_esc(v if not isinstance(v, dict) else ', '.join(f'{a}: {b}' for a, b in v.items()))}</td></tr>"
+        for k, v in f.items() if k != "lag_history"
+    )
+    lag = svg_line([(p["t"], p["lag_s"]) for p in f.get("lag_history") or []], "verified-through lag behind the binlog head",
+                   "time", "wall clock", unit="s")  # fmt: skip
+    return f"<h2>Following</h2><table><tr><th>figure</th><th>value</th></tr>{rows}</table><div>{lag}</div>"

@@ -1,0 +1,232 @@
+"""The following verifier (`cdc verify --follow`) at a steady event rate with the relay
+running, on local[2]: its verified-through lag (p50 / p99 / max, sampled every second
+from its metrics endpoint) and the CPU it uses per verified event, then the batch
+verifier over the same range in the same run, and its CPU per verified event.
+
+    ./run.sh bench verify_follow [--rate 5000] [--seconds 120] [--partitions 64]
+
+A writer process commits transactions of 10 small outbox events at --rate; the relay runs
+in this process (a thread); the following verifier is `cdc verify --follow` in its own
+process (its Spark driver JVM and Python workers are its descendants: their CPU is
+summed from /proc every second). The stand-in keeps only ~5 MiB per partition, so the
+topic has many partitions and the payloads are small. All of it - MariaDB, the writer,
+the relay, the verifier - shares this machine's cores: the achieved rate is printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+PER_TX = 10
+
+
+def _writer(settings: dict, database: str, rate: int, seconds: float, out: "mp.Queue") -> None:
+    import pymysql
+
+    conn = pymysql.connect(host=settings["host"], port=settings["port"], user=settings["user"],
+                           password=settings["password"], database=database, autocommit=False)  # fmt: skip
+    interval = PER_TX / rate
+    start = time.perf_counter()
+    n = 0
+    with conn.cursor() as cur:
+        while time.perf_counter() - start < seconds:
+            due = start + (n // PER_TX) * interval
+            delay = due - time.perf_counter()
+            if delay > 0:
+                time.sleep(delay)
+            cur.executemany("INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES (%s,'order',%s,'C',%s)",
+                            [(f"e{n + i:010d}", f"o{(n + i) % 1000}", '{"n":%d}' % (n + i)) for i in range(PER_TX)])
+            conn.commit()
+            n += PER_TX
+    conn.close()
+    out.put((n, n / (time.perf_counter() - start)))
+
+
+class TreeCpu:
+    """CPU seconds (user + system) of a process and all its descendants, sampled."""
+
+    def __init__(self, pid: int):
+        import psutil
+
+        self.root = psutil.Process(pid)
+        self.seen: dict[int, float] = {}
+
+    def sample(self) -> float:
+        import psutil
+
+        try:
+            procs = [self.root] + self.root.children(recursive=True)
+        except psutil.Error:
+            procs = []
+        for p in procs:
+            try:
+                t = p.cpu_times()
+                self.seen[p.pid] = max(self.seen.get(p.pid, 0.0), t.user + t.system + t.children_user + t.children_system)
+            except psutil.Error:
+                pass
+        return sum(self.seen.values())
+
+
+def _metrics(port: int) -> dict[str, float]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as resp:
+            text = resp.read().decode()
+    except OSError:
+        return {}
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            out[name.split("{")[0] + ("{" + name.split(",", 1)[1] if "," in name else "")] = float(value)
+    return out
+
+
+def _pct(values: list[float], p: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, int(len(s) * p / 100))] if s else float("nan")
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rate", type=int, default=5000)
+    ap.add_argument("--seconds", type=float, default=120.0)
+    ap.add_argument("--partitions", type=int, default=64)
+    ap.add_argument("--master", default="local[2]")
+    ap.add_argument("--binlog-reader", default="default", choices=("default", "fast"),
+                    help="the follow job's binlog reader (fast: the relay's decoder, NOT independent)")
+    args = ap.parse_args()
+    from bench.workloads import bench_server, create_schema
+    from cdc.config import load_config
+    from cdc.metrics import RelayMetrics
+    from cdc_cli.app import build_relay
+    from cdc_cli.logs import configure
+    from connectors.kafka_standin import KafkaStandin
+    from tests.integration.harness import _to_toml
+
+    configure("text", "WARNING")
+    work = Path(tempfile.mkdtemp(prefix="verify-follow-"))
+    with bench_server() as db, KafkaStandin.start(brokers=1) as kafka:
+        kafka.create_topic("vf.order", args.partitions)
+        kafka.create_topic("vf.dlq", 1)
+        create_schema(db, "vf", mixed=False)
+        with db.connect() as conn, conn.cursor() as cur:
+            cur.execute("SHOW MASTER STATUS")
+            file, pos = cur.fetchone()[:2]
+        raw = {
+            "source": {"name": "vf", "host": db.host, "port": db.port, "user": db.user, "password_env": "CDC_BENCH_PW",
+                       "replica_server_id": 778101, "start": f"{file}:{pos}", "heartbeat_s": 0.5},
+            "outbox": {"tables": [{"schema": "vf", "table": "outbox", "topic": "vf.{aggregate_type}"}]},
+            "kafka": {"bootstrap": kafka.bootstrap_servers, "dead_letter_topic": "vf.dlq"},
+            "schema_registry": {"url": "mock://vf"},
+            "checkpoint": {"store": "file", "path": str(work / "relay-cp.json"), "interval_s": 1.0},
+        }  # fmt: skip
+        cfg = load_config(raw, {"CDC_BENCH_PW": db.password})
+        (work / "relay.toml").write_text(_to_toml(raw))
+        env = {**os.environ, "CDC_BENCH_PW": db.password or ""}
+        handle = build_relay(cfg, RelayMetrics())
+        stop = threading.Event()
+        relay = threading.Thread(target=lambda: handle.relay.run(stop.is_set), daemon=True)
+        relay.start()
+        port = _free_port()
+        flog = open(work / "follow.log", "wb")
+        follow = subprocess.Popen(
+            [sys.executable, "-m", "cdc_cli.main", "verify", "--config", str(work / "relay.toml"), "--follow", "--master",
+             args.master, "--output-dir", str(work / "follow-out"), "--metrics-port", str(port), "--trigger", "2",
+             "--report-every", "30", "--binlog-reader", args.binlog_reader],
+            cwd=ROOT, env=env, stdout=flog, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+        cpu = TreeCpu(follow.pid)
+        deadline = time.monotonic() + 180
+        while not _metrics(port) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        if not _metrics(port):
+            raise SystemExit(f"the follow job did not start: see {work / 'follow.log'}")
+        print(f"follow job up (work dir {work}); writing {args.rate}/s for {args.seconds:.0f} s ...", flush=True)
+        cpu0 = cpu.sample()
+        ctx = mp.get_context("spawn")
+        queue = ctx.Queue()
+        writer = ctx.Process(target=_writer, args=(db.connection_settings(), "vf", args.rate, args.seconds, queue))
+        t0 = time.monotonic()
+        writer.start()
+        lags: list[float] = []
+        while time.monotonic() - t0 < args.seconds:
+            time.sleep(1.0)
+            m = _metrics(port)
+            cpu.sample()
+            if "cdc_verify_verified_through_lag_seconds" in m:
+                lags.append(m["cdc_verify_verified_through_lag_seconds"])
+        written, achieved = queue.get(timeout=120)
+        writer.join(30)
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            m = _metrics(port)
+            cpu.sample()
+            if m.get('cdc_verify_events{class="delivered"}', 0) >= written:
+                break
+            time.sleep(1)
+        caught_up = time.monotonic() - t0 - args.seconds
+        m = _metrics(port)
+        follow_cpu = cpu.sample() - cpu0
+        follow.send_signal(signal.SIGTERM)
+        follow.wait(120)
+        flog.close()
+        stop.set()
+        relay.join(60)
+        handle.close()
+        delivered = m.get('cdc_verify_events{class="delivered"}', 0)
+        problems = m.get("cdc_verify_problems", -1)
+
+        # the batch verifier over the same range, same machine, same run
+        out = work / "batch-out"
+        blog = open(work / "batch.log", "wb")
+        t1 = time.monotonic()
+        batch = subprocess.Popen(
+            [sys.executable, "-m", "cdc_cli.main", "verify", "--config", str(work / "relay.toml"), "--master", args.master,
+             "--output-dir", str(out), "--start-file", file],
+            cwd=ROOT, env=env, stdout=blog, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+        bcpu = TreeCpu(batch.pid)
+        while batch.poll() is None:
+            bcpu.sample()
+            time.sleep(0.5)
+        batch_wall = time.monotonic() - t1
+        blog.close()
+        batch_cpu = sum(bcpu.seen.values())
+        report = json.loads((out / "report.json").read_text())
+        b_delivered = report["counts"]["delivered"]
+
+    print(f"written {written} events at {achieved:.0f}/s achieved (asked {args.rate}/s) for {args.seconds:.0f} s, "
+          f"{args.partitions} partitions, master {args.master}, follow binlog reader {args.binlog_reader}")
+    print(f"follow:  delivered {delivered:.0f}, problems {problems:.0f}; verified-through lag p50 {_pct(lags, 50):.1f} s, "
+          f"p99 {_pct(lags, 99):.1f} s, max {max(lags) if lags else float('nan'):.1f} s ({len(lags)} samples, 1/s); "
+          f"all verified {caught_up:.1f} s after the writer stopped")
+    print(f"follow:  CPU {follow_cpu:.1f} s = {1e6 * follow_cpu / max(1, delivered):.0f} us per verified event "
+          f"({follow_cpu / (args.seconds + caught_up):.2f} cores while following)")
+    print(f"batch:   delivered {b_delivered} (ok {report['ok']}) in {batch_wall:.1f} s wall; CPU {batch_cpu:.1f} s = "
+          f"{1e6 * batch_cpu / max(1, b_delivered):.0f} us per verified event (JVM start-up included)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,526 @@
+"""`cdc verify --follow`: the verifier as a Spark Structured Streaming job that runs all the
+time and says how far the binlog is proven delivered exactly once.
+
+Two streaming sources, both the verifier's own independent readers:
+`cdc_binlog_stream` (offsets: binlog positions; `spark_jobs/binlog_stream.py`) and
+`cdc_kafka_stream` (offsets: per-partition offsets; `spark_jobs/kafka_stream.py`). Their
+rows are put side by side (one union, one query, one Spark checkpoint) and handed to
+`foreachBatch`, which reconciles each micro-batch - only what is new - against the state
+left by the earlier ones (`spark_jobs/follow_state.py`: unmatched events and records,
+matched identities for duplicate detection, verified-through).
+
+Why foreachBatch with a small state of our own, not Spark's stateful operators: the
+rules need more than a join with a watermark (a late second delivery of a matched event is
+a duplicate; verified-through is an ordered scan over transactions; an unmatched record is
+a phantom only once the binlog has been read past it), and a micro-batch holds only what
+is new - a few thousand rows - so the state fits one process and each batch is one
+collect. Exactness across a kill: Spark's checkpoint (`<checkpoint>/spark`) holds the
+offsets of every batch; the state after batch N is written to `<checkpoint>/state/N.state`
+(atomic rename) before Spark commits N. A restarted job gets batch N again with the same
+offsets when N was not committed, and it starts from the state of N-1: nothing is counted
+twice, nothing is lost. (Alarm lines of a batch re-run after a kill can be logged again.)
+
+Outputs, refreshed continuously: the Prometheus endpoint (`--metrics-port`), one alarm
+line per missing / duplicate / phantom event (logger `cdc.verify.follow`), and
+report.json + report.html (+ missing.jsonl) in the output directory every
+`report_every_s` and at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import threading
+import time
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, Callable
+
+from cdc.position import file_sequence
+from spark_jobs.binlog_source import BINLOG_FIELDS, tables_to_json
+from spark_jobs.binlog_stream import BinlogStreamDataSource, server_logs
+from spark_jobs.common import redacted
+from spark_jobs.follow_state import FollowState
+from spark_jobs.kafka_source import plan_kafka
+from spark_jobs.kafka_stream import STREAM_FIELDS, KafkaStreamDataSource, offsets_of
+from spark_jobs.reconcile import ALL_CLASSES, missing_entry
+from spark_jobs.report import VerifyReport, write_outputs
+from spark_jobs.verify import VerifyConfig, source_error
+
+LOG = logging.getLogger("cdc.verify.follow")
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class FollowConfig:
+    verify: VerifyConfig
+    checkpoint_dir: str = ""  # default: <output_dir>/checkpoint
+    grace_s: float = 60.0
+    trigger_s: float = 2.0
+    start: str = "head"  # "head" (now), "oldest", a binlog file name, or file:pos
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int | None = None  # None: no endpoint; 0: any free port
+    report_every_s: float = 10.0
+    dedupe_window_s: float = 300.0
+    binlog_split_bytes: int = 8 << 20
+
+    @property
+    def checkpoint(self) -> Path:
+        return Path(self.checkpoint_dir or os.path.join(self.verify.output_dir, "checkpoint"))
+
+
+def register_stream_sources(spark: Any) -> None:
+    for source in (BinlogStreamDataSource, KafkaStreamDataSource):
+        try:
+            spark.dataSource.register(source)
+        except Exception as exc:  # only "already registered" is fine
+            if "DATA_SOURCE_ALREADY_EXISTS" not in str(exc):
+                raise
+
+
+class FollowJob:
+    """The streaming query, the state it keeps, a clock thread (grace expiry, binlog head,
+    metrics, report) and the metrics endpoint."""
+
+    def __init__(self, config: FollowConfig, spark: Any = None, progress: Progress | None = None):
+        if config.grace_s <= 0 or config.trigger_s <= 0:
+            raise ValueError("cdc verify --follow: --grace and --trigger must be positive numbers of seconds")
+        self.config = config
+        self.say = progress or (lambda _m: None)
+        self._own_spark = spark is None
+        self.spark = spark
+        self.lock = threading.RLock()
+        self.state: FollowState | None = None
+        self.query: Any = None
+        self.head: tuple[str, int, int] | None = None
+        self.lag_s: float = 0.0
+        self.last_batch_at: float | None = None
+        self.batch_seconds: list[float] = []
+        self._stop = threading.Event()
+        self._clock: threading.Thread | None = None
+        self._http: ThreadingHTTPServer | None = None
+        self.metrics_port: int | None = None
+        self._last_report = 0.0
+        self.report: VerifyReport | None = None
+        self.error: str | None = None
+
+    # ------------------------------------------------------------------ set-up
+
+    def _state_dir(self) -> Path:
+        return self.config.checkpoint / "state"
+
+    def _fresh(self) -> bool:
+        offsets = self.config.checkpoint / "spark" / "offsets"
+        return not offsets.is_dir() or not any(offsets.iterdir())
+
+    def _new_state(self) -> FollowState:
+        v = self.config.verify
+        return FollowState(source=v.source, dlq_topic=v.dlq_topic, grace_s=self.config.grace_s,
+                           dedupe_window_s=self.config.dedupe_window_s, partitioner=v.partitioner)  # fmt: skip
+
+    def _resolve_start(self) -> tuple[str, str]:
+        """(binlog start file:pos, kafka start) for a new query. From the head: the
+        topics' high watermarks are taken first, the binlog head second, so every event
+        after that head is published after those offsets."""
+        settings = {**self.config.verify.mysql_options()}
+        settings["port"] = int(settings["port"])
+        start = (self.config.start or "head").strip()
+        if start == "head":
+            v = self.config.verify
+            kplan = plan_kafka(v.kafka_bootstrap, list(v.topics) + [v.dlq_topic], v.effective_pattern(), v.consumer_conf)
+            (file, pos), _logs = server_logs(settings)
+            return f"{file}:{pos}", json.dumps(offsets_of(kplan, "high"))
+        (file, pos), logs = server_logs(settings)
+        if start == "oldest":
+            return f"{logs[0][0] if logs else file}:4", "earliest"
+        if ":" in start:
+            return start, "earliest"
+        if start not in [n for n, _ in logs]:
+            raise ValueError(f"cdc verify --follow: start file {start} is not on the server (SHOW BINARY LOGS): name one that is")
+        return f"{start}:4", "earliest"
+
+    def start(self) -> "FollowJob":
+        from pyspark.sql import functions as F
+
+        cfg, v = self.config, self.config.verify
+        cp = cfg.checkpoint
+        cp.mkdir(parents=True, exist_ok=True)
+        fresh = self._fresh()
+        if fresh and self._state_dir().exists():
+            shutil.rmtree(self._state_dir())  # state of a query whose Spark checkpoint is gone
+        binlog_start, kafka_start = self._resolve_start() if fresh else ("head", "latest")
+        if fresh:
+            f, _, p = binlog_start.rpartition(":")
+            st = self._new_state()
+            st.start = (f, file_sequence(f)[1], int(p))
+            st.read_through = st.start
+            st.verified_through = st.start
+            if kafka_start.startswith("{"):  # partitions known at the start are not truncated
+                for topic, parts in json.loads(kafka_start).items():
+                    for p_, off in parts.items():
+                        st.kafka_next[(topic, int(p_))] = int(off)
+            st.save(self._state_dir())  # batch -1: where following began
+            self.state = st
+            self.say(f"follow: new checkpoint {cp}, binlog from {binlog_start}, topics from the "
+                     f"{'latest' if kafka_start.startswith('{') else kafka_start} offsets")
+        else:
+            self.say(f"follow: resuming from checkpoint {cp}")
+        if self.spark is None:
+            from spark_jobs.session import build_spark
+
+            self.say(f"spark: starting ({v.spark_master})")
+            self.spark = build_spark(v.spark_master, "cdc-verify-follow", v.spark_conf)
+        register_stream_sources(self.spark)
+        binlog = (
+            self.spark.readStream.format("cdc_binlog_stream").options(**v.mysql_options())
+            .option("source", v.source).option("tables", tables_to_json(v.tables))
+            .option("binlog_reader", v.binlog_reader).option("start", binlog_start)
+            .option("split_bytes", str(cfg.binlog_split_bytes))
+            .load()
+        )  # fmt: skip
+        topics = ",".join(list(v.topics) + [v.dlq_topic])
+        kafka = (
+            self.spark.readStream.format("cdc_kafka_stream").option("bootstrap", v.kafka_bootstrap)
+            .option("topics", topics).option("topic_pattern", v.effective_pattern() or "")
+            .option("dlq_topic", v.dlq_topic).option("start", kafka_start).option("isolation", v.isolation)
+            .option("chunk", str(v.kafka_chunk))
+            .load()
+        )  # fmt: skip
+        b_types = dict(BINLOG_FIELDS)
+        k_types = dict(STREAM_FIELDS)
+        b_side = binlog.select(
+            F.lit("b").alias("side"), *[F.col(n).alias("b_" + n) for n in b_types],
+            *[F.lit(None).cast(t).alias("k_" + n) for n, t in k_types.items()],
+        )  # fmt: skip
+        k_side = kafka.select(
+            F.lit("k").alias("side"), *[F.lit(None).cast(t).alias("b_" + n) for n, t in b_types.items()],
+            *[F.col(n).alias("k_" + n) for n in k_types],
+        )  # fmt: skip
+        both = b_side.unionByName(k_side)
+        self.query = (
+            both.writeStream.foreachBatch(self._on_batch)
+            .option("checkpointLocation", str(cp / "spark"))
+            .trigger(processingTime=f"{cfg.trigger_s:g} seconds")
+            .queryName("cdc_verify_follow")
+            .start()
+        )
+        if cfg.metrics_port is not None:
+            self._start_http()
+        self._clock = threading.Thread(target=self._clock_loop, name="follow-clock", daemon=True)
+        self._clock.start()
+        return self
+
+    # ----------------------------------------------------------------- batches
+
+    def _state_for(self, batch_id: int) -> FollowState:
+        st = self.state
+        if st is not None and st.batch_id == batch_id - 1:
+            return st
+        loaded = FollowState.load(self._state_dir(), before=batch_id)
+        if loaded is None:
+            raise RuntimeError(f"cdc verify --follow: no state before batch {batch_id} in {self._state_dir()}: "
+                               f"start with a new checkpoint dir")  # fmt: skip
+        loaded.grace_s, loaded.dedupe_window_s = self.config.grace_s, self.config.dedupe_window_s
+        return loaded
+
+    def _on_batch(self, df: Any, batch_id: int) -> None:
+        t0 = time.monotonic()
+        table = df.toArrow()  # the Spark job: both sources' new ranges read by the executors
+        t_read = time.monotonic() - t0
+        import pyarrow.compute as pc
+
+        b_names = [n for n, _ in BINLOG_FIELDS]
+        k_names = [n for n, _ in STREAM_FIELDS]
+        is_b = pc.equal(table.column("side"), "b")
+        brows = table.filter(is_b).select(["b_" + n for n in b_names]).rename_columns(b_names).to_pylist()
+        krows = table.filter(pc.invert(is_b)).select(["k_" + n for n in k_names]).rename_columns(k_names).to_pylist()
+        with self.lock:
+            st = self._state_for(batch_id)
+            self.state = None  # a failure half-way leaves no half-applied state in memory
+            st.apply_batch(batch_id, brows, krows)
+            st.expire()
+            st.save(self._state_dir())
+            self.state = st
+            self.last_batch_at = time.time()
+            self.batch_seconds.append(time.monotonic() - t0)
+            del self.batch_seconds[:-1000]
+            vt = st.verified_through
+        LOG.info("batch %d: %d binlog row(s), %d record row(s); read %.2f s, reconcile %.2f s; verified through %s:%s",
+                 batch_id, len(brows), len(krows), t_read, time.monotonic() - t0 - t_read, vt[0] if vt else None,
+                 vt[2] if vt else None)  # fmt: skip
+
+    # ------------------------------------------------------------------- clock
+
+    def _clock_loop(self) -> None:
+        settings = {**self.config.verify.mysql_options()}
+        settings["port"] = int(settings["port"])
+        while not self._stop.wait(1.0):
+            try:
+                (file, pos), _ = server_logs(settings)
+                head = (file, file_sequence(file)[1], pos)
+            except Exception as exc:  # noqa: BLE001 - the query reports source failures itself
+                LOG.warning("follow: cannot read the binlog head: %s", str(exc).splitlines()[0][:300])
+                head = self.head
+            with self.lock:
+                st = self.state
+                if st is None:
+                    continue
+                before = (dict(st.counts), dict(st.records))
+                st.expire()
+                if head is not None:
+                    self.head = head
+                    self.lag_s = st.observe_head(head)
+                if (dict(st.counts), dict(st.records)) != before:
+                    st.save(self._state_dir())
+                due = time.monotonic() - self._last_report >= self.config.report_every_s
+            if due:
+                try:
+                    self.write_report()
+                except Exception as exc:  # noqa: BLE001
+                    LOG.warning("follow: writing the report failed: %s", exc)
+
+    # ----------------------------------------------------------------- figures
+
+    def snapshot(self) -> dict[str, Any]:
+        with self.lock:
+            st = self.state
+            if st is None:
+                return {}
+            vt = st.verified_through
+            return {
+                "batches": st.batches,
+                "batch_id": st.batch_id,
+                "counts": dict(st.counts),
+                "records": dict(st.records),
+                "alarms": dict(st.alarms),
+                "problems": st.problems(),
+                "pending_events": len(st.pending),
+                "waiting_records": len(st.waiting),
+                "xa_undecided": len(st.xa_held),
+                "late_deliveries": st.late_deliveries,
+                "order_violations": st.order_violations,
+                "verified_through": {"file": vt[0], "pos": vt[2]} if vt else None,
+                "read_through": {"file": st.read_through[0], "pos": st.read_through[2]} if st.read_through else None,
+                "start": {"file": st.start[0], "pos": st.start[2]} if st.start else None,
+                "binlog_head": {"file": self.head[0], "pos": self.head[2]} if self.head else None,
+                "verified_through_lag_s": round(self.lag_s, 3),
+                "last_batch_at": self.last_batch_at,
+            }
+
+    def metrics_text(self) -> str:
+        s = self.snapshot()
+        src = self.config.verify.source.replace("\\", "\\\\").replace('"', '\\"')
+        lab = f'source="{src}"'
+        lines = []
+
+        def m(name: str, help_: str, kind: str, values: list[tuple[str, float]]) -> None:
+            lines.append(f"# HELP {name} {help_}")
+            lines.append(f"# TYPE {name} {kind}")
+            for extra, value in values:
+                lines.append(f"{name}{{{lab}{extra}}} {value}")
+
+        if not s:
+            m("cdc_verify_up", "1 once the following verifier has its state", "gauge", [("", 0)])
+            return "\n".join(lines) + "\n"
+        m("cdc_verify_up", "1 once the following verifier has its state", "gauge", [("", 1)])
+        counts = s["counts"]
+        m("cdc_verify_events", "events (and phantom / unverifiable records) by class so far", "gauge",
+          [(f',class="{c}"', counts.get(c, 0)) for c in ALL_CLASSES])  # fmt: skip
+        m("cdc_verify_problems", "missing + duplicate + phantom + reordered + altered (+ statement_format)", "gauge",
+          [("", sum(s["problems"].values()))])  # fmt: skip
+        m("cdc_verify_alarms_total", "alarm lines logged", "counter", [(f',class="{c}"', n) for c, n in sorted(s["alarms"].items())])
+        m("cdc_verify_records", "records that are not of this source", "gauge",
+          [(',class="foreign"', s["records"]["foreign"]), (',class="unidentified"', s["records"]["unidentified"])])  # fmt: skip
+        m("cdc_verify_verified_through_lag_seconds", "how long the binlog head has been ahead of verified-through", "gauge",
+          [("", s["verified_through_lag_s"])])  # fmt: skip
+        vt, head = s["verified_through"], s["binlog_head"]
+        if vt:
+            m("cdc_verify_verified_through_file_seq", "binlog file number of verified-through", "gauge", [("", file_sequence(vt["file"])[1])])
+            m("cdc_verify_verified_through_pos", "binlog position of verified-through", "gauge", [("", vt["pos"])])
+        if head:
+            m("cdc_verify_binlog_head_file_seq", "binlog file number of the server's end", "gauge", [("", file_sequence(head["file"])[1])])
+            m("cdc_verify_binlog_head_pos", "binlog position of the server's end", "gauge", [("", head["pos"])])
+            if vt and vt["file"] == head["file"]:
+                m("cdc_verify_binlog_bytes_unverified", "bytes between verified-through and the head (same file)", "gauge",
+                  [("", max(0, head["pos"] - vt["pos"]))])  # fmt: skip
+        m("cdc_verify_pending_events", "events read, no delivery yet, within grace", "gauge", [("", s["pending_events"])])
+        m("cdc_verify_waiting_records", "records read whose binlog position is not read yet", "gauge", [("", s["waiting_records"])])
+        m("cdc_verify_xa_undecided", "XA prepare groups read without their outcome", "gauge", [("", s["xa_undecided"])])
+        m("cdc_verify_late_deliveries_total", "deliveries of events already called missing", "counter", [("", s["late_deliveries"])])
+        m("cdc_verify_order_violations_total", "records whose header position goes back in their partition", "counter",
+          [("", s["order_violations"])])  # fmt: skip
+        m("cdc_verify_batches_total", "micro-batches reconciled", "counter", [("", s["batches"])])
+        age = time.time() - s["last_batch_at"] if s["last_batch_at"] else -1
+        m("cdc_verify_last_batch_age_seconds", "since the last micro-batch (-1: none yet in this process)", "gauge", [("", round(age, 3))])
+        return "\n".join(lines) + "\n"
+
+    def _start_http(self) -> None:
+        job = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802
+                if self.path.split("?")[0] == "/metrics":
+                    body, ctype, code = job.metrics_text().encode(), "text/plain; version=0.0.4", 200
+                elif self.path.split("?")[0] in ("/healthz", "/"):
+                    ok = job.error is None
+                    body, ctype, code = (b"ok\n" if ok else f"failed: {job.error}\n".encode()), "text/plain", 200 if ok else 503
+                else:
+                    body, ctype, code = b"not found\n", "text/plain", 404
+                self.send_response(code)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *_a: Any) -> None:
+                pass
+
+        try:
+            self._http = ThreadingHTTPServer((self.config.metrics_host, int(self.config.metrics_port or 0)), Handler)
+        except OSError as exc:
+            raise ValueError(f"cdc verify --follow: cannot serve metrics on {self.config.metrics_host}:{self.config.metrics_port}: "
+                             f"{exc.strerror} (choose another --metrics-port)") from None  # fmt: skip
+        self.metrics_port = self._http.server_address[1]
+        threading.Thread(target=self._http.serve_forever, name="follow-metrics", daemon=True).start()
+        self.say(f"follow: metrics on http://{self.config.metrics_host}:{self.metrics_port}/metrics")
+
+    # ------------------------------------------------------------------ report
+
+    def write_report(self) -> VerifyReport | None:
+        with self.lock:
+            st = self.state
+            if st is None:
+                return None
+            summary = follow_summary(st, self.lag_s, self.head)
+            missing = [missing_entry(ev) for ev in st.open_verdicts.values() if ev.get("class") == "missing"]
+            anomalies = list(st.anomalies)
+        v = self.config.verify
+        config = {**v.public(), "follow": {"grace_s": self.config.grace_s, "trigger_s": self.config.trigger_s,
+                                           "checkpoint_dir": str(self.config.checkpoint), "start": self.config.start,
+                                           "dedupe_window_s": self.config.dedupe_window_s}}  # fmt: skip
+        inputs = {"mysql": redacted(v.mysql_options()), "mode": "follow",
+                  "binlog": {"start": summary["follow"]["start"], "read_through": summary["follow"]["read_through"],
+                             "head": summary["follow"]["binlog_head"]},
+                  "kafka": {"bootstrap": v.kafka_bootstrap, "isolation": v.isolation,
+                            "partitions": [{"topic": t, "partition": p, "next_offset": o} for (t, p), o in sorted(st.kafka_next.items())]}}  # fmt: skip
+        rep = VerifyReport(summary=summary, inputs=inputs, config=config, anomalies=anomalies)
+        write_outputs(rep, v.output_dir, iter(missing))
+        self._last_report = time.monotonic()
+        self.report = rep
+        return rep
+
+    # -------------------------------------------------------------------- run
+
+    def failure(self) -> str | None:
+        """The query's failure as one line (a source's own line when it is one)."""
+        exc = self.query.exception() if self.query is not None else None
+        if exc is None:
+            return None
+        text = str(exc)
+        return source_error(exc) or next((ln.strip() for ln in text.splitlines() if "cdc verify" in ln), text.splitlines()[0][:400])
+
+    def run_until(self, stop: Callable[[], bool], duration_s: float | None = None) -> None:
+        t_end = time.monotonic() + duration_s if duration_s else None
+        while not stop() and (t_end is None or time.monotonic() < t_end):
+            if not self.query.isActive:
+                self.error = self.failure() or "the streaming query stopped"
+                return
+            time.sleep(0.2)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self.query is not None:
+            try:
+                self.query.stop()
+            except Exception:  # noqa: BLE001
+                pass
+        if self._clock is not None:
+            self._clock.join(10)
+        if self._http is not None:
+            self._http.shutdown()
+            self._http.server_close()
+        try:
+            self.write_report()
+        finally:
+            if self._own_spark and self.spark is not None:
+                self.spark.stop()
+
+
+def follow_summary(st: FollowState, lag_s: float, head: tuple[str, int, int] | None) -> dict[str, Any]:
+    """The report's summary (the batch verifier's keys) from the follow state."""
+    lat = sorted(st.latencies)
+    clocks = dict(st.latency_clocks)
+    latency: dict[str, Any] = {
+        "count": len(lat), "clocks": clocks,
+        "clock": ("outbox timestamp column (microseconds, set at the INSERT, read as UTC) -> broker timestamp"
+                  if clocks.get("outbox_timestamp_column") else
+                  "binlog commit event header (1 s resolution on MariaDB) -> broker timestamp"),
+        "note": "of the last 100000 deliveries; from the binlog commit header a latency can be overstated by up to 1000 ms; "
+                "from the outbox timestamp column it includes the rest of the writing transaction",
+    }  # fmt: skip
+    if lat:
+        def q(p: float) -> int:
+            return lat[min(len(lat) - 1, int(p * len(lat)))]
+
+        latency.update(min_ms=lat[0], p50_ms=q(0.5), p95_ms=q(0.95), p99_ms=q(0.99), max_ms=lat[-1],
+                       mean_ms=round(sum(lat) / len(lat), 1))  # fmt: skip
+        lo, hi = lat[0], lat[-1]
+        width = max(1, -(-(hi - lo + 1) // 40))
+        bins: dict[int, int] = {}
+        for x in lat:
+            b = (x - lo) // width
+            bins[b] = bins.get(b, 0) + 1
+        latency["histogram"] = {"bin_width_ms": width, "bins": [{"from_ms": lo + b * width, "count": n} for b, n in sorted(bins.items())]}
+    vt = st.verified_through
+    fu = None
+    if st.txq:
+        e = st.txq[0]
+        fu = {"file": e[2], "pos": e[1], "row": 0}
+    events_total = sum(st.counts.get(c, 0) for c in ALL_CLASSES) - st.records["phantom"]
+    return {
+        "counts": dict(st.counts),
+        "events_total": events_total,
+        "records": dict(st.records),
+        "unverifiable_reasons": dict(st.unverifiable_reasons),
+        "dead_letter_causes": dict(st.dlq_causes),
+        "altered_reasons": dict(st.altered_reasons),
+        "examples": {k: list(v) for k, v in st.examples.items() if v},
+        "order_violations": {"count": st.order_violations, "examples": []},
+        "verified_through": {"file": vt[0], "pos": vt[2], "complete": not st.txq} if vt else None,
+        "first_unproven": fu,
+        "latency": latency,
+        "truncated_partitions": [{"topic": t, "partition": p} for (t, p) in sorted(st.truncated)],
+        "unverifiable_ranges": [],
+        "follow": {
+            "batches": st.batches,
+            "start": {"file": st.start[0], "pos": st.start[2]} if st.start else None,
+            "read_through": {"file": st.read_through[0], "pos": st.read_through[2]} if st.read_through else None,
+            "binlog_head": {"file": head[0], "pos": head[2]} if head else None,
+            "verified_through_lag_s": round(lag_s, 3),
+            "grace_s": st.grace_s,
+            "pending_events": len(st.pending),
+            "waiting_records": len(st.waiting),
+            "xa_undecided": len(st.xa_held),
+            "late_deliveries": st.late_deliveries,
+            "alarms": dict(st.alarms),
+            "lag_history": [{"t": round(t, 1), "lag_s": lag} for t, lag in list(st.lag_history)[-600:]],
+        },
+    }
+
+
+def run_follow(config: FollowConfig, progress: Progress | None = None, stop: Callable[[], bool] | None = None,
+               duration_s: float | None = None, spark: Any = None) -> tuple[int, FollowJob]:  # fmt: skip
+    """Follow until `stop()` (or `duration_s`); (exit code, job): 0 no problem, 3 problems,
+    2 the query failed (a person must fix something: the one line is in job.error)."""
+    job = FollowJob(config, spark=spark, progress=progress)
+    try:
+        job.start()
+        job.run_until(stop or (lambda: False), duration_s)
+    finally:
+        job.stop()
+    if job.error:
+        return 2, job
+    return (3 if job.snapshot().get("problems") else 0), job

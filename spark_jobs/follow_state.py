@@ -1,0 +1,562 @@
+"""The following verifier's incremental reconciliation (`cdc verify --follow`): pure Python,
+no Spark, so that every rule is unit-tested (`tests/unit/test_follow_state.py`).
+
+Each micro-batch hands over the NEW binlog rows (`cdc_binlog_stream`) and the NEW Kafka
+records (`cdc_kafka_stream`); `FollowState.apply_batch` matches them with what earlier
+batches left unmatched, and `FollowState.expire(now)` turns what waited longer than the
+grace period into a verdict. The rules are the batch verifier's
+(`spark_jobs/reconcile.py`), applied as the data arrives:
+
+* An event with one delivery is `delivered`, `dead_lettered` (in the dead-letter topic),
+  `altered` (content differs: `reconcile.record_reasons`) or `reordered` (in its partition
+  it comes after a record of the same key with a later binlog position) at once; a later
+  second delivery makes it `duplicate` (alarm) whatever it was.
+* An event with no delivery after `grace_s` (counted from when the verifier read it) is
+  `missing` (alarm), unless it cannot be proven absent: its partition (murmur2 of the key)
+  or the dead-letter topic lost records before the verifier read them, or its topic was
+  first seen with a low watermark above 0 and its first retained record comes after the
+  event (`partition_truncated`), or its topic is not read (`topic_not_read`): then
+  `unverifiable`. A delivery arriving after that moves it to its class (logged as late).
+* A statement-logged outbox insert is `unverifiable` (`statement_format`) with 0 or 1
+  deliveries, `duplicate` with more. XA: the rows of a prepare group are held by xid;
+  an XA COMMIT turns them into events at the commit's place with its identity, an XA
+  ROLLBACK drops them; while undecided they hold verified-through before the prepare.
+* A record of ours that matches no event: `unverifiable` (`before_binlog_range`) when its
+  header position (or its XA prepare's) lies before where the follow job started;
+  `phantom` (alarm) once the binlog has been read past its position and it waited
+  `grace_s`; records waiting for the binlog to reach them are not counted yet. A record
+  whose event was forgotten (matched longer ago than `dedupe_window_s`) is `unverifiable`
+  (`beyond_dedupe_window`), never a phantom.
+* `foreign` (another source) and `unidentified` (no identity headers) records are counted.
+
+verified-through: the end of the last transaction such that it and every event before it
+are proven (delivered, reordered, duplicate, dead_lettered); with nothing unproven, how far
+the binlog has been read. Missing, altered and unverifiable events hold it (as in the
+batch verifier) until they are repaired.
+
+State is a plain object pickled to the checkpoint directory after each micro-batch
+(`save` / `load`): Spark's checkpoint holds the offsets, this file what was matched.
+"""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import logging
+import os
+import pickle
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from spark_jobs.binlog_source import (
+    KIND_ANOMALY, KIND_EVENT, KIND_XA_COMMIT, KIND_XA_EVENT, KIND_XA_ROLLBACK, KIND_XA_ROW, STATEMENT_FORMAT,
+)  # fmt: skip
+from spark_jobs.common import identity_key, murmur2_partition
+from spark_jobs.reconcile import ALL_CLASSES, PROVEN_CLASSES, record_reasons
+
+KIND_PROGRESS = "progress"
+ALARM_LOG = logging.getLogger("cdc.verify.follow")
+MAX_EXAMPLES = 20
+MAX_ANOMALIES = 200
+STATE_VERSION = 1
+
+
+def _h64(ikey: str) -> int:
+    return int.from_bytes(hashlib.blake2b(ikey.encode(), digest_size=8).digest(), "little", signed=True)
+
+
+def _ord(seq: Any, pos: Any, row: Any = 0) -> tuple[int, int, int]:
+    return (int(seq), int(pos), int(row))
+
+
+@dataclass
+class FollowState:
+    source: str
+    dlq_topic: str
+    grace_s: float = 60.0
+    dedupe_window_s: float = 300.0
+    partitioner: str = "murmur2"
+    unread_topics: tuple[str, ...] = ()
+    version: int = STATE_VERSION
+    batch_id: int = -1
+    batches: int = 0
+    started_at: float = field(default_factory=time.time)
+    start: tuple[str, int, int] | None = None  # (file, seq, pos) where following began
+    read_through: tuple[str, int, int] | None = None  # (file, seq, pos) the binlog was read to
+    counts: dict[str, int] = field(default_factory=lambda: {c: 0 for c in ALL_CLASSES})
+    records: dict[str, int] = field(default_factory=lambda: {"foreign": 0, "unidentified": 0, "phantom": 0, "unverifiable": 0})
+    unverifiable_reasons: dict[str, int] = field(default_factory=dict)
+    dlq_causes: dict[str, int] = field(default_factory=dict)
+    altered_reasons: dict[str, int] = field(default_factory=dict)
+    order_violations: int = 0
+    alarms: dict[str, int] = field(default_factory=lambda: {"missing": 0, "duplicate": 0, "phantom": 0})
+    late_deliveries: int = 0
+    # events read, no delivery yet: ikey -> event dict (+ "seen", "tx")
+    pending: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # events that got a verdict and may still get a delivery: ikey -> event (missing / unverifiable)
+    open_verdicts: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # events matched: h64(ikey) -> [class, deliveries]; forgotten after dedupe_window_s
+    done: dict[int, list[Any]] = field(default_factory=dict)
+    done_buckets: collections.deque = field(default_factory=collections.deque)  # (time, max order, [h64])
+    forgotten_through: tuple[int, int, int] | None = None
+    # records of ours waiting for the binlog: ikey -> record (+ "seen")
+    waiting: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # XA: xid -> held rows of its prepare group; the prepare's transaction key
+    xa_held: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    # transactions in binlog order that still hold unproven events: [seq, pos, file, end, n]
+    txq: collections.deque = field(default_factory=collections.deque)
+    txmap: dict[tuple[int, int], list[Any]] = field(default_factory=dict)
+    verified_through: tuple[str, int, int] | None = None  # (file, seq, pos)
+    # Kafka: (topic, partition) -> next offset read; partitions first seen above offset 0
+    kafka_next: dict[tuple[str, int], int] = field(default_factory=dict)
+    truncated: dict[tuple[str, int], Any] = field(default_factory=dict)  # -> order of first record of ours, or None
+    partition_last: dict[tuple[str, int], tuple[int, int, int]] = field(default_factory=dict)
+    key_max: dict[tuple[str, int, str], tuple[tuple[int, int, int], float]] = field(default_factory=dict)
+    examples: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    anomalies: list[str] = field(default_factory=list)
+    latencies: collections.deque = field(default_factory=lambda: collections.deque(maxlen=100_000))
+    latency_clocks: dict[str, int] = field(default_factory=dict)  # which clock each latency came from
+    lag_history: collections.deque = field(default_factory=lambda: collections.deque(maxlen=4_000))
+    heads: collections.deque = field(default_factory=collections.deque)  # ((seq, pos), first seen), ascending
+
+    # ------------------------------------------------------------------ persistence
+
+    def save(self, directory: str | os.PathLike[str]) -> Path:
+        d = Path(directory)
+        d.mkdir(parents=True, exist_ok=True)
+        path = d / f"{self.batch_id}.state"
+        tmp = d / f".{self.batch_id}.state.tmp"
+        with open(tmp, "wb") as f:
+            pickle.dump(self, f, protocol=pickle.HIGHEST_PROTOCOL)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        for old in sorted(_state_files(d))[:-3]:  # keep the newest three
+            try:
+                (d / f"{old}.state").unlink()
+            except OSError:
+                pass
+        return path
+
+    @staticmethod
+    def load(directory: str | os.PathLike[str], before: int) -> "FollowState | None":
+        """The state after the newest batch `< before` (None when there is none)."""
+        d = Path(directory)
+        ids = [i for i in _state_files(d) if i < before] if d.is_dir() else []
+        if not ids:
+            return None
+        with open(d / f"{max(ids)}.state", "rb") as f:
+            state = pickle.load(f)
+        if not isinstance(state, FollowState) or state.version != STATE_VERSION:
+            raise RuntimeError(f"cdc verify --follow: {d} holds state of another version: start with a new checkpoint dir")
+        return state
+
+    # -------------------------------------------------------------------- counting
+
+    def _example(self, cls: str, ex: dict[str, Any]) -> None:
+        lst = self.examples.setdefault(cls, [])
+        if len(lst) < MAX_EXAMPLES:
+            lst.append(ex)
+
+    def _count(self, cls: str, delta: int = 1, reason: str | None = None) -> None:
+        self.counts[cls] = self.counts.get(cls, 0) + delta
+        if cls == "unverifiable" and reason:
+            k = f"event:{reason}"
+            self.unverifiable_reasons[k] = self.unverifiable_reasons.get(k, 0) + delta
+
+    def _alarm(self, cls: str, text: str) -> None:
+        self.alarms[cls] = self.alarms.get(cls, 0) + 1
+        ALARM_LOG.warning("ALARM %s: %s", cls, text)
+
+    # ---------------------------------------------------------------- transactions
+
+    def _tx_add(self, ev: Mapping[str, Any], n: int = 1) -> tuple[int, int]:
+        key = (int(ev["file_seq"]), int(ev["tx_pos"]))
+        entry = self.txmap.get(key)
+        if entry is None:
+            entry = [key[0], key[1], ev["file"], int(ev["tx_end"]), 0, ev.get("commit_ts_ms")]
+            self.txmap[key] = entry
+            if self.txq and (self.txq[-1][0], self.txq[-1][1]) > key:  # rare: insert in order
+                items = sorted([*self.txq, entry], key=lambda e: (e[0], e[1]))
+                self.txq = collections.deque(items)
+            else:
+                self.txq.append(entry)
+        entry[4] += n
+        return key
+
+    def _tx_proven(self, key: tuple[int, int] | None) -> None:
+        if key is None:
+            return
+        entry = self.txmap.get(tuple(key))
+        if entry is not None:
+            entry[4] -= 1
+
+    def _advance(self) -> None:
+        while self.txq and self.txq[0][4] <= 0:
+            e = self.txq.popleft()
+            self.txmap.pop((e[0], e[1]), None)
+            self.verified_through = (e[2], e[0], e[3])
+        if not self.txq and self.read_through is not None:
+            self.verified_through = self.read_through
+
+    # ---------------------------------------------------------------------- batches
+
+    def apply_batch(self, batch_id: int, binlog_rows: Iterable[Mapping[str, Any]], kafka_rows: Iterable[Mapping[str, Any]],
+                    now: float | None = None) -> None:  # fmt: skip
+        now = time.time() if now is None else now
+        self.batch_id = batch_id
+        self.batches += 1
+        brows = sorted(binlog_rows, key=lambda r: (r.get("file_seq") or 0, r.get("tx_pos") or 0, r.get("row") if r.get("row") is not None else -1))
+        progress = [r for r in brows if r.get("kind") == KIND_PROGRESS]
+        if self.start is None and progress:  # normally set by the follow job before the first batch
+            p = min(progress, key=lambda r: (r["file_seq"], r["tx_pos"]))
+            self.start = (p["file"], int(p["file_seq"]), int(p["tx_pos"]))
+        for r in brows:
+            kind = r.get("kind") or KIND_EVENT
+            if kind == KIND_PROGRESS:
+                rt = (r["file"], int(r["file_seq"]), int(r["tx_end"]))
+                if self.read_through is None or rt[1:] > self.read_through[1:]:
+                    self.read_through = rt
+            elif kind == KIND_ANOMALY:
+                if len(self.anomalies) < MAX_ANOMALIES:
+                    self.anomalies.append(f"{r.get('file')}: {r.get('dlq_error')}")
+            elif kind == KIND_XA_ROW:
+                xid = r["xa_xid"]
+                held = self.xa_held.setdefault(xid, [])
+                if not held:
+                    self._tx_add(r)  # the undecided prepare holds verified-through before it
+                held.append(dict(r))
+            elif kind in (KIND_XA_COMMIT, KIND_XA_ROLLBACK):
+                held = self.xa_held.pop(r["xa_xid"], None)
+                if held:
+                    self._tx_proven((int(held[0]["file_seq"]), int(held[0]["tx_pos"])))
+                    if kind == KIND_XA_COMMIT:
+                        for h in held:
+                            e = dict(h)
+                            for c in ("file", "file_seq", "tx_pos", "tx_end", "gtid", "commit_ts_ms", "server_id"):
+                                e[c] = r[c]
+                            e["kind"] = KIND_XA_EVENT
+                            e["ikey"] = identity_key(h["source"], r["gtid"], r["file"], r["tx_pos"], h["row"])
+                            self._new_event(e, now)
+            elif r.get("ikey") is not None:
+                self._new_event(dict(r), now)
+        krows = sorted(kafka_rows, key=lambda r: (r["topic"], r["partition"], r["offset"] if r.get("offset") is not None else -1))
+        for r in krows:
+            if r.get("marker"):
+                self._marker(r)
+        for r in krows:
+            if not r.get("marker"):
+                self._record(r, now)
+        self._advance()
+
+    def _marker(self, r: Mapping[str, Any]) -> None:
+        tp = (r["topic"], int(r["partition"]))
+        start, end, first = int(r["range_start"]), int(r["range_end"]), r.get("offset")
+        seen_before = tp in self.kafka_next
+        gap = (first is not None and int(first) > start) or (first is None and end > start)
+        if (not seen_before and start > 0) or gap:
+            self.truncated.setdefault(tp, None)  # set to the first record of ours read from it below
+        self.kafka_next[tp] = max(end, self.kafka_next.get(tp, 0))
+
+    def _new_event(self, ev: dict[str, Any], now: float) -> None:
+        ikey = ev["ikey"]
+        if _h64(ikey) in self.done or ikey in self.pending or ikey in self.open_verdicts:
+            return  # read twice (cannot happen with exact offsets; never counted twice)
+        ev["seen"] = now
+        ev["tx"] = self._tx_add(ev)
+        ev["deliveries"] = []
+        if ev.get("dlq_cause") == STATEMENT_FORMAT:
+            self._count("unverifiable", reason=STATEMENT_FORMAT)
+            self._example("unverifiable", _event_example(ev, "unverifiable", STATEMENT_FORMAT))
+            ev["class"] = "unverifiable"
+            ev["reason"] = STATEMENT_FORMAT
+            self.open_verdicts[ikey] = ev
+        else:
+            self.pending[ikey] = ev
+        w = self.waiting.pop(ikey, None)
+        if w is not None:
+            self._deliver(ikey, w, now)
+
+    def _record(self, r: Mapping[str, Any], now: float) -> None:
+        ikey = r.get("ikey")
+        if ikey is None:
+            self.records["unidentified"] += 1
+            return
+        if r.get("source") != self.source:
+            self.records["foreign"] += 1
+            return
+        tp = (r["topic"], int(r["partition"]))
+        o = _ord(r["h_file_seq"], r["h_pos"], r["h_row"]) if r.get("h_file_seq") is not None and r.get("h_pos") is not None and r.get("h_row") is not None else None
+        if tp in self.truncated and self.truncated[tp] is None and o is not None:
+            self.truncated[tp] = o
+        rec = dict(r)
+        rec["o"] = o
+        if not r.get("repair") and o is not None:
+            last = self.partition_last.get(tp)
+            if last is not None and o < last:
+                self.order_violations += 1
+            else:
+                self.partition_last[tp] = o
+        self._deliver(ikey, rec, now)
+
+    def _deliver(self, ikey: str, rec: dict[str, Any], now: float) -> None:
+        where = f"{rec['topic']}[{rec['partition']}]@{rec['offset']}"
+        ev = self.pending.pop(ikey, None)
+        if ev is not None:
+            self._classify_first(ikey, ev, rec, now)
+            return
+        ev = self.open_verdicts.get(ikey)
+        if ev is not None:
+            ev["deliveries"].append(where)
+            if ev["class"] == "unverifiable" and ev.get("reason") == STATEMENT_FORMAT:
+                if len(ev["deliveries"]) >= 2:
+                    self._count("unverifiable", -1, STATEMENT_FORMAT)
+                    self._count("duplicate")
+                    self.open_verdicts.pop(ikey)
+                    self._tx_proven(ev.get("tx"))
+                    self._remember(ikey, "duplicate", ev, now)
+                    self._alarm("duplicate", f"event {ev['file']}:{ev['tx_pos']} row {ev['row']} delivered at {', '.join(ev['deliveries'])}")
+                return
+            # a missing / unverifiable event delivered after its verdict (e.g. by cdc repair)
+            self.open_verdicts.pop(ikey)
+            self._count(ev["class"], -1, ev.get("reason"))
+            self.late_deliveries += 1
+            ALARM_LOG.warning("late delivery of %s event %s:%s row %s at %s", ev["class"], ev["file"], ev["tx_pos"], ev["row"], where)
+            ev["deliveries"] = []
+            self._classify_first(ikey, ev, rec, now)
+            return
+        h = _h64(ikey)
+        d = self.done.get(h)
+        if d is not None:
+            d[1].append(where)
+            if d[0] != "duplicate":
+                self._count(d[0], -1)
+                if d[0] not in PROVEN_CLASSES:
+                    self._tx_proven(d[2])
+                self._count("duplicate")
+                d[0] = "duplicate"
+                self._example("duplicate", {"class": "duplicate", "binlog": {"file": rec.get("h_file"), "pos": rec.get("h_pos"),
+                                            "row": rec.get("h_row"), "gtid": rec.get("h_gtid")}, "deliveries": [_as_delivery(x) for x in d[1]]})  # fmt: skip
+            self._alarm("duplicate", f"event {rec.get('h_file')}:{rec.get('h_pos')} row {rec.get('h_row')} delivered again at {where} "
+                                     f"(deliveries {', '.join(d[1])})")  # fmt: skip
+            return
+        if ikey in self.waiting:
+            self.waiting[ikey]["extra"] = self.waiting[ikey].get("extra", 0) + 1
+            return
+        # no event (yet)
+        if self._before_start(rec):
+            self.records["unverifiable"] += 1
+            self.unverifiable_reasons["record:before_binlog_range"] = self.unverifiable_reasons.get("record:before_binlog_range", 0) + 1
+            return
+        if self.forgotten_through is not None and rec["o"] is not None and rec["o"] <= self.forgotten_through:
+            self.records["unverifiable"] += 1
+            self.unverifiable_reasons["record:beyond_dedupe_window"] = self.unverifiable_reasons.get("record:beyond_dedupe_window", 0) + 1
+            return
+        rec["seen"] = now
+        self.waiting[ikey] = rec
+
+    def _before_start(self, rec: Mapping[str, Any]) -> bool:
+        if self.start is None:
+            return False
+        s = (self.start[1], self.start[2])
+        if rec.get("h_file_seq") is not None and rec.get("h_pos") is not None and (int(rec["h_file_seq"]), int(rec["h_pos"])) < s:
+            return True
+        return rec.get("h_xa_file_seq") is not None and rec.get("h_xa_pos") is not None and (int(rec["h_xa_file_seq"]), int(rec["h_xa_pos"])) < s
+
+    def _classify_first(self, ikey: str, ev: dict[str, Any], rec: Mapping[str, Any], now: float) -> None:
+        where = f"{rec['topic']}[{rec['partition']}]@{rec['offset']}"
+        n = 1 + int(rec.get("extra", 0))
+        is_dlq = rec["topic"] == self.dlq_topic
+        reasons = record_reasons(rec, ev, self.dlq_topic)
+        reordered = False
+        if not is_dlq and not rec.get("repair") and rec.get("o") is not None and rec.get("key_text") is not None:
+            k = (rec["topic"], int(rec["partition"]), rec["key_text"])
+            prev = self.key_max.get(k)
+            if prev is not None and prev[0] > rec["o"]:
+                reordered = True
+            else:
+                self.key_max[k] = (rec["o"], now)
+        if n >= 2:
+            cls = "duplicate"
+            self._alarm("duplicate", f"event {ev['file']}:{ev['tx_pos']} row {ev['row']} delivered {n} times (first at {where})")
+        elif is_dlq:
+            cls = "dead_lettered"
+            cause = rec.get("dlq_cause")
+            self.dlq_causes[cause] = self.dlq_causes.get(cause, 0) + 1
+        elif reasons:
+            cls = "altered"
+            for reason in reasons:
+                self.altered_reasons[reason] = self.altered_reasons.get(reason, 0) + 1
+        elif reordered:
+            cls = "reordered"
+        else:
+            cls = "delivered"
+        self._count(cls)
+        if cls != "delivered":
+            ex = _event_example(ev, cls, None)
+            ex["deliveries"] = [{"topic": rec["topic"], "partition": rec["partition"], "offset": rec["offset"]}]
+            if reasons:
+                ex["reasons"] = reasons
+            self._example(cls, ex)
+        if cls in PROVEN_CLASSES:
+            self._tx_proven(ev.get("tx"))
+        if rec.get("timestamp_ms") is not None and not rec.get("repair"):
+            # the outbox timestamp column when the table has one (microseconds, written at the
+            # INSERT: it includes the rest of the transaction), else the binlog commit header (1 s)
+            if ev.get("timestamp_us") is not None:
+                self.latencies.append(int(rec["timestamp_ms"]) - int(ev["timestamp_us"]) // 1000)
+                self.latency_clocks["outbox_timestamp_column"] = self.latency_clocks.get("outbox_timestamp_column", 0) + 1
+            elif ev.get("commit_ts_ms") is not None:
+                self.latencies.append(int(rec["timestamp_ms"]) - int(ev["commit_ts_ms"]))
+                self.latency_clocks["binlog_commit_header"] = self.latency_clocks.get("binlog_commit_header", 0) + 1
+        if cls == "altered":
+            ev["class"] = cls
+            ev["deliveries"] = [where]
+        self._remember(ikey, cls, ev, now, [where])
+
+    def _remember(self, ikey: str, cls: str, ev: Mapping[str, Any], now: float, deliveries: list[str] | None = None) -> None:
+        h = _h64(ikey)
+        self.done[h] = [cls, list(deliveries or ev.get("deliveries") or []), ev.get("tx")]
+        o = _ord(ev["file_seq"], ev["tx_pos"], ev["row"])
+        if self.done_buckets and now - self.done_buckets[-1][0] < 5.0:
+            b = self.done_buckets[-1]
+            b[2].append(h)
+            if o > b[1]:
+                b[1] = o
+        else:
+            self.done_buckets.append([now, o, [h]])
+
+    # ----------------------------------------------------------------------- time
+
+    def expire(self, now: float | None = None) -> None:
+        """Verdicts for what waited longer than the grace period; forget matched events
+        older than the de-duplication window."""
+        now = time.time() if now is None else now
+        limit = now - self.grace_s
+        expired = []
+        for ikey, ev in self.pending.items():
+            if ev["seen"] > limit:
+                break  # insertion order is reading order: the rest is younger
+            expired.append(ikey)
+        for ikey in expired:
+            ev = self.pending.pop(ikey)
+            reason = self._unverifiable_reason(ev)
+            if reason:
+                ev["class"], ev["reason"] = "unverifiable", reason
+                self._count("unverifiable", reason=reason)
+                self._example("unverifiable", _event_example(ev, "unverifiable", reason))
+            else:
+                ev["class"], ev["reason"] = "missing", None
+                self._count("missing")
+                self._example("missing", _event_example(ev, "missing", None))
+                part = self._predicted_partition(ev)
+                self._alarm("missing", f"event {ev['file']}:{ev['tx_pos']} row {ev['row']}"
+                                       f"{' gtid ' + ev['gtid'] if ev.get('gtid') else ''} id {ev.get('event_id')} "
+                                       f"expected in {ev.get('expected_topic') if not ev.get('dlq_cause') else self.dlq_topic}"
+                                       f"{f'[{part}]' if part is not None else ''}, none within {self.grace_s:g}s")  # fmt: skip
+            self.open_verdicts[ikey] = ev
+        rt = (self.read_through[1], self.read_through[2]) if self.read_through else None
+        gone = []
+        for ikey, rec in self.waiting.items():
+            if rec["seen"] > limit or rt is None or rec["o"] is None or (rec["o"][0], rec["o"][1]) >= rt:
+                continue
+            gone.append(ikey)
+        for ikey in gone:
+            rec = self.waiting.pop(ikey)
+            n = 1 + int(rec.get("extra", 0))
+            self.records["phantom"] += n
+            self.counts["phantom"] += n
+            self._example("phantom", {"class": "phantom", "kafka": {"topic": rec["topic"], "partition": rec["partition"], "offset": rec["offset"]},
+                                      "headers": {"file": rec.get("h_file"), "pos": rec.get("h_pos"), "row": rec.get("h_row"), "gtid": rec.get("h_gtid"),
+                                                  "id": rec.get("h_event_id")}})  # fmt: skip
+            self._alarm("phantom", f"record {rec['topic']}[{rec['partition']}]@{rec['offset']} claims {rec.get('h_file')}:{rec.get('h_pos')} "
+                                   f"row {rec.get('h_row')}, which the binlog (read through {self.read_through[0]}:{self.read_through[2]}) "
+                                   f"does not hold as a committed outbox insert")  # fmt: skip
+        window = now - self.dedupe_window_s
+        while self.done_buckets and self.done_buckets[0][0] < window:
+            _t, o, hashes = self.done_buckets.popleft()
+            for h in hashes:
+                self.done.pop(h, None)
+            if self.forgotten_through is None or o > self.forgotten_through:
+                self.forgotten_through = o
+        if len(self.key_max) > 200_000:
+            self.key_max = {k: v for k, v in self.key_max.items() if v[1] >= window}
+        self._advance()
+
+    def _predicted_partition(self, ev: Mapping[str, Any]) -> int | None:
+        topic = self.dlq_topic if ev.get("dlq_cause") else ev.get("expected_topic")
+        count = 1 + max((p for (t, p) in self.kafka_next if t == topic), default=-1)
+        if self.partitioner != "murmur2" or not count:
+            return None
+        return murmur2_partition(ev.get("aggregate_id"), count)
+
+    def _unverifiable_reason(self, ev: Mapping[str, Any]) -> str | None:
+        loc = self.dlq_topic if ev.get("dlq_cause") else ev.get("expected_topic")
+        if loc in self.unread_topics:
+            return "topic_not_read"
+        o = _ord(ev["file_seq"], ev["tx_pos"], ev["row"])
+        pred = self._predicted_partition(ev)
+        for (topic, part), thr in self.truncated.items():
+            if topic == self.dlq_topic or (topic == loc and (pred is None or pred == part)):
+                if thr is None or o < thr:
+                    return "partition_truncated"
+        return None
+
+    # ------------------------------------------------------------------ figures
+
+    def observe_head(self, head: tuple[str, int, int], now: float | None = None) -> float:
+        """Record the server's binlog end; the verified-through lag in seconds: how long
+        the head has been beyond verified-through (0 when verified-through is the head),
+        at least the age of the oldest unproven event's commit."""
+        now = time.time() if now is None else now
+        hk = (int(head[1]), int(head[2]))
+        if not self.heads or self.heads[-1][0] < hk:
+            self.heads.append((hk, now))
+        vt = (self.verified_through[1], self.verified_through[2]) if self.verified_through else None
+        while self.heads and vt is not None and self.heads[0][0] <= vt:
+            self.heads.popleft()
+        lag = now - self.heads[0][1] if self.heads else 0.0
+        if self.txq and self.txq[0][5]:
+            lag = max(lag, now - self.txq[0][5] / 1000.0)
+        lag = max(0.0, lag)
+        self.lag_history.append((now, round(lag, 3)))
+        return lag
+
+    def problems(self) -> dict[str, int]:
+        out = {c: self.counts.get(c, 0) for c in ("missing", "duplicate", "phantom", "reordered", "altered") if self.counts.get(c, 0)}
+        if self.unverifiable_reasons.get(f"event:{STATEMENT_FORMAT}"):
+            out[STATEMENT_FORMAT] = self.unverifiable_reasons[f"event:{STATEMENT_FORMAT}"]
+        return out
+
+
+def _as_delivery(where: str) -> dict[str, Any]:
+    """`topic[partition]@offset` as the report's delivery dict."""
+    head, _, offset = where.rpartition("@")
+    topic, _, part = head[:-1].rpartition("[")
+    return {"topic": topic, "partition": int(part), "offset": int(offset)}
+
+
+def _state_files(d: Path) -> list[int]:
+    out = []
+    for p in d.glob("*.state"):
+        try:
+            out.append(int(p.name.split(".")[0]))
+        except ValueError:
+            continue
+    return out
+
+
+def _event_example(ev: Mapping[str, Any], cls: str, reason: str | None) -> dict[str, Any]:
+    out = {
+        "class": cls,
+        "binlog": {"file": ev.get("file"), "pos": ev.get("tx_pos"), "row": ev.get("row"), "gtid": ev.get("gtid"),
+                   "tx_end": ev.get("tx_end"), "commit_ts_ms": ev.get("commit_ts_ms")},
+        "event_id": ev.get("event_id"), "aggregate_type": ev.get("aggregate_type"), "aggregate_id": ev.get("aggregate_id"),
+        "event_type": ev.get("event_type"), "expected_topic": ev.get("expected_topic"), "expected_dlq_cause": ev.get("dlq_cause"),
+        "deliveries": [],
+    }  # fmt: skip
+    if reason:
+        out["unverifiable_reason"] = reason
+    return out

@@ -1,0 +1,240 @@
+"""The following verifier's incremental rules (`spark_jobs/follow_state.py`), batch by
+batch, without Spark: each class, the grace period, late deliveries, XA, verified-through,
+and the state's round trip through its file."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from spark_jobs.common import identity_key, murmur2_partition
+from spark_jobs.follow_state import FollowState
+
+SRC, DLQ, F1 = "shop", "p.dlq", "mysql-bin.000001"
+
+
+def state(**kw) -> FollowState:
+    st = FollowState(source=SRC, dlq_topic=DLQ, grace_s=10.0, **kw)
+    st.start = (F1, 1, 100)
+    st.read_through = st.start
+    st.verified_through = st.start
+    st.kafka_next = {("p.order", 0): 0, ("p.order", 1): 0, ("p.dlq", 0): 0}
+    return st
+
+
+def ev(pos: int, row: int = 0, agg: str = "k1", end: int | None = None, **kw) -> dict:
+    e = {"ikey": identity_key(SRC, f"0-1-{pos}", F1, pos, row), "source": SRC, "server_id": 1, "file": F1, "file_seq": 1,
+         "tx_pos": pos, "tx_end": end or pos + 50, "row": row, "gtid": f"0-1-{pos}", "commit_ts_ms": 1_000_000,
+         "table": "d.outbox", "event_id": f"id{pos}-{row}", "aggregate_type": "order", "aggregate_id": agg,
+         "event_type": "Created", "payload": b"{}", "payload_is_text": True, "timestamp_us": None,
+         "expected_topic": "p.order", "dlq_cause": None, "dlq_error": None, "kind": "event", "xa_xid": None, "xa_prepare": None}  # fmt: skip
+    e.update(kw)
+    return e
+
+
+def progress(end: int, start: int = 100) -> dict:
+    return {"kind": "progress", "file": F1, "file_seq": 1, "tx_pos": start, "tx_end": end, "row": -1, "ikey": None}
+
+
+def rec(e: dict, offset: int, partition: int = 0, topic: str = "p.order", **kw) -> dict:
+    r = {"topic": topic, "partition": partition, "offset": offset, "timestamp_ms": 1_000_500, "key_text": e["aggregate_id"],
+         "ikey": e["ikey"], "source": SRC, "h_file": e["file"], "h_file_seq": 1, "h_pos": e["tx_pos"], "h_row": e["row"],
+         "h_gtid": e["gtid"], "h_commit_ts": e["commit_ts_ms"], "h_event_id": e["event_id"], "h_event_type": e["event_type"],
+         "repair": False, "dlq_cause": None, "v_id": e["event_id"], "v_aggregate_type": e["aggregate_type"],
+         "v_aggregate_id": e["aggregate_id"], "v_type": e["event_type"], "v_payload": e["payload"], "v_timestamp_us": None,
+         "value_error": None, "h_xa_prepare": None, "h_xa_file_seq": None, "h_xa_pos": None, "marker": False}  # fmt: skip
+    r.update(kw)
+    return r
+
+
+def test_delivered_at_once_and_verified_through_follows(caplog) -> None:
+    st = state()
+    a, b = ev(100), ev(150)
+    st.apply_batch(0, [a, b, progress(200)], [rec(a, 0), rec(b, 1)], now=0.0)
+    assert st.counts["delivered"] == 2 and not st.problems()
+    assert st.verified_through == (F1, 1, 200)
+    assert st.observe_head((F1, 1, 200), now=1.0) == 0.0
+
+
+def test_missing_only_after_the_grace_period_with_an_alarm_then_a_late_delivery_moves_it(caplog) -> None:
+    st = state()
+    a, b = ev(100), ev(150)
+    st.apply_batch(0, [a, b, progress(200)], [rec(b, 0)], now=0.0)
+    st.expire(now=9.0)
+    assert st.counts["missing"] == 0 and len(st.pending) == 1
+    assert st.verified_through == (F1, 1, 100)  # held before the unproven event
+    with caplog.at_level(logging.WARNING, "cdc.verify.follow"):
+        st.expire(now=11.0)
+    assert st.counts["missing"] == 1 and st.alarms["missing"] == 1
+    assert any("ALARM missing" in m and "mysql-bin.000001:100 row 0" in m for m in caplog.messages)
+    assert st.verified_through == (F1, 1, 100)
+    st.apply_batch(1, [], [rec(a, 1, repair=True)], now=20.0)  # cdc repair
+    assert st.counts["missing"] == 0 and st.counts["delivered"] == 2 and st.late_deliveries == 1
+    assert st.verified_through == (F1, 1, 200)
+
+
+def test_a_later_second_delivery_is_a_duplicate_with_its_offsets(caplog) -> None:
+    st = state()
+    a = ev(100)
+    st.apply_batch(0, [a, progress(200)], [rec(a, 0)], now=0.0)
+    with caplog.at_level(logging.WARNING, "cdc.verify.follow"):
+        st.apply_batch(1, [], [rec(a, 7)], now=1.0)
+    assert st.counts["duplicate"] == 1 and st.counts["delivered"] == 0
+    assert any("ALARM duplicate" in m and "p.order[0]@7" in m and "p.order[0]@0" in m for m in caplog.messages)
+    st.apply_batch(2, [], [rec(a, 8)], now=2.0)  # a third copy: still one duplicate event
+    assert st.counts["duplicate"] == 1 and st.alarms["duplicate"] == 2
+
+
+def test_two_deliveries_in_one_batch_are_one_duplicate() -> None:
+    st = state()
+    a = ev(100)
+    st.apply_batch(0, [a, progress(200)], [rec(a, 0), rec(a, 1)], now=0.0)
+    assert st.counts == {**st.counts, "duplicate": 1, "delivered": 0}
+
+
+def test_a_record_before_its_event_waits_and_matches() -> None:
+    st = state()
+    a = ev(100)
+    st.apply_batch(0, [progress(100, 100)], [rec(a, 0)], now=0.0)
+    st.expire(now=50.0)  # the binlog was not read past it: it waits, no phantom
+    assert st.counts["phantom"] == 0 and len(st.waiting) == 1
+    st.apply_batch(1, [a, progress(200)], [], now=51.0)
+    assert st.counts["delivered"] == 1 and not st.waiting
+
+
+def test_phantom_once_the_binlog_is_read_past_it_and_grace_passed(caplog) -> None:
+    st = state()
+    ghost = ev(120)
+    st.apply_batch(0, [progress(200)], [rec(ghost, 3)], now=0.0)
+    st.expire(now=5.0)
+    assert st.counts["phantom"] == 0
+    with caplog.at_level(logging.WARNING, "cdc.verify.follow"):
+        st.expire(now=11.0)
+    assert st.counts["phantom"] == 1 and st.records["phantom"] == 1
+    assert any("ALARM phantom" in m and "p.order[0]@3" in m for m in caplog.messages)
+
+
+def test_records_before_the_start_are_unverifiable_not_phantom() -> None:
+    st = state()
+    old = ev(40)
+    xa_old = ev(150, xa_prepare=f"{F1}:60")
+    st.apply_batch(0, [progress(200)], [rec(old, 0), rec(xa_old, 1, h_xa_file_seq=1, h_xa_pos=60)], now=0.0)
+    st.expire(now=100.0)
+    assert st.records["unverifiable"] == 2 and st.counts["phantom"] == 0
+    assert st.unverifiable_reasons == {"record:before_binlog_range": 2}
+
+
+def test_altered_reordered_and_dead_lettered() -> None:
+    st = state()
+    a, b, c, d = ev(100, agg="k"), ev(150, agg="k"), ev(200, agg="z"), ev(250, agg="y", dlq_cause="illegal_topic")
+    # b's record comes before a's in the same partition: a is reordered
+    st.apply_batch(0, [a, b, c, d, progress(300)], [
+        rec(b, 0), rec(a, 1), rec(c, 2, v_payload=b"{\"x\":1}"), rec(d, 0, topic=DLQ, dlq_cause="illegal_topic"),
+    ], now=0.0)  # fmt: skip
+    assert st.counts["reordered"] == 1 and st.counts["delivered"] == 1
+    assert st.counts["altered"] == 1 and st.altered_reasons == {"payload": 1}
+    assert st.counts["dead_lettered"] == 1 and st.dlq_causes == {"illegal_topic": 1}
+    assert st.verified_through == (F1, 1, 200)  # the altered event (at 200) holds it
+
+
+def test_statement_format_is_unverifiable_then_duplicate_with_a_second_delivery() -> None:
+    st = state()
+    s = ev(100, dlq_cause="statement_format", expected_topic=None)
+    st.apply_batch(0, [s, progress(200)], [], now=0.0)
+    assert st.unverifiable_reasons == {"event:statement_format": 1} and st.problems() == {"statement_format": 1}
+    st.apply_batch(1, [], [rec(s, 0, topic=DLQ, dlq_cause="statement_format")], now=1.0)
+    assert st.counts["unverifiable"] == 1
+    st.apply_batch(2, [], [rec(s, 1, topic=DLQ, dlq_cause="statement_format")], now=2.0)
+    assert st.counts["unverifiable"] == 0 and st.counts["duplicate"] == 1
+
+
+def test_xa_commit_makes_events_at_the_commit_and_rollback_drops_them() -> None:
+    st = state()
+    prep = ev(100, kind="xa_row", xa_xid="X1", ikey=None)
+    prep2 = ev(120, kind="xa_row", xa_xid="X2", ikey=None)
+    st.apply_batch(0, [prep, prep2, progress(150)], [], now=0.0)
+    assert st.verified_through == (F1, 1, 100) and len(st.xa_held) == 2
+    commit = {**ev(160), "kind": "xa_commit", "xa_xid": "X1", "ikey": None, "row": -1}
+    rollback = {**ev(180), "kind": "xa_rollback", "xa_xid": "X2", "ikey": None, "row": -1}
+    st.apply_batch(1, [commit, rollback, progress(200, 150)], [], now=1.0)
+    key = identity_key(SRC, commit["gtid"], F1, 160, 0)
+    assert list(st.pending) == [key]
+    st.apply_batch(2, [], [rec({**prep, "ikey": key, "tx_pos": 160, "gtid": commit["gtid"], "commit_ts_ms": commit["commit_ts_ms"]}, 0)], now=2.0)
+    assert st.counts["delivered"] == 1 and st.verified_through == (F1, 1, 200)
+
+
+def test_partition_truncated_before_the_verifier_read_it_is_unverifiable() -> None:
+    st = state()
+    key = next(k for k in (f"k{i}" for i in range(100)) if murmur2_partition(k, 2) == 0)
+    a, b = ev(100, agg=key), ev(150, agg=key)
+    marker = {"topic": "p.order", "partition": 0, "offset": 5, "marker": True, "range_start": 0, "range_end": 9}
+    st.kafka_next = {("p.dlq", 0): 0}
+    st.apply_batch(0, [a, b, progress(200)], [marker, {**marker, "partition": 1, "offset": None, "range_end": 0},
+                                               {**marker, "topic": DLQ, "offset": None, "range_end": 0}, rec(b, 5)], now=0.0)  # fmt: skip
+    st.expire(now=11.0)
+    assert st.counts["missing"] == 0, st.counts
+    assert st.unverifiable_reasons == {"event:partition_truncated": 1} and st.counts["delivered"] == 1
+
+
+def test_forgotten_after_the_dedupe_window_a_copy_is_unverifiable_not_phantom() -> None:
+    st = state(dedupe_window_s=30.0)
+    a = ev(100)
+    st.apply_batch(0, [a, progress(200)], [rec(a, 0)], now=0.0)
+    st.expire(now=40.0)
+    assert not st.done
+    st.apply_batch(1, [], [rec(a, 1)], now=41.0)
+    st.expire(now=60.0)
+    assert st.counts["phantom"] == 0 and st.unverifiable_reasons == {"record:beyond_dedupe_window": 1}
+
+
+def test_state_round_trips_through_its_file_and_load_takes_the_newest_before(tmp_path) -> None:
+    st = state()
+    a = ev(100)
+    st.apply_batch(0, [a, progress(200)], [], now=0.0)
+    st.save(tmp_path)
+    st.apply_batch(1, [], [rec(a, 0)], now=1.0)
+    st.save(tmp_path)
+    again = FollowState.load(tmp_path, before=1)
+    assert again.batch_id == 0 and list(again.pending) == [a["ikey"]]
+    newest = FollowState.load(tmp_path, before=99)
+    assert newest.batch_id == 1 and newest.counts["delivered"] == 1
+    assert FollowState.load(tmp_path, before=0) is None
+
+
+@pytest.mark.parametrize("head,lag", [((F1, 1, 200), 0.0), ((F1, 1, 300), 5.0)])
+def test_lag_is_how_long_the_head_has_been_ahead(head, lag) -> None:
+    st = state()
+    a = ev(100)
+    st.apply_batch(0, [a, progress(200)], [rec(a, 0)], now=0.0)
+    st.observe_head(head, now=10.0)
+    assert st.observe_head(head, now=15.0) == lag
+
+
+def test_the_report_of_a_following_run_shows_where_it_stands_and_the_lag_over_time() -> None:
+    from spark_jobs.follow import follow_summary
+    from spark_jobs.report import VerifyReport, render_html
+
+    st = state()
+    a, b = ev(100), ev(150)
+    st.apply_batch(0, [a, b, progress(200)], [rec(a, 0)], now=0.0)
+    st.expire(now=11.0)
+    for t in range(5):
+        st.observe_head((F1, 1, 300), now=20.0 + t)
+    summary = follow_summary(st, 4.0, (F1, 1, 300))
+    rep = VerifyReport(summary=summary, inputs={}, config={})
+    assert rep.problems == {"missing": 1} and summary["counts"]["delivered"] == 1
+    assert summary["verified_through"] == {"file": F1, "pos": 150, "complete": False}
+    html = render_html(rep)
+    assert "Following" in html and "verified-through lag behind the binlog head" in html and " s</text>" in html
+    assert len(summary["follow"]["lag_history"]) == 5
+
+
+def test_latency_uses_the_outbox_timestamp_column_when_there_is_one() -> None:
+    from spark_jobs.follow import follow_summary
+
+    st = state()
+    a, b = ev(100), ev(150, timestamp_us=1_000_200_000)  # the INSERT at 1_000_200 ms; broker at 1_000_500
+    st.apply_batch(0, [a, b, progress(200)], [rec(a, 0), rec(b, 1, v_timestamp_us=1_000_200_000)], now=0.0)
+    assert sorted(st.latencies) == [300, 500] and st.latency_clocks == {"outbox_timestamp_column": 1, "binlog_commit_header": 1}
+    assert "outbox timestamp column" in follow_summary(st, 0.0, None)["latency"]["clock"]
