@@ -256,10 +256,10 @@ class Relay:
         try:
             while not should_stop():
                 try:
+                    if lease is not None:  # first: a relay woken after its lease ran out only stops
+                        lease.check(monotonic())
                     if self._failure is not None:
                         self._fail()
-                    if lease is not None:
-                        lease.check(monotonic())
                     # Acknowledgements are only served by poll(): while some are due, wait for
                     # the feed in short slices so they are not served late.
                     item = feed.read(0.002 if publisher.pending() else settings.read_timeout_s)
@@ -338,7 +338,16 @@ class Relay:
 
     def _drain(self) -> None:
         """Stop: wait for what is in flight (dead-letter redirects included), then write
-        the checkpoint of the proven prefix."""
+        the checkpoint of the proven prefix. Not when the lease has run out meanwhile (the
+        loop ended on another error): then what is queued is dropped, never sent."""
+        if self._lease is not None:
+            try:
+                self._lease.check(self._monotonic())
+            except LeaseLost as exc:
+                queued = self._publisher.pending()
+                self._publisher.purge()
+                log.error("fenced: %s (%d message(s) not yet acknowledged were dropped)", exc, queued)
+                raise
         if self._txn is not None:
             self._txn_drain()
             return

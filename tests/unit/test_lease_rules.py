@@ -153,3 +153,26 @@ def test_a_file_store_refuses_a_checkpoint_of_an_older_epoch(tmp_path):
     assert store.load().position.pos == 99
     store.save(Checkpoint("s", pos, epoch=3))
     assert store.load().epoch == 3
+
+
+def test_a_relay_that_stops_on_another_error_after_its_lease_ran_out_drops_what_is_queued_and_says_lease_lost():
+    """Woken from a freeze, a relay may find a delivery failure (messages that timed out
+    while it was frozen) as well as its lease gone: it must not drain (send) what is
+    queued, nor write a checkpoint; the lease is what it reports."""
+    from cdc.ports import Delivery, DeliveryFailure
+
+    h, mono = _leased(_binlog(30), publisher={"hold_acks": True})
+    lease = LeaseClock(S, 0.0)
+
+    def stop():
+        if len(h.publisher.published) >= 10 and mono.now == 0.0:
+            mono.now = 9.5
+            h.relay._failure = Delivery("outbox.event.order", 0, -1, DeliveryFailure("_MSG_TIMED_OUT", "timed out"))
+        return h.factory.exhausted
+
+    saved_before = []
+    h.store.on_save = lambda cp: saved_before.append(mono.now)
+    with pytest.raises(LeaseLost):
+        h.relay.run(stop, lease=lease)
+    assert not h.publisher.queue and not h.publisher.unacked
+    assert all(t == 0.0 for t in saved_before), "a checkpoint was written after the lease ran out"
