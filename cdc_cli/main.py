@@ -28,6 +28,16 @@ log = logging.getLogger("cdc")
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    # First of all: a SIGTERM during start-up (imports, preflight, lease, recovery) is a
+    # stop like any other, not a death by signal.
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        log.info("signal %s: stop reading, drain, checkpoint", signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
     cfg = read_config(args.config)
     feeds = None
     if cfg.source.reader == "process":
@@ -40,14 +50,6 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from cdc_cli.logs import configure
 
     configure(cfg.log.format, cfg.log.level, cfg.log.kafka_level)
-    stop = threading.Event()
-
-    def on_signal(signum: int, _frame: Any) -> None:
-        log.info("signal %s: stop reading, drain, checkpoint", signal.Signals(signum).name)
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
     summary = run_relay(cfg, stop.is_set, check=not args.skip_check, feeds=feeds)
     log.info("stopped at %s: %d events published, %d dead-lettered, %d skipped as already delivered",
              summary.position, summary.events_published, summary.dead_lettered, summary.skipped_recovery)

@@ -236,7 +236,9 @@ class TcpProxy:
     """A TCP proxy to a local port, for network faults a test sets up itself.
 
     `freeze()`: the connections open now stop forwarding (they stay open and silent, no
-    reset), new ones are forwarded normally. `cut()`: from now on every byte of every
+    reset), new ones are forwarded normally. `freeze_busiest()`: only the open connection
+    that has carried the most bytes from the server (a binlog stream, not the relay's
+    lease or control sessions) goes silent. `cut()`: from now on every byte of every
     connection, new ones included, is dropped (a partition as both ends see it)."""
 
     def __init__(self, target_port: int):
@@ -245,6 +247,7 @@ class TcpProxy:
         self.port = self._listener.getsockname()[1]
         self._frozen: set[int] = set()
         self._live: list[int] = []
+        self._received: dict[int, int] = {}  # bytes from the server, per connection
         self._cut = threading.Event()
         self._socks: list[socket.socket] = []
         self._lock = threading.Lock()
@@ -261,10 +264,10 @@ class TcpProxy:
                 gen = len(self._live) + 1
                 self._live.append(gen)
                 self._socks += [client, server]
-            for a, b in ((client, server), (server, client)):
-                threading.Thread(target=self._pump, args=(a, b, gen), daemon=True).start()
+            for a, b, from_server in ((client, server, False), (server, client, True)):
+                threading.Thread(target=self._pump, args=(a, b, gen, from_server), daemon=True).start()
 
-    def _pump(self, src: socket.socket, dst: socket.socket, gen: int) -> None:
+    def _pump(self, src: socket.socket, dst: socket.socket, gen: int, from_server: bool) -> None:
         try:
             while True:
                 data = src.recv(65536)
@@ -272,13 +275,22 @@ class TcpProxy:
                     break
                 if gen in self._frozen or self._cut.is_set():
                     continue  # swallowed: the peer hears nothing, and no reset either
+                if from_server:
+                    self._received[gen] = self._received.get(gen, 0) + len(data)
                 dst.sendall(data)
         except OSError:
             pass
+        finally:
+            if from_server:
+                self._received.pop(gen, None)  # closed: no longer a candidate for freeze_busiest
 
     def freeze(self) -> None:
         with self._lock:
             self._frozen.update(self._live)
+
+    def freeze_busiest(self) -> None:
+        with self._lock:
+            self._frozen.add(max(self._received, key=self._received.__getitem__))
 
     def cut(self) -> None:
         self._cut.set()

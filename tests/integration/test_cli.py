@@ -305,6 +305,17 @@ def test_metrics_healthz_readyz_served_while_the_relay_runs(
     assert _get(base + "/healthz")[0] == 0, "the endpoint should close with the relay"
 
 
+def test_sigterm_while_the_relay_is_still_starting_is_a_clean_stop(
+        valid_raw, mariadb, kafka, database, topic_prefix, tmp_path):
+    """An orchestrator may stop a relay it has just started (a rolling update rolled back):
+    SIGTERM during start-up (imports, preflight, recovery) ends it like any other stop."""
+    kafka.create_topic(f"{topic_prefix}.order", 2)
+    relay = RelayProcess(valid_raw, env_for(mariadb), tmp_path / "relay")
+    time.sleep(0.4)  # the fault's timing: inside the interpreter's imports, before the relay runs
+    code = relay.terminate()
+    assert code == 0, relay.log_text()[-2000:]
+
+
 # -- the verifier -------------------------------------------------------------------------------
 
 def last_line(text: str) -> str:

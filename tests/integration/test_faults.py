@@ -350,8 +350,13 @@ def test_broker_faults(mariadb, database, topic_prefix, tmp_path):
         handle.relay._publisher = recorder
         stop = threading.Event()
         outcome = {}
-        thread = threading.Thread(target=lambda: outcome.setdefault("summary", handle.relay.run(stop.is_set)),
-                                  daemon=True)
+        def run() -> None:
+            try:
+                outcome["summary"] = handle.relay.run(stop.is_set)
+            except Exception as exc:  # shown by the assertion below
+                outcome["error"] = exc
+
+        thread = threading.Thread(target=run, daemon=True)
         thread.start()
         writer = Writer(lambda: mariadb.connect(database), events, pause_s=0.002)
         writer.start()
@@ -371,7 +376,7 @@ def test_broker_faults(mariadb, database, topic_prefix, tmp_path):
         stop.set()
         thread.join(60)
         handle.close()
-        assert "summary" in outcome, "the relay stopped on an error"
+        assert "summary" in outcome, f"the relay stopped on an error: {outcome.get('error')!r}"
         committed = committed_outbox_events(mariadb.connection_settings(), database,
                                             start_file=start.split(":")[0], start_pos=int(start.split(":")[1]))
         result = _check_topics(kafka, topics, committed)
