@@ -78,7 +78,7 @@ class Delivery:
 
     topic: str
     partition: int
-    offset: int
+    offset: int  # -1: not known (Kafka acknowledged a retried batch it had already written)
     failure: DeliveryFailure | None = None
 
 

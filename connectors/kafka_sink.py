@@ -111,7 +111,8 @@ class KafkaPublisher:
             if err is None:
                 if health is not None and health.down:
                     health.reachable()
-                on_delivery(Delivery(topic, msg.partition(), msg.offset()))
+                offset = msg.offset()  # None: acknowledged without an offset (a retried batch already written)
+                on_delivery(Delivery(topic, msg.partition(), -1 if offset is None else offset))
             else:
                 on_delivery(Delivery(topic, msg.partition() if msg is not None else -1, -1, _failure(err)))
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import random
 import threading
+import traceback
 import time
 import uuid
 from pathlib import Path
@@ -354,7 +355,7 @@ def test_broker_faults(mariadb, database, topic_prefix, tmp_path):
             try:
                 outcome["summary"] = handle.relay.run(stop.is_set)
             except Exception as exc:  # shown by the assertion below
-                outcome["error"] = exc
+                outcome["error"] = "".join(traceback.format_exception(exc))
 
         thread = threading.Thread(target=run, daemon=True)
         thread.start()
@@ -376,7 +377,7 @@ def test_broker_faults(mariadb, database, topic_prefix, tmp_path):
         stop.set()
         thread.join(60)
         handle.close()
-        assert "summary" in outcome, f"the relay stopped on an error: {outcome.get('error')!r}"
+        assert "summary" in outcome, f"the relay stopped on an error: {outcome.get('error')}"
         committed = committed_outbox_events(mariadb.connection_settings(), database,
                                             start_file=start.split(":")[0], start_pos=int(start.split(":")[1]))
         result = _check_topics(kafka, topics, committed)
