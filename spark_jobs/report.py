@@ -186,10 +186,11 @@ def _esc(v: Any) -> str:
     return html.escape(str(v), quote=True)
 
 
-def svg_bars(items: list[tuple[str, float, str]], title: str, width: int = 640, bar_h: int = 22) -> str:
-    """Horizontal bar chart: (label, value, color)."""
+def svg_bars(items: list[tuple[str, float, str]], title: str, width: int = 640, bar_h: int = 22,
+             unit: str = "count") -> str:
+    """Horizontal bar chart: (label, value, color); the value axis is labelled with `unit`."""
     left, right = 120, 80
-    h = 30 + bar_h * len(items) + 10
+    h = 30 + bar_h * len(items) + 24
     top = max((v for _, v, _ in items), default=0) or 1
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{h}" role="img" aria-label="{_esc(title)}">',
            f'<text x="4" y="18" font-size="14" font-weight="bold">{_esc(title)}</text>']  # fmt: skip
@@ -199,11 +200,16 @@ def svg_bars(items: list[tuple[str, float, str]], title: str, width: int = 640, 
         out.append(f'<text x="{left - 6}" y="{y + bar_h * 0.7:.0f}" font-size="12" text-anchor="end">{_esc(label)}</text>')
         out.append(f'<rect x="{left}" y="{y + 3}" width="{max(w, 1 if value else 0):.1f}" height="{bar_h - 6}" fill="{color}"/>')
         out.append(f'<text x="{left + w + 4:.1f}" y="{y + bar_h * 0.7:.0f}" font-size="12">{int(value)}</text>')
+    base = 30 + bar_h * len(items)
+    out.append(f'<line x1="{left}" y1="{base}" x2="{width - right}" y2="{base}" stroke="#333"/>')
+    out.append(f'<text x="{left}" y="{base + 12}" font-size="11">0</text>')
+    out.append(f'<text x="{width - right}" y="{base + 12}" font-size="11" text-anchor="end">{_esc(unit)}</text>')
     out.append("</svg>")
     return "".join(out)
 
 
-def svg_histogram(bins: list[dict[str, Any]], width_ms: int, title: str, width: int = 640, height: int = 240) -> str:
+def svg_histogram(bins: list[dict[str, Any]], width_ms: int, title: str, width: int = 640, height: int = 240,
+                  x_label: str = "latency (ms)", y_label: str = "deliveries") -> str:
     pad_l, pad_b, pad_t = 50, 30, 28
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img" aria-label="{_esc(title)}">',
            f'<text x="4" y="18" font-size="14" font-weight="bold">{_esc(title)}</text>']  # fmt: skip
@@ -223,9 +229,14 @@ def svg_histogram(bins: list[dict[str, Any]], width_ms: int, title: str, width: 
             f'<title>{b["from_ms"]}..{b["from_ms"] + width_ms} ms: {b["count"]}</title></rect>'
         )
     out.append(f'<line x1="{pad_l}" y1="{pad_t + plot_h}" x2="{pad_l + plot_w}" y2="{pad_t + plot_h}" stroke="#333"/>')
+    out.append(f'<line x1="{pad_l}" y1="{pad_t}" x2="{pad_l}" y2="{pad_t + plot_h}" stroke="#333"/>')
     out.append(f'<text x="{pad_l}" y="{height - 8}" font-size="11">{lo} ms</text>')
+    out.append(f'<text x="{pad_l + plot_w / 2:.0f}" y="{height - 8}" font-size="11" text-anchor="middle">{_esc(x_label)}</text>')
     out.append(f'<text x="{pad_l + plot_w}" y="{height - 8}" font-size="11" text-anchor="end">{hi} ms</text>')
     out.append(f'<text x="4" y="{pad_t + 10}" font-size="11">{top}</text>')
+    out.append(f'<text x="4" y="{pad_t + plot_h}" font-size="11">0</text>')
+    out.append(f'<text x="12" y="{pad_t + plot_h / 2:.0f}" font-size="11" transform="rotate(-90 12 {pad_t + plot_h / 2:.0f})" '
+               f'text-anchor="middle">{_esc(y_label)}</text>')
     out.append("</svg>")
     return "".join(out)
 
@@ -261,15 +272,49 @@ def svg_line(points: list[tuple[float, float]], title: str, x_label: str, y_labe
     t0 = _dt.datetime.fromtimestamp(x0, _dt.timezone.utc).strftime("%H:%M:%S")
     t1 = _dt.datetime.fromtimestamp(x1, _dt.timezone.utc).strftime("%H:%M:%S")
     out.append(f'<text x="{pad_l}" y="{height - 8}" font-size="11">{t0} UTC</text>')
-    out.append(f'<text x="{pad_l + plot_w}" y="{height - 8}" font-size="11" text-anchor="end">{t1} UTC ({_esc(y_label)})</text>')
+    out.append(f'<text x="{pad_l + plot_w / 2:.0f}" y="{height - 8}" font-size="11" text-anchor="middle">{_esc(x_label)} (UTC)</text>')
+    out.append(f'<text x="{pad_l + plot_w}" y="{height - 8}" font-size="11" text-anchor="end">{t1} UTC</text>')
+    out.append(f'<text x="12" y="{pad_t + plot_h / 2:.0f}" font-size="11" transform="rotate(-90 12 {pad_t + plot_h / 2:.0f})" '
+               f'text-anchor="middle">{_esc(y_label)} ({_esc(unit)})</text>')
     out.append("</svg>")
     return "".join(out)
+
+
+def _cell(v: Any) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, (dict, list, tuple)):
+        return json.dumps(v, default=_json_default)
+    return str(v)
+
+
+def html_tables(v: Any) -> str:
+    """A value of the report's inputs as HTML: a mapping as a two-column table, a list of
+    mappings as one table (a column per key), a list of plain values as one line."""
+    if isinstance(v, dict):
+        if not v:
+            return "<em>none</em>"
+        rows = "".join(f"<tr><th>{_esc(k)}</th><td>{html_tables(x)}</td></tr>" for k, x in v.items())
+        return f"<table>{rows}</table>"
+    if isinstance(v, (list, tuple)):
+        if not v:
+            return "<em>none</em>"
+        if all(isinstance(x, dict) for x in v):
+            cols = list(dict.fromkeys(k for x in v for k in x))
+            head = "".join(f"<th>{_esc(c)}</th>" for c in cols)
+            body = "".join("<tr>" + "".join(f"<td>{_esc(_cell(x.get(c)))}</td>" for c in cols) + "</tr>" for x in v)
+            return f"<table><tr>{head}</tr>{body}</table>"
+        return _esc(", ".join(_cell(x) for x in v))
+    return _esc(_cell(v))
 
 
 def render_html(rep: VerifyReport) -> str:
     c = rep.counts
     status = "OK" if rep.ok else "FAILED"
-    bars = svg_bars([(k, c.get(k, 0), CLASS_COLORS[k]) for k in ALL_CLASSES], "events and records by class")
+    bars = svg_bars([(k, c.get(k, 0), CLASS_COLORS[k]) for k in ALL_CLASSES], "events and records by class",
+                    unit="events or records")
     lat = rep.summary.get("latency") or {}
     hist = lat.get("histogram") or {}
     hist_svg = svg_histogram(hist.get("bins", []), hist.get("bin_width_ms", 1), "latency commit -> broker (ms)")
@@ -277,7 +322,7 @@ def render_html(rep: VerifyReport) -> str:
     lag_svg = svg_line(
         [(p["commit_second"], p["max_latency_ms"]) for p in lag.get("points", [])],
         f"max latency per {lag.get('bucket_seconds', 1)} s of commit time",
-        "commit second",
+        "commit time",
         "max latency",
     )
     stats = ""
@@ -292,7 +337,7 @@ def render_html(rep: VerifyReport) -> str:
     for cls, items in (rep.summary.get("examples") or {}).items():
         for ex in items:
             example_rows.append(f"<tr><td>{_esc(cls)}</td><td><code>{_esc(_one_line(ex))}</code></td></tr>")
-    inputs = json.dumps(rep.inputs, indent=2, default=_json_default)
+    inputs = html_tables(rep.inputs)
     style = (
         "body{font-family:sans-serif;margin:24px;max-width:1000px}"
         ".ok{color:#2e7d32}.failed{color:#c62828}table{border-collapse:collapse}"
@@ -316,7 +361,7 @@ def render_html(rep: VerifyReport) -> str:
 <div>{lag_svg}</div>
 <h2>Examples</h2>
 <table><tr><th>class</th><th>where</th></tr>{''.join(example_rows) or '<tr><td colspan="2">none</td></tr>'}</table>
-<h2>What was read</h2><pre>{_esc(inputs)}</pre>
+<h2>What was read</h2>{inputs}
 </body></html>
 """
 
@@ -347,5 +392,5 @@ def _follow_html(f: dict[str, Any] | None) -> str:
         for k, v in f.items() if k != "lag_history"
     )
     lag = svg_line([(p["t"], p["lag_s"]) for p in f.get("lag_history") or []], "verified-through lag behind the binlog head",
-                   "time", "wall clock", unit="s")  # fmt: skip
+                   "wall-clock time", "lag", unit="s")  # fmt: skip
     return f"<h2>Following</h2><table><tr><th>figure</th><th>value</th></tr>{rows}</table><div>{lag}</div>"
