@@ -58,7 +58,8 @@ def _follow(args: argparse.Namespace, vcfg) -> int:
     start = args.start_file or args.follow_start
     fcfg = FollowConfig(verify=vcfg, checkpoint_dir=args.checkpoint_dir or "", grace_s=args.grace, trigger_s=args.trigger,
                         start=start, metrics_host=args.metrics_host, metrics_port=args.metrics_port,
-                        report_every_s=args.report_every, dedupe_window_s=args.dedupe_window)  # fmt: skip
+                        report_every_s=args.report_every, dedupe_window_s=args.dedupe_window,
+                        max_batch_bytes=args.max_batch_bytes)  # fmt: skip
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_a: stop.set())
@@ -143,6 +144,8 @@ def add_parsers(sub) -> None:
     p.add_argument("--checkpoint-dir", default=None, help="--follow: Spark checkpoint + state (default <output-dir>/checkpoint)")
     p.add_argument("--grace", type=float, default=60.0, help="--follow: seconds an event may wait for its record (60)")
     p.add_argument("--trigger", type=float, default=2.0, help="--follow: seconds between micro-batches (2)")
+    p.add_argument("--max-batch-bytes", type=int, default=64 << 20,
+                   help="--follow: binlog bytes one micro-batch reads at most, cut at a transaction (64 MiB; 0: no limit)")
     p.add_argument("--follow-start", default="head",
                    help="--follow, new checkpoint: head (default), oldest, a binlog file or file:pos (--start-file wins)")
     p.add_argument("--metrics-host", default="127.0.0.1", help="--follow: metrics endpoint host")

@@ -6,6 +6,7 @@ offsets are binlog positions `{"file": ..., "pos": ...}` (for `cdc verify --foll
         .option("source", "shop-db").option("tables", tables_to_json([...]))
         .option("start", "head")            # "head" (the server's position now), "oldest", or a file name
         .option("split_bytes", str(8 << 20)) # optional: cut a micro-batch's range into pieces
+        .option("max_batch_bytes", str(64 << 20))  # optional: admission limit per micro-batch
         .load()
 
 Each micro-batch reads `[start, end)` where `end` is the server's position
@@ -15,6 +16,13 @@ batch source `cdc_binlog` (`spark_jobs/binlog_source.py` `iter_binlog_batches`: 
 verifier's own reader, python-mysql-replication by default, and its own transaction
 assembly), plus one `kind = progress` row per range read (`file`, `tx_pos` = the range's
 start, `tx_end` = its end): the follow job learns from them how far the binlog was read.
+
+Admission limit: with `max_batch_bytes`, a micro-batch reads at most about that many
+bytes of binlog (cut at the first transaction start past it; a larger transaction is read
+whole), so that catching up after a pause or from `oldest` proceeds in bounded steps
+instead of one batch that holds everything in the driver. Only the binlog side is
+limited: a Kafka record read before its event waits for it and is never judged early,
+whereas an event read before its record would start its grace period too soon.
 
 Each range is read over its own replication connection with its own server id
 (`server_id_base + index`, the base drawn at random per reader; micro-batches run one after
@@ -29,12 +37,13 @@ from typing import Any, Iterator, Mapping, Sequence
 from cdc.position import file_sequence
 from spark_jobs.binlog_source import (
     BINLOG_FIELDS, BINLOG_SCHEMA, EventColumns, EventMapper, _connect, anomaly_row, iter_binlog_batches, split_ranges,
-    tables_from_json,
+    tables_from_json, transaction_starts,
 )  # fmt: skip
 from spark_jobs.common import DataSource, InputPartition, mysql_settings_from_options, opt_int, opt_json, where
 
 try:
     from pyspark.sql.datasource import DataSourceStreamReader
+    from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxBytes
 except Exception:  # pragma: no cover
     DataSourceStreamReader = object  # type: ignore[misc,assignment]
 
@@ -82,6 +91,24 @@ def ranges_between(start: Mapping[str, Any], end: Mapping[str, Any], logs: Seque
     return out
 
 
+def admitted_end(settings: Mapping[str, Any], start: Mapping[str, Any], head: dict[str, Any],
+                 logs: Sequence[tuple[str, int]], cap: int) -> dict[str, Any]:
+    """The end of a micro-batch that reads about `cap` bytes from `start`: the first
+    transaction start at or past `cap` bytes, or the head when it is nearer."""
+    budget = cap
+    for r in ranges_between(start, head, logs):
+        size = r["end"] - r["start"]
+        if size <= budget:
+            budget -= size
+            continue
+        target = r["start"] + max(budget, 1)
+        for p in transaction_starts(settings, r["file"], r["start"], r["end"], until=target):
+            if p >= target:
+                return {"file": r["file"], "pos": p}
+        return {"file": r["file"], "pos": r["end"]}  # no transaction starts later in this piece
+    return head
+
+
 def progress_row(source: str, file: str, start: int, end: int) -> dict[str, Any]:
     row = anomaly_row(source, file, "")
     row.update(dlq_error=None, kind=KIND_PROGRESS, tx_pos=start, tx_end=end)
@@ -109,9 +136,15 @@ class BinlogStreamReader(DataSourceStreamReader):
             raise RuntimeError(f"cdc_binlog: start file {start} is not on the server (SHOW BINARY LOGS): name one that is")
         return {"file": start, "pos": 4}
 
+    def getDefaultReadLimit(self) -> "ReadLimit":
+        cap = opt_int(self.options, "max_batch_bytes")
+        return ReadMaxBytes(cap) if cap else ReadAllAvailable()
+
     def latestOffset(self, start: dict | None = None, limit: Any = None) -> dict:
-        (file, pos), _logs = server_logs(self.settings)
-        return {"file": file, "pos": pos}
+        (file, pos), logs = server_logs(self.settings)
+        head = {"file": file, "pos": pos}
+        cap = getattr(limit, "max_bytes", None) if start is not None else None
+        return admitted_end(self.settings, start, head, logs, cap) if cap else head
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         _head, logs = server_logs(self.settings)

@@ -66,6 +66,7 @@ class FollowConfig:
     report_every_s: float = 10.0
     dedupe_window_s: float = 300.0
     binlog_split_bytes: int = 8 << 20
+    max_batch_bytes: int = 64 << 20  # admission limit: binlog bytes one micro-batch reads (0: no limit)
 
     @property
     def checkpoint(self) -> Path:
@@ -178,7 +179,7 @@ class FollowJob:
             self.spark.readStream.format("cdc_binlog_stream").options(**v.mysql_options())
             .option("source", v.source).option("tables", tables_to_json(v.tables))
             .option("binlog_reader", v.binlog_reader).option("start", binlog_start)
-            .option("split_bytes", str(cfg.binlog_split_bytes))
+            .option("split_bytes", str(cfg.binlog_split_bytes)).option("max_batch_bytes", str(cfg.max_batch_bytes))
             .load()
         )  # fmt: skip
         topics = ",".join(list(v.topics) + [v.dlq_topic])

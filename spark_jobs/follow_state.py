@@ -35,7 +35,11 @@ the binlog has been read. Missing, altered and unverifiable events hold it (as i
 batch verifier) until they are repaired.
 
 State is a plain object pickled to the checkpoint directory after each micro-batch
-(`save` / `load`): Spark's checkpoint holds the offsets, this file what was matched.
+(`save` / `load`): Spark's checkpoint holds the offsets, these files what was matched.
+The matched events kept for duplicate detection (`done`: up to `dedupe_window_s` of
+them, 1.5M at 5k events/s) are not in that file: each save writes only what its batch
+added or changed to `done/<batch>.chunk`, and a load rebuilds `done` from the chunks up
+to its batch. A save's cost is the batch's, not the window's.
 """
 
 from __future__ import annotations
@@ -60,7 +64,7 @@ KIND_PROGRESS = "progress"
 ALARM_LOG = logging.getLogger("cdc.verify.follow")
 MAX_EXAMPLES = 20
 MAX_ANOMALIES = 200
-STATE_VERSION = 1
+STATE_VERSION = 2  # 2: matched events saved apart, batch by batch
 
 
 def _h64(ikey: str) -> int:
@@ -97,9 +101,12 @@ class FollowState:
     pending: dict[str, dict[str, Any]] = field(default_factory=dict)
     # events that got a verdict and may still get a delivery: ikey -> event (missing / unverifiable)
     open_verdicts: dict[str, dict[str, Any]] = field(default_factory=dict)
-    # events matched: h64(ikey) -> [class, deliveries]; forgotten after dedupe_window_s
+    # events matched: h64(ikey) -> [class, deliveries, tx, matched at, order]; forgotten
+    # after dedupe_window_s. Saved apart, batch by batch (see the module's docstring).
     done: dict[int, list[Any]] = field(default_factory=dict)
     done_buckets: collections.deque = field(default_factory=collections.deque)  # (time, max order, [h64])
+    # what this batch added to or changed in `done` (h64s), for its chunk
+    _journal: set[int] = field(default_factory=set, repr=False)
     forgotten_through: tuple[int, int, int] | None = None
     # records of ours waiting for the binlog: ikey -> record (+ "seen")
     waiting: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -123,26 +130,44 @@ class FollowState:
 
     # ------------------------------------------------------------------ persistence
 
+    def __getstate__(self) -> dict[str, Any]:
+        st = dict(self.__dict__)
+        for name in ("done", "done_buckets", "_journal"):
+            del st[name]
+        return st
+
+    def __setstate__(self, st: dict[str, Any]) -> None:
+        self.__dict__.update(st)
+        self.done, self.done_buckets, self._journal = {}, collections.deque(), set()
+
     def save(self, directory: str | os.PathLike[str]) -> Path:
+        """The state after this batch: `<batch>.state`, and what the batch added to or
+        changed in `done` as `done/<batch>.chunk` (written first: a state file is only
+        ever read with the chunks up to its batch)."""
         d = Path(directory)
-        d.mkdir(parents=True, exist_ok=True)
-        path = d / f"{self.batch_id}.state"
-        tmp = d / f".{self.batch_id}.state.tmp"
-        with open(tmp, "wb") as f:
-            pickle.dump(self, f, protocol=pickle.HIGHEST_PROTOCOL)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        chunk = [(h, self.done[h]) for h in self._journal if h in self.done]
+        _write_atomically(d / "done", f"{self.batch_id}.chunk", chunk)
+        path = _write_atomically(d, f"{self.batch_id}.state", self)
         for old in sorted(_state_files(d))[:-3]:  # keep the newest three
             try:
                 (d / f"{old}.state").unlink()
             except OSError:
                 pass
+        # A chunk whose every match is older than the window (and a margin, for a load of an
+        # older state) holds nothing a load keeps.
+        horizon = time.time() - self.dedupe_window_s - CHUNK_MARGIN_S
+        for p in (d / "done").glob("*.chunk"):
+            if _chunk_id(p) is not None and _chunk_id(p) < self.batch_id - 3 and p.stat().st_mtime < horizon:  # type: ignore[operator]
+                try:
+                    p.unlink()
+                except OSError:
+                    pass
         return path
 
     @staticmethod
     def load(directory: str | os.PathLike[str], before: int) -> "FollowState | None":
-        """The state after the newest batch `< before` (None when there is none)."""
+        """The state after the newest batch `< before` (None when there is none), with the
+        matched events of its batch and every earlier one."""
         d = Path(directory)
         ids = [i for i in _state_files(d) if i < before] if d.is_dir() else []
         if not ids:
@@ -151,6 +176,13 @@ class FollowState:
             state = pickle.load(f)
         if not isinstance(state, FollowState) or state.version != STATE_VERSION:
             raise RuntimeError(f"cdc verify --follow: {d} holds state of another version: start with a new checkpoint dir")
+        chunks = sorted((i, p) for p in (d / "done").glob("*.chunk") if (i := _chunk_id(p)) is not None and i <= state.batch_id)
+        for _i, p in chunks:
+            with open(p, "rb") as f:
+                for h, entry in pickle.load(f):
+                    if h not in state.done:
+                        state._bucket(h, entry[3], entry[4])
+                    state.done[h] = entry
         return state
 
     # -------------------------------------------------------------------- counting
@@ -208,6 +240,7 @@ class FollowState:
         now = time.time() if now is None else now
         self.batch_id = batch_id
         self.batches += 1
+        self._journal = set()
         brows = sorted(binlog_rows, key=lambda r: (r.get("file_seq") or 0, r.get("tx_pos") or 0, r.get("row") if r.get("row") is not None else -1))
         progress = [r for r in brows if r.get("kind") == KIND_PROGRESS]
         if self.start is None and progress:  # normally set by the follow job before the first batch
@@ -330,6 +363,7 @@ class FollowState:
         h = _h64(ikey)
         d = self.done.get(h)
         if d is not None:
+            self._journal.add(h)
             d[1].append(where)
             if d[0] != "duplicate":
                 self._count(d[0], -1)
@@ -418,8 +452,12 @@ class FollowState:
 
     def _remember(self, ikey: str, cls: str, ev: Mapping[str, Any], now: float, deliveries: list[str] | None = None) -> None:
         h = _h64(ikey)
-        self.done[h] = [cls, list(deliveries or ev.get("deliveries") or []), ev.get("tx")]
         o = _ord(ev["file_seq"], ev["tx_pos"], ev["row"])
+        self.done[h] = [cls, list(deliveries or ev.get("deliveries") or []), ev.get("tx"), now, o]
+        self._journal.add(h)
+        self._bucket(h, now, o)
+
+    def _bucket(self, h: int, now: float, o: tuple[int, int, int]) -> None:
         if self.done_buckets and now - self.done_buckets[-1][0] < 5.0:
             b = self.done_buckets[-1]
             b[2].append(h)
@@ -536,6 +574,27 @@ def _as_delivery(where: str) -> dict[str, Any]:
     head, _, offset = where.rpartition("@")
     topic, _, part = head[:-1].rpartition("[")
     return {"topic": topic, "partition": int(part), "offset": int(offset)}
+
+
+CHUNK_MARGIN_S = 600.0
+
+
+def _write_atomically(d: Path, name: str, obj: Any) -> Path:
+    d.mkdir(parents=True, exist_ok=True)
+    path, tmp = d / name, d / f".{name}.tmp"
+    with open(tmp, "wb") as f:
+        pickle.dump(obj, f, protocol=pickle.HIGHEST_PROTOCOL)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    return path
+
+
+def _chunk_id(p: Path) -> int | None:
+    try:
+        return int(p.name.split(".")[0])
+    except ValueError:
+        return None
 
 
 def _state_files(d: Path) -> list[int]:

@@ -284,7 +284,7 @@ def test_killed_and_restarted_it_resumes_from_its_checkpoint_with_exact_counts(m
         time.sleep(3)
         writer.stop()
         total = len(writer.ids)
-        wait_until(lambda: _metrics(port).get('cdc_verify_events{class="delivered"}', 0) >= total, 90,
+        wait_until(lambda: _metrics(port).get('cdc_verify_events{class="delivered"}', 0) >= total, 180,
                    f"{total} events verified after the restart")  # fmt: skip
         time.sleep(7)  # past the grace period: nothing else may turn up
         m = _metrics(port)
@@ -317,3 +317,38 @@ def _state_counts(out: Path) -> dict[str, int]:
 
     st = FollowState.load(out / "checkpoint" / "state", before=1 << 60)
     return dict(st.counts) if st else {}
+
+
+def test_catching_up_is_admitted_in_bounded_micro_batches(mariadb, world, database, spark, tmp_path):
+    """Started at a position well behind the head, the job reads the binlog in steps of
+    about `max_batch_bytes` (each cut at a transaction), not in one batch, and proves all."""
+    from spark_jobs.follow import FollowJob
+
+    raw, cfg = world
+    with mariadb.connect(database) as conn, conn.cursor() as cur:
+        cur.execute("SHOW MASTER STATUS")
+        file, pos = cur.fetchone()[:2]
+    relay = Relay(cfg)
+    try:
+        with mariadb.connect(database) as conn:
+            for t in range(60):  # 60 transactions of 5 events
+                insert_events(conn, "outbox", [(str(uuid.uuid4()), "order", f"k{i}", "Created", '{"t": %d}' % t)
+                                               for i in range(5)])  # fmt: skip
+                conn.commit()
+            with conn.cursor() as cur:
+                cur.execute("SHOW MASTER STATUS")
+                end = cur.fetchone()[1]
+        wait_until(lambda: relay.handle.metrics.events_published >= 300, 60, "the relay to publish 300 events")
+        cap = 8192
+        job = FollowJob(_follow_config(cfg, tmp_path / "out", start=f"{file}:{pos}", max_batch_bytes=cap),
+                        spark=spark).start()  # fmt: skip
+        try:
+            wait_until(lambda: (job.snapshot().get("counts") or {}).get("delivered", 0) >= 300, 180, "300 events verified")
+            snap = job.snapshot()
+        finally:
+            job.stop()
+    finally:
+        relay.stop()
+    assert snap["counts"]["delivered"] == 300 and snap["problems"] == {}, snap
+    # every batch but the last read at least `cap` bytes and at most `cap` + one transaction
+    assert (end - pos) // (cap + 2048) <= snap["batches"] - 1 <= -(-(end - pos) // cap) + 1, (snap["batches"], end - pos)

@@ -238,3 +238,49 @@ def test_latency_uses_the_outbox_timestamp_column_when_there_is_one() -> None:
     st.apply_batch(0, [a, b, progress(200)], [rec(a, 0), rec(b, 1, v_timestamp_us=1_000_200_000)], now=0.0)
     assert sorted(st.latencies) == [300, 500] and st.latency_clocks == {"outbox_timestamp_column": 1, "binlog_commit_header": 1}
     assert "outbox timestamp column" in follow_summary(st, 0.0, None)["latency"]["clock"]
+
+
+def test_a_save_writes_what_the_batch_matched_not_everything_matched_so_far(tmp_path) -> None:
+    """At 5k events/s the de-duplication window holds 1.5M matched events: pickling them all
+    after every micro-batch took longer than the batch. Each save writes the state without
+    them plus the batch's own matches; a load rebuilds them from those files."""
+    st = state(dedupe_window_s=1000.0)
+    sizes = []
+    for batch in range(6):
+        events = [ev(1000 + 100 * (batch * 500 + i), end=1000 + 100 * (batch * 500 + i) + 50) for i in range(500)]
+        st.apply_batch(batch, events + [progress(1000 + 100 * (batch + 1) * 500, start=100)],
+                       [rec(e, batch * 500 + i) for i, e in enumerate(events)], now=float(batch))
+        st.save(tmp_path)
+        sizes.append(sum(p.stat().st_size for p in tmp_path.rglob("*") if p.is_file() and p.name.startswith(f"{batch}.")))
+    assert st.counts["delivered"] == 3000 and len(st.done) == 3000
+    assert sizes[-1] < 1.5 * sizes[1], sizes  # what one batch writes does not grow with what was matched before
+
+    again = FollowState.load(tmp_path, before=99)
+    assert again.batch_id == 5 and len(again.done) == 3000 and again.counts["delivered"] == 3000
+    first = ev(1000)
+    again.apply_batch(6, [], [rec(first, 9999)], now=10.0)  # a second delivery of an event matched in batch 0
+    assert again.counts["duplicate"] == 1 and again.counts["delivered"] == 2999
+    again.save(tmp_path)
+    third = FollowState.load(tmp_path, before=99)
+    third.apply_batch(7, [], [rec(first, 10_000)], now=11.0)  # the duplicate's change was saved too
+    assert third.counts["duplicate"] == 1 and third.alarms["duplicate"] == 2
+
+    third.save(tmp_path)
+    older = FollowState.load(tmp_path, before=7)  # batch 7, had Spark not committed it, is read again from here
+    assert older.batch_id == 6 and len(older.done) == 3000
+    older.apply_batch(7, [], [rec(first, 10_000)], now=11.0)  # not counted twice: 7's own chunk was not loaded
+    assert older.counts["duplicate"] == 1 and older.alarms["duplicate"] == 2
+
+
+def test_matched_events_are_forgotten_after_the_window_also_after_a_load(tmp_path) -> None:
+    st = state(dedupe_window_s=30.0)
+    a, b = ev(100), ev(300, end=350)
+    st.apply_batch(0, [a, progress(200)], [rec(a, 0)], now=0.0)
+    st.save(tmp_path)
+    st.apply_batch(1, [b, progress(400, start=200)], [rec(b, 1)], now=20.0)
+    st.save(tmp_path)
+    again = FollowState.load(tmp_path, before=99)
+    again.expire(now=40.0)
+    assert len(again.done) == 1  # a's match is older than the window, b's is not
+    again.apply_batch(2, [], [rec(a, 2), rec(b, 3)], now=41.0)
+    assert again.counts["duplicate"] == 1 and again.unverifiable_reasons == {"record:beyond_dedupe_window": 1}
