@@ -155,3 +155,23 @@ def test_without_the_window_the_same_messages_would_be_published_twice():
     RelayHarness(b, kafka=kafka, store=FakeCheckpointStore(plain)).run()
     got = Counter(r.header_text["id"] for r in kafka.records())
     assert any(v > 1 for v in got.values())
+
+
+def test_cdc_adopt_refuses_bad_input_in_one_line_exit_2(tmp_path, capsys):
+    from cdc_cli.main import main
+
+    config = tmp_path / "relay.toml"
+    config.write_text('[source]\nname = "x"\nhost = "127.0.0.1"\nport = 1\nuser = "u"\nreplica_server_id = 5\n'
+                      '[[outbox.tables]]\nschema = "s"\ntable = "outbox"\n[kafka]\nbootstrap = "127.0.0.1:1"\n'
+                      f'[checkpoint]\nstore = "file"\npath = "{tmp_path / "cp.json"}"\n')
+    (tmp_path / "bad.dat").write_bytes(b"garbage")
+    (tmp_path / "ok.dat").write_bytes(JVM_FILE)
+    cases = [(["--debezium-offsets-file", str(tmp_path / "bad.dat")], "not a Kafka Connect FileOffsetBackingStore"),
+             (["--debezium-offsets-file", str(tmp_path / "missing.dat")], "cannot read the Debezium offset file"),
+             (["--debezium-offsets-file", str(tmp_path / "ok.dat")], "no offset of connector 'c'.*it holds: eng1"),
+             ([], "give one of --debezium-offsets-file")]
+    for extra, words in cases:
+        code = main(["adopt", "--config", str(config), "--debezium-connector", "c", *extra])
+        err = capsys.readouterr().err
+        assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+        assert __import__("re").search(words, err), err
