@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from cdc.adoption import AdoptedWindow
 from cdc.errors import ConfigError
 from cdc.position import BinlogPosition
 
@@ -49,6 +50,9 @@ class Checkpoint:
     # at or after `position` is visible to read_committed readers, so a restart needs no
     # recovery scan of the topics' tails.
     exact: bool = False
+    # Taken over from Debezium (`cdc adopt`, cdc/adoption.py): until `position` passes
+    # `adopted.until`, recovery also recognises Debezium's messages by their `id` header.
+    adopted: AdoptedWindow | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -67,6 +71,7 @@ class Checkpoint:
             "holder": self.holder,
             "released": self.released,
             **({"exact": True} if self.exact else {}),
+            **({"adopted": self.adopted.to_dict()} if self.adopted is not None else {}),
         }
 
     @classmethod
@@ -92,6 +97,7 @@ class Checkpoint:
                 holder=str(data.get("holder", "")),
                 released=bool(data.get("released", False)),
                 exact=bool(data.get("exact", False)),
+                adopted=AdoptedWindow.from_dict(data["adopted"]) if data.get("adopted") else None,
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ConfigError(f"checkpoint is damaged ({exc!r}); restore it or start with a start position") from exc

@@ -9,6 +9,11 @@ from the checkpoint, an event whose identity is remembered is skipped instead of
 published again: no broker transaction is needed, and a transaction delivered to some
 partitions and not others is completed exactly.
 
+A checkpoint written by `cdc adopt` (cdc/adoption.py) carries a window in which Debezium's
+messages may sit: those lack the relay's identity headers, so their `id` header (the
+outbox event id) is remembered instead, from the window's offsets on, and an event of the
+binlog with that id is not published again until the relay has passed the window.
+
 Refused, with a message, because guessing would lose or repeat events:
 * a topic whose partition count differs from the checkpoint's (keys moved partitions);
 * a checkpoint offset past a partition's end (the topic was truncated or recreated).
@@ -22,7 +27,7 @@ from cdc import crashpoints
 from cdc.checkpoint import Checkpoint
 from cdc.errors import PositionError, RecoveryError
 from cdc.gtid import parse_gtid_set
-from cdc.identity import H_FILE, H_GTID, H_POS, H_SOURCE, identity_key_from_headers
+from cdc.identity import H_EVENT_ID, H_FILE, H_GTID, H_POS, H_SOURCE, identity_key_from_headers
 from cdc.position import BinlogPosition
 from cdc.ports import DeliveredLog
 
@@ -40,10 +45,20 @@ class Recovery:
         self.found = 0  # identities of events delivered after the checkpoint
         self.duplicates_in_topics: list[tuple[str, int, int]] = []  # (topic, partition, offset)
         self.skipped = 0
+        self._adopted = checkpoint.adopted
+        # Debezium's messages in the adopted window: their event ids (cdc/adoption.py).
+        self._adopted_ids: set[str] = set()
+        self.adopted_found = 0
+        self.adopted_skipped = 0
 
     @property
     def pending(self) -> int:
-        return len(self._keys)
+        return len(self._keys) + len(self._adopted_ids)
+
+    @property
+    def adopt_until(self) -> BinlogPosition | None:
+        """While not None, events are also matched by id (`adopted_delivered`) up to here."""
+        return self._adopted.until if self._adopted is not None else None
 
     def scan_all(self, topics: set[str]) -> None:
         for topic in sorted(topics):
@@ -64,9 +79,14 @@ class Recovery:
                 "partition count or start the relay with a fresh checkpoint on a new topic"
             )
         recorded = self._cp.offsets.get(topic, {})
+        adopted = self._adopted.offsets.get(topic) if self._adopted is not None else None
         for partition in range(count):
             low, high = self._log.watermarks(topic, partition)
             start = recorded.get(partition, low)
+            adopted_from = None
+            if adopted is not None:
+                adopted_from = adopted.get(partition, low)  # a partition added since: all of it
+                start = min(start, adopted_from)
             if start > high:
                 raise RecoveryError(
                     f"the checkpoint says {topic}[{partition}] held messages up to offset {start - 1}, "
@@ -81,7 +101,14 @@ class Recovery:
                 start = low
             for offset, headers in self._log.records(topic, partition, start, high):
                 self.records_read += 1
-                if headers.get(H_SOURCE) != self._cp.source or not self._after_checkpoint(headers):
+                source = headers.get(H_SOURCE)
+                if source is None and adopted_from is not None and offset >= adopted_from:
+                    event_id = headers.get(H_EVENT_ID)
+                    if event_id is not None and event_id not in self._adopted_ids:  # a Debezium message
+                        self._adopted_ids.add(event_id)
+                        self.adopted_found += 1
+                    continue
+                if source != self._cp.source or not self._after_checkpoint(headers):
                     continue
                 key = identity_key_from_headers(headers)
                 if key is None:
@@ -104,6 +131,25 @@ class Recovery:
             return BinlogPosition(headers[H_FILE], int(headers[H_POS])) >= self._cp.position
         except (KeyError, ValueError, PositionError):
             return False
+
+    def adopted_delivered(self, event_id: str) -> bool:
+        """Did Debezium publish the event with this id (in the adopted window)?"""
+        if event_id in self._adopted_ids:
+            self._adopted_ids.discard(event_id)
+            self.adopted_skipped += 1
+            self.skipped += 1
+            return True
+        return False
+
+    def end_adoption(self) -> None:
+        """The relay has read past the adopted window: no later event can be Debezium's.
+        The ids still remembered are of events before Debezium's offset (published by it
+        long ago, never re-read here)."""
+        if self._adopted is not None:
+            log.info("adoption from %s complete: %d events Debezium had published after its offset were not sent "
+                     "again", self._adopted.origin or "Debezium", self.adopted_skipped)
+        self._adopted = None
+        self._adopted_ids.clear()
 
     def already_delivered(self, key: tuple) -> bool:
         if key in self._keys:

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cdc import crashpoints
+from cdc.adoption import AdoptedWindow
 from cdc.checkpoint import Checkpoint
 from cdc.checkpoint_writer import CheckpointWriter
 from cdc.errors import ConfigError, DeliveryError
@@ -184,6 +185,7 @@ class Relay:
         self._epoch = 0
         self._holder = ""
         self._start: StartAt | None = None
+        self._adopted: AdoptedWindow | None = None  # taken over from Debezium (cdc/adoption.py)
         # Transactional delivery: the open Kafka transaction (None: idempotent delivery).
         self._txn: TransactionState | None = None
         self.txn_id = transactional_id(settings.source_name)
@@ -237,7 +239,8 @@ class Relay:
         self._writer = CheckpointWriter(self._store, settings.checkpoint_in_background and txn is None)
         if cp is not None:
             self._partitions.update(cp.partitions)
-            if txn is not None and cp.exact:
+            self._adopted = cp.adopted
+            if txn is not None and cp.exact and cp.adopted is None:
                 log.info("recovering from checkpoint %s: committed in the Kafka transaction of the messages before "
                          "it, nothing after it is visible: no scan of the topics needed", cp.position)
             else:
@@ -334,6 +337,7 @@ class Relay:
         if r is None:
             return {}
         return {"records_read": r.records_read, "found": r.found, "skipped": r.skipped,
+                "adopted_found": r.adopted_found, "adopted_skipped": r.adopted_skipped,
                 "duplicates_in_topics": len(r.duplicates_in_topics)}
 
     def _drain(self) -> None:
@@ -416,7 +420,9 @@ class Relay:
                         publisher.poll(0.05)
                     if self._lease is not None:
                         self._lease.check(self._monotonic())
-                if recovery is not None and recovery.already_delivered(item.identity.key()):
+                if recovery is not None and (recovery.already_delivered(item.identity.key()) or (
+                        recovery.adopt_until is not None and type(item) is OutboxEvent
+                        and recovery.adopted_delivered(item.event_id))):
                     window.skipped(entry)
                     metrics.events_skipped_recovery += 1
                     if recovery.pending == 0:
@@ -433,6 +439,11 @@ class Relay:
                 crashpoints.hit("xa_outcome")
             tx.release()
         entry.sealed = True
+        recovery = self._recovery
+        if recovery is not None and recovery.adopt_until is not None and not tx.end < recovery.adopt_until:
+            recovery.end_adoption()  # past what Debezium can have read before it stopped
+            if recovery.pending == 0:
+                self._recovery = None
 
     def _publish_event(self, entry: PendingTx, event: OutboxEvent, tx_headers: list[tuple[str, bytes]]) -> None:
         value = event.encoded
@@ -612,6 +623,9 @@ class Relay:
             if not count:  # created by the first produce: learn its partition count now
                 self._partitions[topic] = self._ask_kafka(
                     f"read the partitions of {topic}", lambda: self._delivered.partition_count(topic)) or 0
+        adopted = self._adopted
+        if adopted is not None and not resume.position < adopted.until:
+            adopted = self._adopted = None  # a restart from here re-reads nothing Debezium can have published
         cp = Checkpoint(
             source=self.settings.source_name,
             position=resume.position,
@@ -627,7 +641,8 @@ class Relay:
             released=released,
             # Transactional: committed with every message before it. Not while an XA prepare
             # holds it back: messages after it were committed, a restart must scan for them.
-            exact=self._txn is not None and not window.held,
+            exact=self._txn is not None and not window.held and adopted is None,
+            adopted=adopted,
         )
         return cp
 
@@ -764,6 +779,9 @@ class Relay:
         recovery = Recovery(cp, self._delivered)
         recovery.scan_all(set(cp.partitions) | set(cp.offsets) | {self.settings.dead_letter_topic})
         log.info("recovering from checkpoint %s: %d events found delivered after it", cp.position, recovery.found)
-        if recovery.found:
+        if cp.adopted is not None:
+            log.info("adopted from %s: %d Debezium messages in the window up to %s are recognised by their id",
+                     cp.adopted.origin or "Debezium", recovery.adopted_found, cp.adopted.until)
+        if recovery.pending:
             self._recovery = recovery
         self._recovery_stats = recovery

@@ -2,6 +2,7 @@
 
     cdc run     --config relay.toml   stream the binlog's outbox inserts to Kafka
     cdc check   --config relay.toml   preflight only: server settings, grants, tables, start, Kafka
+    cdc adopt   --config relay.toml   take over from a stopped Debezium connector at its stored offset
     cdc demo                          embedded MariaDB + Kafka stand-in + relay + workload + verify
     cdc verify  --config verify.toml  Spark verifier: binlog vs topics, position by position
     cdc repair  --config verify.toml  re-publish exactly the events a verify found missing
@@ -96,6 +97,12 @@ def _cmd_check(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_adopt(args: argparse.Namespace) -> int:
+    from cdc_cli.adopt import cmd_adopt
+
+    return cmd_adopt(args)
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
     from cdc_cli.demo import run_demo
 
@@ -118,6 +125,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workdir", default=None, help="where reports and the checkpoint go (default: var/demo)")
     p.add_argument("--no-verify", action="store_true", help="skip the Spark verification at the end")
     p.set_defaults(func=_cmd_demo)
+    p = sub.add_parser("adopt", help="take over from a stopped Debezium MySQL connector at its stored offset")
+    p.add_argument("--config", required=True, help="relay TOML file")
+    p.add_argument("--debezium-connector", required=True, help="the connector's `name` in Debezium")
+    p.add_argument("--debezium-server", default=None, help="its `topic.prefix` (when the store holds several)")
+    p.add_argument("--debezium-offsets-file", default=None, help="a FileOffsetBackingStore file "
+                   "(offset.storage.file.filename)")
+    p.add_argument("--debezium-offsets-topic", default=None, help="the Connect worker's offset.storage.topic")
+    p.add_argument("--topic", action="append", help="a topic Debezium wrote that the relay's routing does not "
+                   "produce (repeatable)")
+    p.add_argument("--dry-run", action="store_true", help="print what would be adopted; write nothing")
+    p.set_defaults(func=_cmd_adopt)
     try:
         from cdc_cli.verify_commands import add_parsers
     except ImportError:  # the verifier's commands are added when spark_jobs is present
