@@ -78,6 +78,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 from cdc.outbox import OutboxTable, text_of
 from cdc.position import BinlogPosition, file_sequence
 from cdc.topics import topic_problem
+from connectors.mysql_client import binlog_end
 from spark_jobs.common import (
     KEY_SEP,
     identity_key,
@@ -646,10 +647,10 @@ def events_of_tx(source: str, file: str, tx: CommittedTx, mapper: EventMapper) -
 
 
 def _connect(settings: Mapping[str, Any]) -> Any:
-    import pymysql
+    from connectors.mysql_client import connect
 
     try:
-        return pymysql.connect(connect_timeout=10, **settings)
+        return connect({"connect_timeout": 10, **settings})  # TLS as the relay's config says
     except Exception as exc:  # noqa: BLE001
         raise RuntimeError(f"cdc_binlog: cannot connect to {where(settings)}: {scrub(str(exc), settings)}") from None
 
@@ -666,11 +667,10 @@ def plan_binlog(
     conn = _connect(settings)
     try:
         with conn.cursor() as cur:
-            cur.execute("SHOW MASTER STATUS")
-            status = cur.fetchone()
+            status = binlog_end(cur)
             if not status:
                 raise RuntimeError(f"cdc_binlog: binary logging is off on {where(settings)}: start it with --log-bin")
-            current = BinlogPosition(status[0], int(status[1]))
+            current = BinlogPosition(status[0], status[1])
             cur.execute("SHOW BINARY LOGS")
             logs = [(r[0], int(r[1])) for r in cur.fetchall()]
             cur.execute("SELECT @@server_id")
@@ -824,8 +824,10 @@ def read_binlog_file(
     from spark_jobs.binlog_compressed import ExpandingConnection, event_start as event_start_of
 
     wanted = {(t.schema, t.table) for t in tables}
+    from connectors.mysql_client import pymysql_args
+
     stream = BinLogStreamReader(
-        connection_settings=dict(settings),
+        connection_settings=pymysql_args(settings),  # TLS as the relay's config says
         pymysql_wrapper=ExpandingConnection,  # compressed events reach the library as plain ones
         server_id=server_id,
         resume_stream=True,
@@ -935,13 +937,14 @@ def read_binlog_file_fast(
     through the verifier's own `TxAssembler`; a `Statement` (any query the decoder does
     not take for transaction control) is classified again by the verifier's own rules
     (`classify_query`, `statement_insert_target`)."""
+    from cdc.tls import TlsConfig
     from connectors.binlog_decoder import BinlogDecoder
     from connectors.binlog_protocol import BinlogConnection
 
     wanted = {(t.schema, t.table) for t in tables}
     conn = BinlogConnection(
         str(settings.get("host", "127.0.0.1")), int(settings.get("port", 3306)), str(settings.get("user", "root")),
-        str(settings.get("password", "") or ""), server_id, read_timeout=120.0,
+        str(settings.get("password", "") or ""), server_id, read_timeout=120.0, tls=TlsConfig.from_settings(settings),
     )  # fmt: skip
     decoder = BinlogDecoder(wanted, file)
     asm = _assembler(tables)
