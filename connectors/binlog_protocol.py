@@ -97,6 +97,21 @@ def _parse_error_packet(payload: bytes) -> BinlogConnectionError:
     return _make_error(code, text.decode("utf-8", "replace"))
 
 
+def mysql_gtid_dump_packet(gtid_set: str, server_id: int, blocking: bool = True) -> bytes:
+    """The COM_BINLOG_DUMP_GTID command (MySQL's protocol documentation,
+    "COM_BINLOG_DUMP_GTID"): command 0x1e, flags (2: BINLOG_THROUGH_GTID 0x04, and
+    BINLOG_DUMP_NON_BLOCK 0x01 unless `blocking`), server_id (4), binlog name length (4)
+    = 0, no name, position (8) = 4, GTID data length (4), then the GTID set encoded as
+    `Gtid_set::encode` does: the number of source uuids (8), and per uuid its 16 bytes,
+    its number of intervals (8) and each interval as start (8) and end + 1 (8)."""
+    from pymysqlreplication.gtid import GtidSet
+
+    encoded = GtidSet(gtid_set).encoded()
+    flags = _BINLOG_THROUGH_GTID | (0 if blocking else _BINLOG_DUMP_NON_BLOCK)
+    return (bytes([_COM_BINLOG_DUMP_GTID]) + struct.pack("<HII", flags, int(server_id), 0)
+            + struct.pack("<QI", 4, len(encoded)) + encoded)
+
+
 class BinlogConnection:
     """One replication connection.
 
@@ -114,9 +129,9 @@ class BinlogConnection:
       * `dump_mariadb_gtid(gtid_pos, blocking=True)` — MariaDB GTID start: events of the
         transactions after `gtid_pos` (`domain-server-seq[,...]`, as in gtid_slave_pos);
       * `dump_mysql_gtid(gtid_set, blocking=True)` — MySQL COM_BINLOG_DUMP_GTID (the
-        server sends everything not in `gtid_set`). UNTESTED HERE: only MariaDB runs on
-        this machine; the packet layout follows the protocol documentation and
-        python-mysql-replication's encoder (reused for the GTID set).
+        server sends everything not in `gtid_set`). Only MariaDB runs on this machine:
+        the packet is tested on bytes built from the protocol documentation, never
+        against a MySQL server.
 
     `blocking=False` sets BINLOG_DUMP_NON_BLOCK: the server sends an EOF packet at the end
     of the binlog and `events()` ends (tests, verification, catch-up measurements).
@@ -265,18 +280,12 @@ class BinlogConnection:
 
     def dump_mysql_gtid(self, gtid_set: str, blocking: bool = True) -> "BinlogConnection":
         """MySQL 5.6+/8: COM_BINLOG_DUMP_GTID; the server skips the transactions in
-        `gtid_set` (`uuid:1-100,uuid2:1-7`). UNTESTED HERE (no MySQL server on this
-        machine); layout: flags(2) server_id(4) name_len(4) name pos(8) data_len(4) data."""
-        from pymysqlreplication.gtid import GtidSet
-
-        encoded = GtidSet(gtid_set).encoded()
+        `gtid_set` (`uuid:1-100,uuid2:1-7`). No MySQL server runs here: the packet
+        (`mysql_gtid_dump_packet`) is tested against bytes built from the protocol
+        documentation (tests/unit/test_mysql_protocol_bytes.py)."""
+        payload = mysql_gtid_dump_packet(gtid_set, self.server_id, blocking)
         self._connect()
         self._register()
-        flags = _BINLOG_THROUGH_GTID | (0 if blocking else _BINLOG_DUMP_NON_BLOCK)
-        payload = (
-            bytes([_COM_BINLOG_DUMP_GTID]) + struct.pack("<HII", flags, self.server_id, 0)
-            + struct.pack("<QI", 4, len(encoded)) + encoded
-        )
         self._start_stream(payload)
         return self
 

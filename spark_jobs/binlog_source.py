@@ -456,9 +456,19 @@ def _payload(value: Any) -> tuple[bytes | None, bool | None]:
         return value.encode("utf-8"), True
     if isinstance(value, (bytes, bytearray)):
         return bytes(value), False
-    if isinstance(value, (dict, list)):
-        return json.dumps(value, separators=(",", ":"), default=str).encode("utf-8"), True
+    if isinstance(value, (dict, list)):  # a MySQL JSON column: keys and strings come as bytes
+        return json.dumps(_text_keys(value), separators=(",", ":"), default=str).encode("utf-8"), True
     return str(value).encode("utf-8"), True
+
+
+def _text_keys(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {_text_keys(k): _text_keys(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_text_keys(v) for v in value]
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value).decode("utf-8", "replace")
+    return value
 
 
 def _micros(value: Any) -> int | None:
