@@ -51,6 +51,7 @@ from typing import Any
 from pymysqlreplication.json_binary import parse_json
 from pymysqlreplication.row_event import RowsEvent, find_charset
 
+from cdc.outbox import json_plain
 from cdc.position import BinlogPosition, file_sequence
 from cdc.source_events import (
     Heartbeat, RowChange, RowInsert, TxBegin, TxCommit, TxRollback, XaCommit, XaPrepare, XaRollback, query_event,
@@ -455,25 +456,13 @@ def _apply_optional_metadata(cols: list[_Column], buf: bytes, p: int, end: int, 
 
 # -- code generation for row images ----------------------------------------------------
 
-def _json_plain(value: Any) -> Any:
-    """python-mysql-replication's JSON structure with text as text: it leaves object keys
-    and strings as bytes (MySQL's binary JSON holds them as utf8mb4)."""
-    if isinstance(value, dict):
-        return {_json_plain(k): _json_plain(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_json_plain(v) for v in value]
-    if isinstance(value, (bytes, bytearray)):
-        return bytes(value).decode("utf-8", "replace")
-    return value
-
-
 def mysql_json_text(kind: int, data: bytes) -> str:
     """A MySQL binary JSON value (a JSON column, MySQL only: MariaDB's JSON is LONGTEXT)
     as compact JSON text, keys in the order MySQL stores them; as the payload it is
     published as that text. The binary format (type byte, then objects / arrays of key
     and value entries, inlined small scalars, variable-length strings) is MySQL's
     json_binary.h; python-mysql-replication's `parse_json` reads it."""
-    return json.dumps(_json_plain(parse_json(kind, data)), separators=(",", ":"), default=str)
+    return json.dumps(json_plain(parse_json(kind, data)), separators=(",", ":"), default=str)
 
 
 _GLOBALS_BASE = {
