@@ -12,6 +12,12 @@ Example `relay.toml`::
     replica_server_id = 4242            # unique among the server's replicas
     start = "latest"                    # without a checkpoint: latest | earliest | file:pos | GTID set
 
+    [source.tls]                        # TLS to MySQL, for every connection the project makes
+    mode = "verify-identity"            # disabled | preferred (default) | required | verify-ca | verify-identity
+    ca_file = "/etc/cdc/mysql-ca.pem"   # the CA that signed the server's certificate ("": the system's)
+    cert_file = "/etc/cdc/client.pem"   # a client certificate, when the server asks for one (REQUIRE X509)
+    key_file = "/etc/cdc/client.key"    # its key; key_password_env / key_password_file if it is encrypted
+
     [[outbox.tables]]
     schema = "shop"
     table = "outbox"
@@ -59,8 +65,17 @@ transactions, their dead letters and the checkpoint after them; `transactional.i
 `isolation.level=read_committed`). Transactional delivery needs `checkpoint.store =
 "kafka"`: the checkpoint is written inside the same Kafka transaction.
 
+`[source.tls]` follows MySQL's `--ssl-mode`: "disabled" (never TLS; a server with
+require_secure_transport refuses), "preferred" (TLS when the server offers it, the
+certificate not checked: MySQL's default), "required" (TLS or no connection, the
+certificate not checked), "verify-ca" (TLS, the certificate signed by `ca_file`),
+"verify-identity" (also its name matches `source.host`: the production setting). The
+same settings reach the relay's binlog connection, its control, lease and XA check-back
+connections, `cdc check`, `cdc repair` and the verifier's connections (cdc/tls.py).
+
 Environment overrides: `CDC_<SECTION>_<KEY>` for scalar keys, e.g. `CDC_SOURCE_HOST`,
-`CDC_KAFKA_BOOTSTRAP`, `CDC_CHECKPOINT_PATH`. Secrets (`password`, `basic_auth`) come
+`CDC_KAFKA_BOOTSTRAP`, `CDC_CHECKPOINT_PATH`, `CDC_SOURCE_TLS_MODE`. Secrets (`password`,
+`basic_auth`, `source.tls.key_password`) come
 from `*_env` (an environment variable's name) or `*_file` (a file's path), never from
 the TOML itself, and are held in `Secret`, which never prints its value.
 """
@@ -75,28 +90,10 @@ from cdc.errors import ConfigError
 from cdc.lease import LeaseSettings
 from cdc.outbox import OutboxTable
 from cdc.relay_settings import RelaySettings
+from cdc.secret import Secret
+from cdc.tls import TlsConfig
 from cdc.topics import topic_problem
 from cdc.transaction import ON_CHANGE_POLICIES, ON_STATEMENT_POLICIES
-
-
-class Secret:
-    """A secret value; `str()`/`repr()` show `***`, only `reveal()` gives the value."""
-
-    __slots__ = ("_value",)
-
-    def __init__(self, value: str):
-        self._value = value
-
-    def reveal(self) -> str:
-        return self._value
-
-    def __repr__(self) -> str:
-        return "Secret('***')"
-
-    __str__ = __repr__
-
-    def __bool__(self) -> bool:
-        return bool(self._value)
 
 
 @dataclass(frozen=True)
@@ -113,9 +110,14 @@ class SourceConfig:
     # process: read, decode, map and encode in a second process (uses a second core);
     # thread: all in the relay's process (a reader thread shares its interpreter lock)
     reader: str = "process"
+    tls: TlsConfig = TlsConfig()  # [source.tls]
 
     def connection(self) -> dict[str, Any]:
-        return {"host": self.host, "port": self.port, "user": self.user, "password": self.password.reveal()}
+        """Host, port, user, password and the TLS settings (`tls_*` keys, plain strings so
+        that the dict pickles and travels as Spark options); connectors/mysql_client.py
+        turns it into a connection."""
+        return {"host": self.host, "port": self.port, "user": self.user, "password": self.password.reveal(),
+                **self.tls.settings()}
 
 
 @dataclass(frozen=True)
@@ -210,9 +212,10 @@ class Config:
 _SECTIONS: dict[str, type] = {
     "source": SourceConfig, "kafka": KafkaConfig, "schema_registry": RegistryConfig,
     "checkpoint": CheckpointConfig, "http": HttpConfig, "log": LogConfig, "relay": RelayTuning, "xa": XaConfig,
-    "lease": LeaseSettings,
+    "lease": LeaseSettings, "source.tls": TlsConfig,
 }
-_SECRETS = {("source", "password"), ("schema_registry", "basic_auth")}
+_SUBSECTIONS = {"source": "tls"}  # [source.tls] is read apart from [source]
+_SECRETS = {("source", "password"), ("schema_registry", "basic_auth"), ("source.tls", "key_password")}
 
 
 def _coerce(section: str, name: str, value: Any, target: Any) -> Any:
@@ -267,10 +270,14 @@ def _section(
             )
     merged = dict(raw)
     for key, f in fields.items():
-        env_value = env.get(f"CDC_{name.upper()}_{key.upper()}")
+        if name in _SUBSECTIONS and key == _SUBSECTIONS[name]:
+            continue  # a section of its own
+        env_value = env.get(f"CDC_{name.upper().replace('.', '_')}_{key.upper()}")
         if env_value is not None and (name, key) not in _SECRETS:
             merged[key] = env_value
     for key, f in fields.items():
+        if name in _SUBSECTIONS and key == _SUBSECTIONS[name]:
+            continue
         if (name, key) in _SECRETS:
             values[key] = _secret(name, key, merged, env, read_file)
         elif key in merged:
@@ -315,10 +322,28 @@ def load_config(
 ) -> Config:
     env = env or {}
     read_file = read_file or (lambda p: open(p).read())
-    unknown = set(raw) - set(_SECTIONS) - {"outbox"}
+    tops = {name for name in _SECTIONS if "." not in name}
+    unknown = set(raw) - tops - {"outbox"}
     if unknown:
-        raise ConfigError(f"unknown section(s) {sorted(unknown)}; known: {sorted(set(_SECTIONS) | {'outbox'})}")
-    sections = {name: _section(name, raw.get(name, {}) or {}, env, read_file) for name in _SECTIONS}
+        raise ConfigError(f"unknown section(s) {sorted(unknown)}; known: {sorted(tops | {'outbox'})}")
+    def raw_section(name: str) -> Mapping[str, Any]:
+        top, _, sub = name.partition(".")
+        data = raw.get(top, {}) or {}
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"[{top}] must be a table of settings")
+        if sub:
+            data = data.get(sub, {}) or {}
+            if not isinstance(data, Mapping):
+                raise ConfigError(f"[{name}] must be a table of settings")
+        elif top in _SUBSECTIONS:
+            data = {k: v for k, v in data.items() if k != _SUBSECTIONS[top]}
+        return data
+
+    sections = {name: _section(name, raw_section(name), env, read_file) for name in _SECTIONS}
+    try:
+        sections["source"]["tls"] = TlsConfig(**sections.pop("source.tls"))
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
     if not sections["source"].get("name"):
         raise ConfigError("source.name is required: a stable name for this database, part of every event's identity")
     outbox = dict(raw.get("outbox", {}) or {})

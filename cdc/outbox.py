@@ -107,11 +107,23 @@ def text_of(value: Any) -> str:
     return str(value)
 
 
+def json_plain(value: Any) -> Any:
+    """A decoded JSON structure with text as text (python-mysql-replication leaves MySQL
+    JSON object keys and strings as bytes)."""
+    if isinstance(value, dict):
+        return {json_plain(k): json_plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [json_plain(v) for v in value]
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value).decode("utf-8", "replace")
+    return value
+
+
 def _payload_of(value: Any) -> str | bytes | None:
     if value is None or isinstance(value, (str, bytes)):
         return value
     if isinstance(value, (dict, list)):
-        return json.dumps(value, separators=(",", ":"), default=str)
+        return json.dumps(json_plain(value), separators=(",", ":"), default=str)
     return str(value)
 
 

@@ -34,6 +34,7 @@ from connectors.checkpoint_stores import FileCheckpointStore, KafkaCheckpointSto
 from connectors.http_endpoint import HttpEndpoint
 from connectors.kafka_reader import KafkaTopicReader
 from connectors.kafka_sink import KafkaPublisher, TransactionalKafkaPublisher, delivery_timeout_s
+from connectors.mysql_client import MySQLTlsError, connect
 from connectors.mysql_errors import error_text
 from connectors.mysql_lease import MySQLLease
 from connectors.preflight import failures, run_checks, warnings
@@ -169,15 +170,14 @@ class _BinlogBehindPoller:
         src = self._cfg.source
         while not self._stop.wait(self._every):
             try:
-                conn = pymysql.connect(host=src.host, port=src.port, user=src.user,
-                                       password=src.password.reveal(), connect_timeout=3)
+                conn = connect(src.connection(), connect_timeout=3)
                 try:
                     with conn.cursor() as cur:
                         cur.execute("SHOW BINARY LOGS")
                         logs = [(str(r[0]), int(r[1])) for r in cur.fetchall()]
                 finally:
                     conn.close()
-            except pymysql.err.MySQLError:
+            except (pymysql.err.MySQLError, MySQLTlsError):
                 continue
             m = self._m
             if not m.read_file:
@@ -235,8 +235,7 @@ def take_lease(cfg: Config, handle: RelayHandle, should_stop: Callable[[], bool]
             return None
         src = cfg.source
         try:
-            conn = pymysql.connect(host=src.host, port=src.port, user=src.user, password=src.password.reveal(),
-                                   connect_timeout=5)
+            conn = connect(src.connection(), connect_timeout=5)
         except pymysql.err.MySQLError as exc:
             raise SourceError(f"cannot connect to {src.host}:{src.port} to settle the replica server id: "
                               f"{error_text(exc)}") from exc

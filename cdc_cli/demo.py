@@ -20,6 +20,7 @@ from cdc.config import load_config
 from cdc.metrics import RelayMetrics
 from cdc.relay import RunSummary
 from cdc_cli.workload import ShopWorkload, WorkloadResult
+from connectors.mysql_client import binlog_end
 
 TOPICS = {"outbox.event.order": 6, "outbox.event.payment": 6, "outbox.dlq": 1}
 DATABASE = "shop"
@@ -85,8 +86,7 @@ def run_demo(orders: int = 2000, workdir: str | None = None, verify: bool = True
         workload = ShopWorkload(lambda: db.connect(DATABASE))
         workload.create_schema()
         with db.connect() as conn, conn.cursor() as cur:
-            cur.execute("SHOW MASTER STATUS")
-            file, pos = cur.fetchone()[:2]
+            file, pos = binlog_end(cur)
         raw, env = demo_config(db, kafka.bootstrap_servers, work, f"{file}:{pos}")
         cfg = load_config(raw, env)
         metrics = RelayMetrics()

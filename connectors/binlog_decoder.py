@@ -42,13 +42,16 @@ from __future__ import annotations
 import codecs
 import datetime
 import decimal
+import json
 import struct
 import zlib
+from dataclasses import dataclass
 from typing import Any
 
 from pymysqlreplication.json_binary import parse_json
 from pymysqlreplication.row_event import RowsEvent, find_charset
 
+from cdc.outbox import json_plain
 from cdc.position import BinlogPosition, file_sequence
 from cdc.source_events import (
     Heartbeat, RowChange, RowInsert, TxBegin, TxCommit, TxRollback, XaCommit, XaPrepare, XaRollback, query_event,
@@ -453,13 +456,22 @@ def _apply_optional_metadata(cols: list[_Column], buf: bytes, p: int, end: int, 
 
 # -- code generation for row images ----------------------------------------------------
 
+def mysql_json_text(kind: int, data: bytes) -> str:
+    """A MySQL binary JSON value (a JSON column, MySQL only: MariaDB's JSON is LONGTEXT)
+    as compact JSON text, keys in the order MySQL stores them; as the payload it is
+    published as that text. The binary format (type byte, then objects / arrays of key
+    and value entries, inlined small scalars, variable-length strings) is MySQL's
+    json_binary.h; python-mysql-replication's `parse_json` reads it."""
+    return json.dumps(json_plain(parse_json(kind, data)), separators=(",", ":"), default=str)
+
+
 _GLOBALS_BASE = {
     "_u16": struct.Struct("<H").unpack_from, "_i16": struct.Struct("<h").unpack_from,
     "_u32": struct.Struct("<I").unpack_from, "_i32": struct.Struct("<i").unpack_from,
     "_u64": struct.Struct("<Q").unpack_from, "_i64": struct.Struct("<q").unpack_from,
     "_f32": struct.Struct("<f").unpack_from, "_f64": struct.Struct("<d").unpack_from,
     "_be40": struct.Struct(">IB").unpack_from,
-    "_from_bytes": int.from_bytes, "_datetime": _datetime, "_parse_json": parse_json,
+    "_from_bytes": int.from_bytes, "_datetime": _datetime, "_parse_json": mysql_json_text,
     "_read_time2": _read_time2, "_read_date": _read_date, "_read_time_old": _read_time_old,
     "_read_datetime_old": _read_datetime_old, "_read_timestamp2": _read_timestamp2,
     "_read_datetime2_slow": _read_datetime2_slow, "_utcfromtimestamp": _utcfromtimestamp,
@@ -630,6 +642,76 @@ def _make_reader(tbl: _Table, present: bytes):
     fn = g["_read_row"]
     fn.__source__ = src
     return fn
+
+
+# -- MySQL's GTID event ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MysqlGtid:
+    """The fields of a MySQL Gtid_log_event (type 33) body, as MySQL 8.0 writes it
+    (libbinlogevents `Gtid_event`): flags (1), source uuid (16), gno (8), then, when the
+    event is long enough, the logical clock (type code 2 (1), last_committed (8),
+    sequence_number (8)), immediate_commit_timestamp (7 bytes, microseconds; its top bit
+    set: original_commit_timestamp (7) follows, else it equals the immediate one),
+    transaction_length (a packed integer), immediate_server_version (4; top bit set:
+    original_server_version (4) follows). MySQL 5.6 / 5.7 events end earlier; absent
+    fields are None."""
+
+    flags: int
+    gtid: str
+    last_committed: int | None = None
+    sequence_number: int | None = None
+    immediate_commit_us: int | None = None
+    original_commit_us: int | None = None
+    transaction_length: int | None = None
+    immediate_server_version: int | None = None
+    original_server_version: int | None = None
+
+
+def _packed_int(b: bytes, p: int) -> tuple[int, int]:
+    """MySQL's net_field_length: < 251 one byte; 252 + 2, 253 + 3, 254 + 8 bytes."""
+    first = b[p]
+    if first < 251:
+        return first, p + 1
+    width = {252: 2, 253: 3, 254: 8}.get(first)
+    if width is None:
+        raise BinlogDecodeError(f"malformed packed integer (first byte {first}) in a GTID event")
+    return int.from_bytes(b[p + 1:p + 1 + width], "little"), p + 1 + width
+
+
+def parse_mysql_gtid(ev: bytes, crc: int = 4) -> MysqlGtid:
+    """A whole Gtid_log_event (header + body [+ CRC of `crc` bytes]) -> its fields."""
+    end = len(ev) - crc
+    h = ev[20:36].hex()
+    gtid = f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}:{_U64(ev, 36)[0]}"
+    p = 44
+    if p + 17 > end or ev[p] != 2:  # no logical clock (MySQL 5.6)
+        return MysqlGtid(ev[19], gtid)
+    last_committed, sequence_number = _U64(ev, p + 1)[0], _U64(ev, p + 9)[0]
+    p += 17
+    fields: dict[str, Any] = {}
+    if p + 7 <= end:
+        immediate = int.from_bytes(ev[p:p + 7], "little")
+        p += 7
+        original = immediate & ~(1 << 55)
+        if immediate & (1 << 55):
+            immediate = original
+            original = int.from_bytes(ev[p:p + 7], "little")
+            p += 7
+        fields.update(immediate_commit_us=immediate, original_commit_us=original)
+        if p < end:
+            fields["transaction_length"], p = _packed_int(ev, p)
+        if p + 4 <= end:
+            server = _U32(ev, p)[0]
+            p += 4
+            original_server = server & 0x7FFFFFFF
+            if server & 0x80000000:
+                server = original_server
+                original_server = _U32(ev, p)[0]
+                p += 4
+            fields.update(immediate_server_version=server, original_server_version=original_server)
+    return MysqlGtid(ev[19], gtid, last_committed, sequence_number, **fields)
 
 
 # -- the decoder -----------------------------------------------------------------------
@@ -833,9 +915,7 @@ class BinlogDecoder:
 
     def _mysql_gtid(self, ev: bytes, out: list) -> None:
         _, _, _, size, log_pos, _ = _HDR.unpack_from(ev)
-        h = ev[20:36].hex()
-        gno = _U64(ev, 36)[0]
-        gtid = f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}:{gno}"
+        gtid = parse_mysql_gtid(ev, self.crc).gtid
         file = self.file
         out.append(TxBegin(_pos(file, self._begin_start(size, log_pos)), _pos(file, log_pos), gtid, False))
 

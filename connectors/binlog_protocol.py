@@ -1,11 +1,12 @@
 """A minimal MySQL/MariaDB replication client: the replica handshake and the raw binlog
 event stream, without python-mysql-replication's per-event objects.
 
-`BinlogConnection` logs in with PyMySQL (authentication, TLS-less handshake, queries),
-registers as a replica (COM_REGISTER_SLAVE) and asks for the binlog (COM_BINLOG_DUMP at a
+`BinlogConnection` logs in with PyMySQL (authentication and, per `tls`, the SSLRequest
+after the server's greeting and the TLS handshake: connectors/mysql_client.py), registers as a replica (COM_REGISTER_SLAVE) and asks for the binlog (COM_BINLOG_DUMP at a
 file/position, MariaDB's GTID start through `@slave_connect_state`, or MySQL's
 COM_BINLOG_DUMP_GTID). From then on it reads the socket itself with its own MySQL packet
-framing (large reads, one slice per event; packets of 16 MiB and more, which MySQL splits
+framing on the same socket (TLS-wrapped when TLS was negotiated: an `ssl.SSLSocket`
+has the same `recv`, so a plain connection reads exactly as before; large reads, one slice per event; packets of 16 MiB and more, which MySQL splits
 into several physical packets, are reassembled), which is several times cheaper per event
 than PyMySQL's `_read_packet()`.
 
@@ -19,7 +20,9 @@ dump raises `BinlogConnectionError` (a `ConnectionError`) carrying the MySQL err
 in `.code` (2013 for a connection lost without an error packet). Error 1236
 (ER_MASTER_FATAL_ERROR_READING_BINLOG: the start file was purged, the position is
 unknown or past the end, the GTID is not in the binlog) raises its subclass
-`BinlogPositionError`. Messages never contain the password.
+`BinlogPositionError`. A TLS problem at login (a certificate the settings refuse, a
+server that requires TLS) raises `connectors.mysql_client.MySQLTlsError`, a
+`cdc.errors.ConfigError`: a reconnect cannot cure it. Messages never contain the password.
 
 Threads. `close()` may be called from another thread: it shuts the socket down, which
 wakes a blocked `events()`; the iterator then simply ends.
@@ -34,6 +37,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pymysql
+
+from cdc.tls import TlsConfig
+from connectors.mysql_client import MySQLTlsError, connect, negotiated
 
 __all__ = ["BinlogConnection", "BinlogConnectionError", "BinlogPositionError", "ER_MASTER_FATAL_READING_BINLOG"]
 
@@ -91,6 +97,21 @@ def _parse_error_packet(payload: bytes) -> BinlogConnectionError:
     return _make_error(code, text.decode("utf-8", "replace"))
 
 
+def mysql_gtid_dump_packet(gtid_set: str, server_id: int, blocking: bool = True) -> bytes:
+    """The COM_BINLOG_DUMP_GTID command (MySQL's protocol documentation,
+    "COM_BINLOG_DUMP_GTID"): command 0x1e, flags (2: BINLOG_THROUGH_GTID 0x04, and
+    BINLOG_DUMP_NON_BLOCK 0x01 unless `blocking`), server_id (4), binlog name length (4)
+    = 0, no name, position (8) = 4, GTID data length (4), then the GTID set encoded as
+    `Gtid_set::encode` does: the number of source uuids (8), and per uuid its 16 bytes,
+    its number of intervals (8) and each interval as start (8) and end + 1 (8)."""
+    from pymysqlreplication.gtid import GtidSet
+
+    encoded = GtidSet(gtid_set).encoded()
+    flags = _BINLOG_THROUGH_GTID | (0 if blocking else _BINLOG_DUMP_NON_BLOCK)
+    return (bytes([_COM_BINLOG_DUMP_GTID]) + struct.pack("<HII", flags, int(server_id), 0)
+            + struct.pack("<QI", 4, len(encoded)) + encoded)
+
+
 class BinlogConnection:
     """One replication connection.
 
@@ -99,7 +120,8 @@ class BinlogConnection:
     replica's), `connect_timeout` (seconds, login only), `heartbeat_s` (ask the server for
     a heartbeat event after that many idle seconds; None = none), `read_timeout`
     (seconds a blocked read may wait before BinlogConnectionError; None = forever — keep
-    it well above heartbeat_s).
+    it well above heartbeat_s), `tls` (the source's TLS settings; None: PyMySQL's
+    default, TLS when the server offers it, unverified).
 
     Start with exactly one of:
       * `dump_file(file, pos, blocking=True)` — COM_BINLOG_DUMP at file/pos (MySQL and
@@ -107,9 +129,9 @@ class BinlogConnection:
       * `dump_mariadb_gtid(gtid_pos, blocking=True)` — MariaDB GTID start: events of the
         transactions after `gtid_pos` (`domain-server-seq[,...]`, as in gtid_slave_pos);
       * `dump_mysql_gtid(gtid_set, blocking=True)` — MySQL COM_BINLOG_DUMP_GTID (the
-        server sends everything not in `gtid_set`). UNTESTED HERE: only MariaDB runs on
-        this machine; the packet layout follows the protocol documentation and
-        python-mysql-replication's encoder (reused for the GTID set).
+        server sends everything not in `gtid_set`). Only MariaDB runs on this machine:
+        the packet is tested on bytes built from the protocol documentation, never
+        against a MySQL server.
 
     `blocking=False` sets BINLOG_DUMP_NON_BLOCK: the server sends an EOF packet at the end
     of the binlog and `events()` ends (tests, verification, catch-up measurements).
@@ -126,6 +148,7 @@ class BinlogConnection:
         heartbeat_s: float | None = None,
         read_timeout: float | None = None,
         end_session_on_close: bool = True,
+        tls: TlsConfig | None = None,
     ):
         if not 0 < int(server_id) < 2**32:
             raise ValueError(f"replica server_id must be in 1..{2**32 - 1}, got {server_id!r}")
@@ -144,6 +167,8 @@ class BinlogConnection:
         self.checksum: str | None = None  # @@global.binlog_checksum (informative)
         self.connection_id: int | None = None  # the server's CONNECTION_ID() of this connection
         self.end_session_on_close = end_session_on_close
+        self.tls = tls or TlsConfig()
+        self.tls_version: str | None = None  # the negotiated TLS version (None: not encrypted)
         self._live = False  # a dump runs on the server (started, no EOF, no error seen)
 
     def __repr__(self) -> str:  # never shows the password
@@ -156,12 +181,13 @@ class BinlogConnection:
             raise RuntimeError("this BinlogConnection already started a dump; open a new one")
         where = f"cannot connect to {self.host}:{self.port} as {self.user!r}"
         try:
-            self._conn = conn = pymysql.connect(
-                host=self.host, port=self.port, user=self.user, password=self._password,
-                connect_timeout=self.connect_timeout, autocommit=True, charset="utf8mb4",
-            )
+            self._conn = conn = connect(self._settings(), connect_timeout=self.connect_timeout, autocommit=True,
+                                        charset="utf8mb4")
+        except MySQLTlsError:
+            raise
         except Exception as exc:  # pymysql errors and socket errors
             raise _from_pymysql(exc, where) from None
+        self.tls_version = negotiated(conn)[0]
         try:
             with conn.cursor() as cur:
                 cur.execute("SELECT VERSION(), @@global.binlog_checksum, CONNECTION_ID()")
@@ -181,6 +207,10 @@ class BinlogConnection:
         except Exception as exc:
             self._drop()
             raise _from_pymysql(exc, "replica handshake failed") from None
+
+    def _settings(self) -> dict[str, Any]:
+        return {"host": self.host, "port": self.port, "user": self.user, "password": self._password,
+                **self.tls.settings()}
 
     def _command(self, payload: bytes, expect_ok: bool) -> None:
         """Send one command packet (sequence id 0); read its OK when asked."""
@@ -250,18 +280,12 @@ class BinlogConnection:
 
     def dump_mysql_gtid(self, gtid_set: str, blocking: bool = True) -> "BinlogConnection":
         """MySQL 5.6+/8: COM_BINLOG_DUMP_GTID; the server skips the transactions in
-        `gtid_set` (`uuid:1-100,uuid2:1-7`). UNTESTED HERE (no MySQL server on this
-        machine); layout: flags(2) server_id(4) name_len(4) name pos(8) data_len(4) data."""
-        from pymysqlreplication.gtid import GtidSet
-
-        encoded = GtidSet(gtid_set).encoded()
+        `gtid_set` (`uuid:1-100,uuid2:1-7`). No MySQL server runs here: the packet
+        (`mysql_gtid_dump_packet`) is tested against bytes built from the protocol
+        documentation (tests/unit/test_mysql_protocol_bytes.py)."""
+        payload = mysql_gtid_dump_packet(gtid_set, self.server_id, blocking)
         self._connect()
         self._register()
-        flags = _BINLOG_THROUGH_GTID | (0 if blocking else _BINLOG_DUMP_NON_BLOCK)
-        payload = (
-            bytes([_COM_BINLOG_DUMP_GTID]) + struct.pack("<HII", flags, self.server_id, 0)
-            + struct.pack("<QI", 4, len(encoded)) + encoded
-        )
         self._start_stream(payload)
         return self
 
@@ -403,8 +427,7 @@ class BinlogConnection:
         if (first and self.end_session_on_close and self._live and self.connection_id is not None):
             from connectors.replica_sessions import end_session
 
-            end_session(self.host, self.port, self.user, self._password, self.connection_id,
-                        timeout=min(2.0, self.connect_timeout))
+            end_session(self._settings(), self.connection_id, timeout=min(2.0, self.connect_timeout))
 
     @property
     def closed(self) -> bool:

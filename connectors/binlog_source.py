@@ -45,6 +45,9 @@ from connectors.binlog_protocol import (
     BinlogConnectionError,
     BinlogPositionError,
 )
+from cdc.server_version import ServerVersion, binlog_status_statement
+from cdc.tls import TlsConfig
+from connectors.mysql_client import connect, pymysql_args
 from connectors.mysql_errors import error_text
 
 log = logging.getLogger(__name__)
@@ -169,8 +172,9 @@ class MySQLBinlogSourceFactory:
     """Opens binlog streams on a MySQL or MariaDB server (implements
     cdc.ports.BinlogSourceFactory).
 
-    `connection` holds host, port, user and password; `replica_server_id` is the id this
-    relay registers with (it must differ from every other replica's)."""
+    `connection` holds host, port, user, password and the TLS settings (a connection dict,
+    connectors/mysql_client.py); `replica_server_id` is the id this relay registers with
+    (it must differ from every other replica's)."""
 
     def __init__(
         self,
@@ -186,10 +190,11 @@ class MySQLBinlogSourceFactory:
         if decoder not in ("fast", "library"):
             raise ConfigError(f"source.decoder must be \"fast\" or \"library\", got {decoder!r}")
         self._decoder = decoder
+        self._tls = TlsConfig.from_settings(connection)
         self._conn = {
             "host": connection["host"], "port": int(connection["port"]),
-            "user": connection["user"], "passwd": connection.get("password") or connection.get("passwd") or "",
-            "connect_timeout": connect_timeout,
+            "user": connection["user"], "password": connection.get("password") or connection.get("passwd") or "",
+            "connect_timeout": connect_timeout, **self._tls.settings(),
         }
         self._replica_id = replica_server_id
         self._watched = set(watched_tables)
@@ -198,10 +203,11 @@ class MySQLBinlogSourceFactory:
         self._threaded = threaded
         self._flavor: str | None = None
         self._server_id: int | None = None
+        self._version: ServerVersion | None = None
 
     def _query(self, sql: str) -> list[tuple]:
         try:
-            conn = pymysql.connect(**self._conn)
+            conn = connect(self._conn)
         except pymysql.err.MySQLError as exc:
             raise SourceError(
                 f"cannot connect to {self._conn['host']}:{self._conn['port']} as {self._conn['user']!r}: {error_text(exc)}"
@@ -218,6 +224,7 @@ class MySQLBinlogSourceFactory:
     def _facts(self) -> tuple[str, int]:
         if self._flavor is None or self._server_id is None:
             version, server_id = self._query("SELECT VERSION(), @@server_id")[0]
+            self._version = ServerVersion.parse(str(version))
             self._flavor = "mariadb" if "mariadb" in str(version).lower() else "mysql"
             self._server_id = int(server_id)
         return self._flavor, self._server_id
@@ -247,9 +254,11 @@ class MySQLBinlogSourceFactory:
 
     def resolve(self, mode: str) -> BinlogPosition:
         if mode == "latest":
-            rows = self._query("SHOW MASTER STATUS")
+            self._facts()
+            statement = binlog_status_statement(self._version or ServerVersion.parse(""))
+            rows = self._query(statement)
             if not rows:
-                raise SourceError("SHOW MASTER STATUS returned nothing: binary logging is off (set log_bin)")
+                raise SourceError(f"{statement} returned nothing: binary logging is off (set log_bin)")
             return BinlogPosition(str(rows[0][0]), int(rows[0][1]))
         if mode == "earliest":
             logs = self.binary_logs()
@@ -296,9 +305,9 @@ class MySQLBinlogSourceFactory:
         c = self._conn
         # The server sends a heartbeat after `heartbeat_s` idle seconds; a stream silent
         # for several of them is dead (a network that dropped without a reset).
-        conn = BinlogConnection(c["host"], c["port"], c["user"], c["passwd"], self._replica_id,
+        conn = BinlogConnection(c["host"], c["port"], c["user"], c["password"], self._replica_id,
                                 connect_timeout=c["connect_timeout"], heartbeat_s=self._heartbeat,
-                                read_timeout=max(5.0, 4 * self._heartbeat))
+                                read_timeout=max(5.0, 4 * self._heartbeat), tls=self._tls)
         try:
             if isinstance(start, BinlogPosition):
                 conn.dump_file(start.file, start.pos)
@@ -325,7 +334,7 @@ class MySQLBinlogSourceFactory:
         from connectors.binlog_library import LibraryConverter, open_library_stream
 
         flavor, server_id = self._facts()
-        reader, file = open_library_stream(self._conn, self._replica_id, self._watched, self._heartbeat, start)
+        reader, file = open_library_stream(pymysql_args(self._conn), self._replica_id, self._watched, self._heartbeat, start)
         info = ServerInfo(server_id=server_id, flavor=flavor)
         converter = LibraryConverter(self._watched, file)
         c = self._conn
@@ -339,6 +348,6 @@ class MySQLBinlogSourceFactory:
             if conn_id:
                 from connectors.replica_sessions import end_session
 
-                end_session(c["host"], c["port"], c["user"], c["passwd"], conn_id)
+                end_session(c, conn_id)
 
         return MySQLBinlogSource(iter(reader), converter.convert, close, info, self._queue_events, self._threaded)

@@ -27,6 +27,7 @@ from cdc.checkpoint import Checkpoint
 from cdc.errors import SourceError
 from cdc.lease import LeaseClock, LeaseLost, LeaseSettings, Previous
 from cdc.replica_session import SessionTag
+from connectors.mysql_client import connect
 from connectors.mysql_errors import error_text
 from connectors.replica_sessions import local_machine, own_tag, process_alive
 
@@ -70,8 +71,7 @@ class MySQLLease:
         c = self._connection
         timeout = max(2.0, self.settings.ttl_s / 2)
         try:
-            conn = pymysql.connect(host=c["host"], port=int(c["port"]), user=c["user"], password=c["password"],
-                                   connect_timeout=5, read_timeout=timeout, write_timeout=timeout, autocommit=True)
+            conn = connect(c, connect_timeout=5, read_timeout=timeout, write_timeout=timeout, autocommit=True)
         except pymysql.err.MySQLError as exc:
             raise SourceError(f"cannot open the lease session on {c['host']}:{c['port']}: {error_text(exc)}") from exc
         with conn.cursor() as cur:
@@ -241,8 +241,7 @@ def lease_holder(name: str, connection: dict) -> int | None:
     cannot be asked; the connection check reports that). For `cdc check`; never raises."""
     c = connection
     try:
-        conn = pymysql.connect(host=c["host"], port=int(c["port"]), user=c["user"], password=c["password"],
-                               connect_timeout=5, read_timeout=5)
+        conn = connect(c, connect_timeout=5, read_timeout=5)
     except Exception:  # noqa: BLE001 - reported by the preflight's own connection check
         return None
     try:

@@ -21,6 +21,7 @@ from cdc.config import Config
 from cdc.errors import PositionError
 from cdc.position import BinlogPosition
 from cdc.source_events import recovered_xid
+from connectors.mysql_client import MySQLTlsError, connect, describe_tls
 
 ER_ACCESS_DENIED = 1045
 ER_SPECIFIC_ACCESS_DENIED = 1227
@@ -59,9 +60,12 @@ def run_checks(cfg: Config, start: BinlogPosition | str | None = None,
     def add(name: str, ok: bool, message: str, warn: bool = False) -> None:
         results.append(CheckResult(name, ok, message, warn))
 
+    settings = src.connection()
     try:
-        conn = pymysql.connect(host=src.host, port=src.port, user=src.user, password=src.password.reveal(),
-                               connect_timeout=5)
+        conn = connect(settings, connect_timeout=5)
+    except MySQLTlsError as exc:
+        add("tls", False, str(exc))
+        return results
     except pymysql.err.OperationalError as exc:
         code = exc.args[0] if exc.args else 0
         if code == ER_ACCESS_DENIED:
@@ -72,6 +76,8 @@ def run_checks(cfg: Config, start: BinlogPosition | str | None = None,
                 "check source.host/source.port and that the server is running")
         return results
     add("connect", True, f"connected to {src.host}:{src.port} as {src.user!r}")
+    ok, warn, line = describe_tls(conn, settings)
+    add("tls", ok, line, warn=warn)
     try:
         with conn.cursor() as cur:
             cur.execute("SELECT VERSION(), @@server_id")

@@ -13,7 +13,8 @@ from __future__ import annotations
 import os
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import pymysql
 
@@ -28,6 +29,8 @@ from cdc.replica_session import (
     source_mark,
     wait_bound,
 )
+from cdc.server_version import replicas_statement
+from connectors.mysql_client import connect
 
 ER_NO_SUCH_THREAD = 1094
 ER_KILL_DENIED = 1095
@@ -90,13 +93,14 @@ def own_tag(conn_id: int) -> SessionTag:
     return SessionTag(conn_id, here.host, here.boot, here.pidns, pid, process_start(pid) or 0, _source[0])
 
 
-def end_session(host: str, port: int, user: str, password: str, conn_id: int, timeout: float = 2.0) -> bool:
-    """KILL the binlog connection `conn_id` from a side connection, so that the server
-    forgets the session at once. An account may always kill its own connections. True
-    when the server ended it (or it was already gone); never raises."""
+def end_session(settings: Mapping[str, Any], conn_id: int, timeout: float = 2.0) -> bool:
+    """KILL the binlog connection `conn_id` from a side connection (`settings`: a
+    connection dict, connectors/mysql_client.py), so that the server forgets the session
+    at once. An account may always kill its own connections. True when the server ended
+    it (or it was already gone); never raises."""
     try:
-        conn = pymysql.connect(host=host, port=int(port), user=user, password=password, connect_timeout=timeout,
-                               read_timeout=timeout, write_timeout=timeout, autocommit=True)
+        conn = connect(settings, connect_timeout=timeout, read_timeout=timeout, write_timeout=timeout,
+                       autocommit=True)
     except Exception:  # noqa: BLE001 - the server is gone: so is the session
         return False
     try:
@@ -138,17 +142,21 @@ def replicas_listable(cur, user: str, mariadb: bool) -> ReplicasUnknown | None:
 
 
 def _listed(cur, user: str, mariadb: bool) -> list[Listed]:
-    """The replicas the server lists (SHOW SLAVE HOSTS; MySQL 8.0.22+: SHOW REPLICAS).
-    Raises ReplicasUnknown, with the grant that would allow it, when it will not say."""
-    statements = ["SHOW SLAVE HOSTS"] if mariadb else ["SHOW REPLICAS", "SHOW SLAVE HOSTS"]
+    """The replicas the server lists (SHOW SLAVE HOSTS; MySQL 8.0.22+: SHOW REPLICAS, the
+    only one 8.4 knows: `cdc.server_version.replicas_statement`). Raises ReplicasUnknown,
+    with the grant that would allow it, when it will not say."""
+    try:
+        cur.execute("SELECT VERSION()")
+        version = str(cur.fetchone()[0])
+    except pymysql.err.MySQLError:
+        version = "mariadb" if mariadb else ""
+    statements = [replicas_statement(version)]
     for statement in statements:
         try:
             cur.execute(statement)
             return [Listed(int(row[0]), str(row[1] or "")) for row in cur.fetchall()]
         except pymysql.err.MySQLError as exc:
             code = exc.args[0] if exc.args else 0
-            if code == ER_PARSE_ERROR and statement != statements[-1]:
-                continue  # MySQL before 8.0.22 knows only SHOW SLAVE HOSTS
             if code == ER_SPECIFIC_ACCESS_DENIED:
                 # MariaDB 10.5.2+ needs REPLICATION MASTER ADMIN; MySQL (and MariaDB
                 # before 10.5.2) REPLICATION SLAVE, which the relay needs anyway.

@@ -78,6 +78,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 from cdc.outbox import OutboxTable, text_of
 from cdc.position import BinlogPosition, file_sequence
 from cdc.topics import topic_problem
+from connectors.mysql_client import binlog_end
 from spark_jobs.common import (
     KEY_SEP,
     identity_key,
@@ -455,9 +456,19 @@ def _payload(value: Any) -> tuple[bytes | None, bool | None]:
         return value.encode("utf-8"), True
     if isinstance(value, (bytes, bytearray)):
         return bytes(value), False
-    if isinstance(value, (dict, list)):
-        return json.dumps(value, separators=(",", ":"), default=str).encode("utf-8"), True
+    if isinstance(value, (dict, list)):  # a MySQL JSON column: keys and strings come as bytes
+        return json.dumps(_text_keys(value), separators=(",", ":"), default=str).encode("utf-8"), True
     return str(value).encode("utf-8"), True
+
+
+def _text_keys(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {_text_keys(k): _text_keys(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_text_keys(v) for v in value]
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value).decode("utf-8", "replace")
+    return value
 
 
 def _micros(value: Any) -> int | None:
@@ -646,10 +657,10 @@ def events_of_tx(source: str, file: str, tx: CommittedTx, mapper: EventMapper) -
 
 
 def _connect(settings: Mapping[str, Any]) -> Any:
-    import pymysql
+    from connectors.mysql_client import connect
 
     try:
-        return pymysql.connect(connect_timeout=10, **settings)
+        return connect({"connect_timeout": 10, **settings})  # TLS as the relay's config says
     except Exception as exc:  # noqa: BLE001
         raise RuntimeError(f"cdc_binlog: cannot connect to {where(settings)}: {scrub(str(exc), settings)}") from None
 
@@ -666,11 +677,10 @@ def plan_binlog(
     conn = _connect(settings)
     try:
         with conn.cursor() as cur:
-            cur.execute("SHOW MASTER STATUS")
-            status = cur.fetchone()
+            status = binlog_end(cur)
             if not status:
                 raise RuntimeError(f"cdc_binlog: binary logging is off on {where(settings)}: start it with --log-bin")
-            current = BinlogPosition(status[0], int(status[1]))
+            current = BinlogPosition(status[0], status[1])
             cur.execute("SHOW BINARY LOGS")
             logs = [(r[0], int(r[1])) for r in cur.fetchall()]
             cur.execute("SELECT @@server_id")
@@ -824,8 +834,10 @@ def read_binlog_file(
     from spark_jobs.binlog_compressed import ExpandingConnection, event_start as event_start_of
 
     wanted = {(t.schema, t.table) for t in tables}
+    from connectors.mysql_client import pymysql_args
+
     stream = BinLogStreamReader(
-        connection_settings=dict(settings),
+        connection_settings=pymysql_args(settings),  # TLS as the relay's config says
         pymysql_wrapper=ExpandingConnection,  # compressed events reach the library as plain ones
         server_id=server_id,
         resume_stream=True,
@@ -940,13 +952,14 @@ def read_binlog_file_fast(
     through the verifier's own `TxAssembler`; a `Statement` (any query the decoder does
     not take for transaction control) is classified again by the verifier's own rules
     (`classify_query`, `statement_insert_target`)."""
+    from cdc.tls import TlsConfig
     from connectors.binlog_decoder import BinlogDecoder
     from connectors.binlog_protocol import BinlogConnection
 
     wanted = {(t.schema, t.table) for t in tables}
     conn = BinlogConnection(
         str(settings.get("host", "127.0.0.1")), int(settings.get("port", 3306)), str(settings.get("user", "root")),
-        str(settings.get("password", "") or ""), server_id, read_timeout=120.0,
+        str(settings.get("password", "") or ""), server_id, read_timeout=120.0, tls=TlsConfig.from_settings(settings),
     )  # fmt: skip
     decoder = BinlogDecoder(wanted, file)
     asm = _assembler(tables)

@@ -39,6 +39,7 @@ from spark_jobs.binlog_source import (
     BINLOG_FIELDS, BINLOG_SCHEMA, EventColumns, EventMapper, _connect, anomaly_row, iter_binlog_batches, split_ranges,
     tables_from_json, transaction_starts,
 )  # fmt: skip
+from connectors.mysql_client import binlog_end
 from spark_jobs.common import DataSource, InputPartition, mysql_settings_from_options, opt_int, opt_json, where
 
 try:
@@ -55,8 +56,7 @@ def server_logs(settings: Mapping[str, Any]) -> tuple[tuple[str, int], list[tupl
     conn = _connect(settings)
     try:
         with conn.cursor() as cur:
-            cur.execute("SHOW MASTER STATUS")
-            status = cur.fetchone()
+            status = binlog_end(cur)  # SHOW BINARY LOG STATUS on MySQL 8.2+
             if not status:
                 raise RuntimeError(f"cdc_binlog: binary logging is off on {where(settings)}: start it with --log-bin")
             cur.execute("SHOW BINARY LOGS")

@@ -12,12 +12,13 @@ import json
 from typing import Any, Mapping
 
 from cdc.position import file_sequence
+from cdc.tls import TLS_KEYS
 
 # Separator of the identity-key string: ASCII unit separator, never in a source name,
 # a GTID or a binlog file name.
 KEY_SEP = "\x1f"
 
-SECRET_OPTION_NAMES = frozenset({"password", "passwd"})
+SECRET_OPTION_NAMES = frozenset({"password", "passwd", "tls_key_password"})
 
 try:  # the data source base classes; the pure-python parts of the sources work without Spark
     from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
@@ -114,14 +115,15 @@ def opt_bool(options: Mapping[str, str], name: str, default: bool = False) -> bo
 
 
 def mysql_settings_from_options(options: Mapping[str, str]) -> dict[str, Any]:
-    """PyMySQL / python-mysql-replication connection settings from data source options
-    (`host`, `port`, `user`, `password`)."""
+    """A connection dict (connectors/mysql_client.py) from data source options (`host`,
+    `port`, `user`, `password` and the TLS settings' `tls_*`, cdc/tls.py)."""
     settings: dict[str, Any] = {
         "host": options.get("host") or "127.0.0.1",
         "port": int(options.get("port") or 3306),
         "user": options.get("user") or "root",
         "password": options.get("password") or "",
     }
+    settings.update({key: str(options[key]) for key in TLS_KEYS if options.get(key)})
     return settings
 
 

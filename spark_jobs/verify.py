@@ -41,6 +41,7 @@ if __package__ in (None, ""):  # run as a file by spark-submit: make the project
 from cdc.errors import NeedsOperator  # noqa: E402
 from cdc.outbox import OutboxTable  # noqa: E402
 from cdc.position import file_sequence  # noqa: E402
+from cdc.tls import TLS_KEYS  # noqa: E402
 from spark_jobs.binlog_source import (  # noqa: E402
     BINLOG_READERS, KIND_ANOMALY, KIND_EVENT, KIND_XA_COMMIT, KIND_XA_ROLLBACK, KIND_XA_ROW, plan_binlog, split_ranges,
     tables_to_json,
@@ -107,6 +108,7 @@ class VerifyConfig:
             "port": str(m.get("port", 3306)),
             "user": str(m.get("user", "root")),
             "password": str(m.get("password", m.get("passwd", "")) or ""),
+            **{key: str(m[key]) for key in TLS_KEYS if m.get(key)},  # TLS to MySQL (cdc/tls.py)
         }
 
     def public(self) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from cdc.metrics import RelayMetrics
 from cdc.relay import RunSummary
 from connectors.avro_serializer import decode
 from connectors.kafka_reader import KafkaTopicReader
+from connectors.mysql_client import binlog_end
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -44,8 +45,7 @@ def wait_until(predicate: Callable[[], Any], timeout: float, what: str, interval
 
 def master_position(db) -> str:
     with db.connect() as conn, conn.cursor() as cur:
-        cur.execute("SHOW MASTER STATUS")
-        file, pos = cur.fetchone()[:2]
+        file, pos = binlog_end(cur)  # SHOW MASTER STATUS / SHOW BINARY LOG STATUS by version
     return f"{file}:{pos}"
 
 

@@ -24,6 +24,7 @@ from cdc.source_events import Heartbeat, RowChange, RowInsert, TxBegin, TxCommit
 from connectors.binlog_decoder import BinlogDecoder, UndecodableEvent
 from connectors.binlog_protocol import BinlogConnection, BinlogConnectionError, BinlogPositionError
 from connectors.binlog_library import LibraryConverter as _Converter
+from connectors.mysql_client import binlog_end
 
 pytestmark = pytest.mark.integration
 
@@ -32,9 +33,7 @@ _ids = iter(range(1000, 10**9))
 
 def _status(mariadb) -> tuple[str, int]:
     with mariadb.connect(autocommit=True) as conn, conn.cursor() as cur:
-        cur.execute("SHOW MASTER STATUS")
-        f, p = cur.fetchone()[:2]
-        return str(f), int(p)
+        return binlog_end(cur)
 
 
 def _run(mariadb, database: str | None, statements: list[str]) -> None:

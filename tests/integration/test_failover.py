@@ -34,6 +34,7 @@ from cdc.position import BinlogPosition
 from connectors.mariadb_server import EmbeddedMariaDB
 from tests.integration.harness import OUTBOX_DDL, RelayProcess, env_for, relay_raw_config, wait_until
 from tests.integration.independent_checker import check, committed_outbox_events, topic_records
+from connectors.mysql_client import binlog_end
 
 pytestmark = [pytest.mark.integration, pytest.mark.fault]
 
@@ -57,9 +58,8 @@ def _execute(db, *statements: str) -> None:
 
 def _server_end(db) -> BinlogPosition:
     with db.connect() as conn, conn.cursor() as cur:
-        cur.execute("SHOW MASTER STATUS")
-        file, pos = cur.fetchone()[:2]
-    return BinlogPosition(str(file), int(pos))
+        file, pos = binlog_end(cur)
+    return BinlogPosition(file, pos)
 
 
 def _binary_logs(db) -> dict[str, int]:

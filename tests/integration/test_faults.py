@@ -33,6 +33,7 @@ from tests.integration.harness import (
     OUTBOX_DDL, RelayProcess, RelayThread, env_for, relay_config, relay_raw_config, wait_until,
 )
 from tests.integration.independent_checker import check, committed_outbox_events, topic_records
+from connectors.mysql_client import binlog_end
 
 pytestmark = [pytest.mark.integration, pytest.mark.fault]
 LONG = os.environ.get("CDC_FAULT_LONG") == "1"
@@ -177,9 +178,7 @@ def _setup(db, kafka, database: str, prefix: str, partitions: int = 24 if LONG e
 
 def _server_end(db) -> tuple[str, int]:
     with db.connect() as conn, conn.cursor() as cur:
-        cur.execute("SHOW MASTER STATUS")
-        file, pos = cur.fetchone()[:2]
-    return str(file), int(pos)
+        return binlog_end(cur)
 
 
 def _checkpoint_reached(path: Path, end: tuple[str, int]) -> bool:

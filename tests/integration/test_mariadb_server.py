@@ -28,6 +28,7 @@ from pymysqlreplication.row_event import WriteRowsEvent
 
 import connectors.mariadb_server as module
 from connectors.mariadb_server import EmbeddedMariaDB, MariaDBServerError
+from connectors.mysql_client import binlog_end
 
 pytestmark = [
     pytest.mark.integration,
@@ -74,8 +75,7 @@ def _binlog_position(db: EmbeddedMariaDB) -> tuple[str, int]:
     conn = db.connect(autocommit=True)
     try:
         with conn.cursor() as cur:
-            cur.execute("SHOW MASTER STATUS")
-            row = cur.fetchone()
+            row = binlog_end(cur)
     finally:
         conn.close()
     assert row is not None, "binary logging is off"

@@ -23,6 +23,7 @@ from connectors.mariadb_server import EmbeddedMariaDB
 from tests.integration.harness import (
     OUTBOX_DDL, RelayProcess, _to_toml, env_for, master_position, relay_raw_config, wait_until,
 )
+from connectors.mysql_client import binlog_end
 
 pytestmark = pytest.mark.integration
 
@@ -394,8 +395,7 @@ def test_purged_start_position_is_refused_naming_the_lost_range(purge_server, ma
                     "VALUES ('lost-1', 'order', 'a', 'created', 'x')")
         cur.execute("FLUSH BINARY LOGS")
         cur.execute("FLUSH BINARY LOGS")
-        cur.execute("SHOW MASTER STATUS")
-        newest = cur.fetchone()[0]
+        newest = binlog_end(cur)[0]
 
         def purged() -> bool:
             # MariaDB keeps a binlog until its binlog checkpoint is written (asynchronously

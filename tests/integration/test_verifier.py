@@ -33,6 +33,7 @@ import pytest
 
 from cdc import identity as hdr
 from cdc.outbox import OutboxTable
+from connectors.mysql_client import binlog_end
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
@@ -93,9 +94,7 @@ def spark():  # type: ignore[no-untyped-def]
 
 
 def _master(cur: Any) -> tuple[str, int]:
-    cur.execute("SHOW MASTER STATUS")
-    r = cur.fetchone()
-    return r[0], int(r[1])
+    return binlog_end(cur)
 
 
 class Writer:
