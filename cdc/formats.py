@@ -403,3 +403,33 @@ def _shortest(value: float) -> tuple[str, int]:
     t = Decimal(repr(value)).normalize().as_tuple()
     digits = "".join(map(str, t.digits))
     return digits, len(digits) + t.exponent
+
+
+# ------------------------------------------------------------------ what the verifier checks
+
+
+def payload_matches(fmt: str, value: bytes | None, payload: bytes | None, is_text: bool | None = True) -> bool:
+    """Whether a record's value (for `avro`, the payload decoded from it) carries `payload`
+    (the binlog row's payload bytes, text as UTF-8) in format `fmt`. A null value matches a
+    blank payload (a tombstone); a json value also matches as Debezium's envelope struct whose
+    first member is the payload (additional fields placed in the envelope)."""
+    if value is None:
+        return payload is None or not payload.strip(_JAVA_TRIM.encode())
+    if payload is None and fmt != "json":
+        return False
+    if fmt != "json":
+        return value == payload
+    text = payload.decode("utf-8", "surrogateescape") if payload is not None and is_text is not False else payload
+    expected = debezium_json(text).encode()
+    if value == expected:
+        return True
+    head = b'{"payload":' + expected
+    return value.startswith(head) and value[len(head):len(head) + 1] in (b",", b"}")
+
+
+def expected_timestamp_ms(timestamp_us: int | None, commit_ts_ms: int | None) -> int | None:
+    """A payload format's record timestamp: the event-time column (microseconds, truncated
+    toward zero to milliseconds), else the commit time."""
+    if timestamp_us is None:
+        return commit_ts_ms
+    return timestamp_us // 1000 if timestamp_us >= 0 else -((-timestamp_us) // 1000)
