@@ -65,9 +65,43 @@ def naive_parse_rate(db, start_file: str, start_pos: int, database: str) -> tupl
     return outbox / (time.perf_counter() - t0), rows
 
 
+def _format_settings(fmt: str) -> str:
+    """The outbox table's output format as Debezium users would set it: the payload as the
+    value, the event type in header eventType, the record timestamp from created_at."""
+    if fmt == "envelope":
+        return ""
+    return f'format = "{fmt}"\nadditional_placement = "type:header:eventType"\ntimestamp_column = "created_at"'
+
+
+def compare_formats(args: argparse.Namespace, db, kafka, database: str, start: str, end: tuple[str, int],
+                    tmp: str) -> None:
+    """--format NAME: the envelope and NAME over the same binlog, in alternating pairs (the
+    first run of a pair tends to be the slower on a shared machine, so the order alternates)."""
+    results: dict[str, list[float]] = {"envelope": [], args.format: []}
+    for i in range(args.pairs):
+        order = ("envelope", args.format) if i % 2 == 0 else (args.format, "envelope")
+        for fmt in order:
+            prefix = f"f{i}{fmt[:3]}"
+            kafka.create_topic(f"{prefix}.order", 24)
+            kafka.create_topic(f"{prefix}.dlq", 1)
+            r = run_relay(db, kafka, database, start, end, Path(tmp) / prefix, None, prefix=prefix, fmt=fmt)
+            if r["events"] != args.events:
+                raise SystemExit(f"format {fmt}: the relay delivered {r['events']} events, the workload wrote "
+                                 f"{args.events}")
+            rate = args.events / r["elapsed"]
+            steady = args.events / (r["elapsed"] - r["first_event"])
+            results[fmt].append(rate)
+            print(f"pair {i + 1}, {fmt}: {rate:,.0f} events/s end to end ({steady:,.0f}/s after the first event), "
+                  f"CPU {r['cpu']:.1f}s, peak RSS {r['peak_rss'] / 2**20:.0f} MiB")
+        a, b = results[args.format][-1], results["envelope"][-1]
+        print(f"pair {i + 1}: {args.format} / envelope = {a / b:.3f}")
+    mean = sum(results[args.format]) / sum(results["envelope"])
+    print(f"{args.format} / envelope over {args.pairs} pair(s): {mean:.3f} (events/s, same binlog, same run)")
+
+
 def run_relay(db, kafka, database: str, start: str, expected_end: tuple[str, int], workdir: Path,
               profile: str | None, delivery: str = "idempotent", prefix: str = "bench",
-              kill_at: float | None = None, kafka_store: bool = False) -> dict:
+              kill_at: float | None = None, kafka_store: bool = False, fmt: str = "envelope") -> dict:
     """One relay over the range. `kill_at`: SIGKILL it once this share of the events is
     checkpointed, restart it and measure its start (to the "recovering from checkpoint" line)."""
     from cdc.position import BinlogPosition
@@ -104,6 +138,7 @@ start = "{start}"
 schema = "{database}"
 table = "outbox"
 topic = "{prefix}.{{aggregate_type}}"
+{_format_settings(fmt)}
 [kafka]
 bootstrap = "{kafka.bootstrap_servers}"
 dead_letter_topic = "{prefix}.dlq"
@@ -352,7 +387,9 @@ def main() -> None:
     ap.add_argument("--alter", action="store_true", help="ALTER TABLE the outbox halfway through the workload")
     ap.add_argument("--compressed", action="store_true",
                     help="log_bin_compress=ON: the same workload compressed and not, relay catch-up on each")
-    ap.add_argument("--pairs", type=int, default=2, help="with --compressed: uncompressed/compressed runs")
+    ap.add_argument("--pairs", type=int, default=2, help="with --compressed or --format: pairs of runs")
+    ap.add_argument("--format", choices=("string", "json", "bytes", "avro", "envelope"), default=None,
+                    help="an output format against the envelope, over the same binlog in alternating pairs (--pairs)")
     ap.add_argument("--delivery", choices=("idempotent", "transactional"), default="idempotent",
                     help="transactional: compare both delivery modes on noida-db (see the docstring)")
     args = ap.parse_args()
@@ -386,6 +423,9 @@ def main() -> None:
         if args.alter:
             kind += ", ALTER TABLE ADD COLUMN halfway"
         print(f"workload: {args.events} outbox events, {kind}, 100 per transaction, generated in {gen:.1f}s")
+        if args.format:
+            compare_formats(args, db, kafka, database, f"{start_file}:{start_pos}", (end[0], int(end[1])), tmp)
+            return
         if args.delivery == "transactional":
             compare_delivery(args, db, database, f"{start_file}:{start_pos}", (end[0], int(end[1])), tmp)
             return

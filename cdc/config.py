@@ -22,6 +22,8 @@ Example `relay.toml`::
     schema = "shop"
     table = "outbox"
     topic = "outbox.event.{aggregate_type}"
+    format = "envelope"                 # or string | json | bytes | avro: the payload as the value,
+                                        # as Debezium's EventRouter writes it (cdc/formats.py)
 
     [kafka]
     bootstrap = "127.0.0.1:9092"
@@ -313,8 +315,9 @@ def _table(raw: Mapping[str, Any], index: int) -> OutboxTable:
             raise ConfigError(f"outbox.tables[{index}].{required} is required")
     try:
         return OutboxTable(**{k: v for k, v in raw.items()})
-    except ConfigError as exc:  # only the topic template is checked there (cdc.topics.check_template)
-        raise ConfigError(f"outbox.tables[{index}].topic: {exc}") from None
+    except ConfigError as exc:  # the topic template (cdc.topics.check_template) and the output format
+        where = "topic: " if str(exc).startswith("topic template") else ""
+        raise ConfigError(f"outbox.tables[{index}].{where}{exc}") from None
 
 
 def load_config(

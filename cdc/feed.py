@@ -61,6 +61,9 @@ def prepare(event: OutboxEvent, serializer: Serializer, max_message_bytes: int) 
         value = serializer.encode(event, event.topic)
     except (ValueError, TypeError) as exc:
         return as_dead_letter(event, "encoding_failed", str(exc))
+    if value is None:  # a payload format's null value (a tombstone, a NULL payload)
+        event.extras.null_value = True
+        return event
     if len(value) > max_message_bytes:
         return as_dead_letter(
             event, "too_large", f"encoded event is {len(value)} bytes; the limit is {max_message_bytes}"

@@ -15,6 +15,8 @@ import uuid as _uuid
 from dataclasses import dataclass
 from typing import Any
 
+from cdc.errors import ConfigError
+from cdc.formats import FORMATS, MessageExtras, epoch_ms, header_value, parse_placement
 from cdc.identity import EventIdentity
 from cdc.topics import TopicRouter, check_template
 
@@ -34,6 +36,16 @@ class OutboxTable:
         schema = "shop"
         table = "outbox"
         topic = "outbox.event.{aggregate_type}"
+
+    Output format (cdc/formats.py; Debezium's names in the README, "Output formats")::
+
+        format = "json"                              # envelope (default) | string | json | bytes | avro
+        additional_placement = "type:header:eventType"   # column:header|envelope[:alias], ...
+        timestamp_column = "created_at"              # the record timestamp; else the commit time
+        tombstone_on_empty_payload = true            # NULL / blank payload -> null value
+        traceparent_column = "traceparent"           # copied to header traceparent (W3C)
+        tracestate_column = "tracestate"             # copied to header tracestate
+        payload_nullable = true                      # avro: ["null","string"]; false: "string"
     """
 
     schema: str
@@ -45,9 +57,38 @@ class OutboxTable:
     payload_column: str = "payload"
     timestamp_column: str | None = None  # optional event time column
     topic: str = "outbox.event.{aggregate_type}"
+    format: str = "envelope"
+    additional_placement: str = ""
+    tombstone_on_empty_payload: bool = False
+    traceparent_column: str | None = None
+    tracestate_column: str | None = None
+    payload_nullable: bool = True
 
     def __post_init__(self) -> None:
         check_template(self.topic)
+        if self.format not in FORMATS:
+            raise ConfigError(f"format must be one of {', '.join(FORMATS)}, got {self.format!r}")
+        for name in ("tombstone_on_empty_payload", "payload_nullable"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"{name} must be true or false, got {getattr(self, name)!r}")
+        for name in ("traceparent_column", "tracestate_column"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, str) or not value):
+                raise ConfigError(f"{name} must be a column name, got {value!r}")
+        fields = parse_placement(self.additional_placement)
+        if self.format == "envelope" and (fields or self.tombstone_on_empty_payload or self.traceparent_column
+                                          or self.tracestate_column):
+            raise ConfigError("additional_placement, tombstone_on_empty_payload and the trace columns apply to the "
+                              "payload formats (format = string, json, bytes or avro), not to format = \"envelope\"")
+        if self.format != "json" and any(f.placement == "envelope" for f in fields):
+            raise ConfigError(f"additional_placement: placement \"envelope\" is supported with format = \"json\" "
+                              f"only (got format = {self.format!r}); place the column in a header instead")
+
+    @property
+    def extra_columns(self) -> tuple[str, ...]:
+        """Columns the format reads besides the event's own."""
+        cols = tuple(f.column for f in parse_placement(self.additional_placement))
+        return cols + tuple(c for c in (self.traceparent_column, self.tracestate_column) if c)
 
     @property
     def qualified_name(self) -> str:
@@ -60,7 +101,7 @@ class OutboxTable:
     @property
     def expected_columns(self) -> tuple[str, ...]:
         cols = self.required_columns + (self.payload_column,)
-        return cols + ((self.timestamp_column,) if self.timestamp_column else ())
+        return cols + ((self.timestamp_column,) if self.timestamp_column else ()) + self.extra_columns
 
 
 @dataclass(slots=True)
@@ -80,6 +121,7 @@ class OutboxEvent:
     table: str
     identity: EventIdentity
     encoded: bytes | None = None  # the message value, once encoded (see cdc.feed.prepare)
+    extras: MessageExtras | None = None  # a payload format's headers and timestamp (None: the envelope)
 
 
 @dataclass(slots=True)
@@ -159,6 +201,9 @@ class OutboxMapper:
         route = self._router.route(table.topic, aggregate_type, event_type, table.schema, table.table)
         if route.problem is not None:
             return self._dead(table, row, identity, route.cause or "illegal_topic", route.problem, route.topic)
+        if table.format != "envelope":
+            return self._formatted(table, row, identity, event_id, aggregate_type, aggregate_id, event_type,
+                                   route.topic)
         return OutboxEvent(
             event_id if type(event_id) is str else text_of(event_id),
             aggregate_type,
@@ -169,6 +214,40 @@ class OutboxMapper:
             route.topic,
             table.qualified_name,
             identity,
+        )
+
+    @staticmethod
+    def _formatted(table: OutboxTable, row: dict[str, Any], identity: EventIdentity, event_id: Any,
+                   aggregate_type: str, aggregate_id: Any, event_type: str, topic: str) -> OutboxEvent:
+        """An event of a payload format: the row's extra columns become headers (and, for
+        json, envelope fields), its event-time column the record timestamp."""
+        headers: list[tuple[str, bytes | None]] = []
+        envelope: list[tuple[str, Any]] = []
+        for f in parse_placement(table.additional_placement):
+            value = row.get(f.column)
+            if f.placement == "header":
+                headers.append((f.alias, header_value(value)))
+            else:
+                envelope.append((f.alias, value))
+        for column, name in ((table.traceparent_column, "traceparent"), (table.tracestate_column, "tracestate")):
+            if column:
+                value = row.get(column)
+                if value is not None:
+                    headers.append((name, header_value(value)))
+        stamp = row.get(table.timestamp_column) if table.timestamp_column else None
+        return OutboxEvent(
+            event_id if type(event_id) is str else text_of(event_id),
+            aggregate_type,
+            aggregate_id if type(aggregate_id) is str else text_of(aggregate_id),
+            event_type,
+            _payload_of(row.get(table.payload_column)),
+            _micros_of(stamp) if table.timestamp_column else None,
+            topic,
+            table.qualified_name,
+            identity,
+            None,
+            MessageExtras(table.format, headers, epoch_ms(stamp), tuple(envelope),
+                          table.tombstone_on_empty_payload, table.payload_nullable),
         )
 
     @staticmethod

@@ -44,6 +44,7 @@ from cdc.checkpoint import Checkpoint
 from cdc.checkpoint_writer import CheckpointWriter
 from cdc.errors import ConfigError, DeliveryError
 from cdc.feed import MORE, LocalFeed, as_dead_letter, assembler_for, prepare
+from cdc.formats import H_FORMAT
 from cdc.gtid import parse_gtid_set
 from cdc.identity import (
     H_DLQ_CAUSE,
@@ -447,7 +448,8 @@ class Relay:
 
     def _publish_event(self, entry: PendingTx, event: OutboxEvent, tx_headers: list[tuple[str, bytes]]) -> None:
         value = event.encoded
-        if value is None:
+        extras = event.extras
+        if value is None and (extras is None or not extras.null_value):
             prepared = prepare(event, self._serializer, self.settings.max_message_bytes)
             if type(prepared) is DeadLetter:
                 self._publish_dead_letter(entry, prepared)
@@ -459,12 +461,19 @@ class Relay:
             (H_EVENT_TYPE, event.event_type.encode()),
             (H_TABLE, event.table.encode()),
         ]
+        timestamp_ms = None
+        if extras is not None:  # a payload format (cdc/formats.py): its headers, the record timestamp
+            headers.append((H_FORMAT, extras.format.encode()))
+            headers += extras.headers
+            timestamp_ms = extras.timestamp_ms
+            if timestamp_ms is None:
+                timestamp_ms = event.identity.tx.commit_ts_ms
         if event.topic not in self._partitions:
             self._note_topic(event.topic)
         window = self._window
         window.expect(entry)
         metrics = self.metrics
-        size = len(value)
+        size = len(value) if value is not None else 0
 
         def on_delivery(delivery: Delivery) -> None:
             if delivery.failure is None:
@@ -478,7 +487,11 @@ class Relay:
             else:
                 self._delivery_failed(delivery)
 
-        self._publisher.publish(event.topic, event.aggregate_id.encode(), value, headers, on_delivery)
+        if timestamp_ms is None:
+            self._publisher.publish(event.topic, event.aggregate_id.encode(), value, headers, on_delivery)
+        else:
+            self._publisher.publish(event.topic, event.aggregate_id.encode(), value, headers, on_delivery,
+                                    timestamp_ms)
 
     def _delivery_failed(self, delivery: Delivery) -> None:
         metrics = self.metrics

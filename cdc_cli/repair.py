@@ -19,6 +19,7 @@ from typing import Any, Callable
 
 from cdc.config import Config
 from cdc.errors import ConfigError, DeliveryError, SourceError
+from cdc.formats import H_FORMAT
 from cdc.identity import H_EVENT_ID, H_EVENT_TYPE, H_REPAIR, H_TABLE, identity_key_from_headers
 from cdc.outbox import DeadLetter, OutboxEvent, OutboxMapper
 from cdc.position import BinlogPosition
@@ -109,8 +110,12 @@ def repair(cfg: Config, missing: list[dict[str, Any]], progress: Callable[[str],
             headers = item.identity.headers() + [(H_REPAIR, b"1"), (H_TABLE, item.table.encode())]
             if isinstance(item, OutboxEvent):
                 headers += [(H_EVENT_ID, item.event_id.encode()), (H_EVENT_TYPE, item.event_type.encode())]
+                extras, stamp = item.extras, None
+                if extras is not None:  # a payload format: its headers and record timestamp, as the relay's
+                    headers += [(H_FORMAT, extras.format.encode()), *extras.headers]
+                    stamp = extras.timestamp_ms if extras.timestamp_ms is not None else item.identity.tx.commit_ts_ms
                 publisher.publish(item.topic, item.aggregate_id.encode(), serializer.encode(item, item.topic),
-                                  headers, on_delivery)
+                                  headers, on_delivery, stamp)
             elif isinstance(item, DeadLetter):
                 publisher.publish(cfg.kafka.dead_letter_topic, item.key.encode() if item.key else None,
                                   dead_letter_value(item), headers, on_delivery)

@@ -19,10 +19,17 @@ from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 
 from cdc.errors import ConfigError, RegistryError
+from cdc.formats import blank, payload_value
 from cdc.outbox import OutboxEvent
 from connectors.avro_schemas import OUTBOX_EVENT, schema, schema_text
 
 MAGIC = b"\x00"
+# format = "avro": the payload's own schema, as Debezium's AvroConverter registers it for
+# the payload column (a nullable column is an optional Connect schema: a union with null)
+PAYLOAD_SCHEMAS = {
+    (False, True): '["null","string"]', (False, False): '"string"',
+    (True, True): '["null","bytes"]', (True, False): '"bytes"',
+}  # (binary, nullable) -> schema text
 
 
 def registry_client(url: str, basic_auth: str | None = None) -> SchemaRegistryClient:
@@ -41,26 +48,37 @@ class ConfluentAvroSerializer:
         self._client = client
         self._text = schema_text(schema_name)
         self._parsed = fastavro.parse_schema(schema(schema_name))
-        self._headers: dict[str, bytes] = {}
+        self._headers: dict[Any, bytes] = {}
 
     def schema_id(self, topic: str) -> int:
         return struct.unpack(">I", self._header(topic)[1:])[0]
 
-    def _header(self, topic: str) -> bytes:
-        header = self._headers.get(topic)
+    def _header(self, topic: str, text: str | None = None) -> bytes:
+        key = topic if text is None else (topic, text)
+        header = self._headers.get(key)
         if header is None:
             subject = f"{topic}-value"
             try:
-                schema_id = self._client.register_schema(subject, Schema(self._text, "AVRO"))
+                schema_id = self._client.register_schema(subject, Schema(text or self._text, "AVRO"))
             except SchemaRegistryError as exc:
                 raise RegistryError(f"the schema registry refused subject {subject!r}: {exc}") from exc
             except Exception as exc:  # httpx/requests connection errors vary by version
                 raise RegistryError(f"the schema registry is unreachable ({type(exc).__name__}); "
                                     "check schema_registry.url") from exc
-            header = self._headers[topic] = MAGIC + struct.pack(">I", schema_id)
+            header = self._headers[key] = MAGIC + struct.pack(">I", schema_id)
         return header
 
-    def encode(self, event: OutboxEvent, topic: str) -> bytes:
+    def encode(self, event: OutboxEvent, topic: str) -> bytes | None:
+        """The value of `event` in its table's format (None: a tombstone, or a NULL payload
+        that the format writes as a null value)."""
+        extras = event.extras
+        if extras is not None:
+            payload = event.payload
+            if extras.tombstone and blank(payload):
+                return None
+            if extras.format != "avro":
+                return payload_value(extras.format, payload, extras)
+            return self._encode_payload(payload, topic, extras.nullable)
         out = io.BytesIO()
         out.write(self._header(topic))
         fastavro.schemaless_writer(out, self._parsed, {
@@ -72,6 +90,28 @@ class ConfluentAvroSerializer:
             "timestamp": event.timestamp_us,
         })
         return out.getvalue()
+
+
+    def _encode_payload(self, payload: str | bytes | None, topic: str, nullable: bool) -> bytes | None:
+        """The payload as an Avro value of schema string / bytes (or its union with null): a
+        NULL payload is a null value, as the AvroConverter writes a null."""
+        if payload is None:
+            return None
+        binary = isinstance(payload, bytes)
+        header = self._header(topic, PAYLOAD_SCHEMAS[(binary, nullable)])
+        data = payload if binary else payload.encode()
+        return b"".join((header, b"\x02" if nullable else b"", _zigzag(len(data)), data))
+
+
+def _zigzag(n: int) -> bytes:
+    """An Avro long (zig-zag, base-128 varint) for n >= 0."""
+    n <<= 1
+    out = bytearray()
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
 
 
 def decode(value: bytes, schema_name: str = OUTBOX_EVENT) -> tuple[int, dict[str, Any]]:

@@ -102,7 +102,7 @@ class KafkaPublisher:
         return int(self._conf.get("message.max.bytes", 1_000_000))
 
     def publish(
-        self, topic: str, key: bytes | None, value: bytes, headers: list[tuple[str, bytes]],
+        self, topic: str, key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes | None]],
         on_delivery: DeliveryCallback, timestamp_ms: int | None = None,
     ) -> None:
         health = self._health

@@ -14,7 +14,7 @@ what it returns over a pipe:
 
 `items` are plain tuples (cheaper to pickle than objects): an event is
 `(0, event_id, aggregate_type, aggregate_id, event_type, payload, timestamp_us, topic,
-table, encoded)`, a dead letter `(1, cause, error, intended_topic, key, row, table)`; the
+table, encoded, extras)` (extras: a payload format's `cdc.formats.MessageExtras`, else None), a dead letter `(1, cause, error, intended_topic, key, row, table)`; the
 row index is the item's place in the transaction. Only committed transactions are sent,
 in binlog order, their items in row order: what the relay receives is what `LocalFeed`
 would have returned in its own process. The pipe is the back-pressure: a child ahead of
@@ -157,7 +157,8 @@ class ShippedTransaction:
         while True:
             for t in chunk:
                 if t[0] == 0:
-                    yield OutboxEvent(t[1], t[2], t[3], t[4], t[5], t[6], t[7], t[8], EventIdentity(identity, row), t[9])
+                    yield OutboxEvent(t[1], t[2], t[3], t[4], t[5], t[6], t[7], t[8], EventIdentity(identity, row), t[9],
+                                      t[10])
                 else:
                     yield DeadLetter(t[1], t[2], t[3], t[4], t[5], t[6], EventIdentity(identity, row))
                 row += 1
@@ -353,7 +354,7 @@ def _ship(conn: Any, control: Any, feed: LocalFeed, serializer: Any, spec: Reade
                 it = prepare(it, serializer, max_bytes)
             if type(it) is OutboxEvent:
                 chunk.append((0, it.event_id, it.aggregate_type, it.aggregate_id, it.event_type, it.payload,
-                              it.timestamp_us, it.topic, it.table, it.encoded))
+                              it.timestamp_us, it.topic, it.table, it.encoded, it.extras))
             else:
                 chunk.append((1, it.cause, it.error, it.intended_topic, it.key, it.row, it.table))
             if len(chunk) >= CHUNK:

@@ -27,7 +27,12 @@ columns from the headers (`ikey`, `source`, `h_file`, `h_file_seq`, `h_pos`, `h_
 `dlq_cause`, `dlq_error`, `dlq_topic`; at the end `h_xa_prepare` with its `h_xa_file_seq`,
 `h_xa_pos`: an XA transaction's prepare group) and the value decoded from the Confluent wire format
 + Avro `outbox_event.avsc` (`schema_id`, `v_id`, `v_aggregate_type`, `v_aggregate_id`,
-`v_type`, `v_payload` binary + `v_payload_is_text`, `v_timestamp_us`, `value_error`).
+`v_type`, `v_payload` binary + `v_payload_is_text`, `v_timestamp_us`, `value_error`), then
+`v_format`: a payload format's name (header `cdc.format`, cdc/formats.py; null: the envelope).
+A record of a payload format carries the payload as its value: `v_payload` is the value (for
+`avro`, the payload decoded from its string/bytes schema or their union with null), `v_id` and
+`v_type` come from the headers `id` and `cdc.event.type`, `v_aggregate_id` is the key,
+`v_aggregate_type` and `v_timestamp_us` are null (the topic and the record timestamp hold them).
 Dead-letter values (JSON) are not decoded into `v_*`; `value_error` says when they are
 not JSON.
 """
@@ -42,6 +47,7 @@ import uuid
 from typing import Any, Iterator, Mapping, Sequence
 
 from cdc import identity as hdr
+from cdc.formats import H_FORMAT, PAYLOAD_FORMATS
 
 from spark_jobs.common import (  # noqa: E402
     DataSource, DataSourceReader, InputPartition, file_seq_or_none, identity_key, opt_bool, opt_int, opt_json,
@@ -89,6 +95,7 @@ DECODED_FIELDS: tuple[tuple[str, str], ...] = (
     ("h_xa_prepare", "string"),
     ("h_xa_file_seq", "bigint"),
     ("h_xa_pos", "bigint"),
+    ("v_format", "string"),
 )
 BATCH_ROWS = 8192
 DEFAULT_CHUNK = 100_000
@@ -475,6 +482,39 @@ def decode_value(value: bytes | None) -> tuple[dict[str, Any] | None, int | None
     return record, schema_id, None
 
 
+def formatted_value(fmt: str, value: bytes | None, event_id: str | None, event_type: str | None,
+                    key_text: str | None) -> tuple:
+    """The value columns (`_VALUE_FIELDS`) of a record written in a payload format."""
+    schema_id, payload, error = None, value, None
+    if fmt == "avro" and value is not None:
+        schema_id, payload, error = _avro_payload(value)
+    elif fmt not in PAYLOAD_FORMATS:
+        error = f"unknown value format {fmt!r} (header {H_FORMAT})"
+    return (schema_id, event_id, None, key_text, event_type, payload, None, None, error)
+
+
+def _avro_payload(value: bytes) -> tuple[int | None, bytes | None, str | None]:
+    """(schema id, payload bytes, error) of a Confluent wire-format Avro string or bytes, or
+    their union with null (branch 1): the registry is not asked, the layout says which (the
+    one body both could read, 02 00, is taken as the union's empty payload)."""
+    if len(value) < 6 or value[0] != 0:
+        return None, None, "not Confluent wire format (magic byte 0 + 4-byte schema id)"
+    schema_id = int.from_bytes(value[1:5], "big")
+    for start in ((6, 5) if value[5] == 2 else (5,)):
+        n, p, shift = 0, start, 0
+        while p < len(value):
+            b = value[p]
+            p += 1
+            n |= (b & 0x7F) << shift
+            shift += 7
+            if not b & 0x80:
+                break
+        n = (n >> 1) ^ -(n & 1)
+        if n >= 0 and p + n == len(value):
+            return schema_id, value[p:], None
+    return schema_id, None, "the Avro body is not a string or bytes payload"
+
+
 def _int_or_none(text: str | None) -> int | None:
     if text is None:
         return None
@@ -489,6 +529,7 @@ def decode_record(
     headers: Mapping[str, str],
     value: bytes | None,
     dlq_topic: str | None,
+    key_text: str | None = None,
 ) -> dict[str, Any]:
     """The identity (from the headers) and the event (from the value) of one record."""
     h = headers
@@ -526,12 +567,17 @@ def decode_record(
         "v_timestamp_us": None,
         "value_error": None,
         **_xa_prepare_columns(h.get(hdr.H_XA_PREPARE)),
+        "v_format": h.get(H_FORMAT),
     }
     if dlq_topic and topic == dlq_topic:
         try:
             json.loads(value or b"")
         except ValueError as exc:
             out["value_error"] = f"dead-letter value is not JSON: {exc}"[:300]
+        return out
+    if out["v_format"] is not None:
+        out.update(zip(_VALUE_FIELDS, formatted_value(out["v_format"], value, out["h_event_id"], out["h_event_type"],
+                                                      key_text)))
         return out
     record, schema_id, error = decode_value(value)
     out["schema_id"] = schema_id
@@ -574,13 +620,13 @@ def message_row(msg: Any, include_raw: bool, decode: bool, dlq_topic: str | None
         row["headers"] = headers
         row["value"] = msg.value()
     if decode:
-        row.update(decode_record(msg.topic(), headers, msg.value(), dlq_topic))
+        row.update(decode_record(msg.topic(), headers, msg.value(), dlq_topic, row["key_text"]))
     return row
 
 
 _WANTED_HEADERS = (
     hdr.H_SOURCE, hdr.H_FILE, hdr.H_POS, hdr.H_ROW, hdr.H_GTID, hdr.H_COMMIT_TS, hdr.H_EVENT_ID, hdr.H_EVENT_TYPE,
-    hdr.H_TABLE, hdr.H_REPAIR, hdr.H_DLQ_CAUSE, hdr.H_DLQ_ERROR, hdr.H_DLQ_TOPIC, hdr.H_XA_PREPARE,
+    hdr.H_TABLE, hdr.H_REPAIR, hdr.H_DLQ_CAUSE, hdr.H_DLQ_ERROR, hdr.H_DLQ_TOPIC, hdr.H_XA_PREPARE, H_FORMAT,
 )  # fmt: skip
 _HEADER_INDEX = {name: i for i, name in enumerate(_WANTED_HEADERS)}
 
@@ -635,7 +681,7 @@ class RecordColumns:
         if not self.decode:
             self.n += 1
             return
-        h: list[Any] = [None] * 14
+        h: list[Any] = [None] * 15
         index = _HEADER_INDEX.get
         for name, text in raw_headers or ():
             j = index(name)
@@ -662,6 +708,8 @@ class RecordColumns:
             except ValueError as exc:
                 error = f"dead-letter value is not JSON: {exc}"[:300]
             v = (None, None, None, None, None, None, None, None, error)
+        elif h[14] is not None:  # a payload format: the value is the payload
+            v = formatted_value(h[14], value, h[6], h[7], cols[6][-1])
         else:
             v = _fast_value(value) if self.fast_avro else None
             if v is None:  # not the plain layout, or broken: fastavro says what it is
@@ -679,6 +727,7 @@ class RecordColumns:
             cols[i].append(xa["h_xa_prepare"])
             cols[i + 1].append(xa["h_xa_file_seq"])
             cols[i + 2].append(xa["h_xa_pos"])
+        cols[i + 3].append(h[14])
         self.n += 1
 
     def take(self) -> Any:

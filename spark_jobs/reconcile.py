@@ -70,6 +70,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from spark_jobs.binlog_source import (
     KIND_EVENT, KIND_XA_COMMIT, KIND_XA_EVENT, KIND_XA_ROLLBACK, KIND_XA_ROW, KIND_XA_UNDECIDED, STATEMENT_FORMAT,
 )  # fmt: skip
+from cdc.formats import expected_timestamp_ms, payload_matches
 from spark_jobs.common import KEY_SEP, identity_key, murmur2_partition
 
 EVENT_CLASSES = ("delivered", "missing", "duplicate", "reordered", "altered", "dead_lettered", "unverifiable")
@@ -96,6 +97,9 @@ class ReconcileContext:
     # the binlog rows hold XA prepare groups or outcomes (False: resolve_xa is skipped;
     # the verify job knows it from the read, other callers leave it True)
     has_xa: bool = True
+    # some outbox table is written in a payload format (cdc/formats.py): its records' content
+    # is checked by `payload_matches` (a Python function in Spark; False: never evaluated)
+    payload_formats: bool = False
 
     def truncated(self) -> list[tuple[str, int, int]]:
         return [(t, p, low) for t, p, low, _high in self.partitions if low > 0]
@@ -119,7 +123,17 @@ def record_reasons(rec: Mapping[str, Any], ev: Mapping[str, Any], dlq_topic: str
             reasons.append("topic")
         if rec.get("key_text") != ev.get("aggregate_id"):
             reasons.append("key")
-        if rec.get("value_error") is None:
+        fmt = rec.get("v_format")
+        if fmt is not None and rec.get("value_error") is None:  # a payload format (cdc/formats.py)
+            if rec.get("v_id") != ev.get("event_id"):
+                reasons.append("id")
+            if rec.get("v_type") != ev.get("event_type"):
+                reasons.append("type")
+            if not payload_matches(fmt, rec.get("v_payload"), ev.get("payload"), ev.get("payload_is_text")):
+                reasons.append("payload")
+            if rec.get("timestamp_ms") != expected_timestamp_ms(ev.get("timestamp_us"), ev.get("commit_ts_ms")):
+                reasons.append("timestamp")
+        elif rec.get("value_error") is None:
             if rec.get("v_id") != ev.get("event_id") or (
                 rec.get("h_event_id") is not None and rec.get("h_event_id") != ev.get("event_id")
             ):
@@ -562,21 +576,34 @@ def reconcile(events: Any, records: Any, ctx: ReconcileContext, storage: Any = N
     def r(name: str) -> Any:
         return col(f"r_{name}")
 
+    formatted = r("v_format").isNotNull()  # a payload format: the value is the payload (cdc/formats.py)
     decoded = r("value_error").isNull()
+    enveloped = decoded & ~formatted
     not_dlq = ~r("is_dlq")
 
     def ne(a: Any, b: str) -> Any:
         return ~a.eqNullSafe(col(b))
 
+    if ctx.payload_formats:
+        matches = F.udf(payload_matches, T.BooleanType())
+        payload_differs = F.when(formatted, ~matches(r("v_format"), r("v_payload"), col("payload"), col("payload_is_text"))
+                                 ).otherwise(ne(r("v_payload"), "payload"))
+        expected_ms = F.when(col("timestamp_us").isNull(), col("commit_ts_ms")).otherwise(
+            F.when(col("timestamp_us") >= 0, F.floor(col("timestamp_us") / 1000)).otherwise(-F.floor(-col("timestamp_us") / 1000))
+            .cast("bigint"))
+        stamp_differs = F.when(formatted, ~r("timestamp_ms").eqNullSafe(expected_ms)).otherwise(
+            ne(r("v_timestamp_us"), "timestamp_us"))
+    else:
+        payload_differs, stamp_differs = ne(r("v_payload"), "payload"), ne(r("v_timestamp_us"), "timestamp_us")
     reason_list = F.array(
         F.when(not_dlq & col("expected_topic").isNotNull() & (r("topic") != col("expected_topic")), F.lit("topic")),
         F.when(not_dlq & ne(r("key_text"), "aggregate_id"), F.lit("key")),
         F.when(not_dlq & decoded & (ne(r("v_id"), "event_id") | (r("h_event_id").isNotNull() & (r("h_event_id") != col("event_id")))), F.lit("id")),
-        F.when(not_dlq & decoded & ne(r("v_aggregate_type"), "aggregate_type"), F.lit("aggregate_type")),
-        F.when(not_dlq & decoded & ne(r("v_aggregate_id"), "aggregate_id"), F.lit("aggregate_id")),
+        F.when(not_dlq & enveloped & ne(r("v_aggregate_type"), "aggregate_type"), F.lit("aggregate_type")),
+        F.when(not_dlq & enveloped & ne(r("v_aggregate_id"), "aggregate_id"), F.lit("aggregate_id")),
         F.when(not_dlq & decoded & (ne(r("v_type"), "event_type") | (r("h_event_type").isNotNull() & (r("h_event_type") != col("event_type")))), F.lit("type")),
-        F.when(not_dlq & decoded & ne(r("v_payload"), "payload"), F.lit("payload")),
-        F.when(not_dlq & decoded & ne(r("v_timestamp_us"), "timestamp_us"), F.lit("timestamp")),
+        F.when(not_dlq & decoded & payload_differs, F.lit("payload")),
+        F.when(not_dlq & decoded & stamp_differs, F.lit("timestamp")),
         F.when(r("h_commit_ts").isNotNull() & (r("h_commit_ts") != col("commit_ts_ms")), F.lit("commit_ts")),
         F.when(r("value_error").isNotNull(), F.lit("value")),
     )
@@ -748,7 +775,7 @@ DELIVERY_FIELDS = (
     "topic", "partition", "offset", "timestamp_ms", "repair", "is_dlq", "dlq_cause", "key_text", "v_id",
     "v_aggregate_type", "v_aggregate_id", "v_type", "v_payload", "v_timestamp_us", "h_event_id", "h_event_type",
     "h_commit_ts", "value_error", "source", "h_file", "h_file_seq", "h_pos", "h_row", "h_gtid", "h_xa_prepare",
-    "h_xa_file_seq", "h_xa_pos",
+    "h_xa_file_seq", "h_xa_pos", "v_format",
 )  # fmt: skip
 # what the joined table keeps once the content has been compared: no payloads, no decoded values
 EVENT_CONTENT_COLUMNS = ("payload", "payload_is_text", "timestamp_us")

@@ -129,6 +129,11 @@ class VerifyConfig:
             "binlog_reader": self.binlog_reader,
         }
 
+    @property
+    def payload_formats(self) -> bool:
+        """Some table is written in a payload format (cdc/formats.py)."""
+        return any(t.format != "envelope" for t in self.tables)
+
     def effective_pattern(self) -> str | None:
         if self.topic_pattern or self.topics:
             return self.topic_pattern
@@ -357,6 +362,7 @@ def run_verify(config: VerifyConfig, progress: Progress | None = None, spark: An
             unread_topics=unread,
             partitioner=config.partitioner,
             has_xa=has_xa,
+            payload_formats=config.payload_formats,
         )
         t = time.monotonic()
         say("reconcile: joining and classifying")

@@ -201,6 +201,7 @@ class Record:
     value: dict | None  # the decoded Avro envelope (None on the dead-letter topic)
     raw_value: bytes
     timestamp_ms: int
+    value_was_null: bool = False  # a null value (a tombstone): raw_value is then b""
 
 
 def read_topic(bootstrap: str, topic: str) -> list[Record]:
@@ -215,11 +216,11 @@ def read_topic(bootstrap: str, topic: str) -> list[Record]:
                 raw = msg.value() or b""
                 try:
                     value = decode(raw)[1]
-                except ValueError:
+                except (ValueError, EOFError, StopIteration):  # not the envelope (a payload format)
                     value = None
                 key = msg.key()
                 out.append(Record(topic, partition, msg.offset(), key.decode() if key is not None else None,
-                                  header_dict(msg.headers()), value, raw, msg.timestamp()[1]))
+                                  header_dict(msg.headers()), value, raw, msg.timestamp()[1], msg.value() is None))
         return out
     finally:
         reader.close()

@@ -1,0 +1,198 @@
+"""Output formats (cdc/formats.py): each format's exact bytes, built from what Debezium 3.6.3's
+EventRouter writes (observed on this machine, and its documented examples), never from our
+own encoder; the mapping of a row's extra columns; the table settings' refusals."""
+
+import datetime as dt
+
+import pytest
+
+from cdc.errors import ConfigError
+from cdc.formats import (
+    H_FORMAT, MessageExtras, blank, debezium_json, epoch_ms, header_value, java_double, parse_placement,
+    payload_value,
+)
+from cdc.identity import EventIdentity, TxIdentity
+from cdc.outbox import OutboxMapper, OutboxTable
+from cdc.position import BinlogPosition
+from cdc.topics import TopicRouter
+from connectors.avro_serializer import ConfluentAvroSerializer, registry_client
+
+IDENTITY = EventIdentity(TxIdentity("shop", BinlogPosition("mysql-bin.000001", 4), None, 1, 1_700_000_000_123), 0)
+
+
+def row(payload, **more):
+    return {"id": "4d47e190-0402-4048-bc2c-89dd54343cdc", "aggregatetype": "order", "aggregateid": "1",
+            "type": "OrderCreated", "payload": payload,
+            "created_at": dt.datetime(2024, 5, 3, 10, 11, 12, 345678), **more}
+
+
+def mapped(payload, **table):
+    t = OutboxTable("shop", "outbox", **table)
+    event = OutboxMapper(TopicRouter()).map(t, row(payload, traceparent=TRACEPARENT, tenant="acme"), IDENTITY)
+    return event
+
+
+TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+
+
+# ---------------------------------------------------------------- json (JsonConverter, expanded)
+
+
+def test_json_is_the_payload_re_serialised_compactly_as_debezium_writes_it():
+    # observed: {"n": 0} -> {"n":0}; non-ASCII as UTF-8 bytes, not \u escapes
+    assert payload_value("json", '{"n": 0}') == b'{"n":0}'
+    assert payload_value("json", '{"name": "Zo\u00eb", "city": "K\u00f8benhavn"}') == (
+        b'{"name":"Zo\xc3\xab","city":"K\xc3\xb8benhavn"}')
+    nested = '{ "id": 1, "lineItems": { "item": "Debezium in Action", "quantity": 2 }, "ok": true }'
+    assert payload_value("json", nested) == b'{"id":1,"lineItems":{"item":"Debezium in Action","quantity":2},"ok":true}'
+
+
+def test_json_null_payload_is_the_four_bytes_null():
+    assert payload_value("json", None) == b"null"
+
+
+def test_json_follows_debeziums_schema_inference():
+    # a null member has no schema: dropped; an array's type is its first element's
+    assert debezium_json('{"a": null, "b": [1, 2]}') == '{"b":[1,2]}'
+    # objects in an array share the union of their fields; a missing one is null
+    assert debezium_json('{"d": [{"x": 1}, {"y": "z"}]}') == '{"d":[{"x":1,"y":null},{"x":null,"y":"z"}]}'
+    # doubles as Java's Double.toString
+    assert debezium_json('{"p": 39.98, "big": 1e7, "small": 0.0001, "one": 1.0}') == (
+        '{"p":39.98,"big":1.0E7,"small":1.0E-4,"one":1.0}')
+    # not expandable: the payload stays a string, written as a JSON string literal
+    assert debezium_json('{"a": [1, 2.5]}') == '"{\\"a\\": [1, 2.5]}"'
+    assert debezium_json('not json') == '"not json"'
+    assert debezium_json(' {"a": 1}') == '" {\\"a\\": 1}"'  # only a payload starting with { or [ is parsed
+    assert debezium_json('{"a": 1') == '"{\\"a\\": 1"'
+    assert debezium_json('{"a": 123456789012345678901}') == '"{\\"a\\": 123456789012345678901}"'
+    assert debezium_json('[1, 2]') == '{}'  # a top-level array's schema is a struct with no fields
+    # Jackson's escapes: upper-case hex for control characters
+    assert debezium_json('{"c": "\\u001f\\n"}') == '{"c":"\\u001F\\n"}'
+
+
+def test_java_double_matches_double_tostring():
+    cases = {1.0: "1.0", 0.5: "0.5", 100.0: "100.0", 1e7: "1.0E7", 12345678.9: "1.23456789E7",
+             0.001: "0.001", 1e-4: "1.0E-4", -2.5: "-2.5", 9999999.0: "9999999.0", 1e21: "1.0E21",
+             0.0: "0.0", 123.456: "123.456"}
+    for value, text in cases.items():
+        assert java_double(value) == text, value
+
+
+# ---------------------------------------------------------------- string, bytes
+
+
+def test_string_is_the_stored_text_unchanged_and_null_is_a_null_value():
+    text = '{"n": 0,  "s": "caf\u00e9"}'
+    assert payload_value("string", text) == text.encode("utf-8")
+    assert payload_value("string", None) is None
+    assert payload_value("string", "") == b""
+    with pytest.raises(ValueError, match="format = \"bytes\""):
+        payload_value("string", b"\xff\xfe")
+
+
+def test_bytes_is_the_raw_payload():
+    assert payload_value("bytes", b"\x00\x01\xff") == b"\x00\x01\xff"
+    assert payload_value("bytes", "caf\u00e9") == b"caf\xc3\xa9"
+    assert payload_value("bytes", None) is None
+
+
+# ---------------------------------------------------------------- avro (AvroConverter)
+
+
+def _avro(**table):
+    client = registry_client("mock://test-formats-" + "-".join(f"{k}{v}" for k, v in sorted(table.items())))
+    return client, ConfluentAvroSerializer(client)
+
+
+def test_avro_payload_is_a_string_value_registered_under_the_topics_value_subject():
+    client, serializer = _avro()
+    event = mapped('{"n": 0}', format="avro")
+    value = serializer.encode(event, event.topic)
+    registered = client.get_latest_version("outbox.event.order-value")
+    # a nullable payload column is an optional Connect string: the AvroConverter registers
+    # the union ["null","string"]; the body is the branch index 1 (zig-zag 0x02), the length
+    # (8 -> zig-zag 0x10), then the UTF-8 text
+    assert registered.schema.schema_str.replace(" ", "") == '["null","string"]'
+    assert value == b"\x00" + registered.schema_id.to_bytes(4, "big") + b"\x02\x10" + b'{"n": 0}'
+    assert serializer.encode(mapped(None, format="avro"), event.topic) is None
+
+
+def test_avro_payload_of_a_not_null_column_registers_plain_string():
+    client, serializer = _avro(nullable=False)
+    event = mapped("hi", format="avro", payload_nullable=False)
+    value = serializer.encode(event, event.topic)
+    registered = client.get_latest_version("outbox.event.order-value")
+    assert registered.schema.schema_str.replace(" ", "") == '"string"'
+    assert value == b"\x00" + registered.schema_id.to_bytes(4, "big") + b"\x04hi"
+
+
+# ---------------------------------------------------------------- the row's other columns
+
+
+def test_mapping_headers_timestamp_and_trace_context():
+    event = mapped('{"n": 0}', format="json", additional_placement="type:header:eventType,tenant:header",
+                   timestamp_column="created_at", traceparent_column="traceparent")
+    extras = event.extras
+    assert extras.format == "json"
+    assert extras.headers == [("eventType", b"OrderCreated"), ("tenant", b"acme"),
+                              ("traceparent", TRACEPARENT.encode())]
+    # DATETIME(6) 2024-05-03 10:11:12.345678 (UTC) -> epoch milliseconds, truncated
+    assert extras.timestamp_ms == 1714731072345
+    assert event.aggregate_id == "1" and event.event_id == "4d47e190-0402-4048-bc2c-89dd54343cdc"
+
+
+def test_envelope_placement_wraps_the_payload_as_debeziums_struct():
+    event = mapped('{"n": 0}', format="json", additional_placement="type:envelope:eventType")
+    assert payload_value("json", event.payload, event.extras) == b'{"payload":{"n":0},"eventType":"OrderCreated"}'
+
+
+def test_tombstone_on_empty_payload():
+    _client, serializer = _avro()
+    for payload in (None, "", "  \t"):
+        event = mapped(payload, format="string", tombstone_on_empty_payload=True)
+        assert serializer.encode(event, event.topic) is None
+    event = mapped("", format="string")
+    assert serializer.encode(event, event.topic) == b""
+    assert blank(" \u00a0") is False  # Java's trim() keeps U+00A0
+
+
+def test_envelope_stays_the_default_and_has_no_extras():
+    event = mapped('{"n": 0}')
+    assert event.extras is None
+    assert H_FORMAT == "cdc.format"
+
+
+def test_header_values_as_simple_header_converter_writes_them():
+    assert header_value("x") == b"x"
+    assert header_value(42) == b"42"
+    assert header_value(True) == b"true"
+    assert header_value(None) is None
+    assert epoch_ms(dt.datetime(1969, 12, 31, 23, 59, 59, 999500)) == 0  # toward zero, like micros / 1000
+    assert epoch_ms(None) is None
+
+
+def test_extras_survive_the_pipe_to_the_relay_process():
+    import pickle
+
+    extras = MessageExtras("json", [("a", b"1"), ("b", None)], 5, (("x", 1),), True, False, True)
+    assert pickle.loads(pickle.dumps(extras)) == extras
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"format": "xml"}, "format must be one of"),
+    ({"format": "json", "additional_placement": "type:partition"}, "partition"),
+    ({"format": "json", "additional_placement": "type"}, "column:placement"),
+    ({"format": "string", "additional_placement": "type:envelope:t"}, "format = \"json\" only"),
+    ({"additional_placement": "type:header"}, "not to format = \"envelope\""),
+    ({"format": "json", "tombstone_on_empty_payload": "yes"}, "true or false"),
+])
+def test_bad_settings_are_refused_in_one_line(settings, message):
+    with pytest.raises(ConfigError, match=message) as err:
+        OutboxTable("shop", "outbox", **settings)
+    assert "\n" not in str(err.value)
+
+
+def test_placement_syntax_is_debeziums():
+    fields = parse_placement("type:header:eventType, aggregateid:envelope , tenant:HEADER")
+    assert [(f.column, f.placement, f.alias) for f in fields] == [
+        ("type", "header", "eventType"), ("aggregateid", "envelope", "aggregateid"), ("tenant", "header", "tenant")]
