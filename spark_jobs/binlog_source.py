@@ -117,6 +117,7 @@ BINLOG_FIELDS: tuple[tuple[str, str], ...] = (
     ("kind", "string"),
     ("xa_xid", "string"),
     ("xa_prepare", "string"),
+    ("commit_us", "bigint"),  # MySQL's immediate_commit_timestamp (microseconds); NULL on MariaDB
 )
 # `kind` of a row: an event of an ordinary transaction; a row of an XA prepare group (not
 # an event until its XA COMMIT is read); an XA outcome marker; an anomaly of the assembly.
@@ -157,6 +158,16 @@ class CommittedTx:
     # An XA group: (XA_PREPARED, xid) for a prepare group (`rows` are held, not yet
     # events), (XA_COMMITTED | XA_ROLLED_BACK, xid) for an outcome group (no rows).
     xa: tuple[str, str] | None = None
+    commit_us: int | None = None  # MySQL: the GTID event's immediate_commit_timestamp (microseconds)
+
+
+def mysql_commit_us(rest: bytes) -> int | None:
+    """MySQL 8's Gtid_log_event after sequence_number: immediate_commit_timestamp, 7
+    little-endian bytes of microseconds whose top bit (55) flags an original_commit_timestamp
+    after it. None when the event ends before it (MySQL 5.7) or it is 0."""
+    if len(rest) < 7:
+        return None
+    return (int.from_bytes(rest[:7], "little") & ~(1 << 55)) or None
 
 
 XA_PREPARED, XA_COMMITTED, XA_ROLLED_BACK = "prepare", "commit", "rollback"
@@ -189,6 +200,7 @@ class TxAssembler:
     server_id: int = 0
     standalone: bool = False
     multi: bool = False  # a multi-statement transaction (BEGIN, or MariaDB's non-standalone GTID)
+    commit_us: int | None = None  # from a MySQL GTID event
     rows: list[tuple[str, str, Any]] = field(default_factory=list)
     savepoints: dict[str, int] = field(default_factory=dict)
     anomalies: list[str] = field(default_factory=list)
@@ -203,6 +215,7 @@ class TxAssembler:
         self.server_id = 0
         self.standalone = False
         self.multi = False
+        self.commit_us = None
         self.rows = []
         self.savepoints = {}
         self.deleted = set()
@@ -212,10 +225,12 @@ class TxAssembler:
             self.anomalies.append(f"{len(self.rows)} outbox row(s) of the transaction at {self.start} dropped: {why} at {at}")
         self._reset()
 
-    def gtid_event(self, start: int, gtid: str, server_id: int, standalone: bool = False, implies_begin: bool = False) -> None:
+    def gtid_event(self, start: int, gtid: str, server_id: int, standalone: bool = False, implies_begin: bool = False,
+                   commit_us: int | None = None) -> None:  # fmt: skip
         """MariaDB's GTID event opens the transaction itself unless it is standalone
         (`implies_begin`); MySQL's is followed by a BEGIN query (or by DDL)."""
         self._drop_open("a new GTID event before its commit", start)
+        self.commit_us = commit_us
         self.open = True
         self.start = start
         self.gtid = gtid
@@ -298,7 +313,7 @@ class TxAssembler:
         if not self.open:
             self.anomalies.append(f"commit event without a transaction at {end}")
             return None
-        tx = CommittedTx(self.start, end, self.gtid, self.server_id, timestamp, self.rows)
+        tx = CommittedTx(self.start, end, self.gtid, self.server_id, timestamp, self.rows, commit_us=self.commit_us)
         self._reset()
         return tx
 
@@ -310,7 +325,8 @@ class TxAssembler:
             return None
         if one_phase:
             return self.commit(end, timestamp)
-        tx = CommittedTx(self.start, end, self.gtid, self.server_id, timestamp, self.rows, (XA_PREPARED, xid))
+        tx = CommittedTx(self.start, end, self.gtid, self.server_id, timestamp, self.rows, (XA_PREPARED, xid),
+                         commit_us=self.commit_us)
         self._reset()
         return tx
 
@@ -319,11 +335,12 @@ class TxAssembler:
         transaction, starting at its GTID event (or at the query without GTIDs)."""
         if self.open and self.rows:
             self.anomalies.append(f"{len(self.rows)} outbox row(s) in the XA outcome group at {self.start} ignored")
+        commit_us = None
         if self.open:
-            start, gtid, server_id = self.start, self.gtid, self.server_id
+            start, gtid, server_id, commit_us = self.start, self.gtid, self.server_id, self.commit_us
         else:
             gtid = None
-        tx = CommittedTx(start, end, gtid, server_id, timestamp, [], (kind, xid))
+        tx = CommittedTx(start, end, gtid, server_id, timestamp, [], (kind, xid), commit_us=commit_us)
         self._reset()
         return tx
 
@@ -584,7 +601,7 @@ class EventColumns:
         cols = self.cols
         (ikey, c_source, c_sid, c_file, c_seq, c_pos, c_end, c_row, c_gtid, c_ts) = cols[:_N_COORD]
         mapped = cols[_N_COORD:_N_COORD + _N_MAPPED]
-        c_kind, c_xid, c_prep = cols[_N_COORD + _N_MAPPED:]
+        c_kind, c_xid, c_prep, c_commit_us = cols[_N_COORD + _N_MAPPED:]
         kind, xid, prepare = _tx_rows_meta(file, tx)
         if marker:  # an XA outcome: one row, no event
             n = 1
@@ -615,6 +632,7 @@ class EventColumns:
         c_kind.extend([kind] * n)
         c_xid.extend([xid] * n)
         c_prep.extend([prepare] * n)
+        c_commit_us.extend([tx.commit_us] * n)
         self.n += n
 
     def add_row(self, row: Mapping[str, Any]) -> None:
@@ -641,6 +659,7 @@ def events_of_tx(source: str, file: str, tx: CommittedTx, mapper: EventMapper) -
     base = {
         "source": source, "server_id": tx.server_id, "file": file, "file_seq": seq, "tx_pos": tx.start, "tx_end": tx.end,
         "gtid": tx.gtid, "commit_ts_ms": tx.commit_ts * 1000, "kind": kind, "xa_xid": xid, "xa_prepare": prepare,
+        "commit_us": tx.commit_us,
     }  # fmt: skip
     if tx.xa is not None and tx.xa[0] != XA_PREPARED:
         row: dict[str, Any] = {name: None for name in MAPPED_FIELDS}
@@ -889,7 +908,11 @@ def read_binlog_file(
                     event_start, event.gtid, packet.server_id, standalone=bool(event.flags & 0x01), implies_begin=True
                 )
             elif isinstance(event, GtidEvent):
-                asm.gtid_event(event_start, event.gtid, packet.server_id)
+                # The library stops after the logical clock (MySQL 5.7's layout); MySQL 8 goes on
+                # with the commit time in microseconds: read it here.
+                rest = event.event_size - 42 if hasattr(event, "sequence_number") else 0
+                asm.gtid_event(event_start, event.gtid, packet.server_id,
+                               commit_us=mysql_commit_us(event.packet.read(rest)) if rest >= 7 else None)
             elif isinstance(event, ExecuteLoadQueryEvent):
                 # LOAD DATA logged as a statement: the library reads only the post-header;
                 # status variables, default schema and the statement follow.

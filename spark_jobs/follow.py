@@ -456,7 +456,9 @@ def follow_summary(st: FollowState, lag_s: float, head: tuple[str, int, int] | N
     clocks = dict(st.latency_clocks)
     latency: dict[str, Any] = {
         "count": len(lat), "clocks": clocks,
-        "clock": ("outbox timestamp column (microseconds, set at the INSERT, read as UTC) -> broker timestamp"
+        "clock": ("MySQL immediate_commit_timestamp (microseconds) -> broker timestamp"
+                  if clocks.get("mysql_immediate_commit_timestamp") else
+                  "outbox timestamp column (microseconds, set at the INSERT, read as UTC) -> broker timestamp"
                   if clocks.get("outbox_timestamp_column") else
                   "binlog commit event header (1 s resolution on MariaDB) -> broker timestamp"),
         "note": "of the last 100000 deliveries; from the binlog commit header a latency can be overstated by up to 1000 ms; "

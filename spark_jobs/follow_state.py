@@ -268,8 +268,8 @@ class FollowState:
                     if kind == KIND_XA_COMMIT:
                         for h in held:
                             e = dict(h)
-                            for c in ("file", "file_seq", "tx_pos", "tx_end", "gtid", "commit_ts_ms", "server_id"):
-                                e[c] = r[c]
+                            for c in ("file", "file_seq", "tx_pos", "tx_end", "gtid", "commit_ts_ms", "commit_us", "server_id"):
+                                e[c] = r.get(c)
                             e["kind"] = KIND_XA_EVENT
                             e["ikey"] = identity_key(h["source"], r["gtid"], r["file"], r["tx_pos"], h["row"])
                             self._new_event(e, now)
@@ -437,9 +437,13 @@ class FollowState:
         if cls in PROVEN_CLASSES:
             self._tx_proven(ev.get("tx"))
         if rec.get("timestamp_ms") is not None and not rec.get("repair"):
-            # the outbox timestamp column when the table has one (microseconds, written at the
-            # INSERT: it includes the rest of the transaction), else the binlog commit header (1 s)
-            if ev.get("timestamp_us") is not None:
+            # MySQL's commit time (microseconds, in the GTID event); else the outbox timestamp
+            # column when the table has one (microseconds, written at the INSERT: it includes the
+            # rest of the transaction); else the binlog commit header (1 s)
+            if ev.get("commit_us") is not None:
+                self.latencies.append(int(rec["timestamp_ms"]) - int(ev["commit_us"]) // 1000)
+                self.latency_clocks["mysql_immediate_commit_timestamp"] = self.latency_clocks.get("mysql_immediate_commit_timestamp", 0) + 1
+            elif ev.get("timestamp_us") is not None:
                 self.latencies.append(int(rec["timestamp_ms"]) - int(ev["timestamp_us"]) // 1000)
                 self.latency_clocks["outbox_timestamp_column"] = self.latency_clocks.get("outbox_timestamp_column", 0) + 1
             elif ev.get("commit_ts_ms") is not None:

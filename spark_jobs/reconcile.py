@@ -266,8 +266,8 @@ def resolve_xa_rows(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
             e["kind"] = KIND_XA_UNDECIDED
             e["ikey"] = KEY_SEP.join(("x", str(r["source"]), str(r["file"]), str(r["tx_pos"]), str(r["row"])))
         elif m["kind"] == KIND_XA_COMMIT:
-            for c in ("file", "file_seq", "tx_pos", "tx_end", "gtid", "commit_ts_ms", "server_id"):
-                e[c] = m[c]
+            for c in ("file", "file_seq", "tx_pos", "tx_end", "gtid", "commit_ts_ms", "commit_us", "server_id"):
+                e[c] = m.get(c)
             e["kind"] = KIND_XA_EVENT
             e["ikey"] = identity_key(r["source"], m["gtid"], m["file"], m["tx_pos"], r["row"])
         else:
@@ -354,7 +354,7 @@ def reconcile_reference(
         deliveries[k] = [(r["topic"], r["partition"], r["offset"]) for r in ms]
         stamps = [r["timestamp_ms"] for r in ms if not r.get("repair") and r.get("timestamp_ms") is not None]
         if stamps:
-            latencies[k] = min(stamps) - e["commit_ts_ms"]
+            latencies[k] = min(stamps) - commit_ms_of(e)
         if e.get("kind") == KIND_XA_UNDECIDED:
             event_class[k] = "unverifiable"
             event_unv[k] = XA_UNDECIDED
@@ -415,8 +415,25 @@ def _verified_through_ref(
 EVENT_COLUMNS = (
     "ikey", "source", "server_id", "file", "file_seq", "tx_pos", "tx_end", "row", "gtid", "commit_ts_ms", "table",
     "event_id", "aggregate_type", "aggregate_id", "event_type", "payload", "payload_is_text", "timestamp_us",
-    "expected_topic", "dlq_cause", "dlq_error", "kind", "xa_prepare",
+    "expected_topic", "dlq_cause", "dlq_error", "kind", "xa_prepare", "commit_us",
 )  # fmt: skip
+
+
+def commit_ms_of(e: Mapping[str, Any]) -> int:
+    """`commit_ms` of one event (the reference)."""
+    if e.get("commit_us") is not None:
+        return int(e["commit_us"]) // 1000
+    if e.get("timestamp_us") is not None:
+        return int(e["timestamp_us"]) // 1000
+    return int(e["commit_ts_ms"])
+
+
+def commit_ms(col: Any) -> Any:
+    """The commit time a latency is measured from (ms): MySQL's immediate_commit_timestamp,
+    else the outbox timestamp column, else the commit event header."""
+    from pyspark.sql import functions as F
+
+    return F.coalesce(F.floor(col("commit_us") / 1000), F.floor(col("timestamp_us") / 1000), col("commit_ts_ms"))
 
 
 def resolve_xa(rows: Any) -> Any:
@@ -440,7 +457,7 @@ def resolve_xa(rows: Any) -> Any:
     columns = rows.columns
     plain = rows.filter(kind == KIND_EVENT)
     held = rows.filter(kind == KIND_XA_ROW)
-    outcome_cols = ("file", "file_seq", "tx_pos", "tx_end", "gtid", "commit_ts_ms", "server_id")
+    outcome_cols = ("file", "file_seq", "tx_pos", "tx_end", "gtid", "commit_ts_ms", "commit_us", "server_id")
     prepares = held.select("xa_xid", "file_seq", "tx_pos").distinct().withColumn("_k", F.lit("p"))
     outcomes = rows.filter(kind.isin(KIND_XA_COMMIT, KIND_XA_ROLLBACK)).select(
         "xa_xid", "file_seq", "tx_pos", col("kind").alias("_k"), F.struct(*outcome_cols).alias("_o")
@@ -558,7 +575,12 @@ def reconcile(events: Any, records: Any, ctx: ReconcileContext, storage: Any = N
         events = resolve_xa(events)
     else:
         events = events.filter(F.coalesce(col("kind"), F.lit(KIND_EVENT)) == KIND_EVENT)
-    ev = events.filter(col("ikey").isNotNull()).select(*EVENT_COLUMNS).withColumn("ord", F.struct("file_seq", "tx_pos", "row"))
+    ev = (
+        events.filter(col("ikey").isNotNull()).select(*EVENT_COLUMNS).withColumn("ord", F.struct("file_seq", "tx_pos", "row"))
+        .withColumn("commit_clock_ms", commit_ms(col))
+        .withColumn("commit_clock", F.when(col("commit_us").isNotNull(), F.lit("m"))
+                    .when(col("timestamp_us").isNotNull(), F.lit("c")).otherwise(F.lit("h")))
+    )  # fmt: skip
 
     # ---- 1. records of ours by identity key: how many, rank by (topic, partition, offset)
     by_ikey = Window.partitionBy("r_ikey").orderBy("r_topic", "r_partition", "r_offset")
@@ -627,7 +649,7 @@ def reconcile(events: Any, records: Any, ctx: ReconcileContext, storage: Any = N
         joined.filter(col("file").isNotNull() & (col("rn").isNull() | (col("rn") == 1)))
         .withColumn("n", F.coalesce(col("n"), F.lit(0)))
         .withColumn("reasons", F.when(col("n") == 1, col("match_reasons")).otherwise(empty_reasons))
-        .withColumn("latency_ms", col("first_ts") - col("commit_ts_ms"))
+        .withColumn("latency_ms", col("first_ts") - col("commit_clock_ms"))
         .withColumn("_one", F.when(col("n") == 1, F.array(delivery)))
         .withColumn("_first_is_dlq", r("is_dlq"))
     )
@@ -779,7 +801,7 @@ DELIVERY_FIELDS = (
 )  # fmt: skip
 # what the joined table keeps once the content has been compared: no payloads, no decoded values
 EVENT_CONTENT_COLUMNS = ("payload", "payload_is_text", "timestamp_us")
-JOINED_EVENT_COLUMNS = tuple(c for c in EVENT_COLUMNS if c not in EVENT_CONTENT_COLUMNS)
+JOINED_EVENT_COLUMNS = tuple(c for c in EVENT_COLUMNS if c not in EVENT_CONTENT_COLUMNS) + ("commit_clock_ms", "commit_clock")
 JOINED_RECORD_FIELDS = ("ikey",) + tuple(c for c in DELIVERY_FIELDS if not c.startswith("v_"))
 RECORD_COLUMNS = (
     "topic", "partition", "offset", "timestamp_ms", "key_text", "source", "h_file", "h_file_seq", "h_pos", "h_row",
@@ -925,6 +947,8 @@ def summarize(rc: Reconciled, max_examples: int = 20, lag_buckets: int = 600, hi
         F.max(lat_expr).alias("max"),
         F.avg(lat_expr).alias("mean"),
         F.percentile_approx(lat_expr, [0.5, 0.95, 0.99], 10000).alias("p"),
+        F.count(F.when(lat_expr.isNotNull() & (col("commit_clock") == "m"), 1)).alias("n_mysql"),
+        F.count(F.when(lat_expr.isNotNull() & (col("commit_clock") == "c"), 1)).alias("n_column"),
         F.min(F.when(lat_expr.isNotNull(), col("commit_ts_ms"))).alias("t0"),
         F.max(F.when(lat_expr.isNotNull(), col("commit_ts_ms"))).alias("t1"),
         F.min(F.when(~col("class").isin(*PROVEN_CLASSES), F.struct("file_seq", "tx_pos", "row", "file"))).alias("first_bad"),
@@ -948,10 +972,15 @@ def summarize(rc: Reconciled, max_examples: int = 20, lag_buckets: int = 600, hi
         first_unproven = {"file": first_bad["file"], "pos": first_bad["tx_pos"], "row": first_bad["row"]}
 
     # ---- 1 action: latency histogram + lag over time
+    clocks = {"mysql_immediate_commit_timestamp": g["n_mysql"], "outbox_timestamp_column": g["n_column"],
+              "binlog_commit_header": g["n"] - g["n_mysql"] - g["n_column"]}
     latency: dict[str, Any] = {
         "count": g["n"],
-        "note": "commit time comes from the binlog commit event header, which has one-second resolution on MariaDB: "
-        "a latency can be overstated by up to 1000 ms",
+        "clocks": {k: v for k, v in clocks.items() if v},
+        "note": "latency = first broker timestamp - commit time; the commit time is MySQL's immediate_commit_timestamp "
+        "(microseconds) where the server writes it, else the outbox timestamp column when configured (microseconds, "
+        "set at the INSERT, read as UTC: includes the rest of the transaction), else the binlog commit event header "
+        "(one-second resolution: a latency can be overstated by up to 1000 ms); `clocks` counts each",
     }
     if g["n"]:
         p = g["p"]

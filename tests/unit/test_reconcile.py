@@ -895,3 +895,22 @@ def test_spark_xa_statement_and_prepare_before_range_match_reference(spark: Any)
     assert ref.counts()["missing"] == 1 and ref.counts()["unverifiable"] == 3  # x1 row 1; undecided, statement, record
     assert set(ref.event_unverifiable_reason.values()) == {"xa_undecided", "statement_format"}
     _assert_same(_spark_result(spark, rows, records, c), ref)
+
+
+@pytest.mark.spark
+def test_spark_latency_is_measured_from_the_best_commit_clock_and_names_it(spark: Any) -> None:
+    """MySQL's immediate_commit_timestamp, else the outbox timestamp column, else the
+    commit event header: the same in the reference and in Spark, counted per clock."""
+    mysql, column, header = make_event(100, 0), make_event(200, 0), make_event(300, 0)
+    mysql["commit_us"] = mysql["commit_ts_ms"] * 1000 - 400_000  # the header rounds the second up
+    column["timestamp_us"] = column["commit_ts_ms"] * 1000 - 900_000
+    events = [mysql, column, header]
+    records = [make_record(e, offset=i) for i, e in enumerate(events)]
+    c = ctx()
+    ref = reconcile_reference(events, records, c)
+    assert ref.latencies == {mysql["ikey"]: 650, column["ikey"]: 1150, header["ikey"]: 250}
+    out = _spark_result(spark, events, records, c)
+    _assert_same(out, ref)
+    assert out["summary"]["latency"]["clocks"] == {
+        "mysql_immediate_commit_timestamp": 1, "outbox_timestamp_column": 1, "binlog_commit_header": 1,
+    }
