@@ -311,11 +311,11 @@ def _array_as_debezium(items: list) -> bool:
         return all(type(x) is float and _plain_double(x) for x in items)
     if t is dict:
         keys = list(first)
-        kinds = [_member_kind(v) for v in first.values()]
+        kinds = list(map(_member_kind, first.values()))
         for x in items:
-            if type(x) is not dict or list(x) != keys or [_member_kind(v) for v in x.values()] != kinds:
+            if type(x) is not dict or not _compact_as_debezium(x):
                 return False
-            if not _compact_as_debezium(x):
+            if x is not first and (list(x) != keys or list(map(_member_kind, x.values())) != kinds):
                 return False
         return True
     return False
