@@ -44,6 +44,8 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import json.encoder
+import json.scanner
 import math
 import re
 import uuid as _uuid
@@ -149,14 +151,16 @@ def epoch_ms(value: Any) -> int | None:
     if value is None:
         return None
     if isinstance(value, _dt.datetime):
-        if value.tzinfo is None:
-            value = value.replace(tzinfo=_dt.timezone.utc)
-        delta = value - _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
-        micros = (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+        micros = (value - (_EPOCH if value.tzinfo is None else _EPOCH_UTC)) // _MICROSECOND  # exact, in C
         return micros // 1000 if micros >= 0 else -((-micros) // 1000)
     if isinstance(value, int) and not isinstance(value, bool):
         return value
     return None
+
+
+_EPOCH = _dt.datetime(1970, 1, 1)
+_EPOCH_UTC = _EPOCH.replace(tzinfo=_dt.timezone.utc)
+_MICROSECOND = _dt.timedelta(microseconds=1)
 
 
 def blank(payload: str | bytes | None) -> bool:
@@ -217,11 +221,13 @@ def debezium_json(payload: str | bytes | None) -> str:
         # The common case at C speed: when the document is one `_compact_as_debezium`
         # accepts, json.dumps writes exactly what the rules below would.
         try:
-            doc = _loads(payload)
-        except (ValueError, RecursionError):
+            doc, end = _scan(payload, 0)
+        except (StopIteration, ValueError, RecursionError):
             return _string_literal(payload)
+        if end != len(payload) and payload[end:].strip(" \t\n\r"):
+            return _string_literal(payload)  # more after the document: not JSON
         if type(doc) is dict and _compact_as_debezium(doc):
-            out = _COMPACT(doc)
+            out = "".join(_compact(doc, 0))
             if "\\u00" not in out:  # no control character (Jackson writes upper-case hex)
                 return out
     return _expand_text(payload)
@@ -243,8 +249,17 @@ def _expand_text(payload: str) -> str:
         return _string_literal(payload)
 
 
-_loads = json.JSONDecoder().decode
-_COMPACT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), check_circular=False).encode
+# json.loads and json.dumps(ensure_ascii=False, separators=(",", ":")) without their Python
+# wrappers: the C scanner and encoder they call, built once (c_make_encoder's arguments:
+# markers, default, string encoder, indent, key and item separators, sort_keys, skipkeys,
+# allow_nan; floats are written with float.__repr__).
+_scan = json.scanner.make_scanner(json.JSONDecoder())
+if json.encoder.c_make_encoder is not None:
+    _compact = json.encoder.c_make_encoder(None, json.JSONEncoder().default, json.encoder.encode_basestring, None,
+                                           ":", ",", False, False, True)
+else:  # pragma: no cover - an interpreter without the _json accelerator
+    def _compact(doc: Any, _level: int) -> tuple[str]:
+        return (json.dumps(doc, ensure_ascii=False, separators=(",", ":")),)
 _I32_LO, _I32_HI, _I64_LO, _I64_HI = -(2**31), 2**31 - 1, -(2**63), 2**63 - 1
 
 

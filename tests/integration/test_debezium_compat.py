@@ -52,7 +52,7 @@ WORKLOAD = [
                                '"lines": [{"sku": "a", "q": 1}, {"sku": "b"}], "ok": false}', "2026-01-05 01:02:03"),
     ("order", "o-4", "noted", "plain text", "2026-01-05 01:02:04.999999"),
     ("customer", "c-2", "cleared", "", "2026-01-05 23:59:59.9995"),
-    ("order", "o-5", "escaped", '{"s": "tab\\there\\u0001 \\"q\\" /", "deep": {"x": [1, 2]}, "neg": -7.25E-5}',
+    ("order", "o-5", "escaped", '{"s": "tab\\there\\u001f \\"q\\" /", "deep": {"x": [1, 2]}, "neg": -7.25E-5}',
      "2026-01-06 00:00:00"),
 ]
 # Additional placement, as a Debezium user writes it: both columns into headers.
@@ -218,7 +218,8 @@ def test_json_payload_with_headers_timestamp_and_tombstone(written, kafka, tmp_p
     # null, doubles as Java's Double.toString, escapes as Jackson writes them.
     assert [r.value for r in records[4:]] == [
         b'{"price":39.98,"big":12345678901,"tiny":1.0E-4,"e":1.0E7,"lines":[{"sku":"a","q":1},{"sku":"b","q":null}],'
-        b'"ok":false}', b'"plain text"', b'""', b'{"s":"tab\\there\\u0001 \\"q\\" /","deep":{"x":[1,2]},"neg":-7.25E-5}']
+        b'"ok":false}', b'"plain text"', b'""',
+        b'{"s":"tab\\there\\u001F \\"q\\" /","deep":{"x":[1,2]},"neg":-7.25E-5}']
     relay = relay_messages(written, kafka, tmp_path, prefix, format="json", additional_placement=PLACEMENT,
                            timestamp_column="created_at")
     assert header_names(records) == ["aggType", "eventType", "id"]
