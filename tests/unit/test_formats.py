@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 from cdc.errors import ConfigError
 from cdc.formats import (
-    H_FORMAT, MessageExtras, _compact_as_debezium, _expand_text, blank, debezium_json, epoch_ms, header_value, java_double, parse_placement,
-    payload_value,
+    H_FORMAT, MessageExtras, _compact_as_debezium, _expand_text, blank, debezium_json, epoch_ms, header_value,
+    java_double, parse_placement, payload_value,
 )
 from cdc.identity import EventIdentity, TxIdentity
 from cdc.outbox import OutboxMapper, OutboxTable
