@@ -2,7 +2,7 @@
 (binlog -> Avro -> acknowledged by the broker), against the naive python-mysql-replication
 parse rate of the same binlog measured in the same run.
 
-    ./run.sh bench catchup [--events 200000] [--mixed] [--profile out.svg]
+    ./run.sh bench catchup [--events 200000] [--mixed] [--profile out.svg]   (with --format: the format's first run)
     ./run.sh bench catchup --compressed [--events 200000] [--pairs 2]
     ./run.sh bench catchup --delivery transactional [--events 100000]
 
@@ -84,7 +84,8 @@ def compare_formats(args: argparse.Namespace, db, kafka, database: str, start: s
             prefix = f"f{i}{fmt[:3]}"
             kafka.create_topic(f"{prefix}.order", 24)
             kafka.create_topic(f"{prefix}.dlq", 1)
-            r = run_relay(db, kafka, database, start, end, Path(tmp) / prefix, None, prefix=prefix, fmt=fmt)
+            profile = args.profile if fmt == args.format and i == 0 else None  # the format's first run
+            r = run_relay(db, kafka, database, start, end, Path(tmp) / prefix, profile, prefix=prefix, fmt=fmt)
             if r["events"] != args.events:
                 raise SystemExit(f"format {fmt}: the relay delivered {r['events']} events, the workload wrote "
                                  f"{args.events}")

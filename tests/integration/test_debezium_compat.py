@@ -1,12 +1,22 @@
-"""Debezium compatibility (issue 14), the Debezium side: what Debezium 3.6's MySQL
-connector + Outbox EventRouter emits for a workload, serialised by Kafka Connect's own
-converters (tests/integration/debezium_harness.py), and `compare_messages`, the message-by-
-message comparison (key, value bytes, the configured headers, topic, timestamp) that the
-relay's Debezium-style output formats are held to.
+"""Debezium compatibility (issue 14): Debezium 3.6's MySQL connector + Outbox EventRouter and
+the relay read the SAME binlog with Debezium-style settings, and their messages are compared
+message by message (`compare_messages`: topic, key, value bytes, every header Debezium's
+router writes, record timestamp), for the JSON payload (JsonConverter,
+`table.expand.json.payload`), the string converter and Confluent's AvroConverter, with
+additional placement headers, the timestamp column and the tombstone option.
 
-The relay-side half (the same binlog through the relay with Debezium-style settings, then
-`compare_messages` == []) needs the payload-as-value formats (issue 14, first half); until
-they are in, these tests pin down Debezium's side of the contract, observed here.
+Debezium's side is serialised by Kafka Connect's own converters in a child process
+(tests/integration/debezium_harness.py); the relay runs with the matching `[[outbox.tables]]`
+settings into the Kafka stand-in, and its messages are read back with their raw bytes. For
+Avro, both talk to one Confluent-compatible registry over HTTP (tests/integration/
+registry_server.py), so the schema ids in the wire format can be compared too.
+
+Record timestamps: without `table.field.event.timestamp` Debezium stamps a record with the
+envelope's `ts_ms`, the moment its connector processed the event, which nothing else can
+reproduce; every comparison here therefore sets the timestamp column (the relay's default,
+the commit time, is what a Debezium user gets from `source.ts_ms`).
+
+The server runs with `--version=5.7.19-log`, a test device only (see debezium_harness.py).
 """
 
 from __future__ import annotations
@@ -18,21 +28,35 @@ from datetime import datetime, timezone
 
 import pytest
 
+from cdc.config import load_config
+from cdc.identity import H_FILE, H_POS, H_ROW
+from connectors.kafka_reader import KafkaTopicReader
 from debezium_harness import (
     DebeziumProcess, DebeziumRecord, debezium_mariadb, debezium_properties, read_collected, seed_offsets,
 )
-from harness import OUTBOX_DDL, master_position, wait_until
+from harness import OUTBOX_DDL, RelayThread, env_for, master_position, relay_raw_config, wait_until
+from registry_server import RegistryServer
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 # (aggregatetype, aggregateid, type, payload, created_at): text and JSON payloads, non-ASCII,
-# spaces a JSON re-serialisation removes, a NULL payload (the tombstone case).
+# spaces a JSON re-serialisation removes, a NULL payload and a blank one (the tombstone
+# cases), doubles Java writes its own way, a long, null members, an array of objects with
+# different members, nested arrays, escapes, plain text.
 WORKLOAD = [
     ("order", "o-1", "created", '{"n": 0, "items": [1, 2]}', "2026-01-02 03:04:05.123456"),
     ("order", "o-2", "paid", '{"name": "Zoë ✓"}', "2026-01-02 03:04:06.000001"),
     ("customer", "c-1", "renamed", '{"a":{"b":[true,null,1.5]}}', "2026-01-03 00:00:00.5"),
     ("order", "o-1", "deleted", None, "2026-01-04 12:00:00"),
+    ("order", "o-3", "priced", '{"price": 39.98, "big": 12345678901, "tiny": 0.0001, "e": 1e7, "gone": null, '
+                               '"lines": [{"sku": "a", "q": 1}, {"sku": "b"}], "ok": false}', "2026-01-05 01:02:03"),
+    ("order", "o-4", "noted", "plain text", "2026-01-05 01:02:04.999999"),
+    ("customer", "c-2", "cleared", "", "2026-01-05 23:59:59.9995"),
+    ("order", "o-5", "escaped", '{"s": "tab\\there\\u001f \\"q\\" /", "deep": {"x": [1, 2]}, "neg": -7.25E-5}',
+     "2026-01-06 00:00:00"),
 ]
+# Additional placement, as a Debezium user writes it: both columns into headers.
+PLACEMENT = "type:header:eventType,aggregatetype:header:aggType"
 
 
 @dataclass(frozen=True)
@@ -93,41 +117,92 @@ def written():
         yield db, database, file, int(pos), ids
 
 
-def collect(written, tmp_path, converter: str, **router: str) -> list[DebeziumRecord]:
+@pytest.fixture(scope="module")
+def registry():
+    with RegistryServer() as server:
+        yield server
+
+
+def collect(written, tmp_path, converter: str, prefix: str, registry_url: str | None = None,
+            **router: str) -> list[DebeziumRecord]:
+    """Debezium's records for the workload, routed to `<prefix>.outbox.event.<aggregatetype>`."""
     db, database, file, pos, ids = written
     name = f"compat-{converter}-{uuid.uuid4().hex[:4]}"
     work = tmp_path / name
     work.mkdir()
     seed_offsets(work / "offsets.dat", name, "compat", file, pos)
-    props = debezium_properties(db, database, name, "compat", "outbox.event.${routedByValue}", work,
+    props = debezium_properties(db, database, name, "compat", prefix + ".outbox.event.${routedByValue}", work,
                                 **{f"transforms.outbox.{k.replace('_', '.')}": v for k, v in router.items()})
-    dbz = DebeziumProcess(props, work, sink="file", value_converter=converter)
+    dbz = DebeziumProcess(props, work, sink="file", value_converter=converter, registry_url=registry_url)
     try:
-        wait_until(lambda: dbz.produced() >= len(WORKLOAD) or not dbz.alive(), 120, "Debezium's records")
+        wait_until(lambda: dbz.produced() >= len(WORKLOAD) or not dbz.alive(), 180, "Debezium's records")
         assert dbz.alive(), dbz.log_text()[-3000:]
     finally:
         dbz.kill()
     return read_collected(dbz.collected_path)
 
 
+def relay_messages(written, kafka, tmp_path, prefix: str, registry_url: str | None = None,
+                   **table: object) -> list[Message]:
+    """The relay over the same binlog range with `table` settings, its messages read back
+    from the stand-in (raw value and header bytes) in binlog order."""
+    db, database, file, pos, ids = written
+    topic = prefix + ".outbox.event.{aggregate_type}"
+    raw = relay_raw_config(db, kafka, database, prefix, tmp_path / f"{prefix}-cp.json", source__start=f"{file}:{pos}",
+                           outbox={"tables": [{"schema": database, "table": "outbox", "topic": topic, **table}]})
+    if registry_url:
+        raw["schema_registry"] = {"url": registry_url}
+    relay = RelayThread(load_config(raw, env_for(db)), check=False)
+    try:
+        relay.wait_delivered(len(WORKLOAD), timeout=120)
+    finally:
+        relay.stop()
+    assert relay.metrics.dead_lettered_total == 0
+    reader = KafkaTopicReader(kafka.bootstrap_servers)
+    found = []
+    try:
+        for kind in sorted({w[0] for w in WORKLOAD}):
+            name = f"{prefix}.outbox.event.{kind}"
+            for partition in range(reader.partition_count(name) or 0):
+                low, high = reader.watermarks(name, partition)
+                for msg in reader.messages(name, partition, low, high):
+                    headers = tuple((k, None if v is None else bytes(v)) for k, v in (msg.headers() or []))
+                    h = dict(headers)
+                    order = (h[H_FILE].decode(), int(h[H_POS]), int(h[H_ROW]))
+                    found.append((order, Message(name, msg.key(), msg.value(), headers, msg.timestamp()[1])))
+    finally:
+        reader.close()
+    return [m for _, m in sorted(found, key=lambda x: x[0])]
+
+
+def header_names(records: list[DebeziumRecord]) -> list[str]:
+    """Every header Debezium's router wrote (the engine's own `__debezium.context.*` are
+    left out by the harness)."""
+    return sorted({name for r in records for name, _ in r.headers})
+
+
 def _ms(created: str) -> int:
-    return int(datetime.fromisoformat(created).replace(tzinfo=timezone.utc).timestamp() * 1000)
+    """created_at as Debezium's record time: epoch micros / 1000, truncated toward zero."""
+    delta = datetime.fromisoformat(created).replace(tzinfo=timezone.utc) - datetime(1970, 1, 1, tzinfo=timezone.utc)
+    micros = (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+    return micros // 1000 if micros >= 0 else -((-micros) // 1000)
 
 
-def test_debezium_json_payload_with_headers_timestamp_and_tombstone(written, tmp_path):
+def test_json_payload_with_headers_timestamp_and_tombstone(written, kafka, tmp_path):
     """JsonConverter (schemas off) + table.expand.json.payload: the payload re-serialised
-    compactly (or, when its schema cannot be inferred, as a JSON string); `id` and `eventType` headers; record time from created_at; NULL -> `null`."""
-    records = collect(written, tmp_path, "json", table_expand_json_payload="true",
-                      table_fields_additional_placement="type:header:eventType",
-                      table_field_event_timestamp="created_at")
+    compactly (or, when its schema cannot be inferred, as a JSON string); `id`, `eventType`
+    and `aggType` headers; record time from created_at; NULL -> `null`. Then the relay with
+    format = "json" over the same binlog writes the same messages."""
+    prefix = f"j{uuid.uuid4().hex[:6]}"
+    records = collect(written, tmp_path, "json", prefix, table_expand_json_payload="true",
+                      table_fields_additional_placement=PLACEMENT, table_field_event_timestamp="created_at")
     ids = written[4]
-    assert [r.topic for r in records] == ["outbox.event.order", "outbox.event.order", "outbox.event.customer",
-                                          "outbox.event.order"]
+    assert [r.topic for r in records] == [f"{prefix}.outbox.event.{w[0]}" for w in WORKLOAD]
     assert [r.key for r in records] == [w[1].encode() for w in WORKLOAD]
     # Observed: a payload whose schema Debezium cannot infer (an array of mixed types) is
     # not expanded: it is emitted as a JSON *string* holding the text unchanged.
-    assert [r.value for r in records] == [b'{"n":0,"items":[1,2]}', '{"name":"Zoë ✓"}'.encode(),
-                                          json.dumps('{"a":{"b":[true,null,1.5]}}').encode(), b"null"]
+    assert [r.value for r in records[:4]] == [b'{"n":0,"items":[1,2]}', '{"name":"Zoë ✓"}'.encode(),
+                                              json.dumps('{"a":{"b":[true,null,1.5]}}').encode(), b"null"]
     assert [dict(r.headers)["id"] for r in records] == [i.encode() for i in ids]
     assert [dict(r.headers)["eventType"] for r in records] == [w[2].encode() for w in WORKLOAD]
     assert [r.timestamp_ms for r in records] == [_ms(w[4]) for w in WORKLOAD]
@@ -135,16 +210,53 @@ def test_debezium_json_payload_with_headers_timestamp_and_tombstone(written, tmp
     msgs = as_messages(records)
     assert compare_messages(msgs, msgs, ["id", "eventType"]) == []
     bad = [msgs[0], Message(msgs[1].topic, msgs[1].key, msgs[1].value + b" ", msgs[1].headers, msgs[1].timestamp_ms),
-           Message(msgs[2].topic, msgs[2].key, msgs[2].value, (("id", b"x"),), msgs[2].timestamp_ms + 1), msgs[3]]
+           Message(msgs[2].topic, msgs[2].key, msgs[2].value, (("id", b"x"),), msgs[2].timestamp_ms + 1)] + msgs[3:]
     problems = compare_messages(msgs, bad, ["id", "eventType"])
     assert len(problems) == 4 and "message 1: value" in problems[0] and "header 'id'" in problems[2]
 
+    # Observed: null members dropped, a missing member of an object in an array written as
+    # null, doubles as Java's Double.toString, escapes as Jackson writes them.
+    assert [r.value for r in records[4:]] == [
+        b'{"price":39.98,"big":12345678901,"tiny":1.0E-4,"e":1.0E7,"lines":[{"sku":"a","q":1},{"sku":"b","q":null}],'
+        b'"ok":false}', b'"plain text"', b'""',
+        b'{"s":"tab\\there\\u001F \\"q\\" /","deep":{"x":[1,2]},"neg":-7.25E-5}']
+    relay = relay_messages(written, kafka, tmp_path, prefix, format="json", additional_placement=PLACEMENT,
+                           timestamp_column="created_at")
+    assert header_names(records) == ["aggType", "eventType", "id"]
+    assert compare_messages(msgs, relay, header_names(records)) == []
 
-def test_debezium_string_payload_unchanged_and_tombstone_on_empty_payload(written, tmp_path):
+
+def test_string_payload_unchanged_and_tombstone_on_empty_payload(written, kafka, tmp_path):
     """StringConverter: the stored text unchanged; route.tombstone.on.empty.payload: a NULL
-    payload becomes a null value (a tombstone)."""
-    records = collect(written, tmp_path, "string", route_tombstone_on_empty_payload="true")
-    assert [r.value for r in records] == [w[3].encode() if w[3] is not None else None for w in WORKLOAD]
+    or blank payload becomes a null value (a tombstone). The relay with format = "string"
+    and tombstone_on_empty_payload writes the same messages."""
+    prefix = f"s{uuid.uuid4().hex[:6]}"
+    records = collect(written, tmp_path, "string", prefix, route_tombstone_on_empty_payload="true",
+                      table_fields_additional_placement=PLACEMENT, table_field_event_timestamp="created_at")
+    assert [r.value for r in records] == [w[3].encode() if w[3] else None for w in WORKLOAD]
     assert [r.key for r in records] == [w[1].encode() for w in WORKLOAD]
-    assert all(set(dict(r.headers)) == {"id"} for r in records)
+    assert all(set(dict(r.headers)) == {"id", "eventType", "aggType"} for r in records)
     assert all(json.loads(r.value) is not None for r in records[:3])
+
+    relay = relay_messages(written, kafka, tmp_path, prefix, format="string", tombstone_on_empty_payload=True,
+                           additional_placement=PLACEMENT, timestamp_column="created_at")
+    assert compare_messages(as_messages(records), relay, header_names(records)) == []
+    assert sum(m.value is None for m in relay) == 2  # the NULL and the blank payload
+
+
+def test_avro_payload_through_one_registry(written, kafka, registry, tmp_path):
+    """Confluent's AvroConverter: the payload as an Avro value in the wire format, its schema
+    registered under `<topic>-value`; the relay with format = "avro", registering in the
+    same registry, writes the same bytes (schema id included)."""
+    prefix = f"a{uuid.uuid4().hex[:6]}"
+    records = collect(written, tmp_path, "avro", prefix, registry_url=registry.url,
+                      table_fields_additional_placement=PLACEMENT, table_field_event_timestamp="created_at")
+    subjects = registry.subjects()
+    assert set(subjects) == {f"{prefix}.outbox.event.{k}-value" for k in ("order", "customer")}, subjects
+    assert all(r.value is None or r.value[:1] == b"\x00" for r in records)
+    assert records[3].value is None  # a NULL payload: a null value
+
+    relay = relay_messages(written, kafka, tmp_path, prefix, registry_url=registry.url, format="avro",
+                           additional_placement=PLACEMENT, timestamp_column="created_at")
+    assert compare_messages(as_messages(records), relay, header_names(records)) == []
+    assert registry.subjects() == subjects  # the relay registered nothing Debezium had not

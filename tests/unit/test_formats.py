@@ -5,11 +5,13 @@ own encoder; the mapping of a row's extra columns; the table settings' refusals.
 import datetime as dt
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cdc.errors import ConfigError
 from cdc.formats import (
-    H_FORMAT, MessageExtras, blank, debezium_json, epoch_ms, header_value, java_double, parse_placement,
-    payload_value,
+    H_FORMAT, MessageExtras, _compact_as_debezium, _expand_text, blank, debezium_json, epoch_ms, header_value,
+    java_double, parse_placement, payload_value,
 )
 from cdc.identity import EventIdentity, TxIdentity
 from cdc.outbox import OutboxMapper, OutboxTable
@@ -196,3 +198,45 @@ def test_placement_syntax_is_debeziums():
     fields = parse_placement("type:header:eventType, aggregateid:envelope , tenant:HEADER")
     assert [(f.column, f.placement, f.alias) for f in fields] == [
         ("type", "header", "eventType"), ("aggregateid", "envelope", "aggregateid"), ("tenant", "header", "tenant")]
+
+
+# The JSON documents a payload is made of, with the shapes that decide Debezium's form:
+# nulls, int32/int64/beyond-64-bit integers, doubles in and out of Java's plain range,
+# control characters, arrays of one kind or mixed, objects sharing members or not.
+_SCALARS = st.one_of(
+    st.none(), st.booleans(), st.integers(min_value=-(2**70), max_value=2**70),
+    st.sampled_from([0, 1, -1, 2**31 - 1, 2**31, -(2**31), -(2**31) - 1, 2**63 - 1, 2**63]),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.sampled_from([0.001, 0.000999, 1e7, 9999999.5, -0.0, 0.0, 39.98, 1e-4, 123.0]),
+    st.text(alphabet=st.characters(max_codepoint=0x2FF) | st.sampled_from("\x00\x1f\x7f\u2028\"\\/"), max_size=6),
+)
+_KEYS = st.sampled_from(["a", "b", "c", "sku", "q", "\u00e9"])
+_DOCS = st.recursive(_SCALARS, lambda inner: st.one_of(
+    st.lists(inner, max_size=4), st.dictionaries(_KEYS, inner, max_size=4),
+    st.lists(st.fixed_dictionaries({"sku": st.text(max_size=3), "q": st.integers(-5, 5)}), max_size=3),
+), max_leaves=12)
+
+
+@settings(max_examples=600, deadline=None)
+@given(doc=st.dictionaries(_KEYS, _DOCS, max_size=5), spaced=st.booleans())
+def test_json_fast_path_writes_exactly_what_the_general_rules_write(doc, spaced):
+    """debezium_json's C-speed path (json.loads/dumps when `_compact_as_debezium` proves the
+    output equal) never differs from the general rules (`_expand_text`), whatever the shape."""
+    import json
+
+    text = json.dumps(doc, ensure_ascii=bool(spaced), separators=(", ", ": ") if spaced else (",", ":"))
+    assert debezium_json(text) == _expand_text(text)
+
+
+def test_json_fast_path_is_taken_for_the_common_shapes():
+    """The shapes an outbox payload usually has go through the fast path (json.dumps), and
+    the ones it must not handle do not."""
+    import json
+
+    common = {"order_id": 7, "customer": "c00042", "amount": 39.98, "currency": "EUR", "big": 2**40,
+              "items": [{"sku": "sku-1", "qty": 2}, {"sku": "sku-2", "qty": 1}], "tags": ["a"], "ok": True,
+              "nested": {"x": [1.5, 2.25]}}
+    assert _compact_as_debezium(json.loads(json.dumps(common)))
+    for odd in ({"a": None}, {"a": 1e7}, {"a": 0.0001}, {"a": [1, 2**40]}, {"a": [1, "x"]}, {"a": [[1]]},
+                {"a": [{"x": 1}, {"y": 1}]}, {"a": [{"x": 1}, {"x": "s"}]}, {"a": 2**64}, {"a": [None]}):
+        assert not _compact_as_debezium(odd), odd
