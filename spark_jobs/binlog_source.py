@@ -488,13 +488,17 @@ def _text_keys(value: Any) -> Any:
     return value
 
 
+_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
+_ONE_US = _dt.timedelta(microseconds=1)
+
+
 def _micros(value: Any) -> int | None:
     if value is None:
         return None
     if isinstance(value, _dt.datetime):
         if value.tzinfo is None:
             value = value.replace(tzinfo=_dt.timezone.utc)
-        return int(value.timestamp() * 1_000_000)
+        return (value - _EPOCH) // _ONE_US  # exact: timestamp() * 1e6 goes through a float
     if isinstance(value, (int, float)):
         return int(value)
     return None
