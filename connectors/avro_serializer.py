@@ -32,7 +32,6 @@ def registry_conf(reg: Any) -> dict[str, Any]:
     client certificate and key (with its password) for mutual TLS."""
     conf: dict[str, Any] = {"url": reg.url}
     if reg.basic_auth:
-        conf["basic.auth.credentials.source"] = "USER_INFO"
         conf["basic.auth.user.info"] = reg.basic_auth.reveal()
     if reg.bearer_token:
         conf["bearer.auth.credentials.source"] = "STATIC_TOKEN"
@@ -79,8 +78,10 @@ def _tls_reason(exc: BaseException) -> str:
     """The TLS failure behind a connection error (e.g. `CERTIFICATE_VERIFY_FAILED`), or ""."""
     seen = 0
     while exc is not None and seen < 10:
+        if isinstance(exc, ssl.SSLCertVerificationError):
+            return f"TLS: certificate verify failed: {exc.verify_message}"
         if isinstance(exc, ssl.SSLError):
-            return f"TLS: {getattr(exc, 'verify_message', None) or exc.reason or exc}"
+            return f"TLS: {exc.reason or exc}"
         exc = exc.__cause__ or exc.__context__
         seen += 1
     return ""
