@@ -2,7 +2,9 @@
 metadata within a deadline (all of them at once, so the whole look takes at most
 `TIMEOUT_S` however many are down), do they belong to one cluster, and do the topics
 the relay writes besides its events exist (the dead-letter topic; the checkpoint topic
-with `checkpoint.store = "kafka"`).
+with `checkpoint.store = "kafka"`), and which event topics exist (`event_topics`: a
+table's fixed topic, or the existing topics a template matches) with what the relay
+does with an event for a missing one (`topics.missing`).
 
 A missing topic is a warning, not a failure: brokers may create topics on first use
 (`auto.create.topics.enable`), which a client cannot ask the broker about everywhere.
@@ -136,6 +138,7 @@ def check_kafka(cfg: Config, timeout_s: float = TIMEOUT_S) -> list[CheckResult]:
         topics.append(("checkpoint_topic", "checkpoint.topic", cfg.checkpoint.topic,
                        "no checkpoint is read from it (the relay starts from source.start) and the first checkpoint "
                        "needs it"))
+    results += _event_topics(cfg, metadata)
     for name, key, topic, why in topics:
         state, detail = _topic_state(metadata, topic)
         if state == "exists":
@@ -148,3 +151,43 @@ def check_kafka(cfg: Config, timeout_s: float = TIMEOUT_S) -> list[CheckResult]:
             results.append(CheckResult(name, True, f"cannot see topic {topic!r} ({key}): {detail}: allow the relay's "
                                        "client to describe and write it", warn=True))
     return results
+
+
+_PLACEHOLDER = re.compile(r"\{(\w+)\}")
+_WHAT_HAPPENS = {
+    "dead_letter": "their events are dead-lettered (cause topic_missing, topics.missing = \"dead_letter\") until "
+                   "it exists: create it (kafka-topics.sh --create --topic {topic}) or set topics.missing = "
+                   "\"create\"",
+    "create": "the relay creates it before its first event (topics.missing = \"create\"; its principal needs "
+              "CREATE on it)",
+    "auto": "the brokers must create it on first use (topics.missing = \"auto\"), else its events are "
+            "dead-lettered (cause topic_missing)",
+}
+
+
+def _event_topics(cfg: Config, metadata: Any) -> list[CheckResult]:
+    """Per outbox table: its topic (fixed once schema and table are filled in) exists, or
+    what happens to its events; for a template, the existing topics it matches."""
+    policy = cfg.topics.missing
+    out = []
+    for index, table in enumerate(cfg.tables):
+        template = table.topic.replace("{schema}", table.schema).replace("{table}", table.table)
+        key = f"outbox.tables[{index}].topic"
+        if not _PLACEHOLDER.search(template):
+            state, detail = _topic_state(metadata, template)
+            if state == "exists":
+                out.append(CheckResult("event_topics", True, f"topic {template!r} ({key}) exists ({detail})"))
+            else:
+                why = _WHAT_HAPPENS[policy].format(topic=template)
+                out.append(CheckResult("event_topics", True, f"topic {template!r} ({key}) does not exist: {why}",
+                                       warn=policy != "create"))
+            continue
+        pattern = re.compile("".join(
+            "[a-zA-Z0-9._-]+" if i % 2 else re.escape(part) for i, part in enumerate(_PLACEHOLDER.split(template))))
+        found = sorted(t for t in metadata.topics if pattern.fullmatch(t))
+        shown = ", ".join(found[:5]) + (f" and {len(found) - 5} more" if len(found) > 5 else "")
+        why = _WHAT_HAPPENS[policy].format(topic="<topic>")
+        out.append(CheckResult("event_topics", True, f"{len(found)} existing topic(s) match {table.topic!r} ({key})"
+                               f"{': ' + shown if found else ''}; for an aggregate type whose topic does not exist, "
+                               f"{why}"))
+    return out

@@ -52,3 +52,24 @@ def test_a_refused_setting_never_shows_a_secret():
     [result] = check_kafka(cfg)
     assert not result.ok and "ssl.no.such.thing" in result.message
     assert "Zk9-distinctive-pw-7Qx" not in result.message
+
+
+def test_event_topics_say_which_exist_and_what_happens_to_a_missing_ones_events():
+    from types import SimpleNamespace as NS
+
+    from connectors.kafka_check import _event_topics
+
+    tables = [{"schema": "d", "table": "outbox"}, {"schema": "d", "table": "o2", "topic": "fixed.{table}"}]
+    meta = NS(topics={"outbox.event.order": NS(error=None, partitions={0: 1}),
+                      "outbox.event.user": NS(error=None, partitions={0: 1}), "other": NS(error=None, partitions={})})
+    for policy, warn in (("dead_letter", True), ("create", False), ("auto", True)):
+        cfg = load_config({"source": {"name": "s"}, "outbox": {"tables": tables}, "topics": {"missing": policy}})
+        template, fixed = _event_topics(cfg, meta)
+        assert template.ok and not template.warn
+        assert template.message.startswith("2 existing topic(s) match 'outbox.event.{aggregate_type}' "
+                                           "(outbox.tables[0].topic): outbox.event.order, outbox.event.user; ")
+        assert fixed.ok and fixed.warn == warn
+        assert fixed.message.startswith("topic 'fixed.o2' (outbox.tables[1].topic) does not exist: ")
+        assert f'topics.missing = "{policy}"' in fixed.message
+    assert "kafka-topics.sh --create --topic fixed.o2" in _event_topics(load_config(
+        {"source": {"name": "s"}, "outbox": {"tables": tables}}), meta)[1].message
