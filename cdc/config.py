@@ -127,7 +127,7 @@ class Secret:
 
     def __init__(self, value: str):
         self._value = value
-        if len(value) >= 4:  # shorter: replacing it would mangle ordinary text
+        if len(value) >= 6:  # shorter: replacing it would mangle ordinary text
             _SECRET_VALUES.add(value)
 
     def __reduce__(self):  # to the reader process and back: still a Secret

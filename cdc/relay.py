@@ -518,6 +518,8 @@ class Relay:
             (H_DLQ_TOPIC, (dead.intended_topic or "").encode()),
             (H_TABLE, dead.table.encode()),
         ]
+        if topic not in self._partitions and self.settings.topic_missing == "create":
+            self._missing_topic(topic)  # created now; if refused, its warning is logged and Kafka has the last word
         self._note_topic(topic)
         window, metrics = self._window, self.metrics
         if not redirect:
@@ -582,7 +584,8 @@ class Relay:
         not, for the dead letter. Asked of Kafka's metadata before the first message to
         a topic, and again `topic_recheck_s` after it was found missing."""
         settings = self.settings
-        if settings.topic_missing == "auto" or topic == settings.dead_letter_topic:
+        if settings.topic_missing == "auto" or (topic == settings.dead_letter_topic
+                                                 and settings.topic_missing != "create"):
             return None
         known = self._missing.get(topic)
         now = self._monotonic()

@@ -160,3 +160,18 @@ def test_create_request_carries_partitions_replication_factor_and_configs():
                           "unclean.leader.election.enable": "false"}
     default = KafkaTopicAdmin("127.0.0.1:9", ).request(INVOICE)  # builds the request only: no connection
     assert (default.num_partitions, default.replication_factor, default.config) == (-1, -1, {})
+
+
+def test_create_policy_creates_a_missing_dead_letter_topic_too():
+    b = Binlog()
+    b.transaction([outbox_row("i1", "invoice", "k9")])
+    kafka = FakeKafka({ORDER: 3}, auto_create_partitions=None)
+    admin = _CreatingAdmin(kafka, refuse=None)
+    original = admin.create_topic
+    admin.create_topic = lambda topic: "refused: no CREATE on invoices" if topic == INVOICE else original(topic)
+    h = RelayHarness(b, kafka=kafka, topics=admin, topic_missing="create")
+    h.run()
+    assert admin.asked == [DLQ]  # the invoice refusal was answered by the wrapper
+    [dead] = kafka.records(DLQ)
+    assert dead.header_text["cdc.dlq.cause"] == "topic_missing" and "no CREATE on invoices" in dead.header_text[
+        "cdc.dlq.error"]
