@@ -584,13 +584,14 @@ class Relay:
         not, for the dead letter. Asked of Kafka's metadata before the first message to
         a topic, and again `topic_recheck_s` after it was found missing."""
         settings = self.settings
-        if settings.topic_missing == "auto" or (topic == settings.dead_letter_topic
-                                                 and settings.topic_missing != "create"):
-            return None
         known = self._missing.get(topic)
         now = self._monotonic()
         if known is not None and now < known[0]:
-            return known[1]
+            return known[1]  # found missing (or refused by Kafka) less than topic_recheck_s ago
+        if settings.topic_missing == "auto" or (topic == settings.dead_letter_topic
+                                                 and settings.topic_missing != "create"):
+            self._missing.pop(topic, None)
+            return None
         count = self._ask_kafka(f"read the partitions of {topic}", lambda: self._delivered.partition_count(topic))
         if count:
             if known is not None:

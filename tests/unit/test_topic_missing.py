@@ -137,6 +137,8 @@ def test_a_message_kafka_refuses_for_a_missing_topic_is_dead_lettered_not_a_stop
     assert "UNKNOWN_TOPIC_OR_PART" in dead[0].header_text["cdc.dlq.error"]
     assert _ids(h.kafka, ORDER) == ["o1", "o2", "o3"]
     assert h.store.current.position == b.txs[-1].end
+    # after the refusal the next event for it is dead-lettered at once, not sent to wait for the same refusal
+    assert [m.topic for m in h.publisher.published].count(INVOICE) == 1
 
 
 def test_killed_after_a_topic_missing_dead_letter_then_restarted_exactly_once():
