@@ -7,20 +7,6 @@ import logging
 import sys
 import time
 
-from cdc.config import scrub_secrets
-
-
-class _NoSecrets(logging.Filter):
-    """Every line without a secret this process loaded (cdc.config.Secret): the last guard
-    for library text quoted in a log line (librdkafka's, an HTTP client's)."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        text = record.getMessage()
-        clean = scrub_secrets(text)
-        if clean != text:
-            record.msg, record.args = clean, None
-        return True
-
 
 class _JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
@@ -42,7 +28,6 @@ def configure(fmt: str = "text", level: str = "INFO", kafka_level: str = "WARNIN
         handler.setFormatter(_JsonFormatter())
     else:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    handler.addFilter(_NoSecrets())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
