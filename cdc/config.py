@@ -31,11 +31,26 @@ Example `relay.toml`::
     delivery = "idempotent"             # idempotent | transactional (see below)
     transaction_max_ms = 100            # transactional: commit a Kafka transaction this old ...
     transaction_max_messages = 20000    # ... or this large (whole database transactions only)
-    [kafka.producer]                    # passed to librdkafka untouched
+    [kafka.client]                      # every Kafka client (cdc/kafka_client.py): security, client.id
+    "security.protocol" = "SASL_SSL"
+    "sasl.mechanism" = "SCRAM-SHA-512"
+    "sasl.username" = "cdc-relay"
+    "sasl.password_env" = "KAFKA_PASSWORD"  # secrets: "<key>_env" or "<key>_file", never the value
+    [kafka.producer]                    # producers only, passed to librdkafka untouched
     "linger.ms" = 5
+    [kafka.consumer]                    # readers only (recovery, checkpoint, verify, repair, locate)
+
+    [topics]                            # an event for a topic that does not exist
+    missing = "dead_letter"             # dead_letter | create | auto (see below)
+    partitions = -1                     # create: -1 is the brokers' num.partitions
+    replication_factor = -1             # create: -1 is the brokers' default.replication.factor
+    [topics.configs]                    # create: topic configs, e.g. "min.insync.replicas" = "2"
 
     [schema_registry]
-    url = "http://127.0.0.1:8081"
+    url = "https://registry.example:8081"
+    basic_auth_env = "REGISTRY_USER_INFO" # "user:password"; or bearer_token_env / _file
+    ca_file = "/etc/registry/ca.pem"    # TLS: the CA that signed the registry's certificate
+    cert_file = "/etc/registry/client.pem"  # TLS client certificate (and key_file, key_password_env)
 
     [checkpoint]
     store = "kafka"                     # kafka | file
@@ -75,11 +90,24 @@ certificate not checked), "verify-ca" (TLS, the certificate signed by `ca_file`)
 same settings reach the relay's binlog connection, its control, lease and XA check-back
 connections, `cdc check`, `cdc repair` and the verifier's connections (cdc/tls.py).
 
+`topics.missing` (with `auto.create.topics.enable=false` on the brokers, the production
+norm, a new aggregate type's topic does not exist): "dead_letter" (the default: the
+first event for a topic is preceded by a metadata check; when the topic is missing the
+event is dead-lettered with cause `topic_missing` and one log line names the topic to
+create; the relay keeps publishing the other topics and checks again every 10 s),
+"create" (AdminClient creates it with `partitions`, `replication_factor` and
+`[topics.configs]`; a refused creation dead-letters as above, naming why) or "auto"
+(no check: the brokers create topics on first use). In every mode a message Kafka
+refuses because its topic does not exist is dead-lettered (`topic_missing`), never lost
+and never a stop.
+
 Environment overrides: `CDC_<SECTION>_<KEY>` for scalar keys, e.g. `CDC_SOURCE_HOST`,
 `CDC_KAFKA_BOOTSTRAP`, `CDC_CHECKPOINT_PATH`, `CDC_SOURCE_TLS_MODE`. Secrets (`password`,
 `basic_auth`, `source.tls.key_password`) come
 from `*_env` (an environment variable's name) or `*_file` (a file's path), never from
-the TOML itself, and are held in `Secret`, which never prints its value.
+the TOML itself, and are held in `Secret`, which never prints its value. The same rule
+holds inside `[kafka.client]` (`"sasl.password_env" = ...`); `schema_registry` takes
+`basic_auth`, `bearer_token` and `key_password` so.
 """
 
 from __future__ import annotations
@@ -89,6 +117,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from cdc.errors import ConfigError
+from cdc.kafka_client import KafkaClientConfig, is_secret_key, role_block_problem
 from cdc.lease import LeaseSettings
 from cdc.outbox import OutboxTable
 from cdc.relay_settings import RelaySettings
@@ -127,16 +156,40 @@ class KafkaConfig:
     bootstrap: str = "127.0.0.1:9092"
     dead_letter_topic: str = "outbox.dlq"
     topic_allowlist: tuple[str, ...] = ()
-    producer: dict[str, Any] = field(default_factory=dict)  # librdkafka settings, opaque
+    producer: dict[str, Any] = field(default_factory=dict)  # librdkafka settings, producers only
+    client: dict[str, Any] = field(default_factory=dict)  # librdkafka settings of every client (security)
+    consumer: dict[str, Any] = field(default_factory=dict)  # librdkafka settings, readers only
     delivery: str = "idempotent"  # idempotent | transactional
     transaction_max_ms: float = 100.0  # transactional: commit once the open Kafka transaction is this old
     transaction_max_messages: int = 20_000  # ... or holds this many messages
+
+    def clients(self) -> KafkaClientConfig:
+        """What every Kafka client is built from (cdc/kafka_client.py)."""
+        return KafkaClientConfig(self.bootstrap, self.client, self.producer, self.consumer)
+
+
+TOPIC_MISSING_POLICIES = ("dead_letter", "create", "auto")
+
+
+@dataclass(frozen=True)
+class TopicsConfig:
+    missing: str = "dead_letter"  # an event for a topic that does not exist: dead_letter | create | auto
+    partitions: int = -1  # create: -1 = the brokers' num.partitions
+    replication_factor: int = -1  # create: -1 = the brokers' default.replication.factor
+    configs: dict[str, Any] = field(default_factory=dict)  # create: topic configs
 
 
 @dataclass(frozen=True)
 class RegistryConfig:
     url: str = "mock://cdc-relay"
     basic_auth: Secret = field(default_factory=lambda: Secret(""))  # "user:password"
+    bearer_token: Secret = field(default_factory=lambda: Secret(""))  # Authorization: Bearer <token>
+    bearer_logical_cluster: str = ""  # Confluent Cloud: the registry's logical cluster id (header target-sr-cluster)
+    bearer_identity_pool: str = ""  # Confluent Cloud: identity pool id, when the token needs one
+    ca_file: str = ""  # TLS: CA bundle that signed the registry's certificate (default: the system's)
+    cert_file: str = ""  # TLS client certificate (PEM); may hold the key too
+    key_file: str = ""  # TLS client key (PEM)
+    key_password: Secret = field(default_factory=lambda: Secret(""))  # the client key's password
 
 
 @dataclass(frozen=True)
@@ -194,6 +247,7 @@ class Config:
     relay: RelayTuning = RelayTuning()
     xa: XaConfig = XaConfig()
     lease: LeaseSettings = LeaseSettings()
+    topics: TopicsConfig = TopicsConfig()
 
     def relay_settings(self) -> RelaySettings:
         r = self.relay
@@ -208,16 +262,19 @@ class Config:
             drain_timeout_s=r.drain_timeout_s,
             delivery=self.kafka.delivery, transaction_max_s=self.kafka.transaction_max_ms / 1000.0,
             transaction_max_messages=self.kafka.transaction_max_messages,
+            topic_missing=self.topics.missing,
         )
 
 
 _SECTIONS: dict[str, type] = {
     "source": SourceConfig, "kafka": KafkaConfig, "schema_registry": RegistryConfig,
     "checkpoint": CheckpointConfig, "http": HttpConfig, "log": LogConfig, "relay": RelayTuning, "xa": XaConfig,
-    "lease": LeaseSettings, "source.tls": TlsConfig,
+    "lease": LeaseSettings, "source.tls": TlsConfig, "topics": TopicsConfig,
 }
 _SUBSECTIONS = {"source": "tls"}  # [source.tls] is read apart from [source]
-_SECRETS = {("source", "password"), ("schema_registry", "basic_auth"), ("source.tls", "key_password")}
+_SECRETS = {("source", "password"), ("schema_registry", "basic_auth"), ("schema_registry", "bearer_token"),
+            ("schema_registry", "key_password"), ("source.tls", "key_password")}
+_KAFKA_BLOCKS = ("client", "producer", "consumer")
 
 
 def _coerce(section: str, name: str, value: Any, target: Any) -> Any:
@@ -305,6 +362,32 @@ def _secret(section: str, key: str, raw: Mapping[str, Any], env: Mapping[str, st
     return Secret("")
 
 
+def _kafka_block(block: str, raw: Mapping[str, Any], env: Mapping[str, str],
+                 read_file: Callable[[str], str]) -> dict[str, Any]:
+    """`[kafka.<block>]` with its secrets read: `"<key>_env"` / `"<key>_file"` become
+    `<key>` = Secret; a secret written as a value, or a connection setting outside
+    `[kafka.client]`, is refused naming the fix."""
+    out: dict[str, Any] = {}
+    for key, value in raw.items():
+        base, _, how = key.rpartition("_")
+        if how in ("env", "file") and is_secret_key(base):
+            out[base] = _secret(f"kafka.{block}", base, raw, env, read_file)
+            continue
+        if is_secret_key(key):
+            raise ConfigError(f"kafka.{block}.{key} must not be written in the config file; use \"{key}_env\" "
+                              f"(an environment variable's name) or \"{key}_file\" (a file's path)")
+        if block != "client":
+            problem = role_block_problem(block, key)
+            if problem:
+                raise ConfigError(problem)
+        elif key == "bootstrap.servers":
+            raise ConfigError("kafka.client.bootstrap.servers must not be set: use kafka.bootstrap")
+        if isinstance(value, (dict, list)):
+            raise ConfigError(f"kafka.{block}.{key} must be a string, number or boolean")
+        out[key] = value
+    return out
+
+
 def _table(raw: Mapping[str, Any], index: int) -> OutboxTable:
     fields = {f.name for f in dataclasses.fields(OutboxTable)}
     unknown = set(raw) - fields
@@ -347,6 +430,9 @@ def load_config(
         sections["source"]["tls"] = TlsConfig(**sections.pop("source.tls"))
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
+    for block in _KAFKA_BLOCKS:
+        if block in sections["kafka"]:
+            sections["kafka"][block] = _kafka_block(block, sections["kafka"][block], env, read_file)
     if not sections["source"].get("name"):
         raise ConfigError("source.name is required: a stable name for this database, part of every event's identity")
     outbox = dict(raw.get("outbox", {}) or {})
@@ -364,7 +450,7 @@ def load_config(
         kafka=KafkaConfig(**sections["kafka"]), schema_registry=RegistryConfig(**sections["schema_registry"]),
         checkpoint=CheckpointConfig(**sections["checkpoint"]), http=HttpConfig(**sections["http"]),
         log=LogConfig(**sections["log"]), relay=RelayTuning(**sections["relay"]), xa=XaConfig(**sections["xa"]),
-        lease=LeaseSettings(**sections["lease"]),
+        lease=LeaseSettings(**sections["lease"]), topics=TopicsConfig(**sections["topics"]),
     )
     _validate(cfg)
     return cfg
@@ -384,6 +470,22 @@ def _validate(cfg: Config) -> None:
     if "transactional.id" in cfg.kafka.producer:
         raise ConfigError("kafka.producer.transactional.id must not be set: transactional delivery derives it from "
                           "source.name (cdc-relay.<source.name>); remove the setting")
+    if cfg.topics.missing not in TOPIC_MISSING_POLICIES:
+        raise ConfigError(f"topics.missing must be one of {TOPIC_MISSING_POLICIES}, got {cfg.topics.missing!r}")
+    if cfg.topics.partitions == 0 or cfg.topics.partitions < -1:
+        raise ConfigError(f"topics.partitions must be -1 (the brokers' default) or at least 1, got "
+                          f"{cfg.topics.partitions}")
+    if cfg.topics.replication_factor == 0 or cfg.topics.replication_factor < -1:
+        raise ConfigError(f"topics.replication_factor must be -1 (the brokers' default) or at least 1, got "
+                          f"{cfg.topics.replication_factor}")
+    reg = cfg.schema_registry
+    if reg.basic_auth and reg.bearer_token:
+        raise ConfigError("schema_registry: set basic_auth or bearer_token, not both")
+    if reg.basic_auth and ":" not in reg.basic_auth.reveal():
+        raise ConfigError("schema_registry.basic_auth must have the form user:password (the secret's value)")
+    if (reg.key_file or reg.key_password) and not reg.cert_file:
+        raise ConfigError("schema_registry.key_file / key_password need schema_registry.cert_file (the client "
+                          "certificate)")
     if cfg.relay.on_change not in ON_CHANGE_POLICIES:
         raise ConfigError(f"outbox.on_change must be one of {ON_CHANGE_POLICIES}, got {cfg.relay.on_change!r}")
     if cfg.relay.on_statement not in ON_STATEMENT_POLICIES:

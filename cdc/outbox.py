@@ -23,7 +23,7 @@ from cdc.topics import TopicRouter, check_template
 
 # Why a row became a dead letter instead of a message (header cdc.dlq.cause, metric label).
 DEAD_LETTER_CAUSES = ("missing_column", "null_column", "illegal_topic", "topic_not_allowed", "encoding_failed",
-                      "too_large", "statement_format")
+                      "too_large", "statement_format", "topic_missing")
 
 
 @dataclass(frozen=True, slots=True)

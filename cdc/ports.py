@@ -68,6 +68,7 @@ class DeliveryFailure:
     code: str  # the client's error name, e.g. MSG_SIZE_TOO_LARGE
     message: str
     too_large: bool = False  # the broker (or the client) refuses the message's size
+    topic_missing: bool = False  # the topic does not exist (and the brokers did not create it)
     fatal: bool = False  # the producer cannot continue
 
 
@@ -132,3 +133,12 @@ class DeliveredLog(Protocol):
 
     def records(self, topic: str, partition: int, start: int, end: int) -> Iterator[tuple[int, dict[str, str]]]:
         """(offset, headers as text) of each record held in [start, end)."""
+
+
+class TopicAdmin(Protocol):
+    """Creates a topic the relay is about to write (`topics.missing = "create"`)."""
+
+    def create_topic(self, topic: str) -> str | None:
+        """None once the topic exists (created now, or by someone else meanwhile); else
+        why it could not be created, in one line naming the fix."""
+        ...

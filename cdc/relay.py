@@ -17,6 +17,16 @@ producer and between reads: once it has run out, the relay stops handing message
 purges what the producer still queues, and raises LeaseLost without a last checkpoint.
 Every checkpoint carries the lease's epoch, one more than the epoch it started from.
 
+Topics that do not exist (`settings.topic_missing`, `_missing_topic`): before the first
+message to a topic the loop asks Kafka's metadata whether it exists. When it does not,
+the event is dead-lettered with cause `topic_missing` and one log line names the topic
+to create ("dead_letter"), or the topic is created through the `TopicAdmin` port first
+("create"; a refused creation dead-letters as above); the topic is asked about again
+after `topic_recheck_s`, and the other topics go on. A message Kafka refuses for a
+missing topic anyway (deleted meanwhile; "auto" with brokers that do not create topics)
+is dead-lettered the same way, as a message too large is. A topic is named in a
+checkpoint before its first message, whichever way it came to exist.
+
 With `delivery = "transactional"` (cdc/transactions.py) the loop keeps a Kafka transaction
 open across whole database transactions and commits it, with the checkpoint record
 inside, when it is old or large enough (`_txn_commit`); a failed commit or a delivery
@@ -70,6 +80,7 @@ from cdc.ports import (
     Publisher,
     Serializer,
     StartAt,
+    TopicAdmin,
 )
 from cdc.position import BinlogPosition
 from cdc.recovery import Recovery
@@ -155,6 +166,7 @@ class Relay:
         sleep: Callable[[float], None] = time.sleep,
         feeds: FeedFactory | None = None,
         monotonic: Callable[[], float] = time.monotonic,
+        topics: TopicAdmin | None = None,
     ):
         """`feeds`: where committed transactions come from (default: a `LocalFeed` over
         `sources` in this process); `sources` also answers the start-up questions."""
@@ -182,6 +194,8 @@ class Relay:
         self._xa_check_back = XaCheckBack(settings, sources, self.metrics)
         self._monotonic = monotonic
         self._dead_letter_log = LogLimiter(10.0, monotonic)
+        self._topics = topics  # creates a missing topic (settings.topic_missing = "create")
+        self._missing: dict[str, tuple[float, str]] = {}  # topic -> (ask again after (monotonic), why)
         self._lease: LeaseClock | None = None
         self._epoch = 0
         self._holder = ""
@@ -468,7 +482,11 @@ class Relay:
             timestamp_ms = extras.timestamp_ms
             if timestamp_ms is None:
                 timestamp_ms = event.identity.tx.commit_ts_ms
-        if event.topic not in self._partitions:
+        if event.topic not in self._partitions or (self._missing and event.topic in self._missing):
+            missing = self._missing_topic(event.topic)
+            if missing is not None:
+                self._publish_dead_letter(entry, as_dead_letter(event, "topic_missing", missing))
+                return
             self._note_topic(event.topic)
         window = self._window
         window.expect(entry)
@@ -484,6 +502,9 @@ class Relay:
                 # Still in flight: the dead-letter copy's acknowledgement completes it.
                 self._redirects.append((entry, as_dead_letter(
                     event, "too_large", f"{delivery.failure.code}: {delivery.failure.message}")))
+            elif delivery.failure.topic_missing:
+                why = self._topic_gone(event.topic, f"{delivery.failure.code}: {delivery.failure.message}")
+                self._redirects.append((entry, as_dead_letter(event, "topic_missing", why)))
             else:
                 self._delivery_failed(delivery)
 
@@ -521,6 +542,8 @@ class Relay:
             (H_DLQ_TOPIC, (dead.intended_topic or "").encode()),
             (H_TABLE, dead.table.encode()),
         ]
+        if topic not in self._partitions and self.settings.topic_missing == "create":
+            self._missing_topic(topic)  # created now; if refused, its warning is logged and Kafka has the last word
         self._note_topic(topic)
         window, metrics = self._window, self.metrics
         if not redirect:
@@ -579,6 +602,52 @@ class Relay:
             log.warning("dead-lettered to %s: event %s of %s at %s row %s: %s: %s%s",
                         self.settings.dead_letter_topic, event_id, dead.table, start, dead.identity.row,
                         dead.cause, dead.error[:300], more)
+
+    def _missing_topic(self, topic: str) -> str | None:
+        """None when `topic` exists (or may be created by the brokers: "auto"), else why
+        not, for the dead letter. Asked of Kafka's metadata before the first message to
+        a topic, and again `topic_recheck_s` after it was found missing."""
+        settings = self.settings
+        known = self._missing.get(topic)
+        now = self._monotonic()
+        if known is not None and now < known[0]:
+            return known[1]  # found missing (or refused by Kafka) less than topic_recheck_s ago
+        if settings.topic_missing == "auto" or (topic == settings.dead_letter_topic
+                                                 and settings.topic_missing != "create"):
+            self._missing.pop(topic, None)
+            return None
+        count = self._ask_kafka(f"read the partitions of {topic}", lambda: self._delivered.partition_count(topic))
+        if count:
+            if known is not None:
+                log.info("topic %r exists now: its events are published again", topic)
+                del self._missing[topic]
+            return None
+        if settings.topic_missing == "create" and self._topics is not None:
+            refused = self._topics.create_topic(topic)
+            if refused is None:
+                log.info("created topic %r (topics.missing = \"create\")", topic)
+                self._missing.pop(topic, None)
+                return None
+            why = (f"topic {topic!r} does not exist and could not be created: {refused}")
+        else:
+            why = (f"topic {topic!r} does not exist (topics.missing = \"dead_letter\"): create it, e.g. "
+                   f"kafka-topics.sh --create --topic {topic}, or set topics.missing = \"create\"")
+        self._missing[topic] = (now + settings.topic_recheck_s, why)
+        if known is None:
+            log.warning("%s; its events are dead-lettered to %s (cause topic_missing) until it exists, the other "
+                        "topics go on", why, settings.dead_letter_topic)
+        return why
+
+    def _topic_gone(self, topic: str, error: str) -> str:
+        """Kafka refused a message because `topic` does not exist: later events for it are
+        dead-lettered at once until a metadata check finds it."""
+        why = (f"topic {topic!r} does not exist ({error}): create it, e.g. kafka-topics.sh --create --topic {topic}, "
+               "or set topics.missing = \"create\"")
+        if topic not in self._missing:
+            log.warning("%s; its events are dead-lettered to %s (cause topic_missing) until it exists",
+                        why, self.settings.dead_letter_topic)
+        self._missing[topic] = (self._monotonic() + self.settings.topic_recheck_s, why)
+        return why
 
     def _note_topic(self, topic: str) -> None:
         """Before the first message to a topic, write a checkpoint that names it, with

@@ -39,6 +39,11 @@ class RelaySettings:
     delivery: str = "idempotent"
     transaction_max_s: float = 0.1  # transactional: commit the open Kafka transaction once it is this old
     transaction_max_messages: int = 20_000  # ... or holds this many messages (checked between database transactions)
+    # An event for a topic that does not exist (topics.missing): "dead_letter" (cause
+    # topic_missing, one log line naming the topic), "create" (through the TopicAdmin port),
+    # "auto" (no check: the brokers create topics on first use)
+    topic_missing: str = "dead_letter"
+    topic_recheck_s: float = 10.0  # a topic found missing is asked about again after this long
 
     def __post_init__(self) -> None:
         if not self.source_name:
@@ -49,6 +54,8 @@ class RelaySettings:
             raise ConfigError(f"kafka.delivery must be \"idempotent\" or \"transactional\", got {self.delivery!r}")
         if self.transaction_max_s <= 0 or self.transaction_max_messages < 1:
             raise ConfigError("kafka.transaction_max_ms must be positive and kafka.transaction_max_messages at least 1")
+        if self.topic_missing not in ("dead_letter", "create", "auto"):
+            raise ConfigError(f"topics.missing must be \"dead_letter\", \"create\" or \"auto\", got {self.topic_missing!r}")
         problem = topic_problem(self.dead_letter_topic)
         if problem:
             raise ConfigError(f"kafka.dead_letter_topic: {problem}")

@@ -47,7 +47,7 @@ log = logging.getLogger(__name__)
 def checkpoint_store(cfg: Config):
     if cfg.checkpoint.store == "file":
         return FileCheckpointStore(cfg.checkpoint.path)
-    return KafkaCheckpointStore(cfg.kafka.bootstrap, cfg.checkpoint.topic, cfg.source.name, cfg.kafka.producer)
+    return KafkaCheckpointStore(cfg.kafka.clients(), cfg.checkpoint.topic, cfg.source.name)
 
 
 def start_position(cfg: Config, store) -> object:
@@ -112,8 +112,7 @@ class _LazySerializer:
                 registry_client,
             )
 
-            reg = self._cfg.schema_registry
-            self._serializer = ConfluentAvroSerializer(registry_client(reg.url, reg.basic_auth.reveal() or None))
+            self._serializer = ConfluentAvroSerializer(registry_client(self._cfg.schema_registry))
         return self._serializer.encode(event, topic)
 
 
@@ -124,12 +123,12 @@ def build_relay(cfg: Config, metrics: RelayMetrics | None = None, feeds: ReaderP
     metrics = metrics or RelayMetrics()
     metrics.max_unacknowledged_age_s = cfg.relay.max_unacknowledged_age_s
     health = KafkaHealth(metrics, cfg.kafka.bootstrap)
+    clients = cfg.kafka.clients()
     if cfg.kafka.delivery == "transactional":
-        publisher = TransactionalKafkaPublisher(cfg.kafka.bootstrap, transactional_id(cfg.source.name),
-                                                cfg.kafka.producer, health)
+        publisher = TransactionalKafkaPublisher(clients, transactional_id(cfg.source.name), health)
     else:
-        publisher = KafkaPublisher(cfg.kafka.bootstrap, cfg.kafka.producer, health)
-    reader = KafkaTopicReader(cfg.kafka.bootstrap)
+        publisher = KafkaPublisher(clients, health)
+    reader = KafkaTopicReader(clients)
     serializer = _LazySerializer(cfg)
     sources = MySQLBinlogSourceFactory(
         cfg.source.connection(), cfg.source.replica_server_id, {(t.schema, t.table) for t in cfg.tables},
@@ -146,14 +145,19 @@ def build_relay(cfg: Config, metrics: RelayMetrics | None = None, feeds: ReaderP
         feeds = feeds or ReaderProcessFeeds()
         feeds.configure(ReaderSpec(
             cfg.source.connection(), cfg.source.replica_server_id, cfg.source.heartbeat_s, cfg.source.decoder,
-            cfg.schema_registry.url, cfg.schema_registry.basic_auth.reveal() or None, settings,
+            cfg.schema_registry, settings,
         ))  # fmt: skip
     set_source(cfg.source.name)  # the tags of this process's binlog sessions name the source
     if cfg.kafka.delivery == "transactional":  # written inside each Kafka transaction
-        store = TransactionalCheckpointStore(cfg.kafka.bootstrap, cfg.checkpoint.topic, cfg.source.name, publisher)
+        store = TransactionalCheckpointStore(clients, cfg.checkpoint.topic, cfg.source.name, publisher)
     else:
         store = checkpoint_store(cfg)
-    relay = Relay(settings, sources, publisher, serializer, store, reader, metrics, feeds=feeds)
+    topics = None
+    if cfg.topics.missing == "create":
+        from connectors.kafka_topics import KafkaTopicAdmin
+
+        topics = KafkaTopicAdmin.from_config(clients, cfg.topics)
+    relay = Relay(settings, sources, publisher, serializer, store, reader, metrics, feeds=feeds, topics=topics)
     return RelayHandle(relay, publisher, reader, store, feeds)
 
 
@@ -223,7 +227,7 @@ def take_lease(cfg: Config, handle: RelayHandle, should_stop: Callable[[], bool]
         m.role, m.ready, m.lease_held = "taking over", False, True
         # Transactional delivery: init_transactions aborts whatever an older instance left
         # open, and the broker refuses its later writes: no delivery timeout to wait out.
-        queued_for = 0.0 if cfg.kafka.delivery == "transactional" else delivery_timeout_s(cfg.kafka.producer)
+        queued_for = 0.0 if cfg.kafka.delivery == "transactional" else delivery_timeout_s(cfg.kafka.clients())
         wait, why = takeover_wait(lease.previous(before), cfg.lease, queued_for)
         log.info("holding the lease %r (connection %d): %s", lease.name, lease.conn_id, why)
         deadline = time.monotonic() + wait

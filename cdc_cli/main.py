@@ -22,6 +22,7 @@ import sys
 import threading
 from typing import Any, Sequence
 
+from cdc.secret import scrub_secrets
 from cdc.errors import CdcError, PreflightError
 from cdc_cli.config_file import read_config
 
@@ -152,10 +153,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except PreflightError as exc:
         for problem in exc.problems:
-            print(f"cdc: {problem}", file=sys.stderr)
+            print(f"cdc: {scrub_secrets(str(problem))}", file=sys.stderr)
         return 2
     except CdcError as exc:
-        print(f"cdc: {exc}", file=sys.stderr)
+        print(f"cdc: {scrub_secrets(str(exc))}", file=sys.stderr)
         return 1 if exc.retriable else 2
     except KeyboardInterrupt:
         return 130

@@ -73,7 +73,7 @@ def repair(cfg: Config, missing: list[dict[str, Any]], progress: Callable[[str],
 
     wanted = {key_of(m) for m in missing}
     topics = {m.get("expected_topic") or cfg.kafka.dead_letter_topic for m in missing} | {cfg.kafka.dead_letter_topic}
-    reader = KafkaTopicReader(cfg.kafka.bootstrap)
+    reader = KafkaTopicReader(cfg.kafka.clients())
     try:
         present = _present(reader, topics, wanted)
     finally:
@@ -85,9 +85,8 @@ def repair(cfg: Config, missing: list[dict[str, Any]], progress: Callable[[str],
             by_tx[(m["file"], int(m["pos"]))].add(int(m["row"]))
     sources = MySQLBinlogSourceFactory(cfg.source.connection(), replica_server_id or cfg.source.replica_server_id + 1,
                                        {(t.schema, t.table) for t in cfg.tables})
-    publisher = KafkaPublisher(cfg.kafka.bootstrap, cfg.kafka.producer)
-    serializer = ConfluentAvroSerializer(
-        registry_client(cfg.schema_registry.url, cfg.schema_registry.basic_auth.reveal() or None))
+    publisher = KafkaPublisher(cfg.kafka.clients())
+    serializer = ConfluentAvroSerializer(registry_client(cfg.schema_registry))
     mapper = OutboxMapper(TopicRouter(cfg.kafka.topic_allowlist))
     published = not_found = 0
     failures: list[str] = []

@@ -20,6 +20,7 @@ def verify_config(cfg: Config, output_dir: str, master: str | None = None, end_p
         kafka_bootstrap=cfg.kafka.bootstrap, dlq_topic=cfg.kafka.dead_letter_topic,
         spark_master=master or "local[*]", output_dir=output_dir, end_position=end_position,
         start_file=start_file, topic_allowlist=tuple(cfg.kafka.topic_allowlist),
+        consumer_conf=cfg.kafka.clients().settings("consumer"),  # [kafka.client] + [kafka.consumer], to executors too
     )
 
 
@@ -107,7 +108,8 @@ def _cmd_locate(args: argparse.Namespace) -> int:
         if not args.topic or args.partition is None:
             print("cdc locate: --offset needs --topic and --partition", file=sys.stderr)
             return 2
-        found = locate_offset(cfg.kafka.bootstrap, args.topic, args.partition, args.offset)
+        found = locate_offset(cfg.kafka.bootstrap, args.topic, args.partition, args.offset,
+                              consumer_conf=cfg.kafka.clients().settings("consumer"))
         if found is None:
             print(f"no record at {args.topic}[{args.partition}]@{args.offset}", file=sys.stderr)
             return 3
@@ -123,7 +125,8 @@ def _cmd_locate(args: argparse.Namespace) -> int:
         pass
     pattern = template_pattern([t.topic for t in cfg.tables])
     topics = [cfg.kafka.dead_letter_topic]
-    hits = locate_position(cfg.kafka.bootstrap, topics, cfg.source.name, where, args.row, topic_pattern=pattern)
+    hits = locate_position(cfg.kafka.bootstrap, topics, cfg.source.name, where, args.row, topic_pattern=pattern,
+                           consumer_conf=cfg.kafka.clients().settings("consumer"))
     for topic, partition, offset in hits:
         print(f"{topic}\t{partition}\t{offset}")
     return 0 if hits else 3

@@ -11,6 +11,7 @@ is fastavro on a pre-parsed schema: the registry is asked once per topic, not pe
 from __future__ import annotations
 
 import io
+import ssl
 import struct
 from typing import Any
 
@@ -32,15 +33,65 @@ PAYLOAD_SCHEMAS = {
 }  # (binary, nullable) -> schema text
 
 
-def registry_client(url: str, basic_auth: str | None = None) -> SchemaRegistryClient:
-    conf: dict[str, Any] = {"url": url}
-    if basic_auth:
-        conf["basic.auth.user.info"] = basic_auth
+def registry_conf(reg: Any) -> dict[str, Any]:
+    """The registry client's settings from `[schema_registry]` (cdc.config.RegistryConfig):
+    basic auth or a bearer token (secrets), a CA to verify the registry's certificate, a
+    client certificate and key (with its password) for mutual TLS."""
+    conf: dict[str, Any] = {"url": reg.url}
+    if reg.basic_auth:
+        conf["basic.auth.user.info"] = reg.basic_auth.reveal()
+    if reg.bearer_token:
+        conf["bearer.auth.credentials.source"] = "STATIC_TOKEN"
+        conf["bearer.auth.token"] = reg.bearer_token.reveal()
+        # The client sends it as `target-sr-cluster` (Confluent Cloud); other registries ignore it.
+        conf["bearer.auth.logical.cluster"] = reg.bearer_logical_cluster
+        if reg.bearer_identity_pool:
+            conf["bearer.auth.identity.pool.id"] = reg.bearer_identity_pool
+    if reg.ca_file:
+        conf["ssl.ca.location"] = reg.ca_file
+    if reg.cert_file:
+        conf["ssl.certificate.location"] = reg.cert_file
+    if reg.key_file:
+        conf["ssl.key.location"] = reg.key_file
+    if reg.key_password:
+        conf["ssl.key.password"] = reg.key_password.reveal()
+    return conf
+
+
+def _scrubbed(text: str, conf: dict[str, Any]) -> str:
+    for key in ("basic.auth.user.info", "bearer.auth.token", "ssl.key.password"):
+        if conf.get(key):
+            text = text.replace(str(conf[key]), "***")
+    return text
+
+
+def registry_client(reg: Any) -> SchemaRegistryClient:
+    """The schema registry client of `[schema_registry]` (a cdc.config.RegistryConfig)."""
+    conf = registry_conf(reg)
     try:
         # new_client gives the in-process fake for mock:// URLs, the REST client otherwise.
         return SchemaRegistryClient.new_client(conf)
-    except (ValueError, TypeError) as exc:
-        raise ConfigError(f"schema registry settings are invalid: {exc}") from exc
+    except FileNotFoundError as exc:
+        raise ConfigError(f"schema registry TLS file not found: {exc.filename} (schema_registry.ca_file / "
+                          "cert_file / key_file)") from exc
+    except ssl.SSLError as exc:
+        raise ConfigError(f"schema registry TLS files cannot be used ({exc.reason or exc.__class__.__name__}): "
+                          "check schema_registry.cert_file, key_file and key_password") from exc
+    except (ValueError, TypeError, OSError) as exc:
+        raise ConfigError(f"schema registry settings are invalid: {_scrubbed(str(exc), conf)}") from exc
+
+
+def _tls_reason(exc: BaseException) -> str:
+    """The TLS failure behind a connection error (e.g. `CERTIFICATE_VERIFY_FAILED`), or ""."""
+    seen = 0
+    while exc is not None and seen < 10:
+        if isinstance(exc, ssl.SSLCertVerificationError):
+            return f"TLS: certificate verify failed: {exc.verify_message}"
+        if isinstance(exc, ssl.SSLError):
+            return f"TLS: {exc.reason or exc}"
+        exc = exc.__cause__ or exc.__context__
+        seen += 1
+    return ""
 
 
 class ConfluentAvroSerializer:
@@ -61,10 +112,14 @@ class ConfluentAvroSerializer:
             try:
                 schema_id = self._client.register_schema(subject, Schema(text or self._text, "AVRO"))
             except SchemaRegistryError as exc:
-                raise RegistryError(f"the schema registry refused subject {subject!r}: {exc}") from exc
+                hint = ""
+                if exc.http_status_code in (401, 403):
+                    hint = " (check schema_registry.basic_auth / bearer_token)"
+                raise RegistryError(f"the schema registry refused subject {subject!r}: {exc}{hint}") from exc
             except Exception as exc:  # httpx/requests connection errors vary by version
-                raise RegistryError(f"the schema registry is unreachable ({type(exc).__name__}); "
-                                    "check schema_registry.url") from exc
+                why = _tls_reason(exc)
+                raise RegistryError(f"the schema registry is unreachable ({why or type(exc).__name__}); "
+                                    "check schema_registry.url" + (", ca_file and cert_file" if why else "")) from exc
             header = self._headers[key] = MAGIC + struct.pack(">I", schema_id)
         return header
 

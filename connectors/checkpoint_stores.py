@@ -32,6 +32,7 @@ from confluent_kafka import KafkaError, Producer
 from cdc import crashpoints
 from cdc.checkpoint import Checkpoint
 from cdc.errors import ConfigError, DeliveryError
+from cdc.kafka_client import KafkaClientConfig
 from cdc.lease import LeaseLost
 from connectors.kafka_logging import client_logging
 from connectors.kafka_reader import KafkaTopicReader
@@ -84,23 +85,29 @@ class FileCheckpointStore:
             os.close(dir_fd)
 
 
+# The checkpoint producer: [kafka.client] and [kafka.producer] apply, but a checkpoint
+# is written at once and acknowledged by every in-sync replica, whatever they say.
+CHECKPOINT_PRODUCER = {"enable.idempotence": True, "acks": "all", "linger.ms": 0, "partitioner": "murmur2_random"}
+
+
+def checkpoint_producer_settings(clients: KafkaClientConfig | str) -> dict:
+    return KafkaClientConfig.of(clients).conf("producer", enforced=CHECKPOINT_PRODUCER)
+
+
 class KafkaCheckpointStore:
-    def __init__(self, bootstrap: str, topic: str, source: str, producer_config: dict | None = None,
-                 timeout_s: float = 30.0, own_producer: bool = True):
+    def __init__(self, clients: KafkaClientConfig | str, topic: str, source: str, timeout_s: float = 30.0,
+                 own_producer: bool = True):
         self._topic = topic
         self._key = source.encode()
         self._timeout = timeout_s
-        self._bootstrap = bootstrap
+        self._clients = KafkaClientConfig.of(clients)
         if own_producer:
-            self._producer = Producer({
-                "bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all", "linger.ms": 0,
-                "partitioner": "murmur2_random", **(producer_config or {}), **client_logging(),
-            })
+            self._producer = Producer({**checkpoint_producer_settings(self._clients), **client_logging()})
 
     def load(self) -> Checkpoint | None:
         # End-of-partition events: a partition that ends in a transaction marker (no record
         # at high - 1) is done at once instead of after a consume timeout.
-        reader = KafkaTopicReader(self._bootstrap, {"enable.partition.eof": True})
+        reader = KafkaTopicReader(self._clients, {"enable.partition.eof": True})
         try:
             count = reader.partition_count(self._topic)
             if count is None:
@@ -134,8 +141,8 @@ class KafkaCheckpointStore:
 class TransactionalCheckpointStore(KafkaCheckpointStore):
     """The Kafka store written inside the relay's open Kafka transaction (see above)."""
 
-    def __init__(self, bootstrap: str, topic: str, source: str, publisher) -> None:
-        super().__init__(bootstrap, topic, source, own_producer=False)
+    def __init__(self, clients: KafkaClientConfig | str, topic: str, source: str, publisher) -> None:
+        super().__init__(clients, topic, source, own_producer=False)
         self._publisher = publisher  # connectors.kafka_sink.TransactionalKafkaPublisher
 
     def save(self, checkpoint: Checkpoint) -> None:

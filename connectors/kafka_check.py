@@ -2,7 +2,9 @@
 metadata within a deadline (all of them at once, so the whole look takes at most
 `TIMEOUT_S` however many are down), do they belong to one cluster, and do the topics
 the relay writes besides its events exist (the dead-letter topic; the checkpoint topic
-with `checkpoint.store = "kafka"`).
+with `checkpoint.store = "kafka"`), and which event topics exist (`event_topics`: a
+table's fixed topic, or the existing topics a template matches) with what the relay
+does with an event for a missing one (`topics.missing`).
 
 A missing topic is a warning, not a failure: brokers may create topics on first use
 (`auto.create.topics.enable`), which a client cannot ask the broker about everywhere.
@@ -25,25 +27,20 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 
 from cdc.config import Config
+from cdc.kafka_client import KafkaClientConfig, redact
 from connectors.preflight import CheckResult
 
 TIMEOUT_S = 10.0
-
-# The settings of kafka.producer that say how to reach and authenticate to the brokers
-# (the rest - acks, linger.ms, compression ... - concern producing only).
-_CONNECTION_SETTINGS = (
-    "security.protocol", "sasl.", "ssl.", "ssl_", "enable.ssl.", "enable.sasl.", "socket.", "broker.address.",
-    "client.id", "client.dns.lookup", "client.rack", "resolve.canonical.bootstrap.servers.only",
-    "api.version.", "broker.version.fallback", "connections.max.idle.ms", "reconnect.backoff.",
-)
 
 _QUIET = logging.Logger("cdc.kafka_check.librdkafka")  # not in the logging tree: no handler, no lastResort
 _QUIET.addHandler(logging.NullHandler())
 
 
-def client_settings(producer: dict[str, Any]) -> dict[str, Any]:
-    """The connection and security settings of `kafka.producer`, for a client that only reads metadata."""
-    return {k: v for k, v in producer.items() if k.startswith(_CONNECTION_SETTINGS)}
+def admin_settings(clients: KafkaClientConfig, address: str) -> dict[str, Any]:
+    """The metadata client's configuration for one address: [kafka.client] (security,
+    client.id ...), like every other Kafka client of the relay; no producer settings."""
+    quiet = {"logger": _QUIET, "log.connection.close": False}
+    return KafkaClientConfig(address, clients.client).conf("admin", enforced=quiet)
 
 
 def bootstrap_addresses(bootstrap: str) -> list[str]:
@@ -67,23 +64,19 @@ def _error_text(error: Any) -> str:
     return re.sub(r" \(after \d+ms in state \w+\)$", "", text)
 
 
-def _ask(address: str, settings: dict[str, Any], deadline: float) -> _Answer:
+def _ask(address: str, clients: KafkaClientConfig, deadline: float) -> _Answer:
     errors: list[Any] = []
     try:
-        admin = AdminClient({**settings, "bootstrap.servers": address, "logger": _QUIET, "error_cb": errors.append,
-                             "log.connection.close": False})
+        admin = AdminClient({**admin_settings(clients, address), "error_cb": errors.append})
     except (KafkaException, ValueError, TypeError) as exc:
-        text = _error_text(exc.args[0] if exc.args else exc)
-        for key, value in settings.items():  # librdkafka may quote a refused value: never a secret
-            if ("password" in key or "secret" in key) and str(value):
-                text = text.replace(str(value), "***")
-        return _Answer(address, None, text, refused=True)
+        # librdkafka may quote a refused value: never a secret
+        return _Answer(address, None, redact(_error_text(exc.args[0] if exc.args else exc), clients), refused=True)
     try:
         return _Answer(address, admin.list_topics(timeout=max(0.1, deadline - time.monotonic())), "")
     except KafkaException as exc:
         admin.poll(0)  # delivers the errors librdkafka met while trying (error_cb)
         reason = _error_text(errors[-1]) if errors else _error_text(exc.args[0] if exc.args else exc)
-        return _Answer(address, None, reason)
+        return _Answer(address, None, redact(reason, clients))
 
 
 def _topic_state(metadata: Any, topic: str) -> tuple[str, str]:
@@ -106,13 +99,13 @@ def check_kafka(cfg: Config, timeout_s: float = TIMEOUT_S) -> list[CheckResult]:
     addresses = bootstrap_addresses(cfg.kafka.bootstrap)
     if not addresses:
         return [CheckResult("kafka", False, "kafka.bootstrap is empty: set it to the brokers' host:port list")]
-    settings = client_settings(cfg.kafka.producer)
+    clients = cfg.kafka.clients()
     deadline = time.monotonic() + timeout_s
     with ThreadPoolExecutor(max_workers=min(len(addresses), 16)) as pool:
-        answers = list(pool.map(lambda a: _ask(a, settings, deadline), addresses))
+        answers = list(pool.map(lambda a: _ask(a, clients, deadline), addresses))
     refused = [a for a in answers if a.refused]
     if refused:
-        return [CheckResult("kafka", False, f"the Kafka client refuses the connection settings of kafka.producer "
+        return [CheckResult("kafka", False, f"the Kafka client refuses the settings of kafka.client "
                             f"({refused[0].error}): fix them")]
     answered = [a for a in answers if a.metadata is not None]
     silent = [a for a in answers if a.metadata is None]
@@ -145,6 +138,7 @@ def check_kafka(cfg: Config, timeout_s: float = TIMEOUT_S) -> list[CheckResult]:
         topics.append(("checkpoint_topic", "checkpoint.topic", cfg.checkpoint.topic,
                        "no checkpoint is read from it (the relay starts from source.start) and the first checkpoint "
                        "needs it"))
+    results += _event_topics(cfg, metadata)
     for name, key, topic, why in topics:
         state, detail = _topic_state(metadata, topic)
         if state == "exists":
@@ -157,3 +151,43 @@ def check_kafka(cfg: Config, timeout_s: float = TIMEOUT_S) -> list[CheckResult]:
             results.append(CheckResult(name, True, f"cannot see topic {topic!r} ({key}): {detail}: allow the relay's "
                                        "client to describe and write it", warn=True))
     return results
+
+
+_PLACEHOLDER = re.compile(r"\{(\w+)\}")
+_WHAT_HAPPENS = {
+    "dead_letter": "their events are dead-lettered (cause topic_missing, topics.missing = \"dead_letter\") until "
+                   "it exists: create it (kafka-topics.sh --create --topic {topic}) or set topics.missing = "
+                   "\"create\"",
+    "create": "the relay creates it before its first event (topics.missing = \"create\"; its principal needs "
+              "CREATE on it)",
+    "auto": "the brokers must create it on first use (topics.missing = \"auto\"), else its events are "
+            "dead-lettered (cause topic_missing)",
+}
+
+
+def _event_topics(cfg: Config, metadata: Any) -> list[CheckResult]:
+    """Per outbox table: its topic (fixed once schema and table are filled in) exists, or
+    what happens to its events; for a template, the existing topics it matches."""
+    policy = cfg.topics.missing
+    out = []
+    for index, table in enumerate(cfg.tables):
+        template = table.topic.replace("{schema}", table.schema).replace("{table}", table.table)
+        key = f"outbox.tables[{index}].topic"
+        if not _PLACEHOLDER.search(template):
+            state, detail = _topic_state(metadata, template)
+            if state == "exists":
+                out.append(CheckResult("event_topics", True, f"topic {template!r} ({key}) exists ({detail})"))
+            else:
+                why = _WHAT_HAPPENS[policy].format(topic=template)
+                out.append(CheckResult("event_topics", True, f"topic {template!r} ({key}) does not exist: {why}",
+                                       warn=policy != "create"))
+            continue
+        pattern = re.compile("".join(
+            "[a-zA-Z0-9._-]+" if i % 2 else re.escape(part) for i, part in enumerate(_PLACEHOLDER.split(template))))
+        found = sorted(t for t in metadata.topics if pattern.fullmatch(t))
+        shown = ", ".join(found[:5]) + (f" and {len(found) - 5} more" if len(found) > 5 else "")
+        why = _WHAT_HAPPENS[policy].format(topic="<topic>")
+        out.append(CheckResult("event_topics", True, f"{len(found)} existing topic(s) match {table.topic!r} ({key})"
+                               f"{': ' + shown if found else ''}; for an aggregate type whose topic does not exist, "
+                               f"{why}"))
+    return out

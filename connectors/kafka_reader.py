@@ -4,6 +4,8 @@ Recovery, the checkpoint store and `cdc locate` read partitions through this: a 
 consumer with manual assignment, no group offsets committed, `read_committed` so a
 transactional producer's aborted records (if any writer uses them) are never taken as
 delivered. Offsets with no record (transaction markers, compaction) are simply skipped.
+Its consumer and its metadata client carry `[kafka.client]` (and the consumer
+`[kafka.consumer]`), like every Kafka client of the project (cdc/kafka_client.py).
 """
 
 from __future__ import annotations
@@ -16,26 +18,32 @@ from confluent_kafka.admin import AdminClient
 
 from cdc.errors import DeliveryError
 from cdc.identity import header_dict
+from cdc.kafka_client import KafkaClientConfig, redact
 from connectors.kafka_logging import client_logging
 
 
+# What reading back needs, whatever [kafka.consumer] says: no group offsets, no topic
+# created by reading, and never a record of an aborted transaction taken as delivered.
+READER_ENFORCED = {"enable.auto.commit": False, "enable.auto.offset.store": False,
+                   "isolation.level": "read_committed", "allow.auto.create.topics": False}
+
+
+def reader_settings(clients: KafkaClientConfig | str, options: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The reader's consumer configuration: its defaults < [kafka.client] < [kafka.consumer]
+    < READER_ENFORCED and `options` (what this use of the reader needs)."""
+    defaults = {"group.id": f"cdc-reader-{uuid.uuid4().hex[:12]}", "auto.offset.reset": "earliest"}
+    return KafkaClientConfig.of(clients).conf("consumer", defaults, {**READER_ENFORCED, **(options or {})})
+
+
 class KafkaTopicReader:
-    def __init__(self, bootstrap: str, consumer_config: dict[str, Any] | None = None, timeout_s: float = 10.0):
+    def __init__(self, clients: KafkaClientConfig | str, options: dict[str, Any] | None = None,
+                 timeout_s: float = 10.0):
+        clients = KafkaClientConfig.of(clients)
         self._timeout = timeout_s
-        self._conf = {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"cdc-reader-{uuid.uuid4().hex[:12]}",
-            "enable.auto.commit": False,
-            "enable.auto.offset.store": False,
-            "auto.offset.reset": "earliest",
-            "isolation.level": "read_committed",
-            "allow.auto.create.topics": False,
-            **(consumer_config or {}),
-            **client_logging(),
-        }
-        self._bootstrap = bootstrap
-        self._admin = AdminClient({"bootstrap.servers": bootstrap, **client_logging(), **{
-            k: v for k, v in (consumer_config or {}).items() if k.startswith(("security.", "sasl.", "ssl."))}})
+        self._conf = {**reader_settings(clients, options), **client_logging()}
+        self._bootstrap = clients.bootstrap
+        self._secrets = clients
+        self._admin = AdminClient({**clients.conf("admin"), **client_logging()})
         self._consumer: Consumer | None = None
 
     def _consumer_(self) -> Consumer:
@@ -48,8 +56,8 @@ class KafkaTopicReader:
             meta = self._admin.list_topics(timeout=self._timeout)
         except KafkaException as exc:
             raise DeliveryError(f"cannot read Kafka metadata from {self._bootstrap} (kafka.bootstrap) within "
-                                f"{self._timeout:g} s: {exc.args[0].str()}: check the address and that the brokers "
-                                "run") from exc
+                                f"{self._timeout:g} s: {redact(exc.args[0].str(), self._secrets)}: check the address, "
+                                "that the brokers run and the security settings ([kafka.client])") from exc
         info = meta.topics.get(topic)
         if info is None or (info.error is not None and info.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART):
             return None

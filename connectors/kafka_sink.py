@@ -6,7 +6,8 @@ Settings the relay's guarantees rest on, not left to the user's dict:
 * `acks=all`: a message counts as delivered only once every in-sync replica has it;
 * `partitioner=murmur2_random`: the Java client's key -> partition mapping, so Java and
   Python producers of the same keys agree.
-Everything else in `producer_config` is passed to librdkafka untouched.
+Everything else - `[kafka.client]` (security, shared by every client) then
+`[kafka.producer]` - is passed to librdkafka untouched (cdc/kafka_client.py).
 
 Every produce carries a delivery callback; a full local queue makes `publish` wait
 (serving callbacks) instead of dropping the message.
@@ -26,6 +27,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from cdc.errors import ConfigError, DeliveryError
+from cdc.kafka_client import KafkaClientConfig, redact
 from cdc.kafka_health import KafkaHealth
 from cdc.ports import Delivery, DeliveryCallback, DeliveryFailure
 from cdc.transactions import FENCED_CODES, Fenced, TransactionAborted
@@ -39,27 +41,28 @@ DEFAULTS = {"linger.ms": 5, "compression.type": "lz4", "message.max.bytes": 1_00
 _TOO_LARGE = {KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE}
 if hasattr(KafkaError, "_MSG_SIZE_TOO_LARGE"):
     _TOO_LARGE.add(getattr(KafkaError, "_MSG_SIZE_TOO_LARGE"))
+# The topic does not exist: the broker's answer, or librdkafka's once metadata said so
+# (after topic.metadata.propagation.max.ms): the relay dead-letters such a message.
+_NO_TOPIC = {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC}
 
 
-def producer_settings(bootstrap: str, extra: dict[str, Any] | None = None,
-                      txn_id: str | None = None) -> dict[str, Any]:
-    conf: dict[str, Any] = {"bootstrap.servers": bootstrap, **DEFAULTS}
-    for key, value in (extra or {}).items():
+def producer_settings(clients: KafkaClientConfig | str, txn_id: str | None = None) -> dict[str, Any]:
+    """The relay producer's librdkafka configuration: DEFAULTS < [kafka.client] <
+    [kafka.producer] < ENFORCED (a setting that contradicts ENFORCED is refused)."""
+    clients = KafkaClientConfig.of(clients)
+    for key, value in clients.settings("producer").items():
         if key in ENFORCED and str(value).lower() != str(ENFORCED[key]).lower():
             raise ConfigError(
                 f"kafka.producer.{key} = {value!r} would break delivery guarantees; the relay requires "
                 f"{key} = {ENFORCED[key]!r} (remove the setting)"
             )
-        conf[key] = value
-    conf.update(ENFORCED)
-    if txn_id is not None:
-        conf["transactional.id"] = txn_id
-    return conf
+    enforced = dict(ENFORCED) if txn_id is None else {**ENFORCED, "transactional.id": txn_id}
+    return clients.conf("producer", DEFAULTS, enforced)
 
 
-def delivery_timeout_s(extra: dict[str, Any] | None = None) -> float:
+def delivery_timeout_s(clients: KafkaClientConfig | str) -> float:
     """The producer's delivery timeout (message.timeout.ms, alias delivery.timeout.ms)."""
-    conf = producer_settings("", extra)
+    conf = producer_settings(clients)
     value = conf.get("delivery.timeout.ms", conf.get("message.timeout.ms"))
     try:
         return float(value) / 1000.0
@@ -68,13 +71,15 @@ def delivery_timeout_s(extra: dict[str, Any] | None = None) -> float:
 
 
 def _failure(err: KafkaError) -> DeliveryFailure:
-    return DeliveryFailure(code=err.name(), message=err.str(), too_large=err.code() in _TOO_LARGE, fatal=err.fatal())
+    code = err.code()
+    return DeliveryFailure(code=err.name(), message=err.str(), too_large=code in _TOO_LARGE, fatal=err.fatal(),
+                           topic_missing=code in _NO_TOPIC)
 
 
 class KafkaPublisher:
-    def __init__(self, bootstrap: str, producer_config: dict[str, Any] | None = None,
-                 health: KafkaHealth | None = None, txn_id: str | None = None):
-        self._conf = producer_settings(bootstrap, producer_config, txn_id)
+    def __init__(self, clients: KafkaClientConfig | str, health: KafkaHealth | None = None,
+                 txn_id: str | None = None):
+        self._conf = producer_settings(clients, txn_id)
         self._health = health
         conf: dict[str, Any] = {**self._conf, **client_logging()}
         if health is not None:
@@ -83,7 +88,8 @@ class KafkaPublisher:
         try:
             self._producer = Producer(conf)
         except KafkaException as exc:
-            raise ConfigError(f"invalid Kafka producer settings: {exc.args[0].str()}") from exc
+            raise ConfigError(f"invalid Kafka producer settings (kafka.client / kafka.producer): "
+                              f"{redact(exc.args[0].str(), self._conf)}") from exc
 
     def _on_error(self, err: KafkaError) -> None:
         if err.code() == KafkaError._ALL_BROKERS_DOWN and self._health is not None:
@@ -128,7 +134,7 @@ class KafkaPublisher:
                 poll(0.05)  # queue full: wait for acknowledgements, never drop
             except KafkaException as exc:
                 err = exc.args[0]
-                if err.code() in _TOO_LARGE:
+                if err.code() in _TOO_LARGE or err.code() in _NO_TOPIC:
                     on_delivery(Delivery(topic, -1, -1, _failure(err)))
                     return
                 self._raise_if_fenced(err)
@@ -172,9 +178,8 @@ class TransactionalKafkaPublisher(KafkaPublisher):
     when Kafka does not answer in time. `produce_record` writes one record (the
     checkpoint) in the open transaction without a delivery callback of the relay's."""
 
-    def __init__(self, bootstrap: str, txn_id: str, producer_config: dict[str, Any] | None = None,
-                 health: KafkaHealth | None = None):
-        super().__init__(bootstrap, producer_config, health, txn_id=txn_id)
+    def __init__(self, clients: KafkaClientConfig | str, txn_id: str, health: KafkaHealth | None = None):
+        super().__init__(clients, health, txn_id=txn_id)
         self.txn_id = txn_id
         fence_lines = logging.getLogger("cdc.kafka")
         if not any(isinstance(f, _NotTheFence) for f in fence_lines.filters):

@@ -63,8 +63,7 @@ class ReaderSpec:
     replica_server_id: int
     heartbeat_s: float
     decoder: str
-    registry_url: str
-    registry_auth: str | None
+    registry: Any  # cdc.config.RegistryConfig (its secrets stay Secrets)
     settings: RelaySettings  # tables, mapping, spill, limits: the relay's own
 
     def __repr__(self) -> str:  # no password in any traceback or log line
@@ -306,7 +305,7 @@ def _child_main(conn: Any, control: Any, parent_pid: int) -> None:
             spec.connection, spec.replica_server_id, {(t.schema, t.table) for t in spec.settings.tables},
             heartbeat_s=spec.heartbeat_s, decoder=spec.decoder, threaded=False,
         )
-        serializer = ConfluentAvroSerializer(registry_client(spec.registry_url, spec.registry_auth))
+        serializer = ConfluentAvroSerializer(registry_client(spec.registry))
         ignored = [0]
 
         def count_ignored(_change: Any) -> None:

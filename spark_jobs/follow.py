@@ -187,7 +187,7 @@ class FollowJob:
             self.spark.readStream.format("cdc_kafka_stream").option("bootstrap", v.kafka_bootstrap)
             .option("topics", topics).option("topic_pattern", v.effective_pattern() or "")
             .option("dlq_topic", v.dlq_topic).option("start", kafka_start).option("isolation", v.isolation)
-            .option("chunk", str(v.kafka_chunk))
+            .option("chunk", str(v.kafka_chunk)).option("consumer_conf", json.dumps(dict(v.consumer_conf)))
             .load()
         )  # fmt: skip
         b_types = dict(BINLOG_FIELDS)

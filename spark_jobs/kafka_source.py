@@ -11,7 +11,13 @@ confluent-kafka Consumer (assign + seek, no consumer group offsets are committed
         .option("include_raw", "true")                        # headers map + value bytes
         .option("decode", "true")                             # identity + Avro columns
         .option("isolation", "read_committed")
+        .option("consumer_conf", json.dumps({...}))           # [kafka.client] + [kafka.consumer]
         .load()
+
+`consumer_conf` carries the relay's shared Kafka client settings (security, SASL, TLS;
+`KafkaClientConfig.settings("consumer")`) to the executors, where every consumer is
+built with `cdc.kafka_client.client_conf`. Spark redacts an option whose value names a
+password or secret in its plans and UI (`spark.redaction.regex`).
 
 Partitions: lists of `(topic, partition, [low, high))` offset ranges between the low and
 high watermark of the plan, at most `chunk` offsets per Spark partition (a big Kafka
@@ -48,6 +54,7 @@ from typing import Any, Iterator, Mapping, Sequence
 
 from cdc import identity as hdr
 from cdc.formats import H_FORMAT, PAYLOAD_FORMATS
+from cdc.kafka_client import client_conf
 
 from spark_jobs.common import (  # noqa: E402
     DataSource, DataSourceReader, InputPartition, file_seq_or_none, identity_key, opt_bool, opt_int, opt_json,
@@ -113,14 +120,11 @@ def schema_for(include_raw: bool, decode: bool) -> str:
 
 
 def consumer_config(bootstrap: str, extra: Mapping[str, Any] | None = None, isolation: str = "read_committed") -> dict[str, Any]:
-    conf: dict[str, Any] = {
-        "bootstrap.servers": bootstrap,
+    """The verifier's consumer: its defaults < `extra` (the relay's [kafka.client] and
+    [kafka.consumer], from the `consumer_conf` option) < what reading needs."""
+    defaults: dict[str, Any] = {
         "group.id": f"cdc-verify-{uuid.uuid4().hex[:12]}",
-        "enable.auto.commit": False,
-        "enable.auto.offset.store": False,
-        "enable.partition.eof": True,
         "auto.offset.reset": "earliest",
-        "isolation.level": isolation,
         "fetch.max.bytes": 52_428_800,
         "max.partition.fetch.bytes": 8_388_608,
         "queued.min.messages": 200_000,
@@ -129,8 +133,9 @@ def consumer_config(bootstrap: str, extra: Mapping[str, Any] | None = None, isol
         # second); every failure that matters reaches us as an error and is raised as one line
         "log_level": 2,
     }
-    conf.update(dict(extra or {}))
-    return conf
+    enforced = {"enable.auto.commit": False, "enable.auto.offset.store": False, "enable.partition.eof": True,
+                "isolation.level": isolation}
+    return client_conf(bootstrap, extra, defaults, enforced)
 
 
 def _consumer(bootstrap: str, extra: Mapping[str, Any] | None = None, isolation: str = "read_committed") -> Any:

@@ -55,7 +55,8 @@ def _identity_of(msg: Any) -> dict[str, Any]:
     return out
 
 
-def locate_offset(kafka_bootstrap: str, topic: str, partition: int, offset: int, timeout: float = 30.0) -> dict[str, Any] | None:
+def locate_offset(kafka_bootstrap: str, topic: str, partition: int, offset: int, timeout: float = 30.0,
+                  consumer_conf: dict[str, Any] | None = None) -> dict[str, Any] | None:
     """The identity and binlog position of the record at `topic[partition]@offset`: a dict
     with `identity_key`, `source`, `position` ("file:pos" of the transaction start),
     `file`, `pos`, `row`, `gtid`, `commit_ts_ms`, `event_id`, `headers`, ... - or None when
@@ -63,14 +64,15 @@ def locate_offset(kafka_bootstrap: str, topic: str, partition: int, offset: int,
     beyond the end)."""
     from confluent_kafka import TopicPartition
 
-    consumer = _consumer(kafka_bootstrap)
+    consumer = _consumer(kafka_bootstrap, consumer_conf)
     try:
         low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout, cached=False)
     finally:
         consumer.close()
     if offset < low or offset >= high:
         return None
-    for msg in consume_range(kafka_bootstrap, topic, partition, offset, offset + 1, stall_timeout=timeout):
+    for msg in consume_range(kafka_bootstrap, topic, partition, offset, offset + 1, consumer_conf,
+                             stall_timeout=timeout):
         if msg.offset() == offset:
             return _identity_of(msg)
     return None
@@ -105,17 +107,19 @@ def locate_position(
     where: str | BinlogPosition,
     row: int | None = None,
     topic_pattern: str | None = None,
+    consumer_conf: dict[str, Any] | None = None,
 ) -> list[tuple[str, int, int]]:
     """Every (topic, partition, offset) whose headers name the transaction `where` of
     `source` - a binlog position `file:pos` (the transaction's start, as in the
     `cdc.binlog.file`/`cdc.binlog.pos` headers) or a GTID (`d-s-n` / `uuid:n`) - and,
-    when given, its row index. Scans the headers of every record of the topics."""
+    when given, its row index. Scans the headers of every record of the topics.
+    `consumer_conf`: the shared Kafka client settings (`KafkaClientConfig.settings("consumer")`)."""
     if isinstance(topics, str):
         topics = [t.strip() for t in topics.split(",") if t.strip()]
     match = _matcher(source, where, row)
-    plan = plan_kafka(kafka_bootstrap, list(topics), topic_pattern)
+    plan = plan_kafka(kafka_bootstrap, list(topics), topic_pattern, consumer_conf)
     found: list[tuple[str, int, int]] = []
-    for msg in scan_partitions(kafka_bootstrap, plan["partitions"]):
+    for msg in scan_partitions(kafka_bootstrap, plan["partitions"], consumer_conf):
         if match(hdr.header_dict(msg.headers())):
             found.append((msg.topic(), msg.partition(), msg.offset()))
     return sorted(found)

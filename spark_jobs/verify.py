@@ -449,6 +449,24 @@ def _check_table(spark: Any, settings: Mapping[str, str], config: VerifyConfig, 
 # ----------------------------------------------------------------------------- CLI
 
 
+def _consumer_conf(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """`[kafka.consumer_conf]` of a verify.toml: librdkafka settings; a secret comes from
+    `"<key>_env"` (an environment variable's name), never from the file."""
+    from cdc.kafka_client import is_secret_key
+
+    out: dict[str, Any] = {}
+    for key, value in raw.items():
+        if key.endswith("_env") and is_secret_key(key[:-4]):
+            if value not in os.environ:
+                raise ValueError(f"kafka.consumer_conf.{key} names the environment variable {value}, which is not set")
+            out[key[:-4]] = os.environ[value]
+        elif is_secret_key(key):
+            raise ValueError(f"kafka.consumer_conf.{key} must not be written in the file; use \"{key}_env\"")
+        else:
+            out[key] = value
+    return out
+
+
 def load_config(path: str | os.PathLike[str], overrides: Mapping[str, Any] | None = None) -> VerifyConfig:
     """A VerifyConfig from a JSON or TOML file::
 
@@ -499,7 +517,7 @@ def load_config(path: str | os.PathLike[str], overrides: Mapping[str, Any] | Non
         max_examples=int(data.get("max_examples", 20)),
         kafka_chunk=int(data.get("kafka_chunk", 100_000)),
         isolation=data.get("isolation", "read_committed"),
-        consumer_conf=dict(kafka.get("consumer_conf") or {}),
+        consumer_conf=_consumer_conf(kafka.get("consumer_conf") or {}),
         spark_conf=dict(data.get("spark_conf") or {}),
         server_id_base=data.get("server_id_base"),
         check_table=bool(data.get("check_table", False)),

@@ -51,7 +51,8 @@ def master_position(db) -> str:
 
 def relay_raw_config(db, kafka, database: str, prefix: str, checkpoint: Path, **overrides: Any) -> dict:
     """A relay config as the TOML dict: outbox table `<database>.outbox`, topics
-    `<prefix>.<aggregate_type>`, dead letters in `<prefix>.dlq`, a file checkpoint."""
+    `<prefix>.<aggregate_type>`, dead letters in `<prefix>.dlq`, a file checkpoint,
+    `topics.missing = "auto"` (the stand-in creates topics on first use)."""
     raw: dict[str, Any] = {
         "source": {"name": f"src-{prefix}", "host": db.host, "port": db.port, "user": db.user,
                    "password_env": "CDC_TEST_MYSQL_PASSWORD", "replica_server_id": 5000 + (hash(prefix) % 10000),
@@ -60,6 +61,10 @@ def relay_raw_config(db, kafka, database: str, prefix: str, checkpoint: Path, **
         "kafka": {"bootstrap": kafka.bootstrap_servers, "dead_letter_topic": f"{prefix}.dlq"},
         "schema_registry": {"url": f"mock://{prefix}"},
         "checkpoint": {"store": "file", "path": str(checkpoint), "interval_s": 0.2},
+        # The stand-in creates a topic on its first produce (auto.create.topics.enable=true):
+        # "auto" is that broker's setting. tests/integration/test_kafka_security.py runs
+        # the default ("dead_letter") and "create".
+        "topics": {"missing": "auto"},
     }
     for dotted, value in overrides.items():
         section, _, key = dotted.partition("__")

@@ -238,12 +238,13 @@ def test_check_says_whether_the_dead_letter_and_checkpoint_topics_exist(valid_ra
         reader.close()
 
 
-def test_check_talks_to_kafka_with_the_producers_security_settings(valid_raw, mariadb, kafka, tmp_path):
-    """kafka.producer's security.protocol reaches the check's client: TLS to the stand-in
-    (which speaks plaintext) cannot get metadata, while the producer-only settings beside
-    it (acks, linger.ms) are not handed to it."""
-    raw = {**valid_raw, "kafka": {**valid_raw["kafka"], "producer": {
-        "security.protocol": "ssl", "enable.ssl.certificate.verification": False, "acks": "all", "linger.ms": 5}}}
+def test_check_talks_to_kafka_with_the_shared_client_settings(valid_raw, mariadb, kafka, tmp_path):
+    """kafka.client's security.protocol reaches the check's client: TLS to the stand-in
+    (which speaks plaintext) cannot get metadata, while the producer-only settings
+    (acks, linger.ms) are not handed to it."""
+    raw = {**valid_raw, "kafka": {**valid_raw["kafka"], "client": {
+        "security.protocol": "ssl", "enable.ssl.certificate.verification": False},
+        "producer": {"acks": "all", "linger.ms": 5}}}
     path = tmp_path / "relay.toml"
     path.write_text(_to_toml(raw))
     result = cdc(["check", "--config", str(path)], env_for(mariadb), timeout=60)

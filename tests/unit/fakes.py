@@ -793,7 +793,7 @@ class RelayHarness:
 
     def __init__(self, binlog: Binlog, kafka: FakeKafka | None = None, store: FakeCheckpointStore | None = None,
                  publisher: dict[str, Any] | None = None, factory: dict[str, Any] | None = None,
-                 serializer: Any = None, transactional: bool = False, **settings: Any):
+                 serializer: Any = None, transactional: bool = False, topics: Any = None, **settings: Any):
         from cdc.outbox import OutboxTable
         from cdc.relay import Relay
         from cdc.relay_settings import RelaySettings
@@ -818,10 +818,12 @@ class RelayHarness:
                        checkpoint_interval_s=0.0, read_timeout_s=0.0, drain_timeout_s=5.0,
                        checkpoint_in_background=False,
                        reconnect_timeout_s=5.0)
+        # A FakeKafka that creates topics on first use is a broker with auto.create.topics.enable
+        options["topic_missing"] = "auto" if self.kafka.auto_create_partitions else "dead_letter"
         options.update(settings)
         self.settings = RelaySettings(**options)
         self.relay = Relay(self.settings, self.factory, self.publisher, self.serializer, self.store,
-                           self.delivered, clock=self.clock, sleep=self.clock.sleep)
+                           self.delivered, clock=self.clock, sleep=self.clock.sleep, topics=topics)
         self.iterations = 0
 
     def run(self, stop: Callable[["RelayHarness"], bool] | None = None, max_iterations: int = 200_000):

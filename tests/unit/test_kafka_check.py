@@ -1,15 +1,17 @@
 """`cdc check`'s Kafka look, the parts that need no broker (connectors/kafka_check.py)."""
 
 from cdc.config import load_config
-from connectors.kafka_check import _error_text, bootstrap_addresses, check_kafka, client_settings
+from connectors.kafka_check import _error_text, admin_settings, bootstrap_addresses, check_kafka
 
 
-def test_only_connection_and_security_settings_of_the_producer_reach_the_checks_client():
-    producer = {"security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN", "sasl.username": "u",
-                "ssl.ca.location": "/etc/ca.pem", "socket.timeout.ms": 5000, "client.id": "relay",
-                "linger.ms": 5, "acks": "all", "compression.type": "zstd", "enable.idempotence": True}
-    assert client_settings(producer) == {
+def test_the_checks_client_carries_kafka_client_and_no_producer_setting():
+    cfg = _cfg(bootstrap="a:1,b:2", client={
         "security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN", "sasl.username": "u",
+        "ssl.ca.location": "/etc/ca.pem", "socket.timeout.ms": 5000, "client.id": "relay"},
+        producer={"linger.ms": 5, "acks": "all", "compression.type": "zstd"})
+    conf = admin_settings(cfg.kafka.clients(), "b:2")
+    assert {k: v for k, v in conf.items() if k not in ("logger", "log.connection.close")} == {
+        "bootstrap.servers": "b:2", "security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN", "sasl.username": "u",
         "ssl.ca.location": "/etc/ca.pem", "socket.timeout.ms": 5000, "client.id": "relay"}
 
 
@@ -35,15 +37,39 @@ def test_an_empty_bootstrap_fails_naming_the_setting():
     assert not result.ok and result.message == "kafka.bootstrap is empty: set it to the brokers' host:port list"
 
 
-def test_settings_the_client_refuses_fail_naming_kafka_producer():
-    [result] = check_kafka(_cfg(bootstrap="127.0.0.1:9", producer={"ssl.no.such.thing": "x"}))
+def test_settings_the_client_refuses_fail_naming_kafka_client():
+    [result] = check_kafka(_cfg(bootstrap="127.0.0.1:9", client={"ssl.no.such.thing": "x"}))
     assert not result.ok and result.name == "kafka"
-    assert result.message.startswith("the Kafka client refuses the connection settings of kafka.producer (")
+    assert result.message.startswith("the Kafka client refuses the settings of kafka.client (")
     assert "ssl.no.such.thing" in result.message and result.message.endswith("): fix them")
 
 
 def test_a_refused_setting_never_shows_a_secret():
-    [result] = check_kafka(_cfg(bootstrap="127.0.0.1:9", producer={
-        "sasl.password": "Zk9-distinctive-pw-7Qx", "ssl.no.such.thing": "Zk9-distinctive-pw-7Qx"}))
+    cfg = load_config({"source": {"name": "s"}, "outbox": {"tables": [{"schema": "d", "table": "outbox"}]},
+                       "kafka": {"bootstrap": "127.0.0.1:9", "client": {
+                           "sasl.password_env": "PW", "ssl.no.such.thing": "Zk9-distinctive-pw-7Qx"}}},
+                      {"PW": "Zk9-distinctive-pw-7Qx"})
+    [result] = check_kafka(cfg)
     assert not result.ok and "ssl.no.such.thing" in result.message
     assert "Zk9-distinctive-pw-7Qx" not in result.message
+
+
+def test_event_topics_say_which_exist_and_what_happens_to_a_missing_ones_events():
+    from types import SimpleNamespace as NS
+
+    from connectors.kafka_check import _event_topics
+
+    tables = [{"schema": "d", "table": "outbox"}, {"schema": "d", "table": "o2", "topic": "fixed.{table}"}]
+    meta = NS(topics={"outbox.event.order": NS(error=None, partitions={0: 1}),
+                      "outbox.event.user": NS(error=None, partitions={0: 1}), "other": NS(error=None, partitions={})})
+    for policy, warn in (("dead_letter", True), ("create", False), ("auto", True)):
+        cfg = load_config({"source": {"name": "s"}, "outbox": {"tables": tables}, "topics": {"missing": policy}})
+        template, fixed = _event_topics(cfg, meta)
+        assert template.ok and not template.warn
+        assert template.message.startswith("2 existing topic(s) match 'outbox.event.{aggregate_type}' "
+                                           "(outbox.tables[0].topic): outbox.event.order, outbox.event.user; ")
+        assert fixed.ok and fixed.warn == warn
+        assert fixed.message.startswith("topic 'fixed.o2' (outbox.tables[1].topic) does not exist: ")
+        assert f'topics.missing = "{policy}"' in fixed.message
+    assert "kafka-topics.sh --create --topic fixed.o2" in _event_topics(load_config(
+        {"source": {"name": "s"}, "outbox": {"tables": tables}}), meta)[1].message
