@@ -36,7 +36,10 @@ PAYLOAD_SCHEMAS = {
 def registry_conf(reg: Any) -> dict[str, Any]:
     """The registry client's settings from `[schema_registry]` (cdc.config.RegistryConfig):
     basic auth or a bearer token (secrets), a CA to verify the registry's certificate, a
-    client certificate and key (with its password) for mutual TLS."""
+    client certificate and key (with its password) for mutual TLS. A plain URL (tests, the
+    bench) has none of them."""
+    if isinstance(reg, str):
+        return {"url": reg}
     conf: dict[str, Any] = {"url": reg.url}
     if reg.basic_auth:
         conf["basic.auth.user.info"] = reg.basic_auth.reveal()
