@@ -39,7 +39,7 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.workloads import bench_server, create_schema, write
+from bench.workloads import bench_server, create_schema, write  # noqa: E402  # after the sys.path entry above
 
 
 def naive_parse_rate(db, start_file: str, start_pos: int, database: str) -> tuple[float, int]:

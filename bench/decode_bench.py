@@ -27,7 +27,13 @@ from bench.workloads import bench_server, create_schema, write
 def _library(db, watched, file, pos):
     from pymysqlreplication import BinLogStreamReader
     from pymysqlreplication.event import (
-        FormatDescriptionEvent, GtidEvent, HeartbeatLogEvent, MariadbGtidEvent, QueryEvent, RotateEvent, XidEvent,
+        FormatDescriptionEvent,
+        GtidEvent,
+        HeartbeatLogEvent,
+        MariadbGtidEvent,
+        QueryEvent,
+        RotateEvent,
+        XidEvent,
     )
     from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 

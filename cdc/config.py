@@ -68,8 +68,10 @@ the TOML itself, and are held in `Secret`, which never prints its value.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from pathlib import Path
+from typing import Any
 
 from cdc.errors import ConfigError
 from cdc.lease import LeaseSettings
@@ -266,7 +268,7 @@ def _section(
                 f"(an environment variable's name) or {name}.{key}_file (a file's path)"
             )
     merged = dict(raw)
-    for key, f in fields.items():
+    for key in fields:
         env_value = env.get(f"CDC_{name.upper()}_{key.upper()}")
         if env_value is not None and (name, key) not in _SECRETS:
             merged[key] = env_value
@@ -314,7 +316,7 @@ def load_config(
     raw: Mapping[str, Any], env: Mapping[str, str] | None = None, read_file: Callable[[str], str] | None = None,
 ) -> Config:
     env = env or {}
-    read_file = read_file or (lambda p: open(p).read())
+    read_file = read_file or (lambda p: Path(p).read_text())
     unknown = set(raw) - set(_SECTIONS) - {"outbox"}
     if unknown:
         raise ConfigError(f"unknown section(s) {sorted(unknown)}; known: {sorted(set(_SECTIONS) | {'outbox'})}")

@@ -23,8 +23,8 @@ from cdc.checkpoint import Checkpoint
 from cdc.errors import PositionError, RecoveryError
 from cdc.gtid import parse_gtid_set
 from cdc.identity import H_FILE, H_GTID, H_POS, H_SOURCE, identity_key_from_headers
-from cdc.position import BinlogPosition
 from cdc.ports import DeliveredLog
+from cdc.position import BinlogPosition
 
 log = logging.getLogger(__name__)
 

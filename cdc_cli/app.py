@@ -26,9 +26,9 @@ from cdc.errors import CdcError, PreflightError, SourceError
 from cdc.kafka_health import KafkaHealth
 from cdc.lease import lock_name, takeover_wait
 from cdc.metrics import RelayMetrics
+from cdc.relay import Relay, RunSummary, start_point
 from cdc.replica_session import source_mark
 from cdc.transactions import transactional_id
-from cdc.relay import Relay, RunSummary, start_point
 from connectors.binlog_source import MySQLBinlogSourceFactory
 from connectors.checkpoint_stores import FileCheckpointStore, KafkaCheckpointStore, TransactionalCheckpointStore
 from connectors.http_endpoint import HttpEndpoint

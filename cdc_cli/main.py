@@ -19,7 +19,8 @@ import logging
 import signal
 import sys
 import threading
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from cdc.errors import CdcError, PreflightError
 from cdc_cli.config_file import read_config

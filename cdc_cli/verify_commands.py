@@ -24,8 +24,8 @@ def verify_config(cfg: Config, output_dir: str, master: str | None = None, end_p
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
-    from cdc_cli.logs import configure
     from cdc_cli.config_file import read_config
+    from cdc_cli.logs import configure
     from spark_jobs.verify import run_verify
 
     cfg = read_config(args.config)
@@ -84,8 +84,8 @@ def _follow(args: argparse.Namespace, vcfg) -> int:
 
 
 def _cmd_repair(args: argparse.Namespace) -> int:
-    from cdc_cli.logs import configure
     from cdc_cli.config_file import read_config
+    from cdc_cli.logs import configure
     from cdc_cli.repair import load_missing, repair
 
     cfg = read_config(args.config)

@@ -35,8 +35,14 @@ import struct
 import zlib
 
 __all__ = [
-    "CompressedEventError", "QUERY_COMPRESSED", "ROWS_COMPRESSED", "TRANSACTION_PAYLOAD",
-    "mariadb_query", "mariadb_rows", "positioned", "transaction_payload",
+    "QUERY_COMPRESSED",
+    "ROWS_COMPRESSED",
+    "TRANSACTION_PAYLOAD",
+    "CompressedEventError",
+    "mariadb_query",
+    "mariadb_rows",
+    "positioned",
+    "transaction_payload",
 ]
 
 QUERY_COMPRESSED = 165
@@ -176,7 +182,7 @@ def transaction_payload(ev: bytes, crc: int) -> list[bytes]:
         raise CompressedEventError(f"its payload is {len(payload)} bytes but its header says {size}")
     if compression == ZSTD:
         data = _zstd(payload)
-    elif compression == NO_COMPRESSION or compression is None and uncompressed is None:
+    elif compression == NO_COMPRESSION or (compression is None and uncompressed is None):
         data = payload
     else:
         raise CompressedEventError(

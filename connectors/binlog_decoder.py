@@ -51,12 +51,21 @@ from pymysqlreplication.row_event import RowsEvent, find_charset
 
 from cdc.position import BinlogPosition, file_sequence
 from cdc.source_events import (
-    Heartbeat, RowChange, RowInsert, TxBegin, TxCommit, TxRollback, XaCommit, XaPrepare, XaRollback, query_event,
+    Heartbeat,
+    RowChange,
+    RowInsert,
+    TxBegin,
+    TxCommit,
+    TxRollback,
+    XaCommit,
+    XaPrepare,
+    XaRollback,
+    query_event,
     xid_text,
 )
 from connectors import binlog_compression as _compression
 
-__all__ = ["BinlogDecoder", "BinlogDecodeError", "UndecodableEvent", "UnsupportedColumnType"]
+__all__ = ["BinlogDecodeError", "BinlogDecoder", "UndecodableEvent", "UnsupportedColumnType"]
 
 
 class BinlogDecodeError(Exception):
@@ -287,7 +296,7 @@ def _read_timestamp2(b: bytes, p: int, fsp: int):
 
 
 class _Column:
-    __slots__ = ("type", "meta", "name", "unsigned", "nullable", "encoding", "enum_values", "set_values")
+    __slots__ = ("encoding", "enum_values", "meta", "name", "nullable", "set_values", "type", "unsigned")
 
     def __init__(self, type_: int):
         self.type = type_
@@ -303,7 +312,7 @@ class _Column:
 class _Table:
     """One Table_map layout. `columns is None` for tables that are not watched."""
 
-    __slots__ = ("schema", "table", "columns", "ncols", "names", "readers")
+    __slots__ = ("columns", "names", "ncols", "readers", "schema", "table")
 
     def __init__(self, schema: str, table: str):
         self.schema, self.table = schema, table
@@ -626,7 +635,7 @@ def _make_reader(tbl: _Table, present: bytes):
     items = ", ".join(f"{name!r}: v{i}" for i, name in enumerate(tbl.names))
     body.append(f"    return {{{items}}}, p")
     src = "\n".join(body) + "\n"
-    exec(compile(src, f"<binlog row reader {tbl.schema}.{tbl.table}>", "exec"), g)  # noqa: S102 - generated from ints and repr()s
+    exec(compile(src, f"<binlog row reader {tbl.schema}.{tbl.table}>", "exec"), g)
     fn = g["_read_row"]
     fn.__source__ = src
     return fn
@@ -761,7 +770,7 @@ class BinlogDecoder:
         get = self._get_handler
         for i, raw in enumerate(inner):
             t = raw[4]
-            if t == TRANSACTION_PAYLOAD_EVENT or t == FORMAT_DESCRIPTION_EVENT or t == ROTATE_EVENT:
+            if t in (TRANSACTION_PAYLOAD_EVENT, FORMAT_DESCRIPTION_EVENT, ROTATE_EVENT):
                 raise self._undecodable(ev, f"inner event {i} has type {t}, which a payload never holds")
             handler = get(t)
             if handler is None:

@@ -90,7 +90,7 @@ class MySQLBinlogSource:
                 convert(next(events), batch)
         except StopIteration:
             self._deferred = _END
-        except BaseException as exc:  # noqa: BLE001 - mapped like the reader thread's
+        except BaseException as exc:
             self._deferred = exc
         return batch or self._next_batch()
 

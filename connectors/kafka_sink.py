@@ -38,7 +38,7 @@ ENFORCED = {"enable.idempotence": True, "acks": "all", "partitioner": "murmur2_r
 DEFAULTS = {"linger.ms": 5, "compression.type": "lz4", "message.max.bytes": 1_000_000, "message.timeout.ms": 60_000}
 _TOO_LARGE = {KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE}
 if hasattr(KafkaError, "_MSG_SIZE_TOO_LARGE"):
-    _TOO_LARGE.add(getattr(KafkaError, "_MSG_SIZE_TOO_LARGE"))
+    _TOO_LARGE.add(KafkaError._MSG_SIZE_TOO_LARGE)
 
 
 def producer_settings(bootstrap: str, extra: dict[str, Any] | None = None,

@@ -866,7 +866,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     standin = _Standin(cluster, forwarders)
     if args.group_initial_rebalance_delay_ms is not None:
         cluster.set_group_initial_rebalance_delay(args.group_initial_rebalance_delay_ms)
-    for fwd, (_, mock_port) in zip(forwarders, cluster.bootstraps):
+    for fwd, (_, mock_port) in zip(forwarders, cluster.bootstraps, strict=True):
         # Advertise the fixed port in Metadata so clients come back through it.
         cluster.set_host_port(fwd.broker_id, _HOST, fwd.port)
         fwd.start(mock_port)

@@ -152,7 +152,7 @@ class MySQLLease:
                 with conn.cursor() as cur:
                     cur.execute("SELECT IS_USED_LOCK(%s)", (self.name,))
                     holder = cur.fetchone()[0]
-            except Exception as exc:  # noqa: BLE001 - the lock went with the session
+            except Exception as exc:
                 if self._stop.is_set() or not self._regain(lease, exc):
                     return
                 conn = self._conn
@@ -174,7 +174,7 @@ class MySQLLease:
         log.warning("the lease session failed (%s); taking lease %r again on a new session", why, self.name)
         try:
             self._conn.close()
-        except Exception:  # noqa: BLE001 - it is gone already
+        except Exception:
             pass
         while not self._stop.is_set():
             try:
@@ -198,7 +198,7 @@ class MySQLLease:
                         holder = cur.fetchone()[0]
                 if got and not self._newest_is_ours():
                     got, holder = False, "another relay (a checkpoint of a newer epoch exists)"
-            except Exception as exc:  # noqa: BLE001 - try again while the lease lasts
+            except Exception as exc:
                 conn.close()
                 log.debug("taking the lease again failed: %s", error_text(exc))
                 self._stop.wait(self.settings.renew_s / 2)
@@ -227,12 +227,12 @@ class MySQLLease:
             if self.lease is not None and self.lease.lost is None:
                 with conn.cursor() as cur:
                     cur.execute("SELECT RELEASE_LOCK(%s)", (self.name,))
-        except Exception:  # noqa: BLE001 - closing the session releases it as well
+        except Exception:
             pass
         finally:
             try:
                 conn.close()
-            except Exception:  # noqa: BLE001
+            except Exception:
                 pass
 
 
@@ -243,14 +243,14 @@ def lease_holder(name: str, connection: dict) -> int | None:
     try:
         conn = pymysql.connect(host=c["host"], port=int(c["port"]), user=c["user"], password=c["password"],
                                connect_timeout=5, read_timeout=5)
-    except Exception:  # noqa: BLE001 - reported by the preflight's own connection check
+    except Exception:
         return None
     try:
         with conn.cursor() as cur:
             cur.execute("SELECT IS_USED_LOCK(%s)", (name,))
             holder = cur.fetchone()[0]
             return None if holder is None else int(holder)
-    except Exception:  # noqa: BLE001
+    except Exception:
         return None
     finally:
         conn.close()

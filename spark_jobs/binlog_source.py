@@ -67,19 +67,23 @@ The password is never logged and is scrubbed from error messages.
 from __future__ import annotations
 
 import datetime as _dt
-from contextlib import contextmanager
 import fnmatch
 import json
 import random
 import re
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any
 
 from cdc.outbox import OutboxTable, text_of
 from cdc.position import BinlogPosition, file_sequence
 from cdc.topics import topic_problem
 from spark_jobs.common import (
     KEY_SEP,
+    DataSource,
+    DataSourceReader,
+    InputPartition,
     identity_key,
     mysql_settings_from_options,
     opt_int,
@@ -87,9 +91,6 @@ from spark_jobs.common import (
     scrub,
     where,
 )
-
-from spark_jobs.common import DataSource, DataSourceReader, InputPartition  # noqa: E402
-
 
 BINLOG_FIELDS: tuple[tuple[str, str], ...] = (
     ("ikey", "string"),
@@ -465,7 +466,7 @@ def _micros(value: Any) -> int | None:
         return None
     if isinstance(value, _dt.datetime):
         if value.tzinfo is None:
-            value = value.replace(tzinfo=_dt.timezone.utc)
+            value = value.replace(tzinfo=_dt.UTC)
         return int(value.timestamp() * 1_000_000)
     if isinstance(value, (int, float)):
         return int(value)
@@ -499,7 +500,7 @@ class EventMapper:
         return hit
 
     def map(self, schema: str, table: str, values: Any) -> dict[str, Any]:
-        return dict(zip(MAPPED_FIELDS, self.map_values(schema, table, values)))
+        return dict(zip(MAPPED_FIELDS, self.map_values(schema, table, values), strict=True))
 
     def map_values(self, schema: str, table: str, values: Any) -> tuple:
         """`map` as a tuple in MAPPED_FIELDS order (no dict per row: the reader's hot path).
@@ -591,7 +592,7 @@ class EventColumns:
             map_values = self.mapper.map_values
             appends = [c.append for c in mapped]
             for schema, table, values in rows:
-                for append, value in zip(appends, map_values(schema, table, values)):
+                for append, value in zip(appends, map_values(schema, table, values), strict=True):
                     append(value)
         c_source.extend([source] * n)
         c_sid.extend([tx.server_id] * n)
@@ -607,7 +608,7 @@ class EventColumns:
         self.n += n
 
     def add_row(self, row: Mapping[str, Any]) -> None:
-        for column, (name, _kind) in zip(self.cols, BINLOG_FIELDS):
+        for column, (name, _kind) in zip(self.cols, BINLOG_FIELDS, strict=True):
             column.append(row[name])
         self.n += 1
 
@@ -616,7 +617,7 @@ class EventColumns:
         import pyarrow as pa
 
         schema = arrow_schema()
-        batch = pa.RecordBatch.from_arrays([pa.array(c, type=f.type) for c, f in zip(self.cols, schema)], schema=schema)
+        batch = pa.RecordBatch.from_arrays([pa.array(c, type=f.type) for c, f in zip(self.cols, schema, strict=True)], schema=schema)
         self._reset()
         return batch
 
@@ -650,7 +651,7 @@ def _connect(settings: Mapping[str, Any]) -> Any:
 
     try:
         return pymysql.connect(connect_timeout=10, **settings)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         raise RuntimeError(f"cdc_binlog: cannot connect to {where(settings)}: {scrub(str(exc), settings)}") from None
 
 
@@ -679,11 +680,11 @@ def plan_binlog(
             try:
                 cur.execute("SELECT @@gtid_binlog_pos")
                 gtid_pos = cur.fetchone()[0]
-            except Exception:  # noqa: BLE001 - MySQL
+            except Exception:
                 try:
                     cur.execute("SELECT @@gtid_executed")
                     gtid_pos = cur.fetchone()[0]
-                except Exception:  # noqa: BLE001
+                except Exception:
                     gtid_pos = None
     finally:
         conn.close()
@@ -780,7 +781,7 @@ def split_ranges(settings: Mapping[str, Any], plan: Mapping[str, Any], split_byt
 
 
 @contextmanager
-def _reading(file: str, settings: Mapping[str, Any], asm: "TxAssembler", end: int,
+def _reading(file: str, settings: Mapping[str, Any], asm: TxAssembler, end: int,
              close: Callable[[], None], on_anomaly: Callable[[str], None] | None) -> Iterator[None]:
     """The common ending of both binlog readers: a transaction left open at the end of the
     range is an anomaly, a failure becomes one line without the password, and the stream
@@ -789,7 +790,7 @@ def _reading(file: str, settings: Mapping[str, Any], asm: "TxAssembler", end: in
         yield
         if asm.open and asm.rows:
             asm.anomalies.append(f"{len(asm.rows)} outbox row(s) of the transaction at {asm.start} not committed by {end}")
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         raise RuntimeError(
             f"cdc_binlog: reading {file} from {where(settings)} failed: {scrub(str(exc), settings)}"
         ) from None
@@ -817,11 +818,18 @@ def read_binlog_file(
     `start` up to (not past) `end`; and the XA prepare and outcome groups (`xa` set)."""
     from pymysqlreplication import BinLogStreamReader
     from pymysqlreplication.event import (
-        ExecuteLoadQueryEvent, GtidEvent, MariadbGtidEvent, QueryEvent, RotateEvent, XAPrepareEvent, XidEvent,
+        ExecuteLoadQueryEvent,
+        GtidEvent,
+        MariadbGtidEvent,
+        QueryEvent,
+        RotateEvent,
+        XAPrepareEvent,
+        XidEvent,
     )  # fmt: skip
     from pymysqlreplication.row_event import DeleteRowsEvent, WriteRowsEvent
 
-    from spark_jobs.binlog_compressed import ExpandingConnection, event_start as event_start_of
+    from spark_jobs.binlog_compressed import ExpandingConnection
+    from spark_jobs.binlog_compressed import event_start as event_start_of
 
     wanted = {(t.schema, t.table) for t in tables}
     stream = BinLogStreamReader(

@@ -24,11 +24,19 @@ the other, so ids are reused only by connections that have ended).
 from __future__ import annotations
 
 import random
-from typing import Any, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
 
 from cdc.position import file_sequence
 from spark_jobs.binlog_source import (
-    BINLOG_FIELDS, BINLOG_SCHEMA, EventColumns, EventMapper, _connect, anomaly_row, iter_binlog_batches, split_ranges,
+    BINLOG_FIELDS,
+    BINLOG_SCHEMA,
+    EventColumns,
+    EventMapper,
+    _connect,
+    anomaly_row,
+    iter_binlog_batches,
+    split_ranges,
     tables_from_json,
 )  # fmt: skip
 from spark_jobs.common import DataSource, InputPartition, mysql_settings_from_options, opt_int, opt_json, where
@@ -148,4 +156,4 @@ class BinlogStreamDataSource(DataSource):
         return BinlogStreamReader(self.options)
 
 
-__all__ = ["BinlogStreamDataSource", "BINLOG_FIELDS", "KIND_PROGRESS", "opt_json"]
+__all__ = ["BINLOG_FIELDS", "KIND_PROGRESS", "BinlogStreamDataSource", "opt_json"]

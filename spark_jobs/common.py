@@ -9,7 +9,8 @@ Nothing here comes from the relay's transaction or recovery code; only the value
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from cdc.position import file_sequence
 
@@ -43,7 +44,7 @@ def file_seq_or_none(name: str | None) -> int | None:
         return None
     try:
         return file_sequence(name)[1]
-    except Exception:  # noqa: BLE001 - a malformed header is reported, not raised
+    except Exception:
         return None
 
 

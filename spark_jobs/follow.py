@@ -34,10 +34,11 @@ import os
 import shutil
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from cdc.position import file_sequence
 from spark_jobs.binlog_source import BINLOG_FIELDS, tables_to_json
@@ -142,7 +143,7 @@ class FollowJob:
             raise ValueError(f"cdc verify --follow: start file {start} is not on the server (SHOW BINARY LOGS): name one that is")
         return f"{start}:4", "earliest"
 
-    def start(self) -> "FollowJob":
+    def start(self) -> FollowJob:
         from pyspark.sql import functions as F
 
         cfg, v = self.config, self.config.verify
@@ -261,7 +262,7 @@ class FollowJob:
             try:
                 (file, pos), _ = server_logs(settings)
                 head = (file, file_sequence(file)[1], pos)
-            except Exception as exc:  # noqa: BLE001 - the query reports source failures itself
+            except Exception as exc:
                 LOG.warning("follow: cannot read the binlog head: %s", str(exc).splitlines()[0][:300])
                 head = self.head
             with self.lock:
@@ -279,7 +280,7 @@ class FollowJob:
             if due:
                 try:
                     self.write_report()
-                except Exception as exc:  # noqa: BLE001
+                except Exception as exc:
                     LOG.warning("follow: writing the report failed: %s", exc)
 
     # ----------------------------------------------------------------- figures
@@ -361,7 +362,7 @@ class FollowJob:
         job = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802
+            def do_GET(self) -> None:
                 if self.path.split("?")[0] == "/metrics":
                     body, ctype, code = job.metrics_text().encode(), "text/plain; version=0.0.4", 200
                 elif self.path.split("?")[0] in ("/healthz", "/"):
@@ -435,7 +436,7 @@ class FollowJob:
         if self.query is not None:
             try:
                 self.query.stop()
-            except Exception:  # noqa: BLE001
+            except Exception:
                 pass
         if self._clock is not None:
             self._clock.join(10)

@@ -46,12 +46,19 @@ import logging
 import os
 import pickle
 import time
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from spark_jobs.binlog_source import (
-    KIND_ANOMALY, KIND_EVENT, KIND_XA_COMMIT, KIND_XA_EVENT, KIND_XA_ROLLBACK, KIND_XA_ROW, STATEMENT_FORMAT,
+    KIND_ANOMALY,
+    KIND_EVENT,
+    KIND_XA_COMMIT,
+    KIND_XA_EVENT,
+    KIND_XA_ROLLBACK,
+    KIND_XA_ROW,
+    STATEMENT_FORMAT,
 )  # fmt: skip
 from spark_jobs.common import identity_key, murmur2_partition
 from spark_jobs.reconcile import ALL_CLASSES, PROVEN_CLASSES, record_reasons
@@ -141,7 +148,7 @@ class FollowState:
         return path
 
     @staticmethod
-    def load(directory: str | os.PathLike[str], before: int) -> "FollowState | None":
+    def load(directory: str | os.PathLike[str], before: int) -> FollowState | None:
         """The state after the newest batch `< before` (None when there is none)."""
         d = Path(directory)
         ids = [i for i in _state_files(d) if i < before] if d.is_dir() else []
@@ -499,9 +506,9 @@ class FollowState:
         o = _ord(ev["file_seq"], ev["tx_pos"], ev["row"])
         pred = self._predicted_partition(ev)
         for (topic, part), thr in self.truncated.items():
-            if topic == self.dlq_topic or (topic == loc and (pred is None or pred == part)):
-                if thr is None or o < thr:
-                    return "partition_truncated"
+            if (topic == self.dlq_topic or (topic == loc and (pred is None or pred == part))) and (
+                    thr is None or o < thr):
+                return "partition_truncated"
         return None
 
     # ------------------------------------------------------------------ figures

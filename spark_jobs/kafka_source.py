@@ -39,14 +39,20 @@ import json
 import re
 import time
 import uuid
-from typing import Any, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
 
 from cdc import identity as hdr
-
-from spark_jobs.common import (  # noqa: E402
-    DataSource, DataSourceReader, InputPartition, file_seq_or_none, identity_key, opt_bool, opt_int, opt_json,
+from spark_jobs.common import (
+    DataSource,
+    DataSourceReader,
+    InputPartition,
+    file_seq_or_none,
+    identity_key,
+    opt_bool,
+    opt_int,
+    opt_json,
 )
-
 
 BASE_FIELDS: tuple[tuple[str, str], ...] = (
     ("topic", "string"),
@@ -157,9 +163,7 @@ def plan_kafka(
 ) -> dict[str, Any]:
     """A snapshot of what to read: every partition of the selected topics with its low and
     high watermark now."""
-    from confluent_kafka import TopicPartition
-
-    from confluent_kafka import KafkaException
+    from confluent_kafka import KafkaException, TopicPartition
 
     consumer = _consumer(bootstrap, extra)
     try:
@@ -373,7 +377,7 @@ def _fast_avro_ok() -> bool:
                 for f in fields
             )
             _FAST_AVRO = layout == _OUTBOX_LAYOUT
-        except Exception:  # noqa: BLE001
+        except Exception:
             _FAST_AVRO = False
     return _FAST_AVRO
 
@@ -468,7 +472,7 @@ def decode_value(value: bytes | None) -> tuple[dict[str, Any] | None, int | None
     try:
         parsed = avro_schema()
         record = fastavro.schemaless_reader(buf, parsed, parsed)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         return None, schema_id, f"Avro decoding failed: {type(exc).__name__}: {exc}"[:300]
     if buf.tell() != len(value):
         return record, schema_id, f"{len(value) - buf.tell()} trailing byte(s) after the Avro record"
@@ -685,7 +689,7 @@ class RecordColumns:
         import pyarrow as pa
 
         schema = arrow_schema(self.include_raw, self.decode)
-        batch = pa.RecordBatch.from_arrays([pa.array(c, type=f.type) for c, f in zip(self.cols, schema)], schema=schema)
+        batch = pa.RecordBatch.from_arrays([pa.array(c, type=f.type) for c, f in zip(self.cols, schema, strict=True)], schema=schema)
         self._reset()
         return batch
 
@@ -697,7 +701,7 @@ def _fast_value(value: bytes | None) -> tuple | None:
         return None
     try:
         rid, atype, aid, etype, payload, stamp = _decode_outbox(value)
-    except Exception:  # noqa: BLE001 - any failure goes the slow, exact way
+    except Exception:
         return None
     return (int.from_bytes(value[1:5], "big"), rid, atype, aid, etype,
             payload.encode("utf-8") if isinstance(payload, str) else payload,

@@ -20,7 +20,8 @@ records were removed (retention) before the verifier read them.
 from __future__ import annotations
 
 import json
-from typing import Any, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
 
 from spark_jobs.common import DataSource, InputPartition, opt_int, opt_json
 from spark_jobs.kafka_source import DEFAULT_CHUNK, RecordColumns, chunks, fields_for, plan_kafka, scan_partitions
@@ -146,4 +147,4 @@ class KafkaStreamDataSource(DataSource):
         return KafkaStreamReader(self.options)
 
 
-__all__ = ["KafkaStreamDataSource", "STREAM_FIELDS", "json"]
+__all__ = ["STREAM_FIELDS", "KafkaStreamDataSource", "json"]

@@ -5,8 +5,9 @@ position or GTID to the Kafka records that carry it (a header scan; no Spark nee
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from cdc import identity as hdr
 from cdc.position import BinlogPosition

@@ -16,15 +16,20 @@ binlog source (`cdc.outbox.text_of`).
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
 
 from cdc.outbox import OutboxTable, text_of
-from spark_jobs.binlog_source import _payload, _connect, tables_from_json
-
-from spark_jobs.common import (  # noqa: E402
-    DataSource, DataSourceReader, InputPartition, mysql_settings_from_options, opt_int, scrub, where,
+from spark_jobs.binlog_source import _connect, _payload, tables_from_json
+from spark_jobs.common import (
+    DataSource,
+    DataSourceReader,
+    InputPartition,
+    mysql_settings_from_options,
+    opt_int,
+    scrub,
+    where,
 )
-
 
 TABLE_SCHEMA = (
     "`table` string, `event_id` string, `aggregate_type` string, `aggregate_id` string, "
@@ -58,7 +63,7 @@ def plan_ranges(settings: Mapping[str, Any], table: OutboxTable, chunk: int) -> 
             for i, b in enumerate(bounds):
                 out.append({"kind": "ordered", "lo": b, "hi": bounds[i + 1] if i + 1 < len(bounds) else None})
             return out
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         raise RuntimeError(f"cdc_outbox_table: planning {table.qualified_name} on {where(settings)}: {scrub(str(exc), settings)}") from None
     finally:
         conn.close()
@@ -92,7 +97,7 @@ def read_range(settings: Mapping[str, Any], table: OutboxTable, rng: Mapping[str
                     data,
                     is_text,
                 )
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         raise RuntimeError(f"cdc_outbox_table: reading {table.qualified_name} on {where(settings)}: {scrub(str(exc), settings)}") from None
     finally:
         conn.close()

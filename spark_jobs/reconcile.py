@@ -64,11 +64,18 @@ duplicate, dead_lettered); when nothing is unproven, the end of the verified ran
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from spark_jobs.binlog_source import (
-    KIND_EVENT, KIND_XA_COMMIT, KIND_XA_EVENT, KIND_XA_ROLLBACK, KIND_XA_ROW, KIND_XA_UNDECIDED, STATEMENT_FORMAT,
+    KIND_EVENT,
+    KIND_XA_COMMIT,
+    KIND_XA_EVENT,
+    KIND_XA_ROLLBACK,
+    KIND_XA_ROW,
+    KIND_XA_UNDECIDED,
+    STATEMENT_FORMAT,
 )  # fmt: skip
 from spark_jobs.common import KEY_SEP, identity_key, murmur2_partition
 
@@ -203,9 +210,8 @@ def event_unverifiable(ev: Mapping[str, Any], ctx: ReconcileContext, thresholds:
     count = ctx.partition_counts.get(loc or "")
     pred = murmur2_partition(ev.get("aggregate_id"), count) if (ctx.partitioner == "murmur2" and count) else None
     for (topic, part), thr in thresholds.items():
-        if topic == ctx.dlq_topic or (topic == loc and (pred is None or pred == part)):
-            if thr is None or o < thr:
-                return "partition_truncated"
+        if (topic == ctx.dlq_topic or (topic == loc and (pred is None or pred == part))) and (thr is None or o < thr):
+            return "partition_truncated"
     return None
 
 
@@ -476,7 +482,7 @@ class Reconciled:
                 continue
             try:
                 df.unpersist()
-            except Exception:  # noqa: BLE001
+            except Exception:
                 pass
 
 
@@ -623,7 +629,7 @@ def reconcile(events: Any, records: Any, ctx: ReconcileContext, storage: Any = N
             r("topic").alias("topic"), r("partition").alias("partition"), r("offset").alias("offset"), r("key_text").alias("key_text"),
             r("h_file").alias("h_file"), r("h_pos").alias("h_pos"), r("h_row").alias("h_row"), r("h_gtid").alias("h_gtid"),
             h_ord.alias("h_ord"), "ikey", F.when(keyed, col("ord")).alias("k_ord"),
-        )  # fmt: skip
+        )
         .withColumn("h_prev_max", F.max("h_ord").over(by_part))
         .withColumn("k_prev_max", F.max("k_ord").over(by_key))
         .withColumn("violation", col("h_ord").isNotNull() & col("h_prev_max").isNotNull() & (col("h_ord") < col("h_prev_max")))
@@ -638,7 +644,7 @@ def reconcile(events: Any, records: Any, ctx: ReconcileContext, storage: Any = N
         flagged.filter(col("reorder"))
         .groupBy("ikey")
         .agg(F.lit(True).alias("reordered"),
-             F.min_by(F.struct("topic", "partition", "offset", col("k_prev_max").alias("prev_max")), col("offset")).alias("reorder_at"))  # fmt: skip
+             F.min_by(F.struct("topic", "partition", "offset", col("k_prev_max").alias("prev_max")), col("offset")).alias("reorder_at"))
     )
     order, n_order = _small(order, storage)
     classified = (
@@ -661,7 +667,7 @@ def reconcile(events: Any, records: Any, ctx: ReconcileContext, storage: Any = N
             F.when(col("_undecided"), F.lit(XA_UNDECIDED)).when(col("_stmt"), F.lit(STATEMENT_FORMAT)).otherwise(F.lit(None).cast("string")),
         )
         .select(*JOINED_EVENT_COLUMNS, "ord", "n", "deliveries", "first_ts", "reasons", "latency_ms", "reordered", "reorder_at", "class",
-                "unverifiable_reason")  # fmt: skip
+                "unverifiable_reason")
     )
 
     # ---- events without a delivery that cannot be proven absent
@@ -695,8 +701,8 @@ def reconcile(events: Any, records: Any, ctx: ReconcileContext, storage: Any = N
         classified = classified.filter(col("class") != "missing").unionByName(missing)
 
     # ---- records of ours that match no event, and other people's records
-    s_file, s_seq, s_pos = ctx.range_start
-    e_file, e_seq, e_pos = ctx.range_end
+    _s_file, s_seq, s_pos = ctx.range_start
+    _e_file, e_seq, e_pos = ctx.range_end
     hs, hp = col("h_file_seq"), col("h_pos")
     xs, xp = col("h_xa_file_seq"), col("h_xa_pos")
     before = (hs < s_seq) | ((hs == s_seq) & (hp < s_pos)) | F.coalesce((xs < s_seq) | ((xs == s_seq) & (xp < s_pos)), F.lit(False))
@@ -857,7 +863,7 @@ def summarize(rc: Reconciled, max_examples: int = 20, lag_buckets: int = 600, hi
         )
         .unionByName(
             rc.violations.groupBy(F.lit("violation").alias("side"), F.lit("order").alias("class"), str_null.alias("reason"),
-                                  str_null.alias("cause"), str_null.alias("reasons")).count()  # fmt: skip
+                                  str_null.alias("cause"), str_null.alias("reasons")).count()
         )
         .collect()
     )
@@ -980,7 +986,7 @@ def summarize(rc: Reconciled, max_examples: int = 20, lag_buckets: int = 600, hi
                 "topic": r["topic"], "partition": r["partition"], "offset": r["offset"], "key": r["key_text"],
                 "position": {"file": r["h_file"], "pos": r["h_pos"], "row": r["h_row"], "gtid": r["h_gtid"]},
                 "after_position": {"file_seq": r["prev_max"]["h_file_seq"], "pos": r["prev_max"]["h_pos"], "row": r["prev_max"]["h_row"]},
-            }  # fmt: skip
+            }
             for r in rc.violations.orderBy("topic", "partition", "offset").limit(max_examples).collect()
         ]
     unverifiable_ranges: list[dict[str, Any]] = []

@@ -16,7 +16,13 @@ from pathlib import Path
 import pytest
 
 from tests.integration.harness import (
-    OUTBOX_DDL, RelayProcess, _to_toml, env_for, insert_events, relay_raw_config, wait_until,
+    OUTBOX_DDL,
+    RelayProcess,
+    _to_toml,
+    env_for,
+    insert_events,
+    relay_raw_config,
+    wait_until,
 )
 
 pytestmark = pytest.mark.integration
@@ -192,7 +198,7 @@ def test_check_with_kafka_unreachable_ends_in_one_line_naming_the_address(store,
     assert line.endswith("): check the address and that the brokers run"), line
     if store == "kafka":
         assert _check_lines(result, "warn")["start_position"] == (
-            f"not checked: the checkpoint (checkpoint.topic 'cdc.checkpoints') cannot be read while Kafka does not "
+            "not checked: the checkpoint (checkpoint.topic 'cdc.checkpoints') cannot be read while Kafka does not "
             "answer"), result.stdout
 
 

@@ -389,7 +389,7 @@ def test_split_ranges_and_fast_reader_read_the_same_events(servers, world, spark
 def test_clean_run_reports_no_problem(servers, world, spark, tmp_path_factory) -> None:  # type: ignore[no-untyped-def]
     from spark_jobs.verify import run_verify
 
-    db, kafka = servers
+    _db, kafka = servers
     tmp = tmp_path_factory.mktemp("verify")
     pub = publish(kafka, "clean", world.expected)
     messages = []
@@ -497,7 +497,7 @@ def test_a_failed_read_stops_the_other_and_says_why(servers, world, spark, tmp_p
 def test_seeded_faults_are_each_classified(servers, world, spark, tmp_path_factory) -> None:  # type: ignore[no-untyped-def]
     from spark_jobs.verify import run_verify
 
-    db, kafka = servers
+    _db, kafka = servers
     tmp = tmp_path_factory.mktemp("verify")
     ex = world.expected
     dropped = next(e for e in ex if e.aggregate_id == "o4")

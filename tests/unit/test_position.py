@@ -1,7 +1,8 @@
 """BinlogPosition: parsing, formatting and the total order by numeric file suffix."""
 
 import pytest
-from hypothesis import example, given, strategies as st
+from hypothesis import example, given
+from hypothesis import strategies as st
 
 from cdc.errors import PositionError
 from cdc.position import BinlogPosition, file_sequence

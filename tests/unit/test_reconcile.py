@@ -714,7 +714,7 @@ def test_spark_random_histories_match_reference(spark: Any) -> None:
     for _round in range(3):
         events: list[dict] = []
         pos = 100
-        for tx in range(40):
+        for _tx in range(40):
             for row in range(rng.randint(1, 3)):
                 agg = f"k{rng.randint(0, 5)}"
                 dlq = rng.random() < 0.05

@@ -7,14 +7,24 @@ from collections import Counter, defaultdict
 
 import pytest
 
-from cdc.errors import ConfigError, DeliveryError, PositionPurgedError, RecoveryError, SourceError
 from cdc.checkpoint import Checkpoint
+from cdc.errors import ConfigError, DeliveryError, PositionPurgedError, RecoveryError, SourceError
 from cdc.gtid import MysqlGtidSet
 from cdc.position import BinlogPosition
 from cdc.transaction import OutboxChangeRefused
-
 from fakes import (
-    FATAL, TOO_LARGE, Binlog, Killed, FakeCheckpointStore, FakeKafka, JsonSerializer, RelayHarness, expected_events, identity_of, message_id, outbox_row,
+    FATAL,
+    TOO_LARGE,
+    Binlog,
+    FakeCheckpointStore,
+    FakeKafka,
+    JsonSerializer,
+    Killed,
+    RelayHarness,
+    expected_events,
+    identity_of,
+    message_id,
+    outbox_row,
 )
 
 U1 = "3e11fa47-71ca-11e1-9e33-c80aa9429562"
