@@ -192,7 +192,7 @@ level = "{'INFO' if kill_at else 'WARNING'}"
         except (FileNotFoundError, ValueError, KeyError):
             pass
         if proc.poll() is not None:
-            raise SystemExit(f"relay exited early: {proc.stderr.read().decode()[-2000:]}")
+            raise SystemExit(f"relay exited early: {proc.stderr.read().decode()[-2000:] if proc.stderr else ''}")
         time.sleep(0.05 if delivery == "idempotent" else 0.2)
     elapsed = time.perf_counter() - t0
     procs = [p for p in [ps] + ps.children(recursive=True) if "python" in p.name()]

@@ -134,7 +134,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"wrote {args.events} outbox events{' (+10x other rows)' if args.mixed else ''} "
               f"in {time.perf_counter() - t0:.1f} s; reading from {file}:{pos}")
 
-        best = {}
+        best: dict[str, float] = {}
         raw: list[bytes] = []
         for _ in range(args.repeat):
             n_ev, el = _read_only(db, file, pos)

@@ -155,7 +155,7 @@ class ShopWorkload:
 
     def _savepoint_rollback(self, conn) -> None:
         """Two events; the second is rolled back to a savepoint, the first commits."""
-        res, pending = self.result, []
+        res, pending = self.result, list[Any]()
         with conn.cursor() as cur:
             self._outbox(cur, pending, "order", "order-sp", "OrderNoted", self._payload(0, "savepoint-kept", {}))
             cur.execute("SAVEPOINT before_second")
@@ -170,7 +170,7 @@ class ShopWorkload:
     def _myisam_rollback(self, conn) -> None:
         """A transaction that also wrote a MyISAM table rolls back: the binlog then
         carries the transaction with a ROLLBACK at its end."""
-        res, pending = self.result, []
+        res, pending = self.result, list[Any]()
         with conn.cursor() as cur:
             cur.execute("INSERT INTO audit_log (note) VALUES ('non-transactional write')")
             self._outbox(cur, pending, "order", "order-myisam", "OrderNoted", self._payload(0, "myisam", {}))
@@ -182,7 +182,7 @@ class ShopWorkload:
     def _insert_then_delete(self, conn) -> None:
         """Debezium's recommended pattern: insert the outbox row and delete it in the same
         transaction; the insert is still in the binlog and must be published once."""
-        res, pending = self.result, []
+        res, pending = self.result, list[Any]()
         with conn.cursor() as cur:
             event_id = self._outbox(cur, pending, "order", "order-itd", "OrderNoted", self._payload(0, "itd", {}))
             cur.execute("DELETE FROM outbox WHERE id=%s", (event_id,))
@@ -192,7 +192,7 @@ class ShopWorkload:
         res.committed.extend(pending)
 
     def _dead_letter(self, conn) -> None:
-        res, pending = self.result, []
+        res, pending = self.result, list[Any]()
         with conn.cursor() as cur:
             self._outbox(cur, pending, ILLEGAL_AGGREGATE, "card-1", "CardIssued", self._payload(0, "card", {}))
         conn.commit()

@@ -189,7 +189,7 @@ def transaction_payload(ev: bytes, crc: int) -> list[bytes]:
             f"unknown compression type {compression} (this reader knows 0 = zstd and 255 = none)")
     if uncompressed is not None and uncompressed != len(data):
         raise CompressedEventError(f"its payload decompresses to {len(data)} bytes but its header says {uncompressed}")
-    events = []
+    events: list[bytes] = []
     q = 0
     end = len(data)
     while q < end:

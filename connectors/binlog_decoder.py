@@ -139,13 +139,14 @@ _U64 = struct.Struct("<Q").unpack_from
 _new = object.__new__
 # Frozen slotted dataclasses: their slot descriptors set fields without __init__'s
 # per-field object.__setattr__ (and BinlogPosition's regex check of the file name, done
-# once per Rotate here); the objects are equal to ones built through __init__.
-_pos_file = BinlogPosition.file.__set__  # type: ignore[attr-defined]
-_pos_pos = BinlogPosition.pos.__set__  # type: ignore[attr-defined]
-_ins_schema = RowInsert.schema.__set__  # type: ignore[attr-defined]
-_ins_table = RowInsert.table.__set__  # type: ignore[attr-defined]
-_ins_values = RowInsert.values.__set__  # type: ignore[attr-defined]
-_ins_end = RowInsert.end.__set__  # type: ignore[attr-defined]
+# once per Rotate here); the objects are equal to ones built through __init__. (Read from
+# the class's namespace: attribute access on the class means the field to a type checker.)
+_pos_file = vars(BinlogPosition)["file"].__set__
+_pos_pos = vars(BinlogPosition)["pos"].__set__
+_ins_schema = vars(RowInsert)["schema"].__set__
+_ins_table = vars(RowInsert)["table"].__set__
+_ins_values = vars(RowInsert)["values"].__set__
+_ins_end = vars(RowInsert)["end"].__set__
 
 
 def _pos(file: str, pos: int) -> BinlogPosition:
@@ -194,7 +195,7 @@ def _decimal_reader(precision: int, decimals: int):
         b = bytearray(data)
         b[0] ^= 0x80
         if negative:
-            b = bytes(x ^ 0xFF for x in b)
+            b = bytearray(x ^ 0xFF for x in b)
             res = "-"
         else:
             res = ""
@@ -318,7 +319,7 @@ class _Table:
         self.schema, self.table = schema, table
         self.columns: list[_Column] | None = None
         self.ncols = 0
-        self.names: tuple[str, ...] = ()
+        self.names: tuple[str | None, ...] = ()  # None: the server sent no name (no row metadata)
         self.readers: dict[bytes, Any] = {}  # columns-present bitmap -> generated row reader
 
 
@@ -659,7 +660,7 @@ class BinlogDecoder:
     def __init__(self, watched: set[tuple[str, str]], start_file: str | None, *, flavor: str | None = None,
                  legacy_begin_start: bool = False, verify_checksum: bool = False):
         self.watched = set(watched)
-        self.file: str | None = None
+        self.file = ""  # "": not known until the stream's first Rotate event
         if start_file is not None:
             file_sequence(start_file)
             self.file = start_file
@@ -918,7 +919,7 @@ class BinlogDecoder:
         _apply_optional_metadata(cols, body, p, len(body), self.dbms)
         tbl.columns = cols
         tbl.ncols = ncols
-        tbl.names = tuple(c.name for c in cols)  # type: ignore[misc]
+        tbl.names = tuple(c.name for c in cols)
         _check_supported(tbl)
         return tbl
 

@@ -85,7 +85,7 @@ class LibraryConverter:
 
     def __init__(self, watched: set[tuple[str, str]], file: str | None):
         self.watched = watched
-        self.file = file
+        self.file = file or ""  # "": not known until the stream's first Rotate event
 
     def convert(self, ev: Any, out: list[SourceEvent]) -> None:
         kind = type(ev)

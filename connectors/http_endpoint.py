@@ -87,9 +87,9 @@ class _RelayCollector:
 class HttpEndpoint:
     def __init__(self, metrics: RelayMetrics, source: str, host: str = "127.0.0.1", port: int = 0,
                  healthy: Callable[[], bool] = lambda: True):
+        self.url = ""  # set once it listens
         registry = CollectorRegistry()
         registry.register(_RelayCollector(metrics, source))
-        endpoint = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
@@ -119,7 +119,7 @@ class HttpEndpoint:
         self.port = self._server.server_address[1]
         self._thread = threading.Thread(target=self._server.serve_forever, name="http", daemon=True)
         self._thread.start()
-        endpoint.url = f"http://{host}:{self.port}"
+        self.url = f"http://{host}:{self.port}"
 
     def close(self) -> None:
         self._server.shutdown()

@@ -69,9 +69,11 @@ def _error_text(error: Any) -> str:
 
 def _ask(address: str, settings: dict[str, Any], deadline: float) -> _Answer:
     errors: list[Any] = []
+    # callables among the settings: librdkafka's config takes them, the client's stubs list only scalars
+    conf: dict[str, Any] = {**settings, "bootstrap.servers": address, "logger": _QUIET, "error_cb": errors.append,
+                            "log.connection.close": False}
     try:
-        admin = AdminClient({**settings, "bootstrap.servers": address, "logger": _QUIET, "error_cb": errors.append,
-                             "log.connection.close": False})
+        admin = AdminClient(conf)
     except (KafkaException, ValueError, TypeError) as exc:
         text = _error_text(exc.args[0] if exc.args else exc)
         for key, value in settings.items():  # librdkafka may quote a refused value: never a secret

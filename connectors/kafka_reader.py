@@ -96,9 +96,10 @@ class KafkaTopicReader:
                         if err.code() == KafkaError._PARTITION_EOF:
                             return
                         raise DeliveryError(f"reading {topic}[{partition}] failed: {err.str()}")
-                    if msg.offset() >= end:
+                    offset = msg.offset()
+                    if offset is None or offset >= end:  # a consumed message always has one
                         return
-                    next_offset = msg.offset() + 1
+                    next_offset = offset + 1
                     yield msg
         finally:
             consumer.unassign()

@@ -62,7 +62,7 @@ def delivery_timeout_s(extra: dict[str, Any] | None = None) -> float:
     conf = producer_settings("", extra)
     value = conf.get("delivery.timeout.ms", conf.get("message.timeout.ms"))
     try:
-        return float(value) / 1000.0
+        return float(value) / 1000.0  # type: ignore[arg-type]  # None and junk end in the except below
     except (TypeError, ValueError):
         raise ConfigError(f"kafka.producer.message.timeout.ms must be a number of milliseconds, got {value!r}") from None
 
@@ -95,7 +95,8 @@ class KafkaPublisher:
         except ValueError:
             return
         up = sum(1 for b in brokers.values() if b.get("state") == "UP" and b.get("nodeid", -1) >= 0)
-        self._health.brokers_up(up)
+        if self._health is not None:
+            self._health.brokers_up(up)
 
     @property
     def max_message_bytes(self) -> int:
@@ -120,9 +121,9 @@ class KafkaPublisher:
         while True:
             try:
                 if timestamp_ms is None:
-                    produce(topic, value, key, on_delivery=report, headers=headers)
+                    produce(topic, value, key, on_delivery=report, headers=headers)  # type: ignore[arg-type]  # list invariance: bytes values are what it takes
                 else:
-                    produce(topic, value, key, on_delivery=report, headers=headers, timestamp=timestamp_ms)
+                    produce(topic, value, key, on_delivery=report, headers=headers, timestamp=timestamp_ms)  # type: ignore[arg-type]  # as above
                 return
             except BufferError:
                 poll(0.05)  # queue full: wait for acknowledgements, never drop

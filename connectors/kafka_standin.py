@@ -838,7 +838,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     # Bind fixed ports before creating the cluster so a taken port fails fast
     # with one clear line and nothing to clean up.
-    forwarders = []
+    forwarders: list[Any] = []
     if args.port is not None:
         for index in range(args.brokers):
             fwd = _PortForwarder(index + 1, args.port + index)
@@ -893,7 +893,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     _emit(
         {
             "bootstrap": bootstrap,
-            "control": f"{control_host}:{control_port}",
+            "control": f"{control_host!s}:{control_port}",
             "pid": os.getpid(),
             "brokers": args.brokers,
         }

@@ -146,6 +146,8 @@ class MySQLLease:
 
     def _renew(self, lease: LeaseClock) -> None:
         conn = self._conn
+        if conn is None:  # released before the thread ran
+            return
         while not self._stop.wait(self.settings.renew_s):
             sent = self._clock()
             try:
@@ -154,6 +156,8 @@ class MySQLLease:
                     holder = cur.fetchone()[0]
             except Exception as exc:
                 if self._stop.is_set() or not self._regain(lease, exc):
+                    return
+                if self._conn is None:
                     return
                 conn = self._conn
                 continue
@@ -173,7 +177,8 @@ class MySQLLease:
         why = error_text(cause)
         log.warning("the lease session failed (%s); taking lease %r again on a new session", why, self.name)
         try:
-            self._conn.close()
+            if self._conn is not None:
+                self._conn.close()
         except Exception:
             pass
         while not self._stop.is_set():

@@ -77,6 +77,9 @@ class ReaderProcessFeeds:
     relay's start-up); `configure` hands it the spec, `open` starts its stream."""
 
     def __init__(self, spec: ReaderSpec | None = None):
+        self._spawn(spec)
+
+    def _spawn(self, spec: ReaderSpec | None) -> None:
         # Two one-way pipes: transactions child -> relay (enlarged, so the child can run a
         # few transactions ahead instead of waiting for each to be taken), control back.
         # A plain `python -m` child (not multiprocessing's spawn, which would start a
@@ -108,7 +111,7 @@ class ReaderProcessFeeds:
         if self._opened and self._spec is not None:
             # A second stream (transactional delivery re-reads from its last committed
             # checkpoint after an abort): the first one's child was stopped with its feed.
-            self.__init__(self._spec)
+            self._spawn(self._spec)
         self._opened = True
         self._control.send(("open", start, server_id))
         return ProcessFeed(self._data, self._control, self._process)
@@ -289,7 +292,7 @@ def _child_main(conn: Any, control: Any, parent_pid: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     # imports first: they run while the relay starts and builds the spec
-    import connectors.binlog_decoder  # noqa: F401
+    import connectors.binlog_decoder  # noqa: F401  # imported for its start-up cost, before the spec arrives
     from connectors.avro_serializer import ConfluentAvroSerializer, registry_client
     from connectors.binlog_source import MySQLBinlogSourceFactory
 

@@ -511,7 +511,7 @@ class EventMapper:
             return (name, None, None, None, None, None, None, None, None, STATEMENT_FORMAT,
                     f"DML logged as a statement, no row image: {values[:200]}")  # fmt: skip
         get = values.get
-        out = [name, None, None, None, None]
+        out: list[Any] = [name, None, None, None, None]
         for i, column in enumerate(required, 1):  # id, aggregate type, aggregate id, type
             value = get(column)
             if value is not None:

@@ -44,7 +44,7 @@ from spark_jobs.common import DataSource, InputPartition, mysql_settings_from_op
 try:
     from pyspark.sql.datasource import DataSourceStreamReader
 except Exception:  # pragma: no cover
-    DataSourceStreamReader = object  # type: ignore[misc,assignment]
+    DataSourceStreamReader = object  # type: ignore[misc,assignment]  # a stand-in base when pyspark is not installed
 
 KIND_PROGRESS = "progress"
 

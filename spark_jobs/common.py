@@ -23,10 +23,10 @@ SECRET_OPTION_NAMES = frozenset({"password", "passwd"})
 try:  # the data source base classes; the pure-python parts of the sources work without Spark
     from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 except Exception:  # pragma: no cover
-    DataSource = object  # type: ignore[misc,assignment]
-    DataSourceReader = object  # type: ignore[misc,assignment]
+    DataSource = object  # type: ignore[misc,assignment]  # a stand-in base when pyspark is not installed
+    DataSourceReader = object  # type: ignore[misc,assignment]  # a stand-in base when pyspark is not installed
 
-    class InputPartition:  # type: ignore[no-redef]
+    class InputPartition:  # type: ignore[no-redef]  # a stand-in when pyspark is not installed
         def __init__(self, value: Any) -> None:
             self.value = value
 

@@ -126,7 +126,7 @@ class FollowJob:
         """(binlog start file:pos, kafka start) for a new query. From the head: the
         topics' high watermarks are taken first, the binlog head second, so every event
         after that head is published after those offsets."""
-        settings = {**self.config.verify.mysql_options()}
+        settings: dict[str, Any] = {**self.config.verify.mysql_options()}
         settings["port"] = int(settings["port"])
         start = (self.config.start or "head").strip()
         if start == "head":
@@ -256,12 +256,12 @@ class FollowJob:
     # ------------------------------------------------------------------- clock
 
     def _clock_loop(self) -> None:
-        settings = {**self.config.verify.mysql_options()}
+        settings: dict[str, Any] = {**self.config.verify.mysql_options()}
         settings["port"] = int(settings["port"])
         while not self._stop.wait(1.0):
             try:
                 (file, pos), _ = server_logs(settings)
-                head = (file, file_sequence(file)[1], pos)
+                head: tuple[str, int, int] | None = (file, file_sequence(file)[1], pos)
             except Exception as exc:
                 LOG.warning("follow: cannot read the binlog head: %s", str(exc).splitlines()[0][:300])
                 head = self.head

@@ -196,7 +196,7 @@ class FollowState:
     def _tx_proven(self, key: tuple[int, int] | None) -> None:
         if key is None:
             return
-        entry = self.txmap.get(tuple(key))
+        entry = self.txmap.get((key[0], key[1]))
         if entry is not None:
             entry[4] -= 1
 
@@ -236,7 +236,7 @@ class FollowState:
                     self._tx_add(r)  # the undecided prepare holds verified-through before it
                 held.append(dict(r))
             elif kind in (KIND_XA_COMMIT, KIND_XA_ROLLBACK):
-                held = self.xa_held.pop(r["xa_xid"], None)
+                held = self.xa_held.pop(r["xa_xid"], [])
                 if held:
                     self._tx_proven((int(held[0]["file_seq"]), int(held[0]["tx_pos"])))
                     if kind == KIND_XA_COMMIT:
@@ -390,7 +390,7 @@ class FollowState:
             self._alarm("duplicate", f"event {ev['file']}:{ev['tx_pos']} row {ev['row']} delivered {n} times (first at {where})")
         elif is_dlq:
             cls = "dead_lettered"
-            cause = rec.get("dlq_cause")
+            cause = rec.get("dlq_cause") or ""
             self.dlq_causes[cause] = self.dlq_causes.get(cause, 0) + 1
         elif reasons:
             cls = "altered"
@@ -479,7 +479,7 @@ class FollowState:
                                       "headers": {"file": rec.get("h_file"), "pos": rec.get("h_pos"), "row": rec.get("h_row"), "gtid": rec.get("h_gtid"),
                                                   "id": rec.get("h_event_id")}})  # fmt: skip
             self._alarm("phantom", f"record {rec['topic']}[{rec['partition']}]@{rec['offset']} claims {rec.get('h_file')}:{rec.get('h_pos')} "
-                                   f"row {rec.get('h_row')}, which the binlog (read through {self.read_through[0]}:{self.read_through[2]}) "
+                                   f"row {rec.get('h_row')}, which the binlog (read through {_at(self.read_through)}) "
                                    f"does not hold as a committed outbox insert")  # fmt: skip
         window = now - self.dedupe_window_s
         while self.done_buckets and self.done_buckets[0][0] < window:
@@ -555,8 +555,12 @@ def _state_files(d: Path) -> list[int]:
     return out
 
 
+def _at(point: tuple[str, int, int] | None) -> str:
+    return f"{point[0]}:{point[2]}" if point is not None else "nothing yet"
+
+
 def _event_example(ev: Mapping[str, Any], cls: str, reason: str | None) -> dict[str, Any]:
-    out = {
+    out: dict[str, Any] = {
         "class": cls,
         "binlog": {"file": ev.get("file"), "pos": ev.get("tx_pos"), "row": ev.get("row"), "gtid": ev.get("gtid"),
                    "tx_end": ev.get("tx_end"), "commit_ts_ms": ev.get("commit_ts_ms")},

@@ -393,7 +393,7 @@ def _decode_outbox(v: bytes) -> tuple:
     or the same error)."""
     p = 5
     size = len(v)
-    out = []
+    out: list[Any] = []
     for _ in range(4):
         b = v[p]
         p += 1
@@ -474,6 +474,8 @@ def decode_value(value: bytes | None) -> tuple[dict[str, Any] | None, int | None
         record = fastavro.schemaless_reader(buf, parsed, parsed)
     except Exception as exc:
         return None, schema_id, f"Avro decoding failed: {type(exc).__name__}: {exc}"[:300]
+    if not isinstance(record, dict):  # the envelope schema is a record
+        return None, schema_id, "Avro value is not a record"
     if buf.tell() != len(value):
         return record, schema_id, f"{len(value) - buf.tell()} trailing byte(s) after the Avro record"
     return record, schema_id, None
@@ -665,13 +667,13 @@ class RecordColumns:
                 json.loads(value or b"")
             except ValueError as exc:
                 error = f"dead-letter value is not JSON: {exc}"[:300]
-            v = (None, None, None, None, None, None, None, None, error)
+            v: tuple[Any, ...] | None = (None, None, None, None, None, None, None, None, error)
         else:
             v = _fast_value(value) if self.fast_avro else None
             if v is None:  # not the plain layout, or broken: fastavro says what it is
                 d = decode_record(topic, {}, value, self.dlq_topic)
                 v = tuple(d[n] for n in _VALUE_FIELDS)
-        for j, item in enumerate(v, i):
+        for j, item in enumerate(v or (), i):
             cols[j].append(item)
         i += 9
         if h[13] is None:

@@ -75,6 +75,7 @@ def read_range(settings: Mapping[str, Any], table: OutboxTable, rng: Mapping[str
     cols = [table.id_column, table.aggregate_type_column, table.aggregate_id_column, table.type_column, table.payload_column]
     select = ", ".join(_q(c) for c in cols)
     if rng["kind"] == "int":
+        args: tuple[Any, ...]
         sql, args = f"SELECT {select} FROM {qualified} WHERE {key} BETWEEN %s AND %s", (rng["lo"], rng["hi"])
     elif rng["hi"] is None:
         sql, args = f"SELECT {select} FROM {qualified} WHERE {key} >= %s", (rng["lo"],)

@@ -185,7 +185,7 @@ class ReferenceResult:
 def truncation_thresholds(records: Iterable[Mapping[str, Any]], ctx: ReconcileContext) -> dict[tuple[str, int], tuple | None]:
     """For every partition whose low watermark is above 0: the binlog order of its first
     retained record of ours (None when it holds none)."""
-    trunc = {(t, p): None for t, p, _low in ctx.truncated()}
+    trunc: dict[tuple[str, int], tuple[Any, ...] | None] = {(t, p): None for t, p, _low in ctx.truncated()}
     best: dict[tuple[str, int], tuple[int, tuple]] = {}
     for rec in records:
         tp = (rec["topic"], rec["partition"])
@@ -329,10 +329,12 @@ def reconcile_reference(
     for rs in per_partition.values():
         running = None
         for r in sorted(rs, key=lambda r: r["offset"]):
-            o = _ord_header(r)
-            if running is not None and o < running:
+            at = _ord_header(r)
+            if at is None:  # kept out of per_partition above
+                continue
+            if running is not None and at < running:
                 violations.add((r["topic"], r["partition"], r["offset"]))
-            running = o if running is None else max(running, o)
+            running = at if running is None else max(running, at)
 
     thresholds = truncation_thresholds(records, ctx)
     event_class: dict[str, str] = {}
@@ -493,7 +495,7 @@ def _spark_thresholds(records: Any, ctx: ReconcileContext) -> dict[tuple[str, in
     if not trunc:
         return {}
     out: dict[tuple[str, int], tuple | None] = {(t, p): None for t, p, _ in trunc}
-    cond = None
+    cond: Any = None
     for t, p, _ in trunc:
         c = (F.col("topic") == t) & (F.col("partition") == p)
         cond = c if cond is None else (cond | c)
@@ -677,7 +679,7 @@ def reconcile(events: Any, records: Any, ctx: ReconcileContext, storage: Any = N
         partitioner = ctx.partitioner
 
         @F.udf("int")
-        def predicted(loc, key):  # type: ignore[no-untyped-def]
+        def predicted(loc, key):
             n = counts.get(loc or "")
             if partitioner != "murmur2" or not n:
                 return None

@@ -482,11 +482,14 @@ def load_config(path: str | os.PathLike[str], overrides: Mapping[str, Any] | Non
         mysql["password"] = os.environ.get(env, "")
     kafka = data.get("kafka", {})
     tables_raw = data.get("tables") or (data.get("outbox") or {}).get("tables") or []
+    bootstrap = kafka.get("bootstrap") or data.get("kafka_bootstrap")
+    if not bootstrap:
+        raise NeedsOperator(f"{path}: kafka.bootstrap is missing: name the Kafka brokers to read the topics from")
     return VerifyConfig(
         mysql=mysql,
         source=data["source"],
         tables=tuple(OutboxTable(**t) for t in tables_raw),
-        kafka_bootstrap=kafka.get("bootstrap") or data.get("kafka_bootstrap"),
+        kafka_bootstrap=bootstrap,
         topics=tuple(kafka.get("topics") or data.get("topics") or ()),
         topic_pattern=kafka.get("topic_pattern") or data.get("topic_pattern"),
         dlq_topic=data.get("dlq_topic") or kafka.get("dlq_topic") or "outbox.dlq",

@@ -199,7 +199,7 @@ AGGREGATES = ("order", "payment")
 
 
 @pytest.fixture(scope="module")
-def spark():  # type: ignore[no-untyped-def]
+def spark():
     """A session of this module's own (see test_verify_transaction_shapes.py)."""
     from spark_jobs.session import build_spark
 

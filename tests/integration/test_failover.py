@@ -365,7 +365,7 @@ def test_every_stream_names_the_server_it_opened_on(mariadb, decoder):
         rows = real(sql)
         return [(rows[0][0], next(answers))] if sql.startswith("SELECT VERSION()") else rows
 
-    factory._query = query  # type: ignore[method-assign]
+    factory._query = query  # type: ignore[method-assign]  # the test's stand-in for the server's answer
     start = factory.resolve("latest")
     for expected in (111, 222):
         source = factory.open(start)

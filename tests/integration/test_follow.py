@@ -41,7 +41,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
 
 @pytest.fixture(scope="module")
-def spark():  # type: ignore[no-untyped-def]
+def spark():
     from spark_jobs.session import build_spark
 
     s = build_spark("local[2]", "test-follow", {"spark.sql.shuffle.partitions": "2", "spark.driver.memory": "1g"})
@@ -113,7 +113,7 @@ class Writer:
 
 
 @pytest.fixture
-def world(mariadb, kafka, database, topic_prefix, tmp_path):  # type: ignore[no-untyped-def]
+def world(mariadb, kafka, database, topic_prefix, tmp_path):
     with mariadb.connect(database) as conn, conn.cursor() as cur:
         cur.execute(OUTBOX_DDL.format(name="outbox"))
     kafka.create_topic(f"{topic_prefix}.order", 3)

@@ -37,7 +37,7 @@ def _cluster_state(ui_port: int) -> dict:
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):  # type: ignore[no-untyped-def]
+def cluster(tmp_path_factory):
     """`spark://127.0.0.1:<port>` of a master and two workers (1 core, 2 GiB each)."""
     work = tmp_path_factory.mktemp("spark-cluster")
     port, ui = _free_port(), _free_port()
@@ -78,7 +78,7 @@ def cluster(tmp_path_factory):  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture
-def published(mariadb, kafka, database, topic_prefix, tmp_path):  # type: ignore[no-untyped-def]
+def published(mariadb, kafka, database, topic_prefix, tmp_path):
     """60 events published by the real relay; (raw config, config file, start file)."""
     with mariadb.connect(database) as conn, conn.cursor() as cur:
         cur.execute(OUTBOX_DDL.format(name="outbox"))

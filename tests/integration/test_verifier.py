@@ -66,7 +66,7 @@ class Expected:
 
 
 @pytest.fixture(scope="module")
-def servers():  # type: ignore[no-untyped-def]
+def servers():
     from connectors.kafka_standin import KafkaStandin
     from connectors.mariadb_server import EmbeddedMariaDB
 
@@ -84,7 +84,7 @@ def servers():  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture(scope="module")
-def spark():  # type: ignore[no-untyped-def]
+def spark():
     from spark_jobs.session import build_spark
 
     s = build_spark("local[2]", "test-verifier", {"spark.sql.shuffle.partitions": "4", "spark.driver.memory": "1g"})
@@ -139,7 +139,7 @@ class Writer:
 
 
 @pytest.fixture(scope="module")
-def world(servers):  # type: ignore[no-untyped-def]
+def world(servers):
     db, _kafka = servers
     db.create_database(SCHEMA)
     w = Writer(db)
@@ -198,8 +198,8 @@ def world(servers):  # type: ignore[no-untyped-def]
         commit_at[(stream.log_file, ev.packet.log_pos)] = ev.timestamp
     stream.close()
     w.expected = [replace(e, commit_ts_ms=commit_at[(e.file, e.end)] * 1000) for e in w.expected]
-    w.ghost = ghost  # type: ignore[attr-defined]
-    w.ghost_position = before  # type: ignore[attr-defined]
+    w.ghost = ghost  # type: ignore[attr-defined]  # extra fields for the seeded-fault tests
+    w.ghost_position = before  # type: ignore[attr-defined]  # as above
     yield w
     w.conn.close()
 
@@ -326,7 +326,7 @@ def coords(ex: dict[str, Any]) -> tuple:
 # ---------------------------------------------------------------------------------- tests
 
 
-def test_binlog_source_reads_exactly_the_committed_outbox_inserts(servers, world, spark) -> None:  # type: ignore[no-untyped-def]
+def test_binlog_source_reads_exactly_the_committed_outbox_inserts(servers, world, spark) -> None:
     db, _ = servers
     s = db.connection_settings()
     from spark_jobs.binlog_source import tables_to_json
@@ -353,7 +353,7 @@ def test_binlog_source_reads_exactly_the_committed_outbox_inserts(servers, world
     assert df.filter("ikey is null").count() == 0  # no assembly anomalies
 
 
-def test_split_ranges_and_fast_reader_read_the_same_events(servers, world, spark) -> None:  # type: ignore[no-untyped-def]
+def test_split_ranges_and_fast_reader_read_the_same_events(servers, world, spark) -> None:
     """Binlog files cut into ranges at transaction starts (more tasks than files), and the
     opt-in fast reader (the relay's decoder feeding the verifier's own assembly), yield
     exactly the rows of the default one-task-per-file python-mysql-replication read."""
@@ -386,7 +386,7 @@ def test_split_ranges_and_fast_reader_read_the_same_events(servers, world, spark
     assert fast == default
 
 
-def test_clean_run_reports_no_problem(servers, world, spark, tmp_path_factory) -> None:  # type: ignore[no-untyped-def]
+def test_clean_run_reports_no_problem(servers, world, spark, tmp_path_factory) -> None:
     from spark_jobs.verify import run_verify
 
     _db, kafka = servers
@@ -420,7 +420,7 @@ def test_clean_run_reports_no_problem(servers, world, spark, tmp_path_factory) -
     world.clean_published = pub  # for the locate tests
 
 
-def test_run_verify_registers_the_sources_on_a_passed_session(servers, world, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_run_verify_registers_the_sources_on_a_passed_session(servers, world, tmp_path) -> None:
     """A session built elsewhere (a plain SparkSession, not build_spark) knows no
     cdc_binlog / cdc_kafka: run_verify registers them itself, and registering again is
     harmless. Its own process: this module's session already has the sources."""
@@ -466,7 +466,7 @@ plain.stop()
     assert out["schema"] == ["topic", "partition", "offset"]
 
 
-def test_a_failed_read_stops_the_other_and_says_why(servers, world, spark, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_a_failed_read_stops_the_other_and_says_why(servers, world, spark, tmp_path) -> None:
     """The binlog and the topics are read by two concurrent Spark jobs. A user who may
     list the binlog (planning works) but not stream it (no REPLICATION SLAVE) makes the
     binlog job fail: run_verify raises one error that names the read and never the
@@ -494,7 +494,7 @@ def test_a_failed_read_stops_the_other_and_says_why(servers, world, spark, tmp_p
     assert time.monotonic() - started < 120
 
 
-def test_seeded_faults_are_each_classified(servers, world, spark, tmp_path_factory) -> None:  # type: ignore[no-untyped-def]
+def test_seeded_faults_are_each_classified(servers, world, spark, tmp_path_factory) -> None:
     from spark_jobs.verify import run_verify
 
     _db, kafka = servers
@@ -557,7 +557,7 @@ def test_seeded_faults_are_each_classified(servers, world, spark, tmp_path_facto
     assert "FAILED" in text and "missing=1" in text
 
 
-def test_kafka_source_raw_mode_and_offset_gaps(servers, world, spark) -> None:  # type: ignore[no-untyped-def]
+def test_kafka_source_raw_mode_and_offset_gaps(servers, world, spark) -> None:
     _db, kafka = servers
     pub = getattr(world, "clean_published", None)
     if pub is None:
@@ -583,7 +583,7 @@ def test_kafka_source_raw_mode_and_offset_gaps(servers, world, spark) -> None:  
     assert offsets != list(range(len(offsets)))  # gaps left by transaction markers
 
 
-def test_locate_both_ways(servers, world) -> None:  # type: ignore[no-untyped-def]
+def test_locate_both_ways(servers, world) -> None:
     from spark_jobs.locate import locate_offset, locate_position
 
     _db, kafka = servers
@@ -608,7 +608,7 @@ def test_locate_both_ways(servers, world) -> None:  # type: ignore[no-untyped-de
     assert locate_position(kafka.bootstrap_servers, topics, "another-source", e.gtid) == []
 
 
-def test_outbox_table_source(servers, world, spark) -> None:  # type: ignore[no-untyped-def]
+def test_outbox_table_source(servers, world, spark) -> None:
     from spark_jobs.binlog_source import tables_to_json
 
     db, _ = servers
@@ -626,7 +626,7 @@ def test_outbox_table_source(servers, world, spark) -> None:  # type: ignore[no-
 
 
 @pytest.mark.skipif(not shutil.which("spark-submit", path=os.path.dirname(sys.executable)), reason="no spark-submit in the venv")
-def test_spark_submit_entry_point(servers, world, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_spark_submit_entry_point(servers, world, tmp_path) -> None:
     """`spark-submit spark_jobs/verify.py --config ...` runs the same job (exit 0 = OK)."""
     if getattr(world, "clean_published", None) is None:
         pytest.skip("needs test_clean_run_reports_no_problem")

@@ -49,7 +49,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
 
 @pytest.fixture(scope="module")
-def spark():  # type: ignore[no-untyped-def]
+def spark():
     """A session of this module's own: test_verifier.py stops the JVM's shared context at
     its end, which leaves the session-wide fixture's session dead for modules after it."""
     from spark_jobs.session import build_spark

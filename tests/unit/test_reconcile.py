@@ -590,7 +590,7 @@ def test_report_exit_rule_and_outputs(tmp_path: Any) -> None:
 
 
 @pytest.fixture(scope="module")
-def spark():  # type: ignore[no-untyped-def]
+def spark():
     from spark_jobs.session import build_spark
 
     s = build_spark("local[2]", "test-reconcile", {"spark.sql.shuffle.partitions": "4", "spark.driver.memory": "1g"})

@@ -51,7 +51,7 @@ def test_class_archive_written_once_then_used(tmp_path, monkeypatch: pytest.Monk
     assert class_archive_options({}) is None
 
 
-def test_class_archives_of_other_installs_do_not_pile_up(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_class_archives_of_other_installs_do_not_pile_up(tmp_path, monkeypatch) -> None:
     """Every PySpark install (each fresh clone's venv) has its own archive key, and an
     archive is ~170 MB: of the archives and unfinished parts of other keys, the newest two
     are kept and the others removed once untouched for a day (a run may still be writing
