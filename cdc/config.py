@@ -76,7 +76,7 @@ from typing import Any
 from cdc.errors import ConfigError
 from cdc.lease import LeaseSettings
 from cdc.outbox import OutboxTable
-from cdc.relay_settings import RelaySettings
+from cdc.relay_settings import RelaySettings, RelayTuning, tuning_of
 from cdc.topics import topic_problem
 from cdc.transaction import ON_CHANGE_POLICIES, ON_STATEMENT_POLICIES
 
@@ -166,21 +166,6 @@ class XaConfig:
 
 
 @dataclass(frozen=True)
-class RelayTuning:
-    on_change: str = "ignore"  # UPDATE/DELETE on an outbox table: ignore | warn | stop
-    on_statement: str = "stop"  # an outbox INSERT logged as a statement: stop | dead_letter
-    spill_rows: int = 10_000
-    spill_dir: str | None = None
-    max_message_bytes: int = 1_000_000
-    max_in_flight: int = 5_000
-    reconnect_timeout_s: float = 300.0
-    drain_timeout_s: float = 30.0
-    # /readyz says not ready (with the reason) while a message has waited this long for
-    # Kafka's acknowledgement: Kafka unreachable, or too slow for the load
-    max_unacknowledged_age_s: float = 30.0
-
-
-@dataclass(frozen=True)
 class Config:
     source: SourceConfig
     tables: tuple[OutboxTable, ...]
@@ -194,16 +179,13 @@ class Config:
     lease: LeaseSettings = LeaseSettings()
 
     def relay_settings(self) -> RelaySettings:
-        r = self.relay
         return RelaySettings(
             source_name=self.source.name, tables=self.tables, dead_letter_topic=self.kafka.dead_letter_topic,
-            topic_allowlist=self.kafka.topic_allowlist, on_change=r.on_change, on_statement=r.on_statement,
+            topic_allowlist=self.kafka.topic_allowlist,
             xa_check_after_s=self.xa.check_after_s, xa_check_interval_s=self.xa.check_interval_s,
             xa_max_checks=self.xa.max_checks, start=self.source.start,
-            checkpoint_interval_s=self.checkpoint.interval_s, spill_rows=r.spill_rows, spill_dir=r.spill_dir,
-            max_message_bytes=r.max_message_bytes, max_in_flight=r.max_in_flight,
-            reconnect_timeout_s=r.reconnect_timeout_s,
-            drain_timeout_s=r.drain_timeout_s,
+            checkpoint_interval_s=self.checkpoint.interval_s,
+            **tuning_of(self.relay),
             delivery=self.kafka.delivery, transaction_max_s=self.kafka.transaction_max_ms / 1000.0,
             transaction_max_messages=self.kafka.transaction_max_messages,
         )

@@ -57,7 +57,6 @@ class WorkloadResult:
     rolled_back: list[str] = field(default_factory=list)  # event ids that must never appear
     transactions: int = 0
     rollbacks: int = 0
-    deleted_after_insert: int = 0
     expected_dead_letters: int = 0
 
     @property
@@ -188,7 +187,6 @@ class ShopWorkload:
             cur.execute("DELETE FROM outbox WHERE id=%s", (event_id,))
         conn.commit()
         res.transactions += 1
-        res.deleted_after_insert += 1
         res.committed.extend(pending)
 
     def _dead_letter(self, conn) -> None:

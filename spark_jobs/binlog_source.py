@@ -1045,12 +1045,6 @@ def _reader_of(options: Mapping[str, str]) -> Any:
     return read_binlog_file_fast if name == "fast" else read_binlog_file
 
 
-def iter_binlog_events(options: Mapping[str, str], part: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
-    """The event rows of one planned file range (a dict per event, BINLOG_FIELDS keys)."""
-    for batch in iter_binlog_batches(options, part, 1 << 30):
-        yield from batch.to_pylist()
-
-
 def iter_binlog_batches(options: Mapping[str, str], part: Mapping[str, Any], batch_rows: int = BATCH_ROWS) -> Iterator[Any]:
     """The event rows of one planned file range as Arrow record batches (BINLOG_FIELDS),
     anomaly rows last."""

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from cdc import identity as hdr
@@ -15,13 +14,6 @@ from spark_jobs.kafka_source import _consumer, consume_range, plan_kafka, scan_p
 
 _MARIADB_GTID = re.compile(r"^\d+-\d+-\d+$")
 _MYSQL_GTID = re.compile(r"^[0-9a-fA-F-]{36}:\d+$")
-
-
-@dataclass(frozen=True)
-class Located:
-    topic: str
-    partition: int
-    offset: int
 
 
 def _identity_of(msg: Any) -> dict[str, Any]:

@@ -113,10 +113,6 @@ class ReconcileContext:
 # =============================================================================
 
 
-def _neq(a: Any, b: Any) -> bool:
-    return a != b
-
-
 def record_reasons(rec: Mapping[str, Any], ev: Mapping[str, Any], dlq_topic: str) -> list[str]:
     """Why a delivery does not match its binlog event (empty when it does)."""
     reasons: list[str] = []

@@ -117,10 +117,6 @@ def iter_missing(path: str | Path | None) -> Iterator[dict[str, Any]]:
                 yield json.loads(line)
 
 
-def load_report(path: str | Path) -> dict[str, Any]:
-    return json.loads(Path(path).read_text(encoding="utf-8"))
-
-
 # ---------------------------------------------------------------------------- terminal
 
 
