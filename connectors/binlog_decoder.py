@@ -129,7 +129,7 @@ _TYPE_NAMES = {
     252: "BLOB", 253: "VAR_STRING", 254: "STRING", 255: "GEOMETRY",
 }
 _NUMERIC = {T_TINY, T_SHORT, T_INT24, T_LONG, T_LONGLONG, T_NEWDECIMAL, T_FLOAT, T_DOUBLE, T_YEAR}
-_FL_STANDALONE = 0x01
+FL_STANDALONE = 0x01
 
 _HDR = struct.Struct("<IBIIIH")  # timestamp, type, server_id, event_size, log_pos, flags
 _U16 = struct.Struct("<H").unpack_from
@@ -837,7 +837,7 @@ class BinlogDecoder:
         domain = _U32(ev, 27)[0]
         flags = ev[31]
         file = self.file
-        standalone = bool(flags & _FL_STANDALONE)
+        standalone = bool(flags & FL_STANDALONE)
         out.append(TxBegin(_pos(file, self._begin_start(size, log_pos)), _pos(file, log_pos),
                            f"{domain}-{server_id}-{seq}", standalone, not standalone))
 

@@ -45,7 +45,7 @@ from cdc.source_events import (
     query_event,
     xid_text,
 )
-from connectors.binlog_decoder import _FL_STANDALONE
+from connectors.binlog_decoder import FL_STANDALONE
 from connectors.mysql_errors import error_text
 
 _binlogstream.MYSQL_EXPECTED_ERROR_CODES = []
@@ -103,7 +103,7 @@ class LibraryConverter:
         if kind is MariadbGtidEvent or kind is GtidEvent:
             end = ev.packet.log_pos
             start = BinlogPosition(self.file, end - ev.packet.event_size)
-            standalone = bool(getattr(ev, "flags", 0) & _FL_STANDALONE) if kind is MariadbGtidEvent else False
+            standalone = bool(getattr(ev, "flags", 0) & FL_STANDALONE) if kind is MariadbGtidEvent else False
             opens = kind is MariadbGtidEvent and not standalone
             out.append(TxBegin(start, BinlogPosition(self.file, end), ev.gtid, standalone, opens))
             return

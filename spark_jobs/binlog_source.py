@@ -449,7 +449,7 @@ def statement_insert_target(sql: str, default_schema: str) -> tuple[str, str] | 
 # ------------------------------------------------------------------- outbox mapping
 
 
-def _payload(value: Any) -> tuple[bytes | None, bool | None]:
+def payload_bytes(value: Any) -> tuple[bytes | None, bool | None]:
     if value is None:
         return None, None
     if isinstance(value, str):
@@ -523,7 +523,7 @@ class EventMapper:
             if values[column] is None:
                 return (*out, None, None, None, None, "null_column", f"NULL in required column {column!r}")
         topic, cause, problem = self._route(cfg, out[2], out[4])
-        payload, is_text = _payload(get(cfg.payload_column))
+        payload, is_text = payload_bytes(get(cfg.payload_column))
         ts = _micros(get(cfg.timestamp_column)) if cfg.timestamp_column else None
         return (*out, payload, is_text, ts, topic, cause, problem)
 
@@ -646,7 +646,7 @@ def events_of_tx(source: str, file: str, tx: CommittedTx, mapper: EventMapper) -
 # ------------------------------------------------------------------------- planning
 
 
-def _connect(settings: Mapping[str, Any]) -> Any:
+def connect_mysql(settings: Mapping[str, Any]) -> Any:
     import pymysql
 
     try:
@@ -664,7 +664,7 @@ def plan_binlog(
     """A snapshot of what to read: the binlog files on the server and, for each, the
     byte range `[start, end)`; the end of the newest file is the server's current
     position (SHOW MASTER STATUS) unless `end_position` says otherwise."""
-    conn = _connect(settings)
+    conn = connect_mysql(settings)
     try:
         with conn.cursor() as cur:
             cur.execute("SHOW MASTER STATUS")
@@ -726,7 +726,7 @@ def transaction_starts(settings: Mapping[str, Any], file: str, start: int, end: 
     transaction start at or after it."""
     import pymysql.cursors
 
-    conn = _connect({**settings, "cursorclass": pymysql.cursors.SSCursor})
+    conn = connect_mysql({**settings, "cursorclass": pymysql.cursors.SSCursor})
     cuts: list[int] = []
     try:
         cur = conn.cursor()

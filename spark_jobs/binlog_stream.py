@@ -33,8 +33,8 @@ from spark_jobs.binlog_source import (
     BINLOG_SCHEMA,
     EventColumns,
     EventMapper,
-    _connect,
     anomaly_row,
+    connect_mysql,
     iter_binlog_batches,
     split_ranges,
     tables_from_json,
@@ -51,7 +51,7 @@ KIND_PROGRESS = "progress"
 
 def server_logs(settings: Mapping[str, Any]) -> tuple[tuple[str, int], list[tuple[str, int]]]:
     """((file, pos) of the server's end now, [(file, size)] of SHOW BINARY LOGS in order)."""
-    conn = _connect(settings)
+    conn = connect_mysql(settings)
     try:
         with conn.cursor() as cur:
             cur.execute("SHOW MASTER STATUS")

@@ -132,7 +132,7 @@ def consumer_config(bootstrap: str, extra: Mapping[str, Any] | None = None, isol
     return conf
 
 
-def _consumer(bootstrap: str, extra: Mapping[str, Any] | None = None, isolation: str = "read_committed") -> Any:
+def kafka_consumer(bootstrap: str, extra: Mapping[str, Any] | None = None, isolation: str = "read_committed") -> Any:
     from confluent_kafka import Consumer
 
     return Consumer(consumer_config(bootstrap, extra, isolation))
@@ -165,7 +165,7 @@ def plan_kafka(
     high watermark now."""
     from confluent_kafka import KafkaException, TopicPartition
 
-    consumer = _consumer(bootstrap, extra)
+    consumer = kafka_consumer(bootstrap, extra)
     try:
         try:
             md = consumer.list_topics(timeout=timeout)
@@ -227,7 +227,7 @@ def consume_range(
 
     if end <= start:
         return
-    consumer = _consumer(bootstrap, extra, isolation)
+    consumer = kafka_consumer(bootstrap, extra, isolation)
     try:
         consumer.assign([TopicPartition(topic, partition, start)])
         last_progress = time.monotonic()
@@ -275,7 +275,7 @@ def scan_partitions(
     todo = {(p["topic"], p["partition"]): (int(p["low"]), int(p["high"])) for p in parts if p["high"] > p["low"]}
     if not todo:
         return
-    consumer = _consumer(bootstrap, extra, isolation)
+    consumer = kafka_consumer(bootstrap, extra, isolation)
     try:
         consumer.assign([TopicPartition(p["topic"], p["partition"], p["low"]) for p in parts if (p["topic"], p["partition"]) in todo])
         last_progress = time.monotonic()

@@ -20,7 +20,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from cdc.outbox import OutboxTable, text_of
-from spark_jobs.binlog_source import _connect, _payload, tables_from_json
+from spark_jobs.binlog_source import connect_mysql, payload_bytes, tables_from_json
 from spark_jobs.common import (
     DataSource,
     DataSourceReader,
@@ -42,7 +42,7 @@ def _q(name: str) -> str:
 
 
 def plan_ranges(settings: Mapping[str, Any], table: OutboxTable, chunk: int) -> list[dict[str, Any]]:
-    conn = _connect(settings)
+    conn = connect_mysql(settings)
     qualified = f"{_q(table.schema)}.{_q(table.table)}"
     key = _q(table.id_column)
     try:
@@ -83,12 +83,12 @@ def read_range(settings: Mapping[str, Any], table: OutboxTable, rng: Mapping[str
         sql, args = f"SELECT {select} FROM {qualified} WHERE {key} >= %s AND {key} < %s", (rng["lo"], rng["hi"])
     import pymysql.cursors
 
-    conn = _connect({**settings, "cursorclass": pymysql.cursors.SSCursor})
+    conn = connect_mysql({**settings, "cursorclass": pymysql.cursors.SSCursor})
     try:
         with conn.cursor() as cur:
             cur.execute(sql, args)
             for ident, atype, aid, etype, payload in cur:
-                data, is_text = _payload(payload)
+                data, is_text = payload_bytes(payload)
                 yield (
                     table.qualified_name,
                     None if ident is None else text_of(ident),
