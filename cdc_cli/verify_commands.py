@@ -23,7 +23,14 @@ def verify_config(cfg: Config, output_dir: str, master: str | None = None, end_p
     )
 
 
+def _require_spark() -> None:
+    """Before any work: without the `verify` extra, cdc_cli.main says so in one line."""
+    import pyarrow  # noqa: F401  # imported for the check only
+    import pyspark  # noqa: F401  # imported for the check only
+
+
 def _cmd_verify(args: argparse.Namespace) -> int:
+    _require_spark()
     from cdc_cli.config_file import read_config
     from cdc_cli.logs import configure
     from spark_jobs.verify import run_verify
