@@ -392,11 +392,12 @@ class Relay:
 
     def _publish(self, tx: CommittedTransaction) -> None:
         metrics, window = self.metrics, self._window
-        assert window is not None
         metrics.transactions += 1
         metrics.last_commit_ts = tx.identity.commit_ts_ms / 1000.0
         xa = tx.xa
         entry = window.begin(tx.end, tx.identity.gtid, self._server_id, xa, self._clock())
+        entry.commit_ts = metrics.last_commit_ts
+        handed = False  # a message of it went to Kafka (recovery may skip them all)
         if xa is not None:
             entry.prepared_ts = tx.identity.commit_ts_ms // 1000
         if tx.size:
@@ -430,11 +431,18 @@ class Relay:
                     self._publish_event(entry, item, tx_headers)
                 else:
                     self._publish_dead_letter(entry, item)
+                handed = True
                 crashpoints.hit("after_produce")
             if xa is not None:
                 crashpoints.hit("xa_outcome")
             tx.release()
         entry.sealed = True
+        if tx.size and handed and not entry.remaining:  # acknowledged while it was being handed over
+            self._acknowledged_whole(entry)
+
+    def _acknowledged_whole(self, entry: PendingTx) -> None:
+        """Every message of `entry` is acknowledged: its commit -> acknowledgement latency."""
+        self.metrics.commit_to_ack.observe(max(0.0, self._clock() - entry.commit_ts))
 
     def _publish_event(self, entry: PendingTx, event: OutboxEvent, tx_headers: list[tuple[str, bytes]]) -> None:
         value = event.encoded
@@ -462,6 +470,8 @@ class Relay:
                 window.acknowledged(entry, delivery.topic, delivery.partition, delivery.offset)
                 metrics.events_published += 1
                 metrics.bytes_published += size
+                if not entry.remaining and entry.sealed:
+                    self._acknowledged_whole(entry)
             elif delivery.failure.too_large:
                 # Still in flight: the dead-letter copy's acknowledgement completes it.
                 self._redirects.append((entry, as_dead_letter(
@@ -511,6 +521,8 @@ class Relay:
                 else:
                     window.acknowledged(entry, delivery.topic, delivery.partition, delivery.offset)
                 metrics.dead_lettered[dead.cause] += 1
+                if not entry.remaining and entry.sealed:
+                    self._acknowledged_whole(entry)
                 self._log_dead_letter(dead, event_id)
             else:
                 self._delivery_failed(delivery)

@@ -345,7 +345,7 @@ class FollowJob:
             m("cdc_verify_binlog_head_file_seq", "binlog file number of the server's end", "gauge", [("", file_sequence(head["file"])[1])])
             m("cdc_verify_binlog_head_pos", "binlog position of the server's end", "gauge", [("", head["pos"])])
             if vt and vt["file"] == head["file"]:
-                m("cdc_verify_binlog_bytes_unverified", "bytes between verified-through and the head (same file)", "gauge",
+                m("cdc_verify_binlog_unverified_bytes", "bytes between verified-through and the head (same file)", "gauge",
                   [("", max(0, head["pos"] - vt["pos"]))])  # fmt: skip
         m("cdc_verify_pending_events", "events read, no delivery yet, within grace", "gauge", [("", s["pending_events"])])
         m("cdc_verify_waiting_records", "records read whose binlog position is not read yet", "gauge", [("", s["waiting_records"])])
@@ -354,8 +354,9 @@ class FollowJob:
         m("cdc_verify_order_violations_total", "records whose header position goes back in their partition", "counter",
           [("", s["order_violations"])])  # fmt: skip
         m("cdc_verify_batches_total", "micro-batches reconciled", "counter", [("", s["batches"])])
-        age = time.time() - s["last_batch_at"] if s["last_batch_at"] else -1
-        m("cdc_verify_last_batch_age_seconds", "since the last micro-batch (-1: none yet in this process)", "gauge", [("", round(age, 3))])
+        if s["last_batch_at"]:  # absent until this process's first micro-batch
+            age = time.time() - s["last_batch_at"]
+            m("cdc_verify_last_batch_age_seconds", "since the last micro-batch", "gauge", [("", round(age, 3))])
         return "\n".join(lines) + "\n"
 
     def _start_http(self) -> None:

@@ -304,6 +304,11 @@ def test_metrics_healthz_readyz_served_while_the_relay_runs(
         assert _metric(text, "cdc_lag_seconds") >= 0
         assert _metric(text, "cdc_ready") == 1
         assert _metric(text, "cdc_transactions") >= 1
+        assert _metric(text, "cdc_outbox_changes_ignored") == 0 and _metric(text, "cdc_rows_discarded") == 0
+        assert re.search(rf'^cdc_commit_to_acknowledgement_seconds_count\{{source="src-{topic_prefix}"\}} [1-9]', text,
+                         re.M), text  # at least one transaction of the 25 events, acknowledged
+        assert re.search(r"^process_resident_memory_bytes \S+$", text, re.M), text
+        assert not re.search(r"\} -1(\.0)?$", text, re.M), text  # no sentinel values
         assert valid_raw["source"]["user"] and mariadb.password not in text
     finally:
         code = relay.terminate()

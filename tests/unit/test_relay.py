@@ -682,3 +682,13 @@ def test_a_prepare_the_server_still_lists_or_that_came_after_its_start_stays_hel
     h.run(stop=lambda h: h.iterations > 3000)
     assert ids_in(h.kafka) == ["e1", "e2"]
     assert h.store.current.position <= prepared_at and [x for x, _at, _ts in h.store.current.xa_held] == [LOST]
+
+
+def test_commit_to_acknowledgement_latency_once_per_transaction_with_messages():
+    b = workload()
+    h = RelayHarness(b)
+    h.run()
+    hist = h.relay.metrics.commit_to_ack
+    # each committed transaction with outbox rows, once (not the rolled-back one, not one without rows)
+    with_messages = sum(1 for tx in b.txs if tx.outcome == "commit" and tx.outbox_rows)
+    assert hist.count == with_messages > 0, (hist.count, with_messages)
