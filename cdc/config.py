@@ -11,15 +11,29 @@ Example `relay.toml`::
     password_env = "CDC_MYSQL_PASSWORD" # or password_file = "/run/secrets/mysql"
     replica_server_id = 4242            # unique among the server's replicas
     start = "latest"                    # without a checkpoint: latest | earliest | file:pos | GTID set
+    heartbeat_s = 1.0                   # the server sends a heartbeat after this many idle seconds
+    decoder = "fast"                    # fast: the relay's own binlog decoder | library: python-mysql-replication
+    reader = "process"                  # process: read, decode, map, encode in a second process | thread
 
-    [[outbox.tables]]
+    [outbox]
+    on_change = "ignore"                # UPDATE/DELETE on an outbox table: ignore | warn | stop (below)
+    on_statement = "stop"               # an outbox INSERT logged as a statement: stop | dead_letter (below)
+
+    [[outbox.tables]]                   # one per outbox table
     schema = "shop"
     table = "outbox"
-    topic = "outbox.event.{aggregate_type}"
+    topic = "outbox.event.{aggregate_type}"  # {aggregate_type} is the row's aggregate type
+    id_column = "id"                    # the event id (header `id`)
+    aggregate_type_column = "aggregatetype"  # routes: the topic template's {aggregate_type}
+    aggregate_id_column = "aggregateid" # the message key
+    type_column = "type"                # the event type
+    payload_column = "payload"          # the event body
+    timestamp_column = "created_at"     # optional: the envelope's `timestamp` (unset by default: null)
 
     [kafka]
     bootstrap = "127.0.0.1:9092"
     dead_letter_topic = "outbox.dlq"
+    topic_allowlist = []                # fnmatch patterns a topic must match (empty: any legal topic)
     delivery = "idempotent"             # idempotent | transactional (see below)
     transaction_max_ms = 100            # transactional: commit a Kafka transaction this old ...
     transaction_max_messages = 20000    # ... or this large (whole database transactions only)
@@ -28,15 +42,37 @@ Example `relay.toml`::
 
     [schema_registry]
     url = "http://127.0.0.1:8081"
+    basic_auth_env = "CDC_REGISTRY_AUTH" # "user:password" (or basic_auth_file)
 
     [checkpoint]
     store = "kafka"                     # kafka | file
-    topic = "cdc.checkpoints"
+    topic = "cdc.checkpoints"           # with store = "kafka"
+    path = "var/checkpoint.json"        # with store = "file"
+    interval_s = 1.0                    # how often a moved checkpoint is written
+
+    [http]                              # /metrics, /healthz, /readyz (README "Operations")
+    host = "127.0.0.1"
+    port = 0                            # 0: no HTTP endpoint
+
+    [log]
+    format = "text"                     # text | json
+    level = "INFO"
+    kafka_level = "WARNING"             # librdkafka's own lines (each at most once per 30 s)
+
+    [relay]
+    spill_rows = 10000                  # rows of one transaction held in memory before spilling to disk
+    spill_dir = "/var/tmp"              # where (default: the system's temporary directory)
+    max_message_bytes = 1000000         # an encoded event larger than this is dead-lettered (too_large)
+    max_in_flight = 5000                # messages handed to Kafka and not acknowledged: publishing waits above
+    reconnect_timeout_s = 300           # exit 1 after this long without a binlog connection
+    drain_timeout_s = 30                # on stop: how long to wait for outstanding acknowledgements
+    max_unacknowledged_age_s = 30       # /readyz says not ready while a message waited longer for Kafka
 
     [lease]                             # one active relay per source (cdc/lease.py)
     enabled = true                      # others with this source.name wait as standbys
     ttl_s = 10                          # a holder silent this long loses the lease
     renew_s = 1                         # the holder confirms, a standby polls, this often
+    margin_s = 0.5                      # the holder stops this long before the server could release it
 
     [xa]                                # check-back of prepared, undecided XA transactions
     check_after_s = 60                  # immunity: not checked while younger than this
@@ -49,7 +85,7 @@ which has no row image: "stop" (default: exit 2 naming the position and the fix)
 "dead_letter" (cause `statement_format`, the SQL text in the dead letter; the relay goes
 on)). An XA transaction prepared and undecided is never published while undecided: the
 checkpoint holds at its prepare, and past `max_checks` the relay reports it (log line,
-`cdc_xa_undecided_problem`, `/readyz`) until someone runs XA COMMIT or XA ROLLBACK.
+`cdc_xa_undecided_problems`, `/readyz`) until someone runs XA COMMIT or XA ROLLBACK.
 
 `kafka.delivery`: "idempotent" (the default: an idempotent producer, acks=all; a restart
 scans the topics' tails after the checkpoint; consumers may see a database transaction's
