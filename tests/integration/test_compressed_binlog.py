@@ -198,15 +198,6 @@ def test_compressed_binlog_without_checksums():
 AGGREGATES = ("order", "payment")
 
 
-@pytest.fixture(scope="module")
-def spark():
-    """A session of this module's own (see test_verify_transaction_shapes.py)."""
-    from spark_jobs.session import build_spark
-
-    s = build_spark("local[2]", "test-compressed", {"spark.sql.shuffle.partitions": "4", "spark.driver.memory": "1g"})
-    yield s
-    s.stop()
-
 
 def _payload(rng: random.Random, n: int) -> str | None:
     kind = rng.randrange(6)

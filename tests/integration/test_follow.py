@@ -40,14 +40,6 @@ from tests.integration.harness import (
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
 
-@pytest.fixture(scope="module")
-def spark():
-    from spark_jobs.session import build_spark
-
-    s = build_spark("local[2]", "test-follow", {"spark.sql.shuffle.partitions": "2", "spark.driver.memory": "1g"})
-    yield s
-    s.stop()
-
 
 class _DroppingPublisher:
     """Acknowledges the events it is told to drop without sending them (a broker that

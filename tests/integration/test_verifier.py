@@ -33,6 +33,7 @@ import pytest
 
 from cdc import identity as hdr
 from cdc.outbox import OutboxTable
+from tests.integration.harness import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
@@ -82,14 +83,6 @@ def servers():
         kafka.stop()
         db.cleanup()
 
-
-@pytest.fixture(scope="module")
-def spark():
-    from spark_jobs.session import build_spark
-
-    s = build_spark("local[2]", "test-verifier", {"spark.sql.shuffle.partitions": "4", "spark.driver.memory": "1g"})
-    yield s
-    s.stop()
 
 
 def _master(cur: Any) -> tuple[str, int]:
@@ -173,13 +166,12 @@ def world(servers):
     # durable, asynchronously: wait for it so that it cannot land inside a transaction's
     # SHOW MASTER STATUS bracket below.
     new_file = _master(c)[0]
-    deadline = time.monotonic() + 20
-    while True:
+
+    def checkpointed() -> bool:
         c.execute("SHOW BINLOG EVENTS IN %s", (new_file,))
-        if any(r[2] == "Binlog_checkpoint" and r[5] == new_file for r in c.fetchall()):
-            break
-        assert time.monotonic() < deadline, "no Binlog_checkpoint in the new binlog file"
-        time.sleep(0.05)
+        return any(r[2] == "Binlog_checkpoint" and r[5] == new_file for r in c.fetchall())
+
+    wait_until(checkpointed, 20, "a Binlog_checkpoint in the new binlog file")
     w.tx([("bad topic", "b1", "created", "illegal")])  # dead-lettered: illegal topic
     for n in range(5):
         w.tx([("order", "o1", "shipped", f"p{n}"), ("order", "o4", "shipped", None), ("invoice", "i3", "sent", "x" * 50)])
@@ -487,10 +479,8 @@ def test_a_failed_read_stops_the_other_and_says_why(servers, world, spark, tmp_p
     message = str(failure.value)
     assert message.startswith("cdc_binlog: reading") and "REPLICATION SLAVE" in message, message
     assert "\n" not in message and password not in message
-    deadline = time.monotonic() + 30
-    while spark.sparkContext.statusTracker().getActiveJobsIds() and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert spark.sparkContext.statusTracker().getActiveJobsIds() == []
+    wait_until(lambda: not spark.sparkContext.statusTracker().getActiveJobsIds(), 30, "the other read's job to end",
+               interval=0.2)
     assert time.monotonic() - started < 120
 
 
