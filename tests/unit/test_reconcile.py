@@ -646,6 +646,7 @@ def _sample_messages() -> list[_Msg]:
     return msgs
 
 
+@pytest.mark.verifier_deps
 @pytest.mark.parametrize("include_raw,decode", [(False, True), (True, True), (True, False), (False, False)])
 def test_record_columns_equal_message_row(include_raw: bool, decode: bool) -> None:
     from spark_jobs.kafka_source import RecordColumns, message_row
@@ -664,6 +665,7 @@ def test_record_columns_equal_message_row(include_raw: bool, decode: bool) -> No
     assert cols.n == 0 and cols.take().num_rows == 0
 
 
+@pytest.mark.verifier_deps
 def test_record_columns_without_the_fast_avro_path_agree(monkeypatch: Any) -> None:
     import spark_jobs.kafka_source as ks
 
@@ -677,6 +679,7 @@ def test_record_columns_without_the_fast_avro_path_agree(monkeypatch: Any) -> No
     assert fast.take().to_pylist() == slow.take().to_pylist()
 
 
+@pytest.mark.verifier_deps
 def test_event_columns_equal_events_of_tx() -> None:
     from spark_jobs.binlog_source import CommittedTx, EventColumns, anomaly_row
 
