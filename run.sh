@@ -41,7 +41,7 @@ setup() {
     echo "run.sh: creating .venv and installing dependencies ..." >&2
     [ -x .venv/bin/python ] || "$PY" -m venv .venv
     .venv/bin/python -m pip install -q --upgrade pip >/dev/null
-    .venv/bin/python -m pip install -q -e '.[test,debezium]'
+    .venv/bin/python -m pip install -q -e '.[verify,test,debezium]'
     rm -f .venv/.installed-*
     touch "$stamp"
   fi

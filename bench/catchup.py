@@ -39,7 +39,7 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.workloads import bench_server, create_schema, write
+from bench.workloads import bench_server, create_schema, write  # noqa: E402  # after the sys.path entry above
 
 
 def naive_parse_rate(db, start_file: str, start_pos: int, database: str) -> tuple[float, int]:
@@ -228,7 +228,7 @@ level = "{'INFO' if kill_at else 'WARNING'}"
         except (FileNotFoundError, ValueError, KeyError):
             pass
         if proc.poll() is not None:
-            raise SystemExit(f"relay exited early: {proc.stderr.read().decode()[-2000:]}")
+            raise SystemExit(f"relay exited early: {proc.stderr.read().decode()[-2000:] if proc.stderr else ''}")
         time.sleep(0.05 if delivery == "idempotent" else 0.2)
     elapsed = time.perf_counter() - t0
     procs = [p for p in [ps] + ps.children(recursive=True) if "python" in p.name()]

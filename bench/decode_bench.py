@@ -27,7 +27,13 @@ from bench.workloads import bench_server, create_schema, write
 def _library(db, watched, file, pos):
     from pymysqlreplication import BinLogStreamReader
     from pymysqlreplication.event import (
-        FormatDescriptionEvent, GtidEvent, HeartbeatLogEvent, MariadbGtidEvent, QueryEvent, RotateEvent, XidEvent,
+        FormatDescriptionEvent,
+        GtidEvent,
+        HeartbeatLogEvent,
+        MariadbGtidEvent,
+        QueryEvent,
+        RotateEvent,
+        XidEvent,
     )
     from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
@@ -128,7 +134,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"wrote {args.events} outbox events{' (+10x other rows)' if args.mixed else ''} "
               f"in {time.perf_counter() - t0:.1f} s; reading from {file}:{pos}")
 
-        best = {}
+        best: dict[str, float] = {}
         raw: list[bytes] = []
         for _ in range(args.repeat):
             n_ev, el = _read_only(db, file, pos)

@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 PER_TX = 10
 
 
-def _writer(settings: dict, database: str, rate: int, seconds: float, seed: int, out: "mp.Queue") -> None:
+def _writer(settings: dict, database: str, rate: int, seconds: float, seed: int, out: mp.Queue) -> None:
     import pymysql
 
     conn = pymysql.connect(host=settings["host"], port=settings["port"], user=settings["user"],

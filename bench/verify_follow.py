@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 PER_TX = 10
 
 
-def _writer(settings: dict, database: str, rate: int, seconds: float, out: "mp.Queue") -> None:
+def _writer(settings: dict, database: str, rate: int, seconds: float, out: mp.Queue) -> None:
     import pymysql
 
     conn = pymysql.connect(host=settings["host"], port=settings["port"], user=settings["user"],
@@ -150,7 +150,7 @@ def main() -> None:
         relay = threading.Thread(target=lambda: handle.relay.run(stop.is_set), daemon=True)
         relay.start()
         port = _free_port()
-        flog = open(work / "follow.log", "wb")
+        flog = open(work / "follow.log", "wb")  # noqa: SIM115  # the child writes it until it is stopped
         follow = subprocess.Popen(
             [sys.executable, "-m", "cdc_cli.main", "verify", "--config", str(work / "relay.toml"), "--follow", "--master",
              args.master, "--output-dir", str(work / "follow-out"), "--metrics-port", str(port), "--trigger", "2",
@@ -200,7 +200,7 @@ def main() -> None:
 
         # the batch verifier over the same range, same machine, same run
         out = work / "batch-out"
-        blog = open(work / "batch.log", "wb")
+        blog = open(work / "batch.log", "wb")  # noqa: SIM115  # the child writes it until it is stopped
         t1 = time.monotonic()
         batch = subprocess.Popen(
             [sys.executable, "-m", "cdc_cli.main", "verify", "--config", str(work / "relay.toml"), "--master", args.master,

@@ -75,7 +75,7 @@ class Checkpoint:
         }
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "Checkpoint":
+    def from_dict(cls, data: dict[str, Any]) -> Checkpoint:
         version = data.get("v")
         if version != FORMAT_VERSION:
             raise ConfigError(

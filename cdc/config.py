@@ -11,6 +11,9 @@ Example `relay.toml`::
     password_env = "CDC_MYSQL_PASSWORD" # or password_file = "/run/secrets/mysql"
     replica_server_id = 4242            # unique among the server's replicas
     start = "latest"                    # without a checkpoint: latest | earliest | file:pos | GTID set
+    heartbeat_s = 1.0                   # the server sends a heartbeat after this many idle seconds
+    decoder = "fast"                    # fast: the relay's own binlog decoder | library: python-mysql-replication
+    reader = "process"                  # process: read, decode, map, encode in a second process | thread
 
     [source.tls]                        # TLS to MySQL, for every connection the project makes
     mode = "verify-identity"            # disabled | preferred (default) | required | verify-ca | verify-identity
@@ -18,16 +21,27 @@ Example `relay.toml`::
     cert_file = "/etc/cdc/client.pem"   # a client certificate, when the server asks for one (REQUIRE X509)
     key_file = "/etc/cdc/client.key"    # its key; key_password_env / key_password_file if it is encrypted
 
-    [[outbox.tables]]
+    [outbox]
+    on_change = "ignore"                # UPDATE/DELETE on an outbox table: ignore | warn | stop (below)
+    on_statement = "stop"               # an outbox INSERT logged as a statement: stop | dead_letter (below)
+
+    [[outbox.tables]]                   # one per outbox table
     schema = "shop"
     table = "outbox"
-    topic = "outbox.event.{aggregate_type}"
+    topic = "outbox.event.{aggregate_type}"  # {aggregate_type} is the row's aggregate type
+    id_column = "id"                    # the event id (header `id`)
+    aggregate_type_column = "aggregatetype"  # routes: the topic template's {aggregate_type}
+    aggregate_id_column = "aggregateid" # the message key
+    type_column = "type"                # the event type
+    payload_column = "payload"          # the event body
+    timestamp_column = "created_at"     # optional: the envelope's `timestamp` (unset by default: null)
     format = "envelope"                 # or string | json | bytes | avro: the payload as the value,
                                         # as Debezium's EventRouter writes it (cdc/formats.py)
 
     [kafka]
     bootstrap = "127.0.0.1:9092"
     dead_letter_topic = "outbox.dlq"
+    topic_allowlist = []                # fnmatch patterns a topic must match (empty: any legal topic)
     delivery = "idempotent"             # idempotent | transactional (see below)
     transaction_max_ms = 100            # transactional: commit a Kafka transaction this old ...
     transaction_max_messages = 20000    # ... or this large (whole database transactions only)
@@ -54,12 +68,33 @@ Example `relay.toml`::
 
     [checkpoint]
     store = "kafka"                     # kafka | file
-    topic = "cdc.checkpoints"
+    topic = "cdc.checkpoints"           # with store = "kafka"
+    path = "var/checkpoint.json"        # with store = "file"
+    interval_s = 1.0                    # how often a moved checkpoint is written
+
+    [http]                              # /metrics, /healthz, /readyz (README "Operations")
+    host = "127.0.0.1"
+    port = 0                            # 0: no HTTP endpoint
+
+    [log]
+    format = "text"                     # text | json
+    level = "INFO"
+    kafka_level = "WARNING"             # librdkafka's own lines (each at most once per 30 s)
+
+    [relay]
+    spill_rows = 10000                  # rows of one transaction held in memory before spilling to disk
+    spill_dir = "/var/tmp"              # where (default: the system's temporary directory)
+    max_message_bytes = 1000000         # an encoded event larger than this is dead-lettered (too_large)
+    max_in_flight = 5000                # messages handed to Kafka and not acknowledged: publishing waits above
+    reconnect_timeout_s = 300           # exit 1 after this long without a binlog connection
+    drain_timeout_s = 30                # on stop: how long to wait for outstanding acknowledgements
+    max_unacknowledged_age_s = 30       # /readyz says not ready while a message waited longer for Kafka
 
     [lease]                             # one active relay per source (cdc/lease.py)
     enabled = true                      # others with this source.name wait as standbys
     ttl_s = 10                          # a holder silent this long loses the lease
     renew_s = 1                         # the holder confirms, a standby polls, this often
+    margin_s = 0.5                      # the holder stops this long before the server could release it
 
     [xa]                                # check-back of prepared, undecided XA transactions
     check_after_s = 60                  # immunity: not checked while younger than this
@@ -72,7 +107,7 @@ which has no row image: "stop" (default: exit 2 naming the position and the fix)
 "dead_letter" (cause `statement_format`, the SQL text in the dead letter; the relay goes
 on)). An XA transaction prepared and undecided is never published while undecided: the
 checkpoint holds at its prepare, and past `max_checks` the relay reports it (log line,
-`cdc_xa_undecided_problem`, `/readyz`) until someone runs XA COMMIT or XA ROLLBACK.
+`cdc_xa_undecided_problems`, `/readyz`) until someone runs XA COMMIT or XA ROLLBACK.
 
 `kafka.delivery`: "idempotent" (the default: an idempotent producer, acks=all; a restart
 scans the topics' tails after the checkpoint; consumers may see a database transaction's
@@ -113,14 +148,16 @@ holds inside `[kafka.client]` (`"sasl.password_env" = ...`); `schema_registry` t
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from pathlib import Path
+from typing import Any
 
 from cdc.errors import ConfigError
 from cdc.kafka_client import KafkaClientConfig, is_secret_key, role_block_problem
 from cdc.lease import LeaseSettings
 from cdc.outbox import OutboxTable
-from cdc.relay_settings import RelaySettings
+from cdc.relay_settings import RelaySettings, RelayTuning, tuning_of
 from cdc.secret import Secret
 from cdc.tls import TlsConfig
 from cdc.topics import topic_problem
@@ -221,21 +258,6 @@ class XaConfig:
 
 
 @dataclass(frozen=True)
-class RelayTuning:
-    on_change: str = "ignore"  # UPDATE/DELETE on an outbox table: ignore | warn | stop
-    on_statement: str = "stop"  # an outbox INSERT logged as a statement: stop | dead_letter
-    spill_rows: int = 10_000
-    spill_dir: str | None = None
-    max_message_bytes: int = 1_000_000
-    max_in_flight: int = 5_000
-    reconnect_timeout_s: float = 300.0
-    drain_timeout_s: float = 30.0
-    # /readyz says not ready (with the reason) while a message has waited this long for
-    # Kafka's acknowledgement: Kafka unreachable, or too slow for the load
-    max_unacknowledged_age_s: float = 30.0
-
-
-@dataclass(frozen=True)
 class Config:
     source: SourceConfig
     tables: tuple[OutboxTable, ...]
@@ -250,16 +272,13 @@ class Config:
     topics: TopicsConfig = TopicsConfig()
 
     def relay_settings(self) -> RelaySettings:
-        r = self.relay
         return RelaySettings(
             source_name=self.source.name, tables=self.tables, dead_letter_topic=self.kafka.dead_letter_topic,
-            topic_allowlist=self.kafka.topic_allowlist, on_change=r.on_change, on_statement=r.on_statement,
+            topic_allowlist=self.kafka.topic_allowlist,
             xa_check_after_s=self.xa.check_after_s, xa_check_interval_s=self.xa.check_interval_s,
             xa_max_checks=self.xa.max_checks, start=self.source.start,
-            checkpoint_interval_s=self.checkpoint.interval_s, spill_rows=r.spill_rows, spill_dir=r.spill_dir,
-            max_message_bytes=r.max_message_bytes, max_in_flight=r.max_in_flight,
-            reconnect_timeout_s=r.reconnect_timeout_s,
-            drain_timeout_s=r.drain_timeout_s,
+            checkpoint_interval_s=self.checkpoint.interval_s,
+            **tuning_of(self.relay),
             delivery=self.kafka.delivery, transaction_max_s=self.kafka.transaction_max_ms / 1000.0,
             transaction_max_messages=self.kafka.transaction_max_messages,
             topic_missing=self.topics.missing,
@@ -407,7 +426,7 @@ def load_config(
     raw: Mapping[str, Any], env: Mapping[str, str] | None = None, read_file: Callable[[str], str] | None = None,
 ) -> Config:
     env = env or {}
-    read_file = read_file or (lambda p: open(p).read())
+    read_file = read_file or (lambda p: Path(p).read_text())
     tops = {name for name in _SECTIONS if "." not in name}
     unknown = set(raw) - tops - {"outbox"}
     if unknown:

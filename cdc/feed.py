@@ -25,9 +25,9 @@ from cdc.errors import SourceError
 from cdc.outbox import DeadLetter, OutboxEvent, OutboxMapper
 from cdc.ports import BinlogSource, BinlogSourceFactory, Serializer, StartAt
 from cdc.position import BinlogPosition
+from cdc.relay_settings import RelaySettings
 from cdc.source_events import Heartbeat, RowInsert, ServerInfo
 from cdc.topics import TopicRouter
-from cdc.relay_settings import RelaySettings
 from cdc.transaction import CommittedTransaction, TransactionAssembler
 
 log = logging.getLogger(__name__)
@@ -72,7 +72,8 @@ def prepare(event: OutboxEvent, serializer: Serializer, max_message_bytes: int) 
     return event
 
 
-def assembler_for(settings: RelaySettings, server_id: int, on_ignored_change: Callable[[Any], None]) -> TransactionAssembler:
+def assembler_for(settings: RelaySettings, server_id: int,
+                  on_ignored_change: Callable[[Any], None] | None = None) -> TransactionAssembler:
     """The transaction assembly the relay's settings describe (in either process)."""
     return TransactionAssembler(
         list(settings.tables), OutboxMapper(TopicRouter(settings.topic_allowlist)), settings.source_name,
@@ -111,6 +112,10 @@ class LocalFeed:
     def discarded_rows(self) -> int:
         return self._assembler.discarded_rows
 
+    @property
+    def outbox_changes_ignored(self) -> int:
+        return self._assembler.changes_ignored
+
     def read(self, timeout: float) -> FeedItem:
         """The next thing the relay must act on: a committed transaction, a heartbeat, the
         server's identity; MORE when an event was consumed without completing a
@@ -127,11 +132,10 @@ class LocalFeed:
             return MORE
         if event is None:
             return None
-        kind = type(event)
-        if kind is Heartbeat:
+        if isinstance(event, Heartbeat):
             return event
         assembler = self._assembler
-        if kind is ServerInfo:
+        if isinstance(event, ServerInfo):
             assembler.server_id = event.server_id
             return event
         tx = assembler.feed(event)
@@ -139,7 +143,7 @@ class LocalFeed:
             if tx.xa is not None and tx.xa.kind == "prepare":
                 crashpoints.hit("xa_prepared")
             return tx
-        if kind is RowInsert and assembler.in_transaction:
+        if type(event) is RowInsert and assembler.in_transaction:
             crashpoints.hit("mid_transaction")
         return MORE
 

@@ -14,8 +14,8 @@ Two flavours, both immutable, with set semantics and a canonical string form:
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 from cdc.errors import PositionError
 
@@ -43,7 +43,7 @@ class MysqlGtidSet:
     intervals: tuple[tuple[str, tuple[Interval, ...]], ...] = ()
 
     @classmethod
-    def parse(cls, text: str) -> "MysqlGtidSet":
+    def parse(cls, text: str) -> MysqlGtidSet:
         by_uuid: dict[str, list[Interval]] = {}
         for part in text.replace("\n", "").split(","):
             part = part.strip()
@@ -66,7 +66,7 @@ class MysqlGtidSet:
         return cls._build(by_uuid)
 
     @classmethod
-    def _build(cls, by_uuid: dict[str, list[Interval]]) -> "MysqlGtidSet":
+    def _build(cls, by_uuid: dict[str, list[Interval]]) -> MysqlGtidSet:
         return cls(tuple(sorted((u, _merge(iv)) for u, iv in by_uuid.items() if iv)))
 
     def _as_dict(self) -> dict[str, list[Interval]]:
@@ -79,19 +79,19 @@ class MysqlGtidSet:
                 return any(a <= seq <= b for a, b in ivs)
         return False
 
-    def add(self, gtid: str) -> "MysqlGtidSet":
+    def add(self, gtid: str) -> MysqlGtidSet:
         uuid, seq = _split_mysql_gtid(gtid)
         d = self._as_dict()
         d.setdefault(uuid, []).append((seq, seq))
         return self._build(d)
 
-    def union(self, other: "MysqlGtidSet") -> "MysqlGtidSet":
+    def union(self, other: MysqlGtidSet) -> MysqlGtidSet:
         d = self._as_dict()
         for u, ivs in other.intervals:
             d.setdefault(u, []).extend(ivs)
         return self._build(d)
 
-    def issuperset(self, other: "MysqlGtidSet") -> bool:
+    def issuperset(self, other: MysqlGtidSet) -> bool:
         return self.union(other) == self
 
     def __bool__(self) -> bool:
@@ -118,7 +118,7 @@ class MariadbGtidPosition:
     domains: tuple[tuple[int, int, int], ...] = ()  # (domain, server, seq), sorted by domain
 
     @classmethod
-    def parse(cls, text: str) -> "MariadbGtidPosition":
+    def parse(cls, text: str) -> MariadbGtidPosition:
         found: dict[int, tuple[int, int]] = {}
         for part in text.split(","):
             part = part.strip()
@@ -137,7 +137,7 @@ class MariadbGtidPosition:
         domain, _server, seq = _split_mariadb_gtid(gtid)
         return any(d == domain and seq <= q for d, _s, q in self.domains)
 
-    def add(self, gtid: str) -> "MariadbGtidPosition":
+    def add(self, gtid: str) -> MariadbGtidPosition:
         domain, server, seq = _split_mariadb_gtid(gtid)
         kept = [(d, s, q) for d, s, q in self.domains if d != domain]
         current = [(d, s, q) for d, s, q in self.domains if d == domain]
@@ -145,13 +145,13 @@ class MariadbGtidPosition:
             return self
         return MariadbGtidPosition(tuple(sorted(kept + [(domain, server, seq)])))
 
-    def union(self, other: "MariadbGtidPosition") -> "MariadbGtidPosition":
+    def union(self, other: MariadbGtidPosition) -> MariadbGtidPosition:
         result = self
         for d, s, q in other.domains:
             result = result.add(f"{d}-{s}-{q}")
         return result
 
-    def issuperset(self, other: "MariadbGtidPosition") -> bool:
+    def issuperset(self, other: MariadbGtidPosition) -> bool:
         return all(self.contains(f"{d}-{s}-{q}") for d, s, q in other.domains)
 
     def __bool__(self) -> bool:

@@ -9,8 +9,8 @@ product's contract and never change.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 from cdc.position import BinlogPosition
 

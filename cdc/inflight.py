@@ -39,6 +39,7 @@ class PendingTx:
     xa: Any = None  # the transaction's XaMark (cdc.transaction), for the XA groups
     prepared_ts: int = 0  # an XA prepare: its event's time (seconds since the epoch)
     handed_at: float = 0.0  # when its messages were handed to the producer (wall clock)
+    commit_ts: float = 0.0  # its commit's time in the binlog (whole seconds)
 
 
 @dataclass(slots=True)

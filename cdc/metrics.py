@@ -6,11 +6,42 @@ read them directly. Only the relay thread writes; readers see plain ints and flo
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from cdc.outbox import DEAD_LETTER_CAUSES
+
+# Commit -> acknowledgement, in seconds. The commit time is the binlog event's, which
+# has whole seconds: a latency is up to 1 s longer than the true one, hence no finer buckets.
+COMMIT_TO_ACK_BUCKETS_S = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
+
+
+@dataclass
+class Histogram:
+    """Observations counted per bucket (Prometheus semantics: `le` upper bounds)."""
+
+    bounds: tuple[float, ...]
+    counts: list[int] = field(default_factory=list)  # one per bound, then one for +Inf
+    total: float = 0.0
+    count: int = 0
+
+    def __post_init__(self) -> None:
+        self.counts = [0] * (len(self.bounds) + 1)
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect_left(self.bounds, value)] += 1
+        self.total += value
+        self.count += 1
+
+    def cumulative(self) -> list[tuple[str, int]]:
+        """(le, observations at or below it), +Inf last."""
+        out, running = [], 0
+        for bound, n in zip((*map(str, self.bounds), "+Inf"), self.counts, strict=True):
+            running += n
+            out.append((bound, running))
+        return out
 
 
 @dataclass
@@ -26,6 +57,8 @@ class RelayMetrics:
     outbox_changes_ignored: int = 0  # UPDATE/DELETE on outbox tables
     rows_discarded: int = 0  # rolled back, or cut by a stream that ended mid-transaction
     reconnects: int = 0
+    # per transaction with messages: its commit -> its last message acknowledged by Kafka
+    commit_to_ack: Histogram = field(default_factory=lambda: Histogram(COMMIT_TO_ACK_BUCKETS_S))
     last_commit_ts: float = 0.0  # commit time of the newest transaction read
     caught_up: bool = False  # the last read returned nothing new
     read_file: str = ""
@@ -38,7 +71,7 @@ class RelayMetrics:
     unacknowledged_since: Callable[[], float | None] = lambda: None
     max_unacknowledged_age_s: float = 30.0  # older than this: /readyz says not ready, with the reason
     kafka_reachable: bool = True
-    kafka_brokers_up: int = -1  # -1: not known yet
+    kafka_brokers_up: int | None = None  # None: not known yet
     kafka_unreachable_since: float = 0.0
     kafka_outages: int = 0
     kafka_waiting_since: float = 0.0  # the relay waits for a metadata answer it cannot go on without

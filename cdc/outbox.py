@@ -20,7 +20,6 @@ from cdc.formats import FORMATS, MessageExtras, epoch_ms, header_value, parse_pl
 from cdc.identity import EventIdentity
 from cdc.topics import TopicRouter, check_template
 
-
 # Why a row became a dead letter instead of a message (header cdc.dlq.cause, metric label).
 DEAD_LETTER_CAUSES = ("missing_column", "null_column", "illegal_topic", "topic_not_allowed", "encoding_failed",
                       "too_large", "statement_format", "topic_missing")
@@ -123,6 +122,19 @@ class OutboxEvent:
     encoded: bytes | None = None  # the message value, once encoded (see cdc.feed.prepare)
     extras: MessageExtras | None = None  # a payload format's headers and timestamp (None: the envelope)
 
+    # The reader process's pipe (connectors/reader_process.py) carries an item as a plain
+    # tuple, cheaper to pickle than the object; its identity is rebuilt on the other side
+    # from the transaction's and the item's place in it. Tag 0: an event; 1: a dead letter.
+    def to_wire(self) -> tuple[Any, ...]:
+        return (0, self.event_id, self.aggregate_type, self.aggregate_id, self.event_type, self.payload,
+                self.timestamp_us, self.topic, self.table, self.encoded, self.extras)
+
+    @staticmethod
+    def from_wire(wire: tuple[Any, ...], identity: EventIdentity) -> OutboxEvent:
+        _, event_id, aggregate_type, aggregate_id, event_type, payload, timestamp_us, topic, table, encoded, extras = wire
+        return OutboxEvent(event_id, aggregate_type, aggregate_id, event_type, payload, timestamp_us, topic, table,
+                           identity, encoded, extras)
+
 
 @dataclass(slots=True)
 class DeadLetter:
@@ -138,6 +150,20 @@ class DeadLetter:
     row: dict[str, Any]
     table: str
     identity: EventIdentity
+
+    def to_wire(self) -> tuple[Any, ...]:
+        """See OutboxEvent.to_wire (tag 1)."""
+        return (1, self.cause, self.error, self.intended_topic, self.key, self.row, self.table)
+
+    @staticmethod
+    def from_wire(wire: tuple[Any, ...], identity: EventIdentity) -> DeadLetter:
+        _, cause, error, intended_topic, key, row, table = wire
+        return DeadLetter(cause, error, intended_topic, key, row, table, identity)
+
+
+def item_from_wire(wire: tuple[Any, ...], identity: EventIdentity) -> OutboxEvent | DeadLetter:
+    """An item a `to_wire` made, back as its object."""
+    return OutboxEvent.from_wire(wire, identity) if wire[0] == 0 else DeadLetter.from_wire(wire, identity)
 
 
 def text_of(value: Any) -> str:
@@ -178,7 +204,7 @@ def _micros_of(value: Any) -> int | None:
         return None
     if isinstance(value, _dt.datetime):
         if value.tzinfo is None:
-            value = value.replace(tzinfo=_dt.timezone.utc)
+            value = value.replace(tzinfo=_dt.UTC)
         return (value - _EPOCH) // _ONE_US  # exact: timestamp() * 1e6 goes through a float
     if isinstance(value, (int, float)):
         return int(value)

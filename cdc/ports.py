@@ -48,7 +48,12 @@ class Feed(Protocol):
     reconnects: int
 
     @property
-    def discarded_rows(self) -> int: ...
+    def discarded_rows(self) -> int:
+        """Rows dropped by ROLLBACK / ROLLBACK TO SAVEPOINT / a stream cut mid-transaction."""
+
+    @property
+    def outbox_changes_ignored(self) -> int:
+        """UPDATE/DELETE on an outbox table let through (`outbox.on_change` ignore / warn)."""
 
     def read(self, timeout: float) -> Any:
         """A CommittedTransaction-like object, Heartbeat, ServerInfo, cdc.feed.MORE, or None."""
@@ -107,6 +112,19 @@ class Publisher(Protocol):
         (the relay lost its lease: nothing more of it may reach Kafka)."""
 
     def close(self) -> None: ...
+
+
+class TransactionalPublisher(Publisher, Protocol):
+    """A publisher with Kafka transactions (`kafka.delivery = "transactional"`, cdc/transactions.py).
+    Each raises cdc.transactions.TransactionAborted (or Fenced) when the broker refuses."""
+
+    def init_transactions(self, timeout: float) -> None: ...
+
+    def begin_transaction(self) -> None: ...
+
+    def commit_transaction(self, timeout: float) -> None: ...
+
+    def abort_transaction(self, timeout: float) -> None: ...
 
 
 class Serializer(Protocol):

@@ -44,7 +44,7 @@ class BinlogPosition:
             raise PositionError(f"binlog offset must be a non-negative integer, got {self.pos!r}")
 
     @classmethod
-    def parse(cls, text: str) -> "BinlogPosition":
+    def parse(cls, text: str) -> BinlogPosition:
         """Parse `mysql-bin.000042:1234`."""
         name, sep, offset = text.strip().rpartition(":")
         if not sep or not (offset.isascii() and offset.isdigit()):

@@ -30,6 +30,7 @@ from cdc.gtid import parse_gtid_set
 from cdc.identity import H_EVENT_ID, H_FILE, H_GTID, H_POS, H_SOURCE, identity_key_from_headers
 from cdc.position import BinlogPosition
 from cdc.ports import DeliveredLog
+from cdc.position import BinlogPosition
 
 log = logging.getLogger(__name__)
 

@@ -46,7 +46,8 @@ import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from functools import partial
+from typing import Any, cast
 
 from cdc import crashpoints
 from cdc.adoption import AdoptedWindow
@@ -81,11 +82,12 @@ from cdc.ports import (
     Serializer,
     StartAt,
     TopicAdmin,
+    TransactionalPublisher,
 )
 from cdc.position import BinlogPosition
 from cdc.recovery import Recovery
 from cdc.relay_settings import RelaySettings
-from cdc.source_events import Heartbeat, RowChange, ServerInfo
+from cdc.source_events import Heartbeat, ServerInfo
 from cdc.transaction import CommittedTransaction
 from cdc.transactions import (
     FENCED_CODES,
@@ -184,11 +186,12 @@ class Relay:
         self._redirects: list[tuple[PendingTx, DeadLetter]] = []
         self._partitions: dict[str, int] = {}
         self._recovery: Recovery | None = None
-        self._window: InflightWindow | None = None
+        # Both replaced when run() starts: what a run reads and checkpoints.
+        self._window = InflightWindow(None)
         self._server_id = 0
         self._last_checkpoint: Checkpoint | None = None
         self._recovery_stats: Recovery | None = None
-        self._writer: CheckpointWriter | None = None
+        self._writer = CheckpointWriter(store, background=False)
         self._tx_start: BinlogPosition | None = None
         self._feed_seen: dict[str, int] = {}
         self._xa_check_back = XaCheckBack(settings, sources, self.metrics)
@@ -204,6 +207,8 @@ class Relay:
         # Transactional delivery: the open Kafka transaction (None: idempotent delivery).
         self._txn: TransactionState | None = None
         self.txn_id = transactional_id(settings.source_name)
+        # Only used while `_txn` is set, that is with delivery = "transactional", whose publisher is one.
+        self._txn_publisher = cast(TransactionalPublisher, publisher)
         if settings.delivery == "transactional":
             self._txn = TransactionState(settings.transaction_max_s, settings.transaction_max_messages)
 
@@ -216,7 +221,7 @@ class Relay:
 
     def _start_point(self, cp: Checkpoint | None) -> StartAt:
         point = start_point(cp, self._server_id, self.settings)
-        if point in ("latest", "earliest"):
+        if isinstance(point, str):  # "latest" or "earliest"
             return self._sources.resolve(point)
         return point
 
@@ -236,7 +241,7 @@ class Relay:
         if txn is not None:
             # Before the checkpoint is read: from here on no older instance of this source
             # can commit, and what it left open is aborted.
-            self._publisher.init_transactions(settings.drain_timeout_s)
+            self._txn_publisher.init_transactions(settings.drain_timeout_s)
             log.info("transactional delivery as %s: older instances are fenced", self.txn_id)
         cp = self._store.load()
         if lease is not None:
@@ -378,18 +383,18 @@ class Relay:
                 continue
             if remaining == 0 or self._clock() >= deadline:
                 break
-        if self._window is not None:
-            self._window.advance()
-            # Released: a successor need not wait for this relay's producer (cdc/lease.py).
-            self._checkpoint(force=True, released=self._lease is not None and remaining == 0
-                             and self._lease.lost is None)
+        self._window.advance()
+        # Released: a successor need not wait for this relay's producer (cdc/lease.py).
+        self._checkpoint(force=True, released=self._lease is not None and remaining == 0
+                         and self._lease.lost is None)
         self._writer.close()
 
     def _open_feed(self, start: StartAt) -> Feed:
         settings = self.settings
+        self._feed_seen = {}  # a new feed counts from 0
         if self._feeds is not None:
             return self._feeds.open(start, self._server_id)
-        assembler = assembler_for(settings, self._server_id, self._count_ignored_change)
+        assembler = assembler_for(settings, self._server_id)
         return LocalFeed(self._sources, assembler, start, settings.reconnect_timeout_s, self._clock, self._sleep,
                          self._publisher.poll)
 
@@ -397,23 +402,21 @@ class Relay:
         """The feed's own counters into the metrics (a reader process counts there)."""
         m, seen = self.metrics, self._feed_seen
         now = {"reconnects": feed.reconnects, "rows_discarded": feed.discarded_rows,
-               "outbox_changes_ignored": getattr(feed, "outbox_changes_ignored", 0)}
+               "outbox_changes_ignored": feed.outbox_changes_ignored}
         for name, value in now.items():
             setattr(m, name, getattr(m, name) + value - seen.get(name, 0))
         self._feed_seen = now
 
     # -- publishing ---------------------------------------------------------------------
 
-    def _count_ignored_change(self, _change: RowChange) -> None:
-        self.metrics.outbox_changes_ignored += 1
-
     def _publish(self, tx: CommittedTransaction) -> None:
         metrics, window = self.metrics, self._window
-        assert window is not None
         metrics.transactions += 1
         metrics.last_commit_ts = tx.identity.commit_ts_ms / 1000.0
         xa = tx.xa
         entry = window.begin(tx.end, tx.identity.gtid, self._server_id, xa, self._clock())
+        entry.commit_ts = metrics.last_commit_ts
+        handed = False  # a message of it went to Kafka (recovery may skip them all)
         if xa is not None:
             entry.prepared_ts = tx.identity.commit_ts_ms // 1000
         if tx.size:
@@ -445,10 +448,11 @@ class Relay:
                                  recovery.skipped)
                         self._recovery = recovery = None
                     continue
-                if type(item) is OutboxEvent:
+                if isinstance(item, OutboxEvent):
                     self._publish_event(entry, item, tx_headers)
                 else:
                     self._publish_dead_letter(entry, item)
+                handed = True
                 crashpoints.hit("after_produce")
             if xa is not None:
                 crashpoints.hit("xa_outcome")
@@ -459,16 +463,22 @@ class Relay:
             recovery.end_adoption()  # past what Debezium can have read before it stopped
             if recovery.pending == 0:
                 self._recovery = None
+        if tx.size and handed and not entry.remaining:  # acknowledged while it was being handed over
+            self._acknowledged_whole(entry)
+
+    def _acknowledged_whole(self, entry: PendingTx) -> None:
+        """Every message of `entry` is acknowledged: its commit -> acknowledgement latency."""
+        self.metrics.commit_to_ack.observe(max(0.0, self._clock() - entry.commit_ts))
 
     def _publish_event(self, entry: PendingTx, event: OutboxEvent, tx_headers: list[tuple[str, bytes]]) -> None:
         value = event.encoded
         extras = event.extras
         if value is None and (extras is None or not extras.null_value):
             prepared = prepare(event, self._serializer, self.settings.max_message_bytes)
-            if type(prepared) is DeadLetter:
+            if isinstance(prepared, DeadLetter):
                 self._publish_dead_letter(entry, prepared)
                 return
-            value = event.encoded
+            value = cast(bytes, prepared.encoded)  # prepare() set it
         headers = tx_headers + [
             (H_ROW, str(event.identity.row).encode()),
             (H_EVENT_ID, event.event_id.encode()),
@@ -498,6 +508,8 @@ class Relay:
                 window.acknowledged(entry, delivery.topic, delivery.partition, delivery.offset)
                 metrics.events_published += 1
                 metrics.bytes_published += size
+                if not entry.remaining and entry.sealed:
+                    self._acknowledged_whole(entry)
             elif delivery.failure.too_large:
                 # Still in flight: the dead-letter copy's acknowledgement completes it.
                 self._redirects.append((entry, as_dead_letter(
@@ -556,6 +568,8 @@ class Relay:
                 else:
                     window.acknowledged(entry, delivery.topic, delivery.partition, delivery.offset)
                 metrics.dead_lettered[dead.cause] += 1
+                if not entry.remaining and entry.sealed:
+                    self._acknowledged_whole(entry)
                 self._log_dead_letter(dead, event_id)
             else:
                 self._delivery_failed(delivery)
@@ -704,7 +718,7 @@ class Relay:
         for topic, count in list(self._partitions.items()):
             if not count:  # created by the first produce: learn its partition count now
                 self._partitions[topic] = self._ask_kafka(
-                    f"read the partitions of {topic}", lambda: self._delivered.partition_count(topic)) or 0
+                    f"read the partitions of {topic}", partial(self._delivered.partition_count, topic)) or 0
         adopted = self._adopted
         if adopted is not None and not resume.position < adopted.until:
             adopted = self._adopted = None  # a restart from here re-reads nothing Debezium can have published
@@ -744,15 +758,17 @@ class Relay:
         raise TransactionAborted(self._failure_text())
 
     def _txn_begin(self) -> None:
-        self._publisher.begin_transaction()
+        if self._txn is None:
+            return
+        self._txn_publisher.begin_transaction()
         self._txn.opened(self._clock())
 
     def _txn_commit(self, force: bool = False, released: bool = False) -> None:
         """Commit the open Kafka transaction with the checkpoint after its last database
         transaction inside (or, with none open, a transaction of the checkpoint alone when
         it moved or `force`). Raises TransactionAborted when it cannot."""
-        txn, publisher, window = self._txn, self._publisher, self._window
-        if window is None:
+        txn, publisher, window = self._txn, self._txn_publisher, self._window
+        if txn is None:
             return
         if txn.open:
             crashpoints.hit("txn_before_commit")
@@ -793,11 +809,12 @@ class Relay:
                         "re-reads from the checkpoint %s", exc,
                         self._last_checkpoint.position if self._last_checkpoint else self._start)
             try:
-                self._publisher.abort_transaction(self.settings.drain_timeout_s)
+                self._txn_publisher.abort_transaction(self.settings.drain_timeout_s)
             except TransactionAborted:
                 pass
         finally:
             self._writer.close()
+        if self._txn is not None:
             figures = self._txn.summary()
             log.info("transactional delivery: %d Kafka transactions committed (%.0f messages each on average), "
                      "%d aborted", figures["commits"], figures["mean_batch"], figures["aborts"])
@@ -809,7 +826,7 @@ class Relay:
         if txn is None:
             raise DeliveryError(why)
         try:
-            self._publisher.abort_transaction(self.settings.drain_timeout_s)
+            self._txn_publisher.abort_transaction(self.settings.drain_timeout_s)
         except TransactionAborted as exc:
             raise DeliveryError(f"a Kafka transaction could not be aborted ({exc}) after: {why}") from exc
         txn.aborted()
@@ -825,6 +842,8 @@ class Relay:
         self._window = window = InflightWindow(cp)
         self.metrics.unacknowledged_since = window.oldest_unacknowledged
         if cp is None:
+            if self._start is None:  # run() sets it before anything is read
+                raise DeliveryError(why)
             if isinstance(self._start, BinlogPosition):
                 window.position, window.position_server_id = self._start, self._server_id
             start = self._start
@@ -840,8 +859,9 @@ class Relay:
         own, which is aborted too: if a successor already ran init_transactions, the broker
         refuses the write (Fenced: the one line); otherwise nothing of it is ever visible
         to read_committed readers."""
-        publisher, timeout = self._publisher, min(5.0, self.settings.drain_timeout_s)
-        self._txn.open = False
+        publisher, timeout = self._txn_publisher, min(5.0, self.settings.drain_timeout_s)
+        if self._txn is not None:
+            self._txn.open = False
         try:
             publisher.abort_transaction(timeout)  # whatever is open, in whatever state
         except TransactionAborted:

@@ -4,35 +4,47 @@ with. Built from the config file by `cdc/config.py`; read by the relay loop
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import Any
 
 from cdc.errors import ConfigError
 from cdc.outbox import OutboxTable
 from cdc.topics import topic_problem
 
 
+@dataclass(frozen=True, kw_only=True)
+class RelayTuning:
+    """The `[relay]` section of the config file (and `[outbox]`'s `on_change` /
+    `on_statement`): each default is written here once, and `RelaySettings` carries them on."""
+
+    on_change: str = "ignore"  # UPDATE/DELETE on an outbox table: ignore | warn | stop
+    on_statement: str = "stop"  # an outbox INSERT logged as a statement: stop | dead_letter
+    spill_rows: int = 10_000  # rows of one transaction held in memory before spilling
+    spill_dir: str | None = None  # where spill files go (default: the system's temporary directory)
+    max_message_bytes: int = 1_000_000  # larger encoded events are dead-lettered
+    max_in_flight: int = 5_000  # handed to the producer and not yet acknowledged: publishing waits above it
+    reconnect_timeout_s: float = 300.0  # give up (exit non-zero) after this long without a connection
+    drain_timeout_s: float = 30.0  # on stop: how long to wait for outstanding acknowledgements
+    # /readyz says not ready (with the reason) while a message has waited this long for
+    # Kafka's acknowledgement: Kafka unreachable, or too slow for the load
+    max_unacknowledged_age_s: float = 30.0
+
+
 @dataclass(frozen=True)
-class RelaySettings:
-    """How the relay behaves. Defaults are what a new deployment should start with."""
+class RelaySettings(RelayTuning):
+    """How the relay behaves. Defaults are what a new deployment should start with.
+    The tuning fields (RelayTuning's) are keyword-only."""
 
     source_name: str  # stable name of this source; part of every event's identity
     tables: tuple[OutboxTable, ...]
     dead_letter_topic: str = "outbox.dlq"
     topic_allowlist: tuple[str, ...] = ()  # fnmatch patterns; empty = any legal topic
-    on_change: str = "ignore"  # UPDATE/DELETE on an outbox table: ignore | warn | stop
-    on_statement: str = "stop"  # an outbox INSERT logged as a statement: stop | dead_letter
     xa_check_after_s: float = 60.0  # undecided XA: first XA RECOVER check after this age
     xa_check_interval_s: float = 30.0  # then every this often
     xa_max_checks: int = 15  # then an operator problem
     start: str = "latest"  # without a checkpoint: latest | earliest | <file>:<pos> | <GTID set>
     checkpoint_interval_s: float = 1.0
     checkpoint_in_background: bool = True  # periodic checkpoints do not block the loop
-    spill_rows: int = 10_000  # rows of one transaction held in memory before spilling
-    spill_dir: str | None = None
-    max_message_bytes: int = 1_000_000  # larger encoded events are dead-lettered
-    max_in_flight: int = 5_000  # handed to the producer and not yet acknowledged: publishing waits above it
-    reconnect_timeout_s: float = 300.0  # give up (exit non-zero) after this long without a connection
-    drain_timeout_s: float = 30.0  # on stop: how long to wait for outstanding acknowledgements
     read_timeout_s: float = 0.05
     # kafka.delivery: "idempotent" (idempotent producer + recovery scan) or "transactional"
     # (Kafka transactions of whole database transactions with the checkpoint inside, cdc/transactions.py)
@@ -59,3 +71,8 @@ class RelaySettings:
         problem = topic_problem(self.dead_letter_topic)
         if problem:
             raise ConfigError(f"kafka.dead_letter_topic: {problem}")
+
+
+def tuning_of(tuning: RelayTuning) -> dict[str, Any]:
+    """RelayTuning's fields of `tuning`, as keyword arguments for RelaySettings."""
+    return {f.name: getattr(tuning, f.name) for f in fields(RelayTuning)}

@@ -12,7 +12,8 @@ from __future__ import annotations
 import pickle
 import tempfile
 from array import array
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 
 class SpillBuffer:
@@ -43,7 +44,7 @@ class SpillBuffer:
         self.spilled_total += 1
 
     def _spill(self) -> None:
-        self._file = tempfile.TemporaryFile(dir=self._dir)
+        self._file = tempfile.TemporaryFile(dir=self._dir)  # noqa: SIM115  # held until clear(), which closes it
         items, self._items = self._items, []
         for item in items:
             self.append(item)

@@ -82,7 +82,7 @@ class TopicRouter:
         self._allowlist = allowlist
         self._cache: dict[tuple, Route] = {}
 
-    def route(self, template: str, aggregate_type: str, type: str, schema: str, table: str) -> Route:  # noqa: A002
+    def route(self, template: str, aggregate_type: str, type: str, schema: str, table: str) -> Route:
         key = (template, aggregate_type, type, schema, table)
         cached = self._cache.get(key)
         if cached is not None:

@@ -26,9 +26,10 @@ from cdc.errors import CdcError, PreflightError, SourceError
 from cdc.kafka_health import KafkaHealth
 from cdc.lease import lock_name, takeover_wait
 from cdc.metrics import RelayMetrics
+from cdc.ports import Serializer, StartAt
+from cdc.relay import Relay, RunSummary, start_point
 from cdc.replica_session import source_mark
 from cdc.transactions import transactional_id
-from cdc.relay import Relay, RunSummary, start_point
 from connectors.binlog_source import MySQLBinlogSourceFactory
 from connectors.checkpoint_stores import FileCheckpointStore, KafkaCheckpointStore, TransactionalCheckpointStore
 from connectors.http_endpoint import HttpEndpoint
@@ -50,7 +51,7 @@ def checkpoint_store(cfg: Config):
     return KafkaCheckpointStore(cfg.kafka.clients(), cfg.checkpoint.topic, cfg.source.name)
 
 
-def start_position(cfg: Config, store) -> object:
+def start_position(cfg: Config, store) -> StartAt | str | None:
     """Where `cdc run` would start (the relay's own rule, asked of the server it is
     configured for), for the preflight's start-position check."""
     sources = MySQLBinlogSourceFactory(cfg.source.connection(), cfg.source.replica_server_id, set())
@@ -103,7 +104,8 @@ class _LazySerializer:
     process encodes, and the relay's process never loads the registry client."""
 
     def __init__(self, cfg: Config):
-        self._cfg, self._serializer = cfg, None
+        self._cfg = cfg
+        self._serializer: Serializer | None = None
 
     def encode(self, event: Any, topic: str) -> bytes:
         if self._serializer is None:
@@ -124,6 +126,7 @@ def build_relay(cfg: Config, metrics: RelayMetrics | None = None, feeds: ReaderP
     metrics.max_unacknowledged_age_s = cfg.relay.max_unacknowledged_age_s
     health = KafkaHealth(metrics, cfg.kafka.bootstrap)
     clients = cfg.kafka.clients()
+    publisher: KafkaPublisher
     if cfg.kafka.delivery == "transactional":
         publisher = TransactionalKafkaPublisher(clients, transactional_id(cfg.source.name), health)
     else:

@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from cdc.config import load_config
 from cdc.metrics import RelayMetrics
@@ -91,7 +92,7 @@ def run_demo(orders: int = 2000, workdir: str | None = None, verify: bool = True
         cfg = load_config(raw, env)
         metrics = RelayMetrics()
         stop = threading.Event()
-        outcome: dict[str, object] = {}
+        outcome: dict[str, Any] = {}
 
         def relay_thread() -> None:
             try:
@@ -116,7 +117,7 @@ def run_demo(orders: int = 2000, workdir: str | None = None, verify: bool = True
         thread.join(60)
         if "error" in outcome:
             raise outcome["error"]  # a CdcError reaches main() and prints one line
-        summary: RunSummary = outcome["summary"]  # type: ignore[assignment]
+        summary: RunSummary = outcome["summary"]
         published, dead = metrics.events_published, metrics.dead_lettered_total
         ok = published + dead == expected and dead == result.expected_dead_letters
         print()

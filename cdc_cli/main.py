@@ -20,7 +20,8 @@ import logging
 import signal
 import sys
 import threading
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from cdc.secret import scrub_secrets
 from cdc.errors import CdcError, PreflightError
@@ -112,6 +113,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="cdc", description="Binlog outbox relay to Kafka, and its verifier.")
+    parser.add_argument("--version", action="version", version=f"cdc {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("run", help="stream outbox inserts of committed transactions to Kafka")
     p.add_argument("--config", required=True, help="relay TOML file")
@@ -146,6 +148,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("cdc-outbox-relay")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "(not installed)"
+
+
+# What the verifier needs and the relay does not (pyproject.toml's `verify` extra).
+_VERIFY_ONLY = ("pyspark", "pyarrow")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -158,6 +173,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CdcError as exc:
         print(f"cdc: {scrub_secrets(str(exc))}", file=sys.stderr)
         return 1 if exc.retriable else 2
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").split(".")[0] not in _VERIFY_ONLY:
+            raise
+        print(f"cdc: {args.command} needs the verifier's dependencies ({exc.name} is not installed): "
+              "pip install 'cdc-outbox-relay[verify]'", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         return 130
 

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from cdc.config import Config
 from cdc.errors import ConfigError, DeliveryError, SourceError

@@ -24,9 +24,16 @@ def verify_config(cfg: Config, output_dir: str, master: str | None = None, end_p
     )
 
 
+def _require_spark() -> None:
+    """Before any work: without the `verify` extra, cdc_cli.main says so in one line."""
+    import pyarrow  # noqa: F401  # imported for the check only
+    import pyspark  # noqa: F401  # imported for the check only
+
+
 def _cmd_verify(args: argparse.Namespace) -> int:
-    from cdc_cli.logs import configure
+    _require_spark()
     from cdc_cli.config_file import read_config
+    from cdc_cli.logs import configure
     from spark_jobs.verify import run_verify
 
     cfg = read_config(args.config)
@@ -86,8 +93,8 @@ def _follow(args: argparse.Namespace, vcfg) -> int:
 
 
 def _cmd_repair(args: argparse.Namespace) -> int:
-    from cdc_cli.logs import configure
     from cdc_cli.config_file import read_config
+    from cdc_cli.logs import configure
     from cdc_cli.repair import load_missing, repair
 
     cfg = read_config(args.config)

@@ -15,8 +15,9 @@ from __future__ import annotations
 import json
 import random
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import pymysql
 
@@ -56,7 +57,6 @@ class WorkloadResult:
     rolled_back: list[str] = field(default_factory=list)  # event ids that must never appear
     transactions: int = 0
     rollbacks: int = 0
-    deleted_after_insert: int = 0
     expected_dead_letters: int = 0
 
     @property
@@ -154,7 +154,7 @@ class ShopWorkload:
 
     def _savepoint_rollback(self, conn) -> None:
         """Two events; the second is rolled back to a savepoint, the first commits."""
-        res, pending = self.result, []
+        res, pending = self.result, list[Any]()
         with conn.cursor() as cur:
             self._outbox(cur, pending, "order", "order-sp", "OrderNoted", self._payload(0, "savepoint-kept", {}))
             cur.execute("SAVEPOINT before_second")
@@ -169,7 +169,7 @@ class ShopWorkload:
     def _myisam_rollback(self, conn) -> None:
         """A transaction that also wrote a MyISAM table rolls back: the binlog then
         carries the transaction with a ROLLBACK at its end."""
-        res, pending = self.result, []
+        res, pending = self.result, list[Any]()
         with conn.cursor() as cur:
             cur.execute("INSERT INTO audit_log (note) VALUES ('non-transactional write')")
             self._outbox(cur, pending, "order", "order-myisam", "OrderNoted", self._payload(0, "myisam", {}))
@@ -181,17 +181,16 @@ class ShopWorkload:
     def _insert_then_delete(self, conn) -> None:
         """Debezium's recommended pattern: insert the outbox row and delete it in the same
         transaction; the insert is still in the binlog and must be published once."""
-        res, pending = self.result, []
+        res, pending = self.result, list[Any]()
         with conn.cursor() as cur:
             event_id = self._outbox(cur, pending, "order", "order-itd", "OrderNoted", self._payload(0, "itd", {}))
             cur.execute("DELETE FROM outbox WHERE id=%s", (event_id,))
         conn.commit()
         res.transactions += 1
-        res.deleted_after_insert += 1
         res.committed.extend(pending)
 
     def _dead_letter(self, conn) -> None:
-        res, pending = self.result, []
+        res, pending = self.result, list[Any]()
         with conn.cursor() as cur:
             self._outbox(cur, pending, ILLEGAL_AGGREGATE, "card-1", "CardIssued", self._payload(0, "card", {}))
         conn.commit()

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import importlib.resources
 import json
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +15,7 @@ _REPO_AVRO = Path(__file__).resolve().parent.parent / "avro"
 OUTBOX_EVENT = "outbox_event.avsc"
 
 
-@lru_cache(maxsize=None)
+@cache
 def schema_text(name: str = OUTBOX_EVENT) -> str:
     path = _REPO_AVRO / name
     if path.is_file():

@@ -178,6 +178,8 @@ def decode(value: bytes, schema_name: str = OUTBOX_EVENT) -> tuple[int, dict[str
         raise ValueError("not in the Confluent wire format (magic byte 0 and a schema id expected)")
     schema_id = struct.unpack(">I", value[1:5])[0]
     record = fastavro.schemaless_reader(io.BytesIO(value[5:]), _parsed(schema_name), None)
+    if not isinstance(record, dict):  # the envelope schemas are records
+        raise ValueError(f"not a {schema_name} record")
     return schema_id, record
 
 

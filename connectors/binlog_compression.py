@@ -35,8 +35,14 @@ import struct
 import zlib
 
 __all__ = [
-    "CompressedEventError", "QUERY_COMPRESSED", "ROWS_COMPRESSED", "TRANSACTION_PAYLOAD",
-    "mariadb_query", "mariadb_rows", "positioned", "transaction_payload",
+    "QUERY_COMPRESSED",
+    "ROWS_COMPRESSED",
+    "TRANSACTION_PAYLOAD",
+    "CompressedEventError",
+    "mariadb_query",
+    "mariadb_rows",
+    "positioned",
+    "transaction_payload",
 ]
 
 QUERY_COMPRESSED = 165
@@ -176,14 +182,14 @@ def transaction_payload(ev: bytes, crc: int) -> list[bytes]:
         raise CompressedEventError(f"its payload is {len(payload)} bytes but its header says {size}")
     if compression == ZSTD:
         data = _zstd(payload)
-    elif compression == NO_COMPRESSION or compression is None and uncompressed is None:
+    elif compression == NO_COMPRESSION or (compression is None and uncompressed is None):
         data = payload
     else:
         raise CompressedEventError(
             f"unknown compression type {compression} (this reader knows 0 = zstd and 255 = none)")
     if uncompressed is not None and uncompressed != len(data):
         raise CompressedEventError(f"its payload decompresses to {len(data)} bytes but its header says {uncompressed}")
-    events = []
+    events: list[bytes] = []
     q = 0
     end = len(data)
     while q < end:

@@ -54,12 +54,21 @@ from pymysqlreplication.row_event import RowsEvent, find_charset
 from cdc.outbox import json_plain
 from cdc.position import BinlogPosition, file_sequence
 from cdc.source_events import (
-    Heartbeat, RowChange, RowInsert, TxBegin, TxCommit, TxRollback, XaCommit, XaPrepare, XaRollback, query_event,
+    Heartbeat,
+    RowChange,
+    RowInsert,
+    TxBegin,
+    TxCommit,
+    TxRollback,
+    XaCommit,
+    XaPrepare,
+    XaRollback,
+    query_event,
     xid_text,
 )
 from connectors import binlog_compression as _compression
 
-__all__ = ["BinlogDecoder", "BinlogDecodeError", "UndecodableEvent", "UnsupportedColumnType"]
+__all__ = ["BinlogDecodeError", "BinlogDecoder", "UndecodableEvent", "UnsupportedColumnType"]
 
 
 class BinlogDecodeError(Exception):
@@ -123,7 +132,7 @@ _TYPE_NAMES = {
     252: "BLOB", 253: "VAR_STRING", 254: "STRING", 255: "GEOMETRY",
 }
 _NUMERIC = {T_TINY, T_SHORT, T_INT24, T_LONG, T_LONGLONG, T_NEWDECIMAL, T_FLOAT, T_DOUBLE, T_YEAR}
-_FL_STANDALONE = 0x01
+FL_STANDALONE = 0x01
 
 _HDR = struct.Struct("<IBIIIH")  # timestamp, type, server_id, event_size, log_pos, flags
 _U16 = struct.Struct("<H").unpack_from
@@ -133,13 +142,14 @@ _U64 = struct.Struct("<Q").unpack_from
 _new = object.__new__
 # Frozen slotted dataclasses: their slot descriptors set fields without __init__'s
 # per-field object.__setattr__ (and BinlogPosition's regex check of the file name, done
-# once per Rotate here); the objects are equal to ones built through __init__.
-_pos_file = BinlogPosition.file.__set__  # type: ignore[attr-defined]
-_pos_pos = BinlogPosition.pos.__set__  # type: ignore[attr-defined]
-_ins_schema = RowInsert.schema.__set__  # type: ignore[attr-defined]
-_ins_table = RowInsert.table.__set__  # type: ignore[attr-defined]
-_ins_values = RowInsert.values.__set__  # type: ignore[attr-defined]
-_ins_end = RowInsert.end.__set__  # type: ignore[attr-defined]
+# once per Rotate here); the objects are equal to ones built through __init__. (Read from
+# the class's namespace: attribute access on the class means the field to a type checker.)
+_pos_file = vars(BinlogPosition)["file"].__set__
+_pos_pos = vars(BinlogPosition)["pos"].__set__
+_ins_schema = vars(RowInsert)["schema"].__set__
+_ins_table = vars(RowInsert)["table"].__set__
+_ins_values = vars(RowInsert)["values"].__set__
+_ins_end = vars(RowInsert)["end"].__set__
 
 
 def _pos(file: str, pos: int) -> BinlogPosition:
@@ -188,7 +198,7 @@ def _decimal_reader(precision: int, decimals: int):
         b = bytearray(data)
         b[0] ^= 0x80
         if negative:
-            b = bytes(x ^ 0xFF for x in b)
+            b = bytearray(x ^ 0xFF for x in b)
             res = "-"
         else:
             res = ""
@@ -290,7 +300,7 @@ def _read_timestamp2(b: bytes, p: int, fsp: int):
 
 
 class _Column:
-    __slots__ = ("type", "meta", "name", "unsigned", "nullable", "encoding", "enum_values", "set_values")
+    __slots__ = ("encoding", "enum_values", "meta", "name", "nullable", "set_values", "type", "unsigned")
 
     def __init__(self, type_: int):
         self.type = type_
@@ -306,13 +316,13 @@ class _Column:
 class _Table:
     """One Table_map layout. `columns is None` for tables that are not watched."""
 
-    __slots__ = ("schema", "table", "columns", "ncols", "names", "readers")
+    __slots__ = ("columns", "names", "ncols", "readers", "schema", "table")
 
     def __init__(self, schema: str, table: str):
         self.schema, self.table = schema, table
         self.columns: list[_Column] | None = None
         self.ncols = 0
-        self.names: tuple[str, ...] = ()
+        self.names: tuple[str | None, ...] = ()  # None: the server sent no name (no row metadata)
         self.readers: dict[bytes, Any] = {}  # columns-present bitmap -> generated row reader
 
 
@@ -638,7 +648,7 @@ def _make_reader(tbl: _Table, present: bytes):
     items = ", ".join(f"{name!r}: v{i}" for i, name in enumerate(tbl.names))
     body.append(f"    return {{{items}}}, p")
     src = "\n".join(body) + "\n"
-    exec(compile(src, f"<binlog row reader {tbl.schema}.{tbl.table}>", "exec"), g)  # noqa: S102 - generated from ints and repr()s
+    exec(compile(src, f"<binlog row reader {tbl.schema}.{tbl.table}>", "exec"), g)
     fn = g["_read_row"]
     fn.__source__ = src
     return fn
@@ -732,7 +742,7 @@ class BinlogDecoder:
     def __init__(self, watched: set[tuple[str, str]], start_file: str | None, *, flavor: str | None = None,
                  legacy_begin_start: bool = False, verify_checksum: bool = False):
         self.watched = set(watched)
-        self.file: str | None = None
+        self.file = ""  # "": not known until the stream's first Rotate event
         if start_file is not None:
             file_sequence(start_file)
             self.file = start_file
@@ -753,7 +763,6 @@ class BinlogDecoder:
         self._tables: dict[bytes, _Table] = {}  # 6-byte table id -> layout
         self._layouts: dict[bytes, _Table] = {}  # Table_map body after the table id -> layout
         self.table_maps_decoded = 0
-        self.rows_skipped_unknown_table = 0
         h: dict[int, Any] = {
             QUERY_EVENT: self._query, ROTATE_EVENT: self._rotate, FORMAT_DESCRIPTION_EVENT: self._fde,
             XID_EVENT: self._xid, TABLE_MAP_EVENT: self._table_map,
@@ -810,9 +819,10 @@ class BinlogDecoder:
 
     def _rows_compressed(self, ev: bytes, out: list) -> None:
         tbl = self._tables.get(ev[19:25])
-        if tbl is None or tbl.columns is None:  # not watched: skipped without decompressing
-            if tbl is None:
-                self.rows_skipped_unknown_table += 1
+        # not watched (or a table id whose Table_map lies before where the stream started,
+        # which only happens inside a transaction the relay never starts in): skipped
+        # without decompressing
+        if tbl is None or tbl.columns is None:
             return
         t = ev[4]
         ph = self._ph_rows_v1 if t < 169 else self._ph_rows_v2
@@ -843,7 +853,7 @@ class BinlogDecoder:
         get = self._get_handler
         for i, raw in enumerate(inner):
             t = raw[4]
-            if t == TRANSACTION_PAYLOAD_EVENT or t == FORMAT_DESCRIPTION_EVENT or t == ROTATE_EVENT:
+            if t in (TRANSACTION_PAYLOAD_EVENT, FORMAT_DESCRIPTION_EVENT, ROTATE_EVENT):
                 raise self._undecodable(ev, f"inner event {i} has type {t}, which a payload never holds")
             handler = get(t)
             if handler is None:
@@ -909,7 +919,7 @@ class BinlogDecoder:
         domain = _U32(ev, 27)[0]
         flags = ev[31]
         file = self.file
-        standalone = bool(flags & _FL_STANDALONE)
+        standalone = bool(flags & FL_STANDALONE)
         out.append(TxBegin(_pos(file, self._begin_start(size, log_pos)), _pos(file, log_pos),
                            f"{domain}-{server_id}-{seq}", standalone, not standalone))
 
@@ -989,7 +999,7 @@ class BinlogDecoder:
         _apply_optional_metadata(cols, body, p, len(body), self.dbms)
         tbl.columns = cols
         tbl.ncols = ncols
-        tbl.names = tuple(c.name for c in cols)  # type: ignore[misc]
+        tbl.names = tuple(c.name for c in cols)
         _check_supported(tbl)
         return tbl
 
@@ -1004,16 +1014,12 @@ class BinlogDecoder:
     def _write_v1(self, ev: bytes, out: list) -> None:
         tbl = self._tables.get(ev[19:25])
         if tbl is None or tbl.columns is None:
-            if tbl is None:
-                self.rows_skipped_unknown_table += 1
             return
         self._inserts(ev, out, tbl, 19 + self._ph_rows_v1)
 
     def _write_v2(self, ev: bytes, out: list) -> None:
         tbl = self._tables.get(ev[19:25])
         if tbl is None or tbl.columns is None:
-            if tbl is None:
-                self.rows_skipped_unknown_table += 1
             return
         self._inserts(ev, out, tbl, self._rows_start(ev, True))
 
@@ -1057,8 +1063,6 @@ class BinlogDecoder:
     def _changes(self, ev: bytes, out: list, p: int | None, update: bool) -> None:
         tbl = self._tables.get(ev[19:25])
         if tbl is None or tbl.columns is None:
-            if tbl is None:
-                self.rows_skipped_unknown_table += 1
             return
         if p is None:
             p = self._rows_start(ev, True)

@@ -45,7 +45,7 @@ from cdc.source_events import (
     query_event,
     xid_text,
 )
-from connectors.binlog_decoder import _FL_STANDALONE
+from connectors.binlog_decoder import FL_STANDALONE
 from connectors.mysql_errors import error_text
 
 _binlogstream.MYSQL_EXPECTED_ERROR_CODES = []
@@ -85,7 +85,7 @@ class LibraryConverter:
 
     def __init__(self, watched: set[tuple[str, str]], file: str | None):
         self.watched = watched
-        self.file = file
+        self.file = file or ""  # "": not known until the stream's first Rotate event
 
     def convert(self, ev: Any, out: list[SourceEvent]) -> None:
         kind = type(ev)
@@ -103,7 +103,7 @@ class LibraryConverter:
         if kind is MariadbGtidEvent or kind is GtidEvent:
             end = ev.packet.log_pos
             start = BinlogPosition(self.file, end - ev.packet.event_size)
-            standalone = bool(getattr(ev, "flags", 0) & _FL_STANDALONE) if kind is MariadbGtidEvent else False
+            standalone = bool(getattr(ev, "flags", 0) & FL_STANDALONE) if kind is MariadbGtidEvent else False
             opens = kind is MariadbGtidEvent and not standalone
             out.append(TxBegin(start, BinlogPosition(self.file, end), ev.gtid, standalone, opens))
             return

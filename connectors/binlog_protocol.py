@@ -41,7 +41,7 @@ import pymysql
 from cdc.tls import TlsConfig
 from connectors.mysql_client import MySQLTlsError, connect, negotiated
 
-__all__ = ["BinlogConnection", "BinlogConnectionError", "BinlogPositionError", "ER_MASTER_FATAL_READING_BINLOG"]
+__all__ = ["ER_MASTER_FATAL_READING_BINLOG", "BinlogConnection", "BinlogConnectionError", "BinlogPositionError"]
 
 ER_MASTER_FATAL_READING_BINLOG = 1236
 CR_SERVER_LOST = 2013
@@ -249,7 +249,7 @@ class BinlogConnection:
         if self._closed.is_set():  # closed while we were starting
             self._shutdown()
 
-    def dump_file(self, file: str, pos: int, blocking: bool = True) -> "BinlogConnection":
+    def dump_file(self, file: str, pos: int, blocking: bool = True) -> BinlogConnection:
         """COM_BINLOG_DUMP from `file` at `pos` (4 = the start of the file)."""
         if not 4 <= int(pos) < 2**32:
             raise ValueError(f"binlog position must be in 4..{2**32 - 1} for COM_BINLOG_DUMP, got {pos!r}")
@@ -260,7 +260,7 @@ class BinlogConnection:
         self._start_stream(payload)
         return self
 
-    def dump_mariadb_gtid(self, gtid_pos: str, blocking: bool = True) -> "BinlogConnection":
+    def dump_mariadb_gtid(self, gtid_pos: str, blocking: bool = True) -> BinlogConnection:
         """MariaDB: stream the transactions after `gtid_pos` (may be '' = from the oldest
         binlog). The first event is a fake Rotate naming the file the server starts in."""
         self._connect()
@@ -278,7 +278,7 @@ class BinlogConnection:
         self._start_stream(payload)
         return self
 
-    def dump_mysql_gtid(self, gtid_set: str, blocking: bool = True) -> "BinlogConnection":
+    def dump_mysql_gtid(self, gtid_set: str, blocking: bool = True) -> BinlogConnection:
         """MySQL 5.6+/8: COM_BINLOG_DUMP_GTID; the server skips the transactions in
         `gtid_set` (`uuid:1-100,uuid2:1-7`). No MySQL server runs here: the packet
         (`mysql_gtid_dump_packet`) is tested against bytes built from the protocol
@@ -433,7 +433,7 @@ class BinlogConnection:
     def closed(self) -> bool:
         return self._closed.is_set()
 
-    def __enter__(self) -> "BinlogConnection":
+    def __enter__(self) -> BinlogConnection:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -1,26 +1,37 @@
-"""The binlog source: python-mysql-replication events -> `cdc.source_events`.
+"""The binlog source: a binlog stream on a MySQL or MariaDB server -> `cdc.source_events`.
 
-A reader thread runs the library's blocking stream and hands converted events to the
-relay through a bounded queue: the relay's thread stays free to serve Kafka delivery
-callbacks while the socket waits, and a slow Kafka slows the reader instead of filling
-memory.
+Two readers, chosen by `source.decoder`:
 
-Positions. The library reports `packet.log_pos`, the end of each event; an event starts
-at `log_pos - packet.event_size` (the whole event: `event.event_size` is only its body,
-without the 19-byte header and the checksum). A transaction is named by the start of its GTID (or BEGIN)
-event; the stream resumes at the end of a commit event.
+* `"fast"` (the default): the relay's own replication client (connectors/binlog_protocol.py,
+  COM_BINLOG_DUMP / COM_BINLOG_DUMP_GTID) hands raw event bytes to its own decoder
+  (connectors/binlog_decoder.py), which decodes only the watched tables' rows and reads
+  compressed events (connectors/binlog_compression.py).
+* `"library"`: python-mysql-replication's event objects, converted by
+  `binlog_library.LibraryConverter` (it skips compressed events: `cdc check` refuses that
+  combination).
 
-Reconnects are the relay's job, never the library's: on a dropped connection the
-library would reconnect by itself from its own last `log_pos`, which can sit in the
-middle of a transaction (after the Table_map the rows need). Its list of "expected"
-error codes is emptied (connectors/binlog_library.py) so that the error surfaces as
-`SourceError`, and the relay's feed (cdc/feed.py) reopens the stream at the end of the
-last complete transaction it read.
+Threads. In the reader process (`source.reader = "process"`, connectors/reader_process.py)
+the source has no thread of its own: `read` reads the socket itself (`threaded=False`).
+With `source.reader = "thread"` a reader thread runs the blocking stream and hands
+converted events to the relay through a bounded queue: the relay's thread stays free to
+serve Kafka delivery callbacks while the socket waits, and a slow Kafka slows the reader
+instead of filling memory.
 
-Starting points. With `is_mariadb=True` the library ignores `log_file`/`log_pos` and can
-only start from a GTID position; a file/pos start therefore uses the plain
-COM_BINLOG_DUMP path (`resume_stream=True`), which MariaDB serves too, and a GTID start
-uses `is_mariadb=True, auto_position=...` on MariaDB or `auto_position` on MySQL.
+Positions. An event's header holds `log_pos`, the end of the event; an event starts at
+`log_pos - event_size` (the whole event, header and checksum included). A transaction
+is named by the start of its GTID (or BEGIN) event; the stream resumes at the end of a
+commit event.
+
+Reconnects are the relay's job, never a reader's: a dropped connection surfaces as
+`SourceError` (python-mysql-replication would reconnect by itself from its own last
+`log_pos`, which can sit in the middle of a transaction; its list of "expected" error
+codes is emptied in connectors/binlog_library.py), and the relay's feed (cdc/feed.py)
+reopens the stream at the end of the last complete transaction it read.
+
+Starting points: a file/pos start is a plain COM_BINLOG_DUMP, which MariaDB serves
+too; a GTID start is MariaDB's GTID dump or MySQL's COM_BINLOG_DUMP_GTID. (With
+`is_mariadb=True` python-mysql-replication ignores `log_file`/`log_pos`; the library
+reader therefore uses `resume_stream=True` for a file/pos start.)
 """
 
 from __future__ import annotations
@@ -71,13 +82,14 @@ class MySQLBinlogSource:
         self._events = events
         self._convert = convert
         self._close_stream = close
-        self._queue: queue.Queue = queue.Queue(maxsize=max(1, queue_events // 64))
+        self._queue: queue.Queue[Any] | None = None  # only with a reader thread
         self._pending: list[SourceEvent] = [info]
         self._index = 0
         self._closed = threading.Event()
         self._thread: threading.Thread | None = None
         self._deferred: Any = None  # without a thread: the end or error met after a batch
         if threaded:
+            self._queue = queue.Queue(maxsize=max(1, queue_events // 64))
             self._thread = threading.Thread(target=self._pump, name="binlog-reader", daemon=True)
             self._thread.start()
 
@@ -93,13 +105,15 @@ class MySQLBinlogSource:
                 convert(next(events), batch)
         except StopIteration:
             self._deferred = _END
-        except BaseException as exc:  # noqa: BLE001 - mapped like the reader thread's
+        except BaseException as exc:
             self._deferred = exc
         return batch or self._next_batch()
 
     def _pump(self) -> None:
         convert = self._convert
         batch: list[SourceEvent] = []
+        if self._queue is None:
+            return
         put, empty = self._queue.put, self._queue.empty
         try:
             for ev in self._events:
@@ -123,11 +137,12 @@ class MySQLBinlogSource:
             event = pending[self._index]
             self._index += 1
             return event
-        if self._thread is None:
+        q = self._queue
+        if q is None:
             item = self._next_batch()
         else:
             try:
-                item = self._queue.get(timeout=timeout)
+                item = q.get(timeout=timeout)
             except queue.Empty:
                 return None
         if type(item) is list:
@@ -161,7 +176,7 @@ class MySQLBinlogSource:
         except Exception:  # closing a dead socket can fail; nothing to recover
             pass
         # Unblock a reader thread waiting on a full queue.
-        while self._thread is not None and self._thread.is_alive():
+        while self._thread is not None and self._queue is not None and self._thread.is_alive():
             try:
                 self._queue.get_nowait()
             except queue.Empty:

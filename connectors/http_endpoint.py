@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Callable
 
-from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
 from cdc.metrics import RelayMetrics
 
@@ -39,7 +39,7 @@ class _RelayCollector:
             return g
 
         yield counter("cdc_events_published", "Events acknowledged by Kafka", m.events_published)
-        yield counter("cdc_bytes_published", "Value bytes acknowledged by Kafka", m.bytes_published)
+        yield counter("cdc_published_bytes", "Value bytes acknowledged by Kafka", m.bytes_published)
         yield counter("cdc_events_skipped_recovery", "Events found delivered before a restart, not re-sent",
                       m.events_skipped_recovery)
         dl = CounterMetricFamily("cdc_events_dead_lettered", "Events sent to the dead-letter topic",
@@ -58,24 +58,35 @@ class _RelayCollector:
                     "acknowledgement (0: none waits)", m.unacknowledged_age(now))
         yield gauge("cdc_kafka_reachable", "0 while no broker answers (the relay's own account)",
                     1 if m.kafka_reachable else 0)
-        yield gauge("cdc_kafka_brokers_up", "Brokers the producer is connected to (-1: not known yet)",
-                    m.kafka_brokers_up)
+        if m.kafka_brokers_up is not None:  # absent until librdkafka's first statistics
+            yield gauge("cdc_kafka_brokers_up", "Brokers the producer is connected to", m.kafka_brokers_up)
         yield counter("cdc_kafka_outages", "Times every broker became unreachable", m.kafka_outages)
         yield counter("cdc_transactions", "Committed transactions read", m.transactions)
         yield counter("cdc_reconnects", "Binlog reconnections", m.reconnects)
+        yield counter("cdc_outbox_changes_ignored", "UPDATE/DELETE on an outbox table let through (outbox.on_change "
+                      "ignore or warn)", m.outbox_changes_ignored)
+        yield counter("cdc_rows_discarded", "Outbox rows of transactions rolled back (ROLLBACK, ROLLBACK TO SAVEPOINT, "
+                      "XA ROLLBACK) or cut by a stream that ended mid-transaction", m.rows_discarded)
+        latency = HistogramMetricFamily(
+            "cdc_commit_to_acknowledgement_seconds", "Per transaction with messages: from its commit (the binlog's "
+            "time, whole seconds: up to 1 s early) to Kafka's acknowledgement of its last message", labels=["source"])
+        h = m.commit_to_ack
+        latency.add_metric([src], h.cumulative(), h.total)
+        yield latency
         yield gauge("cdc_lag_seconds", "Seconds behind the newest commit read", m.lag_seconds(now))
         yield gauge("cdc_checkpoint_age_seconds", "Seconds the checkpoint has lagged what was read (0 while it covers "
                     "everything: an idle, up-to-date relay)", m.checkpoint_age(now))
-        yield gauge("cdc_binlog_bytes_behind", "Binlog bytes between the relay and the server's end",
-                    -1 if m.server_end_bytes_behind is None else m.server_end_bytes_behind)
+        if m.server_end_bytes_behind is not None:  # absent until the server was asked
+            yield gauge("cdc_binlog_behind_bytes", "Binlog bytes between the relay and the server's end",
+                        m.server_end_bytes_behind)
         yield gauge("cdc_ready", "1 while the relay is streaming (or a standby ready to take over) and no message "
                     "waits for Kafka longer than relay.max_unacknowledged_age_s", 1 if m.readiness(now)[0] else 0)
         yield gauge("cdc_lease_held", "1 while this relay holds its source's lease (the one that publishes)",
                     1 if m.lease_held else 0)
         yield gauge("cdc_lease_epoch", "The lease epoch this relay publishes under (0: none yet)", m.lease_epoch)
         lease_age = m.lease_confirmed_age(now)
-        yield gauge("cdc_lease_confirmed_age_seconds", "Seconds since the lease was last confirmed (-1: not held)",
-                    -1 if lease_age is None or not m.lease_held else lease_age)
+        if lease_age is not None and m.lease_held:  # absent while not held
+            yield gauge("cdc_lease_confirmed_age_seconds", "Seconds since the lease was last confirmed", lease_age)
         yield gauge("cdc_xa_undecided", "XA transactions prepared whose outcome is not read (held, never published)",
                     m.xa_undecided)
         yield gauge("cdc_xa_oldest_undecided_age_seconds", "Seconds since the oldest undecided XA transaction's prepare",
@@ -84,15 +95,24 @@ class _RelayCollector:
                     "XA COMMIT or XA ROLLBACK them", len(m.xa_problems))
 
 
+def metrics_registry(metrics: RelayMetrics, source: str) -> CollectorRegistry:
+    """What `/metrics` serves: the relay's series (each labelled `source`) and the
+    process's own (CPU seconds, resident memory, open files: prometheus_client's
+    `process_*`, on Linux)."""
+    registry = CollectorRegistry()
+    registry.register(_RelayCollector(metrics, source))
+    ProcessCollector(registry=registry)
+    return registry
+
+
 class HttpEndpoint:
     def __init__(self, metrics: RelayMetrics, source: str, host: str = "127.0.0.1", port: int = 0,
                  healthy: Callable[[], bool] = lambda: True):
-        registry = CollectorRegistry()
-        registry.register(_RelayCollector(metrics, source))
-        endpoint = self
+        self.url = ""  # set once it listens
+        registry = metrics_registry(metrics, source)
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            def do_GET(self) -> None:
                 if self.path == "/metrics":
                     body, status, ctype = generate_latest(registry), 200, "text/plain; version=0.0.4"
                 elif self.path == "/healthz":
@@ -119,7 +139,7 @@ class HttpEndpoint:
         self.port = self._server.server_address[1]
         self._thread = threading.Thread(target=self._server.serve_forever, name="http", daemon=True)
         self._thread.start()
-        endpoint.url = f"http://{host}:{self.port}"
+        self.url = f"http://{host}:{self.port}"
 
     def close(self) -> None:
         self._server.shutdown()

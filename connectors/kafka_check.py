@@ -66,6 +66,9 @@ def _error_text(error: Any) -> str:
 
 def _ask(address: str, clients: KafkaClientConfig, deadline: float) -> _Answer:
     errors: list[Any] = []
+    # callables among the settings: librdkafka's config takes them, the client's stubs list only scalars
+    conf: dict[str, Any] = {**settings, "bootstrap.servers": address, "logger": _QUIET, "error_cb": errors.append,
+                            "log.connection.close": False}
     try:
         admin = AdminClient({**admin_settings(clients, address), "error_cb": errors.append})
     except (KafkaException, ValueError, TypeError) as exc:

@@ -11,7 +11,8 @@ Its consumer and its metadata client carry `[kafka.client]` (and the consumer
 from __future__ import annotations
 
 import uuid
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
@@ -103,9 +104,10 @@ class KafkaTopicReader:
                         if err.code() == KafkaError._PARTITION_EOF:
                             return
                         raise DeliveryError(f"reading {topic}[{partition}] failed: {err.str()}")
-                    if msg.offset() >= end:
+                    offset = msg.offset()
+                    if offset is None or offset >= end:  # a consumed message always has one
                         return
-                    next_offset = msg.offset() + 1
+                    next_offset = offset + 1
                     yield msg
         finally:
             consumer.unassign()

@@ -40,7 +40,7 @@ ENFORCED = {"enable.idempotence": True, "acks": "all", "partitioner": "murmur2_r
 DEFAULTS = {"linger.ms": 5, "compression.type": "lz4", "message.max.bytes": 1_000_000, "message.timeout.ms": 60_000}
 _TOO_LARGE = {KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE}
 if hasattr(KafkaError, "_MSG_SIZE_TOO_LARGE"):
-    _TOO_LARGE.add(getattr(KafkaError, "_MSG_SIZE_TOO_LARGE"))
+    _TOO_LARGE.add(KafkaError._MSG_SIZE_TOO_LARGE)
 # The topic does not exist: the broker's answer, or librdkafka's once metadata said so
 # (after topic.metadata.propagation.max.ms): the relay dead-letters such a message.
 _NO_TOPIC = {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC}
@@ -65,7 +65,7 @@ def delivery_timeout_s(clients: KafkaClientConfig | str) -> float:
     conf = producer_settings(clients)
     value = conf.get("delivery.timeout.ms", conf.get("message.timeout.ms"))
     try:
-        return float(value) / 1000.0
+        return float(value) / 1000.0  # type: ignore[arg-type]  # None and junk end in the except below
     except (TypeError, ValueError):
         raise ConfigError(f"kafka.producer.message.timeout.ms must be a number of milliseconds, got {value!r}") from None
 
@@ -101,7 +101,8 @@ class KafkaPublisher:
         except ValueError:
             return
         up = sum(1 for b in brokers.values() if b.get("state") == "UP" and b.get("nodeid", -1) >= 0)
-        self._health.brokers_up(up)
+        if self._health is not None:
+            self._health.brokers_up(up)
 
     @property
     def max_message_bytes(self) -> int:
@@ -126,9 +127,9 @@ class KafkaPublisher:
         while True:
             try:
                 if timestamp_ms is None:
-                    produce(topic, value, key, on_delivery=report, headers=headers)
+                    produce(topic, value, key, on_delivery=report, headers=headers)  # type: ignore[arg-type]  # list invariance: bytes values are what it takes
                 else:
-                    produce(topic, value, key, on_delivery=report, headers=headers, timestamp=timestamp_ms)
+                    produce(topic, value, key, on_delivery=report, headers=headers, timestamp=timestamp_ms)  # type: ignore[arg-type]  # as above
                 return
             except BufferError:
                 poll(0.05)  # queue full: wait for acknowledgements, never drop

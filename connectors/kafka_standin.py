@@ -838,7 +838,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     # Bind fixed ports before creating the cluster so a taken port fails fast
     # with one clear line and nothing to clean up.
-    forwarders = []
+    forwarders: list[Any] = []
     if args.port is not None:
         for index in range(args.brokers):
             fwd = _PortForwarder(index + 1, args.port + index)
@@ -866,7 +866,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     standin = _Standin(cluster, forwarders)
     if args.group_initial_rebalance_delay_ms is not None:
         cluster.set_group_initial_rebalance_delay(args.group_initial_rebalance_delay_ms)
-    for fwd, (_, mock_port) in zip(forwarders, cluster.bootstraps):
+    for fwd, (_, mock_port) in zip(forwarders, cluster.bootstraps, strict=False):
         # Advertise the fixed port in Metadata so clients come back through it.
         cluster.set_host_port(fwd.broker_id, _HOST, fwd.port)
         fwd.start(mock_port)
@@ -893,7 +893,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     _emit(
         {
             "bootstrap": bootstrap,
-            "control": f"{control_host}:{control_port}",
+            "control": f"{control_host!s}:{control_port}",
             "pid": os.getpid(),
             "brokers": args.brokers,
         }
@@ -1064,9 +1064,6 @@ class KafkaStandin:
     def exit_code(self) -> int | None:
         """The process's exit status once it has ended, else None."""
         return self._proc.poll()
-
-    def stderr_tail(self, lines: int = _STDERR_TAIL_LINES) -> str:
-        return _tail(self._log_path, lines)
 
     # -- control ----------------------------------------------------------------
 

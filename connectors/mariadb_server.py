@@ -285,7 +285,7 @@ def _kill_all_at_exit() -> None:
             server.kill()
             if server.owns_datadir:
                 shutil.rmtree(server.root, ignore_errors=True)
-        except Exception:  # noqa: BLE001 - best effort at interpreter exit
+        except Exception:
             pass
 
 

@@ -146,14 +146,18 @@ class MySQLLease:
 
     def _renew(self, lease: LeaseClock) -> None:
         conn = self._conn
+        if conn is None:  # released before the thread ran
+            return
         while not self._stop.wait(self.settings.renew_s):
             sent = self._clock()
             try:
                 with conn.cursor() as cur:
                     cur.execute("SELECT IS_USED_LOCK(%s)", (self.name,))
                     holder = cur.fetchone()[0]
-            except Exception as exc:  # noqa: BLE001 - the lock went with the session
+            except Exception as exc:
                 if self._stop.is_set() or not self._regain(lease, exc):
+                    return
+                if self._conn is None:
                     return
                 conn = self._conn
                 continue
@@ -173,8 +177,9 @@ class MySQLLease:
         why = error_text(cause)
         log.warning("the lease session failed (%s); taking lease %r again on a new session", why, self.name)
         try:
-            self._conn.close()
-        except Exception:  # noqa: BLE001 - it is gone already
+            if self._conn is not None:
+                self._conn.close()
+        except Exception:
             pass
         while not self._stop.is_set():
             try:
@@ -198,7 +203,7 @@ class MySQLLease:
                         holder = cur.fetchone()[0]
                 if got and not self._newest_is_ours():
                     got, holder = False, "another relay (a checkpoint of a newer epoch exists)"
-            except Exception as exc:  # noqa: BLE001 - try again while the lease lasts
+            except Exception as exc:
                 conn.close()
                 log.debug("taking the lease again failed: %s", error_text(exc))
                 self._stop.wait(self.settings.renew_s / 2)
@@ -227,12 +232,12 @@ class MySQLLease:
             if self.lease is not None and self.lease.lost is None:
                 with conn.cursor() as cur:
                     cur.execute("SELECT RELEASE_LOCK(%s)", (self.name,))
-        except Exception:  # noqa: BLE001 - closing the session releases it as well
+        except Exception:
             pass
         finally:
             try:
                 conn.close()
-            except Exception:  # noqa: BLE001
+            except Exception:
                 pass
 
 
@@ -249,7 +254,7 @@ def lease_holder(name: str, connection: dict) -> int | None:
             cur.execute("SELECT IS_USED_LOCK(%s)", (name,))
             holder = cur.fetchone()[0]
             return None if holder is None else int(holder)
-    except Exception:  # noqa: BLE001
+    except Exception:
         return None
     finally:
         conn.close()

@@ -70,7 +70,7 @@ class NoidaKafka:
         self.bootstrap = self.bootstrap_servers = f"127.0.0.1:{port}"
 
     @classmethod
-    def start(cls, timeout: float = 30.0) -> "NoidaKafka":
+    def start(cls, timeout: float = 30.0) -> NoidaKafka:
         binary = _binary()
         data_dir = Path(tempfile.mkdtemp(prefix="cdc-noida-"))
         port = _free_port()
@@ -104,7 +104,7 @@ class NoidaKafka:
 
         try:
             AdminClient({"bootstrap.servers": self.bootstrap}).list_topics(timeout=2)
-        except Exception:  # noqa: BLE001 - not answering yet
+        except Exception:
             return False
         return True
 
@@ -123,7 +123,7 @@ class NoidaKafka:
             self.proc.wait(10)
         shutil.rmtree(self.data_dir, ignore_errors=True)
 
-    def __enter__(self) -> "NoidaKafka":
+    def __enter__(self) -> NoidaKafka:
         return self
 
     def __exit__(self, *exc: object) -> None:

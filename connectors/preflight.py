@@ -19,6 +19,7 @@ import pymysql
 from cdc.checkpoint import Checkpoint
 from cdc.config import Config
 from cdc.errors import PositionError
+from cdc.ports import StartAt
 from cdc.position import BinlogPosition
 from cdc.source_events import recovered_xid
 from connectors.mysql_client import MySQLTlsError, connect, describe_tls
@@ -48,7 +49,7 @@ def _vars(cur, names: tuple[str, ...]) -> dict[str, str]:
     return {str(k).lower(): str(v) for k, v in cur.fetchall()}
 
 
-def run_checks(cfg: Config, start: BinlogPosition | str | None = None,
+def run_checks(cfg: Config, start: StartAt | str | None = None,
                checkpoint: Checkpoint | None = None, replica_id: bool = True) -> list[CheckResult]:
     """Every check's result. `start` is the position the relay would start from (a
     checkpoint's, or the configured start when there is none); `checkpoint`, when there
@@ -241,7 +242,7 @@ def _denied_table(cur, user: str, schema: str, table: str) -> str:
             f"tell this user which; {sees}): create it, or fix outbox.tables, or {grant}")
 
 
-def _check_start(cur, start: BinlogPosition | str | None, add) -> None:
+def _check_start(cur, start: StartAt | str | None, add) -> None:
     if not isinstance(start, BinlogPosition):
         return
     try:

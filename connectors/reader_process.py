@@ -12,10 +12,9 @@ what it returns over a pipe:
                                                            `xa`: its XaMark, or None
     ("error", module, class name, message)                 the feed raised; the child exits
 
-`items` are plain tuples (cheaper to pickle than objects): an event is
-`(0, event_id, aggregate_type, aggregate_id, event_type, payload, timestamp_us, topic,
-table, encoded, extras)` (extras: a payload format's `cdc.formats.MessageExtras`, else None), a dead letter `(1, cause, error, intended_topic, key, row, table)`; the
-row index is the item's place in the transaction. Only committed transactions are sent,
+`items` are plain tuples (cheaper to pickle than objects), made by `OutboxEvent.to_wire` /
+`DeadLetter.to_wire` and read back by `cdc.outbox.item_from_wire` (cdc/outbox.py, next to
+the types); the row index is the item's place in the transaction. Only committed transactions are sent,
 in binlog order, their items in row order: what the relay receives is what `LocalFeed`
 would have returned in its own process. The pipe is the back-pressure: a child ahead of
 the relay blocks in `send`.
@@ -39,6 +38,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
@@ -51,6 +51,7 @@ from cdc.outbox import DeadLetter, OutboxEvent
 from cdc.ports import StartAt
 from cdc.position import BinlogPosition
 from cdc.relay_settings import RelaySettings
+from cdc.transaction import CommittedTransaction
 
 CHUNK = 256  # items per pipe message
 
@@ -75,6 +76,9 @@ class ReaderProcessFeeds:
     relay's start-up); `configure` hands it the spec, `open` starts its stream."""
 
     def __init__(self, spec: ReaderSpec | None = None):
+        self._spawn(spec)
+
+    def _spawn(self, spec: ReaderSpec | None) -> None:
         # Two one-way pipes: transactions child -> relay (enlarged, so the child can run a
         # few transactions ahead instead of waiting for each to be taken), control back.
         # A plain `python -m` child (not multiprocessing's spawn, which would start a
@@ -106,7 +110,7 @@ class ReaderProcessFeeds:
         if self._opened and self._spec is not None:
             # A second stream (transactional delivery re-reads from its last committed
             # checkpoint after an abort): the first one's child was stopped with its feed.
-            self.__init__(self._spec)
+            self._spawn(self._spec)
         self._opened = True
         self._control.send(("open", start, server_id))
         return ProcessFeed(self._data, self._control, self._process)
@@ -149,17 +153,17 @@ class ShippedTransaction:
         self.identity, self.end, self.size, self.xa = identity, end, size, xa
         self._feed, self._first, self._more = feed, first, more
 
-    def items(self) -> Any:
+    def items(self) -> Iterator[OutboxEvent | DeadLetter]:
         identity, row = self.identity, 0
         chunk, more = self._first, self._more
         self._first = []
+        event_from_wire, dead_letter_from_wire = OutboxEvent.from_wire, DeadLetter.from_wire
         while True:
             for t in chunk:
                 if t[0] == 0:
-                    yield OutboxEvent(t[1], t[2], t[3], t[4], t[5], t[6], t[7], t[8], EventIdentity(identity, row), t[9],
-                                      t[10])
+                    yield event_from_wire(t, EventIdentity(identity, row))
                 else:
-                    yield DeadLetter(t[1], t[2], t[3], t[4], t[5], t[6], EventIdentity(identity, row))
+                    yield dead_letter_from_wire(t, EventIdentity(identity, row))
                 row += 1
             if not more:
                 self._more = False
@@ -287,7 +291,7 @@ def _child_main(conn: Any, control: Any, parent_pid: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     # imports first: they run while the relay starts and builds the spec
-    import connectors.binlog_decoder  # noqa: F401
+    import connectors.binlog_decoder  # noqa: F401  # imported for its start-up cost, before the spec arrives
     from connectors.avro_serializer import ConfluentAvroSerializer, registry_client
     from connectors.binlog_source import MySQLBinlogSourceFactory
 
@@ -306,21 +310,16 @@ def _child_main(conn: Any, control: Any, parent_pid: int) -> None:
             heartbeat_s=spec.heartbeat_s, decoder=spec.decoder, threaded=False,
         )
         serializer = ConfluentAvroSerializer(registry_client(spec.registry))
-        ignored = [0]
-
-        def count_ignored(_change: Any) -> None:
-            ignored[0] += 1
-
         msg = control.recv()
         if msg[0] != "open":
             return
         _, start, server_id = msg
-        assembler = assembler_for(spec.settings, server_id, count_ignored)
+        assembler = assembler_for(spec.settings, server_id)
         feed = LocalFeed(sources, assembler, start, spec.settings.reconnect_timeout_s, time.time, time.sleep, time.sleep)
-        _ship(conn, control, feed, serializer, spec, ignored)
+        _ship(conn, control, feed, serializer, spec)
     except (EOFError, BrokenPipeError, KeyboardInterrupt):
         pass
-    except BaseException as exc:  # noqa: BLE001 - every failure goes to the relay
+    except BaseException as exc:
         try:
             conn.send(("error", type(exc).__module__, type(exc).__name__, str(exc)))
         except OSError:
@@ -330,7 +329,7 @@ def _child_main(conn: Any, control: Any, parent_pid: int) -> None:
             feed.close()
 
 
-def _ship(conn: Any, control: Any, feed: LocalFeed, serializer: Any, spec: ReaderSpec, ignored: list[int]) -> None:
+def _ship(conn: Any, control: Any, feed: LocalFeed, serializer: Any, spec: ReaderSpec) -> None:
     send, poll = conn.send, control.poll
     max_bytes = spec.settings.max_message_bytes
     timeout = max(spec.settings.read_timeout_s, 0.05)
@@ -342,20 +341,16 @@ def _ship(conn: Any, control: Any, feed: LocalFeed, serializer: Any, spec: Reade
             return
         if item is None:
             continue
-        counters = (feed.reconnects, feed.discarded_rows, ignored[0])
-        if not hasattr(item, "items"):
+        counters = (feed.reconnects, feed.discarded_rows, feed.outbox_changes_ignored)
+        if not isinstance(item, CommittedTransaction):
             send(("ev", item, counters))
             continue
-        chunk: list[tuple] = []
+        chunk: list[tuple[Any, ...]] = []
         head = True
         for it in item.items():
-            if type(it) is OutboxEvent:
+            if isinstance(it, OutboxEvent):
                 it = prepare(it, serializer, max_bytes)
-            if type(it) is OutboxEvent:
-                chunk.append((0, it.event_id, it.aggregate_type, it.aggregate_id, it.event_type, it.payload,
-                              it.timestamp_us, it.topic, it.table, it.encoded, it.extras))
-            else:
-                chunk.append((1, it.cause, it.error, it.intended_topic, it.key, it.row, it.table))
+            chunk.append(it.to_wire())
             if len(chunk) >= CHUNK:
                 if head:
                     send(("tx", item.identity, item.end, item.size, chunk, True, counters, item.xa))

@@ -109,12 +109,12 @@ def end_session(settings: Mapping[str, Any], conn_id: int, timeout: float = 2.0)
         return True
     except pymysql.err.MySQLError as exc:
         return bool(exc.args) and exc.args[0] == ER_NO_SUCH_THREAD
-    except Exception:  # noqa: BLE001
+    except Exception:
         return False
     finally:
         try:
             conn.close()
-        except Exception:  # noqa: BLE001
+        except Exception:
             pass
 
 

@@ -67,13 +67,14 @@ The password is never logged and is scrubbed from error messages.
 from __future__ import annotations
 
 import datetime as _dt
-from contextlib import contextmanager
 import fnmatch
 import json
 import random
 import re
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any
 
 from cdc.outbox import OutboxTable, text_of
 from cdc.position import BinlogPosition, file_sequence
@@ -81,6 +82,9 @@ from cdc.topics import topic_problem
 from connectors.mysql_client import binlog_end
 from spark_jobs.common import (
     KEY_SEP,
+    DataSource,
+    DataSourceReader,
+    InputPartition,
     identity_key,
     mysql_settings_from_options,
     opt_int,
@@ -88,9 +92,6 @@ from spark_jobs.common import (
     scrub,
     where,
 )
-
-from spark_jobs.common import DataSource, DataSourceReader, InputPartition  # noqa: E402
-
 
 BINLOG_FIELDS: tuple[tuple[str, str], ...] = (
     ("ikey", "string"),
@@ -466,7 +467,7 @@ def statement_insert_target(sql: str, default_schema: str) -> tuple[str, str] | 
 # ------------------------------------------------------------------- outbox mapping
 
 
-def _payload(value: Any) -> tuple[bytes | None, bool | None]:
+def payload_bytes(value: Any) -> tuple[bytes | None, bool | None]:
     if value is None:
         return None, None
     if isinstance(value, str):
@@ -497,7 +498,7 @@ def _micros(value: Any) -> int | None:
         return None
     if isinstance(value, _dt.datetime):
         if value.tzinfo is None:
-            value = value.replace(tzinfo=_dt.timezone.utc)
+            value = value.replace(tzinfo=_dt.UTC)
         return (value - _EPOCH) // _ONE_US  # exact: timestamp() * 1e6 goes through a float
     if isinstance(value, (int, float)):
         return int(value)
@@ -531,7 +532,7 @@ class EventMapper:
         return hit
 
     def map(self, schema: str, table: str, values: Any) -> dict[str, Any]:
-        return dict(zip(MAPPED_FIELDS, self.map_values(schema, table, values)))
+        return dict(zip(MAPPED_FIELDS, self.map_values(schema, table, values), strict=True))
 
     def map_values(self, schema: str, table: str, values: Any) -> tuple:
         """`map` as a tuple in MAPPED_FIELDS order (no dict per row: the reader's hot path).
@@ -542,7 +543,7 @@ class EventMapper:
             return (name, None, None, None, None, None, None, None, None, STATEMENT_FORMAT,
                     f"DML logged as a statement, no row image: {values[:200]}")  # fmt: skip
         get = values.get
-        out = [name, None, None, None, None]
+        out: list[Any] = [name, None, None, None, None]
         for i, column in enumerate(required, 1):  # id, aggregate type, aggregate id, type
             value = get(column)
             if value is not None:
@@ -554,7 +555,7 @@ class EventMapper:
             if values[column] is None:
                 return (*out, None, None, None, None, "null_column", f"NULL in required column {column!r}")
         topic, cause, problem = self._route(cfg, out[2], out[4])
-        payload, is_text = _payload(get(cfg.payload_column))
+        payload, is_text = payload_bytes(get(cfg.payload_column))
         ts = _micros(get(cfg.timestamp_column)) if cfg.timestamp_column else None
         return (*out, payload, is_text, ts, topic, cause, problem)
 
@@ -623,7 +624,7 @@ class EventColumns:
             map_values = self.mapper.map_values
             appends = [c.append for c in mapped]
             for schema, table, values in rows:
-                for append, value in zip(appends, map_values(schema, table, values)):
+                for append, value in zip(appends, map_values(schema, table, values), strict=True):
                     append(value)
         c_source.extend([source] * n)
         c_sid.extend([tx.server_id] * n)
@@ -640,7 +641,7 @@ class EventColumns:
         self.n += n
 
     def add_row(self, row: Mapping[str, Any]) -> None:
-        for column, (name, _kind) in zip(self.cols, BINLOG_FIELDS):
+        for column, (name, _kind) in zip(self.cols, BINLOG_FIELDS, strict=True):
             column.append(row[name])
         self.n += 1
 
@@ -649,7 +650,7 @@ class EventColumns:
         import pyarrow as pa
 
         schema = arrow_schema()
-        batch = pa.RecordBatch.from_arrays([pa.array(c, type=f.type) for c, f in zip(self.cols, schema)], schema=schema)
+        batch = pa.RecordBatch.from_arrays([pa.array(c, type=f.type) for c, f in zip(self.cols, schema, strict=True)], schema=schema)
         self._reset()
         return batch
 
@@ -679,7 +680,7 @@ def events_of_tx(source: str, file: str, tx: CommittedTx, mapper: EventMapper) -
 # ------------------------------------------------------------------------- planning
 
 
-def _connect(settings: Mapping[str, Any]) -> Any:
+def connect_mysql(settings: Mapping[str, Any]) -> Any:
     from connectors.mysql_client import connect
 
     try:
@@ -697,7 +698,7 @@ def plan_binlog(
     """A snapshot of what to read: the binlog files on the server and, for each, the
     byte range `[start, end)`; the end of the newest file is the server's current
     position (SHOW MASTER STATUS) unless `end_position` says otherwise."""
-    conn = _connect(settings)
+    conn = connect_mysql(settings)
     try:
         with conn.cursor() as cur:
             status = binlog_end(cur)
@@ -712,11 +713,11 @@ def plan_binlog(
             try:
                 cur.execute("SELECT @@gtid_binlog_pos")
                 gtid_pos = cur.fetchone()[0]
-            except Exception:  # noqa: BLE001 - MySQL
+            except Exception:
                 try:
                     cur.execute("SELECT @@gtid_executed")
                     gtid_pos = cur.fetchone()[0]
-                except Exception:  # noqa: BLE001
+                except Exception:
                     gtid_pos = None
     finally:
         conn.close()
@@ -758,7 +759,7 @@ def transaction_starts(settings: Mapping[str, Any], file: str, start: int, end: 
     transaction start at or after it."""
     import pymysql.cursors
 
-    conn = _connect({**settings, "cursorclass": pymysql.cursors.SSCursor})
+    conn = connect_mysql({**settings, "cursorclass": pymysql.cursors.SSCursor})
     cuts: list[int] = []
     try:
         cur = conn.cursor()
@@ -813,7 +814,7 @@ def split_ranges(settings: Mapping[str, Any], plan: Mapping[str, Any], split_byt
 
 
 @contextmanager
-def _reading(file: str, settings: Mapping[str, Any], asm: "TxAssembler", end: int,
+def _reading(file: str, settings: Mapping[str, Any], asm: TxAssembler, end: int,
              close: Callable[[], None], on_anomaly: Callable[[str], None] | None) -> Iterator[None]:
     """The common ending of both binlog readers: a transaction left open at the end of the
     range is an anomaly, a failure becomes one line without the password, and the stream
@@ -822,7 +823,7 @@ def _reading(file: str, settings: Mapping[str, Any], asm: "TxAssembler", end: in
         yield
         if asm.open and asm.rows:
             asm.anomalies.append(f"{len(asm.rows)} outbox row(s) of the transaction at {asm.start} not committed by {end}")
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         raise RuntimeError(
             f"cdc_binlog: reading {file} from {where(settings)} failed: {scrub(str(exc), settings)}"
         ) from None
@@ -850,11 +851,18 @@ def read_binlog_file(
     `start` up to (not past) `end`; and the XA prepare and outcome groups (`xa` set)."""
     from pymysqlreplication import BinLogStreamReader
     from pymysqlreplication.event import (
-        ExecuteLoadQueryEvent, GtidEvent, MariadbGtidEvent, QueryEvent, RotateEvent, XAPrepareEvent, XidEvent,
+        ExecuteLoadQueryEvent,
+        GtidEvent,
+        MariadbGtidEvent,
+        QueryEvent,
+        RotateEvent,
+        XAPrepareEvent,
+        XidEvent,
     )  # fmt: skip
     from pymysqlreplication.row_event import DeleteRowsEvent, WriteRowsEvent
 
-    from spark_jobs.binlog_compressed import ExpandingConnection, event_start as event_start_of
+    from spark_jobs.binlog_compressed import ExpandingConnection
+    from spark_jobs.binlog_compressed import event_start as event_start_of
 
     wanted = {(t.schema, t.table) for t in tables}
     from connectors.mysql_client import pymysql_args
@@ -1080,12 +1088,6 @@ def _reader_of(options: Mapping[str, str]) -> Any:
     if name not in BINLOG_READERS:
         raise ValueError(f"cdc_binlog: option 'binlog_reader' must be one of {BINLOG_READERS}, got {name!r}")
     return read_binlog_file_fast if name == "fast" else read_binlog_file
-
-
-def iter_binlog_events(options: Mapping[str, str], part: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
-    """The event rows of one planned file range (a dict per event, BINLOG_FIELDS keys)."""
-    for batch in iter_binlog_batches(options, part, 1 << 30):
-        yield from batch.to_pylist()
 
 
 def iter_binlog_batches(options: Mapping[str, str], part: Mapping[str, Any], batch_rows: int = BATCH_ROWS) -> Iterator[Any]:

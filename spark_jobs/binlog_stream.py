@@ -32,12 +32,21 @@ the other, so ids are reused only by connections that have ended).
 from __future__ import annotations
 
 import random
-from typing import Any, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
 
 from cdc.position import file_sequence
 from spark_jobs.binlog_source import (
-    BINLOG_FIELDS, BINLOG_SCHEMA, EventColumns, EventMapper, _connect, anomaly_row, iter_binlog_batches, split_ranges,
-    tables_from_json, transaction_starts,
+    BINLOG_FIELDS,
+    BINLOG_SCHEMA,
+    EventColumns,
+    EventMapper,
+    anomaly_row,
+    connect_mysql,
+    iter_binlog_batches,
+    split_ranges,
+    tables_from_json,
+    transaction_starts,
 )  # fmt: skip
 from connectors.mysql_client import binlog_end
 from spark_jobs.common import DataSource, InputPartition, mysql_settings_from_options, opt_int, opt_json, where
@@ -46,14 +55,14 @@ try:
     from pyspark.sql.datasource import DataSourceStreamReader
     from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxBytes
 except Exception:  # pragma: no cover
-    DataSourceStreamReader = object  # type: ignore[misc,assignment]
+    DataSourceStreamReader = object  # type: ignore[misc,assignment]  # a stand-in base when pyspark is not installed
 
 KIND_PROGRESS = "progress"
 
 
 def server_logs(settings: Mapping[str, Any]) -> tuple[tuple[str, int], list[tuple[str, int]]]:
     """((file, pos) of the server's end now, [(file, size)] of SHOW BINARY LOGS in order)."""
-    conn = _connect(settings)
+    conn = connect_mysql(settings)
     try:
         with conn.cursor() as cur:
             status = binlog_end(cur)  # SHOW BINARY LOG STATUS on MySQL 8.2+
@@ -181,4 +190,4 @@ class BinlogStreamDataSource(DataSource):
         return BinlogStreamReader(self.options)
 
 
-__all__ = ["BinlogStreamDataSource", "BINLOG_FIELDS", "KIND_PROGRESS", "opt_json"]
+__all__ = ["BINLOG_FIELDS", "KIND_PROGRESS", "BinlogStreamDataSource", "opt_json"]

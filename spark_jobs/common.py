@@ -9,7 +9,8 @@ Nothing here comes from the relay's transaction or recovery code; only the value
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from cdc.position import file_sequence
 from cdc.tls import TLS_KEYS
@@ -23,10 +24,10 @@ SECRET_OPTION_NAMES = frozenset({"password", "passwd", "tls_key_password"})
 try:  # the data source base classes; the pure-python parts of the sources work without Spark
     from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 except Exception:  # pragma: no cover
-    DataSource = object  # type: ignore[misc,assignment]
-    DataSourceReader = object  # type: ignore[misc,assignment]
+    DataSource = object  # type: ignore[misc,assignment]  # a stand-in base when pyspark is not installed
+    DataSourceReader = object  # type: ignore[misc,assignment]  # a stand-in base when pyspark is not installed
 
-    class InputPartition:  # type: ignore[no-redef]
+    class InputPartition:  # type: ignore[no-redef]  # a stand-in when pyspark is not installed
         def __init__(self, value: Any) -> None:
             self.value = value
 
@@ -44,7 +45,7 @@ def file_seq_or_none(name: str | None) -> int | None:
         return None
     try:
         return file_sequence(name)[1]
-    except Exception:  # noqa: BLE001 - a malformed header is reported, not raised
+    except Exception:
         return None
 
 

@@ -34,10 +34,11 @@ import os
 import shutil
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from cdc.position import file_sequence
 from spark_jobs.binlog_source import BINLOG_FIELDS, tables_to_json
@@ -126,7 +127,7 @@ class FollowJob:
         """(binlog start file:pos, kafka start) for a new query. From the head: the
         topics' high watermarks are taken first, the binlog head second, so every event
         after that head is published after those offsets."""
-        settings = {**self.config.verify.mysql_options()}
+        settings: dict[str, Any] = {**self.config.verify.mysql_options()}
         settings["port"] = int(settings["port"])
         start = (self.config.start or "head").strip()
         if start == "head":
@@ -143,7 +144,7 @@ class FollowJob:
             raise ValueError(f"cdc verify --follow: start file {start} is not on the server (SHOW BINARY LOGS): name one that is")
         return f"{start}:4", "earliest"
 
-    def start(self) -> "FollowJob":
+    def start(self) -> FollowJob:
         from pyspark.sql import functions as F
 
         cfg, v = self.config, self.config.verify
@@ -256,13 +257,13 @@ class FollowJob:
     # ------------------------------------------------------------------- clock
 
     def _clock_loop(self) -> None:
-        settings = {**self.config.verify.mysql_options()}
+        settings: dict[str, Any] = {**self.config.verify.mysql_options()}
         settings["port"] = int(settings["port"])
         while not self._stop.wait(1.0):
             try:
                 (file, pos), _ = server_logs(settings)
-                head = (file, file_sequence(file)[1], pos)
-            except Exception as exc:  # noqa: BLE001 - the query reports source failures itself
+                head: tuple[str, int, int] | None = (file, file_sequence(file)[1], pos)
+            except Exception as exc:
                 LOG.warning("follow: cannot read the binlog head: %s", str(exc).splitlines()[0][:300])
                 head = self.head
             with self.lock:
@@ -280,7 +281,7 @@ class FollowJob:
             if due:
                 try:
                     self.write_report()
-                except Exception as exc:  # noqa: BLE001
+                except Exception as exc:
                     LOG.warning("follow: writing the report failed: %s", exc)
 
     # ----------------------------------------------------------------- figures
@@ -345,7 +346,7 @@ class FollowJob:
             m("cdc_verify_binlog_head_file_seq", "binlog file number of the server's end", "gauge", [("", file_sequence(head["file"])[1])])
             m("cdc_verify_binlog_head_pos", "binlog position of the server's end", "gauge", [("", head["pos"])])
             if vt and vt["file"] == head["file"]:
-                m("cdc_verify_binlog_bytes_unverified", "bytes between verified-through and the head (same file)", "gauge",
+                m("cdc_verify_binlog_unverified_bytes", "bytes between verified-through and the head (same file)", "gauge",
                   [("", max(0, head["pos"] - vt["pos"]))])  # fmt: skip
         m("cdc_verify_pending_events", "events read, no delivery yet, within grace", "gauge", [("", s["pending_events"])])
         m("cdc_verify_waiting_records", "records read whose binlog position is not read yet", "gauge", [("", s["waiting_records"])])
@@ -354,15 +355,16 @@ class FollowJob:
         m("cdc_verify_order_violations_total", "records whose header position goes back in their partition", "counter",
           [("", s["order_violations"])])  # fmt: skip
         m("cdc_verify_batches_total", "micro-batches reconciled", "counter", [("", s["batches"])])
-        age = time.time() - s["last_batch_at"] if s["last_batch_at"] else -1
-        m("cdc_verify_last_batch_age_seconds", "since the last micro-batch (-1: none yet in this process)", "gauge", [("", round(age, 3))])
+        if s["last_batch_at"]:  # absent until this process's first micro-batch
+            age = time.time() - s["last_batch_at"]
+            m("cdc_verify_last_batch_age_seconds", "since the last micro-batch", "gauge", [("", round(age, 3))])
         return "\n".join(lines) + "\n"
 
     def _start_http(self) -> None:
         job = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802
+            def do_GET(self) -> None:
                 if self.path.split("?")[0] == "/metrics":
                     body, ctype, code = job.metrics_text().encode(), "text/plain; version=0.0.4", 200
                 elif self.path.split("?")[0] in ("/healthz", "/"):
@@ -436,7 +438,7 @@ class FollowJob:
         if self.query is not None:
             try:
                 self.query.stop()
-            except Exception:  # noqa: BLE001
+            except Exception:
                 pass
         if self._clock is not None:
             self._clock.join(10)

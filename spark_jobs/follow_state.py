@@ -50,12 +50,19 @@ import logging
 import os
 import pickle
 import time
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from spark_jobs.binlog_source import (
-    KIND_ANOMALY, KIND_EVENT, KIND_XA_COMMIT, KIND_XA_EVENT, KIND_XA_ROLLBACK, KIND_XA_ROW, STATEMENT_FORMAT,
+    KIND_ANOMALY,
+    KIND_EVENT,
+    KIND_XA_COMMIT,
+    KIND_XA_EVENT,
+    KIND_XA_ROLLBACK,
+    KIND_XA_ROW,
+    STATEMENT_FORMAT,
 )  # fmt: skip
 from spark_jobs.common import identity_key, murmur2_partition
 from spark_jobs.reconcile import ALL_CLASSES, PROVEN_CLASSES, record_reasons
@@ -165,7 +172,7 @@ class FollowState:
         return path
 
     @staticmethod
-    def load(directory: str | os.PathLike[str], before: int) -> "FollowState | None":
+    def load(directory: str | os.PathLike[str], before: int) -> FollowState | None:
         """The state after the newest batch `< before` (None when there is none), with the
         matched events of its batch and every earlier one."""
         d = Path(directory)
@@ -221,7 +228,7 @@ class FollowState:
     def _tx_proven(self, key: tuple[int, int] | None) -> None:
         if key is None:
             return
-        entry = self.txmap.get(tuple(key))
+        entry = self.txmap.get((key[0], key[1]))
         if entry is not None:
             entry[4] -= 1
 
@@ -262,7 +269,7 @@ class FollowState:
                     self._tx_add(r)  # the undecided prepare holds verified-through before it
                 held.append(dict(r))
             elif kind in (KIND_XA_COMMIT, KIND_XA_ROLLBACK):
-                held = self.xa_held.pop(r["xa_xid"], None)
+                held = self.xa_held.pop(r["xa_xid"], [])
                 if held:
                     self._tx_proven((int(held[0]["file_seq"]), int(held[0]["tx_pos"])))
                     if kind == KIND_XA_COMMIT:
@@ -417,7 +424,7 @@ class FollowState:
             self._alarm("duplicate", f"event {ev['file']}:{ev['tx_pos']} row {ev['row']} delivered {n} times (first at {where})")
         elif is_dlq:
             cls = "dead_lettered"
-            cause = rec.get("dlq_cause")
+            cause = rec.get("dlq_cause") or ""
             self.dlq_causes[cause] = self.dlq_causes.get(cause, 0) + 1
         elif reasons:
             cls = "altered"
@@ -514,7 +521,7 @@ class FollowState:
                                       "headers": {"file": rec.get("h_file"), "pos": rec.get("h_pos"), "row": rec.get("h_row"), "gtid": rec.get("h_gtid"),
                                                   "id": rec.get("h_event_id")}})  # fmt: skip
             self._alarm("phantom", f"record {rec['topic']}[{rec['partition']}]@{rec['offset']} claims {rec.get('h_file')}:{rec.get('h_pos')} "
-                                   f"row {rec.get('h_row')}, which the binlog (read through {self.read_through[0]}:{self.read_through[2]}) "
+                                   f"row {rec.get('h_row')}, which the binlog (read through {_at(self.read_through)}) "
                                    f"does not hold as a committed outbox insert")  # fmt: skip
         window = now - self.dedupe_window_s
         while self.done_buckets and self.done_buckets[0][0] < window:
@@ -541,9 +548,9 @@ class FollowState:
         o = _ord(ev["file_seq"], ev["tx_pos"], ev["row"])
         pred = self._predicted_partition(ev)
         for (topic, part), thr in self.truncated.items():
-            if topic == self.dlq_topic or (topic == loc and (pred is None or pred == part)):
-                if thr is None or o < thr:
-                    return "partition_truncated"
+            if (topic == self.dlq_topic or (topic == loc and (pred is None or pred == part))) and (
+                    thr is None or o < thr):
+                return "partition_truncated"
         return None
 
     # ------------------------------------------------------------------ figures
@@ -611,8 +618,12 @@ def _state_files(d: Path) -> list[int]:
     return out
 
 
+def _at(point: tuple[str, int, int] | None) -> str:
+    return f"{point[0]}:{point[2]}" if point is not None else "nothing yet"
+
+
 def _event_example(ev: Mapping[str, Any], cls: str, reason: str | None) -> dict[str, Any]:
-    out = {
+    out: dict[str, Any] = {
         "class": cls,
         "binlog": {"file": ev.get("file"), "pos": ev.get("tx_pos"), "row": ev.get("row"), "gtid": ev.get("gtid"),
                    "tx_end": ev.get("tx_end"), "commit_ts_ms": ev.get("commit_ts_ms")},

@@ -50,16 +50,23 @@ import json
 import re
 import time
 import uuid
-from typing import Any, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
 
 from cdc import identity as hdr
 from cdc.formats import H_FORMAT, PAYLOAD_FORMATS
 from cdc.kafka_client import client_conf
 
-from spark_jobs.common import (  # noqa: E402
-    DataSource, DataSourceReader, InputPartition, file_seq_or_none, identity_key, opt_bool, opt_int, opt_json,
+from spark_jobs.common import (
+    DataSource,
+    DataSourceReader,
+    InputPartition,
+    file_seq_or_none,
+    identity_key,
+    opt_bool,
+    opt_int,
+    opt_json,
 )
-
 
 BASE_FIELDS: tuple[tuple[str, str], ...] = (
     ("topic", "string"),
@@ -138,7 +145,7 @@ def consumer_config(bootstrap: str, extra: Mapping[str, Any] | None = None, isol
     return client_conf(bootstrap, extra, defaults, enforced)
 
 
-def _consumer(bootstrap: str, extra: Mapping[str, Any] | None = None, isolation: str = "read_committed") -> Any:
+def kafka_consumer(bootstrap: str, extra: Mapping[str, Any] | None = None, isolation: str = "read_committed") -> Any:
     from confluent_kafka import Consumer
 
     return Consumer(consumer_config(bootstrap, extra, isolation))
@@ -169,11 +176,9 @@ def plan_kafka(
 ) -> dict[str, Any]:
     """A snapshot of what to read: every partition of the selected topics with its low and
     high watermark now."""
-    from confluent_kafka import TopicPartition
+    from confluent_kafka import KafkaException, TopicPartition
 
-    from confluent_kafka import KafkaException
-
-    consumer = _consumer(bootstrap, extra)
+    consumer = kafka_consumer(bootstrap, extra)
     try:
         try:
             md = consumer.list_topics(timeout=timeout)
@@ -235,7 +240,7 @@ def consume_range(
 
     if end <= start:
         return
-    consumer = _consumer(bootstrap, extra, isolation)
+    consumer = kafka_consumer(bootstrap, extra, isolation)
     try:
         consumer.assign([TopicPartition(topic, partition, start)])
         last_progress = time.monotonic()
@@ -283,7 +288,7 @@ def scan_partitions(
     todo = {(p["topic"], p["partition"]): (int(p["low"]), int(p["high"])) for p in parts if p["high"] > p["low"]}
     if not todo:
         return
-    consumer = _consumer(bootstrap, extra, isolation)
+    consumer = kafka_consumer(bootstrap, extra, isolation)
     try:
         consumer.assign([TopicPartition(p["topic"], p["partition"], p["low"]) for p in parts if (p["topic"], p["partition"]) in todo])
         last_progress = time.monotonic()
@@ -385,7 +390,7 @@ def _fast_avro_ok() -> bool:
                 for f in fields
             )
             _FAST_AVRO = layout == _OUTBOX_LAYOUT
-        except Exception:  # noqa: BLE001
+        except Exception:
             _FAST_AVRO = False
     return _FAST_AVRO
 
@@ -401,7 +406,7 @@ def _decode_outbox(v: bytes) -> tuple:
     or the same error)."""
     p = 5
     size = len(v)
-    out = []
+    out: list[Any] = []
     for _ in range(4):
         b = v[p]
         p += 1
@@ -480,8 +485,10 @@ def decode_value(value: bytes | None) -> tuple[dict[str, Any] | None, int | None
     try:
         parsed = avro_schema()
         record = fastavro.schemaless_reader(buf, parsed, parsed)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         return None, schema_id, f"Avro decoding failed: {type(exc).__name__}: {exc}"[:300]
+    if not isinstance(record, dict):  # the envelope schema is a record
+        return None, schema_id, "Avro value is not a record"
     if buf.tell() != len(value):
         return record, schema_id, f"{len(value) - buf.tell()} trailing byte(s) after the Avro record"
     return record, schema_id, None
@@ -712,7 +719,7 @@ class RecordColumns:
                 json.loads(value or b"")
             except ValueError as exc:
                 error = f"dead-letter value is not JSON: {exc}"[:300]
-            v = (None, None, None, None, None, None, None, None, error)
+            v: tuple[Any, ...] | None = (None, None, None, None, None, None, None, None, error)
         elif h[14] is not None:  # a payload format: the value is the payload
             v = formatted_value(h[14], value, h[6], h[7], cols[6][-1])
         else:
@@ -720,7 +727,7 @@ class RecordColumns:
             if v is None:  # not the plain layout, or broken: fastavro says what it is
                 d = decode_record(topic, {}, value, self.dlq_topic)
                 v = tuple(d[n] for n in _VALUE_FIELDS)
-        for j, item in enumerate(v, i):
+        for j, item in enumerate(v or (), i):
             cols[j].append(item)
         i += 9
         if h[13] is None:
@@ -739,7 +746,7 @@ class RecordColumns:
         import pyarrow as pa
 
         schema = arrow_schema(self.include_raw, self.decode)
-        batch = pa.RecordBatch.from_arrays([pa.array(c, type=f.type) for c, f in zip(self.cols, schema)], schema=schema)
+        batch = pa.RecordBatch.from_arrays([pa.array(c, type=f.type) for c, f in zip(self.cols, schema, strict=True)], schema=schema)
         self._reset()
         return batch
 
@@ -751,7 +758,7 @@ def _fast_value(value: bytes | None) -> tuple | None:
         return None
     try:
         rid, atype, aid, etype, payload, stamp = _decode_outbox(value)
-    except Exception:  # noqa: BLE001 - any failure goes the slow, exact way
+    except Exception:
         return None
     return (int.from_bytes(value[1:5], "big"), rid, atype, aid, etype,
             payload.encode("utf-8") if isinstance(payload, str) else payload,

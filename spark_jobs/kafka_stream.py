@@ -20,7 +20,8 @@ records were removed (retention) before the verifier read them.
 from __future__ import annotations
 
 import json
-from typing import Any, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
 
 from spark_jobs.common import DataSource, InputPartition, opt_int, opt_json
 from spark_jobs.kafka_source import DEFAULT_CHUNK, RecordColumns, chunks, fields_for, plan_kafka, scan_partitions
@@ -28,7 +29,7 @@ from spark_jobs.kafka_source import DEFAULT_CHUNK, RecordColumns, chunks, fields
 try:
     from pyspark.sql.datasource import DataSourceStreamReader
 except Exception:  # pragma: no cover
-    DataSourceStreamReader = object  # type: ignore[misc,assignment]
+    DataSourceStreamReader = object  # type: ignore[misc,assignment]  # a stand-in base when pyspark is not installed
 
 MARKER_FIELDS: tuple[tuple[str, str], ...] = (("marker", "boolean"), ("range_start", "bigint"), ("range_end", "bigint"))
 STREAM_FIELDS = fields_for(False, True) + MARKER_FIELDS
@@ -112,9 +113,9 @@ class KafkaStreamReader(DataSourceStreamReader):
             if cols.n:
                 yield _arrow_with_markers(cols.take(), False)
         names = [n for n, _ in STREAM_FIELDS]
-        rows = {n: [] for n in names}
+        rows: dict[str, list[Any]] = {n: [] for n in names}
         for r in part:
-            row = {n: None for n in names}
+            row: dict[str, Any] = {n: None for n in names}
             row.update(topic=r["topic"], partition=r["partition"], offset=first.get((r["topic"], r["partition"])),
                        marker=True, range_start=r["low"], range_end=r["high"])  # fmt: skip
             for n in names:
@@ -146,4 +147,4 @@ class KafkaStreamDataSource(DataSource):
         return KafkaStreamReader(self.options)
 
 
-__all__ = ["KafkaStreamDataSource", "STREAM_FIELDS", "json"]
+__all__ = ["STREAM_FIELDS", "KafkaStreamDataSource", "json"]

@@ -5,22 +5,15 @@ position or GTID to the Kafka records that carry it (a header scan; no Spark nee
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from cdc import identity as hdr
 from cdc.position import BinlogPosition
-from spark_jobs.kafka_source import _consumer, consume_range, plan_kafka, scan_partitions
+from spark_jobs.kafka_source import consume_range, kafka_consumer, plan_kafka, scan_partitions
 
 _MARIADB_GTID = re.compile(r"^\d+-\d+-\d+$")
 _MYSQL_GTID = re.compile(r"^[0-9a-fA-F-]{36}:\d+$")
-
-
-@dataclass(frozen=True)
-class Located:
-    topic: str
-    partition: int
-    offset: int
 
 
 def _identity_of(msg: Any) -> dict[str, Any]:
@@ -64,7 +57,7 @@ def locate_offset(kafka_bootstrap: str, topic: str, partition: int, offset: int,
     beyond the end)."""
     from confluent_kafka import TopicPartition
 
-    consumer = _consumer(kafka_bootstrap, consumer_conf)
+    consumer = kafka_consumer(kafka_bootstrap, consumer_conf)
     try:
         low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout, cached=False)
     finally:

@@ -16,15 +16,20 @@ binlog source (`cdc.outbox.text_of`).
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
 
 from cdc.outbox import OutboxTable, text_of
-from spark_jobs.binlog_source import _payload, _connect, tables_from_json
-
-from spark_jobs.common import (  # noqa: E402
-    DataSource, DataSourceReader, InputPartition, mysql_settings_from_options, opt_int, scrub, where,
+from spark_jobs.binlog_source import connect_mysql, payload_bytes, tables_from_json
+from spark_jobs.common import (
+    DataSource,
+    DataSourceReader,
+    InputPartition,
+    mysql_settings_from_options,
+    opt_int,
+    scrub,
+    where,
 )
-
 
 TABLE_SCHEMA = (
     "`table` string, `event_id` string, `aggregate_type` string, `aggregate_id` string, "
@@ -37,7 +42,7 @@ def _q(name: str) -> str:
 
 
 def plan_ranges(settings: Mapping[str, Any], table: OutboxTable, chunk: int) -> list[dict[str, Any]]:
-    conn = _connect(settings)
+    conn = connect_mysql(settings)
     qualified = f"{_q(table.schema)}.{_q(table.table)}"
     key = _q(table.id_column)
     try:
@@ -58,7 +63,7 @@ def plan_ranges(settings: Mapping[str, Any], table: OutboxTable, chunk: int) -> 
             for i, b in enumerate(bounds):
                 out.append({"kind": "ordered", "lo": b, "hi": bounds[i + 1] if i + 1 < len(bounds) else None})
             return out
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         raise RuntimeError(f"cdc_outbox_table: planning {table.qualified_name} on {where(settings)}: {scrub(str(exc), settings)}") from None
     finally:
         conn.close()
@@ -70,6 +75,7 @@ def read_range(settings: Mapping[str, Any], table: OutboxTable, rng: Mapping[str
     cols = [table.id_column, table.aggregate_type_column, table.aggregate_id_column, table.type_column, table.payload_column]
     select = ", ".join(_q(c) for c in cols)
     if rng["kind"] == "int":
+        args: tuple[Any, ...]
         sql, args = f"SELECT {select} FROM {qualified} WHERE {key} BETWEEN %s AND %s", (rng["lo"], rng["hi"])
     elif rng["hi"] is None:
         sql, args = f"SELECT {select} FROM {qualified} WHERE {key} >= %s", (rng["lo"],)
@@ -77,12 +83,12 @@ def read_range(settings: Mapping[str, Any], table: OutboxTable, rng: Mapping[str
         sql, args = f"SELECT {select} FROM {qualified} WHERE {key} >= %s AND {key} < %s", (rng["lo"], rng["hi"])
     import pymysql.cursors
 
-    conn = _connect({**settings, "cursorclass": pymysql.cursors.SSCursor})
+    conn = connect_mysql({**settings, "cursorclass": pymysql.cursors.SSCursor})
     try:
         with conn.cursor() as cur:
             cur.execute(sql, args)
             for ident, atype, aid, etype, payload in cur:
-                data, is_text = _payload(payload)
+                data, is_text = payload_bytes(payload)
                 yield (
                     table.qualified_name,
                     None if ident is None else text_of(ident),
@@ -92,7 +98,7 @@ def read_range(settings: Mapping[str, Any], table: OutboxTable, rng: Mapping[str
                     data,
                     is_text,
                 )
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         raise RuntimeError(f"cdc_outbox_table: reading {table.qualified_name} on {where(settings)}: {scrub(str(exc), settings)}") from None
     finally:
         conn.close()

@@ -64,11 +64,18 @@ duplicate, dead_lettered); when nothing is unproven, the end of the verified ran
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from spark_jobs.binlog_source import (
-    KIND_EVENT, KIND_XA_COMMIT, KIND_XA_EVENT, KIND_XA_ROLLBACK, KIND_XA_ROW, KIND_XA_UNDECIDED, STATEMENT_FORMAT,
+    KIND_EVENT,
+    KIND_XA_COMMIT,
+    KIND_XA_EVENT,
+    KIND_XA_ROLLBACK,
+    KIND_XA_ROW,
+    KIND_XA_UNDECIDED,
+    STATEMENT_FORMAT,
 )  # fmt: skip
 from cdc.formats import expected_timestamp_ms, payload_matches
 from spark_jobs.common import KEY_SEP, identity_key, murmur2_partition
@@ -108,10 +115,6 @@ class ReconcileContext:
 # =============================================================================
 # pure-python reference
 # =============================================================================
-
-
-def _neq(a: Any, b: Any) -> bool:
-    return a != b
 
 
 def record_reasons(rec: Mapping[str, Any], ev: Mapping[str, Any], dlq_topic: str) -> list[str]:
@@ -192,7 +195,7 @@ class ReferenceResult:
 def truncation_thresholds(records: Iterable[Mapping[str, Any]], ctx: ReconcileContext) -> dict[tuple[str, int], tuple | None]:
     """For every partition whose low watermark is above 0: the binlog order of its first
     retained record of ours (None when it holds none)."""
-    trunc = {(t, p): None for t, p, _low in ctx.truncated()}
+    trunc: dict[tuple[str, int], tuple[Any, ...] | None] = {(t, p): None for t, p, _low in ctx.truncated()}
     best: dict[tuple[str, int], tuple[int, tuple]] = {}
     for rec in records:
         tp = (rec["topic"], rec["partition"])
@@ -217,9 +220,8 @@ def event_unverifiable(ev: Mapping[str, Any], ctx: ReconcileContext, thresholds:
     count = ctx.partition_counts.get(loc or "")
     pred = murmur2_partition(ev.get("aggregate_id"), count) if (ctx.partitioner == "murmur2" and count) else None
     for (topic, part), thr in thresholds.items():
-        if topic == ctx.dlq_topic or (topic == loc and (pred is None or pred == part)):
-            if thr is None or o < thr:
-                return "partition_truncated"
+        if (topic == ctx.dlq_topic or (topic == loc and (pred is None or pred == part))) and (thr is None or o < thr):
+            return "partition_truncated"
     return None
 
 
@@ -337,10 +339,12 @@ def reconcile_reference(
     for rs in per_partition.values():
         running = None
         for r in sorted(rs, key=lambda r: r["offset"]):
-            o = _ord_header(r)
-            if running is not None and o < running:
+            at = _ord_header(r)
+            if at is None:  # kept out of per_partition above
+                continue
+            if running is not None and at < running:
                 violations.add((r["topic"], r["partition"], r["offset"]))
-            running = o if running is None else max(running, o)
+            running = at if running is None else max(running, at)
 
     thresholds = truncation_thresholds(records, ctx)
     event_class: dict[str, str] = {}
@@ -507,7 +511,7 @@ class Reconciled:
                 continue
             try:
                 df.unpersist()
-            except Exception:  # noqa: BLE001
+            except Exception:
                 pass
 
 
@@ -518,7 +522,7 @@ def _spark_thresholds(records: Any, ctx: ReconcileContext) -> dict[tuple[str, in
     if not trunc:
         return {}
     out: dict[tuple[str, int], tuple | None] = {(t, p): None for t, p, _ in trunc}
-    cond = None
+    cond: Any = None
     for t, p, _ in trunc:
         c = (F.col("topic") == t) & (F.col("partition") == p)
         cond = c if cond is None else (cond | c)
@@ -672,7 +676,7 @@ def reconcile(events: Any, records: Any, ctx: ReconcileContext, storage: Any = N
             r("topic").alias("topic"), r("partition").alias("partition"), r("offset").alias("offset"), r("key_text").alias("key_text"),
             r("h_file").alias("h_file"), r("h_pos").alias("h_pos"), r("h_row").alias("h_row"), r("h_gtid").alias("h_gtid"),
             h_ord.alias("h_ord"), "ikey", F.when(keyed, col("ord")).alias("k_ord"),
-        )  # fmt: skip
+        )
         .withColumn("h_prev_max", F.max("h_ord").over(by_part))
         .withColumn("k_prev_max", F.max("k_ord").over(by_key))
         .withColumn("violation", col("h_ord").isNotNull() & col("h_prev_max").isNotNull() & (col("h_ord") < col("h_prev_max")))
@@ -687,7 +691,7 @@ def reconcile(events: Any, records: Any, ctx: ReconcileContext, storage: Any = N
         flagged.filter(col("reorder"))
         .groupBy("ikey")
         .agg(F.lit(True).alias("reordered"),
-             F.min_by(F.struct("topic", "partition", "offset", col("k_prev_max").alias("prev_max")), col("offset")).alias("reorder_at"))  # fmt: skip
+             F.min_by(F.struct("topic", "partition", "offset", col("k_prev_max").alias("prev_max")), col("offset")).alias("reorder_at"))
     )
     order, n_order = _small(order, storage)
     classified = (
@@ -710,7 +714,7 @@ def reconcile(events: Any, records: Any, ctx: ReconcileContext, storage: Any = N
             F.when(col("_undecided"), F.lit(XA_UNDECIDED)).when(col("_stmt"), F.lit(STATEMENT_FORMAT)).otherwise(F.lit(None).cast("string")),
         )
         .select(*JOINED_EVENT_COLUMNS, "ord", "n", "deliveries", "first_ts", "reasons", "latency_ms", "reordered", "reorder_at", "class",
-                "unverifiable_reason")  # fmt: skip
+                "unverifiable_reason")
     )
 
     # ---- events without a delivery that cannot be proven absent
@@ -720,7 +724,7 @@ def reconcile(events: Any, records: Any, ctx: ReconcileContext, storage: Any = N
         partitioner = ctx.partitioner
 
         @F.udf("int")
-        def predicted(loc, key):  # type: ignore[no-untyped-def]
+        def predicted(loc, key):
             n = counts.get(loc or "")
             if partitioner != "murmur2" or not n:
                 return None
@@ -744,8 +748,8 @@ def reconcile(events: Any, records: Any, ctx: ReconcileContext, storage: Any = N
         classified = classified.filter(col("class") != "missing").unionByName(missing)
 
     # ---- records of ours that match no event, and other people's records
-    s_file, s_seq, s_pos = ctx.range_start
-    e_file, e_seq, e_pos = ctx.range_end
+    _s_file, s_seq, s_pos = ctx.range_start
+    _e_file, e_seq, e_pos = ctx.range_end
     hs, hp = col("h_file_seq"), col("h_pos")
     xs, xp = col("h_xa_file_seq"), col("h_xa_pos")
     before = (hs < s_seq) | ((hs == s_seq) & (hp < s_pos)) | F.coalesce((xs < s_seq) | ((xs == s_seq) & (xp < s_pos)), F.lit(False))
@@ -906,7 +910,7 @@ def summarize(rc: Reconciled, max_examples: int = 20, lag_buckets: int = 600, hi
         )
         .unionByName(
             rc.violations.groupBy(F.lit("violation").alias("side"), F.lit("order").alias("class"), str_null.alias("reason"),
-                                  str_null.alias("cause"), str_null.alias("reasons")).count()  # fmt: skip
+                                  str_null.alias("cause"), str_null.alias("reasons")).count()
         )
         .collect()
     )
@@ -1036,7 +1040,7 @@ def summarize(rc: Reconciled, max_examples: int = 20, lag_buckets: int = 600, hi
                 "topic": r["topic"], "partition": r["partition"], "offset": r["offset"], "key": r["key_text"],
                 "position": {"file": r["h_file"], "pos": r["h_pos"], "row": r["h_row"], "gtid": r["h_gtid"]},
                 "after_position": {"file_seq": r["prev_max"]["h_file_seq"], "pos": r["prev_max"]["h_pos"], "row": r["prev_max"]["h_row"]},
-            }  # fmt: skip
+            }
             for r in rc.violations.orderBy("topic", "partition", "offset").limit(max_examples).collect()
         ]
     unverifiable_ranges: list[dict[str, Any]] = []

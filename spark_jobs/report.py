@@ -14,9 +14,10 @@ from __future__ import annotations
 import datetime as _dt
 import html
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from spark_jobs.reconcile import ALL_CLASSES, BLOCKING_UNVERIFIABLE, PROBLEM_CLASSES
 
@@ -43,7 +44,7 @@ class VerifyReport:
     json_path: str | None = None
     html_path: str | None = None
     missing_path: str | None = None
-    created_at: str = field(default_factory=lambda: _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
+    created_at: str = field(default_factory=lambda: _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"))
 
     @property
     def counts(self) -> dict[str, int]:
@@ -114,10 +115,6 @@ def iter_missing(path: str | Path | None) -> Iterator[dict[str, Any]]:
         for line in fh:
             if line.strip():
                 yield json.loads(line)
-
-
-def load_report(path: str | Path) -> dict[str, Any]:
-    return json.loads(Path(path).read_text(encoding="utf-8"))
 
 
 # ---------------------------------------------------------------------------- terminal
@@ -269,8 +266,8 @@ def svg_line(points: list[tuple[float, float]], title: str, x_label: str, y_labe
     out.append(f'<line x1="{pad_l}" y1="{pad_t}" x2="{pad_l}" y2="{pad_t + plot_h}" stroke="#333"/>')
     out.append(f'<text x="4" y="{pad_t + 10}" font-size="11">{y1:g} {_esc(unit)}</text>')
     out.append(f'<text x="4" y="{pad_t + plot_h}" font-size="11">0 {_esc(unit)}</text>')
-    t0 = _dt.datetime.fromtimestamp(x0, _dt.timezone.utc).strftime("%H:%M:%S")
-    t1 = _dt.datetime.fromtimestamp(x1, _dt.timezone.utc).strftime("%H:%M:%S")
+    t0 = _dt.datetime.fromtimestamp(x0, _dt.UTC).strftime("%H:%M:%S")
+    t1 = _dt.datetime.fromtimestamp(x1, _dt.UTC).strftime("%H:%M:%S")
     out.append(f'<text x="{pad_l}" y="{height - 8}" font-size="11">{t0} UTC</text>')
     out.append(f'<text x="{pad_l + plot_w / 2:.0f}" y="{height - 8}" font-size="11" text-anchor="middle">{_esc(x_label)} (UTC)</text>')
     out.append(f'<text x="{pad_l + plot_w}" y="{height - 8}" font-size="11" text-anchor="end">{t1} UTC</text>')

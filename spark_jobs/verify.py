@@ -29,28 +29,36 @@ import re
 import string
 import sys
 import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any
 
 if __package__ in (None, ""):  # run as a file by spark-submit: make the project importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from cdc.errors import NeedsOperator  # noqa: E402
-from cdc.outbox import OutboxTable  # noqa: E402
-from cdc.position import file_sequence  # noqa: E402
-from cdc.tls import TLS_KEYS  # noqa: E402
-from spark_jobs.binlog_source import (  # noqa: E402
-    BINLOG_READERS, KIND_ANOMALY, KIND_EVENT, KIND_XA_COMMIT, KIND_XA_ROLLBACK, KIND_XA_ROW, plan_binlog, split_ranges,
+from cdc.errors import NeedsOperator
+from cdc.outbox import OutboxTable
+from cdc.position import file_sequence
+from cdc.tls import TLS_KEYS
+from spark_jobs.binlog_source import (
+    BINLOG_READERS,
+    KIND_ANOMALY,
+    KIND_EVENT,
+    KIND_XA_COMMIT,
+    KIND_XA_ROLLBACK,
+    KIND_XA_ROW,
+    plan_binlog,
+    split_ranges,
     tables_to_json,
 )  # fmt: skip
-from spark_jobs.common import redacted  # noqa: E402
-from spark_jobs.session import build_spark, register_sources  # noqa: E402
-from spark_jobs.kafka_source import aborted_records, plan_kafka  # noqa: E402
-from spark_jobs.reconcile import ReconcileContext, missing_entry, reconcile, summarize  # noqa: E402
-from spark_jobs.report import VerifyReport, write_outputs  # noqa: E402
+from spark_jobs.common import redacted
+from spark_jobs.kafka_source import aborted_records, plan_kafka
+from spark_jobs.reconcile import ReconcileContext, missing_entry, reconcile, summarize
+from spark_jobs.report import VerifyReport, write_outputs
+from spark_jobs.session import build_spark, register_sources
 
 Progress = Callable[[str], None]
 MIN_SPLIT_BYTES = 4 << 20  # smaller binlog pieces cost more in task and connection set-up than they save
@@ -500,11 +508,14 @@ def load_config(path: str | os.PathLike[str], overrides: Mapping[str, Any] | Non
         mysql["password"] = os.environ.get(env, "")
     kafka = data.get("kafka", {})
     tables_raw = data.get("tables") or (data.get("outbox") or {}).get("tables") or []
+    bootstrap = kafka.get("bootstrap") or data.get("kafka_bootstrap")
+    if not bootstrap:
+        raise NeedsOperator(f"{path}: kafka.bootstrap is missing: name the Kafka brokers to read the topics from")
     return VerifyConfig(
         mysql=mysql,
         source=data["source"],
         tables=tuple(OutboxTable(**t) for t in tables_raw),
-        kafka_bootstrap=kafka.get("bootstrap") or data.get("kafka_bootstrap"),
+        kafka_bootstrap=bootstrap,
         topics=tuple(kafka.get("topics") or data.get("topics") or ()),
         topic_pattern=kafka.get("topic_pattern") or data.get("topic_pattern"),
         dlq_topic=data.get("dlq_topic") or kafka.get("dlq_topic") or "outbox.dlq",
@@ -544,7 +555,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         config = load_config(args.config, overrides)
         report = run_verify(config, progress=None if args.quiet else (lambda m: print(m, file=sys.stderr)))
-    except Exception as exc:  # noqa: BLE001 - one line for the operator
+    except Exception as exc:
         print(f"cdc verify: error: {exc}", file=sys.stderr)
         return 2
     print(report.summary_text())

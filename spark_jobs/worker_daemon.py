@@ -15,7 +15,7 @@ from pyspark import daemon
 _stock_worker = daemon.worker
 
 
-def _worker(sock, authenticated):  # type: ignore[no-untyped-def]  # pyspark's own signature
+def _worker(sock, authenticated):  # pyspark's own signature
     try:
         return _stock_worker(sock, authenticated)
     except (BrokenPipeError, ConnectionResetError, EOFError):

@@ -50,13 +50,14 @@ def topic_prefix() -> str:
     return f"t{uuid.uuid4().hex[:8]}"
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def spark():
-    from pyspark.sql import SparkSession
+    """A local Spark session with the project's data sources registered, one per test
+    module: a verifier run that builds its own session stops the JVM's shared context at
+    its end, which would leave a session-wide one dead for the modules after it."""
+    from spark_jobs.session import build_spark
 
-    session = (SparkSession.builder.master("local[2]").appName("cdc-tests")
-               .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "4")
-               .getOrCreate())
+    session = build_spark("local[2]", "cdc-tests", {"spark.sql.shuffle.partitions": "4", "spark.driver.memory": "1g"})
     yield session
     session.stop()
 

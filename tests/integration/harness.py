@@ -11,9 +11,10 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from cdc.config import Config, load_config
 from cdc.identity import header_dict
@@ -137,7 +138,7 @@ class RelayProcess:
         full_env.pop("CDC_CRASH_AT", None)
         if crash_at:
             full_env["CDC_CRASH_AT"] = crash_at
-        self._log = open(self.log_path, "wb")
+        self._log = open(self.log_path, "wb")  # noqa: SIM115  # the child process writes it until it is stopped
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "cdc_cli.main", "run", "--config", str(self.config_path), "--skip-check"],
             cwd=ROOT, env=full_env, stdout=self._log, stderr=subprocess.STDOUT,
@@ -310,7 +311,7 @@ class TcpProxy:
                 except OSError:
                     pass
 
-    def __enter__(self) -> "TcpProxy":
+    def __enter__(self) -> TcpProxy:
         return self
 
     def __exit__(self, *exc: object) -> None:

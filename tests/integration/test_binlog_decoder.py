@@ -14,17 +14,24 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.event import (
-    ExecuteLoadQueryEvent, FormatDescriptionEvent, GtidEvent, HeartbeatLogEvent, MariadbGtidEvent, QueryEvent,
-    RotateEvent, XAPrepareEvent, XidEvent,
+    ExecuteLoadQueryEvent,
+    FormatDescriptionEvent,
+    GtidEvent,
+    HeartbeatLogEvent,
+    MariadbGtidEvent,
+    QueryEvent,
+    RotateEvent,
+    XAPrepareEvent,
+    XidEvent,
 )
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
 from cdc.position import BinlogPosition
 from cdc.source_events import Heartbeat, RowChange, RowInsert, TxBegin, TxCommit
 from connectors.binlog_decoder import BinlogDecoder, UndecodableEvent
-from connectors.binlog_protocol import BinlogConnection, BinlogConnectionError, BinlogPositionError
 from connectors.binlog_library import LibraryConverter as _Converter
 from connectors.mysql_client import binlog_end
+from connectors.binlog_protocol import BinlogConnection, BinlogConnectionError, BinlogPositionError
 
 pytestmark = pytest.mark.integration
 
@@ -80,7 +87,7 @@ def assert_same(mariadb, watched, file, pos) -> list:
     fast = read_fast(mariadb, watched, file, pos)
     lib = read_library(mariadb, watched, file, pos)
     assert len(fast) == len(lib), (len(fast), len(lib))
-    for i, (a, b) in enumerate(zip(fast, lib)):
+    for i, (a, b) in enumerate(zip(fast, lib, strict=True)):
         assert type(a) is type(b), (i, a, b)
         if isinstance(a, (RowInsert, RowChange)):
             assert a.values == b.values, (i, a.values, b.values)
@@ -260,7 +267,7 @@ def test_alter_flush_rollback_savepoint_ddl(mariadb, database):
     assert {"Savepoint", "RollbackToSavepoint", "Statement", "RowInsert"} <= kinds
     ids = [e.values["id"] for e in events if isinstance(e, RowInsert) and e.table == "t"]
     assert ids == [1, 2, 3, 5, 6, 7]  # 4 rolled back; 6 stays logged, undone by ROLLBACK TO
-    assert [e.values for e in events if isinstance(e, RowInsert) and e.values["id"] == 2][0] == {
+    assert next(e.values for e in events if isinstance(e, RowInsert) and e.values["id"] == 2) == {
         "id": 2, "a": "two", "b": decimal.Decimal("-3.25"), "c": datetime.datetime(2021, 5, 6, 7, 8, 9, 123000)}
 
 
@@ -347,9 +354,8 @@ def test_mariadb_gtid_start(mariadb, database):
 
 
 def test_purged_or_unknown_file_is_error_1236(mariadb):
-    with pytest.raises(BinlogPositionError) as info:
-        with _conn(mariadb).dump_file("mysql-bin.000000", 4, blocking=False) as bc:
-            list(bc.events())
+    with pytest.raises(BinlogPositionError) as info, _conn(mariadb).dump_file("mysql-bin.000000", 4, blocking=False) as bc:
+        list(bc.events())
     assert info.value.code == 1236
     assert isinstance(info.value, BinlogConnectionError) and isinstance(info.value, ConnectionError)
 

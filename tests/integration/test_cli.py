@@ -16,7 +16,13 @@ from pathlib import Path
 import pytest
 
 from tests.integration.harness import (
-    OUTBOX_DDL, RelayProcess, _to_toml, env_for, insert_events, relay_raw_config, wait_until,
+    OUTBOX_DDL,
+    RelayProcess,
+    _to_toml,
+    env_for,
+    insert_events,
+    relay_raw_config,
+    wait_until,
 )
 
 pytestmark = pytest.mark.integration
@@ -192,7 +198,7 @@ def test_check_with_kafka_unreachable_ends_in_one_line_naming_the_address(store,
     assert line.endswith("): check the address and that the brokers run"), line
     if store == "kafka":
         assert _check_lines(result, "warn")["start_position"] == (
-            f"not checked: the checkpoint (checkpoint.topic 'cdc.checkpoints') cannot be read while Kafka does not "
+            "not checked: the checkpoint (checkpoint.topic 'cdc.checkpoints') cannot be read while Kafka does not "
             "answer"), result.stdout
 
 
@@ -299,6 +305,11 @@ def test_metrics_healthz_readyz_served_while_the_relay_runs(
         assert _metric(text, "cdc_lag_seconds") >= 0
         assert _metric(text, "cdc_ready") == 1
         assert _metric(text, "cdc_transactions") >= 1
+        assert _metric(text, "cdc_outbox_changes_ignored") == 0 and _metric(text, "cdc_rows_discarded") == 0
+        assert re.search(rf'^cdc_commit_to_acknowledgement_seconds_count\{{source="src-{topic_prefix}"\}} [1-9]', text,
+                         re.M), text  # at least one transaction of the 25 events, acknowledged
+        assert re.search(r"^process_resident_memory_bytes \S+$", text, re.M), text
+        assert not re.search(r"\} -1(\.0)?$", text, re.M), text  # no sentinel values
         assert valid_raw["source"]["user"] and mariadb.password not in text
     finally:
         code = relay.terminate()

@@ -23,8 +23,15 @@ from pathlib import Path
 import pytest
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.event import (
-    ExecuteLoadQueryEvent, FormatDescriptionEvent, GtidEvent, HeartbeatLogEvent, MariadbGtidEvent, QueryEvent,
-    RotateEvent, XAPrepareEvent, XidEvent,
+    ExecuteLoadQueryEvent,
+    FormatDescriptionEvent,
+    GtidEvent,
+    HeartbeatLogEvent,
+    MariadbGtidEvent,
+    QueryEvent,
+    RotateEvent,
+    XAPrepareEvent,
+    XidEvent,
 )
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
@@ -37,7 +44,13 @@ from connectors.binlog_protocol import BinlogConnection
 from connectors.mariadb_server import EmbeddedMariaDB
 from spark_jobs.binlog_compressed import ExpandingConnection
 from tests.integration.harness import (
-    OUTBOX_DDL, RelayProcess, env_for, master_position, read_topic, relay_raw_config, wait_until,
+    OUTBOX_DDL,
+    RelayProcess,
+    env_for,
+    master_position,
+    read_topic,
+    relay_raw_config,
+    wait_until,
 )
 from tests.integration.test_binlog_decoder import MAX_ROW, MIN_ROW, TYPES_DDL
 
@@ -118,7 +131,7 @@ def same_from_both_readers(db, watched, file: str, pos: int) -> list:
     fast = read_fast(db, watched, file, pos)
     lib = read_verifier_way(db, watched, file, pos)
     assert len(fast) == len(lib)
-    for i, (a, b) in enumerate(zip(fast, lib)):
+    for i, (a, b) in enumerate(zip(fast, lib, strict=True)):
         assert type(a) is type(b), (i, a, b)
         if isinstance(a, (RowInsert, RowChange)):
             for k, v in a.values.items():
@@ -184,15 +197,6 @@ def test_compressed_binlog_without_checksums():
 
 AGGREGATES = ("order", "payment")
 
-
-@pytest.fixture(scope="module")
-def spark():  # type: ignore[no-untyped-def]
-    """A session of this module's own (see test_verify_transaction_shapes.py)."""
-    from spark_jobs.session import build_spark
-
-    s = build_spark("local[2]", "test-compressed", {"spark.sql.shuffle.partitions": "4", "spark.driver.memory": "1g"})
-    yield s
-    s.stop()
 
 
 def _payload(rng: random.Random, n: int) -> str | None:
@@ -310,7 +314,7 @@ def test_a_flipped_byte_in_a_compressed_event_stops_the_relay_with_one_line(kafk
             events = cur.fetchall()
         rows = [(int(r[1]), int(r[4])) for r in events if r[2] == "Write_rows_compressed_v1"]
         assert len(rows) == 3, [r[2] for r in events]
-        (first_start, first_end), (bad_start, bad_end) = rows[0], rows[1]
+        (_first_start, first_end), (bad_start, bad_end) = rows[0], rows[1]
         good_commit_end = next(int(r[4]) for r in events if r[2] == "Xid" and int(r[1]) >= first_end)
         binlog = db.datadir / file
         db.stop()

@@ -69,7 +69,7 @@ def test_a_kafka_outage_is_visible_logged_once_and_loses_nothing(mariadb, databa
             for broker in (1, 2, 3):
                 kafka.broker_down(broker)
             down_at = time.monotonic()
-            status, body = wait_until(lambda: (lambda r: r if r[0] == 503 else None)(_get(base + "/readyz")),
+            _status, body = wait_until(lambda: (lambda r: r if r[0] == 503 else None)(_get(base + "/readyz")),
                                       BOUND + 15, "/readyz to turn not ready")
             noticed = time.monotonic() - down_at
             assert "reason: the oldest unacknowledged message was handed to Kafka" in body, body

@@ -16,8 +16,8 @@ from __future__ import annotations
 import os
 import random
 import threading
-import traceback
 import time
+import traceback
 import uuid
 from pathlib import Path
 
@@ -30,7 +30,13 @@ from cdc.config import load_config
 from cdc.identity import H_EVENT_ID
 from cdc.metrics import RelayMetrics
 from tests.integration.harness import (
-    OUTBOX_DDL, RelayProcess, RelayThread, env_for, relay_config, relay_raw_config, wait_until,
+    OUTBOX_DDL,
+    RelayProcess,
+    RelayThread,
+    env_for,
+    relay_config,
+    relay_raw_config,
+    wait_until,
 )
 from tests.integration.independent_checker import check, committed_outbox_events, topic_records
 from connectors.mysql_client import binlog_end
@@ -296,7 +302,7 @@ def test_mariadb_kill_restart(kafka, topic_prefix, tmp_path):
                 db.restart()
                 up = time.monotonic()
                 before = relay.metrics.events_published
-                wait_until(lambda: relay.error or relay.metrics.events_published > before, 30,
+                wait_until(lambda before=before: relay.error or relay.metrics.events_published > before, 30,
                            "publishing to resume after the server restart")
                 assert relay.error is None, relay.error
                 resume_times.append(time.monotonic() - up)

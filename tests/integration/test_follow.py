@@ -16,7 +16,6 @@ import threading
 import time
 import urllib.request
 import uuid
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -28,19 +27,18 @@ from cdc.ports import Delivery
 from cdc_cli.app import build_relay
 from cdc_cli.verify_commands import verify_config
 from tests.integration.harness import (
-    OUTBOX_DDL, ROOT, _to_toml, env_for, insert_events, read_topic, relay_raw_config, wait_until,
+    OUTBOX_DDL,
+    ROOT,
+    _to_toml,
+    env_for,
+    insert_events,
+    read_topic,
+    relay_raw_config,
+    wait_until,
 )  # fmt: skip
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
-
-@pytest.fixture(scope="module")
-def spark():  # type: ignore[no-untyped-def]
-    from spark_jobs.session import build_spark
-
-    s = build_spark("local[2]", "test-follow", {"spark.sql.shuffle.partitions": "2", "spark.driver.memory": "1g"})
-    yield s
-    s.stop()
 
 
 class _DroppingPublisher:
@@ -107,7 +105,7 @@ class Writer:
 
 
 @pytest.fixture
-def world(mariadb, kafka, database, topic_prefix, tmp_path):  # type: ignore[no-untyped-def]
+def world(mariadb, kafka, database, topic_prefix, tmp_path):
     with mariadb.connect(database) as conn, conn.cursor() as cur:
         cur.execute(OUTBOX_DDL.format(name="outbox"))
     kafka.create_topic(f"{topic_prefix}.order", 3)
@@ -127,7 +125,7 @@ def _follow_config(cfg, out: Path, **over):
 def test_following_beside_a_running_relay_reports_no_problem_and_keeps_up(mariadb, world, database, spark, tmp_path, caplog):
     from spark_jobs.follow import FollowJob
 
-    raw, cfg = world
+    _raw, cfg = world
     relay = Relay(cfg)
     job = FollowJob(_follow_config(cfg, tmp_path / "out", metrics_port=0), spark=spark).start()  # from the head now
     writer = Writer(mariadb, database)
@@ -269,7 +267,7 @@ def test_killed_and_restarted_it_resumes_from_its_checkpoint_with_exact_counts(m
         )  # fmt: skip
 
     relay = Relay(cfg)
-    logs = [open(tmp_path / "follow1.log", "wb"), open(tmp_path / "follow2.log", "wb")]
+    logs = [open(tmp_path / "follow1.log", "wb"), open(tmp_path / "follow2.log", "wb")]  # noqa: SIM115  # the child process writes it until it is stopped
     proc = start(logs[0])
     writer = None
     try:

@@ -27,6 +27,7 @@ from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartit
 from confluent_kafka.admin import AdminClient
 
 from connectors.kafka_standin import KafkaStandin, StandinError
+from tests.integration.harness import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -40,14 +41,6 @@ FAST_CLIENT: dict[str, Any] = {
 
 def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:12]}"
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.05)
 
 
 def process_gone(pid: int) -> bool:

@@ -13,9 +13,9 @@ from __future__ import annotations
 import os
 import random
 import signal
+import statistics
 import subprocess
 import sys
-import statistics
 import time
 from pathlib import Path
 
@@ -23,7 +23,13 @@ import pytest
 
 from connectors.kafka_reader import KafkaTopicReader
 from tests.integration.harness import (
-    ROOT, RelayProcess, TcpProxy, _to_toml, env_for, relay_raw_config, wait_until,
+    ROOT,
+    RelayProcess,
+    TcpProxy,
+    _to_toml,
+    env_for,
+    relay_raw_config,
+    wait_until,
 )
 from tests.integration.independent_checker import check, committed_outbox_events, topic_records
 from tests.integration.test_faults import Writer, _checkpoint_reached, _server_end, _setup
@@ -96,7 +102,7 @@ class Lab:
     def holder(self) -> RelayProcess | None:
         return _holder(self.relays)
 
-    def __enter__(self) -> "Lab":
+    def __enter__(self) -> Lab:
         return self
 
     def finish(self):
@@ -140,7 +146,7 @@ def test_two_relays_one_publishes_and_the_standby_takes_over_after_each_kill9(
             active.kill()
             takeovers.append(_grows_after(lab.marks, TTL + 30, f"the standby to publish after kill {i}"))
             new = lab.relay()
-            wait_until(lambda: "standby: the lease" in new.log_text() or not new.alive(), 30,
+            wait_until(lambda new=new: "standby: the lease" in new.log_text() or not new.alive(), 30,
                        "the new relay to wait as a standby")
             assert new.alive(), new.log_text()[-2000:]
         result = lab.finish()
@@ -160,10 +166,10 @@ def test_rolling_restart_the_new_relay_starts_while_the_old_one_publishes(
         wait_until(lambda: lab.marks() > 0, 60, "the first relay to publish")
         for _ in range(rounds):
             old, new = lab.relays[-1], lab.relay()
-            wait_until(lambda: "standby: the lease" in new.log_text(), 30, "the new relay to wait as a standby")
+            wait_until(lambda new=new: "standby: the lease" in new.log_text(), 30, "the new relay to wait as a standby")
             assert old.terminate() == 0, old.log_text()[-2000:]
             stopped = time.monotonic()
-            wait_until(lambda: "holding the lease" in new.log_text(), 30, "the new relay to take the lease")
+            wait_until(lambda new=new: "holding the lease" in new.log_text(), 30, "the new relay to take the lease")
             _grows_after(lab.marks, 30, "the new relay to publish")
             takeovers.append(time.monotonic() - stopped)
             assert "released the lease at a clean stop" in new.log_text(), new.log_text()[-2000:]

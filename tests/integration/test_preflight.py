@@ -21,7 +21,13 @@ from cdc.position import BinlogPosition
 from connectors.checkpoint_stores import FileCheckpointStore
 from connectors.mariadb_server import EmbeddedMariaDB
 from tests.integration.harness import (
-    OUTBOX_DDL, RelayProcess, _to_toml, env_for, master_position, relay_raw_config, wait_until,
+    OUTBOX_DDL,
+    RelayProcess,
+    _to_toml,
+    env_for,
+    master_position,
+    relay_raw_config,
+    wait_until,
 )
 from connectors.mysql_client import binlog_end
 
@@ -299,7 +305,7 @@ def test_the_grants_the_readme_documents_pass(mariadb, kafka, database, topic_pr
         result = check_as(user, mariadb, kafka, database, topic_prefix, tmp_path)
         assert result.returncode == 0, result.stdout + result.stderr
         assert "ok   grant_replication_slave: REPLICATION SLAVE granted" in result.stdout, result.stdout
-        assert f"ok   replica_server_id: replica server id" in result.stdout, result.stdout
+        assert "ok   replica_server_id: replica server id" in result.stdout, result.stdout
     finally:
         drop_user(mariadb, user)
 

@@ -19,13 +19,31 @@ import psutil
 import pytest
 
 from cdc.identity import (
-    H_COMMIT_TS, H_DLQ_CAUSE, H_DLQ_ERROR, H_DLQ_TOPIC, H_EVENT_ID, H_FILE, H_POS, H_ROW, H_SOURCE, H_TABLE,
+    H_COMMIT_TS,
+    H_DLQ_CAUSE,
+    H_DLQ_ERROR,
+    H_DLQ_TOPIC,
+    H_EVENT_ID,
+    H_FILE,
+    H_POS,
+    H_ROW,
+    H_SOURCE,
+    H_TABLE,
 )
 from cdc.position import BinlogPosition
 from connectors.kafka_reader import KafkaTopicReader
 from tests.integration.harness import (
-    OUTBOX_DDL, Record, RelayProcess, RelayThread, env_for, insert_events, master_position, read_topic,
-    relay_config, relay_raw_config, wait_until,
+    OUTBOX_DDL,
+    Record,
+    RelayProcess,
+    RelayThread,
+    env_for,
+    insert_events,
+    master_position,
+    read_topic,
+    relay_config,
+    relay_raw_config,
+    wait_until,
 )
 
 pytestmark = pytest.mark.integration
@@ -430,7 +448,7 @@ def test_alter_table_mid_stream_maps_every_field(mariadb, kafka, database, topic
         for i in range(n):
             eid = f"{batch}-{i}"
             row = (eid, "order", f"agg-{batch}-{i % 3}", f"type-{batch}", f"payload {batch} {i}")
-            expected[eid] = dict(zip(("id", "aggregate_type", "aggregate_id", "type", "payload"), row))
+            expected[eid] = dict(zip(("id", "aggregate_type", "aggregate_id", "type", "payload"), row, strict=True))
             rows.append(row + extra)
         cols = ", ".join(("id", "aggregatetype", "aggregateid", "type", "payload") + columns)
         with mariadb.connect(database) as conn, conn.cursor() as cur:
@@ -743,7 +761,7 @@ def test_both_readers_deliver_every_event_once_in_order(mariadb, kafka, database
     records = read_topic(kafka.bootstrap_servers, topic)
     assert_exactly_once(records, {"first", "last", *(e[0] for e in big)})
     for key in {f"k{i}" for i in range(7)}:  # per key, in row order
-        ids = [i for r, i in zip(records, ids_of(records)) if r.key == key]
+        ids = [i for r, i in zip(records, ids_of(records), strict=True) if r.key == key]
         assert ids == sorted(ids), key
     dead = read_topic(kafka.bootstrap_servers, f"{topic_prefix}.dlq")
     assert [d.headers.get("cdc.dlq.cause") for d in dead] == ["illegal_topic"]
@@ -759,5 +777,5 @@ def test_reader_process_dies_with_the_relay(mariadb, kafka, database, topic_pref
         assert any("connectors.reader_process" in " ".join(c.cmdline()) for c in children), [c.cmdline() for c in children]
     finally:
         relay.kill()
-    gone, alive = psutil.wait_procs(children, timeout=10)
+    _gone, alive = psutil.wait_procs(children, timeout=10)
     assert not alive, f"reader process outlived the relay: {[p.pid for p in alive]}"

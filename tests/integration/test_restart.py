@@ -19,7 +19,13 @@ import pytest
 
 from connectors.kafka_reader import KafkaTopicReader
 from tests.integration.harness import (
-    OUTBOX_DDL, _to_toml, env_for, insert_events, read_topic, relay_raw_config, wait_until,
+    OUTBOX_DDL,
+    _to_toml,
+    env_for,
+    insert_events,
+    read_topic,
+    relay_raw_config,
+    wait_until,
 )
 
 pytestmark = pytest.mark.integration
@@ -36,7 +42,7 @@ class CdcRun:
         self.config_path = workdir / "relay.toml"
         self.config_path.write_text(_to_toml(raw))
         self.log_path = workdir / f"relay-{time.monotonic_ns()}.log"
-        self._log = open(self.log_path, "wb")
+        self._log = open(self.log_path, "wb")  # noqa: SIM115  # the child process writes it until it is stopped
         self.started = time.monotonic()
         self.proc = subprocess.Popen([sys.executable, "-m", "cdc_cli.main", "run", "--config", str(self.config_path)],
                                      cwd=ROOT, env={**os.environ, **env}, stdout=self._log, stderr=subprocess.STDOUT)
@@ -115,7 +121,7 @@ def test_restart_at_once_after_sigterm(reader, decoder, restarts, mariadb, kafka
         before = {r[0] for r in dump_connections(mariadb)}
         relay = CdcRun(raw, env_for(mariadb), tmp_path / f"run-{i}")
         try:
-            wait_until(lambda: not relay.alive() or published() >= i + 1, 60, f"event e-{i} published by start {i}")
+            wait_until(lambda relay=relay, i=i: not relay.alive() or published() >= i + 1, 60, f"event e-{i} published by start {i}")
             assert relay.alive(), f"start {i} exited {relay.proc.returncode}: {relay.log_text()[-3000:]}"
             # (python-mysql-replication registers no report host: not in SHOW SLAVE HOSTS)
             assert decoder == "library" or sessions_with(mariadb, raw_rid), "the relay should be listed"
@@ -128,7 +134,7 @@ def test_restart_at_once_after_sigterm(reader, decoder, restarts, mariadb, kafka
         assert code == 0, f"start {i}: exit {code}: {log[-3000:]}"
         assert "stopped at" in log and "Traceback" not in log, log[-3000:]
         assert "another replica" not in log and "previous session" not in log, log[-3000:]
-        wait_until(lambda: not sessions_with(mariadb, raw_rid) and not mine & {r[0] for r in dump_connections(mariadb)},
+        wait_until(lambda mine=mine: not sessions_with(mariadb, raw_rid) and not mine & {r[0] for r in dump_connections(mariadb)},
                    1.0, f"the session of start {i} to end at its stop")
         assert time.monotonic() - stopped < 1.0
     records = read_topic(kafka.bootstrap_servers, topic)
@@ -150,7 +156,7 @@ def test_restart_at_once_after_sigkill_20_times_and_its_start_up_time(
         insert_one(mariadb, database, f"e-{i}")
         relay = CdcRun(raw, env_for(mariadb), tmp_path / f"run-{i}")
         try:
-            wait_until(lambda: not relay.alive() or published() >= i + 1, 60, f"event e-{i} published by start {i}")
+            wait_until(lambda relay=relay, i=i: not relay.alive() or published() >= i + 1, 60, f"event e-{i} published by start {i}")
             assert relay.alive(), f"start {i} exited {relay.proc.returncode}: {relay.log_text()[-3000:]}"
             took = time.monotonic() - relay.started
             assert sessions_with(mariadb, rid), "the running relay should be listed with its server id"
@@ -173,7 +179,7 @@ def test_restart_at_once_after_sigkill_20_times_and_its_start_up_time(
 
 def test_a_second_relay_with_the_same_server_id_is_refused_naming_its_session(
         mariadb, kafka, database, topic_prefix, tmp_path, setup):
-    topic, published = setup
+    _topic, published = setup
     raw = relay_raw_config(mariadb, kafka, database, topic_prefix, tmp_path / "cp.json")
     rid = raw["source"]["replica_server_id"]
     insert_one(mariadb, database, "first")

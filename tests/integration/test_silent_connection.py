@@ -9,7 +9,13 @@ import uuid
 import pytest
 
 from tests.integration.harness import (
-    OUTBOX_DDL, RelayThread, TcpProxy, insert_events, read_topic, relay_config, wait_until,
+    OUTBOX_DDL,
+    RelayThread,
+    TcpProxy,
+    insert_events,
+    read_topic,
+    relay_config,
+    wait_until,
 )
 
 pytestmark = pytest.mark.integration

@@ -37,7 +37,7 @@ def _cluster_state(ui_port: int) -> dict:
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):  # type: ignore[no-untyped-def]
+def cluster(tmp_path_factory):
     """`spark://127.0.0.1:<port>` of a master and two workers (1 core, 2 GiB each)."""
     work = tmp_path_factory.mktemp("spark-cluster")
     port, ui = _free_port(), _free_port()
@@ -47,7 +47,7 @@ def cluster(tmp_path_factory):  # type: ignore[no-untyped-def]
     logs = []
 
     def spawn(name: str, *args: str) -> None:
-        log = open(work / f"{name}.log", "wb")
+        log = open(work / f"{name}.log", "wb")  # noqa: SIM115  # the child process writes it until it is stopped
         logs.append(log)
         procs.append(subprocess.Popen([str(BIN / "spark-class"), *args], env=env, stdout=log, stderr=subprocess.STDOUT,
                                       start_new_session=True))  # fmt: skip
@@ -78,7 +78,7 @@ def cluster(tmp_path_factory):  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture
-def published(mariadb, kafka, database, topic_prefix, tmp_path):  # type: ignore[no-untyped-def]
+def published(mariadb, kafka, database, topic_prefix, tmp_path):
     """60 events published by the real relay; (raw config, config file, start file)."""
     with mariadb.connect(database) as conn, conn.cursor() as cur:
         cur.execute(OUTBOX_DDL.format(name="outbox"))
@@ -144,11 +144,11 @@ def test_batch_verify_on_the_standalone_cluster(mariadb, database, published, cl
 
 
 def test_following_verifier_on_the_standalone_cluster(mariadb, database, published, cluster, tmp_path) -> None:
-    raw, cfg, path = published
+    _raw, cfg, path = published
     env = {**os.environ, **env_for(mariadb)}
     port = _free_port()
     relay = Relay(cfg)
-    log = open(tmp_path / "follow.log", "wb")
+    log = open(tmp_path / "follow.log", "wb")  # noqa: SIM115  # the child process writes it until it is stopped
     proc = subprocess.Popen(
         [sys.executable, "-m", "cdc_cli.main", "verify", "--config", str(path), "--follow", "--master", cluster["master"],
          "--output-dir", str(tmp_path / "out"), "--grace", "5", "--trigger", "1", "--metrics-port", str(port)],

@@ -22,11 +22,24 @@ from cdc.identity import H_DLQ_CAUSE, H_FILE, H_GTID, H_POS, H_XA_PREPARE
 from cdc.position import BinlogPosition
 from connectors.http_endpoint import HttpEndpoint
 from tests.integration.harness import (
-    RelayProcess, RelayThread, env_for, insert_events, master_position, read_topic, relay_config, relay_raw_config,
+    RelayProcess,
+    RelayThread,
+    env_for,
+    insert_events,
+    master_position,
+    read_topic,
+    relay_config,
+    relay_raw_config,
     wait_until,
 )
 from tests.integration.test_relay_e2e import (
-    assert_exactly_once, commit_events, create_outbox, ev, execute, ids_of, topic_count,
+    assert_exactly_once,
+    commit_events,
+    create_outbox,
+    ev,
+    execute,
+    ids_of,
+    topic_count,
 )
 
 pytestmark = pytest.mark.integration
@@ -77,7 +90,7 @@ def checkpoint_position(path) -> BinlogPosition:
 def outcome_group_start(events: list[tuple], xid: str) -> tuple[str, int]:
     """Where the event group of `XA COMMIT '<xid>'` starts: its GTID event."""
     hexed = xid.encode().hex()
-    for i, (file, pos, kind, _sid, _end, info) in enumerate(events):
+    for i, (_file, _pos, kind, _sid, _end, info) in enumerate(events):
         if kind == "Query" and info.startswith(f"XA COMMIT X'{hexed}'"):
             gtid_file, gtid_pos, gtid_kind = events[i - 1][:3]
             assert gtid_kind == "Gtid"
@@ -219,7 +232,7 @@ def test_relay_killed_between_prepare_and_outcome_20_times_publishes_each_commit
                 (expected if commit else rolled_back).update(r[0] for r in rows)
                 i += 1
                 stop.wait(0.01)
-        except BaseException as exc:  # noqa: BLE001 - reported by the test
+        except BaseException as exc:
             errors.append(exc)
 
     thread = threading.Thread(target=writer, daemon=True)
@@ -260,7 +273,7 @@ def test_relay_killed_between_prepare_and_outcome_20_times_publishes_each_commit
     assert not rolled_back & set(ids_of(records))
     by_key = defaultdict(list)
     for r in records:
-        by_key[(r.partition, r.key)].append((BinlogPosition(r.headers[H_FILE], int(r.headers[H_POS]))))
+        by_key[(r.partition, r.key)].append(BinlogPosition(r.headers[H_FILE], int(r.headers[H_POS])))
     for key, positions in by_key.items():
         assert positions == sorted(positions), f"{key}: out of commit order"
 
@@ -400,7 +413,7 @@ def test_row_logged_shapes_publish_exactly_the_new_outbox_rows(
                 "CREATE TABLE copied SELECT * FROM outbox",
                 "TRUNCATE staging",
                 f"LOAD DATA INFILE '{csv}' INTO TABLE outbox {COLS}",
-                f"CREATE TEMPORARY TABLE tmp_events AS SELECT * FROM staging",
+                "CREATE TEMPORARY TABLE tmp_events AS SELECT * FROM staging",
                 f"INSERT INTO tmp_events {COLS} VALUES ('temp-1','order','k','t','p')",
                 f"INSERT INTO outbox {COLS} SELECT {COLS[1:-1]} FROM tmp_events",
                 "TRUNCATE outbox",

@@ -284,7 +284,7 @@ def test_sigkills_inside_kafka_transactions_never_show_a_database_transaction_in
                 continue
             try:
                 code = relay.wait(30)
-            except Exception:  # noqa: BLE001 - the point was not reached in time: a random kill then
+            except Exception:
                 relay.kill()
                 kills["random"] += 1
                 continue

@@ -34,6 +34,7 @@ import pytest
 from cdc import identity as hdr
 from cdc.outbox import OutboxTable
 from connectors.mysql_client import binlog_end
+from tests.integration.harness import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
@@ -67,7 +68,7 @@ class Expected:
 
 
 @pytest.fixture(scope="module")
-def servers():  # type: ignore[no-untyped-def]
+def servers():
     from connectors.kafka_standin import KafkaStandin
     from connectors.mariadb_server import EmbeddedMariaDB
 
@@ -83,14 +84,6 @@ def servers():  # type: ignore[no-untyped-def]
         kafka.stop()
         db.cleanup()
 
-
-@pytest.fixture(scope="module")
-def spark():  # type: ignore[no-untyped-def]
-    from spark_jobs.session import build_spark
-
-    s = build_spark("local[2]", "test-verifier", {"spark.sql.shuffle.partitions": "4", "spark.driver.memory": "1g"})
-    yield s
-    s.stop()
 
 
 def _master(cur: Any) -> tuple[str, int]:
@@ -138,7 +131,7 @@ class Writer:
 
 
 @pytest.fixture(scope="module")
-def world(servers):  # type: ignore[no-untyped-def]
+def world(servers):
     db, _kafka = servers
     db.create_database(SCHEMA)
     w = Writer(db)
@@ -172,13 +165,12 @@ def world(servers):  # type: ignore[no-untyped-def]
     # durable, asynchronously: wait for it so that it cannot land inside a transaction's
     # SHOW MASTER STATUS bracket below.
     new_file = _master(c)[0]
-    deadline = time.monotonic() + 20
-    while True:
+
+    def checkpointed() -> bool:
         c.execute("SHOW BINLOG EVENTS IN %s", (new_file,))
-        if any(r[2] == "Binlog_checkpoint" and r[5] == new_file for r in c.fetchall()):
-            break
-        assert time.monotonic() < deadline, "no Binlog_checkpoint in the new binlog file"
-        time.sleep(0.05)
+        return any(r[2] == "Binlog_checkpoint" and r[5] == new_file for r in c.fetchall())
+
+    wait_until(checkpointed, 20, "a Binlog_checkpoint in the new binlog file")
     w.tx([("bad topic", "b1", "created", "illegal")])  # dead-lettered: illegal topic
     for n in range(5):
         w.tx([("order", "o1", "shipped", f"p{n}"), ("order", "o4", "shipped", None), ("invoice", "i3", "sent", "x" * 50)])
@@ -197,8 +189,8 @@ def world(servers):  # type: ignore[no-untyped-def]
         commit_at[(stream.log_file, ev.packet.log_pos)] = ev.timestamp
     stream.close()
     w.expected = [replace(e, commit_ts_ms=commit_at[(e.file, e.end)] * 1000) for e in w.expected]
-    w.ghost = ghost  # type: ignore[attr-defined]
-    w.ghost_position = before  # type: ignore[attr-defined]
+    w.ghost = ghost  # type: ignore[attr-defined]  # extra fields for the seeded-fault tests
+    w.ghost_position = before  # type: ignore[attr-defined]  # as above
     yield w
     w.conn.close()
 
@@ -325,7 +317,7 @@ def coords(ex: dict[str, Any]) -> tuple:
 # ---------------------------------------------------------------------------------- tests
 
 
-def test_binlog_source_reads_exactly_the_committed_outbox_inserts(servers, world, spark) -> None:  # type: ignore[no-untyped-def]
+def test_binlog_source_reads_exactly_the_committed_outbox_inserts(servers, world, spark) -> None:
     db, _ = servers
     s = db.connection_settings()
     from spark_jobs.binlog_source import tables_to_json
@@ -352,7 +344,7 @@ def test_binlog_source_reads_exactly_the_committed_outbox_inserts(servers, world
     assert df.filter("ikey is null").count() == 0  # no assembly anomalies
 
 
-def test_split_ranges_and_fast_reader_read_the_same_events(servers, world, spark) -> None:  # type: ignore[no-untyped-def]
+def test_split_ranges_and_fast_reader_read_the_same_events(servers, world, spark) -> None:
     """Binlog files cut into ranges at transaction starts (more tasks than files), and the
     opt-in fast reader (the relay's decoder feeding the verifier's own assembly), yield
     exactly the rows of the default one-task-per-file python-mysql-replication read."""
@@ -385,10 +377,10 @@ def test_split_ranges_and_fast_reader_read_the_same_events(servers, world, spark
     assert fast == default
 
 
-def test_clean_run_reports_no_problem(servers, world, spark, tmp_path_factory) -> None:  # type: ignore[no-untyped-def]
+def test_clean_run_reports_no_problem(servers, world, spark, tmp_path_factory) -> None:
     from spark_jobs.verify import run_verify
 
-    db, kafka = servers
+    _db, kafka = servers
     tmp = tmp_path_factory.mktemp("verify")
     pub = publish(kafka, "clean", world.expected)
     messages = []
@@ -419,7 +411,7 @@ def test_clean_run_reports_no_problem(servers, world, spark, tmp_path_factory) -
     world.clean_published = pub  # for the locate tests
 
 
-def test_run_verify_registers_the_sources_on_a_passed_session(servers, world, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_run_verify_registers_the_sources_on_a_passed_session(servers, world, tmp_path) -> None:
     """A session built elsewhere (a plain SparkSession, not build_spark) knows no
     cdc_binlog / cdc_kafka: run_verify registers them itself, and registering again is
     harmless. Its own process: this module's session already has the sources."""
@@ -465,7 +457,7 @@ plain.stop()
     assert out["schema"] == ["topic", "partition", "offset"]
 
 
-def test_a_failed_read_stops_the_other_and_says_why(servers, world, spark, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_a_failed_read_stops_the_other_and_says_why(servers, world, spark, tmp_path) -> None:
     """The binlog and the topics are read by two concurrent Spark jobs. A user who may
     list the binlog (planning works) but not stream it (no REPLICATION SLAVE) makes the
     binlog job fail: run_verify raises one error that names the read and never the
@@ -486,17 +478,15 @@ def test_a_failed_read_stops_the_other_and_says_why(servers, world, spark, tmp_p
     message = str(failure.value)
     assert message.startswith("cdc_binlog: reading") and "REPLICATION SLAVE" in message, message
     assert "\n" not in message and password not in message
-    deadline = time.monotonic() + 30
-    while spark.sparkContext.statusTracker().getActiveJobsIds() and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert spark.sparkContext.statusTracker().getActiveJobsIds() == []
+    wait_until(lambda: not spark.sparkContext.statusTracker().getActiveJobsIds(), 30, "the other read's job to end",
+               interval=0.2)
     assert time.monotonic() - started < 120
 
 
-def test_seeded_faults_are_each_classified(servers, world, spark, tmp_path_factory) -> None:  # type: ignore[no-untyped-def]
+def test_seeded_faults_are_each_classified(servers, world, spark, tmp_path_factory) -> None:
     from spark_jobs.verify import run_verify
 
-    db, kafka = servers
+    _db, kafka = servers
     tmp = tmp_path_factory.mktemp("verify")
     ex = world.expected
     dropped = next(e for e in ex if e.aggregate_id == "o4")
@@ -556,7 +546,7 @@ def test_seeded_faults_are_each_classified(servers, world, spark, tmp_path_facto
     assert "FAILED" in text and "missing=1" in text
 
 
-def test_kafka_source_raw_mode_and_offset_gaps(servers, world, spark) -> None:  # type: ignore[no-untyped-def]
+def test_kafka_source_raw_mode_and_offset_gaps(servers, world, spark) -> None:
     _db, kafka = servers
     pub = getattr(world, "clean_published", None)
     if pub is None:
@@ -582,7 +572,7 @@ def test_kafka_source_raw_mode_and_offset_gaps(servers, world, spark) -> None:  
     assert offsets != list(range(len(offsets)))  # gaps left by transaction markers
 
 
-def test_locate_both_ways(servers, world) -> None:  # type: ignore[no-untyped-def]
+def test_locate_both_ways(servers, world) -> None:
     from spark_jobs.locate import locate_offset, locate_position
 
     _db, kafka = servers
@@ -607,7 +597,7 @@ def test_locate_both_ways(servers, world) -> None:  # type: ignore[no-untyped-de
     assert locate_position(kafka.bootstrap_servers, topics, "another-source", e.gtid) == []
 
 
-def test_outbox_table_source(servers, world, spark) -> None:  # type: ignore[no-untyped-def]
+def test_outbox_table_source(servers, world, spark) -> None:
     from spark_jobs.binlog_source import tables_to_json
 
     db, _ = servers
@@ -625,7 +615,7 @@ def test_outbox_table_source(servers, world, spark) -> None:  # type: ignore[no-
 
 
 @pytest.mark.skipif(not shutil.which("spark-submit", path=os.path.dirname(sys.executable)), reason="no spark-submit in the venv")
-def test_spark_submit_entry_point(servers, world, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_spark_submit_entry_point(servers, world, tmp_path) -> None:
     """`spark-submit spark_jobs/verify.py --config ...` runs the same job (exit 0 = OK)."""
     if getattr(world, "clean_published", None) is None:
         pytest.skip("needs test_clean_run_reports_no_problem")

@@ -48,16 +48,6 @@ from tests.integration.test_transaction_shapes import (
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
 
-@pytest.fixture(scope="module")
-def spark():  # type: ignore[no-untyped-def]
-    """A session of this module's own: test_verifier.py stops the JVM's shared context at
-    its end, which leaves the session-wide fixture's session dead for modules after it."""
-    from spark_jobs.session import build_spark
-
-    s = build_spark("local[2]", "test-verify-shapes", {"spark.sql.shuffle.partitions": "4", "spark.driver.memory": "1g"})
-    yield s
-    s.stop()
-
 COLS = "(id, aggregatetype, aggregateid, type, payload)"
 
 

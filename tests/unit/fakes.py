@@ -32,8 +32,9 @@ from __future__ import annotations
 import json
 import random
 import zlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from cdc.checkpoint import Checkpoint
 from cdc.errors import PositionPurgedError, SourceError
@@ -42,8 +43,20 @@ from cdc.identity import header_dict
 from cdc.ports import Delivery, DeliveryCallback, DeliveryFailure
 from cdc.position import BinlogPosition
 from cdc.source_events import (
-    Heartbeat, RollbackToSavepoint, RowChange, RowInsert, Savepoint, ServerInfo, Statement, TxBegin,
-    TxCommit, TxRollback, XaCommit, XaEnd, XaPrepare, XaRollback,
+    Heartbeat,
+    RollbackToSavepoint,
+    RowChange,
+    RowInsert,
+    Savepoint,
+    ServerInfo,
+    Statement,
+    TxBegin,
+    TxCommit,
+    TxRollback,
+    XaCommit,
+    XaEnd,
+    XaPrepare,
+    XaRollback,
 )
 
 EVENT_SIZE = 100
@@ -231,7 +244,7 @@ class Binlog:
         """Index of the first event at or after `position`, which must be an event
         boundary (the start or the end of an event): a relay that resumes anywhere else
         would read garbage from a real server."""
-        boundaries = set(self.starts) | {getattr(e, "end") for e in self.events} | {self.end}
+        boundaries = set(self.starts) | {e.end for e in self.events} | {self.end}
         if position not in boundaries:
             raise AssertionError(f"the relay opened the binlog at {position}, which is not an event boundary")
         for i, start in enumerate(self.starts):
@@ -244,7 +257,7 @@ class Binlog:
 
 
 class FakeSource:
-    def __init__(self, factory: "FakeSourceFactory", index: int):
+    def __init__(self, factory: FakeSourceFactory, index: int):
         self._f = factory
         self.index = index
         self.closed = False
@@ -403,7 +416,7 @@ class FakeKafka:
         return out
 
 
-def message_id(msg: "_Message") -> str:
+def message_id(msg: _Message) -> str:
     return header_dict(msg.headers).get("id", "")
 
 
@@ -559,7 +572,7 @@ class FakeTxnPublisher(FakePublisher):
         self.txn_id = txn_id
         self.epoch = -1
         self.current: int | None = None
-        self.store: "FakeTxnCheckpointStore | None" = None
+        self.store: FakeTxnCheckpointStore | None = None
         self.fail_commits = 0
         self.after_commit: Callable[[], None] | None = None
         self.commits = 0
@@ -826,7 +839,7 @@ class RelayHarness:
                            self.delivered, clock=self.clock, sleep=self.clock.sleep, topics=topics)
         self.iterations = 0
 
-    def run(self, stop: Callable[["RelayHarness"], bool] | None = None, max_iterations: int = 200_000):
+    def run(self, stop: Callable[[RelayHarness], bool] | None = None, max_iterations: int = 200_000):
         """Run until `stop(self)` (default: the source has nothing more to give)."""
         stop = stop or (lambda h: h.factory.exhausted)
 
@@ -844,11 +857,11 @@ class RelayHarness:
         self.store.frozen = True
         raise Killed()
 
-    def run_until_killed(self, when: Callable[["RelayHarness"], bool], rng: random.Random | None = None,
+    def run_until_killed(self, when: Callable[[RelayHarness], bool], rng: random.Random | None = None,
                          keep: Callable[[_Message], bool] | None = None) -> bool:
         """Run until `when(self)`, then kill -9; returns False when the source ran out
         first (the relay then stopped normally)."""
-        def stop(h: "RelayHarness") -> bool:
+        def stop(h: RelayHarness) -> bool:
             if when(h):
                 h.kill(rng, keep)
             return h.factory.exhausted

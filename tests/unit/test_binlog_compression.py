@@ -72,7 +72,7 @@ def test_payload_of_one_transaction(compression):
     assert strip_positions(out) == strip_positions(decode(plain_log([inner]).events))
     begin, explicit_begin, *rows, commit = out
     assert begin == TxBegin(BinlogPosition(FILE, gtid_start), BinlogPosition(FILE, payload_start),
-                            f"3e11fa47-71ca-11e1-a4f1-000c29a2f5b1:1", False)
+                            "3e11fa47-71ca-11e1-a4f1-000c29a2f5b1:1", False)
     assert explicit_begin.gtid is None and explicit_begin.start == BinlogPosition(FILE, payload_start)
     assert [r.values for r in rows] == [{"id": "e-1", "payload": "é😀 payload".encode(), "n": 1},
                                         {"id": "e-2", "payload": None, "n": None},

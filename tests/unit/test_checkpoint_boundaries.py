@@ -6,11 +6,11 @@ later, rotations), in random order and mixes (hypothesis); the relay checkpoints
 every step, and each checkpoint must name the end of a whole event group (a commit, a
 rollback, a standalone statement, an XA prepare or outcome) or the start."""
 
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cdc.position import BinlogPosition
 from cdc.source_events import Statement
-
 from fakes import SCHEMA, Binlog, RelayHarness, outbox_row
 
 START = BinlogPosition("mysql-bin.000001", 4)
@@ -49,7 +49,7 @@ def _build(shapes: list[str]) -> tuple[Binlog, set[BinlogPosition]]:
             b.insert(outbox_row(f"s{n}", "order", "k"))
             b.rollback_to("s")
         elif shape == "statement_insert":
-            b._add(lambda s, e: Statement(f"INSERT INTO {SCHEMA}.outbox VALUES ('st{n}')", e, 1, SCHEMA))
+            b._add(lambda s, e, n=n: Statement(f"INSERT INTO {SCHEMA}.outbox VALUES ('st{n}')", e, 1, SCHEMA))
         elif shape == "statement_other":
             b._add(lambda s, e: Statement("SET @x = 1", e, 1, SCHEMA))
         elif shape == "heartbeat":

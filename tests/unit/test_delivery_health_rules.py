@@ -11,7 +11,6 @@ from cdc.errors import DeliveryError
 from cdc.kafka_health import KafkaHealth
 from cdc.metrics import RelayMetrics
 from cdc.outbox import DEAD_LETTER_CAUSES
-
 from fakes import Binlog, RelayHarness, outbox_row
 
 
@@ -90,7 +89,7 @@ def test_a_new_topic_while_kafka_does_not_answer_makes_the_relay_wait_not_die(ca
 def test_kafka_that_never_answers_ends_the_run_after_the_reconnect_timeout():
     h = RelayHarness(_binlog(1))
     h.relay._delivered = _SlowMetadata(h.delivered, fail=10**9)
-    with pytest.raises(DeliveryError, match="kafka.bootstrap"):
+    with pytest.raises(DeliveryError, match=r"kafka.bootstrap"):
         h.run()
 
 

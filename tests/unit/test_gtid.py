@@ -1,11 +1,16 @@
 """GTID value objects: MySQL sets and MariaDB positions."""
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from cdc.errors import PositionError
 from cdc.gtid import (
-    MariadbGtidPosition, MysqlGtidSet, empty_set_for, is_mariadb_gtid, parse_gtid_set,
+    MariadbGtidPosition,
+    MysqlGtidSet,
+    empty_set_for,
+    is_mariadb_gtid,
+    parse_gtid_set,
 )
 
 U1 = "3e11fa47-71ca-11e1-9e33-c80aa9429562"

@@ -65,3 +65,21 @@ def test_the_shipped_tree_has_no_import_cycle():
 def test_the_check_finds_a_cycle():
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert _cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_the_check_sees_cycles_between_files_of_one_folder():
+    graph = {"cdc.feed": {"cdc.relay"}, "cdc.relay": {"cdc.feed"}, "cdc.position": set()}
+    assert _cycle(graph) == ["cdc.feed", "cdc.relay", "cdc.feed"]
+
+
+def test_no_module_imports_another_modules_private_names():
+    """A name with a leading underscore is its module's own: another module that needs it
+    says it is shared by importing a public name."""
+    found = []
+    for package in PACKAGES:
+        for path in (ROOT / package).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in PACKAGES:
+                    found += [f"{path.relative_to(ROOT)}: {node.module}.{a.name}" for a in node.names
+                              if a.name.startswith("_") and not a.name.startswith("__")]
+    assert not found, "private names imported across modules: " + ", ".join(found)

@@ -9,16 +9,15 @@ from cdc.errors import ConfigError
 from cdc.lease import LeaseClock, LeaseLost, LeaseSettings, Previous, lock_name, takeover_wait
 from cdc.position import BinlogPosition
 from connectors.checkpoint_stores import FileCheckpointStore
-
 from fakes import Binlog, FakeCheckpointStore, RelayHarness, outbox_row
 
 S = LeaseSettings(ttl_s=10.0, renew_s=1.0, margin_s=0.5)
 
 
 def test_settings_refuse_a_lease_time_too_short_for_its_renewals():
-    with pytest.raises(ConfigError, match="lease.ttl_s must be at least 2 and at least 3 x lease.renew_s"):
+    with pytest.raises(ConfigError, match=r"lease.ttl_s must be at least 2 and at least 3 x lease.renew_s"):
         LeaseSettings(ttl_s=2.0, renew_s=1.0)
-    with pytest.raises(ConfigError, match="lease.margin_s"):
+    with pytest.raises(ConfigError, match=r"lease.margin_s"):
         LeaseSettings(ttl_s=10.0, margin_s=6.0)
     assert LeaseSettings(ttl_s=7.9).wait_timeout == 7
 
@@ -44,7 +43,7 @@ def test_takeover_waits_only_as_long_as_the_previous_holder_could_still_publish(
 def test_the_lease_runs_out_before_the_server_could_release_it():
     clock = LeaseClock(S, acquired_at=100.0)
     clock.check(109.4)  # acquired at 100: valid until 100 + 10 - 0.5
-    with pytest.raises(LeaseLost, match="not confirmed for 9.5 s"):
+    with pytest.raises(LeaseLost, match=r"not confirmed for 9.5 s"):
         clock.check(109.5)
 
 
@@ -89,7 +88,7 @@ def _binlog(n):
 
 def test_every_checkpoint_carries_the_new_epoch_and_the_first_is_written_before_publishing():
     store = FakeCheckpointStore(Checkpoint("shop-db", BinlogPosition("mysql-bin.000001", 4), epoch=4))
-    h, mono = _leased(_binlog(5), store=store)
+    h, _mono = _leased(_binlog(5), store=store)
     published_at_first_save = []
     store.on_save = lambda cp: published_at_first_save.append(len(h.publisher.published))
     h.relay.run(lambda: h.factory.exhausted, lease=LeaseClock(S, 0.0), holder="cdc;c=9;h=a;b=1;n=2;p=3;s=4")
@@ -128,7 +127,7 @@ def test_a_relay_whose_lease_runs_out_stops_handing_messages_over_purges_and_wri
 
 
 def test_a_lost_lease_is_noticed_while_idle_too():
-    h, mono = _leased(_binlog(1))
+    h, _mono = _leased(_binlog(1))
     lease = LeaseClock(S, 0.0)
     calls = []
 

@@ -150,5 +150,5 @@ def test_timestamp_column_to_microseconds():
     t = OutboxTable("shop", "outbox", timestamp_column="ts")
     when = dt.datetime(2024, 1, 2, 3, 4, 5, 678901)
     ev = mapper().map(t, row(ts=when), IDENTITY)
-    assert ev.timestamp_us == int(when.replace(tzinfo=dt.timezone.utc).timestamp() * 1_000_000)
+    assert ev.timestamp_us == int(when.replace(tzinfo=dt.UTC).timestamp() * 1_000_000)
     assert mapper().map(t, row(ts=None), IDENTITY).timestamp_us is None

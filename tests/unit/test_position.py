@@ -1,7 +1,8 @@
 """BinlogPosition: parsing, formatting and the total order by numeric file suffix."""
 
 import pytest
-from hypothesis import example, given, strategies as st
+from hypothesis import example, given
+from hypothesis import strategies as st
 
 from cdc.errors import PositionError
 from cdc.position import BinlogPosition, file_sequence
@@ -67,7 +68,7 @@ def test_negative_or_non_integer_offset_is_refused():
     with pytest.raises(PositionError, match="non-negative"):
         BinlogPosition("mysql-bin.000001", -1)
     with pytest.raises(PositionError, match="non-negative"):
-        BinlogPosition("mysql-bin.000001", "4")  # type: ignore[arg-type]
+        BinlogPosition("mysql-bin.000001", "4")  # type: ignore[arg-type]  # the wrong type is the test
 
 
 def test_non_decimal_unicode_digit_offset_raises_position_error_not_value_error():

@@ -7,14 +7,24 @@ from collections import Counter, defaultdict
 
 import pytest
 
-from cdc.errors import ConfigError, DeliveryError, PositionPurgedError, RecoveryError, SourceError
 from cdc.checkpoint import Checkpoint
+from cdc.errors import ConfigError, DeliveryError, PositionPurgedError, RecoveryError, SourceError
 from cdc.gtid import MysqlGtidSet
 from cdc.position import BinlogPosition
 from cdc.transaction import OutboxChangeRefused
-
 from fakes import (
-    FATAL, TOO_LARGE, Binlog, Killed, FakeCheckpointStore, FakeKafka, JsonSerializer, RelayHarness, expected_events, identity_of, message_id, outbox_row,
+    FATAL,
+    TOO_LARGE,
+    Binlog,
+    FakeCheckpointStore,
+    FakeKafka,
+    JsonSerializer,
+    Killed,
+    RelayHarness,
+    expected_events,
+    identity_of,
+    message_id,
+    outbox_row,
 )
 
 U1 = "3e11fa47-71ca-11e1-9e33-c80aa9429562"
@@ -672,3 +682,13 @@ def test_a_prepare_the_server_still_lists_or_that_came_after_its_start_stays_hel
     h.run(stop=lambda h: h.iterations > 3000)
     assert ids_in(h.kafka) == ["e1", "e2"]
     assert h.store.current.position <= prepared_at and [x for x, _at, _ts in h.store.current.xa_held] == [LOST]
+
+
+def test_commit_to_acknowledgement_latency_once_per_transaction_with_messages():
+    b = workload()
+    h = RelayHarness(b)
+    h.run()
+    hist = h.relay.metrics.commit_to_ack
+    # each committed transaction with outbox rows, once (not the rolled-back one, not one without rows)
+    with_messages = sum(1 for tx in b.txs if tx.outcome == "commit" and tx.outbox_rows)
+    assert hist.count == with_messages > 0, (hist.count, with_messages)

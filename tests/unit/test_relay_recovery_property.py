@@ -7,10 +7,18 @@ with every committed outbox event in the topics exactly once, per key in commit 
 import random
 from collections import Counter, defaultdict
 
-from hypothesis import HealthCheck, event, example, given, settings, strategies as st
+from hypothesis import HealthCheck, event, example, given, settings
+from hypothesis import strategies as st
 
 from fakes import (
-    TOO_LARGE, Binlog, FakeCheckpointStore, FakeKafka, RelayHarness, expected_events, identity_of, outbox_row,
+    TOO_LARGE,
+    Binlog,
+    FakeCheckpointStore,
+    FakeKafka,
+    RelayHarness,
+    expected_events,
+    identity_of,
+    outbox_row,
 )
 
 U1 = "3e11fa47-71ca-11e1-9e33-c80aa9429562"
@@ -140,7 +148,7 @@ def test_kill_and_restart_delivers_every_committed_event_exactly_once_in_order(w
     for plan in crashes:
         h = harness(plan)
         limit = plan["kill_after"]
-        killed = h.run_until_killed(lambda h: h.factory.reads >= limit, rng=random.Random(plan["seed"]))
+        killed = h.run_until_killed(lambda h, limit=limit: h.factory.reads >= limit, rng=random.Random(plan["seed"]))
         event("killed" if killed else "ran to the end")
         if h.relay.metrics.events_skipped_recovery:
             event("a restart skipped events found in the topics")

@@ -10,9 +10,15 @@ import pytest
 from cdc.config import load_config
 from cdc.errors import ConfigError, DeliveryError
 from cdc.transactions import Fenced, transactional_id
-
 from fakes import (
-    Binlog, FakeKafka, FakeTxnPublisher, Killed, RelayHarness, DEFAULT_TOPICS, expected_events, identity_of,
+    DEFAULT_TOPICS,
+    Binlog,
+    FakeKafka,
+    FakeTxnPublisher,
+    Killed,
+    RelayHarness,
+    expected_events,
+    identity_of,
     outbox_row,
 )
 
@@ -56,7 +62,7 @@ def assert_exactly_once_committed(kafka, binlog):
     assert not {k: v for k, v in got.items() if v > 1}, "duplicates visible to read_committed"
     assert set(got) == set(expected), f"missing {sorted(set(expected) - set(got))[:5]}"
     order = {e[3]: i for i, e in enumerate(expected)}
-    for topic, parts in kafka.logs.items():
+    for _topic, parts in kafka.logs.items():
         for part in parts:
             by_key = defaultdict(list)
             for r in part:
@@ -144,7 +150,7 @@ def test_random_kills_keep_every_database_transaction_atomic_and_exactly_once():
                              transaction_max_messages=rng.randint(1, 20), transaction_max_s=1e9)
             store = h.store
             stop_at = rng.randint(1, 120)
-            if not h.run_until_killed(lambda h: h.iterations >= stop_at, rng):
+            if not h.run_until_killed(lambda h, stop_at=stop_at: h.iterations >= stop_at, rng):
                 break
             assert_atomic(kafka, b)
         TxnHarness(b, kafka=kafka, store=store).run()
@@ -228,7 +234,7 @@ def test_delivery_defaults_to_idempotent_and_rejects_unknown_modes():
     raw = _raw()
     assert load_config(raw).kafka.delivery == "idempotent"
     assert load_config(raw).relay_settings().delivery == "idempotent"
-    with pytest.raises(ConfigError, match="kafka.delivery"):
+    with pytest.raises(ConfigError, match=r"kafka.delivery"):
         load_config(_raw(delivery="exactly"))
     raw = _raw(delivery="transactional", transaction_max_ms=250, transaction_max_messages=500)
     raw["checkpoint"] = {"store": "kafka"}
@@ -236,7 +242,7 @@ def test_delivery_defaults_to_idempotent_and_rejects_unknown_modes():
     assert (settings.delivery, settings.transaction_max_s, settings.transaction_max_messages) == (
         "transactional", 0.25, 500)
     raw["kafka"]["producer"] = {"transactional.id": "mine"}
-    with pytest.raises(ConfigError, match="derives it from source.name"):
+    with pytest.raises(ConfigError, match=r"derives it from source.name"):
         load_config(raw)
 
 

@@ -1,6 +1,7 @@
 """SpillBuffer: a list that moves to a temporary file past its memory limit."""
 
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cdc.spill import SpillBuffer
 

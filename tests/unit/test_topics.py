@@ -112,7 +112,7 @@ def test_only_the_fixed_text_is_checked(template):
 
 def test_a_template_that_is_not_text_is_a_config_error():
     with pytest.raises(ConfigError, match="must be a string"):
-        check_template(42)  # type: ignore[arg-type]
+        check_template(42)  # type: ignore[arg-type]  # the wrong type is the test
 
 
 def test_the_config_names_the_key_of_an_illegal_template():

@@ -2,17 +2,26 @@
 
 import pytest
 
+from cdc.errors import ConfigError
 from cdc.identity import TxIdentity
 from cdc.outbox import DeadLetter, OutboxEvent, OutboxMapper, OutboxTable
 from cdc.position import BinlogPosition
 from cdc.source_events import (
-    RollbackToSavepoint, RowChange, RowInsert, Savepoint, Statement, TxBegin, TxCommit, TxRollback, XaCommit,
-    XaEnd, XaPrepare, XaRollback,
+    RollbackToSavepoint,
+    RowChange,
+    RowInsert,
+    Savepoint,
+    Statement,
+    TxBegin,
+    TxCommit,
+    TxRollback,
+    XaCommit,
+    XaEnd,
+    XaPrepare,
+    XaRollback,
 )
 from cdc.topics import TopicRouter
-from cdc.errors import ConfigError
 from cdc.transaction import OutboxChangeRefused, StatementFormatRefused, TransactionAssembler
-
 from fakes import Binlog, outbox_row
 
 U1 = "3e11fa47-71ca-11e1-9e33-c80aa9429562"

@@ -23,6 +23,7 @@ def test_under_spark_submit_the_command_line_master_wins(monkeypatch: pytest.Mon
     assert local_cores("local[2]") is None
 
 
+@pytest.mark.verifier_deps
 def test_class_archive_written_once_then_used(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
     import time
 
@@ -51,7 +52,8 @@ def test_class_archive_written_once_then_used(tmp_path, monkeypatch: pytest.Monk
     assert class_archive_options({}) is None
 
 
-def test_class_archives_of_other_installs_do_not_pile_up(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.verifier_deps
+def test_class_archives_of_other_installs_do_not_pile_up(tmp_path, monkeypatch) -> None:
     """Every PySpark install (each fresh clone's venv) has its own archive key, and an
     archive is ~170 MB: of the archives and unfinished parts of other keys, the newest two
     are kept and the others removed once untouched for a day (a run may still be writing

@@ -159,6 +159,7 @@ def test_canonical_xid_leaves_what_is_no_xid_alone() -> None:
     assert canonical_xid("not an xid") == "not an xid"
 
 
+@pytest.mark.verifier_deps
 def test_event_columns_equal_events_of_tx_for_xa_and_statement_rows() -> None:
     mapper = EventMapper([TABLE])
     txs = [

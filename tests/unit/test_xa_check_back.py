@@ -5,9 +5,9 @@ import logging
 
 from cdc.inflight import HeldPrepare, Resume
 from cdc.metrics import RelayMetrics
+from cdc.outbox import OutboxTable
 from cdc.position import BinlogPosition
 from cdc.relay_settings import RelaySettings
-from cdc.outbox import OutboxTable
 from cdc.xa_check_back import XaCheckBack
 
 XID = "X'78',X'',1"
