@@ -54,7 +54,13 @@ cmd=${1:-help}
 [ $# -gt 0 ] && shift
 case "$cmd" in
   demo) setup; exec .venv/bin/cdc demo "$@" ;;
-  test) setup; exec .venv/bin/python -m pytest "$@" ;;
+  test) setup
+    # With no arguments (CI, the README's command): the lint gate first (ruff, format, mypy),
+    # then every test, then the unit tier on Python 3.12 and 3.13.
+    if [ $# -eq 0 ]; then tools/lint.sh || exit 1; fi
+    rc=0; .venv/bin/python -m pytest "$@" || rc=$?
+    if [ $# -eq 0 ]; then tools/unit_tiers.sh || rc=1; fi
+    exit $rc ;;
   cdc) setup; cd "$CALLER"; exec "$ROOT/.venv/bin/cdc" "$@" ;;
   bench) setup; name=${1:?usage: ./run.sh bench <name> [args]}; shift; exec .venv/bin/python "bench/$name.py" "$@" ;;
   setup) setup ;;

@@ -50,8 +50,15 @@ def naive_parse_rate(db, start_file: str, start_pos: int, database: str) -> tupl
     from pymysqlreplication.row_event import WriteRowsEvent
 
     s = db.connection_settings()
-    stream = BinLogStreamReader(connection_settings=s, server_id=777_001, blocking=False, resume_stream=True,
-                                log_file=start_file, log_pos=start_pos, only_events=[WriteRowsEvent, XidEvent])
+    stream = BinLogStreamReader(
+        connection_settings=s,
+        server_id=777_001,
+        blocking=False,
+        resume_stream=True,
+        log_file=start_file,
+        log_pos=start_pos,
+        only_events=[WriteRowsEvent, XidEvent],
+    )
     rows = outbox = 0
     t0 = time.perf_counter()
     for ev in stream:
@@ -73,8 +80,9 @@ def _format_settings(fmt: str) -> str:
     return f'format = "{fmt}"\nadditional_placement = "type:header:eventType"\ntimestamp_column = "created_at"'
 
 
-def compare_formats(args: argparse.Namespace, db, kafka, database: str, start: str, end: tuple[str, int],
-                    tmp: str) -> None:
+def compare_formats(
+    args: argparse.Namespace, db, kafka, database: str, start: str, end: tuple[str, int], tmp: str
+) -> None:
     """--format NAME: the envelope and NAME over the same binlog, in alternating pairs (the
     first run of a pair tends to be the slower on a shared machine, so the order alternates)."""
     results: dict[str, list[float]] = {"envelope": [], args.format: []}
@@ -87,22 +95,36 @@ def compare_formats(args: argparse.Namespace, db, kafka, database: str, start: s
             profile = args.profile if fmt == args.format and i == 0 else None  # the format's first run
             r = run_relay(db, kafka, database, start, end, Path(tmp) / prefix, profile, prefix=prefix, fmt=fmt)
             if r["events"] != args.events:
-                raise SystemExit(f"format {fmt}: the relay delivered {r['events']} events, the workload wrote "
-                                 f"{args.events}")
+                raise SystemExit(
+                    f"format {fmt}: the relay delivered {r['events']} events, the workload wrote {args.events}"
+                )
             rate = args.events / r["elapsed"]
             steady = args.events / (r["elapsed"] - r["first_event"])
             results[fmt].append(rate)
-            print(f"pair {i + 1}, {fmt}: {rate:,.0f} events/s end to end ({steady:,.0f}/s after the first event), "
-                  f"CPU {r['cpu']:.1f}s, peak RSS {r['peak_rss'] / 2**20:.0f} MiB")
+            print(
+                f"pair {i + 1}, {fmt}: {rate:,.0f} events/s end to end ({steady:,.0f}/s after the first event), "
+                f"CPU {r['cpu']:.1f}s, peak RSS {r['peak_rss'] / 2**20:.0f} MiB"
+            )
         a, b = results[args.format][-1], results["envelope"][-1]
         print(f"pair {i + 1}: {args.format} / envelope = {a / b:.3f}")
     mean = sum(results[args.format]) / sum(results["envelope"])
     print(f"{args.format} / envelope over {args.pairs} pair(s): {mean:.3f} (events/s, same binlog, same run)")
 
 
-def run_relay(db, kafka, database: str, start: str, expected_end: tuple[str, int], workdir: Path,
-              profile: str | None, delivery: str = "idempotent", prefix: str = "bench",
-              kill_at: float | None = None, kafka_store: bool = False, fmt: str = "envelope") -> dict:
+def run_relay(
+    db,
+    kafka,
+    database: str,
+    start: str,
+    expected_end: tuple[str, int],
+    workdir: Path,
+    profile: str | None,
+    delivery: str = "idempotent",
+    prefix: str = "bench",
+    kill_at: float | None = None,
+    kafka_store: bool = False,
+    fmt: str = "envelope",
+) -> dict:
     """One relay over the range. `kill_at`: SIGKILL it once this share of the events is
     checkpointed, restart it and measure its start (to the "recovering from checkpoint" line)."""
     from cdc.position import BinlogPosition
@@ -126,6 +148,7 @@ def run_relay(db, kafka, database: str, start: str, expected_end: tuple[str, int
 
         def progress() -> dict:
             return json.loads(cp.read_text())
+
     cfg.write_text(f"""
 [source]
 name = "{prefix}"
@@ -152,14 +175,24 @@ interval_s = 0.5
 [lease]
 enabled = false
 [log]
-level = "{'INFO' if kill_at else 'WARNING'}"
+level = "{"INFO" if kill_at else "WARNING"}"
 """)
     env = {**os.environ, "BENCH_MYSQL_PASSWORD": db.password}
     cmd = [sys.executable, "-m", "cdc_cli.main", "run", "--config", str(cfg), "--skip-check"]
     if profile:
         fmt = "raw" if profile.endswith(".txt") else "flamegraph"
-        cmd = [str(Path(sys.executable).parent / "py-spy"), "record", "-o", profile, "-r", "200", "--format", fmt,
-               "--subprocesses", "--"] + cmd
+        cmd = [
+            str(Path(sys.executable).parent / "py-spy"),
+            "record",
+            "-o",
+            profile,
+            "-r",
+            "200",
+            "--format",
+            fmt,
+            "--subprocesses",
+            "--",
+        ] + cmd
     from confluent_kafka import Consumer, TopicPartition
 
     end = BinlogPosition(*expected_end)
@@ -242,9 +275,16 @@ level = "{'INFO' if kill_at else 'WARNING'}"
         proc.terminate()
     proc.wait(120)
     commits = _commits(kafka.bootstrap_servers, f"{prefix}.cp") if delivery == "transactional" else 0
-    return {"commits": commits, "elapsed": elapsed, "cpu": cpu, "peak_rss": peak, "peak_pss": peak_pss, "processes": processes,
-            "first_event": first_event,
-            "events": data.get("events_delivered", 0)}
+    return {
+        "commits": commits,
+        "elapsed": elapsed,
+        "cpu": cpu,
+        "peak_rss": peak,
+        "peak_pss": peak_pss,
+        "processes": processes,
+        "first_event": first_event,
+        "events": data.get("events_delivered", 0),
+    }
 
 
 def _status(db) -> tuple[str, int]:
@@ -277,10 +317,13 @@ def _row_event_kinds(db, start: tuple[str, int], count: int = 400) -> set[str]:
 
 def main_compressed(args: argparse.Namespace) -> None:
     """The same workload in an uncompressed and a compressed binlog range of one server."""
-    from connectors.kafka_standin import KafkaStandin
+    from testbed.kafka_standin import KafkaStandin
 
-    with bench_server(compressed=True) as db, KafkaStandin.start(brokers=1) as kafka, \
-            tempfile.TemporaryDirectory() as tmp:
+    with (
+        bench_server(compressed=True) as db,
+        KafkaStandin.start(brokers=1) as kafka,
+        tempfile.TemporaryDirectory() as tmp,
+    ):
         ranges = {}
         for name, setting in (("uncompressed", "OFF"), ("compressed", "ON")):
             database = f"bench_{name}"
@@ -293,8 +336,10 @@ def main_compressed(args: argparse.Namespace) -> None:
             write(db, database, args.events, mixed=args.mixed)
             end = _status(db)
             kinds = _row_event_kinds(db, start)
-            print(f"{name}: {args.events} outbox events written in {time.perf_counter() - t0:.1f}s, "
-                  f"binlog {_range_bytes(db, start, end) / 2**20:.1f} MiB, row events {sorted(kinds)}")
+            print(
+                f"{name}: {args.events} outbox events written in {time.perf_counter() - t0:.1f}s, "
+                f"binlog {_range_bytes(db, start, end) / 2**20:.1f} MiB, row events {sorted(kinds)}"
+            )
             ranges[name] = (database, start, end)
         if "Write_rows_compressed_v1" not in _row_event_kinds(db, ranges["compressed"][1]):
             raise SystemExit("the compressed range holds no Write_rows_compressed_v1 event")
@@ -312,23 +357,31 @@ def main_compressed(args: argparse.Namespace) -> None:
                 workdir.mkdir()
                 r = run_relay(db, kafka, database, f"{start[0]}:{start[1]}", end, workdir, None, prefix=prefix)
                 if r["events"] != args.events:
-                    raise SystemExit(f"the relay delivered {r['events']} events of {name}, the workload wrote {args.events}")
+                    raise SystemExit(
+                        f"the relay delivered {r['events']} events of {name}, the workload wrote {args.events}"
+                    )
                 rate = args.events / r["elapsed"]
                 steady = args.events / (r["elapsed"] - r["first_event"])
                 pair[name] = rate
                 rates[name].append(rate)
                 cpus[name].append(r["cpu"])
-                print(f"pair {i + 1}, {name}: {rate:,.0f} events/s incl. start-up ({steady:,.0f}/s after the first "
-                      f"event), CPU {r['cpu']:.1f}s ({r['cpu'] / r['elapsed']:.2f} cores), peak RSS "
-                      f"{r['peak_rss'] / 2**20:.0f} MiB")
-            print(f"pair {i + 1} ({' then '.join(order)}): compressed / uncompressed = "
-                  f"{pair['compressed'] / pair['uncompressed']:.3f} (events/s); CPU seconds "
-                  f"{cpus['compressed'][-1] / cpus['uncompressed'][-1]:.3f}")
+                print(
+                    f"pair {i + 1}, {name}: {rate:,.0f} events/s incl. start-up ({steady:,.0f}/s after the first "
+                    f"event), CPU {r['cpu']:.1f}s ({r['cpu'] / r['elapsed']:.2f} cores), peak RSS "
+                    f"{r['peak_rss'] / 2**20:.0f} MiB"
+                )
+            print(
+                f"pair {i + 1} ({' then '.join(order)}): compressed / uncompressed = "
+                f"{pair['compressed'] / pair['uncompressed']:.3f} (events/s); CPU seconds "
+                f"{cpus['compressed'][-1] / cpus['uncompressed'][-1]:.3f}"
+            )
         total_c, total_u = sum(rates["compressed"]), sum(rates["uncompressed"])
         # On a shared machine the rate moves with the neighbours; the CPU the relay spent on
         # the same events does not: it is the figure to compare when the cores are busy.
-        print(f"over {args.pairs} pair(s): compressed / uncompressed = {total_c / total_u:.3f} (events/s), "
-              f"CPU seconds {sum(cpus['compressed']) / sum(cpus['uncompressed']):.3f}")
+        print(
+            f"over {args.pairs} pair(s): compressed / uncompressed = {total_c / total_u:.3f} (events/s), "
+            f"CPU seconds {sum(cpus['compressed']) / sum(cpus['uncompressed']):.3f}"
+        )
 
 
 _EVENTS = [0]
@@ -349,7 +402,7 @@ def _commits(bootstrap: str, topic: str) -> int:
 def compare_delivery(args, db, database: str, start: str, end: tuple[str, int], tmp: str) -> None:
     """Both delivery modes, the default first, on one noida-db broker over the same binlog,
     both with the default checkpoint store (a Kafka topic)."""
-    from connectors.noida_broker import NoidaKafka
+    from testbed.noida import NoidaKafka
 
     _EVENTS[0] = args.events
     with NoidaKafka.start() as broker:
@@ -358,26 +411,46 @@ def compare_delivery(args, db, database: str, start: str, end: tuple[str, int], 
             prefix = f"b{delivery[:3]}"
             for topic, n in ((f"{prefix}.order", 24), (f"{prefix}.dlq", 1), (f"{prefix}.cp", 1)):
                 broker.create_topic(topic, n)
-            r = run_relay(db, broker, database, start, end, Path(tmp) / prefix, None, delivery, prefix,
-                          kafka_store=True)
+            r = run_relay(
+                db, broker, database, start, end, Path(tmp) / prefix, None, delivery, prefix, kafka_store=True
+            )
             if r["events"] != args.events:
-                raise SystemExit(f"{delivery}: the relay delivered {r['events']} events, the workload wrote "
-                                 f"{args.events}")
+                raise SystemExit(
+                    f"{delivery}: the relay delivered {r['events']} events, the workload wrote {args.events}"
+                )
             results[delivery] = rate = args.events / r["elapsed"]
             steady = args.events / (r["elapsed"] - r["first_event"])
-            extra = (f", {r['commits']} Kafka transactions committed, {args.events / max(1, r['commits']):,.0f} "
-                     "messages per commit" if delivery == "transactional" else "")
-            print(f"{delivery} on noida-db: {rate:,.0f} events/s incl. start-up ({steady:,.0f}/s after the first "
-                  f"event, first after {r['first_event']:.2f}s), CPU {r['cpu']:.1f}s{extra}")
+            extra = (
+                f", {r['commits']} Kafka transactions committed, {args.events / max(1, r['commits']):,.0f} "
+                "messages per commit"
+                if delivery == "transactional"
+                else ""
+            )
+            print(
+                f"{delivery} on noida-db: {rate:,.0f} events/s incl. start-up ({steady:,.0f}/s after the first "
+                f"event, first after {r['first_event']:.2f}s), CPU {r['cpu']:.1f}s{extra}"
+            )
         print(f"transactional / idempotent throughput: {results['transactional'] / results['idempotent']:.0%}")
         for delivery in ("idempotent", "transactional"):
             prefix = f"r{delivery[:3]}"
             for topic, n in ((f"{prefix}.order", 24), (f"{prefix}.dlq", 1), (f"{prefix}.cp", 1)):
                 broker.create_topic(topic, n)
-            r = run_relay(db, broker, database, start, end, Path(tmp) / prefix, None, delivery, prefix, kill_at=0.5,
-                          kafka_store=True)
-            print(f"{delivery}: start after a SIGKILL halfway, to the end of recovery: {r['restart']:.2f}s "
-                  f"({r['line']})")
+            r = run_relay(
+                db,
+                broker,
+                database,
+                start,
+                end,
+                Path(tmp) / prefix,
+                None,
+                delivery,
+                prefix,
+                kill_at=0.5,
+                kafka_store=True,
+            )
+            print(
+                f"{delivery}: start after a SIGKILL halfway, to the end of recovery: {r['restart']:.2f}s ({r['line']})"
+            )
 
 
 def main() -> None:
@@ -386,18 +459,29 @@ def main() -> None:
     ap.add_argument("--mixed", action="store_true")
     ap.add_argument("--profile", default=None, help="write a py-spy flame graph of the relay here")
     ap.add_argument("--alter", action="store_true", help="ALTER TABLE the outbox halfway through the workload")
-    ap.add_argument("--compressed", action="store_true",
-                    help="log_bin_compress=ON: the same workload compressed and not, relay catch-up on each")
+    ap.add_argument(
+        "--compressed",
+        action="store_true",
+        help="log_bin_compress=ON: the same workload compressed and not, relay catch-up on each",
+    )
     ap.add_argument("--pairs", type=int, default=2, help="with --compressed or --format: pairs of runs")
-    ap.add_argument("--format", choices=("string", "json", "bytes", "avro", "envelope"), default=None,
-                    help="an output format against the envelope, over the same binlog in alternating pairs (--pairs)")
-    ap.add_argument("--delivery", choices=("idempotent", "transactional"), default="idempotent",
-                    help="transactional: compare both delivery modes on noida-db (see the docstring)")
+    ap.add_argument(
+        "--format",
+        choices=("string", "json", "bytes", "avro", "envelope"),
+        default=None,
+        help="an output format against the envelope, over the same binlog in alternating pairs (--pairs)",
+    )
+    ap.add_argument(
+        "--delivery",
+        choices=("idempotent", "transactional"),
+        default="idempotent",
+        help="transactional: compare both delivery modes on noida-db (see the docstring)",
+    )
     args = ap.parse_args()
     if args.compressed:
         main_compressed(args)
         return
-    from connectors.kafka_standin import KafkaStandin
+    from testbed.kafka_standin import KafkaStandin
 
     database = "bench"
     with bench_server() as db, KafkaStandin.start(brokers=1) as kafka, tempfile.TemporaryDirectory() as tmp:
@@ -436,10 +520,12 @@ def main() -> None:
         rate = args.events / r["elapsed"]
         if r["events"] != args.events:
             raise SystemExit(f"the relay delivered {r['events']} events, the workload wrote {args.events}")
-        print(f"relay end to end: {rate:,.0f} events/s ({args.events} events in {r['elapsed']:.1f}s, "
-              f"incl. start-up), CPU {r['cpu']:.1f}s ({r['cpu'] / r['elapsed']:.2f} cores), "
-              f"peak RSS {r['peak_rss'] / 2**20:.0f} MiB (PSS {r['peak_pss'] / 2**20:.0f} MiB) over {r['processes']} "
-              f"process(es), first event after {r['first_event']:.2f}s")
+        print(
+            f"relay end to end: {rate:,.0f} events/s ({args.events} events in {r['elapsed']:.1f}s, "
+            f"incl. start-up), CPU {r['cpu']:.1f}s ({r['cpu'] / r['elapsed']:.2f} cores), "
+            f"peak RSS {r['peak_rss'] / 2**20:.0f} MiB (PSS {r['peak_pss'] / 2**20:.0f} MiB) over {r['processes']} "
+            f"process(es), first event after {r['first_event']:.2f}s"
+        )
         steady = args.events / (r["elapsed"] - r["first_event"])
         print(f"relay after its first event: {steady:,.0f} events/s")
         print(f"ratio relay / naive parse: {rate / naive:.2f}x (after the first event: {steady / naive:.2f}x)")

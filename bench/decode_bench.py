@@ -42,11 +42,27 @@ def _library(db, watched, file, pos):
 
     t0 = time.perf_counter()
     reader = BinLogStreamReader(
-        connection_settings=db.connection_settings(), server_id=901, blocking=False,
-        only_events=[FormatDescriptionEvent, RotateEvent, GtidEvent, MariadbGtidEvent, QueryEvent, XidEvent,
-                     WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent, HeartbeatLogEvent],
-        only_schemas=sorted({s for s, _ in watched}), only_tables=sorted({t for _, t in watched}),
-        enable_logging=False, resume_stream=True, log_file=file, log_pos=pos,
+        connection_settings=db.connection_settings(),
+        server_id=901,
+        blocking=False,
+        only_events=[
+            FormatDescriptionEvent,
+            RotateEvent,
+            GtidEvent,
+            MariadbGtidEvent,
+            QueryEvent,
+            XidEvent,
+            WriteRowsEvent,
+            UpdateRowsEvent,
+            DeleteRowsEvent,
+            HeartbeatLogEvent,
+        ],
+        only_schemas=sorted({s for s, _ in watched}),
+        only_tables=sorted({t for _, t in watched}),
+        enable_logging=False,
+        resume_stream=True,
+        log_file=file,
+        log_pos=pos,
     )
     conv = _Converter(set(watched), file)
     rows = 0
@@ -74,7 +90,8 @@ def _fast(db, watched, file, pos, keep_raw: bool):
     rows = 0
     out: list = []
     with BinlogConnection(s["host"], s["port"], s["user"], s["password"], server_id=902).dump_file(
-            file, pos, blocking=False) as bc:
+        file, pos, blocking=False
+    ) as bc:
         for ev in bc.events():
             if keep_raw:
                 raw.append(ev)
@@ -108,7 +125,8 @@ def _read_only(db, file, pos):
     t0 = time.perf_counter()
     n = 0
     with BinlogConnection(s["host"], s["port"], s["user"], s["password"], server_id=903).dump_file(
-            file, pos, blocking=False) as bc:
+        file, pos, blocking=False
+    ) as bc:
         for _ in bc.events():
             n += 1
     return n, time.perf_counter() - t0
@@ -131,8 +149,10 @@ def main(argv: list[str] | None = None) -> None:
             file, pos = cur.fetchone()[:2]
         t0 = time.perf_counter()
         write(db, database, args.events, mixed=args.mixed)
-        print(f"wrote {args.events} outbox events{' (+10x other rows)' if args.mixed else ''} "
-              f"in {time.perf_counter() - t0:.1f} s; reading from {file}:{pos}")
+        print(
+            f"wrote {args.events} outbox events{' (+10x other rows)' if args.mixed else ''} "
+            f"in {time.perf_counter() - t0:.1f} s; reading from {file}:{pos}"
+        )
 
         best: dict[str, float] = {}
         raw: list[bytes] = []

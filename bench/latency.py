@@ -30,8 +30,14 @@ PER_TX = 10
 def _writer(settings: dict, database: str, rate: int, seconds: float, seed: int, out: mp.Queue) -> None:
     import pymysql
 
-    conn = pymysql.connect(host=settings["host"], port=settings["port"], user=settings["user"],
-                           password=settings["password"], database=database, autocommit=False)
+    conn = pymysql.connect(
+        host=settings["host"],
+        port=settings["port"],
+        user=settings["user"],
+        password=settings["password"],
+        database=database,
+        autocommit=False,
+    )
     commits: dict[str, float] = {}
     interval = PER_TX / rate
     start = time.perf_counter()
@@ -43,9 +49,11 @@ def _writer(settings: dict, database: str, rate: int, seconds: float, seed: int,
             if delay > 0:
                 time.sleep(delay)
             ids = [f"{seed:04d}-{n + i:09d}" for i in range(PER_TX)]
-            cur.executemany("INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) "
-                            "VALUES (%s,'order',%s,'OrderCreated',%s)",
-                            [(i, f"order-{hash(i) % 1000}", '{"pad":"' + "x" * 280 + '"}') for i in ids])
+            cur.executemany(
+                "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) "
+                "VALUES (%s,'order',%s,'OrderCreated',%s)",
+                [(i, f"order-{hash(i) % 1000}", '{"pad":"' + "x" * 280 + '"}') for i in ids],
+            )
             conn.commit()
             now = time.time()
             for i in ids:
@@ -109,7 +117,7 @@ def main() -> None:
     from cdc.metrics import RelayMetrics
     from cdc_cli.app import build_relay
     from cdc_cli.logs import configure
-    from connectors.kafka_standin import KafkaStandin
+    from testbed.kafka_standin import KafkaStandin
 
     configure("text", "WARNING")
     with bench_server() as db, KafkaStandin.start(brokers=1) as kafka:
@@ -120,8 +128,17 @@ def main() -> None:
             cur.execute("SHOW MASTER STATUS")
             file, pos = cur.fetchone()[:2]
         raw = {
-            "source": {"name": "lat", "host": db.host, "port": db.port, "user": db.user, "password_env": "P",
-                       "replica_server_id": 778001, "start": f"{file}:{pos}", "heartbeat_s": 0.5, "reader": args.reader},
+            "source": {
+                "name": "lat",
+                "host": db.host,
+                "port": db.port,
+                "user": db.user,
+                "password_env": "P",
+                "replica_server_id": 778001,
+                "start": f"{file}:{pos}",
+                "heartbeat_s": 0.5,
+                "reader": args.reader,
+            },
             "outbox": {"tables": [{"schema": "lat", "table": "outbox", "topic": "lat.{aggregate_type}"}]},
             "kafka": {"bootstrap": kafka.bootstrap_servers, "dead_letter_topic": "lat.dlq"},
             "schema_registry": {"url": "mock://lat"},
@@ -143,13 +160,17 @@ def main() -> None:
         # checkpoint naming the topic with its partitions' end offsets (crash safety,
         # cdc/relay.py _note_topic), a few hundred ms once per topic and run.
         with db.connect("lat") as conn, conn.cursor() as cur:
-            cur.execute("INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) "
-                        "VALUES ('warm-up','order','order-0','OrderCreated','{}')")
+            cur.execute(
+                "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) "
+                "VALUES ('warm-up','order','order-0','OrderCreated','{}')"
+            )
             conn.commit()
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and "warm-up" not in clock.acks:
             time.sleep(0.01)
-        print(f"{'rate/s':>8} {'achieved':>9} {'events':>7} {'p50 ms':>7} {'p99 ms':>7} {'max ms':>7} {'relay CPU':>10}")
+        print(
+            f"{'rate/s':>8} {'achieved':>9} {'events':>7} {'p50 ms':>7} {'p99 ms':>7} {'max ms':>7} {'relay CPU':>10}"
+        )
         for seed, rate in enumerate(int(r) for r in args.rates.split(",")):
             ctx = mp.get_context("spawn")
             queue = ctx.Queue()
@@ -166,8 +187,10 @@ def main() -> None:
             cpu = _relay_cpu() - cpu0
             lat = [(clock.acks[i] - t) * 1000 for i, t in commits.items() if i in clock.acks]
             lost = len(commits) - len(lat)
-            print(f"{rate:>8} {achieved:>9.0f} {len(commits):>7} {_pct(lat, 50):>7.1f} {_pct(lat, 99):>7.1f} "
-                  f"{max(lat):>7.1f} {cpu / wall:>9.2f}c" + (f"  ({lost} not acknowledged)" if lost else ""))
+            print(
+                f"{rate:>8} {achieved:>9.0f} {len(commits):>7} {_pct(lat, 50):>7.1f} {_pct(lat, 99):>7.1f} "
+                f"{max(lat):>7.1f} {cpu / wall:>9.2f}c" + (f"  ({lost} not acknowledged)" if lost else "")
+            )
         stop.set()
         thread.join(60)
         handle.close()

@@ -56,9 +56,16 @@ def load_binlog(db, events: int, tx_rows: int, keys: int) -> float:
         for i in range(n):
             k = (done + i) * 7919 % keys
             values.append("(%s,%s,%s,%s,NOW(6))")
-            args += ["order" if k % 3 else "invoice", f"agg-{k}", "updated", '{"seq":%d,"note":"benchmark event"}' % (done + i)]
+            args += [
+                "order" if k % 3 else "invoice",
+                f"agg-{k}",
+                "updated",
+                '{"seq":%d,"note":"benchmark event"}' % (done + i),
+            ]
         cur.execute("BEGIN")
-        cur.execute("INSERT INTO outbox(aggregatetype,aggregateid,type,payload,created_at) VALUES " + ",".join(values), args)
+        cur.execute(
+            "INSERT INTO outbox(aggregatetype,aggregateid,type,payload,created_at) VALUES " + ",".join(values), args
+        )
         cur.execute("COMMIT")
         done += n
         n_tx += 1
@@ -131,10 +138,20 @@ def produce(kafka, txs: list, partitions: int) -> tuple[float, int]:
                 "id": eid, "aggregate_type": v["aggregatetype"], "aggregate_id": v["aggregateid"], "type": v["type"],
                 "payload": v["payload"], "timestamp": None,
             })  # fmt: skip
-            headers = [("id", eid.encode()), ("cdc.event.type", v["type"].encode()), ("cdc.binlog.row", str(i).encode()), *common]
+            headers = [
+                ("id", eid.encode()),
+                ("cdc.event.type", v["type"].encode()),
+                ("cdc.binlog.row", str(i).encode()),
+                *common,
+            ]
             while True:
                 try:
-                    producer.produce(f"bench.{v['aggregatetype']}", key=v["aggregateid"].encode(), value=buf.getvalue(), headers=headers)
+                    producer.produce(
+                        f"bench.{v['aggregatetype']}",
+                        key=v["aggregateid"].encode(),
+                        value=buf.getvalue(),
+                        headers=headers,
+                    )
                     break
                 except BufferError:
                     producer.poll(0.05)
@@ -151,27 +168,40 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--tx-rows", type=int, default=100)
     parser.add_argument("--keys", type=int, default=20_000)
-    parser.add_argument("--partitions", type=int, default=0, help="per topic (default: sized for the stand-in's retention)")
+    parser.add_argument(
+        "--partitions", type=int, default=0, help="per topic (default: sized for the stand-in's retention)"
+    )
     parser.add_argument("--max-binlog-size", default="32M")
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--output-dir", default=None)
     parser.add_argument("--reader", default="default", choices=("default", "fast"), help="the verifier's binlog reader")
-    parser.add_argument("--runs", default=None, help="comma-separated reader@master runs on the same data (overrides --reader/--master)")
-    parser.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark setting (repeatable)")
-    parser.add_argument("--split-bytes", type=int, default=None, help="binlog piece size (default: auto; 0 = one task per file)")
+    parser.add_argument(
+        "--runs", default=None, help="comma-separated reader@master runs on the same data (overrides --reader/--master)"
+    )
+    parser.add_argument(
+        "--spark-conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark setting (repeatable)"
+    )
+    parser.add_argument(
+        "--split-bytes", type=int, default=None, help="binlog piece size (default: auto; 0 = one task per file)"
+    )
     args = parser.parse_args(argv)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
     from cdc.outbox import OutboxTable
-    from connectors.kafka_standin import KafkaStandin
-    from connectors.mariadb_server import EmbeddedMariaDB
     from spark_jobs.verify import VerifyConfig, run_verify
+    from testbed.kafka_standin import KafkaStandin
+    from testbed.mariadb import EmbeddedMariaDB
 
     # ~350 bytes a record before lz4; keep every partition well under ~5 MiB
     partitions = args.partitions or max(4, -(-args.events // 20_000))
     out_dir = args.output_dir or tempfile.mkdtemp(prefix="verify-bench-")
-    result: dict = {"events": args.events, "tx_rows": args.tx_rows, "partitions_per_topic": partitions, "master": args.master}
+    result: dict = {
+        "events": args.events,
+        "tx_rows": args.tx_rows,
+        "partitions_per_topic": partitions,
+        "master": args.master,
+    }
     db = EmbeddedMariaDB.start(extra_args=[f"--max-binlog-size={args.max_binlog_size}", "--sync-binlog=0",
                                            "--innodb-flush-log-at-trx-commit=0", "--innodb-buffer-pool-size=256M"])  # fmt: skip
     kafka = None
@@ -215,7 +245,10 @@ def main(argv: list[str] | None = None) -> int:
             )
             print(f"run {i}: reader={reader} master={master}", flush=True)
             t = time.monotonic()
-            report = run_verify(config, progress=lambda m, t=t: print(f"  [{time.monotonic() - t:6.1f}s] {m.splitlines()[0]}", flush=True))  # type: ignore[misc]  # mypy cannot type a lambda's default-bound argument
+            report = run_verify(
+                config,
+                progress=lambda m, t=t: print(f"  [{time.monotonic() - t:6.1f}s] {m.splitlines()[0]}", flush=True),  # type: ignore[misc]  # mypy cannot type a lambda's default-bound argument
+            )
             verify_s = time.monotonic() - t
             run = {"reader": reader, "master": master}
             run["verify_s"] = round(verify_s, 2)

@@ -48,8 +48,10 @@ def _writer(settings: dict, database: str, rate: int, seconds: float, out: mp.Qu
             delay = due - time.perf_counter()
             if delay > 0:
                 time.sleep(delay)
-            cur.executemany("INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES (%s,'order',%s,'C',%s)",
-                            [(f"e{n + i:010d}", f"o{(n + i) % 1000}", '{"n":%d}' % (n + i)) for i in range(PER_TX)])
+            cur.executemany(
+                "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES (%s,'order',%s,'C',%s)",
+                [(f"e{n + i:010d}", f"o{(n + i) % 1000}", '{"n":%d}' % (n + i)) for i in range(PER_TX)],
+            )
             conn.commit()
             n += PER_TX
     conn.close()
@@ -75,7 +77,9 @@ class TreeCpu:
         for p in procs:
             try:
                 t = p.cpu_times()
-                self.seen[p.pid] = max(self.seen.get(p.pid, 0.0), t.user + t.system + t.children_user + t.children_system)
+                self.seen[p.pid] = max(
+                    self.seen.get(p.pid, 0.0), t.user + t.system + t.children_user + t.children_system
+                )
             except psutil.Error:
                 pass
         return sum(self.seen.values())
@@ -114,15 +118,19 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=120.0)
     ap.add_argument("--partitions", type=int, default=64)
     ap.add_argument("--master", default="local[2]")
-    ap.add_argument("--binlog-reader", default="default", choices=("default", "fast"),
-                    help="the follow job's binlog reader (fast: the relay's decoder, NOT independent)")
+    ap.add_argument(
+        "--binlog-reader",
+        default="default",
+        choices=("default", "fast"),
+        help="the follow job's binlog reader (fast: the relay's decoder, NOT independent)",
+    )
     args = ap.parse_args()
     from bench.workloads import bench_server, create_schema
     from cdc.config import load_config
     from cdc.metrics import RelayMetrics
     from cdc_cli.app import build_relay
     from cdc_cli.logs import configure
-    from connectors.kafka_standin import KafkaStandin
+    from testbed.kafka_standin import KafkaStandin
     from tests.integration.harness import _to_toml
 
     configure("text", "WARNING")
@@ -217,15 +225,23 @@ def main() -> None:
         report = json.loads((out / "report.json").read_text())
         b_delivered = report["counts"]["delivered"]
 
-    print(f"written {written} events at {achieved:.0f}/s achieved (asked {args.rate}/s) for {args.seconds:.0f} s, "
-          f"{args.partitions} partitions, master {args.master}, follow binlog reader {args.binlog_reader}")
-    print(f"follow:  delivered {delivered:.0f}, problems {problems:.0f}; verified-through lag p50 {_pct(lags, 50):.1f} s, "
-          f"p99 {_pct(lags, 99):.1f} s, max {max(lags) if lags else float('nan'):.1f} s ({len(lags)} samples, 1/s); "
-          f"all verified {caught_up:.1f} s after the writer stopped")
-    print(f"follow:  CPU {follow_cpu:.1f} s = {1e6 * follow_cpu / max(1, delivered):.0f} us per verified event "
-          f"({follow_cpu / (args.seconds + caught_up):.2f} cores while following)")
-    print(f"batch:   delivered {b_delivered} (ok {report['ok']}) in {batch_wall:.1f} s wall; CPU {batch_cpu:.1f} s = "
-          f"{1e6 * batch_cpu / max(1, b_delivered):.0f} us per verified event (JVM start-up included)")
+    print(
+        f"written {written} events at {achieved:.0f}/s achieved (asked {args.rate}/s) for {args.seconds:.0f} s, "
+        f"{args.partitions} partitions, master {args.master}, follow binlog reader {args.binlog_reader}"
+    )
+    print(
+        f"follow:  delivered {delivered:.0f}, problems {problems:.0f}; verified-through lag p50 {_pct(lags, 50):.1f} s, "
+        f"p99 {_pct(lags, 99):.1f} s, max {max(lags) if lags else float('nan'):.1f} s ({len(lags)} samples, 1/s); "
+        f"all verified {caught_up:.1f} s after the writer stopped"
+    )
+    print(
+        f"follow:  CPU {follow_cpu:.1f} s = {1e6 * follow_cpu / max(1, delivered):.0f} us per verified event "
+        f"({follow_cpu / (args.seconds + caught_up):.2f} cores while following)"
+    )
+    print(
+        f"batch:   delivered {b_delivered} (ok {report['ok']}) in {batch_wall:.1f} s wall; CPU {batch_cpu:.1f} s = "
+        f"{1e6 * batch_cpu / max(1, b_delivered):.0f} us per verified event (JVM start-up included)"
+    )
 
 
 if __name__ == "__main__":

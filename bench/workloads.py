@@ -31,8 +31,15 @@ OTHER_TABLES = 10
 
 def connect(db, database: str | None = None) -> pymysql.Connection:
     s = db.connection_settings()
-    return pymysql.connect(host=s["host"], port=s["port"], user=s["user"], password=s["password"],
-                           database=database, client_flag=CLIENT.MULTI_STATEMENTS, autocommit=False)
+    return pymysql.connect(
+        host=s["host"],
+        port=s["port"],
+        user=s["user"],
+        password=s["password"],
+        database=database,
+        client_flag=CLIENT.MULTI_STATEMENTS,
+        autocommit=False,
+    )
 
 
 def create_schema(db, database: str, mixed: bool) -> None:
@@ -46,9 +53,13 @@ def create_schema(db, database: str, mixed: bool) -> None:
 
 
 def _payload(rng: random.Random, seq: int) -> str:
-    body = {"order_id": seq, "customer": f"c{rng.randrange(5000):05d}", "amount": round(rng.uniform(1, 999), 2),
-            "currency": "EUR", "items": [{"sku": f"sku-{rng.randrange(999)}", "qty": rng.randint(1, 5)}
-                                         for _ in range(2)]}
+    body = {
+        "order_id": seq,
+        "customer": f"c{rng.randrange(5000):05d}",
+        "amount": round(rng.uniform(1, 999), 2),
+        "currency": "EUR",
+        "items": [{"sku": f"sku-{rng.randrange(999)}", "qty": rng.randint(1, 5)} for _ in range(2)],
+    }
     text = json.dumps(body, separators=(",", ":"))
     body["note"] = "n" * max(0, 300 - len(text) - 10)
     return json.dumps(body, separators=(",", ":"))
@@ -58,8 +69,16 @@ def _quote(conn, value: str) -> str:
     return conn.escape(value)
 
 
-def write(db, database: str, events: int, per_tx: int = 100, mixed: bool = False, seed: int = 1,
-          keys: int = 1000, first_seq: int = 0) -> int:
+def write(
+    db,
+    database: str,
+    events: int,
+    per_tx: int = 100,
+    mixed: bool = False,
+    seed: int = 1,
+    keys: int = 1000,
+    first_seq: int = 0,
+) -> int:
     """Write `events` outbox events (and, when mixed, 10x as many other rows)."""
     rng = random.Random(seed)
     written = 0
@@ -72,12 +91,14 @@ def write(db, database: str, events: int, per_tx: int = 100, mixed: bool = False
                 stmts.append(
                     "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES "
                     f"({_quote(conn, uid)}, 'order', 'order-{rng.randrange(keys)}', 'OrderCreated', "
-                    f"{_quote(conn, _payload(rng, seq))})")
+                    f"{_quote(conn, _payload(rng, seq))})"
+                )
                 if mixed:
                     for n in range(OTHER_TABLES):
                         stmts.append(
                             f"INSERT INTO other_{n} (ref, amount, note, created_at) VALUES "
-                            f"('r{seq}', {rng.uniform(1, 999):.2f}, {_quote(conn, 'x' * 200)}, NOW(6))")
+                            f"('r{seq}', {rng.uniform(1, 999):.2f}, {_quote(conn, 'x' * 200)}, NOW(6))"
+                        )
                 written += 1
             cur.execute(";".join(stmts))
             while cur.nextset():
@@ -90,10 +111,14 @@ def bench_server(compressed: bool = False, **kwargs):
     """A throwaway MariaDB for benchmarks: the relay's binlog settings, without the
     per-commit fsyncs (the benchmarks measure the relay, not the disk). `compressed`:
     log_bin_compress=ON, every statement or row image of 10 bytes or more compressed."""
-    from connectors.mariadb_server import EmbeddedMariaDB
+    from testbed.mariadb import EmbeddedMariaDB
 
-    extra = ["--sync-binlog=0", "--innodb-flush-log-at-trx-commit=2", "--innodb-buffer-pool-size=256M",
-             "--max-binlog-size=256M"]
+    extra = [
+        "--sync-binlog=0",
+        "--innodb-flush-log-at-trx-commit=2",
+        "--innodb-buffer-pool-size=256M",
+        "--max-binlog-size=256M",
+    ]
     if compressed:
         extra += ["--log-bin-compress=ON", "--log-bin-compress-min-len=10"]
     return EmbeddedMariaDB.start(extra_args=extra, **kwargs)

@@ -54,7 +54,11 @@ class DebeziumOffset:
     server_id: int = 0
 
     def __str__(self) -> str:
-        skip = f" (+{self.events_to_skip} events, {self.rows_to_skip} rows)" if self.events_to_skip or self.rows_to_skip else ""
+        skip = (
+            f" (+{self.events_to_skip} events, {self.rows_to_skip} rows)"
+            if self.events_to_skip or self.rows_to_skip
+            else ""
+        )
         return f"{self.position}{skip}"
 
 
@@ -83,8 +87,10 @@ def parse_debezium_offset(raw_key: bytes, raw_value: bytes | None, where: str) -
     key = json.loads(raw_key)
     connector, server = str(key[0]), str(key[1].get("server", ""))
     if raw_value is None:
-        raise AdoptionError(f"the offset of connector {connector!r} in {where} was deleted (a tombstone): there "
-                            "is no position to adopt; start the relay with source.start instead")
+        raise AdoptionError(
+            f"the offset of connector {connector!r} in {where} was deleted (a tombstone): there "
+            "is no position to adopt; start the relay with source.start instead"
+        )
     try:
         value: dict[str, Any] = json.loads(raw_value)
         if not isinstance(value, dict):
@@ -92,35 +98,56 @@ def parse_debezium_offset(raw_key: bytes, raw_value: bytes | None, where: str) -
         file, pos = value["file"], value["pos"]
         position = BinlogPosition(str(file), int(pos))
     except (ValueError, KeyError, TypeError) as exc:
-        raise AdoptionError(f"the offset of connector {connector!r} in {where} is not a Debezium MySQL offset "
-                            f"(no binlog file/pos: {exc}); adopt only from a MySQL connector's offsets") from exc
+        raise AdoptionError(
+            f"the offset of connector {connector!r} in {where} is not a Debezium MySQL offset "
+            f"(no binlog file/pos: {exc}); adopt only from a MySQL connector's offsets"
+        ) from exc
     if value.get("snapshot") in (True, "true", "INITIAL", "initial") or value.get("snapshot_completed") is False:
-        raise AdoptionError(f"connector {connector!r} stored its offset during a snapshot ({where}): the binlog "
-                            "position is not a streaming position yet; let Debezium finish the snapshot and stream, "
-                            "stop it, then adopt")
+        raise AdoptionError(
+            f"connector {connector!r} stored its offset during a snapshot ({where}): the binlog "
+            "position is not a streaming position yet; let Debezium finish the snapshot and stream, "
+            "stop it, then adopt"
+        )
     try:
-        return DebeziumOffset(connector, server, position, int(value.get("event", 0) or 0),
-                              int(value.get("row", 0) or 0), str(value["gtids"]) if value.get("gtids") else None,
-                              int(value.get("ts_sec", 0) or 0), int(value.get("server_id", 0) or 0))
+        return DebeziumOffset(
+            connector,
+            server,
+            position,
+            int(value.get("event", 0) or 0),
+            int(value.get("row", 0) or 0),
+            str(value["gtids"]) if value.get("gtids") else None,
+            int(value.get("ts_sec", 0) or 0),
+            int(value.get("server_id", 0) or 0),
+        )
     except (TypeError, ValueError) as exc:
-        raise AdoptionError(f"the offset of connector {connector!r} in {where} is damaged ({exc}); "
-                            "restore it or start the relay with source.start") from exc
+        raise AdoptionError(
+            f"the offset of connector {connector!r} in {where} is damaged ({exc}); "
+            "restore it or start the relay with source.start"
+        ) from exc
 
 
-def pick_offset(entries: dict[bytes | None, bytes | None], connector: str, server: str | None,
-                where: str) -> DebeziumOffset:
+def pick_offset(
+    entries: dict[bytes | None, bytes | None], connector: str, server: str | None, where: str
+) -> DebeziumOffset:
     """The connector's offset among a store's entries (the last one wins, as in Connect)."""
     found = [(k, v) for k, v in entries.items() if offset_key_matches(k, connector, server)]
     if not found:
         names = sorted({str(json.loads(k)[0]) for k in entries if k and _is_json_list(k)})
-        raise AdoptionError(f"no offset of connector {connector!r}" + (f" with topic.prefix {server!r}" if server else "")
-                            + f" in {where} (it holds: {', '.join(names) or 'no connector offsets'}); "
-                            "give the connector's `name` (and `topic.prefix`) as configured in Debezium")
-    servers = {json.loads(k)[1].get("server") for k, _ in found}
+        raise AdoptionError(
+            f"no offset of connector {connector!r}"
+            + (f" with topic.prefix {server!r}" if server else "")
+            + f" in {where} (it holds: {', '.join(names) or 'no connector offsets'}); "
+            "give the connector's `name` (and `topic.prefix`) as configured in Debezium"
+        )
+    servers = {json.loads(k)[1].get("server") for k, _ in found if k is not None}
     if len(servers) > 1:
-        raise AdoptionError(f"connector {connector!r} has offsets for several topic prefixes in {where} "
-                            f"({', '.join(sorted(map(str, servers)))}): name one with --debezium-server")
+        raise AdoptionError(
+            f"connector {connector!r} has offsets for several topic prefixes in {where} "
+            f"({', '.join(sorted(map(str, servers)))}): name one with --debezium-server"
+        )
     key, value = found[-1]
+    if key is None or value is None:
+        raise AdoptionError(f"the newest offset of connector {connector!r} in {where} is a deletion: nothing to adopt")
     return parse_debezium_offset(key, value, where)
 
 
@@ -143,11 +170,16 @@ class AdoptedWindow:
     origin: str = ""  # for the operator: which connector's offset, and where it was
 
     def to_dict(self) -> dict[str, Any]:
-        return {"until": str(self.until), "origin": self.origin,
-                "offsets": {t: {str(p): o for p, o in sorted(ps.items())} for t, ps in sorted(self.offsets.items())}}
+        return {
+            "until": str(self.until),
+            "origin": self.origin,
+            "offsets": {t: {str(p): o for p, o in sorted(ps.items())} for t, ps in sorted(self.offsets.items())},
+        }
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "AdoptedWindow":
-        return cls(BinlogPosition.parse(str(data["until"])),
-                   {t: {int(p): int(o) for p, o in ps.items()} for t, ps in data.get("offsets", {}).items()},
-                   str(data.get("origin", "")))
+    def from_dict(cls, data: dict[str, Any]) -> AdoptedWindow:
+        return cls(
+            BinlogPosition.parse(str(data["until"])),
+            {t: {int(p): int(o) for p, o in ps.items()} for t, ps in data.get("offsets", {}).items()},
+            str(data.get("origin", "")),
+        )

@@ -19,7 +19,8 @@ Example `relay.toml`::
     mode = "verify-identity"            # disabled | preferred (default) | required | verify-ca | verify-identity
     ca_file = "/etc/cdc/mysql-ca.pem"   # the CA that signed the server's certificate ("": the system's)
     cert_file = "/etc/cdc/client.pem"   # a client certificate, when the server asks for one (REQUIRE X509)
-    key_file = "/etc/cdc/client.key"    # its key; key_password_env / key_password_file if it is encrypted
+    key_file = "/etc/cdc/client.key"    # its key
+    key_password_env = "CDC_MYSQL_KEY_PASSWORD"  # if the key is encrypted (or key_password_file)
 
     [outbox]
     on_change = "ignore"                # UPDATE/DELETE on an outbox table: ignore | warn | stop (below)
@@ -37,6 +38,11 @@ Example `relay.toml`::
     timestamp_column = "created_at"     # optional: the envelope's `timestamp` (unset by default: null)
     format = "envelope"                 # or string | json | bytes | avro: the payload as the value,
                                         # as Debezium's EventRouter writes it (cdc/formats.py)
+    additional_placement = "type:header:eventType"  # Debezium's table.fields.additional.placement
+    tombstone_on_empty_payload = false  # a NULL/blank payload as a tombstone (payload formats)
+    payload_nullable = true             # format = "avro": the payload schema is ["null","string"]
+    traceparent_column = "traceparent"  # W3C trace context copied to the headers (and tracestate_column)
+    tracestate_column = "tracestate"
 
     [kafka]
     bootstrap = "127.0.0.1:9092"
@@ -62,9 +68,14 @@ Example `relay.toml`::
 
     [schema_registry]
     url = "https://registry.example:8081"
-    basic_auth_env = "REGISTRY_USER_INFO" # "user:password"; or bearer_token_env / _file
+    basic_auth_env = "REGISTRY_USER_INFO" # "user:password"; or a bearer token:
+    bearer_token_env = "REGISTRY_TOKEN" # (or bearer_token_file) sent as Authorization: Bearer
+    bearer_logical_cluster = "lsrc-abc" # Confluent Cloud: sent as target-sr-cluster
+    bearer_identity_pool = "pool-1"     # Confluent Cloud: the identity pool
     ca_file = "/etc/registry/ca.pem"    # TLS: the CA that signed the registry's certificate
-    cert_file = "/etc/registry/client.pem"  # TLS client certificate (and key_file, key_password_env)
+    cert_file = "/etc/registry/client.pem"  # TLS client certificate
+    key_file = "/etc/registry/client.key"   # its key
+    key_password_env = "REGISTRY_KEY_PASSWORD"  # if the key is encrypted (or key_password_file)
 
     [checkpoint]
     store = "kafka"                     # kafka | file
@@ -178,14 +189,19 @@ class SourceConfig:
     # process: read, decode, map and encode in a second process (uses a second core);
     # thread: all in the relay's process (a reader thread shares its interpreter lock)
     reader: str = "process"
-    tls: TlsConfig = TlsConfig()  # [source.tls]
+    tls: TlsConfig = field(default_factory=TlsConfig)  # [source.tls]
 
     def connection(self) -> dict[str, Any]:
         """Host, port, user, password and the TLS settings (`tls_*` keys, plain strings so
         that the dict pickles and travels as Spark options); connectors/mysql_client.py
         turns it into a connection."""
-        return {"host": self.host, "port": self.port, "user": self.user, "password": self.password.reveal(),
-                **self.tls.settings()}
+        return {
+            "host": self.host,
+            "port": self.port,
+            "user": self.user,
+            "password": self.password.reveal(),
+            **self.tls.settings(),
+        }
 
 
 @dataclass(frozen=True)
@@ -273,26 +289,44 @@ class Config:
 
     def relay_settings(self) -> RelaySettings:
         return RelaySettings(
-            source_name=self.source.name, tables=self.tables, dead_letter_topic=self.kafka.dead_letter_topic,
+            source_name=self.source.name,
+            tables=self.tables,
+            dead_letter_topic=self.kafka.dead_letter_topic,
             topic_allowlist=self.kafka.topic_allowlist,
-            xa_check_after_s=self.xa.check_after_s, xa_check_interval_s=self.xa.check_interval_s,
-            xa_max_checks=self.xa.max_checks, start=self.source.start,
+            xa_check_after_s=self.xa.check_after_s,
+            xa_check_interval_s=self.xa.check_interval_s,
+            xa_max_checks=self.xa.max_checks,
+            start=self.source.start,
             checkpoint_interval_s=self.checkpoint.interval_s,
             **tuning_of(self.relay),
-            delivery=self.kafka.delivery, transaction_max_s=self.kafka.transaction_max_ms / 1000.0,
+            delivery=self.kafka.delivery,
+            transaction_max_s=self.kafka.transaction_max_ms / 1000.0,
             transaction_max_messages=self.kafka.transaction_max_messages,
             topic_missing=self.topics.missing,
         )
 
 
 _SECTIONS: dict[str, type] = {
-    "source": SourceConfig, "kafka": KafkaConfig, "schema_registry": RegistryConfig,
-    "checkpoint": CheckpointConfig, "http": HttpConfig, "log": LogConfig, "relay": RelayTuning, "xa": XaConfig,
-    "lease": LeaseSettings, "source.tls": TlsConfig, "topics": TopicsConfig,
+    "source": SourceConfig,
+    "kafka": KafkaConfig,
+    "schema_registry": RegistryConfig,
+    "checkpoint": CheckpointConfig,
+    "http": HttpConfig,
+    "log": LogConfig,
+    "relay": RelayTuning,
+    "xa": XaConfig,
+    "lease": LeaseSettings,
+    "source.tls": TlsConfig,
+    "topics": TopicsConfig,
 }
 _SUBSECTIONS = {"source": "tls"}  # [source.tls] is read apart from [source]
-_SECRETS = {("source", "password"), ("schema_registry", "basic_auth"), ("schema_registry", "bearer_token"),
-            ("schema_registry", "key_password"), ("source.tls", "key_password")}
+_SECRETS = {
+    ("source", "password"),
+    ("schema_registry", "basic_auth"),
+    ("schema_registry", "bearer_token"),
+    ("schema_registry", "key_password"),
+    ("source.tls", "key_password"),
+}
 _KAFKA_BLOCKS = ("client", "producer", "consumer")
 
 
@@ -331,13 +365,19 @@ def _coerce(section: str, name: str, value: Any, target: Any) -> Any:
 
 
 def _section(
-    name: str, raw: Mapping[str, Any], env: Mapping[str, str], read_file: Callable[[str], str],
+    name: str,
+    raw: Mapping[str, Any],
+    env: Mapping[str, str],
+    read_file: Callable[[str], str],
 ) -> dict[str, Any]:
     cls = _SECTIONS[name]
     fields = {f.name: f for f in dataclasses.fields(cls)}
     values: dict[str, Any] = {}
-    allowed = set(fields) | {f"{s}_env" for (sec, s) in _SECRETS if sec == name} | {
-        f"{s}_file" for (sec, s) in _SECRETS if sec == name}
+    allowed = (
+        set(fields)
+        | {f"{s}_env" for (sec, s) in _SECRETS if sec == name}
+        | {f"{s}_file" for (sec, s) in _SECRETS if sec == name}
+    )
     for key in raw:
         if key not in allowed:
             raise ConfigError(f"unknown setting {name}.{key}; known: {', '.join(sorted(allowed))}")
@@ -347,7 +387,7 @@ def _section(
                 f"(an environment variable's name) or {name}.{key}_file (a file's path)"
             )
     merged = dict(raw)
-    for key, f in fields.items():
+    for key in fields:
         if name in _SUBSECTIONS and key == _SUBSECTIONS[name]:
             continue  # a section of its own
         env_value = env.get(f"CDC_{name.upper().replace('.', '_')}_{key.upper()}")
@@ -363,8 +403,9 @@ def _section(
     return values
 
 
-def _secret(section: str, key: str, raw: Mapping[str, Any], env: Mapping[str, str],
-            read_file: Callable[[str], str]) -> Secret:
+def _secret(
+    section: str, key: str, raw: Mapping[str, Any], env: Mapping[str, str], read_file: Callable[[str], str]
+) -> Secret:
     env_name = raw.get(f"{key}_env")
     path = raw.get(f"{key}_file")
     if env_name and path:
@@ -381,8 +422,9 @@ def _secret(section: str, key: str, raw: Mapping[str, Any], env: Mapping[str, st
     return Secret("")
 
 
-def _kafka_block(block: str, raw: Mapping[str, Any], env: Mapping[str, str],
-                 read_file: Callable[[str], str]) -> dict[str, Any]:
+def _kafka_block(
+    block: str, raw: Mapping[str, Any], env: Mapping[str, str], read_file: Callable[[str], str]
+) -> dict[str, Any]:
     """`[kafka.<block>]` with its secrets read: `"<key>_env"` / `"<key>_file"` become
     `<key>` = Secret; a secret written as a value, or a connection setting outside
     `[kafka.client]`, is refused naming the fix."""
@@ -393,8 +435,10 @@ def _kafka_block(block: str, raw: Mapping[str, Any], env: Mapping[str, str],
             out[base] = _secret(f"kafka.{block}", base, raw, env, read_file)
             continue
         if is_secret_key(key):
-            raise ConfigError(f"kafka.{block}.{key} must not be written in the config file; use \"{key}_env\" "
-                              f"(an environment variable's name) or \"{key}_file\" (a file's path)")
+            raise ConfigError(
+                f'kafka.{block}.{key} must not be written in the config file; use "{key}_env" '
+                f"(an environment variable's name) or \"{key}_file\" (a file's path)"
+            )
         if block != "client":
             problem = role_block_problem(block, key)
             if problem:
@@ -423,7 +467,9 @@ def _table(raw: Mapping[str, Any], index: int) -> OutboxTable:
 
 
 def load_config(
-    raw: Mapping[str, Any], env: Mapping[str, str] | None = None, read_file: Callable[[str], str] | None = None,
+    raw: Mapping[str, Any],
+    env: Mapping[str, str] | None = None,
+    read_file: Callable[[str], str] | None = None,
 ) -> Config:
     env = env or {}
     read_file = read_file or (lambda p: Path(p).read_text())
@@ -431,6 +477,7 @@ def load_config(
     unknown = set(raw) - tops - {"outbox"}
     if unknown:
         raise ConfigError(f"unknown section(s) {sorted(unknown)}; known: {sorted(tops | {'outbox'})}")
+
     def raw_section(name: str) -> Mapping[str, Any]:
         top, _, sub = name.partition(".")
         data = raw.get(top, {}) or {}
@@ -465,11 +512,17 @@ def load_config(
         raise ConfigError("no outbox table configured: add an [[outbox.tables]] entry with schema and table")
     tables = tuple(_table(t, i) for i, t in enumerate(tables_raw))
     cfg = Config(
-        source=SourceConfig(**sections["source"]), tables=tables,
-        kafka=KafkaConfig(**sections["kafka"]), schema_registry=RegistryConfig(**sections["schema_registry"]),
-        checkpoint=CheckpointConfig(**sections["checkpoint"]), http=HttpConfig(**sections["http"]),
-        log=LogConfig(**sections["log"]), relay=RelayTuning(**sections["relay"]), xa=XaConfig(**sections["xa"]),
-        lease=LeaseSettings(**sections["lease"]), topics=TopicsConfig(**sections["topics"]),
+        source=SourceConfig(**sections["source"]),
+        tables=tables,
+        kafka=KafkaConfig(**sections["kafka"]),
+        schema_registry=RegistryConfig(**sections["schema_registry"]),
+        checkpoint=CheckpointConfig(**sections["checkpoint"]),
+        http=HttpConfig(**sections["http"]),
+        log=LogConfig(**sections["log"]),
+        relay=RelayTuning(**sections["relay"]),
+        xa=XaConfig(**sections["xa"]),
+        lease=LeaseSettings(**sections["lease"]),
+        topics=TopicsConfig(**sections["topics"]),
     )
     _validate(cfg)
     return cfg
@@ -477,47 +530,54 @@ def load_config(
 
 def _validate(cfg: Config) -> None:
     if cfg.checkpoint.store not in ("kafka", "file"):
-        raise ConfigError(f"checkpoint.store must be \"kafka\" or \"file\", got {cfg.checkpoint.store!r}")
+        raise ConfigError(f'checkpoint.store must be "kafka" or "file", got {cfg.checkpoint.store!r}')
     if cfg.checkpoint.store == "kafka" and topic_problem(cfg.checkpoint.topic):
         raise ConfigError(f"checkpoint.topic: {topic_problem(cfg.checkpoint.topic)}")
     if cfg.kafka.delivery not in ("idempotent", "transactional"):
-        raise ConfigError(f"kafka.delivery must be \"idempotent\" or \"transactional\", got {cfg.kafka.delivery!r}")
+        raise ConfigError(f'kafka.delivery must be "idempotent" or "transactional", got {cfg.kafka.delivery!r}')
     if cfg.kafka.delivery == "transactional" and cfg.checkpoint.store != "kafka":
-        raise ConfigError("kafka.delivery = \"transactional\" needs checkpoint.store = \"kafka\" (the checkpoint is "
-                          f"written inside each Kafka transaction), got checkpoint.store = {cfg.checkpoint.store!r}: "
-                          "set checkpoint.store = \"kafka\" or kafka.delivery = \"idempotent\"")
+        raise ConfigError(
+            'kafka.delivery = "transactional" needs checkpoint.store = "kafka" (the checkpoint is '
+            f"written inside each Kafka transaction), got checkpoint.store = {cfg.checkpoint.store!r}: "
+            'set checkpoint.store = "kafka" or kafka.delivery = "idempotent"'
+        )
     if "transactional.id" in cfg.kafka.producer:
-        raise ConfigError("kafka.producer.transactional.id must not be set: transactional delivery derives it from "
-                          "source.name (cdc-relay.<source.name>); remove the setting")
+        raise ConfigError(
+            "kafka.producer.transactional.id must not be set: transactional delivery derives it from "
+            "source.name (cdc-relay.<source.name>); remove the setting"
+        )
     if cfg.topics.missing not in TOPIC_MISSING_POLICIES:
         raise ConfigError(f"topics.missing must be one of {TOPIC_MISSING_POLICIES}, got {cfg.topics.missing!r}")
     if cfg.topics.partitions == 0 or cfg.topics.partitions < -1:
-        raise ConfigError(f"topics.partitions must be -1 (the brokers' default) or at least 1, got "
-                          f"{cfg.topics.partitions}")
+        raise ConfigError(
+            f"topics.partitions must be -1 (the brokers' default) or at least 1, got {cfg.topics.partitions}"
+        )
     if cfg.topics.replication_factor == 0 or cfg.topics.replication_factor < -1:
-        raise ConfigError(f"topics.replication_factor must be -1 (the brokers' default) or at least 1, got "
-                          f"{cfg.topics.replication_factor}")
+        raise ConfigError(
+            f"topics.replication_factor must be -1 (the brokers' default) or at least 1, got "
+            f"{cfg.topics.replication_factor}"
+        )
     reg = cfg.schema_registry
     if reg.basic_auth and reg.bearer_token:
         raise ConfigError("schema_registry: set basic_auth or bearer_token, not both")
     if reg.basic_auth and ":" not in reg.basic_auth.reveal():
         raise ConfigError("schema_registry.basic_auth must have the form user:password (the secret's value)")
     if (reg.key_file or reg.key_password) and not reg.cert_file:
-        raise ConfigError("schema_registry.key_file / key_password need schema_registry.cert_file (the client "
-                          "certificate)")
+        raise ConfigError(
+            "schema_registry.key_file / key_password need schema_registry.cert_file (the client certificate)"
+        )
     if cfg.relay.on_change not in ON_CHANGE_POLICIES:
         raise ConfigError(f"outbox.on_change must be one of {ON_CHANGE_POLICIES}, got {cfg.relay.on_change!r}")
     if cfg.relay.on_statement not in ON_STATEMENT_POLICIES:
-        raise ConfigError(
-            f"outbox.on_statement must be one of {ON_STATEMENT_POLICIES}, got {cfg.relay.on_statement!r}")
+        raise ConfigError(f"outbox.on_statement must be one of {ON_STATEMENT_POLICIES}, got {cfg.relay.on_statement!r}")
     if cfg.xa.check_after_s < 0 or cfg.xa.check_interval_s <= 0 or cfg.xa.max_checks < 1:
         raise ConfigError("xa.check_after_s must be >= 0, xa.check_interval_s > 0 and xa.max_checks >= 1")
     if cfg.source.decoder not in ("fast", "library"):
-        raise ConfigError(f"source.decoder must be \"fast\" or \"library\", got {cfg.source.decoder!r}")
+        raise ConfigError(f'source.decoder must be "fast" or "library", got {cfg.source.decoder!r}')
     if cfg.source.reader not in ("process", "thread"):
-        raise ConfigError(f"source.reader must be \"process\" or \"thread\", got {cfg.source.reader!r}")
+        raise ConfigError(f'source.reader must be "process" or "thread", got {cfg.source.reader!r}')
     if cfg.log.format not in ("text", "json"):
-        raise ConfigError(f"log.format must be \"text\" or \"json\", got {cfg.log.format!r}")
+        raise ConfigError(f'log.format must be "text" or "json", got {cfg.log.format!r}')
     if not 1 <= cfg.source.replica_server_id < 2**32:
         raise ConfigError("source.replica_server_id must be between 1 and 4294967295")
     if not 0 <= cfg.http.port < 65536:

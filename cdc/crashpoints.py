@@ -26,8 +26,17 @@ from __future__ import annotations
 import os
 import signal
 
-POINTS = ("after_produce", "after_ack_before_checkpoint", "checkpoint_write", "mid_transaction", "recovery",
-          "xa_prepared", "xa_outcome", "txn_before_commit", "txn_after_commit")
+POINTS = (
+    "after_produce",
+    "after_ack_before_checkpoint",
+    "checkpoint_write",
+    "mid_transaction",
+    "recovery",
+    "xa_prepared",
+    "xa_outcome",
+    "txn_before_commit",
+    "txn_after_commit",
+)
 
 _armed: str | None = None
 _remaining = 0

@@ -72,12 +72,19 @@ def prepare(event: OutboxEvent, serializer: Serializer, max_message_bytes: int) 
     return event
 
 
-def assembler_for(settings: RelaySettings, server_id: int,
-                  on_ignored_change: Callable[[Any], None] | None = None) -> TransactionAssembler:
+def assembler_for(
+    settings: RelaySettings, server_id: int, on_ignored_change: Callable[[Any], None] | None = None
+) -> TransactionAssembler:
     """The transaction assembly the relay's settings describe (in either process)."""
     return TransactionAssembler(
-        list(settings.tables), OutboxMapper(TopicRouter(settings.topic_allowlist)), settings.source_name,
-        server_id, settings.on_change, settings.spill_rows, settings.spill_dir, on_ignored_change=on_ignored_change,
+        list(settings.tables),
+        OutboxMapper(TopicRouter(settings.topic_allowlist)),
+        settings.source_name,
+        server_id,
+        settings.on_change,
+        settings.spill_rows,
+        settings.spill_dir,
+        on_ignored_change=on_ignored_change,
         on_statement=settings.on_statement,
     )
 
@@ -163,9 +170,13 @@ class LocalFeed:
                     del self._lost[xid]
                 elif at >= horizon:
                     del self._lost[xid]
-                    log.warning("XA transaction %s: the server lost it in a crash (prepared before the server's "
-                                "start, not listed by XA RECOVER, no outcome in the binlog up to %s); it can never "
-                                "commit, its rows are dropped", xid, horizon)
+                    log.warning(
+                        "XA transaction %s: the server lost it in a crash (prepared before the server's "
+                        "start, not listed by XA RECOVER, no outcome in the binlog up to %s); it can never "
+                        "commit, its rows are dropped",
+                        xid,
+                        horizon,
+                    )
                     return assembler.drop_lost(xid)
         now = self._clock()
         if now < self._next_lost_check:
@@ -178,8 +189,11 @@ class LocalFeed:
             if self._server_started is None:
                 self._server_started = started_at()
             since = self._server_started
-            older = [xid for xid, _at, ts in assembler.prepared() if since is not None and ts < since - 1
-                     and xid not in self._lost]
+            older = [
+                xid
+                for xid, _at, ts in assembler.prepared()
+                if since is not None and ts < since - 1 and xid not in self._lost
+            ]
             if not older:
                 return None
             listed = self._sources.prepared_xids()
@@ -233,4 +247,3 @@ class LocalFeed:
                 self._wait(min(delay, 0.2))
                 self._sleep(delay)
                 delay = min(delay * 2, 0.5)
-

@@ -78,18 +78,21 @@ def parse_placement(text: str) -> tuple[AdditionalField, ...]:
     separated; the alias defaults to the column's name."""
     out: list[AdditionalField] = []
     if not isinstance(text, str):
-        raise ConfigError(f"additional_placement must be a string like \"type:header:eventType\", got {text!r}")
+        raise ConfigError(f'additional_placement must be a string like "type:header:eventType", got {text!r}')
     for part in (p.strip() for p in text.split(",")):
         if not part:
             continue
         bits = [b.strip() for b in part.split(":")]
         if len(bits) not in (2, 3) or not all(bits):
-            raise ConfigError(f"additional_placement entry {part!r} must be column:placement[:alias], e.g. "
-                              "\"type:header:eventType\"")
+            raise ConfigError(
+                f'additional_placement entry {part!r} must be column:placement[:alias], e.g. "type:header:eventType"'
+            )
         column, placement = bits[0], bits[1].lower()
         if placement == "partition":
-            raise ConfigError(f"additional_placement entry {part!r}: placement \"partition\" is not supported (the "
-                              "relay partitions by the key, the aggregate id); use header or envelope")
+            raise ConfigError(
+                f'additional_placement entry {part!r}: placement "partition" is not supported (the '
+                "relay partitions by the key, the aggregate id); use header or envelope"
+            )
         if placement not in PLACEMENTS:
             raise ConfigError(f"additional_placement entry {part!r}: placement must be header or envelope")
         out.append(AdditionalField(column, placement, bits[2] if len(bits) == 3 else column))
@@ -101,17 +104,35 @@ class MessageExtras:
     outbox mapper while it holds the row). Plain slots: built on the hot path and pickled
     to the relay's process."""
 
-    __slots__ = ("format", "headers", "timestamp_ms", "envelope", "tombstone", "nullable", "null_value")
+    __slots__ = ("envelope", "format", "headers", "null_value", "nullable", "timestamp_ms", "tombstone")
 
-    def __init__(self, format: str, headers: list[tuple[str, bytes | None]], timestamp_ms: int | None,  # noqa: A002
-                 envelope: tuple[tuple[str, Any], ...], tombstone: bool, nullable: bool, null_value: bool = False):
+    def __init__(
+        self,
+        format: str,
+        headers: list[tuple[str, bytes | None]],
+        timestamp_ms: int | None,
+        envelope: tuple[tuple[str, Any], ...],
+        tombstone: bool,
+        nullable: bool,
+        null_value: bool = False,
+    ):
         self.format, self.headers, self.timestamp_ms = format, headers, timestamp_ms
         self.envelope, self.tombstone, self.nullable = envelope, tombstone, nullable
         self.null_value = null_value  # set once encoded: the value is null (a tombstone, or a NULL payload)
 
     def __reduce__(self) -> Any:
-        return (MessageExtras, (self.format, self.headers, self.timestamp_ms, self.envelope, self.tombstone,
-                                self.nullable, self.null_value))
+        return (
+            MessageExtras,
+            (
+                self.format,
+                self.headers,
+                self.timestamp_ms,
+                self.envelope,
+                self.tombstone,
+                self.nullable,
+                self.null_value,
+            ),
+        )
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, MessageExtras) and self.__reduce__() == other.__reduce__()
@@ -159,7 +180,7 @@ def epoch_ms(value: Any) -> int | None:
 
 
 _EPOCH = _dt.datetime(1970, 1, 1)
-_EPOCH_UTC = _EPOCH.replace(tzinfo=_dt.timezone.utc)
+_EPOCH_UTC = _EPOCH.replace(tzinfo=_dt.UTC)
 _MICROSECOND = _dt.timedelta(microseconds=1)
 
 
@@ -194,8 +215,10 @@ def payload_value(fmt: str, payload: str | bytes | None, extras: MessageExtras |
             try:
                 payload.decode("utf-8")
             except UnicodeDecodeError:
-                raise ValueError("the payload is binary and not UTF-8 text; the string format carries text: use "
-                                 "format = \"bytes\" for this table") from None
+                raise ValueError(
+                    "the payload is binary and not UTF-8 text; the string format carries text: use "
+                    'format = "bytes" for this table'
+                ) from None
             return payload
         return payload.encode()
     if fmt == "bytes":
@@ -253,13 +276,18 @@ def _expand_text(payload: str) -> str:
 # wrappers: the C scanner and encoder they call, built once (c_make_encoder's arguments:
 # markers, default, string encoder, indent, key and item separators, sort_keys, skipkeys,
 # allow_nan; floats are written with float.__repr__).
-_scan = json.scanner.make_scanner(json.JSONDecoder())
-if json.encoder.c_make_encoder is not None:
-    _compact = json.encoder.c_make_encoder(None, json.JSONEncoder().default, json.encoder.encode_basestring, None,
-                                           ":", ",", False, False, True)
+_scan = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[arg-type]  # the C scanner takes the decoder itself
+_c_make_encoder = getattr(json.encoder, "c_make_encoder", None)  # private, not in the stubs
+if _c_make_encoder is not None:
+    _compact = _c_make_encoder(
+        None, json.JSONEncoder().default, json.encoder.encode_basestring, None, ":", ",", False, False, True
+    )
 else:  # pragma: no cover - an interpreter without the _json accelerator
+
     def _compact(doc: Any, _level: int) -> tuple[str]:
         return (json.dumps(doc, ensure_ascii=False, separators=(",", ":")),)
+
+
 _I32_LO, _I32_HI, _I64_LO, _I64_HI = -(2**31), 2**31 - 1, -(2**63), 2**63 - 1
 
 
@@ -356,7 +384,7 @@ def _scalar(value: Any) -> str:
         return java_double(value)
     if isinstance(value, str):
         return _jstr(value)
-    return _jstr(header_value(value).decode())
+    return _jstr((header_value(value) or b"").decode())
 
 
 class _NotExpandable(Exception):
@@ -467,8 +495,9 @@ def _object_array(items: list) -> str:
         if x is None:
             out.append("null")
             continue
-        out.append("{" + ",".join(_jstr(k) + ":" + ("null" if x.get(k) is None else _value(x[k])) for k in fields)
-                   + "}")
+        out.append(
+            "{" + ",".join(_jstr(k) + ":" + ("null" if x.get(k) is None else _value(x[k])) for k in fields) + "}"
+        )
     return "[" + ",".join(out) + "]"
 
 
@@ -515,7 +544,7 @@ def _shortest(value: float) -> tuple[str, int]:
     """(digits, point) with value = 0.<digits> x 10^point, digits the shortest round trip."""
     t = Decimal(repr(value)).normalize().as_tuple()
     digits = "".join(map(str, t.digits))
-    return digits, len(digits) + t.exponent
+    return digits, len(digits) + (t.exponent if isinstance(t.exponent, int) else 0)  # finite: always an int
 
 
 # ------------------------------------------------------------------ what the verifier checks
@@ -537,7 +566,7 @@ def payload_matches(fmt: str, value: bytes | None, payload: bytes | None, is_tex
     if value == expected:
         return True
     head = b'{"payload":' + expected
-    return value.startswith(head) and value[len(head):len(head) + 1] in (b",", b"}")
+    return value.startswith(head) and value[len(head) : len(head) + 1] in (b",", b"}")
 
 
 def expected_timestamp_ms(timestamp_us: int | None, commit_ts_ms: int | None) -> int | None:

@@ -52,8 +52,7 @@ class MysqlGtidSet:
             uuid, *ranges = part.split(":")
             if not _UUID.match(uuid) or not ranges:
                 raise PositionError(
-                    f"malformed MySQL GTID set element {part!r}: expected "
-                    "<server_uuid>:<n>[-<m>][:<n>-<m>...]"
+                    f"malformed MySQL GTID set element {part!r}: expected <server_uuid>:<n>[-<m>][:<n>-<m>...]"
                 )
             for rng in ranges:
                 lo, dash, hi = rng.partition("-")
@@ -98,10 +97,7 @@ class MysqlGtidSet:
         return bool(self.intervals)
 
     def __str__(self) -> str:
-        return ",".join(
-            u + "".join(f":{a}" if a == b else f":{a}-{b}" for a, b in ivs)
-            for u, ivs in self.intervals
-        )
+        return ",".join(u + "".join(f":{a}" if a == b else f":{a}-{b}" for a, b in ivs) for u, ivs in self.intervals)
 
 
 def _split_mysql_gtid(gtid: str) -> tuple[str, int]:
@@ -127,8 +123,7 @@ class MariadbGtidPosition:
             domain, server, seq = _split_mariadb_gtid(part)
             if domain in found:
                 raise PositionError(
-                    f"MariaDB GTID position {text!r} names domain {domain} twice; "
-                    "a position holds one GTID per domain"
+                    f"MariaDB GTID position {text!r} names domain {domain} twice; a position holds one GTID per domain"
                 )
             found[domain] = (server, seq)
         return cls(tuple(sorted((d, s, q) for d, (s, q) in found.items())))
@@ -164,9 +159,7 @@ class MariadbGtidPosition:
 def _split_mariadb_gtid(gtid: str) -> tuple[int, int, int]:
     match = _MARIADB_GTID.match(gtid.strip())
     if not match:
-        raise PositionError(
-            f"malformed MariaDB GTID {gtid!r}: expected <domain>-<server>-<sequence>"
-        )
+        raise PositionError(f"malformed MariaDB GTID {gtid!r}: expected <domain>-<server>-<sequence>")
     domain, server, seq = (int(g) for g in match.groups())
     return domain, server, seq
 

@@ -85,8 +85,9 @@ class InflightWindow:
     def messages_in_flight(self) -> int:
         return sum(p.remaining for p in self._queue)
 
-    def begin(self, end: BinlogPosition, gtid: str | None, server_id: int = 0, xa: Any = None,
-              handed_at: float = 0.0) -> PendingTx:
+    def begin(
+        self, end: BinlogPosition, gtid: str | None, server_id: int = 0, xa: Any = None, handed_at: float = 0.0
+    ) -> PendingTx:
         entry = PendingTx(end, gtid, server_id, xa=xa, handed_at=handed_at)
         self._queue.append(entry)
         return entry
@@ -173,8 +174,13 @@ class InflightWindow:
         checkpoint (at the state before it), an outcome ends its prepare's hold."""
         if xa.kind == "prepare":
             if xa.xid not in self.held and xa.prepared_at is not None:
-                state = Resume(self.position, self.position_server_id, self.gtids,
-                               {t: dict(ps) for t, ps in self.offsets.items()}, self.events_delivered)
+                state = Resume(
+                    self.position,
+                    self.position_server_id,
+                    self.gtids,
+                    {t: dict(ps) for t, ps in self.offsets.items()},
+                    self.events_delivered,
+                )
                 self.held[xa.xid] = HeldPrepare(xa.xid, xa.prepared_at, entry.prepared_ts, state)
         else:
             self.held.pop(xa.xid, None)

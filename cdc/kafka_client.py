@@ -32,8 +32,9 @@ only in the dict handed to librdkafka.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 ROLES = ("producer", "consumer", "admin")
 
@@ -55,8 +56,10 @@ def reveal(value: Any) -> Any:
 def role_block_problem(block: str, key: str) -> str | None:
     """Why `key` may not stand in `[kafka.<block>]` (producer / consumer), or None."""
     if key.startswith(SECURITY_PREFIXES):
-        return (f"kafka.{block}.{key} is a connection or security setting: move it to [kafka.client], which every "
-                "Kafka client of the relay uses (producers, recovery, checkpoint, check, verify, repair, locate)")
+        return (
+            f"kafka.{block}.{key} is a connection or security setting: move it to [kafka.client], which every "
+            "Kafka client of the relay uses (producers, recovery, checkpoint, check, verify, repair, locate)"
+        )
     if key == "bootstrap.servers":
         return f"kafka.{block}.bootstrap.servers must not be set: use kafka.bootstrap"
     return None
@@ -73,7 +76,7 @@ class KafkaClientConfig:
     consumer: Mapping[str, Any] = field(default_factory=dict)  # [kafka.consumer]
 
     @classmethod
-    def of(cls, target: "KafkaClientConfig | str") -> "KafkaClientConfig":
+    def of(cls, target: KafkaClientConfig | str) -> KafkaClientConfig:
         """A plain bootstrap address list is a config without settings (tests, tools)."""
         return target if isinstance(target, KafkaClientConfig) else cls(str(target))
 
@@ -81,8 +84,10 @@ class KafkaClientConfig:
         def shown(block: Mapping[str, Any]) -> dict[str, Any]:
             return {k: ("***" if is_secret_key(k) else v) for k, v in block.items()}
 
-        return (f"KafkaClientConfig(bootstrap={self.bootstrap!r}, client={shown(self.client)!r}, "
-                f"producer={shown(self.producer)!r}, consumer={shown(self.consumer)!r})")
+        return (
+            f"KafkaClientConfig(bootstrap={self.bootstrap!r}, client={shown(self.client)!r}, "
+            f"producer={shown(self.producer)!r}, consumer={shown(self.consumer)!r})"
+        )
 
     __str__ = __repr__
 
@@ -96,8 +101,9 @@ class KafkaClientConfig:
         out.update((k, reveal(v)) for k, v in block.items())
         return out
 
-    def conf(self, role: str, defaults: Mapping[str, Any] | None = None,
-             enforced: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    def conf(
+        self, role: str, defaults: Mapping[str, Any] | None = None, enforced: Mapping[str, Any] | None = None
+    ) -> dict[str, Any]:
         return client_conf(self.bootstrap, self.settings(role), defaults, enforced)
 
     def secrets(self) -> list[str]:
@@ -111,8 +117,12 @@ class KafkaClientConfig:
         return out
 
 
-def client_conf(bootstrap: str, settings: Mapping[str, Any] | None = None, defaults: Mapping[str, Any] | None = None,
-                enforced: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def client_conf(
+    bootstrap: str,
+    settings: Mapping[str, Any] | None = None,
+    defaults: Mapping[str, Any] | None = None,
+    enforced: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
     """The librdkafka configuration of one client: `defaults` < `settings` (the shared
     and role blocks, `KafkaClientConfig.settings`) < `enforced`, and `bootstrap.servers`.
     The one function every Kafka client of the project is configured with."""
@@ -126,8 +136,11 @@ def client_conf(bootstrap: str, settings: Mapping[str, Any] | None = None, defau
 def redact(text: str, conf: Mapping[str, Any] | KafkaClientConfig) -> str:
     """`text` (a librdkafka error may quote a refused value) with every secret of `conf`
     replaced by `***`."""
-    values = conf.secrets() if isinstance(conf, KafkaClientConfig) else [
-        str(reveal(v)) for k, v in conf.items() if is_secret_key(k) and str(reveal(v))]
+    values = (
+        conf.secrets()
+        if isinstance(conf, KafkaClientConfig)
+        else [str(reveal(v)) for k, v in conf.items() if is_secret_key(k) and str(reveal(v))]
+    )
     for value in values:
         text = text.replace(value, "***")
     return text

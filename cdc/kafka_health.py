@@ -30,9 +30,13 @@ class KafkaHealth:
         m.kafka_reachable, self.down = False, True
         m.kafka_unreachable_since = self._clock()
         m.kafka_outages += 1
-        log.error("Kafka unreachable: no broker of %s (kafka.bootstrap) answers (%s); %d message(s) wait for an "
-                  "acknowledgement, nothing is lost: the relay retries and publishes them when Kafka is back",
-                  self._bootstrap, reason, waiting)
+        log.error(
+            "Kafka unreachable: no broker of %s (kafka.bootstrap) answers (%s); %d message(s) wait for an "
+            "acknowledgement, nothing is lost: the relay retries and publishes them when Kafka is back",
+            self._bootstrap,
+            reason,
+            waiting,
+        )
 
     def reachable(self) -> None:
         m = self._m

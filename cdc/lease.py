@@ -61,8 +61,10 @@ class LeaseSettings:
 
     def __post_init__(self) -> None:
         if self.renew_s <= 0 or self.ttl_s < 2 or self.ttl_s < 3 * self.renew_s:
-            raise ConfigError("lease.ttl_s must be at least 2 and at least 3 x lease.renew_s (> 0): "
-                              f"got ttl_s = {self.ttl_s}, renew_s = {self.renew_s}")
+            raise ConfigError(
+                "lease.ttl_s must be at least 2 and at least 3 x lease.renew_s (> 0): "
+                f"got ttl_s = {self.ttl_s}, renew_s = {self.renew_s}"
+            )
         if not 0 <= self.margin_s < self.ttl_s / 2:
             raise ConfigError("lease.margin_s must be >= 0 and less than half of lease.ttl_s")
 
@@ -101,11 +103,15 @@ def takeover_wait(previous: Previous, settings: LeaseSettings, delivery_timeout_
     if previous.gone:
         return 0.0, f"the previous holder (epoch {previous.epoch}) is gone: its process no longer runs"
     if previous.closed_while_active:
-        return settings.ttl_s, (f"the previous holder's (epoch {previous.epoch}) lock session ended while it was "
-                                f"active: waiting the lease time ({settings.ttl_s:g} s) for it to stop")
+        return settings.ttl_s, (
+            f"the previous holder's (epoch {previous.epoch}) lock session ended while it was "
+            f"active: waiting the lease time ({settings.ttl_s:g} s) for it to stop"
+        )
     wait = settings.ttl_s + delivery_timeout_s
-    return wait, (f"the previous holder (epoch {previous.epoch}) went silent or cannot be checked from here: waiting "
-                  f"the lease time plus the delivery timeout ({wait:g} s) before publishing")
+    return wait, (
+        f"the previous holder (epoch {previous.epoch}) went silent or cannot be checked from here: waiting "
+        f"the lease time plus the delivery timeout ({wait:g} s) before publishing"
+    )
 
 
 class LeaseClock:
@@ -132,8 +138,12 @@ class LeaseClock:
 
     def check(self, now: float) -> None:
         if self.lost is None and now >= self._valid_until:
-            self.lost = (f"the lease was not confirmed for {now - self.confirmed_at:.1f} s (lease.ttl_s = "
-                         f"{self._settings.ttl_s:g})")
+            self.lost = (
+                f"the lease was not confirmed for {now - self.confirmed_at:.1f} s (lease.ttl_s = "
+                f"{self._settings.ttl_s:g})"
+            )
         if self.lost is not None:
-            raise LeaseLost(f"lost the lease: {self.lost}; stopped publishing, dropped what was queued: "
-                            "another relay may publish now (restart this one to make it a standby)")
+            raise LeaseLost(
+                f"lost the lease: {self.lost}; stopped publishing, dropped what was queued: "
+                "another relay may publish now (restart this one to make it a standby)"
+            )

@@ -107,13 +107,17 @@ class RelayMetrics:
         if not self.ready:
             return False, [f"not streaming ({self.role})"]
         if self.kafka_waiting_since and now - self.kafka_waiting_since > self.max_unacknowledged_age_s:
-            return False, [f"waiting {now - self.kafka_waiting_since:.0f} s for Kafka to answer a metadata request "
-                           f"(bound relay.max_unacknowledged_age_s = {self.max_unacknowledged_age_s:g})"]
+            return False, [
+                f"waiting {now - self.kafka_waiting_since:.0f} s for Kafka to answer a metadata request "
+                f"(bound relay.max_unacknowledged_age_s = {self.max_unacknowledged_age_s:g})"
+            ]
         age = self.unacknowledged_age(now)
         if age > self.max_unacknowledged_age_s:
             why = "" if self.kafka_reachable else f"; Kafka unreachable for {now - self.kafka_unreachable_since:.0f} s"
-            return False, [f"the oldest unacknowledged message was handed to Kafka {age:.0f} s ago (bound "
-                           f"relay.max_unacknowledged_age_s = {self.max_unacknowledged_age_s:g}){why}"]
+            return False, [
+                f"the oldest unacknowledged message was handed to Kafka {age:.0f} s ago (bound "
+                f"relay.max_unacknowledged_age_s = {self.max_unacknowledged_age_s:g}){why}"
+            ]
         return True, []
 
     @property

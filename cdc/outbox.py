@@ -21,8 +21,16 @@ from cdc.identity import EventIdentity
 from cdc.topics import TopicRouter, check_template
 
 # Why a row became a dead letter instead of a message (header cdc.dlq.cause, metric label).
-DEAD_LETTER_CAUSES = ("missing_column", "null_column", "illegal_topic", "topic_not_allowed", "encoding_failed",
-                      "too_large", "statement_format", "topic_missing")
+DEAD_LETTER_CAUSES = (
+    "missing_column",
+    "null_column",
+    "illegal_topic",
+    "topic_not_allowed",
+    "encoding_failed",
+    "too_large",
+    "statement_format",
+    "topic_missing",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,13 +83,18 @@ class OutboxTable:
             if value is not None and (not isinstance(value, str) or not value):
                 raise ConfigError(f"{name} must be a column name, got {value!r}")
         fields = parse_placement(self.additional_placement)
-        if self.format == "envelope" and (fields or self.tombstone_on_empty_payload or self.traceparent_column
-                                          or self.tracestate_column):
-            raise ConfigError("additional_placement, tombstone_on_empty_payload and the trace columns apply to the "
-                              "payload formats (format = string, json, bytes or avro), not to format = \"envelope\"")
+        if self.format == "envelope" and (
+            fields or self.tombstone_on_empty_payload or self.traceparent_column or self.tracestate_column
+        ):
+            raise ConfigError(
+                "additional_placement, tombstone_on_empty_payload and the trace columns apply to the "
+                'payload formats (format = string, json, bytes or avro), not to format = "envelope"'
+            )
         if self.format != "json" and any(f.placement == "envelope" for f in fields):
-            raise ConfigError(f"additional_placement: placement \"envelope\" is supported with format = \"json\" "
-                              f"only (got format = {self.format!r}); place the column in a header instead")
+            raise ConfigError(
+                f'additional_placement: placement "envelope" is supported with format = "json" '
+                f"only (got format = {self.format!r}); place the column in a header instead"
+            )
 
     @property
     def extra_columns(self) -> tuple[str, ...]:
@@ -126,14 +139,38 @@ class OutboxEvent:
     # tuple, cheaper to pickle than the object; its identity is rebuilt on the other side
     # from the transaction's and the item's place in it. Tag 0: an event; 1: a dead letter.
     def to_wire(self) -> tuple[Any, ...]:
-        return (0, self.event_id, self.aggregate_type, self.aggregate_id, self.event_type, self.payload,
-                self.timestamp_us, self.topic, self.table, self.encoded, self.extras)
+        return (
+            0,
+            self.event_id,
+            self.aggregate_type,
+            self.aggregate_id,
+            self.event_type,
+            self.payload,
+            self.timestamp_us,
+            self.topic,
+            self.table,
+            self.encoded,
+            self.extras,
+        )
 
     @staticmethod
     def from_wire(wire: tuple[Any, ...], identity: EventIdentity) -> OutboxEvent:
-        _, event_id, aggregate_type, aggregate_id, event_type, payload, timestamp_us, topic, table, encoded, extras = wire
-        return OutboxEvent(event_id, aggregate_type, aggregate_id, event_type, payload, timestamp_us, topic, table,
-                           identity, encoded, extras)
+        _, event_id, aggregate_type, aggregate_id, event_type, payload, timestamp_us, topic, table, encoded, extras = (
+            wire
+        )
+        return OutboxEvent(
+            event_id,
+            aggregate_type,
+            aggregate_id,
+            event_type,
+            payload,
+            timestamp_us,
+            topic,
+            table,
+            identity,
+            encoded,
+            extras,
+        )
 
 
 @dataclass(slots=True)
@@ -195,7 +232,7 @@ def _payload_of(value: Any) -> str | bytes | None:
     return str(value)
 
 
-_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
+_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)
 _ONE_US = _dt.timedelta(microseconds=1)
 
 
@@ -218,8 +255,11 @@ class OutboxMapper:
     def map(self, table: OutboxTable, row: dict[str, Any], identity: EventIdentity) -> OutboxEvent | DeadLetter:
         try:
             event_id, aggregate_type, aggregate_id, event_type = (
-                row[table.id_column], row[table.aggregate_type_column], row[table.aggregate_id_column],
-                row[table.type_column])
+                row[table.id_column],
+                row[table.aggregate_type_column],
+                row[table.aggregate_id_column],
+                row[table.type_column],
+            )
         except KeyError:
             return self._refuse(table, row, identity)
         if event_id is None or aggregate_type is None or aggregate_id is None or event_type is None:
@@ -232,8 +272,9 @@ class OutboxMapper:
         if route.problem is not None:
             return self._dead(table, row, identity, route.cause or "illegal_topic", route.problem, route.topic)
         if table.format != "envelope":
-            return self._formatted(table, row, identity, event_id, aggregate_type, aggregate_id, event_type,
-                                   route.topic)
+            return self._formatted(
+                table, row, identity, event_id, aggregate_type, aggregate_id, event_type, route.topic
+            )
         return OutboxEvent(
             event_id if type(event_id) is str else text_of(event_id),
             aggregate_type,
@@ -247,8 +288,16 @@ class OutboxMapper:
         )
 
     @staticmethod
-    def _formatted(table: OutboxTable, row: dict[str, Any], identity: EventIdentity, event_id: Any,
-                   aggregate_type: str, aggregate_id: Any, event_type: str, topic: str) -> OutboxEvent:
+    def _formatted(
+        table: OutboxTable,
+        row: dict[str, Any],
+        identity: EventIdentity,
+        event_id: Any,
+        aggregate_type: str,
+        aggregate_id: Any,
+        event_type: str,
+        topic: str,
+    ) -> OutboxEvent:
         """An event of a payload format: the row's extra columns become headers (and, for
         json, envelope fields), its event-time column the record timestamp."""
         headers: list[tuple[str, bytes | None]] = []
@@ -276,16 +325,29 @@ class OutboxMapper:
             table.qualified_name,
             identity,
             None,
-            MessageExtras(table.format, headers, epoch_ms(stamp), tuple(envelope),
-                          table.tombstone_on_empty_payload, table.payload_nullable),
+            MessageExtras(
+                table.format,
+                headers,
+                epoch_ms(stamp),
+                tuple(envelope),
+                table.tombstone_on_empty_payload,
+                table.payload_nullable,
+            ),
         )
 
     @staticmethod
-    def _dead(table: OutboxTable, row: dict[str, Any], identity: EventIdentity, cause: str, error: str,
-              topic: str | None = None) -> DeadLetter:
+    def _dead(
+        table: OutboxTable,
+        row: dict[str, Any],
+        identity: EventIdentity,
+        cause: str,
+        error: str,
+        topic: str | None = None,
+    ) -> DeadLetter:
         key = row.get(table.aggregate_id_column)
-        return DeadLetter(cause, error, topic, None if key is None else text_of(key), row, table.qualified_name,
-                          identity)
+        return DeadLetter(
+            cause, error, topic, None if key is None else text_of(key), row, table.qualified_name, identity
+        )
 
     def _refuse(self, table: OutboxTable, row: dict[str, Any], identity: EventIdentity) -> DeadLetter:
         """The row lacks a required column, or holds NULL in one."""
@@ -293,9 +355,14 @@ class OutboxMapper:
         for column in table.required_columns:
             if column not in row:
                 return self._dead(
-                    table, row, identity, "missing_column",
+                    table,
+                    row,
+                    identity,
+                    "missing_column",
                     f"{qualified} row has no column {column!r} (columns: {sorted(row)[:20]}); "
                     "check the outbox column mapping and binlog_row_metadata=FULL",
                 )
         column = next(c for c in table.required_columns if row[c] is None)
-        return self._dead(table, row, identity, "null_column", f"{qualified} row has NULL in required column {column!r}")
+        return self._dead(
+            table, row, identity, "null_column", f"{qualified} row has NULL in required column {column!r}"
+        )

@@ -93,8 +93,13 @@ DeliveryCallback = Callable[[Delivery], None]
 
 class Publisher(Protocol):
     def publish(
-        self, topic: str, key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes | None]],
-        on_delivery: DeliveryCallback, timestamp_ms: int | None = None,
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        headers: list[tuple[str, bytes | None]],
+        on_delivery: DeliveryCallback,
+        timestamp_ms: int | None = None,
     ) -> None:
         """Queue a message. Waits (serving callbacks) while the queue is full; never drops.
         `on_delivery` is called exactly once, from `poll` or `flush`."""

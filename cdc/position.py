@@ -22,8 +22,7 @@ def file_sequence(name: str) -> tuple[str, int]:
     match = _FILE.match(name)
     if not match:
         raise PositionError(
-            f"malformed binlog file name {name!r}: expected <basename>.<number>, "
-            "for example mysql-bin.000042"
+            f"malformed binlog file name {name!r}: expected <basename>.<number>, for example mysql-bin.000042"
         )
     return match.group("base"), int(match.group("seq"))
 
@@ -49,8 +48,7 @@ class BinlogPosition:
         name, sep, offset = text.strip().rpartition(":")
         if not sep or not (offset.isascii() and offset.isdigit()):
             raise PositionError(
-                f"malformed binlog position {text!r}: expected <file>:<offset>, "
-                "for example mysql-bin.000042:1234"
+                f"malformed binlog position {text!r}: expected <file>:<offset>, for example mysql-bin.000042:1234"
             )
         return cls(name, int(offset))
 

@@ -28,7 +28,6 @@ from cdc.checkpoint import Checkpoint
 from cdc.errors import PositionError, RecoveryError
 from cdc.gtid import parse_gtid_set
 from cdc.identity import H_EVENT_ID, H_FILE, H_GTID, H_POS, H_SOURCE, identity_key_from_headers
-from cdc.position import BinlogPosition
 from cdc.ports import DeliveredLog
 from cdc.position import BinlogPosition
 
@@ -97,7 +96,11 @@ class Recovery:
             if start < low:
                 log.warning(
                     "%s[%d]: offsets %d..%d after the checkpoint were removed by retention; "
-                    "events there cannot be checked for re-delivery", topic, partition, start, low - 1,
+                    "events there cannot be checked for re-delivery",
+                    topic,
+                    partition,
+                    start,
+                    low - 1,
                 )
                 start = low
             for offset, headers in self._log.records(topic, partition, start, high):
@@ -147,8 +150,11 @@ class Recovery:
         The ids still remembered are of events before Debezium's offset (published by it
         long ago, never re-read here)."""
         if self._adopted is not None:
-            log.info("adoption from %s complete: %d events Debezium had published after its offset were not sent "
-                     "again", self._adopted.origin or "Debezium", self.adopted_skipped)
+            log.info(
+                "adoption from %s complete: %d events Debezium had published after its offset were not sent again",
+                self._adopted.origin or "Debezium",
+                self.adopted_skipped,
+            )
         self._adopted = None
         self._adopted_ids.clear()
 

@@ -261,8 +261,11 @@ class Relay:
             self._partitions.update(cp.partitions)
             self._adopted = cp.adopted
             if txn is not None and cp.exact and cp.adopted is None:
-                log.info("recovering from checkpoint %s: committed in the Kafka transaction of the messages before "
-                         "it, nothing after it is visible: no scan of the topics needed", cp.position)
+                log.info(
+                    "recovering from checkpoint %s: committed in the Kafka transaction of the messages before "
+                    "it, nothing after it is visible: no scan of the topics needed",
+                    cp.position,
+                )
             else:
                 self._scan(cp)
         elif isinstance(start, BinlogPosition):
@@ -326,8 +329,9 @@ class Relay:
             if txn is not None and not isinstance(exc, Fenced):
                 self._end_as_zombie()  # raises Fenced when the broker already fenced this instance
             publisher.purge()
-            log.error("fenced: %s (%d message(s) not yet acknowledged were dropped; the successor re-reads them)",
-                      exc, queued)
+            log.error(
+                "fenced: %s (%d message(s) not yet acknowledged were dropped; the successor re-reads them)", exc, queued
+            )
             raise
         finally:
             metrics.ready = False
@@ -340,8 +344,13 @@ class Relay:
         if self._failure is not None:
             self._fail()
         return RunSummary(
-            self._window.resume().position, metrics.events_published, metrics.dead_lettered_total,
-            metrics.events_skipped_recovery, "request", None, self._recovery_summary(),
+            self._window.resume().position,
+            metrics.events_published,
+            metrics.dead_lettered_total,
+            metrics.events_skipped_recovery,
+            "request",
+            None,
+            self._recovery_summary(),
         )
 
     def _failure_text(self) -> str:
@@ -349,16 +358,23 @@ class Relay:
         failure = delivery.failure if delivery else None
         if delivery is None or failure is None:
             return "Kafka refused a message"
-        return (f"Kafka refused a message for {delivery.topic}: {failure.code}: {failure.message}; "
-                "the checkpoint stops before it: fix the cause and restart the relay")
+        return (
+            f"Kafka refused a message for {delivery.topic}: {failure.code}: {failure.message}; "
+            "the checkpoint stops before it: fix the cause and restart the relay"
+        )
 
     def _recovery_summary(self) -> dict[str, Any]:
         r = self._recovery_stats
         if r is None:
             return {}
-        return {"records_read": r.records_read, "found": r.found, "skipped": r.skipped,
-                "adopted_found": r.adopted_found, "adopted_skipped": r.adopted_skipped,
-                "duplicates_in_topics": len(r.duplicates_in_topics)}
+        return {
+            "records_read": r.records_read,
+            "found": r.found,
+            "skipped": r.skipped,
+            "adopted_found": r.adopted_found,
+            "adopted_skipped": r.adopted_skipped,
+            "duplicates_in_topics": len(r.duplicates_in_topics),
+        }
 
     def _drain(self) -> None:
         """Stop: wait for what is in flight (dead-letter redirects included), then write
@@ -385,8 +401,7 @@ class Relay:
                 break
         self._window.advance()
         # Released: a successor need not wait for this relay's producer (cdc/lease.py).
-        self._checkpoint(force=True, released=self._lease is not None and remaining == 0
-                         and self._lease.lost is None)
+        self._checkpoint(force=True, released=self._lease is not None and remaining == 0 and self._lease.lost is None)
         self._writer.close()
 
     def _open_feed(self, start: StartAt) -> Feed:
@@ -395,14 +410,24 @@ class Relay:
         if self._feeds is not None:
             return self._feeds.open(start, self._server_id)
         assembler = assembler_for(settings, self._server_id)
-        return LocalFeed(self._sources, assembler, start, settings.reconnect_timeout_s, self._clock, self._sleep,
-                         self._publisher.poll)
+        return LocalFeed(
+            self._sources,
+            assembler,
+            start,
+            settings.reconnect_timeout_s,
+            self._clock,
+            self._sleep,
+            self._publisher.poll,
+        )
 
     def _feed_counters(self, feed: Feed) -> None:
         """The feed's own counters into the metrics (a reader process counts there)."""
         m, seen = self.metrics, self._feed_seen
-        now = {"reconnects": feed.reconnects, "rows_discarded": feed.discarded_rows,
-               "outbox_changes_ignored": feed.outbox_changes_ignored}
+        now = {
+            "reconnects": feed.reconnects,
+            "rows_discarded": feed.discarded_rows,
+            "outbox_changes_ignored": feed.outbox_changes_ignored,
+        }
         for name, value in now.items():
             setattr(m, name, getattr(m, name) + value - seen.get(name, 0))
         self._feed_seen = now
@@ -438,14 +463,20 @@ class Relay:
                         publisher.poll(0.05)
                     if self._lease is not None:
                         self._lease.check(self._monotonic())
-                if recovery is not None and (recovery.already_delivered(item.identity.key()) or (
-                        recovery.adopt_until is not None and type(item) is OutboxEvent
-                        and recovery.adopted_delivered(item.event_id))):
+                if recovery is not None and (
+                    recovery.already_delivered(item.identity.key())
+                    or (
+                        recovery.adopt_until is not None
+                        and type(item) is OutboxEvent
+                        and recovery.adopted_delivered(item.event_id)
+                    )
+                ):
                     window.skipped(entry)
                     metrics.events_skipped_recovery += 1
                     if recovery.pending == 0:
-                        log.info("recovery complete: %d events were already delivered and not sent again",
-                                 recovery.skipped)
+                        log.info(
+                            "recovery complete: %d events were already delivered and not sent again", recovery.skipped
+                        )
                         self._recovery = recovery = None
                     continue
                 if isinstance(item, OutboxEvent):
@@ -479,7 +510,8 @@ class Relay:
                 self._publish_dead_letter(entry, prepared)
                 return
             value = cast(bytes, prepared.encoded)  # prepare() set it
-        headers = tx_headers + [
+        headers: list[tuple[str, bytes | None]] = [
+            *tx_headers,
             (H_ROW, str(event.identity.row).encode()),
             (H_EVENT_ID, event.event_id.encode()),
             (H_EVENT_TYPE, event.event_type.encode()),
@@ -512,8 +544,9 @@ class Relay:
                     self._acknowledged_whole(entry)
             elif delivery.failure.too_large:
                 # Still in flight: the dead-letter copy's acknowledgement completes it.
-                self._redirects.append((entry, as_dead_letter(
-                    event, "too_large", f"{delivery.failure.code}: {delivery.failure.message}")))
+                self._redirects.append(
+                    (entry, as_dead_letter(event, "too_large", f"{delivery.failure.code}: {delivery.failure.message}"))
+                )
             elif delivery.failure.topic_missing:
                 why = self._topic_gone(event.topic, f"{delivery.failure.code}: {delivery.failure.message}")
                 self._redirects.append((entry, as_dead_letter(event, "topic_missing", why)))
@@ -523,8 +556,7 @@ class Relay:
         if timestamp_ms is None:
             self._publisher.publish(event.topic, event.aggregate_id.encode(), value, headers, on_delivery)
         else:
-            self._publisher.publish(event.topic, event.aggregate_id.encode(), value, headers, on_delivery,
-                                    timestamp_ms)
+            self._publisher.publish(event.topic, event.aggregate_id.encode(), value, headers, on_delivery, timestamp_ms)
 
     def _delivery_failed(self, delivery: Delivery) -> None:
         metrics = self.metrics
@@ -544,7 +576,7 @@ class Relay:
         is not recorded for the checkpoint: it was produced after messages of later
         transactions, so its offset says nothing about where they sit."""
         topic = self.settings.dead_letter_topic
-        headers = dead.identity.headers()
+        headers: list[tuple[str, bytes | None]] = list(dead.identity.headers())
         event_id = dead.row.get("id")
         if event_id is not None:
             headers.append((H_EVENT_ID, str(event_id).encode()))
@@ -587,8 +619,12 @@ class Relay:
             first = exc
         metrics = self.metrics
         metrics.kafka_waiting_since = self._clock()
-        log.warning("cannot %s (%s); waiting for Kafka (up to %.0f s, relay.reconnect_timeout_s)", what, first,
-                    self.settings.reconnect_timeout_s)
+        log.warning(
+            "cannot %s (%s); waiting for Kafka (up to %.0f s, relay.reconnect_timeout_s)",
+            what,
+            first,
+            self.settings.reconnect_timeout_s,
+        )
         deadline = self._clock() + self.settings.reconnect_timeout_s
         try:
             while True:
@@ -613,9 +649,17 @@ class Relay:
         if ok:
             more = f" ({held} more dead letters of this cause since the last line)" if held else ""
             start = dead.identity.tx.start
-            log.warning("dead-lettered to %s: event %s of %s at %s row %s: %s: %s%s",
-                        self.settings.dead_letter_topic, event_id, dead.table, start, dead.identity.row,
-                        dead.cause, dead.error[:300], more)
+            log.warning(
+                "dead-lettered to %s: event %s of %s at %s row %s: %s: %s%s",
+                self.settings.dead_letter_topic,
+                event_id,
+                dead.table,
+                start,
+                dead.identity.row,
+                dead.cause,
+                dead.error[:300],
+                more,
+            )
 
     def _missing_topic(self, topic: str) -> str | None:
         """None when `topic` exists (or may be created by the brokers: "auto"), else why
@@ -626,8 +670,9 @@ class Relay:
         now = self._monotonic()
         if known is not None and now < known[0]:
             return known[1]  # found missing (or refused by Kafka) less than topic_recheck_s ago
-        if settings.topic_missing == "auto" or (topic == settings.dead_letter_topic
-                                                 and settings.topic_missing != "create"):
+        if settings.topic_missing == "auto" or (
+            topic == settings.dead_letter_topic and settings.topic_missing != "create"
+        ):
             self._missing.pop(topic, None)
             return None
         count = self._ask_kafka(f"read the partitions of {topic}", lambda: self._delivered.partition_count(topic))
@@ -639,27 +684,37 @@ class Relay:
         if settings.topic_missing == "create" and self._topics is not None:
             refused = self._topics.create_topic(topic)
             if refused is None:
-                log.info("created topic %r (topics.missing = \"create\")", topic)
+                log.info('created topic %r (topics.missing = "create")', topic)
                 self._missing.pop(topic, None)
                 return None
-            why = (f"topic {topic!r} does not exist and could not be created: {refused}")
+            why = f"topic {topic!r} does not exist and could not be created: {refused}"
         else:
-            why = (f"topic {topic!r} does not exist (topics.missing = \"dead_letter\"): create it, e.g. "
-                   f"kafka-topics.sh --create --topic {topic}, or set topics.missing = \"create\"")
+            why = (
+                f'topic {topic!r} does not exist (topics.missing = "dead_letter"): create it, e.g. '
+                f'kafka-topics.sh --create --topic {topic}, or set topics.missing = "create"'
+            )
         self._missing[topic] = (now + settings.topic_recheck_s, why)
         if known is None:
-            log.warning("%s; its events are dead-lettered to %s (cause topic_missing) until it exists, the other "
-                        "topics go on", why, settings.dead_letter_topic)
+            log.warning(
+                "%s; its events are dead-lettered to %s (cause topic_missing) until it exists, the other topics go on",
+                why,
+                settings.dead_letter_topic,
+            )
         return why
 
     def _topic_gone(self, topic: str, error: str) -> str:
         """Kafka refused a message because `topic` does not exist: later events for it are
         dead-lettered at once until a metadata check finds it."""
-        why = (f"topic {topic!r} does not exist ({error}): create it, e.g. kafka-topics.sh --create --topic {topic}, "
-               "or set topics.missing = \"create\"")
+        why = (
+            f"topic {topic!r} does not exist ({error}): create it, e.g. kafka-topics.sh --create --topic {topic}, "
+            'or set topics.missing = "create"'
+        )
         if topic not in self._missing:
-            log.warning("%s; its events are dead-lettered to %s (cause topic_missing) until it exists",
-                        why, self.settings.dead_letter_topic)
+            log.warning(
+                "%s; its events are dead-lettered to %s (cause topic_missing) until it exists",
+                why,
+                self.settings.dead_letter_topic,
+            )
         self._missing[topic] = (self._monotonic() + self.settings.topic_recheck_s, why)
         return why
 
@@ -673,8 +728,10 @@ class Relay:
         self._partitions[topic] = count or 0  # 0: not created yet; recovery reads it whole
         window = self._window
         if count:
-            ends = self._ask_kafka(f"read the end offsets of {topic}", lambda: {
-                p: self._delivered.watermarks(topic, p)[1] for p in range(count)})
+            ends = self._ask_kafka(
+                f"read the end offsets of {topic}",
+                lambda: {p: self._delivered.watermarks(topic, p)[1] for p in range(count)},
+            )
             window.note_topic(topic, ends)
         if self._tx_start is not None and (window.position is None or window.position_server_id != self._server_id):
             # Started from a GTID set (no checkpoint, or a failover): until a transaction
@@ -709,16 +766,22 @@ class Relay:
         """Does `resume` say something the last checkpoint does not?"""
         window, last = self._window, self._last_checkpoint
         xa_held = tuple((h.xid, str(h.prepared_at), h.prepared_ts) for h in window.held.values())
-        return not (last is not None and last.position == resume.position and last.xa_held == xa_held and (
-                not window.held or last.offsets == resume.offsets))
+        return not (
+            last is not None
+            and last.position == resume.position
+            and last.xa_held == xa_held
+            and (not window.held or last.offsets == resume.offsets)
+        )
 
     def _new_checkpoint(self, resume: Any, released: bool) -> Checkpoint:
         window = self._window
         xa_held = tuple((h.xid, str(h.prepared_at), h.prepared_ts) for h in window.held.values())
         for topic, count in list(self._partitions.items()):
             if not count:  # created by the first produce: learn its partition count now
-                self._partitions[topic] = self._ask_kafka(
-                    f"read the partitions of {topic}", partial(self._delivered.partition_count, topic)) or 0
+                self._partitions[topic] = (
+                    self._ask_kafka(f"read the partitions of {topic}", partial(self._delivered.partition_count, topic))
+                    or 0
+                )
         adopted = self._adopted
         if adopted is not None and not resume.position < adopted.until:
             adopted = self._adopted = None  # a restart from here re-reads nothing Debezium can have published
@@ -776,8 +839,10 @@ class Relay:
             if self._failure is not None:
                 self._fail()
             if self._redirects:
-                raise TransactionAborted("Kafka refused a message as too large inside a transaction (set "
-                                         "relay.max_message_bytes to the topic's max.message.bytes)")
+                raise TransactionAborted(
+                    "Kafka refused a message as too large inside a transaction (set "
+                    "relay.max_message_bytes to the topic's max.message.bytes)"
+                )
             if remaining:
                 raise TransactionAborted(f"{remaining} messages not acknowledged within relay.drain_timeout_s")
         window.advance()
@@ -805,9 +870,12 @@ class Relay:
                 self._redirect_dead_letters()
             self._txn_commit(force=True, released=released)
         except TransactionAborted as exc:
-            log.warning("the last Kafka transaction could not be committed (%s); it is aborted and the next start "
-                        "re-reads from the checkpoint %s", exc,
-                        self._last_checkpoint.position if self._last_checkpoint else self._start)
+            log.warning(
+                "the last Kafka transaction could not be committed (%s); it is aborted and the next start "
+                "re-reads from the checkpoint %s",
+                exc,
+                self._last_checkpoint.position if self._last_checkpoint else self._start,
+            )
             try:
                 self._txn_publisher.abort_transaction(self.settings.drain_timeout_s)
             except TransactionAborted:
@@ -816,8 +884,12 @@ class Relay:
             self._writer.close()
         if self._txn is not None:
             figures = self._txn.summary()
-            log.info("transactional delivery: %d Kafka transactions committed (%.0f messages each on average), "
-                     "%d aborted", figures["commits"], figures["mean_batch"], figures["aborts"])
+            log.info(
+                "transactional delivery: %d Kafka transactions committed (%.0f messages each on average), %d aborted",
+                figures["commits"],
+                figures["mean_batch"],
+                figures["aborts"],
+            )
 
     def _rewind(self, feed: Feed, why: str) -> Feed:
         """Abort the open Kafka transaction (nothing of it becomes visible to
@@ -832,11 +904,17 @@ class Relay:
         txn.aborted()
         self.metrics.delivery_error_causes["transaction_aborted"] += 1
         if txn.aborts_in_a_row >= MAX_ABORTS_IN_A_ROW:
-            raise DeliveryError(f"{txn.aborts_in_a_row} Kafka transactions aborted in a row, the last because: {why}; "
-                                "fix the cause and restart the relay")
+            raise DeliveryError(
+                f"{txn.aborts_in_a_row} Kafka transactions aborted in a row, the last because: {why}; "
+                "fix the cause and restart the relay"
+            )
         cp = self._last_checkpoint
-        log.warning("Kafka transaction aborted (%s): nothing of it is visible to read_committed consumers; "
-                    "re-reading from the last committed checkpoint %s", why, cp.position if cp else self._start)
+        log.warning(
+            "Kafka transaction aborted (%s): nothing of it is visible to read_committed consumers; "
+            "re-reading from the last committed checkpoint %s",
+            why,
+            cp.position if cp else self._start,
+        )
         feed.close()
         self._failure, self._redirects, self._recovery = None, [], None
         self._window = window = InflightWindow(cp)
@@ -882,8 +960,12 @@ class Relay:
         recovery.scan_all(set(cp.partitions) | set(cp.offsets) | {self.settings.dead_letter_topic})
         log.info("recovering from checkpoint %s: %d events found delivered after it", cp.position, recovery.found)
         if cp.adopted is not None:
-            log.info("adopted from %s: %d Debezium messages in the window up to %s are recognised by their id",
-                     cp.adopted.origin or "Debezium", recovery.adopted_found, cp.adopted.until)
+            log.info(
+                "adopted from %s: %d Debezium messages in the window up to %s are recognised by their id",
+                cp.adopted.origin or "Debezium",
+                recovery.adopted_found,
+                cp.adopted.until,
+            )
         if recovery.pending:
             self._recovery = recovery
         self._recovery_stats = recovery

@@ -63,11 +63,11 @@ class RelaySettings(RelayTuning):
         if not self.tables:
             raise ConfigError("no outbox table configured: add at least one [[outbox.tables]] entry")
         if self.delivery not in ("idempotent", "transactional"):
-            raise ConfigError(f"kafka.delivery must be \"idempotent\" or \"transactional\", got {self.delivery!r}")
+            raise ConfigError(f'kafka.delivery must be "idempotent" or "transactional", got {self.delivery!r}')
         if self.transaction_max_s <= 0 or self.transaction_max_messages < 1:
             raise ConfigError("kafka.transaction_max_ms must be positive and kafka.transaction_max_messages at least 1")
         if self.topic_missing not in ("dead_letter", "create", "auto"):
-            raise ConfigError(f"topics.missing must be \"dead_letter\", \"create\" or \"auto\", got {self.topic_missing!r}")
+            raise ConfigError(f'topics.missing must be "dead_letter", "create" or "auto", got {self.topic_missing!r}')
         problem = topic_problem(self.dead_letter_topic)
         if problem:
             raise ConfigError(f"kafka.dead_letter_topic: {problem}")

@@ -98,8 +98,9 @@ class Machine:
 
     def same_as(self, tag: SessionTag) -> bool:
         short = re.sub(r"[^A-Za-z0-9._-]", "_", self.host)[:_HOST_CHARS]
-        return bool(self.boot) and bool(self.pidns) and (tag.host, tag.boot, tag.pidns) == (short, self.boot,
-                                                                                             self.pidns)
+        return (
+            bool(self.boot) and bool(self.pidns) and (tag.host, tag.boot, tag.pidns) == (short, self.boot, self.pidns)
+        )
 
 
 @dataclass(frozen=True)
@@ -119,8 +120,15 @@ def wait_bound(heartbeat_s: float) -> float:
     return 3.0 * max(0.0, heartbeat_s) + 0.5
 
 
-def assess(server_id: int, listed: list[Listed], dumps: list[DumpThread], user: str, machine: Machine,
-           alive: Callable[[int, int], bool], lease_held: str = "") -> list[Finding]:
+def assess(
+    server_id: int,
+    listed: list[Listed],
+    dumps: list[DumpThread],
+    user: str,
+    machine: Machine,
+    alive: Callable[[int, int], bool],
+    lease_held: str = "",
+) -> list[Finding]:
     """A finding for each listed session with `server_id` (empty: the id is free).
     `alive(pid, start)`: does that process run on this machine (in this pid namespace)?
     `lease_held`: the `source_mark` of the source whose lease this relay holds (another
@@ -138,8 +146,10 @@ def assess(server_id: int, listed: list[Listed], dumps: list[DumpThread], user: 
         thread = by_id.get(tag.conn)
         who = f"relay pid {tag.pid} on {tag.host or 'an unnamed host'}"
         if thread is None:
-            where = (f"connection {tag.conn} ({who}; its dump thread is not visible to user {user!r}: "
-                     "another account's, or ending)")
+            where = (
+                f"connection {tag.conn} ({who}; its dump thread is not visible to user {user!r}: "
+                "another account's, or ending)"
+            )
             out.append(Finding("wait", tag.conn, where))
             continue
         where = f"connection {thread.id} from {thread.host} (user {thread.user!r}, {who})"
@@ -161,12 +171,18 @@ def _untagged(entry: Listed, dumps: list[DumpThread], tagged: set[int], user: st
     if len(candidates) == 1:
         d = candidates[0]
         return Finding("wait", d.id, f"connection {d.id} from {d.host} (user {d.user!r})")
-    return Finding("wait", None, f"host {entry.host}, connection id not visible to user {user!r} (seeing other "
-                   "accounts' sessions needs the PROCESS privilege)")
+    return Finding(
+        "wait",
+        None,
+        f"host {entry.host}, connection id not visible to user {user!r} (seeing other "
+        "accounts' sessions needs the PROCESS privilege)",
+    )
 
 
 def refusal(server_id: int, finding: Finding, waited_s: float) -> str:
     """The one line `cdc check` and `cdc run` print when the id stays taken."""
-    return (f"another replica is connected with server id {server_id}: {finding.where}, still there after "
-            f"{waited_s:.1f} s: set source.replica_server_id to an id no other replica uses (or stop the other "
-            "relay)")
+    return (
+        f"another replica is connected with server id {server_id}: {finding.where}, still there after "
+        f"{waited_s:.1f} s: set source.replica_server_id to an id no other replica uses (or stop the other "
+        "relay)"
+    )

@@ -30,13 +30,13 @@ class ServerVersion:
     patch: int
 
     @classmethod
-    def parse(cls, text: str) -> "ServerVersion":
+    def parse(cls, text: str) -> ServerVersion:
         """The version of a `SELECT VERSION()` (or handshake) string. A string with no
         `N.N` in it is taken as MySQL 0.0.0 (the oldest statements are used)."""
         text = str(text or "")
         mariadb = "mariadb" in text.lower()
         if mariadb and text.startswith("5.5.5-"):
-            text = text[len("5.5.5-"):]
+            text = text[len("5.5.5-") :]
         match = _NUMBERS.search(text)
         if match is None:
             return cls("mariadb" if mariadb else "mysql", 0, 0, 0)

@@ -154,8 +154,20 @@ class ServerInfo:
 
 
 SourceEvent = (
-    TxBegin | RowInsert | RowChange | TxCommit | TxRollback | Savepoint
-    | RollbackToSavepoint | Statement | XaEnd | XaPrepare | XaCommit | XaRollback | Heartbeat | ServerInfo
+    TxBegin
+    | RowInsert
+    | RowChange
+    | TxCommit
+    | TxRollback
+    | Savepoint
+    | RollbackToSavepoint
+    | Statement
+    | XaEnd
+    | XaPrepare
+    | XaCommit
+    | XaRollback
+    | Heartbeat
+    | ServerInfo
 )
 
 
@@ -176,11 +188,11 @@ def query_event(sql: str, start: BinlogPosition, end: BinlogPosition, timestamp:
     if upper == "ROLLBACK":
         return TxRollback(end)
     if upper.startswith("SAVEPOINT"):
-        return Savepoint(_savepoint_name(sql[len("SAVEPOINT"):]), end)
+        return Savepoint(_savepoint_name(sql[len("SAVEPOINT") :]), end)
     if upper.startswith("ROLLBACK TO"):
-        rest = sql[len("ROLLBACK TO"):].strip()
+        rest = sql[len("ROLLBACK TO") :].strip()
         if rest.upper().startswith("SAVEPOINT"):
-            rest = rest[len("SAVEPOINT"):]
+            rest = rest[len("SAVEPOINT") :]
         return RollbackToSavepoint(_savepoint_name(rest), end)
     return Statement(sql, end, timestamp, schema)
 
@@ -196,12 +208,12 @@ def recovered_xid(row: tuple) -> str:
     `xid_text` form."""
     format_id, gtrid_len, _bqual_len, data = row
     raw = data if isinstance(data, bytes) else str(data).encode()
-    return xid_text(int(format_id), raw[:int(gtrid_len)], raw[int(gtrid_len):])
+    return xid_text(int(format_id), raw[: int(gtrid_len)], raw[int(gtrid_len) :])
 
 
 def _xa_query(sql: str, upper: str, start: BinlogPosition, end: BinlogPosition, timestamp: int) -> SourceEvent | None:
     verb = upper.split(None, 2)[1] if len(upper.split(None, 2)) > 1 else ""
-    rest = sql[3:].strip()[len(verb):].strip()
+    rest = sql[3:].strip()[len(verb) :].strip()
     if verb == "END":
         return XaEnd(_canonical_xid(rest), end)
     if verb == "COMMIT":

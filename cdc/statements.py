@@ -64,7 +64,7 @@ def statement_target(sql: str, default_schema: str) -> StatementTarget | None:
 
     Table names compare as the server stores them; a multi-table UPDATE/DELETE names
     only its first table here (they are not inserts: only `on_change` applies)."""
-    text = sql[_COMMENTS.match(sql).end():]  # type: ignore[union-attr]  # the pattern matches the empty string
+    text = sql[_COMMENTS.match(sql).end() :]  # type: ignore[union-attr]  # the pattern matches the empty string
     for pattern, kind in ((_INSERT, "insert"), (_LOAD, "insert"), (_UPDATE, "update"), (_DELETE, "delete")):
         m = pattern.match(text)
         if m is not None:

@@ -21,8 +21,9 @@ inside the connection dict that every MySQL connection is made from: the dict pi
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from cdc.errors import ConfigError
 from cdc.secret import Secret
@@ -46,13 +47,17 @@ class TlsConfig:
             raise ConfigError(f"source.tls.mode must be one of {', '.join(TLS_MODES)}, got {self.mode!r}")
         object.__setattr__(self, "mode", mode)
         if (self.cert_file or self.key_file) and mode in ("disabled", "preferred"):
-            raise ConfigError(f"source.tls.cert_file / key_file are set but source.tls.mode is {mode!r}, which may "
-                              "connect without TLS: set source.tls.mode = \"verify-identity\" (or \"required\")")
+            raise ConfigError(
+                f"source.tls.cert_file / key_file are set but source.tls.mode is {mode!r}, which may "
+                'connect without TLS: set source.tls.mode = "verify-identity" (or "required")'
+            )
         if self.key_file and not self.cert_file:
             raise ConfigError("source.tls.key_file is set without source.tls.cert_file: set the client certificate too")
         if self.ca_file and mode not in VERIFYING:
-            raise ConfigError(f"source.tls.ca_file is set but source.tls.mode is {mode!r}, which does not check the "
-                              "server's certificate: set source.tls.mode = \"verify-identity\" (or \"verify-ca\")")
+            raise ConfigError(
+                f"source.tls.ca_file is set but source.tls.mode is {mode!r}, which does not check the "
+                'server\'s certificate: set source.tls.mode = "verify-identity" (or "verify-ca")'
+            )
 
     @property
     def verifies(self) -> bool:
@@ -66,12 +71,21 @@ class TlsConfig:
     def settings(self) -> dict[str, str]:
         """The `tls_*` keys of a connection dict (the key's password revealed, as the
         account's password is there)."""
-        return {"tls_mode": self.mode, "tls_ca_file": self.ca_file, "tls_cert_file": self.cert_file,
-                "tls_key_file": self.key_file, "tls_key_password": self.key_password.reveal()}
+        return {
+            "tls_mode": self.mode,
+            "tls_ca_file": self.ca_file,
+            "tls_cert_file": self.cert_file,
+            "tls_key_file": self.key_file,
+            "tls_key_password": self.key_password.reveal(),
+        }
 
     @classmethod
-    def from_settings(cls, settings: Mapping[str, Any]) -> "TlsConfig":
+    def from_settings(cls, settings: Mapping[str, Any]) -> TlsConfig:
         """The TLS settings of a connection dict (no `tls_*` keys: the default)."""
-        return cls(mode=str(settings.get("tls_mode") or "preferred"), ca_file=str(settings.get("tls_ca_file") or ""),
-                   cert_file=str(settings.get("tls_cert_file") or ""), key_file=str(settings.get("tls_key_file") or ""),
-                   key_password=Secret(str(settings.get("tls_key_password") or "")))
+        return cls(
+            mode=str(settings.get("tls_mode") or "preferred"),
+            ca_file=str(settings.get("tls_ca_file") or ""),
+            cert_file=str(settings.get("tls_cert_file") or ""),
+            key_file=str(settings.get("tls_key_file") or ""),
+            key_password=Secret(str(settings.get("tls_key_password") or "")),
+        )

@@ -50,17 +50,20 @@ def check_template(template: str) -> None:
     unknown = fields - PLACEHOLDERS
     if unknown:
         raise ConfigError(
-            f"topic template {template!r} uses unknown field(s) {sorted(unknown)}; "
-            f"use only {sorted(PLACEHOLDERS)}"
+            f"topic template {template!r} uses unknown field(s) {sorted(unknown)}; use only {sorted(PLACEHOLDERS)}"
         )
     fixed = "".join(literal for literal, _, _, _ in parts)
     bad = sorted({c for c in fixed if not _LEGAL.match(c)})
     if bad:
-        raise ConfigError(f"topic template {template[:120]!r} has characters Kafka does not allow in its fixed text: "
-                          f"{''.join(bad)!r} (a topic name holds only a-z, A-Z, 0-9, '.', '_' and '-')")
+        raise ConfigError(
+            f"topic template {template[:120]!r} has characters Kafka does not allow in its fixed text: "
+            f"{''.join(bad)!r} (a topic name holds only a-z, A-Z, 0-9, '.', '_' and '-')"
+        )
     if len(fixed) > MAX_TOPIC_LENGTH:
-        raise ConfigError(f"topic template {template[:40]!r}... has {len(fixed)} fixed characters; Kafka allows at "
-                          f"most {MAX_TOPIC_LENGTH} in a topic name")
+        raise ConfigError(
+            f"topic template {template[:40]!r}... has {len(fixed)} fixed characters; Kafka allows at "
+            f"most {MAX_TOPIC_LENGTH} in a topic name"
+        )
     if not fields:
         problem = topic_problem(template)
         if problem:
@@ -90,8 +93,10 @@ class TopicRouter:
         topic = template.format(aggregate_type=aggregate_type, type=type, schema=schema, table=table)
         problem = topic_problem(topic)
         cause = "illegal_topic" if problem else None
-        if problem is None and self._allowlist and not any(
-            fnmatch.fnmatchcase(topic, pattern) for pattern in self._allowlist
+        if (
+            problem is None
+            and self._allowlist
+            and not any(fnmatch.fnmatchcase(topic, pattern) for pattern in self._allowlist)
         ):
             problem = f"topic {topic!r} is not in the allowlist"
             cause = "topic_not_allowed"

@@ -106,8 +106,14 @@ class CommittedTransaction:
             identity = EventIdentity(self.identity, row_index)
             if type(values) is str:
                 yield DeadLetter(
-                    STATEMENT_FORMAT, "DML logged as a statement: the binlog holds no row image to publish",
-                    None, None, {"sql": values}, table.qualified_name, identity)
+                    STATEMENT_FORMAT,
+                    "DML logged as a statement: the binlog holds no row image to publish",
+                    None,
+                    None,
+                    {"sql": values},
+                    table.qualified_name,
+                    identity,
+                )
             else:
                 yield mapper.map(table, values, identity)
 
@@ -311,8 +317,12 @@ class TransactionAssembler:
         held = self._prepared.pop(event.xid, None)
         if held is None:
             self.xa_outcomes_unmatched += 1
-            log.warning("XA COMMIT %s at %s: its prepare lies before where this relay started reading; "
-                        "its rows were not read and are not published", event.xid, event.end)
+            log.warning(
+                "XA COMMIT %s at %s: its prepare lies before where this relay started reading; "
+                "its rows were not read and are not published",
+                event.xid,
+                event.end,
+            )
             return self._complete(event.end, event.timestamp, XaMark(XA_COMMIT, event.xid, None))
         prepared_at, rows, refusal, _ts = held
         self.discarded_rows += len(self._rows)  # an outcome group holds no rows of its own
@@ -350,22 +360,26 @@ class TransactionAssembler:
             self._outbox_change(RowChange(target.kind, target.schema, target.table, {}, event.end))
             return
         if self._on_statement == "stop" and self._refusal is None:
-            self._refusal = (len(self._rows),
+            self._refusal = (
+                len(self._rows),
                 f"an INSERT into outbox table {target.schema}.{target.table} was logged as a statement at "
                 f"{event.end} (transaction at {self._start}); the relay needs its row image: set "
                 "binlog_format=ROW for the server and the writing sessions, then restart the relay; or set "
-                "outbox.on_statement = \"dead_letter\" to dead-letter it and go on")
+                'outbox.on_statement = "dead_letter" to dead-letter it and go on',
+            )
         self._rows.append((key, event.sql))
 
     def _outbox_change(self, event: RowChange) -> None:
         if self._on_change == "stop":
             raise OutboxChangeRefused(
                 f"{event.kind.upper()} on outbox table {event.schema}.{event.table} at {event.end}: "
-                "outbox rows are only inserted (set outbox.on_change = \"ignore\" or \"warn\" to allow "
+                'outbox rows are only inserted (set outbox.on_change = "ignore" or "warn" to allow '
                 "the insert-then-delete pattern)"
             )
         if self._on_change == "warn":
-            log.warning("ignoring %s on outbox table %s.%s at %s", event.kind.upper(), event.schema, event.table, event.end)
+            log.warning(
+                "ignoring %s on outbox table %s.%s at %s", event.kind.upper(), event.schema, event.table, event.end
+            )
         self.changes_ignored += 1
         if self._on_ignored_change is not None:
             self._on_ignored_change(event)
@@ -374,8 +388,14 @@ class TransactionAssembler:
         if self._refusal is not None and (xa is None or xa.kind == XA_COMMIT):
             raise StatementFormatRefused(self._refusal[1])
         start = self._start if self._start is not None else end
-        identity = TxIdentity(self._source, start, self._gtid, self.server_id, timestamp * 1000,
-                              xa.prepared_at if xa is not None and xa.kind == XA_COMMIT else None)
+        identity = TxIdentity(
+            self._source,
+            start,
+            self._gtid,
+            self.server_id,
+            timestamp * 1000,
+            xa.prepared_at if xa is not None and xa.kind == XA_COMMIT else None,
+        )
         size = len(self._rows)
         rows = self._rows if size else None
         if size:

@@ -86,6 +86,10 @@ class TransactionState:
 
     def summary(self) -> dict[str, float]:
         sizes = sorted(self.batch_sizes)
-        return {"commits": self.commits, "aborts": self.aborts, "messages": self.committed_messages,
-                "mean_batch": (sum(sizes) / len(sizes)) if sizes else 0.0,
-                "median_batch": sizes[len(sizes) // 2] if sizes else 0}
+        return {
+            "commits": self.commits,
+            "aborts": self.aborts,
+            "messages": self.committed_messages,
+            "mean_batch": (sum(sizes) / len(sizes)) if sizes else 0.0,
+            "median_batch": sizes[len(sizes) // 2] if sizes else 0,
+        }

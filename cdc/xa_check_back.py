@@ -70,29 +70,58 @@ class XaCheckBack:
                 listed, asked = self._listed(), True
             state.done += 1
             state.last_at = now
-            where = (f"prepared at {h.prepared_at} {age:.0f} s ago; its events are held and the checkpoint "
-                     f"stays at {h.resume.position}")
+            where = (
+                f"prepared at {h.prepared_at} {age:.0f} s ago; its events are held and the checkpoint "
+                f"stays at {h.resume.position}"
+            )
             if listed is None:
-                log.warning("XA transaction %s is undecided (check %d of %d, XA RECOVER not permitted): %s",
-                            xid, state.done, self._max, where)
+                log.warning(
+                    "XA transaction %s is undecided (check %d of %d, XA RECOVER not permitted): %s",
+                    xid,
+                    state.done,
+                    self._max,
+                    where,
+                )
             elif xid in listed:
-                log.warning("XA transaction %s is undecided: XA RECOVER lists it as prepared (check %d of %d); %s",
-                            xid, state.done, self._max, where)
+                log.warning(
+                    "XA transaction %s is undecided: XA RECOVER lists it as prepared (check %d of %d); %s",
+                    xid,
+                    state.done,
+                    self._max,
+                    where,
+                )
             else:
-                log.info("XA transaction %s: XA RECOVER no longer lists it: decided, its outcome is not read yet "
-                         "(check %d of %d); %s", xid, state.done, self._max, where)
+                log.info(
+                    "XA transaction %s: XA RECOVER no longer lists it: decided, its outcome is not read yet "
+                    "(check %d of %d); %s",
+                    xid,
+                    state.done,
+                    self._max,
+                    where,
+                )
             if state.done >= self._max:
                 problems.append(self._problem(h, age))
                 if not state.reported:
                     state.reported = True
-                    log.error("XA transaction %s prepared at %s is still undecided after %d checks (%.0f s): its "
-                              "events are held and the checkpoint stays at %s; decide it on the server: XA COMMIT %s "
-                              "or XA ROLLBACK %s", xid, h.prepared_at, state.done, age, h.resume.position, xid, xid)
+                    log.error(
+                        "XA transaction %s prepared at %s is still undecided after %d checks (%.0f s): its "
+                        "events are held and the checkpoint stays at %s; decide it on the server: XA COMMIT %s "
+                        "or XA ROLLBACK %s",
+                        xid,
+                        h.prepared_at,
+                        state.done,
+                        age,
+                        h.resume.position,
+                        xid,
+                        xid,
+                    )
         m.xa_problems = problems
 
     @staticmethod
     def _problem(h: HeldPrepare, age: float) -> str:
-        return f"XA transaction {h.xid} prepared at {h.prepared_at} undecided for {age:.0f} s: XA COMMIT or XA ROLLBACK it"
+        return (
+            f"XA transaction {h.xid} prepared at {h.prepared_at} undecided for {age:.0f} s: XA COMMIT or XA ROLLBACK it"
+        )
 
     def _listed(self) -> set[str] | None:
         ask = getattr(self._sources, "prepared_xids", None)

@@ -51,33 +51,43 @@ def adopted_topics(cfg: Config, existing: list[str], extra: list[str]) -> list[s
 
 def read_offset(args) -> DebeziumOffset:
     if bool(args.debezium_offsets_file) == bool(args.debezium_offsets_topic):
-        raise AdoptionError("give one of --debezium-offsets-file (offset.storage.file.filename) or "
-                            "--debezium-offsets-topic (the Connect worker's offset.storage.topic)")
+        raise AdoptionError(
+            "give one of --debezium-offsets-file (offset.storage.file.filename) or "
+            "--debezium-offsets-topic (the Connect worker's offset.storage.topic)"
+        )
     if args.debezium_offsets_file:
         return offset_from_file(args.debezium_offsets_file, args.debezium_connector, args.debezium_server)
     cfg = args.config_obj
-    return offset_from_topic(cfg.kafka.bootstrap, args.debezium_offsets_topic, args.debezium_connector,
-                             args.debezium_server)
+    return offset_from_topic(
+        cfg.kafka.bootstrap, args.debezium_offsets_topic, args.debezium_connector, args.debezium_server
+    )
 
 
-def adopt(cfg: Config, offset: DebeziumOffset, origin: str, extra_topics: list[str], dry_run: bool = False,
-          out=print) -> Checkpoint:
+def adopt(
+    cfg: Config, offset: DebeziumOffset, origin: str, extra_topics: list[str], dry_run: bool = False, out=print
+) -> Checkpoint:
     store = checkpoint_store(cfg)
     existing_cp = store.load()
     if existing_cp is not None:
-        raise AdoptionError(f"the relay already has a checkpoint at {existing_cp.position} (checkpoint.*): adoption "
-                            "is the relay's first start; to adopt again, point checkpoint.* at a new, empty store")
+        raise AdoptionError(
+            f"the relay already has a checkpoint at {existing_cp.position} (checkpoint.*): adoption "
+            "is the relay's first start; to adopt again, point checkpoint.* at a new, empty store"
+        )
     sources = MySQLBinlogSourceFactory(cfg.source.connection(), cfg.source.replica_server_id, set())
     server_id = sources.server_id()
     if offset.server_id and offset.server_id != server_id:
-        raise AdoptionError(f"Debezium's offset was taken on server id {offset.server_id}, the relay reads server id "
-                            f"{server_id} (source.*): binlog positions name a place on one server only; adopt against "
-                            "the server Debezium read")
+        raise AdoptionError(
+            f"Debezium's offset was taken on server id {offset.server_id}, the relay reads server id "
+            f"{server_id} (source.*): binlog positions name a place on one server only; adopt against "
+            "the server Debezium read"
+        )
     sources.check_available(offset.position)
     head = sources.resolve("latest")
     if head < offset.position:
-        raise PositionError(f"Debezium's offset {offset.position} lies past the server's binlog head {head}: it "
-                            "belongs to another server or the binlog was reset")
+        raise PositionError(
+            f"Debezium's offset {offset.position} lies past the server's binlog head {head}: it "
+            "belongs to another server or the binlog was reset"
+        )
     gtids = None
     if offset.gtids:
         try:
@@ -96,12 +106,21 @@ def adopt(cfg: Config, offset: DebeziumOffset, origin: str, extra_topics: list[s
     finally:
         reader.close()
     window = AdoptedWindow(until=head, offsets=offsets, origin=origin)
-    cp = Checkpoint(source=cfg.source.name, position=offset.position, gtids=gtids, server_id=server_id,
-                    offsets={t: dict(ps) for t, ps in offsets.items()}, partitions=partitions,
-                    written_at_ms=int(time.time() * 1000), adopted=window)
+    cp = Checkpoint(
+        source=cfg.source.name,
+        position=offset.position,
+        gtids=gtids,
+        server_id=server_id,
+        offsets={t: dict(ps) for t, ps in offsets.items()},
+        partitions=partitions,
+        written_at_ms=int(time.time() * 1000),
+        adopted=window,
+    )
     out(f"Debezium's offset: {offset} (connector {offset.connector!r}, topic.prefix {offset.server!r})")
-    out(f"the relay starts at {offset.position} (the start of that transaction) and publishes every event whose id "
-        f"no Debezium message carries, up to the binlog head {head}")
+    out(
+        f"the relay starts at {offset.position} (the start of that transaction) and publishes every event whose id "
+        f"no Debezium message carries, up to the binlog head {head}"
+    )
     out(f"topics searched for Debezium's messages ({len(topics)}): {', '.join(topics) or 'none'}")
     if dry_run:
         out("dry run: no checkpoint written")
@@ -118,6 +137,5 @@ def cmd_adopt(args) -> int:
     args.config_obj = cfg
     offset = read_offset(args)
     where = args.debezium_offsets_file or f"offsets topic {args.debezium_offsets_topic}"
-    adopt(cfg, offset, f"Debezium connector {offset.connector!r} ({where}) at {offset}", args.topic or [],
-          args.dry_run)
+    adopt(cfg, offset, f"Debezium connector {offset.connector!r} ({where}) at {offset}", args.topic or [], args.dry_run)
     return 0

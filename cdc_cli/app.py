@@ -26,7 +26,7 @@ from cdc.errors import CdcError, PreflightError, SourceError
 from cdc.kafka_health import KafkaHealth
 from cdc.lease import lock_name, takeover_wait
 from cdc.metrics import RelayMetrics
-from cdc.ports import Serializer, StartAt
+from cdc.ports import StartAt
 from cdc.relay import Relay, RunSummary, start_point
 from cdc.replica_session import source_mark
 from cdc.transactions import transactional_id
@@ -105,7 +105,7 @@ class _LazySerializer:
 
     def __init__(self, cfg: Config):
         self._cfg = cfg
-        self._serializer: Serializer | None = None
+        self._serializer: Any = None  # a ConfluentAvroSerializer once built (imported lazily)
 
     def encode(self, event: Any, topic: str) -> bytes:
         if self._serializer is None:
@@ -118,7 +118,9 @@ class _LazySerializer:
         return self._serializer.encode(event, topic)
 
 
-def build_relay(cfg: Config, metrics: RelayMetrics | None = None, feeds: ReaderProcessFeeds | None = None) -> RelayHandle:
+def build_relay(
+    cfg: Config, metrics: RelayMetrics | None = None, feeds: ReaderProcessFeeds | None = None
+) -> RelayHandle:
     """The relay with its adapters. `feeds`: a reader process started earlier (see
     cdc_cli/main.py), configured here; with `source.reader = "process"` and none given,
     one is started here."""
@@ -134,13 +136,17 @@ def build_relay(cfg: Config, metrics: RelayMetrics | None = None, feeds: ReaderP
     reader = KafkaTopicReader(clients)
     serializer = _LazySerializer(cfg)
     sources = MySQLBinlogSourceFactory(
-        cfg.source.connection(), cfg.source.replica_server_id, {(t.schema, t.table) for t in cfg.tables},
-        heartbeat_s=cfg.source.heartbeat_s, decoder=cfg.source.decoder,
+        cfg.source.connection(),
+        cfg.source.replica_server_id,
+        {(t.schema, t.table) for t in cfg.tables},
+        heartbeat_s=cfg.source.heartbeat_s,
+        decoder=cfg.source.decoder,
     )
     settings = cfg.relay_settings()
     limit = min(settings.max_message_bytes, publisher.max_message_bytes)
     if limit != settings.max_message_bytes:
         from dataclasses import replace
+
         settings = replace(settings, max_message_bytes=limit)
     if cfg.source.reader != "process":
         feeds = None
@@ -207,14 +213,21 @@ def take_lease(cfg: Config, handle: RelayHandle, should_stop: Callable[[], bool]
     previous holder could still publish, then settle the replica server id (ending a
     stale session of this source's). None when `should_stop()` came first."""
     m = handle.metrics
-    lease = MySQLLease(cfg.source.connection(), lock_name(cfg.source.name), cfg.lease,
-                       on_confirm=lambda at: setattr(m, "lease_confirmed_at", at))
+    lease = MySQLLease(
+        cfg.source.connection(),
+        lock_name(cfg.source.name),
+        cfg.lease,
+        on_confirm=lambda at: setattr(m, "lease_confirmed_at", at),
+    )
     try:
         m.role, m.ready = "standby", True  # configured and checked: ready to take over
 
         def waiting(holder: int | None) -> None:
-            log.info("standby: the lease %r is held by connection %s; taking over when it is free",
-                     lease.name, holder if holder is not None else "(unknown)")
+            log.info(
+                "standby: the lease %r is held by connection %s; taking over when it is free",
+                lease.name,
+                holder if holder is not None else "(unknown)",
+            )
 
         if not lease.acquire(should_stop, waiting):
             lease.close()
@@ -244,14 +257,16 @@ def take_lease(cfg: Config, handle: RelayHandle, should_stop: Callable[[], bool]
         try:
             conn = connect(src.connection(), connect_timeout=5)
         except pymysql.err.MySQLError as exc:
-            raise SourceError(f"cannot connect to {src.host}:{src.port} to settle the replica server id: "
-                              f"{error_text(exc)}") from exc
+            raise SourceError(
+                f"cannot connect to {src.host}:{src.port} to settle the replica server id: {error_text(exc)}"
+            ) from exc
         try:
             with conn.cursor() as cur:
                 cur.execute("SELECT VERSION()")
                 mariadb = "mariadb" in str(cur.fetchone()[0]).lower()
-                ok, message = settle(cur, src.replica_server_id, src.user, mariadb, src.heartbeat_s,
-                                     lease_held=source_mark(src.name))
+                ok, message = settle(
+                    cur, src.replica_server_id, src.user, mariadb, src.heartbeat_s, lease_held=source_mark(src.name)
+                )
         finally:
             conn.close()
         if not ok:
@@ -267,15 +282,26 @@ def take_lease(cfg: Config, handle: RelayHandle, should_stop: Callable[[], bool]
 def _log_start(cfg: Config, endpoint: HttpEndpoint | None) -> None:
     """The one line that says what this relay streams, where to, and how it is watched."""
     src, store = cfg.source, cfg.checkpoint
-    log.info("relay for source %r: MySQL %s:%d as replica %d, Kafka %s, checkpoint %s, lease %s, metrics and "
-             "health %s", src.name, src.host, src.port, src.replica_server_id, cfg.kafka.bootstrap,
-             store.path if store.store == "file" else f"topic {store.topic}",
-             f"on (ttl {cfg.lease.ttl_s:g} s)" if cfg.lease.enabled else "off (lease.enabled = false)",
-             f"on {endpoint.url}" if endpoint is not None else "off (http.port = 0)")
+    log.info(
+        "relay for source %r: MySQL %s:%d as replica %d, Kafka %s, checkpoint %s, lease %s, metrics and health %s",
+        src.name,
+        src.host,
+        src.port,
+        src.replica_server_id,
+        cfg.kafka.bootstrap,
+        store.path if store.store == "file" else f"topic {store.topic}",
+        f"on (ttl {cfg.lease.ttl_s:g} s)" if cfg.lease.enabled else "off (lease.enabled = false)",
+        f"on {endpoint.url}" if endpoint is not None else "off (http.port = 0)",
+    )
 
 
-def run_relay(cfg: Config, should_stop: Callable[[], bool], metrics: RelayMetrics | None = None,
-              check: bool = True, feeds: ReaderProcessFeeds | None = None) -> RunSummary:
+def run_relay(
+    cfg: Config,
+    should_stop: Callable[[], bool],
+    metrics: RelayMetrics | None = None,
+    check: bool = True,
+    feeds: ReaderProcessFeeds | None = None,
+) -> RunSummary:
     """Preflight, take the lease (a standby until then), then run until `should_stop()`;
     the HTTP endpoint lives as long."""
     try:
@@ -293,8 +319,9 @@ def run_relay(cfg: Config, should_stop: Callable[[], bool], metrics: RelayMetric
     endpoint = None
     failed = threading.Event()
     if cfg.http.port:
-        endpoint = HttpEndpoint(handle.metrics, cfg.source.name, cfg.http.host, cfg.http.port,
-                                healthy=lambda: not failed.is_set())
+        endpoint = HttpEndpoint(
+            handle.metrics, cfg.source.name, cfg.http.host, cfg.http.port, healthy=lambda: not failed.is_set()
+        )
     poller = _BinlogBehindPoller(cfg, handle.metrics)
     lease = None
     try:

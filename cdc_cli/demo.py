@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from cdc.config import load_config
+from cdc.errors import CdcError
 from cdc.metrics import RelayMetrics
 from cdc.relay import RunSummary
 from cdc_cli.workload import ShopWorkload, WorkloadResult
@@ -30,9 +31,16 @@ SOURCE = "shop-db"
 
 def demo_config(db, bootstrap: str, workdir: Path, start: str) -> tuple[dict, dict]:
     raw = {
-        "source": {"name": SOURCE, "host": db.host, "port": db.port, "user": db.user,
-                   "password_env": "CDC_DEMO_MYSQL_PASSWORD", "replica_server_id": 4242, "start": start,
-                   "heartbeat_s": 0.5},
+        "source": {
+            "name": SOURCE,
+            "host": db.host,
+            "port": db.port,
+            "user": db.user,
+            "password_env": "CDC_DEMO_MYSQL_PASSWORD",
+            "replica_server_id": 4242,
+            "start": start,
+            "heartbeat_s": 0.5,
+        },
         "outbox": {"tables": [{"schema": DATABASE, "table": "outbox", "timestamp_column": "created_at"}]},
         "kafka": {"bootstrap": bootstrap, "dead_letter_topic": "outbox.dlq"},
         "schema_registry": {"url": "mock://cdc-demo"},
@@ -54,8 +62,10 @@ class _Progress:
         self._last = now
         m = self._m
         committed = workload.committed_count if workload else 0
-        line = (f"committed {committed:>6}  published {m.events_published:>6}  "
-                f"dead-lettered {m.dead_lettered_total:>3}  lag {m.lag_seconds(time.time()):4.1f}s")
+        line = (
+            f"committed {committed:>6}  published {m.events_published:>6}  "
+            f"dead-lettered {m.dead_lettered_total:>3}  lag {m.lag_seconds(time.time()):4.1f}s"
+        )
         if self._tty:
             print("\r" + line, end="", flush=True)
         else:
@@ -69,8 +79,8 @@ class _Progress:
 def run_demo(orders: int = 2000, workdir: str | None = None, verify: bool = True, brokers: int = 3) -> int:
     from cdc_cli.app import run_relay
     from cdc_cli.logs import configure
-    from connectors.kafka_standin import KafkaStandin
-    from connectors.mariadb_server import EmbeddedMariaDB
+    from testbed.kafka_standin import KafkaStandin
+    from testbed.mariadb import EmbeddedMariaDB
 
     configure("text", os.environ.get("CDC_LOG_LEVEL", "WARNING"))
     work = Path(workdir or "var/demo").resolve()
@@ -78,16 +88,24 @@ def run_demo(orders: int = 2000, workdir: str | None = None, verify: bool = True
     (work / "checkpoint.json").unlink(missing_ok=True)
     t0 = time.monotonic()
     print("starting embedded MariaDB and the Kafka stand-in ...", flush=True)
-    with EmbeddedMariaDB.start() as db, KafkaStandin.start(brokers=brokers, group_initial_rebalance_delay_ms=0) as kafka:
-        print(f"  MariaDB {db.host}:{db.port}  Kafka stand-in {kafka.bootstrap_servers}  "
-              f"({time.monotonic() - t0:.1f}s)", flush=True)
+    with (
+        EmbeddedMariaDB.start() as db,
+        KafkaStandin.start(brokers=brokers, group_initial_rebalance_delay_ms=0) as kafka,
+    ):
+        print(
+            f"  MariaDB {db.host}:{db.port}  Kafka stand-in {kafka.bootstrap_servers}  ({time.monotonic() - t0:.1f}s)",
+            flush=True,
+        )
         for topic, partitions in TOPICS.items():
             kafka.create_topic(topic, partitions)
         db.create_database(DATABASE)
         workload = ShopWorkload(lambda: db.connect(DATABASE))
         workload.create_schema()
         with db.connect() as conn, conn.cursor() as cur:
-            file, pos = binlog_end(cur)
+            end = binlog_end(cur)
+        if end is None:
+            raise CdcError("the demo's MariaDB has binary logging off")
+        file, pos = end
         raw, env = demo_config(db, kafka.bootstrap_servers, work, f"{file}:{pos}")
         cfg = load_config(raw, env)
         metrics = RelayMetrics()
@@ -107,8 +125,11 @@ def run_demo(orders: int = 2000, workdir: str | None = None, verify: bool = True
         result = workload.run(orders, on_progress=progress.show)
         expected = result.committed_count
         deadline = time.monotonic() + 60
-        while (metrics.events_published + metrics.dead_lettered_total < expected
-               and time.monotonic() < deadline and thread.is_alive()):
+        while (
+            metrics.events_published + metrics.dead_lettered_total < expected
+            and time.monotonic() < deadline
+            and thread.is_alive()
+        ):
             progress.show(result)
             time.sleep(0.1)
         progress.show(result, force=True)
@@ -126,7 +147,7 @@ def run_demo(orders: int = 2000, workdir: str | None = None, verify: bool = True
         print(f"  events committed         {expected}  (by the application's own ledger)")
         print(f"  events never committed   {len(result.rolled_back)}  (rolled back: must not appear)")
         print(f"  published to Kafka       {published}")
-        print(f"  dead-lettered            {dead}  {({c: n for c, n in metrics.dead_lettered.items() if n})}")
+        print(f"  dead-lettered            {dead}  { ({c: n for c, n in metrics.dead_lettered.items() if n}) }")
         print(f"  outbox deletes ignored   {metrics.outbox_changes_ignored}  (insert-then-delete)")
         print(f"  checkpoint               {summary.position}")
         print(f"  relay verdict            {'OK: counts match' if ok else 'MISMATCH'}")

@@ -23,8 +23,8 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from cdc.secret import scrub_secrets
 from cdc.errors import CdcError, PreflightError
+from cdc.secret import scrub_secrets
 from cdc_cli.config_file import read_config
 
 log = logging.getLogger("cdc")
@@ -54,8 +54,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     configure(cfg.log.format, cfg.log.level, cfg.log.kafka_level)
     summary = run_relay(cfg, stop.is_set, check=not args.skip_check, feeds=feeds)
-    log.info("stopped at %s: %d events published, %d dead-lettered, %d skipped as already delivered",
-             summary.position, summary.events_published, summary.dead_lettered, summary.skipped_recovery)
+    log.info(
+        "stopped at %s: %d events published, %d dead-lettered, %d skipped as already delivered",
+        summary.position,
+        summary.events_published,
+        summary.dead_lettered,
+        summary.skipped_recovery,
+    )
     return 0
 
 
@@ -73,17 +78,31 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
         name = lock_name(cfg.source.name)
         holder = lease_holder(name, cfg.source.connection())
-        lease = [CheckResult("lease", True, f"lease {name!r} is free: `cdc run` takes it at once" if holder is None
-                             else f"lease {name!r} is held by connection {holder}: a relay of this source is "
-                             "active; another `cdc run` waits as its standby")]
+        lease = [
+            CheckResult(
+                "lease",
+                True,
+                f"lease {name!r} is free: `cdc run` takes it at once"
+                if holder is None
+                else f"lease {name!r} is held by connection {holder}: a relay of this source is "
+                "active; another `cdc run` waits as its standby",
+            )
+        ]
     replica_id = not lease or "is free" in lease[0].message
     # Kafka first (at most kafka_check.TIMEOUT_S): a checkpoint kept in Kafka is read only
     # when Kafka answers; its lines are printed last.
     kafka = check_kafka(cfg)
     if cfg.checkpoint.store == "kafka" and not all(r.ok for r in kafka if r.name == "kafka"):
         results = run_checks(cfg, replica_id=replica_id)
-        results.append(CheckResult("start_position", True, f"not checked: the checkpoint (checkpoint.topic "
-                                   f"{cfg.checkpoint.topic!r}) cannot be read while Kafka does not answer", warn=True))
+        results.append(
+            CheckResult(
+                "start_position",
+                True,
+                f"not checked: the checkpoint (checkpoint.topic "
+                f"{cfg.checkpoint.topic!r}) cannot be read while Kafka does not answer",
+                warn=True,
+            )
+        )
     else:
         from cdc_cli.app import checkpoint_store, start_position
 
@@ -132,11 +151,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", required=True, help="relay TOML file")
     p.add_argument("--debezium-connector", required=True, help="the connector's `name` in Debezium")
     p.add_argument("--debezium-server", default=None, help="its `topic.prefix` (when the store holds several)")
-    p.add_argument("--debezium-offsets-file", default=None, help="a FileOffsetBackingStore file "
-                   "(offset.storage.file.filename)")
+    p.add_argument(
+        "--debezium-offsets-file", default=None, help="a FileOffsetBackingStore file (offset.storage.file.filename)"
+    )
     p.add_argument("--debezium-offsets-topic", default=None, help="the Connect worker's offset.storage.topic")
-    p.add_argument("--topic", action="append", help="a topic Debezium wrote that the relay's routing does not "
-                   "produce (repeatable)")
+    p.add_argument(
+        "--topic", action="append", help="a topic Debezium wrote that the relay's routing does not produce (repeatable)"
+    )
     p.add_argument("--dry-run", action="store_true", help="print what would be adopted; write nothing")
     p.set_defaults(func=_cmd_adopt)
     try:
@@ -176,8 +197,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ModuleNotFoundError as exc:
         if (exc.name or "").split(".")[0] not in _VERIFY_ONLY:
             raise
-        print(f"cdc: {args.command} needs the verifier's dependencies ({exc.name} is not installed): "
-              "pip install 'cdc-outbox-relay[verify]'", file=sys.stderr)
+        print(
+            f"cdc: {args.command} needs the verifier's dependencies ({exc.name} is not installed): "
+            "pip install 'cdc-outbox-relay[verify]'",
+            file=sys.stderr,
+        )
         return 2
     except KeyboardInterrupt:
         return 130

@@ -61,12 +61,17 @@ def _present(reader: KafkaTopicReader, topics: set[str], wanted: set[tuple]) -> 
     return found
 
 
-def repair(cfg: Config, missing: list[dict[str, Any]], progress: Callable[[str], None] = lambda _m: None,
-           replica_server_id: int | None = None) -> RepairResult:
+def repair(
+    cfg: Config,
+    missing: list[dict[str, Any]],
+    progress: Callable[[str], None] = lambda _m: None,
+    replica_server_id: int | None = None,
+) -> RepairResult:
     if not missing:
         return RepairResult(0, 0, 0, 0)
     if any(m["source"] != cfg.source.name for m in missing):
         raise ConfigError("the missing list names another source than this config's source.name")
+
     def key_of(m: dict[str, Any]) -> tuple:
         if m.get("gtid"):
             return (m["source"], m["gtid"], int(m["row"]))
@@ -84,8 +89,11 @@ def repair(cfg: Config, missing: list[dict[str, Any]], progress: Callable[[str],
     for m in missing:
         if key_of(m) not in present:
             by_tx[(m["file"], int(m["pos"]))].add(int(m["row"]))
-    sources = MySQLBinlogSourceFactory(cfg.source.connection(), replica_server_id or cfg.source.replica_server_id + 1,
-                                       {(t.schema, t.table) for t in cfg.tables})
+    sources = MySQLBinlogSourceFactory(
+        cfg.source.connection(),
+        replica_server_id or cfg.source.replica_server_id + 1,
+        {(t.schema, t.table) for t in cfg.tables},
+    )
     publisher = KafkaPublisher(cfg.kafka.clients())
     serializer = ConfluentAvroSerializer(registry_client(cfg.schema_registry))
     mapper = OutboxMapper(TopicRouter(cfg.kafka.topic_allowlist))
@@ -114,11 +122,22 @@ def repair(cfg: Config, missing: list[dict[str, Any]], progress: Callable[[str],
                 if extras is not None:  # a payload format: its headers and record timestamp, as the relay's
                     headers += [(H_FORMAT, extras.format.encode()), *extras.headers]
                     stamp = extras.timestamp_ms if extras.timestamp_ms is not None else item.identity.tx.commit_ts_ms
-                publisher.publish(item.topic, item.aggregate_id.encode(), serializer.encode(item, item.topic),
-                                  headers, on_delivery, stamp)
+                publisher.publish(
+                    item.topic,
+                    item.aggregate_id.encode(),
+                    serializer.encode(item, item.topic),
+                    headers,
+                    on_delivery,
+                    stamp,
+                )
             elif isinstance(item, DeadLetter):
-                publisher.publish(cfg.kafka.dead_letter_topic, item.key.encode() if item.key else None,
-                                  dead_letter_value(item), headers, on_delivery)
+                publisher.publish(
+                    cfg.kafka.dead_letter_topic,
+                    item.key.encode() if item.key else None,
+                    dead_letter_value(item),
+                    headers,
+                    on_delivery,
+                )
         tx.release()
     if publisher.flush(60) or failures:
         raise DeliveryError(f"repair: {len(failures)} messages were not acknowledged ({'; '.join(failures[:3])})")
@@ -126,8 +145,7 @@ def repair(cfg: Config, missing: list[dict[str, Any]], progress: Callable[[str],
 
 
 def _read_transaction(sources: MySQLBinlogSourceFactory, cfg: Config, mapper: OutboxMapper, start: BinlogPosition):
-    assembler = TransactionAssembler(list(cfg.tables), mapper, cfg.source.name, 0,
-                                     spill_dir=cfg.relay.spill_dir)
+    assembler = TransactionAssembler(list(cfg.tables), mapper, cfg.source.name, 0, spill_dir=cfg.relay.spill_dir)
     source = sources.open(start)
     try:
         while True:

@@ -11,15 +11,26 @@ from cdc.config import Config
 from cdc.position import BinlogPosition
 
 
-def verify_config(cfg: Config, output_dir: str, master: str | None = None, end_position: str | None = None,
-                  start_file: str | None = None):
+def verify_config(
+    cfg: Config,
+    output_dir: str,
+    master: str | None = None,
+    end_position: str | None = None,
+    start_file: str | None = None,
+):
     from spark_jobs.verify import VerifyConfig
 
     return VerifyConfig(
-        mysql=cfg.source.connection(), source=cfg.source.name, tables=tuple(cfg.tables),
-        kafka_bootstrap=cfg.kafka.bootstrap, dlq_topic=cfg.kafka.dead_letter_topic,
-        spark_master=master or "local[*]", output_dir=output_dir, end_position=end_position,
-        start_file=start_file, topic_allowlist=tuple(cfg.kafka.topic_allowlist),
+        mysql=cfg.source.connection(),
+        source=cfg.source.name,
+        tables=tuple(cfg.tables),
+        kafka_bootstrap=cfg.kafka.bootstrap,
+        dlq_topic=cfg.kafka.dead_letter_topic,
+        spark_master=master or "local[*]",
+        output_dir=output_dir,
+        end_position=end_position,
+        start_file=start_file,
+        topic_allowlist=tuple(cfg.kafka.topic_allowlist),
         consumer_conf=cfg.kafka.clients().settings("consumer"),  # [kafka.client] + [kafka.consumer], to executors too
     )
 
@@ -57,11 +68,16 @@ def _follow(args: argparse.Namespace, vcfg) -> int:
     from spark_jobs.follow import FollowConfig, run_follow
 
     if args.end_position:
-        print("cdc verify: --follow runs until stopped; --end-position is for a one-off run (drop one of them)", file=sys.stderr)
+        print(
+            "cdc verify: --follow runs until stopped; --end-position is for a one-off run (drop one of them)",
+            file=sys.stderr,
+        )
         return 2
     for name in ("grace", "trigger"):
         if getattr(args, name) <= 0:
-            print(f"cdc verify: --{name} must be a positive number of seconds, got {getattr(args, name)}", file=sys.stderr)
+            print(
+                f"cdc verify: --{name} must be a positive number of seconds, got {getattr(args, name)}", file=sys.stderr
+            )
             return 2
     start = args.start_file or args.follow_start
     fcfg = FollowConfig(verify=vcfg, checkpoint_dir=args.checkpoint_dir or "", grace_s=args.grace, trigger_s=args.trigger,
@@ -100,8 +116,10 @@ def _cmd_repair(args: argparse.Namespace) -> int:
     cfg = read_config(args.config)
     configure("text", "WARNING")
     result = repair(cfg, load_missing(args.report), progress=lambda m: print(m, file=sys.stderr))
-    print(f"repair: {result.requested} missing, {result.published} re-published (header cdc.repair), "
-          f"{result.already_present} already present, {result.not_found_in_binlog} not found in the binlog")
+    print(
+        f"repair: {result.requested} missing, {result.published} re-published (header cdc.repair), "
+        f"{result.already_present} already present, {result.not_found_in_binlog} not found in the binlog"
+    )
     return 0 if result.not_found_in_binlog == 0 else 3
 
 
@@ -115,8 +133,13 @@ def _cmd_locate(args: argparse.Namespace) -> int:
         if not args.topic or args.partition is None:
             print("cdc locate: --offset needs --topic and --partition", file=sys.stderr)
             return 2
-        found = locate_offset(cfg.kafka.bootstrap, args.topic, args.partition, args.offset,
-                              consumer_conf=cfg.kafka.clients().settings("consumer"))
+        found = locate_offset(
+            cfg.kafka.bootstrap,
+            args.topic,
+            args.partition,
+            args.offset,
+            consumer_conf=cfg.kafka.clients().settings("consumer"),
+        )
         if found is None:
             print(f"no record at {args.topic}[{args.partition}]@{args.offset}", file=sys.stderr)
             return 3
@@ -127,13 +150,24 @@ def _cmd_locate(args: argparse.Namespace) -> int:
         return 2
     where = args.position
     try:
-        where = BinlogPosition.parse(args.position) if ":" in args.position and "." in args.position.split(":")[0] else where
+        where = (
+            BinlogPosition.parse(args.position)
+            if ":" in args.position and "." in args.position.split(":")[0]
+            else where
+        )
     except Exception:
         pass
     pattern = template_pattern([t.topic for t in cfg.tables])
     topics = [cfg.kafka.dead_letter_topic]
-    hits = locate_position(cfg.kafka.bootstrap, topics, cfg.source.name, where, args.row, topic_pattern=pattern,
-                           consumer_conf=cfg.kafka.clients().settings("consumer"))
+    hits = locate_position(
+        cfg.kafka.bootstrap,
+        topics,
+        cfg.source.name,
+        where,
+        args.row,
+        topic_pattern=pattern,
+        consumer_conf=cfg.kafka.clients().settings("consumer"),
+    )
     for topic, partition, offset in hits:
         print(f"{topic}\t{partition}\t{offset}")
     return 0 if hits else 3
@@ -146,24 +180,48 @@ def add_parsers(sub) -> None:
     p.add_argument("--master", default=None, help="Spark master (default local[*])")
     p.add_argument("--start-file", default=None, help="verify from this binlog file (default: the oldest)")
     p.add_argument("--end-position", default=None, help="verify up to file:pos (default: the server's end now)")
-    p.add_argument("--binlog-reader", default=None, choices=("default", "fast"),
-                   help="default: python-mysql-replication (independent of the relay); fast: the relay's own decoder "
-                        "(several times faster, NOT independent)")
-    p.add_argument("--follow", action="store_true",
-                   help="run continuously (Spark Structured Streaming): verified-through, alarms, metrics, report")
-    p.add_argument("--checkpoint-dir", default=None, help="--follow: Spark checkpoint + state (default <output-dir>/checkpoint)")
+    p.add_argument(
+        "--binlog-reader",
+        default=None,
+        choices=("default", "fast"),
+        help="default: python-mysql-replication (independent of the relay); fast: the relay's own decoder "
+        "(several times faster, NOT independent)",
+    )
+    p.add_argument(
+        "--follow",
+        action="store_true",
+        help="run continuously (Spark Structured Streaming): verified-through, alarms, metrics, report",
+    )
+    p.add_argument(
+        "--checkpoint-dir", default=None, help="--follow: Spark checkpoint + state (default <output-dir>/checkpoint)"
+    )
     p.add_argument("--grace", type=float, default=60.0, help="--follow: seconds an event may wait for its record (60)")
     p.add_argument("--trigger", type=float, default=2.0, help="--follow: seconds between micro-batches (2)")
-    p.add_argument("--max-batch-bytes", type=int, default=64 << 20,
-                   help="--follow: binlog bytes one micro-batch reads at most, cut at a transaction (64 MiB; 0: no limit)")
-    p.add_argument("--follow-start", default="head",
-                   help="--follow, new checkpoint: head (default), oldest, a binlog file or file:pos (--start-file wins)")
+    p.add_argument(
+        "--max-batch-bytes",
+        type=int,
+        default=64 << 20,
+        help="--follow: binlog bytes one micro-batch reads at most, cut at a transaction (64 MiB; 0: no limit)",
+    )
+    p.add_argument(
+        "--follow-start",
+        default="head",
+        help="--follow, new checkpoint: head (default), oldest, a binlog file or file:pos (--start-file wins)",
+    )
     p.add_argument("--metrics-host", default="127.0.0.1", help="--follow: metrics endpoint host")
-    p.add_argument("--metrics-port", type=int, default=None, help="--follow: serve /metrics on this port (0: any free port)")
+    p.add_argument(
+        "--metrics-port", type=int, default=None, help="--follow: serve /metrics on this port (0: any free port)"
+    )
     p.add_argument("--report-every", type=float, default=10.0, help="--follow: seconds between report refreshes (10)")
-    p.add_argument("--dedupe-window", type=float, default=300.0,
-                   help="--follow: seconds a matched event is remembered to catch a later duplicate (300)")
-    p.add_argument("--duration", type=float, default=None, help="--follow: stop after this many seconds (default: until SIGTERM)")
+    p.add_argument(
+        "--dedupe-window",
+        type=float,
+        default=300.0,
+        help="--follow: seconds a matched event is remembered to catch a later duplicate (300)",
+    )
+    p.add_argument(
+        "--duration", type=float, default=None, help="--follow: stop after this many seconds (default: until SIGTERM)"
+    )
     p.set_defaults(func=_cmd_verify)
     p = sub.add_parser("repair", help="re-publish exactly the events a verify found missing")
     p.add_argument("--config", required=True)

@@ -65,8 +65,7 @@ class WorkloadResult:
 
 
 class ShopWorkload:
-    def __init__(self, connect: Callable[[], pymysql.connections.Connection], seed: int = 7,
-                 payload_bytes: int = 300):
+    def __init__(self, connect: Callable[[], pymysql.connections.Connection], seed: int = 7, payload_bytes: int = 300):
         self._connect = connect
         self._rng = random.Random(seed)
         self._payload_bytes = payload_bytes
@@ -92,8 +91,9 @@ class ShopWorkload:
         body["note"] = "x" * pad
         return json.dumps(body, separators=(",", ":"))
 
-    def _outbox(self, cur, pending: list[CommittedEvent], aggregate_type: str, aggregate_id: str,
-                event_type: str, payload: str) -> str:
+    def _outbox(
+        self, cur, pending: list[CommittedEvent], aggregate_type: str, aggregate_id: str, event_type: str, payload: str
+    ) -> str:
         event_id = self._event_id()
         cur.execute(
             "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES (%s,%s,%s,%s,%s)",
@@ -102,17 +102,22 @@ class ShopWorkload:
         pending.append(CommittedEvent(event_id, aggregate_type, aggregate_id, event_type, payload))
         return event_id
 
-    def run(self, orders: int, on_progress: Callable[[WorkloadResult], None] | None = None,
-            special_cases: bool = True) -> WorkloadResult:
+    def run(
+        self, orders: int, on_progress: Callable[[WorkloadResult], None] | None = None, special_cases: bool = True
+    ) -> WorkloadResult:
         """Write `orders` order transactions (plus the special cases once, early on)."""
         conn = self._connect()
         rng, res = self._rng, self.result
-        specials = {
-            max(1, orders // 10): self._savepoint_rollback,
-            max(2, orders // 5): self._myisam_rollback,
-            max(3, orders // 4): self._insert_then_delete,
-            max(4, orders // 3): self._dead_letter,
-        } if special_cases else {}
+        specials = (
+            {
+                max(1, orders // 10): self._savepoint_rollback,
+                max(2, orders // 5): self._myisam_rollback,
+                max(3, orders // 4): self._insert_then_delete,
+                max(4, orders // 3): self._dead_letter,
+            }
+            if special_cases
+            else {}
+        )
         customers = [f"c{n:04d}" for n in range(50)]
         try:
             for n in range(orders):
@@ -123,18 +128,34 @@ class ShopWorkload:
                     customer = rng.choice(customers)
                     lines = rng.randint(1, 3)
                     total = round(rng.uniform(5, 500), 2)
-                    cur.execute("INSERT INTO orders (customer,total,status,created_at) VALUES (%s,%s,'new',NOW(6))",
-                                (customer, total))
+                    cur.execute(
+                        "INSERT INTO orders (customer,total,status,created_at) VALUES (%s,%s,'new',NOW(6))",
+                        (customer, total),
+                    )
                     order_id = cur.lastrowid
                     for _ in range(lines):
-                        cur.execute("INSERT INTO order_lines (order_id,sku,qty,price) VALUES (%s,%s,%s,%s)",
-                                    (order_id, f"sku-{rng.randint(1, 999)}", rng.randint(1, 5), round(rng.uniform(1, 99), 2)))
+                        cur.execute(
+                            "INSERT INTO order_lines (order_id,sku,qty,price) VALUES (%s,%s,%s,%s)",
+                            (order_id, f"sku-{rng.randint(1, 999)}", rng.randint(1, 5), round(rng.uniform(1, 99), 2)),
+                        )
                     key = f"order-{order_id}"
-                    self._outbox(cur, pending, "order", key, "OrderCreated",
-                                 self._payload(order_id, "created", {"customer": customer, "total": total}))
+                    self._outbox(
+                        cur,
+                        pending,
+                        "order",
+                        key,
+                        "OrderCreated",
+                        self._payload(order_id, "created", {"customer": customer, "total": total}),
+                    )
                     if rng.random() < 0.3:  # several events in one transaction
-                        self._outbox(cur, pending, "payment", key, "PaymentRequested",
-                                     self._payload(order_id, "payment", {"amount": total}))
+                        self._outbox(
+                            cur,
+                            pending,
+                            "payment",
+                            key,
+                            "PaymentRequested",
+                            self._payload(order_id, "payment", {"amount": total}),
+                        )
                 rollback = rng.random() < 0.05
                 res.transactions += 1
                 if rollback:

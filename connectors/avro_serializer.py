@@ -28,8 +28,10 @@ MAGIC = b"\x00"
 # format = "avro": the payload's own schema, as Debezium's AvroConverter registers it for
 # the payload column (a nullable column is an optional Connect schema: a union with null)
 PAYLOAD_SCHEMAS = {
-    (False, True): '["null","string"]', (False, False): '"string"',
-    (True, True): '["null","bytes"]', (True, False): '"bytes"',
+    (False, True): '["null","string"]',
+    (False, False): '"string"',
+    (True, True): '["null","bytes"]',
+    (True, False): '"bytes"',
 }  # (binary, nullable) -> schema text
 
 
@@ -75,16 +77,19 @@ def registry_client(reg: Any) -> SchemaRegistryClient:
         # new_client gives the in-process fake for mock:// URLs, the REST client otherwise.
         return SchemaRegistryClient.new_client(conf)
     except FileNotFoundError as exc:
-        raise ConfigError(f"schema registry TLS file not found: {exc.filename} (schema_registry.ca_file / "
-                          "cert_file / key_file)") from exc
+        raise ConfigError(
+            f"schema registry TLS file not found: {exc.filename} (schema_registry.ca_file / cert_file / key_file)"
+        ) from exc
     except ssl.SSLError as exc:
-        raise ConfigError(f"schema registry TLS files cannot be used ({exc.reason or exc.__class__.__name__}): "
-                          "check schema_registry.cert_file, key_file and key_password") from exc
+        raise ConfigError(
+            f"schema registry TLS files cannot be used ({exc.reason or exc.__class__.__name__}): "
+            "check schema_registry.cert_file, key_file and key_password"
+        ) from exc
     except (ValueError, TypeError, OSError) as exc:
         raise ConfigError(f"schema registry settings are invalid: {_scrubbed(str(exc), conf)}") from exc
 
 
-def _tls_reason(exc: BaseException) -> str:
+def _tls_reason(exc: BaseException | None) -> str:
     """The TLS failure behind a connection error (e.g. `CERTIFICATE_VERIFY_FAILED`), or ""."""
     seen = 0
     while exc is not None and seen < 10:
@@ -121,8 +126,10 @@ class ConfluentAvroSerializer:
                 raise RegistryError(f"the schema registry refused subject {subject!r}: {exc}{hint}") from exc
             except Exception as exc:  # httpx/requests connection errors vary by version
                 why = _tls_reason(exc)
-                raise RegistryError(f"the schema registry is unreachable ({why or type(exc).__name__}); "
-                                    "check schema_registry.url" + (", ca_file and cert_file" if why else "")) from exc
+                raise RegistryError(
+                    f"the schema registry is unreachable ({why or type(exc).__name__}); "
+                    "check schema_registry.url" + (", ca_file and cert_file" if why else "")
+                ) from exc
             header = self._headers[key] = MAGIC + struct.pack(">I", schema_id)
         return header
 
@@ -139,16 +146,19 @@ class ConfluentAvroSerializer:
             return self._encode_payload(payload, topic, extras.nullable)
         out = io.BytesIO()
         out.write(self._header(topic))
-        fastavro.schemaless_writer(out, self._parsed, {
-            "id": event.event_id,
-            "aggregate_type": event.aggregate_type,
-            "aggregate_id": event.aggregate_id,
-            "type": event.event_type,
-            "payload": event.payload,
-            "timestamp": event.timestamp_us,
-        })
+        fastavro.schemaless_writer(
+            out,
+            self._parsed,
+            {
+                "id": event.event_id,
+                "aggregate_type": event.aggregate_type,
+                "aggregate_id": event.aggregate_id,
+                "type": event.event_type,
+                "payload": event.payload,
+                "timestamp": event.timestamp_us,
+            },
+        )
         return out.getvalue()
-
 
     def _encode_payload(self, payload: str | bytes | None, topic: str, nullable: bool) -> bytes | None:
         """The payload as an Avro value of schema string / bytes (or its union with null): a
@@ -157,7 +167,7 @@ class ConfluentAvroSerializer:
             return None
         binary = isinstance(payload, bytes)
         header = self._header(topic, PAYLOAD_SCHEMAS[(binary, nullable)])
-        data = payload if binary else payload.encode()
+        data = payload if isinstance(payload, bytes) else payload.encode()
         return b"".join((header, b"\x02" if nullable else b"", _zigzag(len(data)), data))
 
 

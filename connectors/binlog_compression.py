@@ -48,8 +48,12 @@ __all__ = [
 QUERY_COMPRESSED = 165
 # compressed type -> (plain type, V2 layout, update: two bitmaps)
 ROWS_COMPRESSED = {
-    166: (23, False, False), 167: (24, False, True), 168: (25, False, False),
-    169: (30, True, False), 170: (31, True, True), 171: (32, True, False),
+    166: (23, False, False),
+    167: (24, False, True),
+    168: (25, False, False),
+    169: (30, True, False),
+    170: (31, True, True),
+    171: (32, True, False),
 }
 TRANSACTION_PAYLOAD = 40
 ZSTD, NO_COMPRESSION = 0, 255
@@ -71,7 +75,7 @@ def _lenenc(buf: bytes, p: int, what: str) -> tuple[int, int]:
     width = {252: 2, 253: 3, 254: 8}.get(c)
     if width is None or p + 1 + width > len(buf):
         raise CompressedEventError(f"{what} is not a length-encoded integer")
-    return int.from_bytes(buf[p + 1:p + 1 + width], "little"), p + 1 + width
+    return int.from_bytes(buf[p + 1 : p + 1 + width], "little"), p + 1 + width
 
 
 def _inflate(buf: bytes, p: int, stop: int) -> bytes:
@@ -82,15 +86,14 @@ def _inflate(buf: bytes, p: int, stop: int) -> bytes:
     if not head & 0x80:
         raise CompressedEventError(f"the compressed part has no compression header (first byte 0x{head:02x})")
     if head & 0x70:
-        raise CompressedEventError(
-            f"unknown compression algorithm {(head >> 4) & 0x07} (this reader knows 0 = zlib)")
+        raise CompressedEventError(f"unknown compression algorithm {(head >> 4) & 0x07} (this reader knows 0 = zlib)")
     n = head & 0x07
     if not 1 <= n <= 4 or stop < p + 1 + n:
         raise CompressedEventError(f"bad size field ({n} bytes) in the compression header")
-    size = int.from_bytes(buf[p + 1:p + 1 + n], "big")
+    size = int.from_bytes(buf[p + 1 : p + 1 + n], "big")
     d = zlib.decompressobj()
     try:
-        data = d.decompress(buf[p + 1 + n:stop], size) if size else d.decompress(buf[p + 1 + n:stop])
+        data = d.decompress(buf[p + 1 + n : stop], size) if size else d.decompress(buf[p + 1 + n : stop])
     except zlib.error as exc:
         raise CompressedEventError(f"its zlib data is corrupt ({exc})") from None
     if not d.eof or len(data) != size or d.unconsumed_tail or d.unused_data:
@@ -157,7 +160,7 @@ def _zstd(payload: bytes) -> bytes:
 def transaction_payload(ev: bytes, crc: int) -> list[bytes]:
     """The events inside a MySQL Transaction_payload event, in order (without checksums,
     as MySQL writes them)."""
-    body = ev[19:len(ev) - crc]
+    body = ev[19 : len(ev) - crc]
     p = 0
     size = compression = uncompressed = None
     while True:
@@ -167,7 +170,7 @@ def transaction_payload(ev: bytes, crc: int) -> list[bytes]:
         length, p = _lenenc(body, p, "a payload header field's length")
         if p + length > len(body):
             raise CompressedEventError(f"payload header field {field} runs past the end of the event")
-        value, q = _lenenc(body[p:p + length], 0, f"payload header field {field}")
+        value, q = _lenenc(body[p : p + length], 0, f"payload header field {field}")
         if q != length:
             raise CompressedEventError(f"payload header field {field} is {length} bytes but holds {q}")
         p += length
@@ -186,7 +189,8 @@ def transaction_payload(ev: bytes, crc: int) -> list[bytes]:
         data = payload
     else:
         raise CompressedEventError(
-            f"unknown compression type {compression} (this reader knows 0 = zstd and 255 = none)")
+            f"unknown compression type {compression} (this reader knows 0 = zstd and 255 = none)"
+        )
     if uncompressed is not None and uncompressed != len(data):
         raise CompressedEventError(f"its payload decompresses to {len(data)} bytes but its header says {uncompressed}")
     events: list[bytes] = []
@@ -198,7 +202,7 @@ def transaction_payload(ev: bytes, crc: int) -> list[bytes]:
         n = _U32(data, q + 9)[0]
         if n < 19 or q + n > end:
             raise CompressedEventError(f"inner event {len(events)} claims {n} bytes; {end - q} are left")
-        events.append(data[q:q + n])
+        events.append(data[q : q + n])
         q += n
     if not events:
         raise CompressedEventError("its payload holds no event")

@@ -111,9 +111,14 @@ MARIADB_GTID_EVENT = 162
 MARIADB_QUERY_COMPRESSED = 165
 MARIADB_ROWS_COMPRESSED = range(166, 172)
 _EVENT_NAMES = {
-    TRANSACTION_PAYLOAD_EVENT: "Transaction_payload", MARIADB_QUERY_COMPRESSED: "Query_compressed",
-    166: "Write_rows_compressed_v1", 167: "Update_rows_compressed_v1", 168: "Delete_rows_compressed_v1",
-    169: "Write_rows_compressed", 170: "Update_rows_compressed", 171: "Delete_rows_compressed",
+    TRANSACTION_PAYLOAD_EVENT: "Transaction_payload",
+    MARIADB_QUERY_COMPRESSED: "Query_compressed",
+    166: "Write_rows_compressed_v1",
+    167: "Update_rows_compressed_v1",
+    168: "Delete_rows_compressed_v1",
+    169: "Write_rows_compressed",
+    170: "Update_rows_compressed",
+    171: "Delete_rows_compressed",
 }
 # source events that end a transaction: inside a Transaction_payload only the last may be one
 _TX_ENDS = (TxCommit, TxRollback, XaPrepare, XaCommit, XaRollback)
@@ -125,11 +130,39 @@ T_JSON, T_NEWDECIMAL, T_ENUM, T_SET = 245, 246, 247, 248
 T_TINY_BLOB, T_MEDIUM_BLOB, T_LONG_BLOB, T_BLOB, T_VAR_STRING, T_STRING, T_GEOMETRY = 249, 250, 251, 252, 253, 254, 255
 
 _TYPE_NAMES = {
-    0: "DECIMAL", 1: "TINY", 2: "SHORT", 3: "LONG", 4: "FLOAT", 5: "DOUBLE", 6: "NULL", 7: "TIMESTAMP",
-    8: "LONGLONG", 9: "INT24", 10: "DATE", 11: "TIME", 12: "DATETIME", 13: "YEAR", 14: "NEWDATE", 15: "VARCHAR",
-    16: "BIT", 17: "TIMESTAMP2", 18: "DATETIME2", 19: "TIME2", 20: "TYPED_ARRAY", 243: "VECTOR", 245: "JSON",
-    246: "NEWDECIMAL", 247: "ENUM", 248: "SET", 249: "TINY_BLOB", 250: "MEDIUM_BLOB", 251: "LONG_BLOB",
-    252: "BLOB", 253: "VAR_STRING", 254: "STRING", 255: "GEOMETRY",
+    0: "DECIMAL",
+    1: "TINY",
+    2: "SHORT",
+    3: "LONG",
+    4: "FLOAT",
+    5: "DOUBLE",
+    6: "NULL",
+    7: "TIMESTAMP",
+    8: "LONGLONG",
+    9: "INT24",
+    10: "DATE",
+    11: "TIME",
+    12: "DATETIME",
+    13: "YEAR",
+    14: "NEWDATE",
+    15: "VARCHAR",
+    16: "BIT",
+    17: "TIMESTAMP2",
+    18: "DATETIME2",
+    19: "TIME2",
+    20: "TYPED_ARRAY",
+    243: "VECTOR",
+    245: "JSON",
+    246: "NEWDECIMAL",
+    247: "ENUM",
+    248: "SET",
+    249: "TINY_BLOB",
+    250: "MEDIUM_BLOB",
+    251: "LONG_BLOB",
+    252: "BLOB",
+    253: "VAR_STRING",
+    254: "STRING",
+    255: "GEOMETRY",
 }
 _NUMERIC = {T_TINY, T_SHORT, T_INT24, T_LONG, T_LONGLONG, T_NEWDECIMAL, T_FLOAT, T_DOUBLE, T_YEAR}
 FL_STANDALONE = 0x01
@@ -207,14 +240,14 @@ def _decimal_reader(precision: int, decimals: int):
             res += str(int.from_bytes(b[:isize], "big"))
             p = isize
         for _ in range(uncomp_integral):
-            res += f"{int.from_bytes(b[p:p + 4], 'big'):09d}"
+            res += f"{int.from_bytes(b[p : p + 4], 'big'):09d}"
             p += 4
         res += "."
         for _ in range(uncomp_fractional):
-            res += f"{int.from_bytes(b[p:p + 4], 'big'):09d}"
+            res += f"{int.from_bytes(b[p : p + 4], 'big'):09d}"
             p += 4
         if fsize:
-            res += format(int.from_bytes(b[p:p + fsize], "big"), ffmt)
+            res += format(int.from_bytes(b[p : p + fsize], "big"), ffmt)
         return _Decimal(res)
 
     return size, read
@@ -229,21 +262,26 @@ def _fsp_value(b: bytes, p: int, fsp: int) -> int:
     size = (fsp + 1) // 2
     if not size:
         return 0
-    v = int.from_bytes(b[p:p + size], "big", signed=True)
+    v = int.from_bytes(b[p : p + size], "big", signed=True)
     if fsp % 2:
         v = int(v / 10)
     return v * (10 ** (6 - fsp))
 
 
 def _read_time2(b: bytes, p: int, fsp: int) -> datetime.timedelta:
-    data = int.from_bytes(b[p:p + 3], "big", signed=True)
+    data = int.from_bytes(b[p : p + 3], "big", signed=True)
     sign = 1 if (data >> 23) & 1 else -1
     if sign == -1:
         data = ~data + 1
-    return _timedelta(
-        hours=(data >> 12) & 0x3FF, minutes=(data >> 6) & 0x3F, seconds=data & 0x3F,
-        microseconds=_fsp_value(b, p + 3, fsp),
-    ) * sign
+    return (
+        _timedelta(
+            hours=(data >> 12) & 0x3FF,
+            minutes=(data >> 6) & 0x3F,
+            seconds=data & 0x3F,
+            microseconds=_fsp_value(b, p + 3, fsp),
+        )
+        * sign
+    )
 
 
 def _read_date(b: bytes, p: int):
@@ -270,16 +308,28 @@ def _read_datetime_old(b: bytes, p: int):
     year, month, day = int(date / 10000), int((date % 10000) / 100), int(date % 100)
     if year == 0 or month == 0 or day == 0:
         return None
-    return _datetime(year=year, month=month, day=day, hour=int(time / 10000),
-                     minute=int((time % 10000) / 100), second=int(time % 100))
+    return _datetime(
+        year=year,
+        month=month,
+        day=day,
+        hour=int(time / 10000),
+        minute=int((time % 10000) / 100),
+        second=int(time % 100),
+    )
 
 
 def _read_datetime2_slow(b: bytes, p: int, fsp: int):
-    d = int.from_bytes(b[p:p + 5], "big")
+    d = int.from_bytes(b[p : p + 5], "big")
     ym = (d >> 22) & 0x1FFFF
     try:
-        t = _datetime(year=int(ym / 13), month=ym % 13, day=(d >> 17) & 0x1F, hour=(d >> 12) & 0x1F,
-                      minute=(d >> 6) & 0x3F, second=d & 0x3F)
+        t = _datetime(
+            year=int(ym / 13),
+            month=ym % 13,
+            day=(d >> 17) & 0x1F,
+            hour=(d >> 12) & 0x1F,
+            minute=(d >> 6) & 0x3F,
+            second=d & 0x3F,
+        )
     except ValueError:
         return None
     us = _fsp_value(b, p + 5, fsp)
@@ -289,7 +339,7 @@ def _read_datetime2_slow(b: bytes, p: int, fsp: int):
 
 
 def _read_timestamp2(b: bytes, p: int, fsp: int):
-    t = _utcfromtimestamp(int.from_bytes(b[p:p + 4], "big", signed=True))
+    t = _utcfromtimestamp(int.from_bytes(b[p : p + 4], "big", signed=True))
     us = _fsp_value(b, p + 4, fsp)
     if us > 0:
         t = t.replace(microsecond=us)
@@ -387,7 +437,7 @@ def _read_strings(buf: bytes, p: int, end: int) -> tuple[list[list[str]], int]:
         values = []
         for _ in range(count):
             n, p = _lenenc(buf, p)
-            raw = buf[p:p + n]
+            raw = buf[p : p + n]
             p += n
             try:
                 values.append(raw.decode())
@@ -432,7 +482,7 @@ def _apply_optional_metadata(cols: list[_Column], buf: bytes, p: int, end: int, 
             q = p
             while q < stop:
                 ln, q = _lenenc(buf, q)
-                names.append(buf[q:q + ln].decode())
+                names.append(buf[q : q + ln].decode())
                 q += ln
         elif kind == 5:  # SET_STR_VALUE
             set_values, _ = _read_strings(buf, p, stop)
@@ -466,6 +516,7 @@ def _apply_optional_metadata(cols: list[_Column], buf: bytes, p: int, end: int, 
 
 # -- code generation for row images ----------------------------------------------------
 
+
 def mysql_json_text(kind: int, data: bytes) -> str:
     """A MySQL binary JSON value (a JSON column, MySQL only: MariaDB's JSON is LONGTEXT)
     as compact JSON text, keys in the order MySQL stores them; as the payload it is
@@ -476,15 +527,25 @@ def mysql_json_text(kind: int, data: bytes) -> str:
 
 
 _GLOBALS_BASE = {
-    "_u16": struct.Struct("<H").unpack_from, "_i16": struct.Struct("<h").unpack_from,
-    "_u32": struct.Struct("<I").unpack_from, "_i32": struct.Struct("<i").unpack_from,
-    "_u64": struct.Struct("<Q").unpack_from, "_i64": struct.Struct("<q").unpack_from,
-    "_f32": struct.Struct("<f").unpack_from, "_f64": struct.Struct("<d").unpack_from,
+    "_u16": struct.Struct("<H").unpack_from,
+    "_i16": struct.Struct("<h").unpack_from,
+    "_u32": struct.Struct("<I").unpack_from,
+    "_i32": struct.Struct("<i").unpack_from,
+    "_u64": struct.Struct("<Q").unpack_from,
+    "_i64": struct.Struct("<q").unpack_from,
+    "_f32": struct.Struct("<f").unpack_from,
+    "_f64": struct.Struct("<d").unpack_from,
     "_be40": struct.Struct(">IB").unpack_from,
-    "_from_bytes": int.from_bytes, "_datetime": _datetime, "_parse_json": mysql_json_text,
-    "_read_time2": _read_time2, "_read_date": _read_date, "_read_time_old": _read_time_old,
-    "_read_datetime_old": _read_datetime_old, "_read_timestamp2": _read_timestamp2,
-    "_read_datetime2_slow": _read_datetime2_slow, "_utcfromtimestamp": _utcfromtimestamp,
+    "_from_bytes": int.from_bytes,
+    "_datetime": _datetime,
+    "_parse_json": mysql_json_text,
+    "_read_time2": _read_time2,
+    "_read_date": _read_date,
+    "_read_time_old": _read_time_old,
+    "_read_datetime_old": _read_datetime_old,
+    "_read_timestamp2": _read_timestamp2,
+    "_read_datetime2_slow": _read_datetime2_slow,
+    "_utcfromtimestamp": _utcfromtimestamp,
 }
 
 
@@ -544,8 +605,12 @@ def _column_code(i: int, c: _Column, schema: str, table: str, g: dict[str, Any])
         return [f"n = {_uint_expr(size)}", f"p += {size}", f"{v} = b[p:p + n]", "p += n"]
     if t == T_JSON:
         size = m["length_size"]
-        return [f"n = {_uint_expr(size)}", f"p += {size}",
-                f"{v} = _parse_json(b[p], b[p + 1:p + n]) if n else None", "p += n"]
+        return [
+            f"n = {_uint_expr(size)}",
+            f"p += {size}",
+            f"{v} = _parse_json(b[p], b[p + 1:p + n]) if n else None",
+            "p += n",
+        ]
     if t == T_NEWDECIMAL:
         size, reader = _decimal_reader(m["precision"], m["decimals"])
         g[f"_dec{i}"] = reader
@@ -591,8 +656,10 @@ def _column_code(i: int, c: _Column, schema: str, table: str, g: dict[str, Any])
         return [f"{v} = _utcfromtimestamp(_u32(b, p)[0])", "p += 4"]
     if t == T_BIT:
         bits, nbytes = m["bits"], m["bytes"]
-        return [f"{v} = format(_from_bytes(b[p:p + {nbytes}], 'big') & {(1 << bits) - 1}, '0{bits}b')",
-                f"p += {nbytes}"]
+        return [
+            f"{v} = format(_from_bytes(b[p:p + {nbytes}], 'big') & {(1 << bits) - 1}, '0{bits}b')",
+            f"p += {nbytes}",
+        ]
     if t == T_ENUM:
         size = m["size"]
         if size not in (1, 2, 3, 4, 5, 6, 7, 8):
@@ -608,8 +675,11 @@ def _column_code(i: int, c: _Column, schema: str, table: str, g: dict[str, Any])
         if not c.set_values:
             return [f"{v} = None", f"p += {size}"]
         g[f"_set{i}"] = tuple(enumerate(c.set_values))
-        return [f"mask = {_uint_expr(size)}", f"{v} = {{val for idx, val in _set{i} if mask & (1 << idx)}} or None",
-                f"p += {size}"]
+        return [
+            f"mask = {_uint_expr(size)}",
+            f"{v} = {{val for idx, val in _set{i} if mask & (1 << idx)}} or None",
+            f"p += {size}",
+        ]
     raise UnsupportedColumnType(schema, table, str(c.name), t)
 
 
@@ -649,7 +719,7 @@ def _make_reader(tbl: _Table, present: bytes):
     body.append(f"    return {{{items}}}, p")
     src = "\n".join(body) + "\n"
     exec(compile(src, f"<binlog row reader {tbl.schema}.{tbl.table}>", "exec"), g)
-    fn = g["_read_row"]
+    fn: Any = g["_read_row"]
     fn.__source__ = src
     return fn
 
@@ -687,7 +757,7 @@ def _packed_int(b: bytes, p: int) -> tuple[int, int]:
     width = {252: 2, 253: 3, 254: 8}.get(first)
     if width is None:
         raise BinlogDecodeError(f"malformed packed integer (first byte {first}) in a GTID event")
-    return int.from_bytes(b[p + 1:p + 1 + width], "little"), p + 1 + width
+    return int.from_bytes(b[p + 1 : p + 1 + width], "little"), p + 1 + width
 
 
 def parse_mysql_gtid(ev: bytes, crc: int = 4) -> MysqlGtid:
@@ -702,12 +772,12 @@ def parse_mysql_gtid(ev: bytes, crc: int = 4) -> MysqlGtid:
     p += 17
     fields: dict[str, Any] = {}
     if p + 7 <= end:
-        immediate = int.from_bytes(ev[p:p + 7], "little")
+        immediate = int.from_bytes(ev[p : p + 7], "little")
         p += 7
         original = immediate & ~(1 << 55)
         if immediate & (1 << 55):
             immediate = original
-            original = int.from_bytes(ev[p:p + 7], "little")
+            original = int.from_bytes(ev[p : p + 7], "little")
             p += 7
         fields.update(immediate_commit_us=immediate, original_commit_us=original)
         if p < end:
@@ -739,8 +809,15 @@ class BinlogDecoder:
 
     TABLE_CACHE_LIMIT = 4096
 
-    def __init__(self, watched: set[tuple[str, str]], start_file: str | None, *, flavor: str | None = None,
-                 legacy_begin_start: bool = False, verify_checksum: bool = False):
+    def __init__(
+        self,
+        watched: set[tuple[str, str]],
+        start_file: str | None,
+        *,
+        flavor: str | None = None,
+        legacy_begin_start: bool = False,
+        verify_checksum: bool = False,
+    ):
         self.watched = set(watched)
         self.file = ""  # "": not known until the stream's first Rotate event
         if start_file is not None:
@@ -764,15 +841,24 @@ class BinlogDecoder:
         self._layouts: dict[bytes, _Table] = {}  # Table_map body after the table id -> layout
         self.table_maps_decoded = 0
         h: dict[int, Any] = {
-            QUERY_EVENT: self._query, ROTATE_EVENT: self._rotate, FORMAT_DESCRIPTION_EVENT: self._fde,
-            XID_EVENT: self._xid, TABLE_MAP_EVENT: self._table_map,
-            WRITE_ROWS_V1: self._write_v1, WRITE_ROWS_V2: self._write_v2,
-            UPDATE_ROWS_V1: self._update_v1, UPDATE_ROWS_V2: self._update_v2,
-            DELETE_ROWS_V1: self._delete_v1, DELETE_ROWS_V2: self._delete_v2,
-            HEARTBEAT_LOG_EVENT: self._heartbeat, GTID_LOG_EVENT: self._mysql_gtid,
-            MARIADB_GTID_EVENT: self._mariadb_gtid, XA_PREPARE_LOG_EVENT: self._xa_prepare,
+            QUERY_EVENT: self._query,
+            ROTATE_EVENT: self._rotate,
+            FORMAT_DESCRIPTION_EVENT: self._fde,
+            XID_EVENT: self._xid,
+            TABLE_MAP_EVENT: self._table_map,
+            WRITE_ROWS_V1: self._write_v1,
+            WRITE_ROWS_V2: self._write_v2,
+            UPDATE_ROWS_V1: self._update_v1,
+            UPDATE_ROWS_V2: self._update_v2,
+            DELETE_ROWS_V1: self._delete_v1,
+            DELETE_ROWS_V2: self._delete_v2,
+            HEARTBEAT_LOG_EVENT: self._heartbeat,
+            GTID_LOG_EVENT: self._mysql_gtid,
+            MARIADB_GTID_EVENT: self._mariadb_gtid,
+            XA_PREPARE_LOG_EVENT: self._xa_prepare,
             EXECUTE_LOAD_QUERY_EVENT: self._load_query,
-            TRANSACTION_PAYLOAD_EVENT: self._payload, MARIADB_QUERY_COMPRESSED: self._query_compressed,
+            TRANSACTION_PAYLOAD_EVENT: self._payload,
+            MARIADB_QUERY_COMPRESSED: self._query_compressed,
         }
         for t in MARIADB_ROWS_COMPRESSED:
             h[t] = self._rows_compressed
@@ -793,7 +879,9 @@ class BinlogDecoder:
 
     def _verify(self, ev: bytes) -> None:
         if zlib.crc32(ev[:-4]) != _U32(ev, len(ev) - 4)[0]:
-            raise BinlogDecodeError(f"CRC32 mismatch in an event of type {ev[4]} ending at {self.file}:{_U32(ev, 13)[0]}")
+            raise BinlogDecodeError(
+                f"CRC32 mismatch in an event of type {ev[4]} ending at {self.file}:{_U32(ev, 13)[0]}"
+            )
 
     # -- compressed events ---------------------------------------------------------------
 
@@ -803,7 +891,8 @@ class BinlogDecoder:
         return UndecodableEvent(
             f"cannot decode the {_EVENT_NAMES.get(t, 'binlog')} event (type {t}) at {self.file}:{log_pos - size} "
             f"(ending at {log_pos}): {why}; nothing from it on was published and the checkpoint stays before it: "
-            "restore this binlog file from an intact copy (a backup, or a replica's), then restart the relay")
+            "restore this binlog file from an intact copy (a backup, or a replica's), then restart the relay"
+        )
 
     def _post_header(self, t: int, default: int) -> int:
         ph = self.post_header
@@ -865,8 +954,10 @@ class BinlogDecoder:
                 raise self._undecodable(ev, f"inner event {i} (type {t}) is malformed ({exc})") from None
             if i < last and len(out) > before and isinstance(out[-1], _TX_ENDS):
                 raise self._undecodable(
-                    ev, f"inner event {i} of {last + 1} ends a transaction and more events follow it; MySQL writes "
-                        "one transaction per payload, and a checkpoint cannot name a place inside one")
+                    ev,
+                    f"inner event {i} of {last + 1} ends a transaction and more events follow it; MySQL writes "
+                    "one transaction per payload, and a checkpoint cannot name a place inside one",
+                )
 
     # -- bookkeeping events ------------------------------------------------------------
 
@@ -874,7 +965,7 @@ class BinlogDecoder:
         crc = self.crc
         if not self._crc_known:  # the fake Rotate at stream start precedes any FDE
             crc = 4 if len(ev) >= 31 and zlib.crc32(ev[:-4]) == _U32(ev, len(ev) - 4)[0] else 0
-        name = ev[19 + 8:len(ev) - crc].decode()
+        name = ev[19 + 8 : len(ev) - crc].decode()
         file_sequence(name)
         self.file = name
         if _U32(ev, 0)[0] != 0:
@@ -920,8 +1011,15 @@ class BinlogDecoder:
         flags = ev[31]
         file = self.file
         standalone = bool(flags & FL_STANDALONE)
-        out.append(TxBegin(_pos(file, self._begin_start(size, log_pos)), _pos(file, log_pos),
-                           f"{domain}-{server_id}-{seq}", standalone, not standalone))
+        out.append(
+            TxBegin(
+                _pos(file, self._begin_start(size, log_pos)),
+                _pos(file, log_pos),
+                f"{domain}-{server_id}-{seq}",
+                standalone,
+                not standalone,
+            )
+        )
 
     def _mysql_gtid(self, ev: bytes, out: list) -> None:
         _, _, _, size, log_pos, _ = _HDR.unpack_from(ev)
@@ -935,8 +1033,8 @@ class BinlogDecoder:
         status_len = _U16(ev, 19 + 11)[0]
         db_at = 19 + (post_header or self._ph_query) + status_len
         start = db_at + db_len + 1
-        sql = ev[start:len(ev) - self.crc].decode("utf-8", "backslashreplace").strip()
-        schema = ev[db_at:db_at + db_len].decode("utf-8", "backslashreplace") if db_len else ""
+        sql = ev[start : len(ev) - self.crc].decode("utf-8", "backslashreplace").strip()
+        schema = ev[db_at : db_at + db_len].decode("utf-8", "backslashreplace") if db_len else ""
         file = self.file
         out.append(query_event(sql, _pos(file, self._begin_start(size, log_pos)), _pos(file, log_pos), ts, schema))
 
@@ -953,15 +1051,16 @@ class BinlogDecoder:
         format_id, gtrid_len, bqual_len = struct.unpack_from("<iII", ev, 20)
         if 32 + gtrid_len + bqual_len > len(ev) - self.crc or gtrid_len > 64 or bqual_len > 64:
             raise BinlogDecodeError(
-                f"malformed XA_prepare event ending at {self.file}:{log_pos} (xid lengths {gtrid_len}/{bqual_len})")
-        gtrid = ev[32:32 + gtrid_len]
-        bqual = ev[32 + gtrid_len:32 + gtrid_len + bqual_len]
+                f"malformed XA_prepare event ending at {self.file}:{log_pos} (xid lengths {gtrid_len}/{bqual_len})"
+            )
+        gtrid = ev[32 : 32 + gtrid_len]
+        bqual = ev[32 + gtrid_len : 32 + gtrid_len + bqual_len]
         out.append(XaPrepare(xid_text(format_id, gtrid, bqual), _pos(self.file, log_pos), ts, one_phase))
 
     # -- Table_map ---------------------------------------------------------------------
 
     def _table_map(self, ev: bytes, out: list) -> None:
-        key = ev[25:len(ev) - self.crc]
+        key = ev[25 : len(ev) - self.crc]
         tbl = self._layouts.get(key)
         if tbl is None:
             tbl = self._parse_table_map(key)
@@ -975,16 +1074,16 @@ class BinlogDecoder:
         self.table_maps_decoded += 1
         p = 2  # flags
         n = body[p]
-        schema = body[p + 1:p + 1 + n].decode()
+        schema = body[p + 1 : p + 1 + n].decode()
         p += 1 + n + 1
         n = body[p]
-        table = body[p + 1:p + 1 + n].decode()
+        table = body[p + 1 : p + 1 + n].decode()
         p += 1 + n + 1
         tbl = _Table(schema, table)
         if (schema, table) not in self.watched:
             return tbl
         ncols, p = _lenenc(body, p)
-        cols = [_Column(t) for t in body[p:p + ncols]]
+        cols = [_Column(t) for t in body[p : p + ncols]]
         p += ncols
         meta_len, p = _lenenc(body, p)
         q = p
@@ -992,7 +1091,7 @@ class BinlogDecoder:
             q = _parse_column_meta(c, body, q)
         p += meta_len
         nbytes = (ncols + 7) // 8
-        nullable = int.from_bytes(body[p:p + nbytes], "little")
+        nullable = int.from_bytes(body[p : p + nbytes], "little")
         p += nbytes
         for i, c in enumerate(cols):
             c.nullable = bool(nullable & (1 << i))
@@ -1030,7 +1129,7 @@ class BinlogDecoder:
         else:
             p += 1
         nb = (ncols + 7) >> 3
-        present = ev[p:p + nb]
+        present = ev[p : p + nb]
         p += nb
         reader = tbl.readers.get(present)
         if reader is None:
@@ -1068,7 +1167,7 @@ class BinlogDecoder:
             p = self._rows_start(ev, True)
         ncols, p = _lenenc(ev, p)
         nb = (ncols + 7) >> 3
-        present = ev[p:p + nb]
+        present = ev[p : p + nb]
         p += nb
         readers = tbl.readers
         reader = readers.get(present)
@@ -1076,7 +1175,7 @@ class BinlogDecoder:
             reader = readers[present] = _make_reader(tbl, present)
         after = reader
         if update:
-            present2 = ev[p:p + nb]
+            present2 = ev[p : p + nb]
             p += nb
             after = readers.get(present2)
             if after is None:
@@ -1090,4 +1189,3 @@ class BinlogDecoder:
             if update:
                 values, p = after(ev, p)
             out.append(RowChange(kind, schema, table, values, end))
-

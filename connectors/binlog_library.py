@@ -51,16 +51,30 @@ from connectors.mysql_errors import error_text
 _binlogstream.MYSQL_EXPECTED_ERROR_CODES = []
 
 
-def open_library_stream(conn: dict[str, Any], replica_id: int, watched: set[tuple[str, str]], heartbeat: float,
-                        start: BinlogPosition | GtidSet) -> tuple[Any, str | None]:
+def open_library_stream(
+    conn: dict[str, Any],
+    replica_id: int,
+    watched: set[tuple[str, str]],
+    heartbeat: float,
+    start: BinlogPosition | GtidSet,
+) -> tuple[Any, str | None]:
     """The library's blocking stream from `start`, and the file it starts in (None for a GTID start)."""
     kwargs: dict[str, Any] = {
         "connection_settings": conn,
         "server_id": replica_id,
         "blocking": True,
         "only_events": [
-            FormatDescriptionEvent, RotateEvent, GtidEvent, MariadbGtidEvent, QueryEvent, XidEvent,
-            WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent, HeartbeatLogEvent, XAPrepareEvent,
+            FormatDescriptionEvent,
+            RotateEvent,
+            GtidEvent,
+            MariadbGtidEvent,
+            QueryEvent,
+            XidEvent,
+            WriteRowsEvent,
+            UpdateRowsEvent,
+            DeleteRowsEvent,
+            HeartbeatLogEvent,
+            XAPrepareEvent,
             ExecuteLoadQueryEvent,
         ],
         "only_schemas": sorted({schema for schema, _ in watched}) or None,
@@ -112,8 +126,14 @@ class LibraryConverter:
             return
         if kind is XAPrepareEvent:
             format_id = ev.xid_format_id - (1 << 32) if ev.xid_format_id >= 1 << 31 else ev.xid_format_id
-            out.append(XaPrepare(xid_text(format_id, ev.xid_gtrid, ev.xid_bqual),
-                                 BinlogPosition(self.file, ev.packet.log_pos), ev.timestamp, ev.one_phase))
+            out.append(
+                XaPrepare(
+                    xid_text(format_id, ev.xid_gtrid, ev.xid_bqual),
+                    BinlogPosition(self.file, ev.packet.log_pos),
+                    ev.timestamp,
+                    ev.one_phase,
+                )
+            )
             return
         if kind is ExecuteLoadQueryEvent:
             self._load_query(ev, out)
@@ -152,5 +172,8 @@ class LibraryConverter:
         sql = packet.read(ev.event_size - 26 - ev.status_vars_length - ev.schema_length - 1)
         end_pos = packet.log_pos
         start = BinlogPosition(self.file, end_pos - packet.event_size)
-        out.append(query_event(sql.decode("utf-8", "replace").strip(), start, BinlogPosition(self.file, end_pos),
-                               ev.timestamp, schema))
+        out.append(
+            query_event(
+                sql.decode("utf-8", "replace").strip(), start, BinlogPosition(self.file, end_pos), ev.timestamp, schema
+            )
+        )

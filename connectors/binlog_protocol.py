@@ -108,8 +108,12 @@ def mysql_gtid_dump_packet(gtid_set: str, server_id: int, blocking: bool = True)
 
     encoded = GtidSet(gtid_set).encoded()
     flags = _BINLOG_THROUGH_GTID | (0 if blocking else _BINLOG_DUMP_NON_BLOCK)
-    return (bytes([_COM_BINLOG_DUMP_GTID]) + struct.pack("<HII", flags, int(server_id), 0)
-            + struct.pack("<QI", 4, len(encoded)) + encoded)
+    return (
+        bytes([_COM_BINLOG_DUMP_GTID])
+        + struct.pack("<HII", flags, int(server_id), 0)
+        + struct.pack("<QI", 4, len(encoded))
+        + encoded
+    )
 
 
 class BinlogConnection:
@@ -181,8 +185,9 @@ class BinlogConnection:
             raise RuntimeError("this BinlogConnection already started a dump; open a new one")
         where = f"cannot connect to {self.host}:{self.port} as {self.user!r}"
         try:
-            self._conn = conn = connect(self._settings(), connect_timeout=self.connect_timeout, autocommit=True,
-                                        charset="utf8mb4")
+            self._conn = conn = connect(
+                self._settings(), connect_timeout=self.connect_timeout, autocommit=True, charset="utf8mb4"
+            )
         except MySQLTlsError:
             raise
         except Exception as exc:  # pymysql errors and socket errors
@@ -209,8 +214,13 @@ class BinlogConnection:
             raise _from_pymysql(exc, "replica handshake failed") from None
 
     def _settings(self) -> dict[str, Any]:
-        return {"host": self.host, "port": self.port, "user": self.user, "password": self._password,
-                **self.tls.settings()}
+        return {
+            "host": self.host,
+            "port": self.port,
+            "user": self.user,
+            "password": self._password,
+            **self.tls.settings(),
+        }
 
     def _command(self, payload: bytes, expect_ok: bool) -> None:
         """Send one command packet (sequence id 0); read its OK when asked."""
@@ -234,8 +244,13 @@ class BinlogConnection:
 
         tag = own_tag(self.connection_id).text().encode() if self.connection_id else b""
         payload = (
-            bytes([_COM_REGISTER_SLAVE]) + struct.pack("<I", self.server_id)
-            + bytes([len(tag)]) + tag + b"\x00" + b"\x00" + struct.pack("<HII", 0, 0, 0)
+            bytes([_COM_REGISTER_SLAVE])
+            + struct.pack("<I", self.server_id)
+            + bytes([len(tag)])
+            + tag
+            + b"\x00"
+            + b"\x00"
+            + struct.pack("<HII", 0, 0, 0)
         )
         self._command(payload, expect_ok=True)
 
@@ -316,11 +331,11 @@ class BinlogConnection:
                 if end <= size and n != _MAX_PACKET:
                     first = data[p + 4] if n else 0xFE
                     if first == 0:
-                        ev = data[p + 5:end]
+                        ev = data[p + 5 : end]
                         p = end
                         yield ev
                         continue
-                    payload = data[p + 4:end]
+                    payload = data[p + 4 : end]
                     p = end
                 else:
                     payload, data, p = self._read_large(recv, closed, data, p)
@@ -334,7 +349,9 @@ class BinlogConnection:
                     return  # EOF: end of the binlog in a non-blocking dump
                 if first == 0xFF:
                     raise _parse_error_packet(payload)
-                raise BinlogConnectionError(CR_SERVER_LOST, f"unexpected packet in the binlog stream (first byte {first})")
+                raise BinlogConnectionError(
+                    CR_SERVER_LOST, f"unexpected packet in the binlog stream (first byte {first})"
+                )
         except _Closed:
             self._streaming = False
             return
@@ -349,7 +366,9 @@ class BinlogConnection:
             if closed():
                 raise _Closed() from None
             if isinstance(exc, TimeoutError):
-                raise BinlogConnectionError(CR_SERVER_LOST, f"no data from the server for {self.read_timeout} s") from None
+                raise BinlogConnectionError(
+                    CR_SERVER_LOST, f"no data from the server for {self.read_timeout} s"
+                ) from None
             raise BinlogConnectionError(CR_SERVER_LOST, f"lost connection to the server: {exc}") from None
         if not chunk:
             if closed():
@@ -361,7 +380,7 @@ class BinlogConnection:
         """`count` bytes starting at buf[p], reading more as needed; returns (bytes, buf, p)."""
         have = len(buf) - p
         if have >= count:
-            return buf[p:p + count], buf, p + count
+            return buf[p : p + count], buf, p + count
         parts = [buf[p:]]
         missing = count - have
         while missing > 0:
@@ -424,7 +443,7 @@ class BinlogConnection:
                     conn._sock.close()
             except Exception:
                 pass
-        if (first and self.end_session_on_close and self._live and self.connection_id is not None):
+        if first and self.end_session_on_close and self._live and self.connection_id is not None:
             from connectors.replica_sessions import end_session
 
             end_session(self._settings(), self.connection_id, timeout=min(2.0, self.connect_timeout))

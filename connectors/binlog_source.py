@@ -46,18 +46,18 @@ import pymysql
 from cdc.errors import ConfigError, PositionError, PositionPurgedError, SourceError, UndecodableEventError
 from cdc.gtid import GtidSet, MariadbGtidPosition
 from cdc.position import BinlogPosition
+from cdc.server_version import ServerVersion, binlog_status_statement
 from cdc.source_events import (
     ServerInfo,
     SourceEvent,
     recovered_xid,
 )
+from cdc.tls import TlsConfig
 from connectors.binlog_protocol import (
     BinlogConnection,
     BinlogConnectionError,
     BinlogPositionError,
 )
-from cdc.server_version import ServerVersion, binlog_status_statement
-from cdc.tls import TlsConfig
 from connectors.mysql_client import connect, pymysql_args
 from connectors.mysql_errors import error_text
 
@@ -153,14 +153,16 @@ class MySQLBinlogSource:
         if item is _END:
             raise SourceError("the binlog stream ended (the server closed it)")
         if isinstance(item, BinlogPositionError) or (
-                isinstance(item, pymysql.err.OperationalError) and item.args
-                and item.args[0] == _ER_MASTER_FATAL_READING_BINLOG):
+            isinstance(item, pymysql.err.OperationalError)
+            and item.args
+            and item.args[0] == _ER_MASTER_FATAL_READING_BINLOG
+        ):
             raise PositionPurgedError(f"the server refused the start position: {error_text(item)}")
         # imported here: a relay whose reader process decodes never loads the decoder
         from connectors.binlog_decoder import BinlogDecodeError, UndecodableEvent, UnsupportedColumnType
 
         if isinstance(item, UnsupportedColumnType):
-            raise ConfigError(f"{item}; set source.decoder = \"library\" to read it with python-mysql-replication")
+            raise ConfigError(f'{item}; set source.decoder = "library" to read it with python-mysql-replication')
         if isinstance(item, UndecodableEvent):
             raise UndecodableEventError(str(item)) from None
         if isinstance(item, BinlogDecodeError):
@@ -203,13 +205,16 @@ class MySQLBinlogSourceFactory:
         decoder: str = "fast",
     ):
         if decoder not in ("fast", "library"):
-            raise ConfigError(f"source.decoder must be \"fast\" or \"library\", got {decoder!r}")
+            raise ConfigError(f'source.decoder must be "fast" or "library", got {decoder!r}')
         self._decoder = decoder
         self._tls = TlsConfig.from_settings(connection)
         self._conn = {
-            "host": connection["host"], "port": int(connection["port"]),
-            "user": connection["user"], "password": connection.get("password") or connection.get("passwd") or "",
-            "connect_timeout": connect_timeout, **self._tls.settings(),
+            "host": connection["host"],
+            "port": int(connection["port"]),
+            "user": connection["user"],
+            "password": connection.get("password") or connection.get("passwd") or "",
+            "connect_timeout": connect_timeout,
+            **self._tls.settings(),
         }
         self._replica_id = replica_server_id
         self._watched = set(watched_tables)
@@ -320,9 +325,17 @@ class MySQLBinlogSourceFactory:
         c = self._conn
         # The server sends a heartbeat after `heartbeat_s` idle seconds; a stream silent
         # for several of them is dead (a network that dropped without a reset).
-        conn = BinlogConnection(c["host"], c["port"], c["user"], c["password"], self._replica_id,
-                                connect_timeout=c["connect_timeout"], heartbeat_s=self._heartbeat,
-                                read_timeout=max(5.0, 4 * self._heartbeat), tls=self._tls)
+        conn = BinlogConnection(
+            c["host"],
+            c["port"],
+            c["user"],
+            c["password"],
+            self._replica_id,
+            connect_timeout=c["connect_timeout"],
+            heartbeat_s=self._heartbeat,
+            read_timeout=max(5.0, 4 * self._heartbeat),
+            tls=self._tls,
+        )
         try:
             if isinstance(start, BinlogPosition):
                 conn.dump_file(start.file, start.pos)
@@ -349,7 +362,9 @@ class MySQLBinlogSourceFactory:
         from connectors.binlog_library import LibraryConverter, open_library_stream
 
         flavor, server_id = self._facts()
-        reader, file = open_library_stream(pymysql_args(self._conn), self._replica_id, self._watched, self._heartbeat, start)
+        reader, file = open_library_stream(
+            pymysql_args(self._conn), self._replica_id, self._watched, self._heartbeat, start
+        )
         info = ServerInfo(server_id=server_id, flavor=flavor)
         converter = LibraryConverter(self._watched, file)
         c = self._conn

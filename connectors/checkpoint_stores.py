@@ -55,7 +55,9 @@ class FileCheckpointStore:
         try:
             return Checkpoint.from_dict(json.loads(text))
         except json.JSONDecodeError as exc:
-            raise ConfigError(f"checkpoint file {self.path} is not valid JSON ({exc.msg}); restore it from backup") from exc
+            raise ConfigError(
+                f"checkpoint file {self.path} is not valid JSON ({exc.msg}); restore it from backup"
+            ) from exc
 
     def save(self, checkpoint: Checkpoint) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -64,9 +66,11 @@ class FileCheckpointStore:
             if checkpoint.epoch:
                 current = self._read()
                 if current is not None and current.epoch > checkpoint.epoch:
-                    raise LeaseLost(f"checkpoint file {self.path} was written by a relay of lease epoch "
-                                    f"{current.epoch}, this relay's is {checkpoint.epoch}: a newer relay holds "
-                                    "the source")
+                    raise LeaseLost(
+                        f"checkpoint file {self.path} was written by a relay of lease epoch "
+                        f"{current.epoch}, this relay's is {checkpoint.epoch}: a newer relay holds "
+                        "the source"
+                    )
             self._replace(checkpoint)
 
     def _replace(self, checkpoint: Checkpoint) -> None:
@@ -95,8 +99,14 @@ def checkpoint_producer_settings(clients: KafkaClientConfig | str) -> dict:
 
 
 class KafkaCheckpointStore:
-    def __init__(self, clients: KafkaClientConfig | str, topic: str, source: str, timeout_s: float = 30.0,
-                 own_producer: bool = True):
+    def __init__(
+        self,
+        clients: KafkaClientConfig | str,
+        topic: str,
+        source: str,
+        timeout_s: float = 30.0,
+        own_producer: bool = True,
+    ):
         self._topic = topic
         self._key = source.encode()
         self._timeout = timeout_s
@@ -127,7 +137,9 @@ class KafkaCheckpointStore:
     def save(self, checkpoint: Checkpoint) -> None:
         result: list[KafkaError | None] = []
         self._producer.produce(
-            self._topic, key=self._key, value=json.dumps(checkpoint.to_dict(), sort_keys=True).encode(),
+            self._topic,
+            key=self._key,
+            value=json.dumps(checkpoint.to_dict(), sort_keys=True).encode(),
             on_delivery=lambda err, _msg: result.append(err),
         )
         crashpoints.hit("checkpoint_write")
@@ -146,6 +158,7 @@ class TransactionalCheckpointStore(KafkaCheckpointStore):
         self._publisher = publisher  # connectors.kafka_sink.TransactionalKafkaPublisher
 
     def save(self, checkpoint: Checkpoint) -> None:
-        self._publisher.produce_record(self._topic, self._key,
-                                       json.dumps(checkpoint.to_dict(), sort_keys=True).encode())
+        self._publisher.produce_record(
+            self._topic, self._key, json.dumps(checkpoint.to_dict(), sort_keys=True).encode()
+        )
         crashpoints.hit("checkpoint_write")

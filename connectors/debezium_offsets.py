@@ -22,14 +22,17 @@ def offset_from_file(path: str | os.PathLike[str], connector: str, server: str |
     return pick_offset(entries, connector, server, f"the offset file {os.fspath(path)}")
 
 
-def offset_from_topic(bootstrap: str, topic: str, connector: str, server: str | None,
-                      consumer_config: dict[str, Any] | None = None) -> DebeziumOffset:
+def offset_from_topic(
+    bootstrap: str, topic: str, connector: str, server: str | None, consumer_config: dict[str, Any] | None = None
+) -> DebeziumOffset:
     reader = KafkaTopicReader(bootstrap, consumer_config)
     try:
         count = reader.partition_count(topic)
         if count is None:
-            raise ConfigError(f"the Kafka Connect offsets topic {topic!r} does not exist on {bootstrap}: give the "
-                              "worker's offset.storage.topic (e.g. connect-offsets)")
+            raise ConfigError(
+                f"the Kafka Connect offsets topic {topic!r} does not exist on {bootstrap}: give the "
+                "worker's offset.storage.topic (e.g. connect-offsets)"
+            )
         entries: dict[bytes | None, bytes | None] = {}
         for partition in range(count):
             low, high = reader.watermarks(topic, partition)

@@ -47,12 +47,13 @@ class _Reader:
         return OffsetFileError(
             f"{self.where} is not a Kafka Connect FileOffsetBackingStore file this relay reads ({what} at byte "
             f"{self.at}): point the option at the connector's offset.storage.file.filename, or adopt from the "
-            "Kafka Connect offsets topic instead")
+            "Kafka Connect offsets topic instead"
+        )
 
     def take(self, n: int) -> bytes:
         if self.at + n > len(self.data):
             raise self.fail("the file ends early")
-        out = self.data[self.at:self.at + n]
+        out = self.data[self.at : self.at + n]
         self.at += n
         return out
 
@@ -80,7 +81,8 @@ class _Reader:
             index = self.i32() - BASE_HANDLE
             if not 0 <= index < len(self.handles) or not isinstance(self.handles[index], dict):
                 raise self.fail("a reference to an unknown class descriptor")
-            return self.handles[index]
+            found: dict = self.handles[index]  # type: ignore[assignment]  # checked to be a dict just above
+            return found
         if tag != TC_CLASSDESC:
             raise self.fail(f"a class descriptor was expected, found tag 0x{tag:02x}")
         desc: dict = {"name": self.utf(), "uid": struct.unpack(">Q", self.take(8))[0]}
@@ -98,7 +100,7 @@ class _Reader:
         desc["super"] = self.classdesc()
         return desc
 
-    def content(self) -> bytes | None | object:
+    def content(self) -> bytes | object | None:
         tag = self.u8()
         if tag == TC_NULL:
             return None
@@ -146,8 +148,8 @@ def parse_offset_file(data: bytes, where: str = "the offset file") -> dict[bytes
         raise r.fail("a negative map size")
     out: dict[bytes | None, bytes | None] = {}
     for _ in range(size):
-        key = r.content()
-        out[key] = r.content()
+        key, value = r.content(), r.content()
+        out[key] = value  # type: ignore[index,assignment]  # content() is bytes or None here (strings)
     if r.u8() != TC_ENDBLOCKDATA:
         raise r.fail("no end of the map's data")
     return out
@@ -158,8 +160,10 @@ def read_offset_file(path: str | os.PathLike[str]) -> dict[bytes | None, bytes |
     try:
         data = p.read_bytes()
     except OSError as exc:
-        raise OffsetFileError(f"cannot read the Debezium offset file {p}: {exc.strerror}; check the path "
-                              "(offset.storage.file.filename of the connector) and that this user may read it") from exc
+        raise OffsetFileError(
+            f"cannot read the Debezium offset file {p}: {exc.strerror}; check the path "
+            "(offset.storage.file.filename of the connector) and that this user may read it"
+        ) from exc
     return parse_offset_file(data, str(p))
 
 

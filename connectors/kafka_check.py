@@ -66,11 +66,9 @@ def _error_text(error: Any) -> str:
 
 def _ask(address: str, clients: KafkaClientConfig, deadline: float) -> _Answer:
     errors: list[Any] = []
-    # callables among the settings: librdkafka's config takes them, the client's stubs list only scalars
-    conf: dict[str, Any] = {**settings, "bootstrap.servers": address, "logger": _QUIET, "error_cb": errors.append,
-                            "log.connection.close": False}
     try:
-        admin = AdminClient({**admin_settings(clients, address), "error_cb": errors.append})
+        conf: dict[str, Any] = {**admin_settings(clients, address), "error_cb": errors.append}
+        admin = AdminClient(conf)
     except (KafkaException, ValueError, TypeError) as exc:
         # librdkafka may quote a refused value: never a secret
         return _Answer(address, None, redact(_error_text(exc.args[0] if exc.args else exc), clients), refused=True)
@@ -108,63 +106,108 @@ def check_kafka(cfg: Config, timeout_s: float = TIMEOUT_S) -> list[CheckResult]:
         answers = list(pool.map(lambda a: _ask(a, clients, deadline), addresses))
     refused = [a for a in answers if a.refused]
     if refused:
-        return [CheckResult("kafka", False, f"the Kafka client refuses the settings of kafka.client "
-                            f"({refused[0].error}): fix them")]
+        return [
+            CheckResult(
+                "kafka", False, f"the Kafka client refuses the settings of kafka.client ({refused[0].error}): fix them"
+            )
+        ]
     answered = [a for a in answers if a.metadata is not None]
     silent = [a for a in answers if a.metadata is None]
     wait = f"{timeout_s:.0f} s"
     if not answered:
         reasons = "; ".join(dict.fromkeys(a.error for a in silent if a.error))
-        results.append(CheckResult("kafka", False, f"cannot reach Kafka at {', '.join(a.address for a in silent)} "
-                                   f"within {wait} (kafka.bootstrap{'; ' + reasons if reasons else ''}): check the "
-                                   "address and that the brokers run"))
+        results.append(
+            CheckResult(
+                "kafka",
+                False,
+                f"cannot reach Kafka at {', '.join(a.address for a in silent)} "
+                f"within {wait} (kafka.bootstrap{'; ' + reasons if reasons else ''}): check the "
+                "address and that the brokers run",
+            )
+        )
         return results
     clusters = {a.address: a.metadata.cluster_id for a in answered}
     if len(set(clusters.values())) > 1:
         named = ", ".join(f"{address} is cluster {cid}" for address, cid in clusters.items())
-        results.append(CheckResult("kafka", False, f"kafka.bootstrap names more than one Kafka cluster ({named}): "
-                                   "list the brokers of one cluster"))
+        results.append(
+            CheckResult(
+                "kafka",
+                False,
+                f"kafka.bootstrap names more than one Kafka cluster ({named}): list the brokers of one cluster",
+            )
+        )
         return results
     metadata = answered[0].metadata
     about = f"cluster {metadata.cluster_id}, {len(metadata.brokers)} broker(s)"
     if silent:
-        results.append(CheckResult("kafka", True, f"{', '.join(a.address for a in silent)} did not answer within "
-                                   f"{wait} (kafka.bootstrap; {'; '.join(dict.fromkeys(a.error for a in silent))}); "
-                                   f"{', '.join(a.address for a in answered)} answered ({about}): fix or remove the "
-                                   "address that does not answer", warn=True))
+        results.append(
+            CheckResult(
+                "kafka",
+                True,
+                f"{', '.join(a.address for a in silent)} did not answer within "
+                f"{wait} (kafka.bootstrap; {'; '.join(dict.fromkeys(a.error for a in silent))}); "
+                f"{', '.join(a.address for a in answered)} answered ({about}): fix or remove the "
+                "address that does not answer",
+                warn=True,
+            )
+        )
     else:
         results.append(CheckResult("kafka", True, f"{', '.join(a.address for a in answered)} answered ({about})"))
 
-    topics = [("dead_letter_topic", "kafka.dead_letter_topic", cfg.kafka.dead_letter_topic,
-               "the relay writes a row it cannot publish there")]
+    topics = [
+        (
+            "dead_letter_topic",
+            "kafka.dead_letter_topic",
+            cfg.kafka.dead_letter_topic,
+            "the relay writes a row it cannot publish there",
+        )
+    ]
     if cfg.checkpoint.store == "kafka":
-        topics.append(("checkpoint_topic", "checkpoint.topic", cfg.checkpoint.topic,
-                       "no checkpoint is read from it (the relay starts from source.start) and the first checkpoint "
-                       "needs it"))
+        topics.append(
+            (
+                "checkpoint_topic",
+                "checkpoint.topic",
+                cfg.checkpoint.topic,
+                "no checkpoint is read from it (the relay starts from source.start) and the first checkpoint needs it",
+            )
+        )
     results += _event_topics(cfg, metadata)
     for name, key, topic, why in topics:
         state, detail = _topic_state(metadata, topic)
         if state == "exists":
             results.append(CheckResult(name, True, f"topic {topic!r} exists ({detail})"))
         elif state == "missing":
-            results.append(CheckResult(name, True, f"topic {topic!r} ({key}) does not exist: {why}; create it "
-                                       f"(kafka-topics.sh --create --topic {topic}) unless the brokers create topics "
-                                       "on first use (auto.create.topics.enable)", warn=True))
+            results.append(
+                CheckResult(
+                    name,
+                    True,
+                    f"topic {topic!r} ({key}) does not exist: {why}; create it "
+                    f"(kafka-topics.sh --create --topic {topic}) unless the brokers create topics "
+                    "on first use (auto.create.topics.enable)",
+                    warn=True,
+                )
+            )
         else:
-            results.append(CheckResult(name, True, f"cannot see topic {topic!r} ({key}): {detail}: allow the relay's "
-                                       "client to describe and write it", warn=True))
+            results.append(
+                CheckResult(
+                    name,
+                    True,
+                    f"cannot see topic {topic!r} ({key}): {detail}: allow the relay's client to describe and write it",
+                    warn=True,
+                )
+            )
     return results
 
 
 _PLACEHOLDER = re.compile(r"\{(\w+)\}")
 _WHAT_HAPPENS = {
-    "dead_letter": "their events are dead-lettered (cause topic_missing, topics.missing = \"dead_letter\") until "
-                   "it exists: create it (kafka-topics.sh --create --topic {topic}) or set topics.missing = "
-                   "\"create\"",
-    "create": "the relay creates it before its first event (topics.missing = \"create\"; its principal needs "
-              "CREATE on it)",
-    "auto": "the brokers must create it on first use (topics.missing = \"auto\"), else its events are "
-            "dead-lettered (cause topic_missing)",
+    "dead_letter": 'their events are dead-lettered (cause topic_missing, topics.missing = "dead_letter") until '
+    "it exists: create it (kafka-topics.sh --create --topic {topic}) or set topics.missing = "
+    '"create"',
+    "create": 'the relay creates it before its first event (topics.missing = "create"; its principal needs '
+    "CREATE on it)",
+    "auto": 'the brokers must create it on first use (topics.missing = "auto"), else its events are '
+    "dead-lettered (cause topic_missing)",
 }
 
 
@@ -182,15 +225,30 @@ def _event_topics(cfg: Config, metadata: Any) -> list[CheckResult]:
                 out.append(CheckResult("event_topics", True, f"topic {template!r} ({key}) exists ({detail})"))
             else:
                 why = _WHAT_HAPPENS[policy].format(topic=template)
-                out.append(CheckResult("event_topics", True, f"topic {template!r} ({key}) does not exist: {why}",
-                                       warn=policy != "create"))
+                out.append(
+                    CheckResult(
+                        "event_topics",
+                        True,
+                        f"topic {template!r} ({key}) does not exist: {why}",
+                        warn=policy != "create",
+                    )
+                )
             continue
-        pattern = re.compile("".join(
-            "[a-zA-Z0-9._-]+" if i % 2 else re.escape(part) for i, part in enumerate(_PLACEHOLDER.split(template))))
+        pattern = re.compile(
+            "".join(
+                "[a-zA-Z0-9._-]+" if i % 2 else re.escape(part) for i, part in enumerate(_PLACEHOLDER.split(template))
+            )
+        )
         found = sorted(t for t in metadata.topics if pattern.fullmatch(t))
         shown = ", ".join(found[:5]) + (f" and {len(found) - 5} more" if len(found) > 5 else "")
         why = _WHAT_HAPPENS[policy].format(topic="<topic>")
-        out.append(CheckResult("event_topics", True, f"{len(found)} existing topic(s) match {table.topic!r} ({key})"
-                               f"{': ' + shown if found else ''}; for an aggregate type whose topic does not exist, "
-                               f"{why}"))
+        out.append(
+            CheckResult(
+                "event_topics",
+                True,
+                f"{len(found)} existing topic(s) match {table.topic!r} ({key})"
+                f"{': ' + shown if found else ''}; for an aggregate type whose topic does not exist, "
+                f"{why}",
+            )
+        )
     return out

@@ -22,11 +22,14 @@ from cdc.identity import header_dict
 from cdc.kafka_client import KafkaClientConfig, redact
 from connectors.kafka_logging import client_logging
 
-
 # What reading back needs, whatever [kafka.consumer] says: no group offsets, no topic
 # created by reading, and never a record of an aborted transaction taken as delivered.
-READER_ENFORCED = {"enable.auto.commit": False, "enable.auto.offset.store": False,
-                   "isolation.level": "read_committed", "allow.auto.create.topics": False}
+READER_ENFORCED = {
+    "enable.auto.commit": False,
+    "enable.auto.offset.store": False,
+    "isolation.level": "read_committed",
+    "allow.auto.create.topics": False,
+}
 
 
 def reader_settings(clients: KafkaClientConfig | str, options: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -37,8 +40,9 @@ def reader_settings(clients: KafkaClientConfig | str, options: dict[str, Any] | 
 
 
 class KafkaTopicReader:
-    def __init__(self, clients: KafkaClientConfig | str, options: dict[str, Any] | None = None,
-                 timeout_s: float = 10.0):
+    def __init__(
+        self, clients: KafkaClientConfig | str, options: dict[str, Any] | None = None, timeout_s: float = 10.0
+    ):
         clients = KafkaClientConfig.of(clients)
         self._timeout = timeout_s
         self._conf = {**reader_settings(clients, options), **client_logging()}
@@ -56,9 +60,11 @@ class KafkaTopicReader:
         try:
             meta = self._admin.list_topics(timeout=self._timeout)
         except KafkaException as exc:
-            raise DeliveryError(f"cannot read Kafka metadata from {self._bootstrap} (kafka.bootstrap) within "
-                                f"{self._timeout:g} s: {redact(exc.args[0].str(), self._secrets)}: check the address, "
-                                "that the brokers run and the security settings ([kafka.client])") from exc
+            raise DeliveryError(
+                f"cannot read Kafka metadata from {self._bootstrap} (kafka.bootstrap) within "
+                f"{self._timeout:g} s: {redact(exc.args[0].str(), self._secrets)}: check the address, "
+                "that the brokers run and the security settings ([kafka.client])"
+            ) from exc
         info = meta.topics.get(topic)
         if info is None or (info.error is not None and info.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART):
             return None

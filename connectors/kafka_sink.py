@@ -67,29 +67,42 @@ def delivery_timeout_s(clients: KafkaClientConfig | str) -> float:
     try:
         return float(value) / 1000.0  # type: ignore[arg-type]  # None and junk end in the except below
     except (TypeError, ValueError):
-        raise ConfigError(f"kafka.producer.message.timeout.ms must be a number of milliseconds, got {value!r}") from None
+        raise ConfigError(
+            f"kafka.producer.message.timeout.ms must be a number of milliseconds, got {value!r}"
+        ) from None
 
 
 def _failure(err: KafkaError) -> DeliveryFailure:
     code = err.code()
-    return DeliveryFailure(code=err.name(), message=err.str(), too_large=code in _TOO_LARGE, fatal=err.fatal(),
-                           topic_missing=code in _NO_TOPIC)
+    return DeliveryFailure(
+        code=err.name(),
+        message=err.str(),
+        too_large=code in _TOO_LARGE,
+        fatal=err.fatal(),
+        topic_missing=code in _NO_TOPIC,
+    )
 
 
 class KafkaPublisher:
-    def __init__(self, clients: KafkaClientConfig | str, health: KafkaHealth | None = None,
-                 txn_id: str | None = None):
+    def __init__(self, clients: KafkaClientConfig | str, health: KafkaHealth | None = None, txn_id: str | None = None):
         self._conf = producer_settings(clients, txn_id)
         self._health = health
         conf: dict[str, Any] = {**self._conf, **client_logging()}
         if health is not None:
-            conf.update({"error_cb": self._on_error, "stats_cb": self._on_stats,
-                         "statistics.interval.ms": conf.get("statistics.interval.ms", 2000)})
+            conf.update(
+                {
+                    "error_cb": self._on_error,
+                    "stats_cb": self._on_stats,
+                    "statistics.interval.ms": conf.get("statistics.interval.ms", 2000),
+                }
+            )
         try:
             self._producer = Producer(conf)
         except KafkaException as exc:
-            raise ConfigError(f"invalid Kafka producer settings (kafka.client / kafka.producer): "
-                              f"{redact(exc.args[0].str(), self._conf)}") from exc
+            raise ConfigError(
+                f"invalid Kafka producer settings (kafka.client / kafka.producer): "
+                f"{redact(exc.args[0].str(), self._conf)}"
+            ) from exc
 
     def _on_error(self, err: KafkaError) -> None:
         if err.code() == KafkaError._ALL_BROKERS_DOWN and self._health is not None:
@@ -109,8 +122,13 @@ class KafkaPublisher:
         return int(self._conf.get("message.max.bytes", 1_000_000))
 
     def publish(
-        self, topic: str, key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes | None]],
-        on_delivery: DeliveryCallback, timestamp_ms: int | None = None,
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        headers: list[tuple[str, bytes | None]],
+        on_delivery: DeliveryCallback,
+        timestamp_ms: int | None = None,
     ) -> None:
         health = self._health
 
@@ -203,8 +221,9 @@ class TransactionalKafkaPublisher(KafkaPublisher):
                 if err.retriable() and attempt < 4:
                     continue  # librdkafka: the same call may be retried
                 if err.fatal():
-                    raise DeliveryError(f"Kafka producer {self.txn_id} failed ({what}): {err.name()}: {err.str()}; "
-                                        "restart the relay") from exc
+                    raise DeliveryError(
+                        f"Kafka producer {self.txn_id} failed ({what}): {err.name()}: {err.str()}; restart the relay"
+                    ) from exc
                 raise TransactionAborted(f"{what}: {err.name()}: {err.str()}") from exc
 
     def init_transactions(self, timeout: float) -> None:
@@ -213,9 +232,11 @@ class TransactionalKafkaPublisher(KafkaPublisher):
         except KafkaException as exc:
             err = exc.args[0]
             self._raise_if_fenced(err)
-            raise DeliveryError(f"Kafka did not start transactions for {self.txn_id} within {timeout:g} s: "
-                                f"{err.name()}: {err.str()}; check kafka.bootstrap and that the brokers run "
-                                "(transactional delivery needs a broker with transactions)") from exc
+            raise DeliveryError(
+                f"Kafka did not start transactions for {self.txn_id} within {timeout:g} s: "
+                f"{err.name()}: {err.str()}; check kafka.bootstrap and that the brokers run "
+                "(transactional delivery needs a broker with transactions)"
+            ) from exc
 
     def begin_transaction(self) -> None:
         self._call("begin the transaction", self._producer.begin_transaction)

@@ -21,24 +21,34 @@ from cdc.kafka_client import KafkaClientConfig, redact
 from connectors.kafka_logging import client_logging
 
 
-def new_topic_request(topic: str, partitions: int = -1, replication_factor: int = -1,
-                      configs: dict[str, Any] | None = None) -> NewTopic:
+def new_topic_request(
+    topic: str, partitions: int = -1, replication_factor: int = -1, configs: dict[str, Any] | None = None
+) -> NewTopic:
     """The CreateTopics request for `topic` (topic configs are strings on the wire)."""
-    return NewTopic(topic, num_partitions=int(partitions), replication_factor=int(replication_factor),
-                    config={str(k): str(v).lower() if isinstance(v, bool) else str(v)
-                            for k, v in (configs or {}).items()})
+    return NewTopic(
+        topic,
+        num_partitions=int(partitions),
+        replication_factor=int(replication_factor),
+        config={str(k): str(v).lower() if isinstance(v, bool) else str(v) for k, v in (configs or {}).items()},
+    )
 
 
 class KafkaTopicAdmin:
-    def __init__(self, clients: KafkaClientConfig | str, partitions: int = -1, replication_factor: int = -1,
-                 configs: dict[str, Any] | None = None, timeout_s: float = 30.0):
+    def __init__(
+        self,
+        clients: KafkaClientConfig | str,
+        partitions: int = -1,
+        replication_factor: int = -1,
+        configs: dict[str, Any] | None = None,
+        timeout_s: float = 30.0,
+    ):
         self._clients = KafkaClientConfig.of(clients)
         self._partitions, self._rf, self._configs = partitions, replication_factor, dict(configs or {})
         self._timeout = timeout_s
         self._admin: AdminClient | None = None
 
     @classmethod
-    def from_config(cls, clients: KafkaClientConfig, topics: Any) -> "KafkaTopicAdmin":
+    def from_config(cls, clients: KafkaClientConfig, topics: Any) -> KafkaTopicAdmin:
         """From `[topics]` (cdc.config.TopicsConfig)."""
         return cls(clients, topics.partitions, topics.replication_factor, topics.configs)
 
@@ -58,9 +68,11 @@ class KafkaTopicAdmin:
         except KafkaException as exc:
             err = exc.args[0]
             if err.code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                return (f"CreateTopics refused: {err.name()}: {redact(err.str(), self._clients)} (grant the relay's "
-                        "principal CREATE on it, check topics.partitions / replication_factor / configs, or create "
-                        "the topic)")
+                return (
+                    f"CreateTopics refused: {err.name()}: {redact(err.str(), self._clients)} (grant the relay's "
+                    "principal CREATE on it, check topics.partitions / replication_factor / configs, or create "
+                    "the topic)"
+                )
         except Exception as exc:  # a future that times out raises concurrent.futures.TimeoutError
             return f"CreateTopics got no answer within {self._timeout:g} s ({type(exc).__name__}): create the topic"
         # Created: wait (briefly) until the metadata the relay reads lists it.

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import functools
 import ssl
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import pymysql
 
@@ -57,8 +58,10 @@ def _context(mode: str, ca_file: str, cert_file: str, key_file: str, key_passwor
             try:
                 ctx.load_verify_locations(cafile=ca_file)
             except (OSError, ssl.SSLError) as exc:
-                raise MySQLTlsError(f"cannot use source.tls.ca_file {ca_file}: {_reason(exc)}: give a PEM file "
-                                    "with the CA certificate(s) that signed the server's certificate") from None
+                raise MySQLTlsError(
+                    f"cannot use source.tls.ca_file {ca_file}: {_reason(exc)}: give a PEM file "
+                    "with the CA certificate(s) that signed the server's certificate"
+                ) from None
         else:
             ctx.load_default_certs()
     else:
@@ -69,14 +72,18 @@ def _context(mode: str, ca_file: str, cert_file: str, key_file: str, key_passwor
             # Never None: OpenSSL would then ask for the password on the terminal.
             ctx.load_cert_chain(cert_file, key_file or None, password=key_password or _no_key_password)
         except _KeyPasswordMissing:
-            raise MySQLTlsError(f"the client key source.tls.{'key_file ' + key_file if key_file else 'cert_file'} is "
-                                "encrypted and no password is set: set source.tls.key_password_env or "
-                                "source.tls.key_password_file") from None
+            raise MySQLTlsError(
+                f"the client key source.tls.{'key_file ' + key_file if key_file else 'cert_file'} is "
+                "encrypted and no password is set: set source.tls.key_password_env or "
+                "source.tls.key_password_file"
+            ) from None
         except (OSError, ssl.SSLError) as exc:
-            raise MySQLTlsError(f"cannot use the client certificate source.tls.cert_file {cert_file} / key_file "
-                                f"{key_file or '(in cert_file)'}: {_reason(exc)}: give PEM files of a matching "
-                                "certificate and key (an encrypted key needs source.tls.key_password_env or "
-                                "key_password_file)") from None
+            raise MySQLTlsError(
+                f"cannot use the client certificate source.tls.cert_file {cert_file} / key_file "
+                f"{key_file or '(in cert_file)'}: {_reason(exc)}: give PEM files of a matching "
+                "certificate and key (an encrypted key needs source.tls.key_password_env or "
+                "key_password_file)"
+            ) from None
     return ctx
 
 
@@ -134,33 +141,47 @@ def tls_problem(exc: BaseException, settings: Mapping[str, Any]) -> str | None:
     where = _where(settings)
     code = exc.args[0] if isinstance(exc, pymysql.err.MySQLError) and exc.args else None
     if code in ER_SECURE_TRANSPORT_REQUIRED:
-        return (f"the server {where} accepts only TLS connections (require_secure_transport=ON) and source.tls.mode "
-                f"is {tls.mode!r}: set source.tls.mode = \"verify-identity\" and source.tls.ca_file to the CA of "
-                "the server's certificate")
+        return (
+            f"the server {where} accepts only TLS connections (require_secure_transport=ON) and source.tls.mode "
+            f'is {tls.mode!r}: set source.tls.mode = "verify-identity" and source.tls.ca_file to the CA of '
+            "the server's certificate"
+        )
     if code == ER_ACCESS_DENIED and tls.mode == "disabled":
         # MariaDB answers a connection without TLS to a require_secure_transport server so
-        return (f"access denied for user {settings.get('user')!r} at {where} and source.tls.mode is \"disabled\": "
-                "a server with require_secure_transport=ON refuses connections without TLS like this; set "
-                "source.tls.mode = \"verify-identity\" with source.tls.ca_file (or check source.user and the password)")
+        return (
+            f'access denied for user {settings.get("user")!r} at {where} and source.tls.mode is "disabled": '
+            "a server with require_secure_transport=ON refuses connections without TLS like this; set "
+            'source.tls.mode = "verify-identity" with source.tls.ca_file (or check source.user and the password)'
+        )
     if code == CR_SSL_CONNECTION_ERROR:
-        return (f"the server {where} does not offer TLS and source.tls.mode is {tls.mode!r}: enable TLS on the "
-                "server (ssl_cert, ssl_key), or set source.tls.mode = \"preferred\" (no encryption)")
+        return (
+            f"the server {where} does not offer TLS and source.tls.mode is {tls.mode!r}: enable TLS on the "
+            'server (ssl_cert, ssl_key), or set source.tls.mode = "preferred" (no encryption)'
+        )
     original = getattr(exc, "original_exception", None) or exc.__cause__ or exc.__context__
     if isinstance(exc, ssl.SSLError):
         original = exc
     if isinstance(original, ssl.SSLCertVerificationError):
         reason = (original.verify_message or _reason(original)).rstrip(".")
         if original.verify_code == 62 or "mismatch" in reason.lower():  # X509_V_ERR_HOSTNAME_MISMATCH
-            return (f"TLS to {where}: the server's certificate does not name {settings.get('host')!r} ({reason}): "
-                    "set source.host to a name the certificate holds, or source.tls.mode = \"verify-ca\"")
+            return (
+                f"TLS to {where}: the server's certificate does not name {settings.get('host')!r} ({reason}): "
+                'set source.host to a name the certificate holds, or source.tls.mode = "verify-ca"'
+            )
         if original.verify_code == 10:  # X509_V_ERR_CERT_HAS_EXPIRED
             return f"TLS to {where}: the server's certificate has expired: renew it on the server"
-        ca = f"source.tls.ca_file ({tls.ca_file})" if tls.ca_file else "source.tls.ca_file (now empty: the system's CAs)"
-        return (f"TLS to {where}: the server's certificate is not trusted ({reason}): set {ca} to the CA that "
-                "signed the server's certificate")
+        ca = (
+            f"source.tls.ca_file ({tls.ca_file})" if tls.ca_file else "source.tls.ca_file (now empty: the system's CAs)"
+        )
+        return (
+            f"TLS to {where}: the server's certificate is not trusted ({reason}): set {ca} to the CA that "
+            "signed the server's certificate"
+        )
     if isinstance(original, ssl.SSLError):
-        return (f"TLS to {where} failed ({_reason(original)}): check source.tls.cert_file / key_file (the server "
-                "may require a client certificate) and the server's TLS settings")
+        return (
+            f"TLS to {where} failed ({_reason(original)}): check source.tls.cert_file / key_file (the server "
+            "may require a client certificate) and the server's TLS settings"
+        )
     return None
 
 
@@ -182,14 +203,29 @@ def describe_tls(conn: Any, settings: Mapping[str, Any]) -> tuple[bool, bool, st
     if version is None:
         if tls.requires:  # PyMySQL refuses a connection without TLS then; never reached
             return False, False, f"the connection is not encrypted although source.tls.mode is {tls.mode!r}"
-        return True, True, (f"the connection is not encrypted (source.tls.mode = {tls.mode!r}): set source.tls.mode "
-                            "= \"verify-identity\" with source.tls.ca_file for production")
+        return (
+            True,
+            True,
+            (
+                f"the connection is not encrypted (source.tls.mode = {tls.mode!r}): set source.tls.mode "
+                '= "verify-identity" with source.tls.ca_file for production'
+            ),
+        )
     if verified:
-        what = ("certificate verified and its name matches " + repr(settings.get("host"))
-                if tls.mode == "verify-identity" else "certificate verified (its name not checked: verify-ca)")
+        what = (
+            "certificate verified and its name matches " + repr(settings.get("host"))
+            if tls.mode == "verify-identity"
+            else "certificate verified (its name not checked: verify-ca)"
+        )
         return True, tls.mode != "verify-identity", f"{version} ({cipher}), server {what}"
-    return True, True, (f"{version} ({cipher}), server certificate NOT verified (source.tls.mode = {tls.mode!r}): "
-                        "set source.tls.mode = \"verify-identity\" with source.tls.ca_file for production")
+    return (
+        True,
+        True,
+        (
+            f"{version} ({cipher}), server certificate NOT verified (source.tls.mode = {tls.mode!r}): "
+            'set source.tls.mode = "verify-identity" with source.tls.ca_file for production'
+        ),
+    )
 
 
 def binlog_end(cur: Any) -> tuple[str, int] | None:

@@ -48,8 +48,14 @@ class MySQLLease:
     """Acquire (waiting as a standby), hold (confirming every `renew_s` on a thread of its
     own) and release the lease named `name` on the server of `connection`."""
 
-    def __init__(self, connection: dict, name: str, settings: LeaseSettings,
-                 clock: Callable[[], float] = time.monotonic, on_confirm: Callable[[float], None] | None = None):
+    def __init__(
+        self,
+        connection: dict,
+        name: str,
+        settings: LeaseSettings,
+        clock: Callable[[], float] = time.monotonic,
+        on_confirm: Callable[[float], None] | None = None,
+    ):
         self._connection = connection
         self.name = name
         self.settings = settings
@@ -101,8 +107,9 @@ class MySQLLease:
                         told = True
             return False
         except pymysql.err.MySQLError as exc:
-            raise SourceError(f"the lease session failed while waiting for lease {self.name!r}: "
-                              f"{error_text(exc)}") from exc
+            raise SourceError(
+                f"the lease session failed while waiting for lease {self.name!r}: {error_text(exc)}"
+            ) from exc
 
     def _look(self, cur) -> int | None:
         cur.execute("SELECT IS_USED_LOCK(%s)", (self.name,))
@@ -162,8 +169,10 @@ class MySQLLease:
                 conn = self._conn
                 continue
             if holder != self.conn_id:
-                lease.lose(f"the server says connection {holder} holds lease {self.name!r} now, not this "
-                           f"relay's {self.conn_id}")
+                lease.lose(
+                    f"the server says connection {holder} holds lease {self.name!r} now, not this "
+                    f"relay's {self.conn_id}"
+                )
                 return
             lease.confirmed(sent)
             self._on_confirm(time.time())
@@ -247,7 +256,7 @@ def lease_holder(name: str, connection: dict) -> int | None:
     c = connection
     try:
         conn = connect(c, connect_timeout=5, read_timeout=5)
-    except Exception:  # noqa: BLE001 - reported by the preflight's own connection check
+    except Exception:
         return None
     try:
         with conn.cursor() as cur:

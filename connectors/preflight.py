@@ -49,8 +49,9 @@ def _vars(cur, names: tuple[str, ...]) -> dict[str, str]:
     return {str(k).lower(): str(v) for k, v in cur.fetchall()}
 
 
-def run_checks(cfg: Config, start: StartAt | str | None = None,
-               checkpoint: Checkpoint | None = None, replica_id: bool = True) -> list[CheckResult]:
+def run_checks(
+    cfg: Config, start: StartAt | str | None = None, checkpoint: Checkpoint | None = None, replica_id: bool = True
+) -> list[CheckResult]:
     """Every check's result. `start` is the position the relay would start from (a
     checkpoint's, or the configured start when there is none); `checkpoint`, when there
     is one, dates the undecided XA transactions it recorded. `replica_id=False` leaves
@@ -70,11 +71,19 @@ def run_checks(cfg: Config, start: StartAt | str | None = None,
     except pymysql.err.OperationalError as exc:
         code = exc.args[0] if exc.args else 0
         if code == ER_ACCESS_DENIED:
-            add("connect", False, f"access denied for user {src.user!r} at {src.host}:{src.port}: "
-                "check source.user and the password (source.password_env / source.password_file)")
+            add(
+                "connect",
+                False,
+                f"access denied for user {src.user!r} at {src.host}:{src.port}: "
+                "check source.user and the password (source.password_env / source.password_file)",
+            )
         else:
-            add("connect", False, f"cannot connect to {src.host}:{src.port} ({exc.args[1] if len(exc.args) > 1 else exc}): "
-                "check source.host/source.port and that the server is running")
+            add(
+                "connect",
+                False,
+                f"cannot connect to {src.host}:{src.port} ({exc.args[1] if len(exc.args) > 1 else exc}): "
+                "check source.host/source.port and that the server is running",
+            )
         return results
     add("connect", True, f"connected to {src.host}:{src.port} as {src.user!r}")
     ok, warn, line = describe_tls(conn, settings)
@@ -85,9 +94,13 @@ def run_checks(cfg: Config, start: StartAt | str | None = None,
             version, server_id = cur.fetchone()
             mariadb = "mariadb" in str(version).lower()
             v = _vars(cur, ("log_bin", "binlog_format", "binlog_row_image", "binlog_row_metadata"))
-            add("log_bin", v.get("log_bin", "").upper() == "ON",
-                "binary logging is on" if v.get("log_bin", "").upper() == "ON" else
-                "binary logging is off: start the server with --log-bin (log_bin=ON in its config)")
+            add(
+                "log_bin",
+                v.get("log_bin", "").upper() == "ON",
+                "binary logging is on"
+                if v.get("log_bin", "").upper() == "ON"
+                else "binary logging is off: start the server with --log-bin (log_bin=ON in its config)",
+            )
             for var, want, how in (
                 ("binlog_format", "ROW", "binlog_format=ROW"),
                 ("binlog_row_image", "FULL", "binlog_row_image=FULL"),
@@ -95,9 +108,14 @@ def run_checks(cfg: Config, start: StartAt | str | None = None,
             ):
                 have = v.get(var, "(not supported)")
                 ok = have.upper() == want
-                add(var, ok, f"{var} is {have}" if ok else
-                    f"{var} is {have}: set {how} in the server config (SET GLOBAL {var}='{want}' takes effect "
-                    "for new sessions; MySQL 8.0.14+ / MariaDB 10.5+ are needed for binlog_row_metadata)")
+                add(
+                    var,
+                    ok,
+                    f"{var} is {have}"
+                    if ok
+                    else f"{var} is {have}: set {how} in the server config (SET GLOBAL {var}='{want}' takes effect "
+                    "for new sessions; MySQL 8.0.14+ / MariaDB 10.5+ are needed for binlog_row_metadata)",
+                )
             if replica_id:
                 _check_replica_id(cur, cfg, int(server_id), mariadb, add)
             else:  # settled once the lease is held; whether it can be settled is known now
@@ -177,8 +195,13 @@ def _check_grants(cur, cfg: Config, mariadb: bool, add) -> None:
     cur.execute("SHOW GRANTS")
     privileges = global_privileges([str(row[0]) for row in cur.fetchall()])
     has_slave = has_privilege(privileges, *REPLICATION_SLAVE)
-    add("grant_replication_slave", has_slave, "REPLICATION SLAVE granted" if has_slave else
-        f"user {user!r} lacks REPLICATION SLAVE: GRANT REPLICATION SLAVE ON *.* TO '{user}'@'%'")
+    add(
+        "grant_replication_slave",
+        has_slave,
+        "REPLICATION SLAVE granted"
+        if has_slave
+        else f"user {user!r} lacks REPLICATION SLAVE: GRANT REPLICATION SLAVE ON *.* TO '{user}'@'%'",
+    )
     try:
         cur.execute("SHOW BINARY LOGS")
         cur.fetchall()
@@ -186,8 +209,11 @@ def _check_grants(cur, cfg: Config, mariadb: bool, add) -> None:
     except pymysql.err.OperationalError as exc:
         if exc.args and exc.args[0] == ER_SPECIFIC_ACCESS_DENIED:
             priv = "BINLOG MONITOR" if mariadb else "REPLICATION CLIENT"
-            add("grant_replication_client", False,
-                f"user {user!r} cannot list binary logs: GRANT {priv} ON *.* TO '{user}'@'%'")
+            add(
+                "grant_replication_client",
+                False,
+                f"user {user!r} cannot list binary logs: GRANT {priv} ON *.* TO '{user}'@'%'",
+            )
         else:
             add("grant_replication_client", False, f"SHOW BINARY LOGS failed: {exc.args[-1]}: is binary logging on?")
 
@@ -215,9 +241,13 @@ def _check_tables(cur, cfg: Config, add) -> None:
         have = {str(r[0]).lower() for r in cur.fetchall()}
         missing = [c for c in table.expected_columns if c.lower() not in have]
         if missing:
-            add(f"table {name}", False, f"outbox table {name} lacks column(s) {', '.join(missing)}: add them or map "
+            add(
+                f"table {name}",
+                False,
+                f"outbox table {name} lacks column(s) {', '.join(missing)}: add them or map "
                 "other columns in outbox.tables (id_column, aggregate_type_column, aggregate_id_column, "
-                "type_column, payload_column)")
+                "type_column, payload_column)",
+            )
         else:
             add(f"table {name}", True, f"outbox table {name} has the expected columns")
 
@@ -229,8 +259,9 @@ def _denied_table(cur, user: str, schema: str, table: str) -> str:
     table listed there exists, and otherwise the line says both."""
     grant = f"GRANT SELECT ON `{schema}`.`{table}` TO '{user}'@'%'"
     try:
-        cur.execute("SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s ORDER BY TABLE_NAME",
-                    (schema,))
+        cur.execute(
+            "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s ORDER BY TABLE_NAME", (schema,)
+        )
         visible = [str(r[0]) for r in cur.fetchall()]
     except pymysql.err.MySQLError:
         visible = []
@@ -238,8 +269,10 @@ def _denied_table(cur, user: str, schema: str, table: str) -> str:
         return f"user {user!r} cannot read {schema}.{table}: {grant}"
     shown = ", ".join(visible[:5]) + (f" and {len(visible) - 5} more" if len(visible) > 5 else "")
     sees = f"of {schema}'s tables it sees {shown}" if visible else f"it sees none of {schema}'s tables"
-    return (f"outbox table {schema}.{table} does not exist or user {user!r} may not read it (the server does not "
-            f"tell this user which; {sees}): create it, or fix outbox.tables, or {grant}")
+    return (
+        f"outbox table {schema}.{table} does not exist or user {user!r} may not read it (the server does not "
+        f"tell this user which; {sees}): create it, or fix outbox.tables, or {grant}"
+    )
 
 
 def _check_start(cur, start: StartAt | str | None, add) -> None:
@@ -260,11 +293,19 @@ def _check_start(cur, start: StartAt | str | None, add) -> None:
     except PositionError:
         purged = False
     if purged:
-        add("start_position", False, f"start position {start} was purged (oldest binlog: {oldest}); events from "
-            f"{start} to {oldest}:4 cannot be read: restore those binlogs, the relay will not skip them")
+        add(
+            "start_position",
+            False,
+            f"start position {start} was purged (oldest binlog: {oldest}); events from "
+            f"{start} to {oldest}:4 cannot be read: restore those binlogs, the relay will not skip them",
+        )
     else:
-        add("start_position", False, f"start position {start} is not on this server: the checkpoint belongs to "
-            "another server, or the binlog was reset")
+        add(
+            "start_position",
+            False,
+            f"start position {start} is not on this server: the checkpoint belongs to "
+            "another server, or the binlog was reset",
+        )
 
 
 def _check_session_format(cur, cfg: Config, add) -> None:
@@ -272,32 +313,55 @@ def _check_session_format(cur, cfg: Config, add) -> None:
     binlog_format. The relay stops at such a write (or dead-letters it, by
     outbox.on_statement); the fix is to run applications without these privileges."""
     try:
-        cur.execute("SELECT DISTINCT GRANTEE FROM information_schema.USER_PRIVILEGES WHERE PRIVILEGE_TYPE IN ("
-                    + ",".join(["%s"] * len(SESSION_FORMAT_PRIVILEGES)) + ") ORDER BY GRANTEE",
-                    SESSION_FORMAT_PRIVILEGES)
+        cur.execute(
+            "SELECT DISTINCT GRANTEE FROM information_schema.USER_PRIVILEGES WHERE PRIVILEGE_TYPE IN ("
+            + ",".join(["%s"] * len(SESSION_FORMAT_PRIVILEGES))
+            + ") ORDER BY GRANTEE",
+            SESSION_FORMAT_PRIVILEGES,
+        )
         accounts = [str(r[0]) for r in cur.fetchall()]
         cur.execute("SELECT CURRENT_USER()")
         me = str(cur.fetchone()[0])
     except pymysql.err.MySQLError as exc:
-        add("session_binlog_format", True, f"cannot list who may change binlog_format per session ({exc.args[-1]})",
-            warn=True)
+        add(
+            "session_binlog_format",
+            True,
+            f"cannot list who may change binlog_format per session ({exc.args[-1]})",
+            warn=True,
+        )
         return
     user, _, host = me.partition("@")
     mine = f"'{user}'@'{host}'"
     others = [a for a in accounts if a != mine]
-    fix = ("an outbox INSERT such an account logs with SET SESSION binlog_format='STATEMENT' stops the relay "
-           "(or is dead-lettered, outbox.on_statement): run applications under accounts without SUPER / "
-           "BINLOG ADMIN / SESSION_VARIABLES_ADMIN")
+    fix = (
+        "an outbox INSERT such an account logs with SET SESSION binlog_format='STATEMENT' stops the relay "
+        "(or is dead-lettered, outbox.on_statement): run applications under accounts without SUPER / "
+        "BINLOG ADMIN / SESSION_VARIABLES_ADMIN"
+    )
     if others:
         shown = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
-        add("session_binlog_format", True, f"accounts that can change binlog_format per session: {shown}; {fix}",
-            warn=True)
+        add(
+            "session_binlog_format",
+            True,
+            f"accounts that can change binlog_format per session: {shown}; {fix}",
+            warn=True,
+        )
     elif mine not in accounts:  # USER_PRIVILEGES shows only what this account may see
-        add("session_binlog_format", True, "no account with SUPER or BINLOG ADMIN is visible to "
-            f"{cfg.source.user!r} (it sees only its own privileges); {fix}", warn=True)
+        add(
+            "session_binlog_format",
+            True,
+            "no account with SUPER or BINLOG ADMIN is visible to "
+            f"{cfg.source.user!r} (it sees only its own privileges); {fix}",
+            warn=True,
+        )
     else:
-        add("session_binlog_format", True, f"only {me} can change binlog_format per session "
-            f"(other accounts' privileges are visible only with SELECT on mysql.*); {fix}", warn=True)
+        add(
+            "session_binlog_format",
+            True,
+            f"only {me} can change binlog_format per session "
+            f"(other accounts' privileges are visible only with SELECT on mysql.*); {fix}",
+            warn=True,
+        )
 
 
 def _check_xa_undecided(cur, checkpoint: Checkpoint | None, add) -> None:
@@ -307,8 +371,13 @@ def _check_xa_undecided(cur, checkpoint: Checkpoint | None, add) -> None:
         cur.execute("XA RECOVER")
         rows = cur.fetchall()
     except pymysql.err.MySQLError as exc:
-        add("xa_undecided", True, f"cannot list prepared XA transactions ({exc.args[-1]}): on MySQL 8 "
-            "GRANT XA_RECOVER_ADMIN ON *.* to the relay's user", warn=True)
+        add(
+            "xa_undecided",
+            True,
+            f"cannot list prepared XA transactions ({exc.args[-1]}): on MySQL 8 "
+            "GRANT XA_RECOVER_ADMIN ON *.* to the relay's user",
+            warn=True,
+        )
         return
     if not rows:
         add("xa_undecided", True, "no XA transaction is prepared and undecided")
@@ -321,11 +390,19 @@ def _check_xa_undecided(cur, checkpoint: Checkpoint | None, add) -> None:
             at, ts = known[xid]
             lines.append(f"{xid} prepared at {at} {max(0, now - ts):.0f} s ago")
         else:
-            lines.append(f"{xid} (not in the checkpoint: prepared after it was written, or before the relay "
-                         "started; age unknown)")
-    add("xa_undecided", True, f"{len(lines)} XA transaction(s) prepared and undecided: " + "; ".join(lines)
+            lines.append(
+                f"{xid} (not in the checkpoint: prepared after it was written, or before the relay "
+                "started; age unknown)"
+            )
+    add(
+        "xa_undecided",
+        True,
+        f"{len(lines)} XA transaction(s) prepared and undecided: "
+        + "; ".join(lines)
         + ": the relay holds them unpublished and its checkpoint before the earliest; XA COMMIT or XA ROLLBACK "
-        "each on the server", warn=True)
+        "each on the server",
+        warn=True,
+    )
 
 
 def _check_compression(cur, cfg: Config, add) -> None:
@@ -336,20 +413,36 @@ def _check_compression(cur, cfg: Config, add) -> None:
     v = _vars(cur, ("log_bin_compress", "log_bin_compress_min_len", "binlog_transaction_compression"))
     found = []
     if v.get("log_bin_compress", "").upper() == "ON":
-        found.append(f"log_bin_compress is ON (MariaDB: zlib, every statement or row image of "
-                     f"{v.get('log_bin_compress_min_len', '256')} bytes or more)")
+        found.append(
+            f"log_bin_compress is ON (MariaDB: zlib, every statement or row image of "
+            f"{v.get('log_bin_compress_min_len', '256')} bytes or more)"
+        )
     if v.get("binlog_transaction_compression", "").upper() == "ON":
-        found.append("binlog_transaction_compression is ON (MySQL: each transaction one zstd Transaction_payload "
-                     "event; read by the relay's decoder, tested here only against byte fixtures)")
+        found.append(
+            "binlog_transaction_compression is ON (MySQL: each transaction one zstd Transaction_payload "
+            "event; read by the relay's decoder, tested here only against byte fixtures)"
+        )
     if not found:
-        add("binlog_compression", True, "binlog compression is off (log_bin_compress / "
-            "binlog_transaction_compression); compressed events written earlier are read all the same")
+        add(
+            "binlog_compression",
+            True,
+            "binlog compression is off (log_bin_compress / "
+            "binlog_transaction_compression); compressed events written earlier are read all the same",
+        )
     elif cfg.source.decoder == "library":
-        add("binlog_compression", False, "; ".join(found) + ": python-mysql-replication (source.decoder = "
-            "\"library\") skips compressed events and would lose their rows: set source.decoder = \"fast\"")
+        add(
+            "binlog_compression",
+            False,
+            "; ".join(found) + ": python-mysql-replication (source.decoder = "
+            '"library") skips compressed events and would lose their rows: set source.decoder = "fast"',
+        )
     else:
-        add("binlog_compression", True, "; ".join(found) + ": the relay decompresses them",
-            warn="binlog_transaction_compression is ON" in found[-1])
+        add(
+            "binlog_compression",
+            True,
+            "; ".join(found) + ": the relay decompresses them",
+            warn="binlog_transaction_compression is ON" in found[-1],
+        )
 
 
 def warnings(results: list[CheckResult]) -> list[str]:

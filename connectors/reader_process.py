@@ -30,8 +30,6 @@ Secrets travel in the spawn arguments (a pipe), never in argv or the environment
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import importlib
 import os
 import signal
@@ -52,6 +50,7 @@ from cdc.ports import StartAt
 from cdc.position import BinlogPosition
 from cdc.relay_settings import RelaySettings
 from cdc.transaction import CommittedTransaction
+from connectors.process import die_with_parent
 
 CHUNK = 256  # items per pipe message
 
@@ -148,8 +147,16 @@ class ShippedTransaction:
 
     __slots__ = ("_feed", "_first", "_more", "end", "identity", "size", "xa")
 
-    def __init__(self, feed: ProcessFeed, identity: TxIdentity, end: BinlogPosition, size: int,
-                 first: list[tuple], more: bool, xa: Any = None):
+    def __init__(
+        self,
+        feed: ProcessFeed,
+        identity: TxIdentity,
+        end: BinlogPosition,
+        size: int,
+        first: list[tuple],
+        more: bool,
+        xa: Any = None,
+    ):
         self.identity, self.end, self.size, self.xa = identity, end, size, xa
         self._feed, self._first, self._more = feed, first, more
 
@@ -265,16 +272,6 @@ def _rebuild_error(module: str, name: str, message: str) -> BaseException:
 # ----------------------------------------------------------------------------- child
 
 
-def _die_with_parent(parent_pid: int) -> None:
-    if sys.platform.startswith("linux"):
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        ulong = ctypes.c_ulong
-        libc.prctl.argtypes = [ctypes.c_int, ulong, ulong, ulong, ulong]
-        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
-    if os.getppid() != parent_pid:  # the parent died before prctl took effect
-        os._exit(1)
-
-
 def _enlarge(fd: int, size: int = 1 << 20) -> None:
     """Grow a pipe's buffer (Linux F_SETPIPE_SZ; up to /proc/sys/fs/pipe-max-size)."""
     try:
@@ -286,7 +283,7 @@ def _enlarge(fd: int, size: int = 1 << 20) -> None:
 
 
 def _child_main(conn: Any, control: Any, parent_pid: int) -> None:
-    _die_with_parent(parent_pid)
+    die_with_parent(parent_pid)
     crashpoints.relay_pids.append(parent_pid)  # a crash point reached here kills the relay
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -306,8 +303,12 @@ def _child_main(conn: Any, control: Any, parent_pid: int) -> None:
     feed = None
     try:
         sources = MySQLBinlogSourceFactory(
-            spec.connection, spec.replica_server_id, {(t.schema, t.table) for t in spec.settings.tables},
-            heartbeat_s=spec.heartbeat_s, decoder=spec.decoder, threaded=False,
+            spec.connection,
+            spec.replica_server_id,
+            {(t.schema, t.table) for t in spec.settings.tables},
+            heartbeat_s=spec.heartbeat_s,
+            decoder=spec.decoder,
+            threaded=False,
         )
         serializer = ConfluentAvroSerializer(registry_client(spec.registry))
         msg = control.recv()
@@ -315,7 +316,9 @@ def _child_main(conn: Any, control: Any, parent_pid: int) -> None:
             return
         _, start, server_id = msg
         assembler = assembler_for(spec.settings, server_id)
-        feed = LocalFeed(sources, assembler, start, spec.settings.reconnect_timeout_s, time.time, time.sleep, time.sleep)
+        feed = LocalFeed(
+            sources, assembler, start, spec.settings.reconnect_timeout_s, time.time, time.sleep, time.sleep
+        )
         _ship(conn, control, feed, serializer, spec)
     except (EOFError, BrokenPipeError, KeyboardInterrupt):
         pass

@@ -99,9 +99,8 @@ def end_session(settings: Mapping[str, Any], conn_id: int, timeout: float = 2.0)
     at once. An account may always kill its own connections. True when the server ended
     it (or it was already gone); never raises."""
     try:
-        conn = connect(settings, connect_timeout=timeout, read_timeout=timeout, write_timeout=timeout,
-                       autocommit=True)
-    except Exception:  # noqa: BLE001 - the server is gone: so is the session
+        conn = connect(settings, connect_timeout=timeout, read_timeout=timeout, write_timeout=timeout, autocommit=True)
+    except Exception:
         return False
     try:
         with conn.cursor() as cur:
@@ -128,8 +127,10 @@ ER_PARSE_ERROR = 1064
 def unverifiable(server_id: int, exc: ReplicasUnknown) -> str:
     """Not "free": a second relay or replica with this id would make the server end one
     of the two sessions, again and again."""
-    return f"cannot verify that replica server id {server_id} is free: {exc}, or make sure no other replica uses id " \
-           f"{server_id}"
+    return (
+        f"cannot verify that replica server id {server_id} is free: {exc}, or make sure no other replica uses id "
+        f"{server_id}"
+    )
 
 
 def replicas_listable(cur, user: str, mariadb: bool) -> ReplicasUnknown | None:
@@ -162,9 +163,11 @@ def _listed(cur, user: str, mariadb: bool) -> list[Listed]:
                 # before 10.5.2) REPLICATION SLAVE, which the relay needs anyway.
                 raise ReplicasUnknown(
                     f"{statement} is denied to user {user!r}: GRANT REPLICATION MASTER ADMIN ON *.* TO '{user}'@'%' "
-                    "(MariaDB 10.5.2+; MySQL: REPLICATION SLAVE)" if mariadb else
-                    f"{statement} is denied to user {user!r}: GRANT REPLICATION SLAVE ON *.* TO '{user}'@'%' "
-                    "(MariaDB 10.5.2+: REPLICATION MASTER ADMIN)") from None
+                    "(MariaDB 10.5.2+; MySQL: REPLICATION SLAVE)"
+                    if mariadb
+                    else f"{statement} is denied to user {user!r}: GRANT REPLICATION SLAVE ON *.* TO '{user}'@'%' "
+                    "(MariaDB 10.5.2+: REPLICATION MASTER ADMIN)"
+                ) from None
             raise ReplicasUnknown(f"{statement} failed ({exc.args[-1] if exc.args else exc})") from None
     return []
 
@@ -177,17 +180,28 @@ def _sessions(cur, user: str, mariadb: bool) -> tuple[list[Listed], list[DumpThr
     except pymysql.err.MySQLError:
         try:
             cur.execute("SHOW PROCESSLIST")
-            dumps = [DumpThread(int(r[0]), str(r[1] or ""), str(r[2] or "")) for r in cur.fetchall()
-                     if str(r[4] or "").startswith("Binlog Dump")]
+            dumps = [
+                DumpThread(int(r[0]), str(r[1] or ""), str(r[2] or ""))
+                for r in cur.fetchall()
+                if str(r[4] or "").startswith("Binlog Dump")
+            ]
         except pymysql.err.MySQLError:
             dumps = []
     return listed, dumps
 
 
-def settle(cur, server_id: int, user: str, mariadb: bool, heartbeat_s: float,
-           clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
-           machine: Machine | None = None, alive: Callable[[int, int], bool] = process_alive,
-           lease_held: str = "") -> tuple[bool, str]:
+def settle(
+    cur,
+    server_id: int,
+    user: str,
+    mariadb: bool,
+    heartbeat_s: float,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+    machine: Machine | None = None,
+    alive: Callable[[int, int], bool] = process_alive,
+    lease_held: str = "",
+) -> tuple[bool, str]:
     """Make sure no other session holds `server_id`: KILL this relay's own dead sessions,
     wait out the others for `wait_bound(heartbeat_s)`. (ok, one line)."""
     machine = machine or local_machine()
@@ -204,11 +218,15 @@ def settle(cur, server_id: int, user: str, mariadb: bool, heartbeat_s: float,
         findings = assess(server_id, listed, dumps, user, machine, alive, lease_held)
         if not findings:
             if ended:
-                return True, (f"replica server id {server_id} is free (ended this relay's previous session: "
-                              + "; ".join(ended) + ")")
+                return True, (
+                    f"replica server id {server_id} is free (ended this relay's previous session: "
+                    + "; ".join(ended)
+                    + ")"
+                )
             if waited is not None:
-                return True, (f"replica server id {server_id} is free (waited {clock() - began:.1f} s for "
-                              f"{waited.where} to end)")
+                return True, (
+                    f"replica server id {server_id} is free (waited {clock() - began:.1f} s for {waited.where} to end)"
+                )
             return True, f"replica server id {server_id} is free"
         for f in findings:
             if f.kind == "dead" and f.conn is not None and f.conn not in denied:

@@ -71,7 +71,7 @@ class _Format:
     def learn(self, ev: bytes) -> None:
         crc_ok = zlib.crc32(ev[:-4]) & 0xFFFFFFFF == struct.unpack("<I", ev[-4:])[0]
         self.checksum = 4 if crc_ok and ev[-5] == 1 else 0
-        self.post_header = ev[19 + 57:len(ev) - (5 if crc_ok else 0)]
+        self.post_header = ev[19 + 57 : len(ev) - (5 if crc_ok else 0)]
 
     def post_header_len(self, kind: int, default: int) -> int:
         if kind <= len(self.post_header) and self.post_header[kind - 1]:
@@ -96,7 +96,7 @@ def _net_int(data: bytes, at: int) -> tuple[int, int]:
     if first == 0xFC:
         return struct.unpack_from("<H", data, at + 1)[0], at + 3
     if first == 0xFD:
-        return int.from_bytes(data[at + 1:at + 4], "little"), at + 4
+        return int.from_bytes(data[at + 1 : at + 4], "little"), at + 4
     if first == 0xFE:
         return struct.unpack_from("<Q", data, at + 1)[0], at + 9
     raise CompressedEventError(f"a length-encoded integer starts with 0x{first:02x}")
@@ -107,9 +107,9 @@ def _unzip(data: bytes) -> bytes:
     if not flags & 0x80 or (flags >> 4) & 0x07:
         raise CompressedEventError(f"compression header 0x{flags:02x} names no zlib block")
     width = flags & 0x07
-    expected = int.from_bytes(data[1:1 + width], "big")
+    expected = int.from_bytes(data[1 : 1 + width], "big")
     try:
-        plain = zlib.decompress(data[1 + width:], zlib.MAX_WBITS, max(expected, 1))
+        plain = zlib.decompress(data[1 + width :], zlib.MAX_WBITS, max(expected, 1))
     except zlib.error as exc:
         raise CompressedEventError(f"zlib: {exc}") from None
     if len(plain) != expected:
@@ -120,7 +120,7 @@ def _unzip(data: bytes) -> bytes:
 def _mariadb(ev: bytes, fmt: _Format) -> bytes:
     header = _HEADER.unpack_from(ev)
     kind = header[1]
-    body = ev[19:len(ev) - fmt.checksum]
+    body = ev[19 : len(ev) - fmt.checksum]
     if kind == _MARIADB_QUERY_COMPRESSED:
         fixed = fmt.post_header_len(kind, 13)
         schema_len = body[8]
@@ -137,7 +137,7 @@ def _mariadb(ev: bytes, fmt: _Format) -> bytes:
 
 def _payload_events(ev: bytes, fmt: _Format) -> list[bytes]:
     header = _HEADER.unpack_from(ev)
-    body = ev[19:len(ev) - fmt.checksum]
+    body = ev[19 : len(ev) - fmt.checksum]
     fields: dict[int, int] = {}
     at = 0
     while True:
@@ -145,7 +145,7 @@ def _payload_events(ev: bytes, fmt: _Format) -> list[bytes]:
         if code == 0:
             break
         length, at = _net_int(body, at)
-        fields[code], _ = _net_int(body[at:at + length], 0)
+        fields[code], _ = _net_int(body[at : at + length], 0)
         at += length
     data = body[at:]
     if 1 in fields and fields[1] != len(data):

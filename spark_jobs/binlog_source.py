@@ -123,7 +123,13 @@ BINLOG_FIELDS: tuple[tuple[str, str], ...] = (
 # `kind` of a row: an event of an ordinary transaction; a row of an XA prepare group (not
 # an event until its XA COMMIT is read); an XA outcome marker; an anomaly of the assembly.
 # reconcile.resolve_xa turns XA rows into KIND_XA_EVENT / KIND_XA_UNDECIDED events.
-KIND_EVENT, KIND_XA_ROW, KIND_XA_COMMIT, KIND_XA_ROLLBACK, KIND_ANOMALY = "event", "xa_row", "xa_commit", "xa_rollback", "anomaly"
+KIND_EVENT, KIND_XA_ROW, KIND_XA_COMMIT, KIND_XA_ROLLBACK, KIND_ANOMALY = (
+    "event",
+    "xa_row",
+    "xa_commit",
+    "xa_rollback",
+    "anomaly",
+)
 KIND_XA_EVENT, KIND_XA_UNDECIDED = "xa_event", "xa_undecided"
 STATEMENT_FORMAT = "statement_format"  # the dead-letter cause of a statement-logged outbox insert
 BINLOG_SCHEMA = ", ".join(f"`{name}` {kind}" for name, kind in BINLOG_FIELDS)
@@ -223,7 +229,9 @@ class TxAssembler:
 
     def _drop_open(self, why: str, at: int) -> None:
         if self.open and self.rows:
-            self.anomalies.append(f"{len(self.rows)} outbox row(s) of the transaction at {self.start} dropped: {why} at {at}")
+            self.anomalies.append(
+                f"{len(self.rows)} outbox row(s) of the transaction at {self.start} dropped: {why} at {at}"
+            )
         self._reset()
 
     def gtid_event(self, start: int, gtid: str, server_id: int, standalone: bool = False, implies_begin: bool = False,
@@ -326,8 +334,16 @@ class TxAssembler:
             return None
         if one_phase:
             return self.commit(end, timestamp)
-        tx = CommittedTx(self.start, end, self.gtid, self.server_id, timestamp, self.rows, (XA_PREPARED, xid),
-                         commit_us=self.commit_us)
+        tx = CommittedTx(
+            self.start,
+            end,
+            self.gtid,
+            self.server_id,
+            timestamp,
+            self.rows,
+            (XA_PREPARED, xid),
+            commit_us=self.commit_us,
+        )
         self._reset()
         return tx
 
@@ -357,7 +373,9 @@ def _hashable(value: Any) -> Any:
 
 
 _SAVEPOINT = re.compile(r"^SAVEPOINT\s+`?([^`]+?)`?\s*;?$", re.IGNORECASE | re.DOTALL)
-_ROLLBACK_TO = re.compile(r"^ROLLBACK\s+(?:WORK\s+)?TO\s+(?:SAVEPOINT\s+)?`?([^`]+?)`?\s*;?$", re.IGNORECASE | re.DOTALL)
+_ROLLBACK_TO = re.compile(
+    r"^ROLLBACK\s+(?:WORK\s+)?TO\s+(?:SAVEPOINT\s+)?`?([^`]+?)`?\s*;?$", re.IGNORECASE | re.DOTALL
+)
 _COMMENT = re.compile(r"/\*.*?\*/", re.DOTALL)
 _XA = re.compile(r"^XA\s+(END|COMMIT|ROLLBACK)\s+(.*?)(\s+ONE\s+PHASE)?\s*$", re.IGNORECASE | re.DOTALL)
 
@@ -454,7 +472,7 @@ def statement_insert_target(sql: str, default_schema: str) -> tuple[str, str] | 
     rows into, or None for any other statement. An unqualified name is in the Query
     event's default schema. `INSERT INTO t SELECT ... FROM outbox` writes t, not the
     outbox."""
-    body = sql[_LEADING.match(sql).end():]  # type: ignore[union-attr]  # matches the empty string
+    body = sql[_LEADING.match(sql).end() :]  # type: ignore[union-attr]  # matches the empty string
     for pattern in (_INSERT_INTO, _LOAD_INTO):
         m = pattern.match(body)
         if m is not None:
@@ -489,7 +507,7 @@ def _text_keys(value: Any) -> Any:
     return value
 
 
-_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
+_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)
 _ONE_US = _dt.timedelta(microseconds=1)
 
 
@@ -605,8 +623,8 @@ class EventColumns:
         source = self.source
         cols = self.cols
         (ikey, c_source, c_sid, c_file, c_seq, c_pos, c_end, c_row, c_gtid, c_ts) = cols[:_N_COORD]
-        mapped = cols[_N_COORD:_N_COORD + _N_MAPPED]
-        c_kind, c_xid, c_prep, c_commit_us = cols[_N_COORD + _N_MAPPED:]
+        mapped = cols[_N_COORD : _N_COORD + _N_MAPPED]
+        c_kind, c_xid, c_prep, c_commit_us = cols[_N_COORD + _N_MAPPED :]
         kind, xid, prepare = _tx_rows_meta(file, tx)
         if marker:  # an XA outcome: one row, no event
             n = 1
@@ -616,7 +634,11 @@ class EventColumns:
                 c.append(None)
         else:
             if tx.xa is None:
-                prefix = f"g{KEY_SEP}{source}{KEY_SEP}{tx.gtid}{KEY_SEP}" if tx.gtid else f"p{KEY_SEP}{source}{KEY_SEP}{file}{KEY_SEP}{tx.start}{KEY_SEP}"
+                prefix = (
+                    f"g{KEY_SEP}{source}{KEY_SEP}{tx.gtid}{KEY_SEP}"
+                    if tx.gtid
+                    else f"p{KEY_SEP}{source}{KEY_SEP}{file}{KEY_SEP}{tx.start}{KEY_SEP}"
+                )
                 ikey.extend([prefix + str(i) for i in range(n)])
             else:
                 ikey.extend([None] * n)
@@ -650,7 +672,9 @@ class EventColumns:
         import pyarrow as pa
 
         schema = arrow_schema()
-        batch = pa.RecordBatch.from_arrays([pa.array(c, type=f.type) for c, f in zip(self.cols, schema, strict=True)], schema=schema)
+        batch = pa.RecordBatch.from_arrays(
+            [pa.array(c, type=f.type) for c, f in zip(self.cols, schema, strict=True)], schema=schema
+        )
         self._reset()
         return batch
 
@@ -673,7 +697,9 @@ def events_of_tx(source: str, file: str, tx: CommittedTx, mapper: EventMapper) -
         return
     for index, (schema, table, values) in enumerate(tx.rows):
         row = mapper.map(schema, table, values)
-        row.update(base, ikey=identity_key(source, tx.gtid, file, tx.start, index) if tx.xa is None else None, row=index)
+        row.update(
+            base, ikey=identity_key(source, tx.gtid, file, tx.start, index) if tx.xa is None else None, row=index
+        )
         yield row
 
 
@@ -685,7 +711,7 @@ def connect_mysql(settings: Mapping[str, Any]) -> Any:
 
     try:
         return connect({"connect_timeout": 10, **settings})  # TLS as the relay's config says
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         raise RuntimeError(f"cdc_binlog: cannot connect to {where(settings)}: {scrub(str(exc), settings)}") from None
 
 
@@ -752,7 +778,9 @@ def plan_binlog(
 _CUT_EVENTS = ("Gtid", "Anonymous_Gtid")
 
 
-def transaction_starts(settings: Mapping[str, Any], file: str, start: int, end: int, until: int | None = None) -> list[int]:
+def transaction_starts(
+    settings: Mapping[str, Any], file: str, start: int, end: int, until: int | None = None
+) -> list[int]:
     """Positions in `(start, end)` of `file` where a transaction begins (its GTID event;
     without GTIDs its BEGIN), from `SHOW BINLOG EVENTS` (the server reads the file; the
     rows are streamed, not buffered). With `until`, the scan stops at the first
@@ -769,7 +797,10 @@ def transaction_starts(settings: Mapping[str, Any], file: str, start: int, end: 
             pos, kind = int(row[1]), row[2]
             if pos >= end:
                 break
-            if pos > start and (kind in _CUT_EVENTS or (kind == "Query" and str(row[5]).strip().upper() == "BEGIN" and prev not in _CUT_EVENTS)):
+            if pos > start and (
+                kind in _CUT_EVENTS
+                or (kind == "Query" and str(row[5]).strip().upper() == "BEGIN" and prev not in _CUT_EVENTS)
+            ):
                 cuts.append(pos)
                 if until is not None and pos >= until:
                     break
@@ -814,15 +845,23 @@ def split_ranges(settings: Mapping[str, Any], plan: Mapping[str, Any], split_byt
 
 
 @contextmanager
-def _reading(file: str, settings: Mapping[str, Any], asm: TxAssembler, end: int,
-             close: Callable[[], None], on_anomaly: Callable[[str], None] | None) -> Iterator[None]:
+def _reading(
+    file: str,
+    settings: Mapping[str, Any],
+    asm: TxAssembler,
+    end: int,
+    close: Callable[[], None],
+    on_anomaly: Callable[[str], None] | None,
+) -> Iterator[None]:
     """The common ending of both binlog readers: a transaction left open at the end of the
     range is an anomaly, a failure becomes one line without the password, and the stream
     is closed and the anomalies reported whatever happened."""
     try:
         yield
         if asm.open and asm.rows:
-            asm.anomalies.append(f"{len(asm.rows)} outbox row(s) of the transaction at {asm.start} not committed by {end}")
+            asm.anomalies.append(
+                f"{len(asm.rows)} outbox row(s) of the transaction at {asm.start} not committed by {end}"
+            )
     except Exception as exc:
         raise RuntimeError(
             f"cdc_binlog: reading {file} from {where(settings)} failed: {scrub(str(exc), settings)}"
@@ -876,8 +915,15 @@ def read_binlog_file(
         log_pos=start,
         blocking=False,
         only_events=[
-            MariadbGtidEvent, GtidEvent, QueryEvent, XidEvent, WriteRowsEvent, DeleteRowsEvent, RotateEvent,
-            XAPrepareEvent, ExecuteLoadQueryEvent,
+            MariadbGtidEvent,
+            GtidEvent,
+            QueryEvent,
+            XidEvent,
+            WriteRowsEvent,
+            DeleteRowsEvent,
+            RotateEvent,
+            XAPrepareEvent,
+            ExecuteLoadQueryEvent,
         ],
         only_tables=sorted({t.table for t in tables}),
         only_schemas=sorted({t.schema for t in tables}),
@@ -923,8 +969,12 @@ def read_binlog_file(
                 # The library stops after the logical clock (MySQL 5.7's layout); MySQL 8 goes on
                 # with the commit time in microseconds: read it here.
                 rest = event.event_size - 42 if hasattr(event, "sequence_number") else 0
-                asm.gtid_event(event_start, event.gtid, packet.server_id,
-                               commit_us=mysql_commit_us(event.packet.read(rest)) if rest >= 7 else None)
+                asm.gtid_event(
+                    event_start,
+                    event.gtid,
+                    packet.server_id,
+                    commit_us=mysql_commit_us(event.packet.read(rest)) if rest >= 7 else None,
+                )
             elif isinstance(event, ExecuteLoadQueryEvent):
                 # LOAD DATA logged as a statement: the library reads only the post-header;
                 # status variables, default schema and the statement follow.
@@ -1052,7 +1102,9 @@ def read_binlog_file_fast(
                     if ev.one_phase:
                         tx = asm.commit(event_end, ev.timestamp)
                     else:
-                        tx = asm.xa_outcome(XA_COMMITTED, canonical_xid(ev.xid), event_start, event_end, ev.timestamp, sid)
+                        tx = asm.xa_outcome(
+                            XA_COMMITTED, canonical_xid(ev.xid), event_start, event_end, ev.timestamp, sid
+                        )
                 elif t == "XaRollback":
                     # the decoder's XaRollback carries no timestamp: the event header's
                     tx = asm.xa_outcome(XA_ROLLED_BACK, canonical_xid(ev.xid), event_start, event_end,
@@ -1078,7 +1130,13 @@ def arrow_schema() -> Any:
     if _ARROW_SCHEMA is None:
         import pyarrow as pa
 
-        kinds = {"string": pa.string(), "bigint": pa.int64(), "int": pa.int32(), "binary": pa.binary(), "boolean": pa.bool_()}
+        kinds = {
+            "string": pa.string(),
+            "bigint": pa.int64(),
+            "int": pa.int32(),
+            "binary": pa.binary(),
+            "boolean": pa.bool_(),
+        }
         _ARROW_SCHEMA = pa.schema([(name, kinds[kind]) for name, kind in BINLOG_FIELDS])
     return _ARROW_SCHEMA
 
@@ -1090,7 +1148,9 @@ def _reader_of(options: Mapping[str, str]) -> Any:
     return read_binlog_file_fast if name == "fast" else read_binlog_file
 
 
-def iter_binlog_batches(options: Mapping[str, str], part: Mapping[str, Any], batch_rows: int = BATCH_ROWS) -> Iterator[Any]:
+def iter_binlog_batches(
+    options: Mapping[str, str], part: Mapping[str, Any], batch_rows: int = BATCH_ROWS
+) -> Iterator[Any]:
     """The event rows of one planned file range as Arrow record batches (BINLOG_FIELDS),
     anomaly rows last."""
     settings = mysql_settings_from_options(options)

@@ -36,6 +36,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from cdc.position import file_sequence
+from connectors.mysql_client import binlog_end
 from spark_jobs.binlog_source import (
     BINLOG_FIELDS,
     BINLOG_SCHEMA,
@@ -48,7 +49,6 @@ from spark_jobs.binlog_source import (
     tables_from_json,
     transaction_starts,
 )  # fmt: skip
-from connectors.mysql_client import binlog_end
 from spark_jobs.common import DataSource, InputPartition, mysql_settings_from_options, opt_int, opt_json, where
 
 try:
@@ -76,7 +76,9 @@ def server_logs(settings: Mapping[str, Any]) -> tuple[tuple[str, int], list[tupl
     return (status[0], int(status[1])), logs
 
 
-def ranges_between(start: Mapping[str, Any], end: Mapping[str, Any], logs: Sequence[tuple[str, int]]) -> list[dict[str, Any]]:
+def ranges_between(
+    start: Mapping[str, Any], end: Mapping[str, Any], logs: Sequence[tuple[str, int]]
+) -> list[dict[str, Any]]:
     """The byte ranges `[start, end)` of each file from position `start` to `end`."""
     s_seq, e_seq = file_sequence(start["file"])[1], file_sequence(end["file"])[1]
     if (s_seq, int(start["pos"])) >= (e_seq, int(end["pos"])):
@@ -100,8 +102,13 @@ def ranges_between(start: Mapping[str, Any], end: Mapping[str, Any], logs: Seque
     return out
 
 
-def admitted_end(settings: Mapping[str, Any], start: Mapping[str, Any], head: dict[str, Any],
-                 logs: Sequence[tuple[str, int]], cap: int) -> dict[str, Any]:
+def admitted_end(
+    settings: Mapping[str, Any],
+    start: Mapping[str, Any],
+    head: dict[str, Any],
+    logs: Sequence[tuple[str, int]],
+    cap: int,
+) -> dict[str, Any]:
     """The end of a micro-batch that reads about `cap` bytes from `start`: the first
     transaction start at or past `cap` bytes, or the head when it is nearer."""
     budget = cap
@@ -142,10 +149,12 @@ class BinlogStreamReader(DataSourceStreamReader):
         if start == "oldest":
             return {"file": logs[0][0] if logs else file, "pos": 4}
         if start not in [n for n, _ in logs]:
-            raise RuntimeError(f"cdc_binlog: start file {start} is not on the server (SHOW BINARY LOGS): name one that is")
+            raise RuntimeError(
+                f"cdc_binlog: start file {start} is not on the server (SHOW BINARY LOGS): name one that is"
+            )
         return {"file": start, "pos": 4}
 
-    def getDefaultReadLimit(self) -> "ReadLimit":
+    def getDefaultReadLimit(self) -> ReadLimit:
         cap = opt_int(self.options, "max_batch_bytes")
         return ReadMaxBytes(cap) if cap else ReadAllAvailable()
 
@@ -153,7 +162,7 @@ class BinlogStreamReader(DataSourceStreamReader):
         (file, pos), logs = server_logs(self.settings)
         head = {"file": file, "pos": pos}
         cap = getattr(limit, "max_bytes", None) if start is not None else None
-        return admitted_end(self.settings, start, head, logs, cap) if cap else head
+        return admitted_end(self.settings, start, head, logs, cap) if cap and start is not None else head
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         _head, logs = server_logs(self.settings)

@@ -132,7 +132,9 @@ class FollowJob:
         start = (self.config.start or "head").strip()
         if start == "head":
             v = self.config.verify
-            kplan = plan_kafka(v.kafka_bootstrap, list(v.topics) + [v.dlq_topic], v.effective_pattern(), v.consumer_conf)
+            kplan = plan_kafka(
+                v.kafka_bootstrap, list(v.topics) + [v.dlq_topic], v.effective_pattern(), v.consumer_conf
+            )
             (file, pos), _logs = server_logs(settings)
             return f"{file}:{pos}", json.dumps(offsets_of(kplan, "high"))
         (file, pos), logs = server_logs(settings)
@@ -141,7 +143,9 @@ class FollowJob:
         if ":" in start:
             return start, "earliest"
         if start not in [n for n, _ in logs]:
-            raise ValueError(f"cdc verify --follow: start file {start} is not on the server (SHOW BINARY LOGS): name one that is")
+            raise ValueError(
+                f"cdc verify --follow: start file {start} is not on the server (SHOW BINARY LOGS): name one that is"
+            )
         return f"{start}:4", "earliest"
 
     def start(self) -> FollowJob:
@@ -166,8 +170,10 @@ class FollowJob:
                         st.kafka_next[(topic, int(p_))] = int(off)
             st.save(self._state_dir())  # batch -1: where following began
             self.state = st
-            self.say(f"follow: new checkpoint {cp}, binlog from {binlog_start}, topics from the "
-                     f"{'latest' if kafka_start.startswith('{') else kafka_start} offsets")
+            self.say(
+                f"follow: new checkpoint {cp}, binlog from {binlog_start}, topics from the "
+                f"{'latest' if kafka_start.startswith('{') else kafka_start} offsets"
+            )
         else:
             self.say(f"follow: resuming from checkpoint {cp}")
         if self.spark is None:
@@ -333,25 +339,55 @@ class FollowJob:
           [(f',class="{c}"', counts.get(c, 0)) for c in ALL_CLASSES])  # fmt: skip
         m("cdc_verify_problems", "missing + duplicate + phantom + reordered + altered (+ statement_format)", "gauge",
           [("", sum(s["problems"].values()))])  # fmt: skip
-        m("cdc_verify_alarms_total", "alarm lines logged", "counter", [(f',class="{c}"', n) for c, n in sorted(s["alarms"].items())])
+        m(
+            "cdc_verify_alarms_total",
+            "alarm lines logged",
+            "counter",
+            [(f',class="{c}"', n) for c, n in sorted(s["alarms"].items())],
+        )
         m("cdc_verify_records", "records that are not of this source", "gauge",
           [(',class="foreign"', s["records"]["foreign"]), (',class="unidentified"', s["records"]["unidentified"])])  # fmt: skip
         m("cdc_verify_verified_through_lag_seconds", "how long the binlog head has been ahead of verified-through", "gauge",
           [("", s["verified_through_lag_s"])])  # fmt: skip
         vt, head = s["verified_through"], s["binlog_head"]
         if vt:
-            m("cdc_verify_verified_through_file_seq", "binlog file number of verified-through", "gauge", [("", file_sequence(vt["file"])[1])])
+            m(
+                "cdc_verify_verified_through_file_seq",
+                "binlog file number of verified-through",
+                "gauge",
+                [("", file_sequence(vt["file"])[1])],
+            )
             m("cdc_verify_verified_through_pos", "binlog position of verified-through", "gauge", [("", vt["pos"])])
         if head:
-            m("cdc_verify_binlog_head_file_seq", "binlog file number of the server's end", "gauge", [("", file_sequence(head["file"])[1])])
+            m(
+                "cdc_verify_binlog_head_file_seq",
+                "binlog file number of the server's end",
+                "gauge",
+                [("", file_sequence(head["file"])[1])],
+            )
             m("cdc_verify_binlog_head_pos", "binlog position of the server's end", "gauge", [("", head["pos"])])
             if vt and vt["file"] == head["file"]:
                 m("cdc_verify_binlog_unverified_bytes", "bytes between verified-through and the head (same file)", "gauge",
                   [("", max(0, head["pos"] - vt["pos"]))])  # fmt: skip
-        m("cdc_verify_pending_events", "events read, no delivery yet, within grace", "gauge", [("", s["pending_events"])])
-        m("cdc_verify_waiting_records", "records read whose binlog position is not read yet", "gauge", [("", s["waiting_records"])])
+        m(
+            "cdc_verify_pending_events",
+            "events read, no delivery yet, within grace",
+            "gauge",
+            [("", s["pending_events"])],
+        )
+        m(
+            "cdc_verify_waiting_records",
+            "records read whose binlog position is not read yet",
+            "gauge",
+            [("", s["waiting_records"])],
+        )
         m("cdc_verify_xa_undecided", "XA prepare groups read without their outcome", "gauge", [("", s["xa_undecided"])])
-        m("cdc_verify_late_deliveries_total", "deliveries of events already called missing", "counter", [("", s["late_deliveries"])])
+        m(
+            "cdc_verify_late_deliveries_total",
+            "deliveries of events already called missing",
+            "counter",
+            [("", s["late_deliveries"])],
+        )
         m("cdc_verify_order_violations_total", "records whose header position goes back in their partition", "counter",
           [("", s["order_violations"])])  # fmt: skip
         m("cdc_verify_batches_total", "micro-batches reconciled", "counter", [("", s["batches"])])
@@ -369,7 +405,11 @@ class FollowJob:
                     body, ctype, code = job.metrics_text().encode(), "text/plain; version=0.0.4", 200
                 elif self.path.split("?")[0] in ("/healthz", "/"):
                     ok = job.error is None
-                    body, ctype, code = (b"ok\n" if ok else f"failed: {job.error}\n".encode()), "text/plain", 200 if ok else 503
+                    body, ctype, code = (
+                        (b"ok\n" if ok else f"failed: {job.error}\n".encode()),
+                        "text/plain",
+                        200 if ok else 503,
+                    )
                 else:
                     body, ctype, code = b"not found\n", "text/plain", 404
                 self.send_response(code)
@@ -423,7 +463,9 @@ class FollowJob:
         if exc is None:
             return None
         text = str(exc)
-        return source_error(exc) or next((ln.strip() for ln in text.splitlines() if "cdc verify" in ln), text.splitlines()[0][:400])
+        return source_error(exc) or next(
+            (ln.strip() for ln in text.splitlines() if "cdc verify" in ln), text.splitlines()[0][:400]
+        )
 
     def run_until(self, stop: Callable[[], bool], duration_s: float | None = None) -> None:
         t_end = time.monotonic() + duration_s if duration_s else None
@@ -467,6 +509,7 @@ def follow_summary(st: FollowState, lag_s: float, head: tuple[str, int, int] | N
                 "from the outbox timestamp column it includes the rest of the writing transaction",
     }  # fmt: skip
     if lat:
+
         def q(p: float) -> int:
             return lat[min(len(lat) - 1, int(p * len(lat)))]
 
@@ -478,7 +521,10 @@ def follow_summary(st: FollowState, lag_s: float, head: tuple[str, int, int] | N
         for x in lat:
             b = (x - lo) // width
             bins[b] = bins.get(b, 0) + 1
-        latency["histogram"] = {"bin_width_ms": width, "bins": [{"from_ms": lo + b * width, "count": n} for b, n in sorted(bins.items())]}
+        latency["histogram"] = {
+            "bin_width_ms": width,
+            "bins": [{"from_ms": lo + b * width, "count": n} for b, n in sorted(bins.items())],
+        }
     vt = st.verified_through
     fu = None
     if st.txq:

@@ -97,7 +97,9 @@ class FollowState:
     start: tuple[str, int, int] | None = None  # (file, seq, pos) where following began
     read_through: tuple[str, int, int] | None = None  # (file, seq, pos) the binlog was read to
     counts: dict[str, int] = field(default_factory=lambda: {c: 0 for c in ALL_CLASSES})
-    records: dict[str, int] = field(default_factory=lambda: {"foreign": 0, "unidentified": 0, "phantom": 0, "unverifiable": 0})
+    records: dict[str, int] = field(
+        default_factory=lambda: {"foreign": 0, "unidentified": 0, "phantom": 0, "unverifiable": 0}
+    )
     unverifiable_reasons: dict[str, int] = field(default_factory=dict)
     dlq_causes: dict[str, int] = field(default_factory=dict)
     altered_reasons: dict[str, int] = field(default_factory=dict)
@@ -182,8 +184,12 @@ class FollowState:
         with open(d / f"{max(ids)}.state", "rb") as f:
             state = pickle.load(f)
         if not isinstance(state, FollowState) or state.version != STATE_VERSION:
-            raise RuntimeError(f"cdc verify --follow: {d} holds state of another version: start with a new checkpoint dir")
-        chunks = sorted((i, p) for p in (d / "done").glob("*.chunk") if (i := _chunk_id(p)) is not None and i <= state.batch_id)
+            raise RuntimeError(
+                f"cdc verify --follow: {d} holds state of another version: start with a new checkpoint dir"
+            )
+        chunks = sorted(
+            (i, p) for p in (d / "done").glob("*.chunk") if (i := _chunk_id(p)) is not None and i <= state.batch_id
+        )
         for _i, p in chunks:
             with open(p, "rb") as f:
                 for h, entry in pickle.load(f):
@@ -248,7 +254,14 @@ class FollowState:
         self.batch_id = batch_id
         self.batches += 1
         self._journal = set()
-        brows = sorted(binlog_rows, key=lambda r: (r.get("file_seq") or 0, r.get("tx_pos") or 0, r.get("row") if r.get("row") is not None else -1))
+        brows = sorted(
+            binlog_rows,
+            key=lambda r: (
+                r.get("file_seq") or 0,
+                r.get("tx_pos") or 0,
+                r.get("row") if r.get("row") is not None else -1,
+            ),
+        )
         progress = [r for r in brows if r.get("kind") == KIND_PROGRESS]
         if self.start is None and progress:  # normally set by the follow job before the first batch
             p = min(progress, key=lambda r: (r["file_seq"], r["tx_pos"]))
@@ -275,14 +288,25 @@ class FollowState:
                     if kind == KIND_XA_COMMIT:
                         for h in held:
                             e = dict(h)
-                            for c in ("file", "file_seq", "tx_pos", "tx_end", "gtid", "commit_ts_ms", "commit_us", "server_id"):
+                            for c in (
+                                "file",
+                                "file_seq",
+                                "tx_pos",
+                                "tx_end",
+                                "gtid",
+                                "commit_ts_ms",
+                                "commit_us",
+                                "server_id",
+                            ):
                                 e[c] = r.get(c)
                             e["kind"] = KIND_XA_EVENT
                             e["ikey"] = identity_key(h["source"], r["gtid"], r["file"], r["tx_pos"], h["row"])
                             self._new_event(e, now)
             elif r.get("ikey") is not None:
                 self._new_event(dict(r), now)
-        krows = sorted(kafka_rows, key=lambda r: (r["topic"], r["partition"], r["offset"] if r.get("offset") is not None else -1))
+        krows = sorted(
+            kafka_rows, key=lambda r: (r["topic"], r["partition"], r["offset"] if r.get("offset") is not None else -1)
+        )
         for r in krows:
             if r.get("marker"):
                 self._marker(r)
@@ -328,7 +352,11 @@ class FollowState:
             self.records["foreign"] += 1
             return
         tp = (r["topic"], int(r["partition"]))
-        o = _ord(r["h_file_seq"], r["h_pos"], r["h_row"]) if r.get("h_file_seq") is not None and r.get("h_pos") is not None and r.get("h_row") is not None else None
+        o = (
+            _ord(r["h_file_seq"], r["h_pos"], r["h_row"])
+            if r.get("h_file_seq") is not None and r.get("h_pos") is not None and r.get("h_row") is not None
+            else None
+        )
         if tp in self.truncated and self.truncated[tp] is None and o is not None:
             self.truncated[tp] = o
         rec = dict(r)
@@ -357,13 +385,18 @@ class FollowState:
                     self.open_verdicts.pop(ikey)
                     self._tx_proven(ev.get("tx"))
                     self._remember(ikey, "duplicate", ev, now)
-                    self._alarm("duplicate", f"event {ev['file']}:{ev['tx_pos']} row {ev['row']} delivered at {', '.join(ev['deliveries'])}")
+                    self._alarm(
+                        "duplicate",
+                        f"event {ev['file']}:{ev['tx_pos']} row {ev['row']} delivered at {', '.join(ev['deliveries'])}",
+                    )
                 return
             # a missing / unverifiable event delivered after its verdict (e.g. by cdc repair)
             self.open_verdicts.pop(ikey)
             self._count(ev["class"], -1, ev.get("reason"))
             self.late_deliveries += 1
-            ALARM_LOG.warning("late delivery of %s event %s:%s row %s at %s", ev["class"], ev["file"], ev["tx_pos"], ev["row"], where)
+            ALARM_LOG.warning(
+                "late delivery of %s event %s:%s row %s at %s", ev["class"], ev["file"], ev["tx_pos"], ev["row"], where
+            )
             ev["deliveries"] = []
             self._classify_first(ikey, ev, rec, now)
             return
@@ -389,11 +422,15 @@ class FollowState:
         # no event (yet)
         if self._before_start(rec):
             self.records["unverifiable"] += 1
-            self.unverifiable_reasons["record:before_binlog_range"] = self.unverifiable_reasons.get("record:before_binlog_range", 0) + 1
+            self.unverifiable_reasons["record:before_binlog_range"] = (
+                self.unverifiable_reasons.get("record:before_binlog_range", 0) + 1
+            )
             return
         if self.forgotten_through is not None and rec["o"] is not None and rec["o"] <= self.forgotten_through:
             self.records["unverifiable"] += 1
-            self.unverifiable_reasons["record:beyond_dedupe_window"] = self.unverifiable_reasons.get("record:beyond_dedupe_window", 0) + 1
+            self.unverifiable_reasons["record:beyond_dedupe_window"] = (
+                self.unverifiable_reasons.get("record:beyond_dedupe_window", 0) + 1
+            )
             return
         rec["seen"] = now
         self.waiting[ikey] = rec
@@ -402,9 +439,17 @@ class FollowState:
         if self.start is None:
             return False
         s = (self.start[1], self.start[2])
-        if rec.get("h_file_seq") is not None and rec.get("h_pos") is not None and (int(rec["h_file_seq"]), int(rec["h_pos"])) < s:
+        if (
+            rec.get("h_file_seq") is not None
+            and rec.get("h_pos") is not None
+            and (int(rec["h_file_seq"]), int(rec["h_pos"])) < s
+        ):
             return True
-        return rec.get("h_xa_file_seq") is not None and rec.get("h_xa_pos") is not None and (int(rec["h_xa_file_seq"]), int(rec["h_xa_pos"])) < s
+        return (
+            rec.get("h_xa_file_seq") is not None
+            and rec.get("h_xa_pos") is not None
+            and (int(rec["h_xa_file_seq"]), int(rec["h_xa_pos"])) < s
+        )
 
     def _classify_first(self, ikey: str, ev: dict[str, Any], rec: Mapping[str, Any], now: float) -> None:
         where = f"{rec['topic']}[{rec['partition']}]@{rec['offset']}"
@@ -421,7 +466,9 @@ class FollowState:
                 self.key_max[k] = (rec["o"], now)
         if n >= 2:
             cls = "duplicate"
-            self._alarm("duplicate", f"event {ev['file']}:{ev['tx_pos']} row {ev['row']} delivered {n} times (first at {where})")
+            self._alarm(
+                "duplicate", f"event {ev['file']}:{ev['tx_pos']} row {ev['row']} delivered {n} times (first at {where})"
+            )
         elif is_dlq:
             cls = "dead_lettered"
             cause = rec.get("dlq_cause") or ""
@@ -449,10 +496,14 @@ class FollowState:
             # rest of the transaction); else the binlog commit header (1 s)
             if ev.get("commit_us") is not None:
                 self.latencies.append(int(rec["timestamp_ms"]) - int(ev["commit_us"]) // 1000)
-                self.latency_clocks["mysql_immediate_commit_timestamp"] = self.latency_clocks.get("mysql_immediate_commit_timestamp", 0) + 1
+                self.latency_clocks["mysql_immediate_commit_timestamp"] = (
+                    self.latency_clocks.get("mysql_immediate_commit_timestamp", 0) + 1
+                )
             elif ev.get("timestamp_us") is not None:
                 self.latencies.append(int(rec["timestamp_ms"]) - int(ev["timestamp_us"]) // 1000)
-                self.latency_clocks["outbox_timestamp_column"] = self.latency_clocks.get("outbox_timestamp_column", 0) + 1
+                self.latency_clocks["outbox_timestamp_column"] = (
+                    self.latency_clocks.get("outbox_timestamp_column", 0) + 1
+                )
             elif ev.get("commit_ts_ms") is not None:
                 self.latencies.append(int(rec["timestamp_ms"]) - int(ev["commit_ts_ms"]))
                 self.latency_clocks["binlog_commit_header"] = self.latency_clocks.get("binlog_commit_header", 0) + 1
@@ -461,7 +512,9 @@ class FollowState:
             ev["deliveries"] = [where]
         self._remember(ikey, cls, ev, now, [where])
 
-    def _remember(self, ikey: str, cls: str, ev: Mapping[str, Any], now: float, deliveries: list[str] | None = None) -> None:
+    def _remember(
+        self, ikey: str, cls: str, ev: Mapping[str, Any], now: float, deliveries: list[str] | None = None
+    ) -> None:
         h = _h64(ikey)
         o = _ord(ev["file_seq"], ev["tx_pos"], ev["row"])
         self.done[h] = [cls, list(deliveries or ev.get("deliveries") or []), ev.get("tx"), now, o]
@@ -549,7 +602,8 @@ class FollowState:
         pred = self._predicted_partition(ev)
         for (topic, part), thr in self.truncated.items():
             if (topic == self.dlq_topic or (topic == loc and (pred is None or pred == part))) and (
-                    thr is None or o < thr):
+                thr is None or o < thr
+            ):
                 return "partition_truncated"
         return None
 
@@ -574,7 +628,11 @@ class FollowState:
         return lag
 
     def problems(self) -> dict[str, int]:
-        out = {c: self.counts.get(c, 0) for c in ("missing", "duplicate", "phantom", "reordered", "altered") if self.counts.get(c, 0)}
+        out = {
+            c: self.counts.get(c, 0)
+            for c in ("missing", "duplicate", "phantom", "reordered", "altered")
+            if self.counts.get(c, 0)
+        }
         if self.unverifiable_reasons.get(f"event:{STATEMENT_FORMAT}"):
             out[STATEMENT_FORMAT] = self.unverifiable_reasons[f"event:{STATEMENT_FORMAT}"]
         return out

@@ -56,7 +56,6 @@ from typing import Any
 from cdc import identity as hdr
 from cdc.formats import H_FORMAT, PAYLOAD_FORMATS
 from cdc.kafka_client import client_conf
-
 from spark_jobs.common import (
     DataSource,
     DataSourceReader,
@@ -126,7 +125,9 @@ def schema_for(include_raw: bool, decode: bool) -> str:
 # ------------------------------------------------------------------------ consumer
 
 
-def consumer_config(bootstrap: str, extra: Mapping[str, Any] | None = None, isolation: str = "read_committed") -> dict[str, Any]:
+def consumer_config(
+    bootstrap: str, extra: Mapping[str, Any] | None = None, isolation: str = "read_committed"
+) -> dict[str, Any]:
     """The verifier's consumer: its defaults < `extra` (the relay's [kafka.client] and
     [kafka.consumer], from the `consumer_conf` option) < what reading needs."""
     defaults: dict[str, Any] = {
@@ -140,8 +141,12 @@ def consumer_config(bootstrap: str, extra: Mapping[str, Any] | None = None, isol
         # second); every failure that matters reaches us as an error and is raised as one line
         "log_level": 2,
     }
-    enforced = {"enable.auto.commit": False, "enable.auto.offset.store": False, "enable.partition.eof": True,
-                "isolation.level": isolation}
+    enforced = {
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "enable.partition.eof": True,
+        "isolation.level": isolation,
+    }
     return client_conf(bootstrap, extra, defaults, enforced)
 
 
@@ -151,7 +156,9 @@ def kafka_consumer(bootstrap: str, extra: Mapping[str, Any] | None = None, isola
     return Consumer(consumer_config(bootstrap, extra, isolation))
 
 
-def select_topics(available: Sequence[str], topics: Sequence[str] | None, pattern: str | None) -> tuple[list[str], list[str]]:
+def select_topics(
+    available: Sequence[str], topics: Sequence[str] | None, pattern: str | None
+) -> tuple[list[str], list[str]]:
     """(topics to read, requested topics that do not exist)."""
     wanted: list[str] = []
     missing: list[str] = []
@@ -199,7 +206,13 @@ def plan_kafka(
                 parts.append({"topic": name, "partition": p, "low": int(low), "high": int(high)})
     finally:
         consumer.close()
-    return {"bootstrap": bootstrap, "partitions": parts, "partition_counts": counts, "missing_topics": missing, "at_ms": int(time.time() * 1000)}
+    return {
+        "bootstrap": bootstrap,
+        "partitions": parts,
+        "partition_counts": counts,
+        "missing_topics": missing,
+        "at_ms": int(time.time() * 1000),
+    }
 
 
 def chunks(plan: Mapping[str, Any], chunk: int = DEFAULT_CHUNK) -> list[list[dict[str, Any]]]:
@@ -290,13 +303,21 @@ def scan_partitions(
         return
     consumer = kafka_consumer(bootstrap, extra, isolation)
     try:
-        consumer.assign([TopicPartition(p["topic"], p["partition"], p["low"]) for p in parts if (p["topic"], p["partition"]) in todo])
+        consumer.assign(
+            [
+                TopicPartition(p["topic"], p["partition"], p["low"])
+                for p in parts
+                if (p["topic"], p["partition"]) in todo
+            ]
+        )
         last_progress = time.monotonic()
         while todo:
             msgs = consumer.consume(num_messages=5_000, timeout=0.2)
             if not msgs:
                 if time.monotonic() - last_progress > stall_timeout:
-                    raise RuntimeError(f"cdc_kafka: no progress scanning {sorted(todo)[:5]} for {stall_timeout:.0f}s from {bootstrap}")
+                    raise RuntimeError(
+                        f"cdc_kafka: no progress scanning {sorted(todo)[:5]} for {stall_timeout:.0f}s from {bootstrap}"
+                    )
                 continue
             last_progress = time.monotonic()
             for msg in msgs:
@@ -337,8 +358,11 @@ def aborted_records(
     for msg in scan_partitions(bootstrap, gaps, extra, isolation="read_uncommitted"):
         tp = (msg.topic(), msg.partition())
         uncommitted[tp] = uncommitted.get(tp, 0) + 1
-    per = {f"{t}[{p}]": n - committed.get((t, p), 0) for (t, p), n in sorted(uncommitted.items())
-           if n > committed.get((t, p), 0)}
+    per = {
+        f"{t}[{p}]": n - committed.get((t, p), 0)
+        for (t, p), n in sorted(uncommitted.items())
+        if n > committed.get((t, p), 0)
+    }
     return {"count": sum(per.values()), "partitions": per}
 
 
@@ -386,7 +410,12 @@ def _fast_avro_ok() -> bool:
 
             fields = _strip_logical(schema())["fields"]
             layout = tuple(
-                (f["name"], tuple(t if isinstance(t, str) else t["type"] for t in f["type"]) if isinstance(f["type"], list) else f["type"])
+                (
+                    f["name"],
+                    tuple(t if isinstance(t, str) else t["type"] for t in f["type"])
+                    if isinstance(f["type"], list)
+                    else f["type"],
+                )
                 for f in fields
             )
             _FAST_AVRO = layout == _OUTBOX_LAYOUT
@@ -423,7 +452,7 @@ def _decode_outbox(v: bytes) -> tuple:
         n = (n >> 1) ^ -(n & 1)
         if n < 0 or p + n > size:
             raise _Bad
-        out.append(v[p:p + n].decode())
+        out.append(v[p : p + n].decode())
         p += n
     u = v[p]
     p += 1
@@ -445,7 +474,7 @@ def _decode_outbox(v: bytes) -> tuple:
         n = (n >> 1) ^ -(n & 1)
         if n < 0 or p + n > size:
             raise _Bad
-        out.append(v[p:p + n].decode() if u == 2 else v[p:p + n])
+        out.append(v[p : p + n].decode() if u == 2 else v[p : p + n])
         p += n
     else:
         raise _Bad
@@ -494,8 +523,9 @@ def decode_value(value: bytes | None) -> tuple[dict[str, Any] | None, int | None
     return record, schema_id, None
 
 
-def formatted_value(fmt: str, value: bytes | None, event_id: str | None, event_type: str | None,
-                    key_text: str | None) -> tuple:
+def formatted_value(
+    fmt: str, value: bytes | None, event_id: str | None, event_type: str | None, key_text: str | None
+) -> tuple:
     """The value columns (`_VALUE_FIELDS`) of a record written in a payload format."""
     schema_id, payload, error = None, value, None
     if fmt == "avro" and value is not None:
@@ -512,7 +542,7 @@ def _avro_payload(value: bytes) -> tuple[int | None, bytes | None, str | None]:
     if len(value) < 6 or value[0] != 0:
         return None, None, "not Confluent wire format (magic byte 0 + 4-byte schema id)"
     schema_id = int.from_bytes(value[1:5], "big")
-    for start in ((6, 5) if value[5] == 2 else (5,)):
+    for start in (6, 5) if value[5] == 2 else (5,):
         n, p, shift = 0, start, 0
         while p < len(value):
             b = value[p]
@@ -588,8 +618,13 @@ def decode_record(
             out["value_error"] = f"dead-letter value is not JSON: {exc}"[:300]
         return out
     if out["v_format"] is not None:
-        out.update(zip(_VALUE_FIELDS, formatted_value(out["v_format"], value, out["h_event_id"], out["h_event_type"],
-                                                      key_text)))
+        out.update(
+            zip(
+                _VALUE_FIELDS,
+                formatted_value(out["v_format"], value, out["h_event_id"], out["h_event_type"], key_text),
+                strict=True,
+            )
+        )
         return out
     record, schema_id, error = decode_value(value)
     out["schema_id"] = schema_id
@@ -746,7 +781,9 @@ class RecordColumns:
         import pyarrow as pa
 
         schema = arrow_schema(self.include_raw, self.decode)
-        batch = pa.RecordBatch.from_arrays([pa.array(c, type=f.type) for c, f in zip(self.cols, schema, strict=True)], schema=schema)
+        batch = pa.RecordBatch.from_arrays(
+            [pa.array(c, type=f.type) for c, f in zip(self.cols, schema, strict=True)], schema=schema
+        )
         self._reset()
         return batch
 
@@ -811,7 +848,10 @@ class KafkaReader(DataSourceReader):
         if plan is None:
             topics = [t.strip() for t in (self.options.get("topics") or "").split(",") if t.strip()]
             plan = plan_kafka(
-                self._bootstrap(), topics, self.options.get("topic_pattern") or None, opt_json(self.options, "consumer_conf", {})
+                self._bootstrap(),
+                topics,
+                self.options.get("topic_pattern") or None,
+                opt_json(self.options, "consumer_conf", {}),
             )
         parts = chunks(plan, opt_int(self.options, "chunk", DEFAULT_CHUNK) or DEFAULT_CHUNK)
         return [InputPartition(p) for p in parts] or [InputPartition(None)]

@@ -122,7 +122,9 @@ class KafkaStreamReader(DataSourceStreamReader):
                 rows[n].append(row[n])
         if part:
             schema = _arrow_schema()
-            yield pa.RecordBatch.from_arrays([pa.array(rows[n], type=schema.field(n).type) for n in names], schema=schema)
+            yield pa.RecordBatch.from_arrays(
+                [pa.array(rows[n], type=schema.field(n).type) for n in names], schema=schema
+            )
 
     def commit(self, end: dict) -> None:
         pass
@@ -131,7 +133,13 @@ class KafkaStreamReader(DataSourceStreamReader):
 def _arrow_schema() -> Any:
     import pyarrow as pa
 
-    kinds = {"string": pa.string(), "bigint": pa.int64(), "int": pa.int32(), "binary": pa.binary(), "boolean": pa.bool_()}
+    kinds = {
+        "string": pa.string(),
+        "bigint": pa.int64(),
+        "int": pa.int32(),
+        "binary": pa.binary(),
+        "boolean": pa.bool_(),
+    }
     return pa.schema([(n, kinds[k]) for n, k in STREAM_FIELDS])
 
 

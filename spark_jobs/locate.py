@@ -48,8 +48,14 @@ def _identity_of(msg: Any) -> dict[str, Any]:
     return out
 
 
-def locate_offset(kafka_bootstrap: str, topic: str, partition: int, offset: int, timeout: float = 30.0,
-                  consumer_conf: dict[str, Any] | None = None) -> dict[str, Any] | None:
+def locate_offset(
+    kafka_bootstrap: str,
+    topic: str,
+    partition: int,
+    offset: int,
+    timeout: float = 30.0,
+    consumer_conf: dict[str, Any] | None = None,
+) -> dict[str, Any] | None:
     """The identity and binlog position of the record at `topic[partition]@offset`: a dict
     with `identity_key`, `source`, `position` ("file:pos" of the transaction start),
     `file`, `pos`, `row`, `gtid`, `commit_ts_ms`, `event_id`, `headers`, ... - or None when
@@ -64,8 +70,9 @@ def locate_offset(kafka_bootstrap: str, topic: str, partition: int, offset: int,
         consumer.close()
     if offset < low or offset >= high:
         return None
-    for msg in consume_range(kafka_bootstrap, topic, partition, offset, offset + 1, consumer_conf,
-                             stall_timeout=timeout):
+    for msg in consume_range(
+        kafka_bootstrap, topic, partition, offset, offset + 1, consumer_conf, stall_timeout=timeout
+    ):
         if msg.offset() == offset:
             return _identity_of(msg)
     return None
@@ -77,7 +84,11 @@ def _matcher(source: str, where: str | BinlogPosition, row: int | None) -> Any:
         gtid = text.lower()
 
         def by_gtid(h: dict[str, str]) -> bool:
-            return h.get(hdr.H_SOURCE) == source and (h.get(hdr.H_GTID) or "").lower() == gtid and (row is None or h.get(hdr.H_ROW) == str(row))
+            return (
+                h.get(hdr.H_SOURCE) == source
+                and (h.get(hdr.H_GTID) or "").lower() == gtid
+                and (row is None or h.get(hdr.H_ROW) == str(row))
+            )
 
         return by_gtid
     position = where if isinstance(where, BinlogPosition) else BinlogPosition.parse(text)

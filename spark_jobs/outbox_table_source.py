@@ -64,7 +64,9 @@ def plan_ranges(settings: Mapping[str, Any], table: OutboxTable, chunk: int) -> 
                 out.append({"kind": "ordered", "lo": b, "hi": bounds[i + 1] if i + 1 < len(bounds) else None})
             return out
     except Exception as exc:
-        raise RuntimeError(f"cdc_outbox_table: planning {table.qualified_name} on {where(settings)}: {scrub(str(exc), settings)}") from None
+        raise RuntimeError(
+            f"cdc_outbox_table: planning {table.qualified_name} on {where(settings)}: {scrub(str(exc), settings)}"
+        ) from None
     finally:
         conn.close()
 
@@ -72,7 +74,13 @@ def plan_ranges(settings: Mapping[str, Any], table: OutboxTable, chunk: int) -> 
 def read_range(settings: Mapping[str, Any], table: OutboxTable, rng: Mapping[str, Any]) -> Iterator[tuple]:
     qualified = f"{_q(table.schema)}.{_q(table.table)}"
     key = _q(table.id_column)
-    cols = [table.id_column, table.aggregate_type_column, table.aggregate_id_column, table.type_column, table.payload_column]
+    cols = [
+        table.id_column,
+        table.aggregate_type_column,
+        table.aggregate_id_column,
+        table.type_column,
+        table.payload_column,
+    ]
     select = ", ".join(_q(c) for c in cols)
     if rng["kind"] == "int":
         args: tuple[Any, ...]
@@ -99,7 +107,9 @@ def read_range(settings: Mapping[str, Any], table: OutboxTable, rng: Mapping[str
                     is_text,
                 )
     except Exception as exc:
-        raise RuntimeError(f"cdc_outbox_table: reading {table.qualified_name} on {where(settings)}: {scrub(str(exc), settings)}") from None
+        raise RuntimeError(
+            f"cdc_outbox_table: reading {table.qualified_name} on {where(settings)}: {scrub(str(exc), settings)}"
+        ) from None
     finally:
         conn.close()
 
@@ -113,7 +123,9 @@ class OutboxTableReader(DataSourceReader):
         self.table = tables[0]
 
     def partitions(self) -> Sequence[InputPartition]:
-        ranges = plan_ranges(mysql_settings_from_options(self.options), self.table, opt_int(self.options, "chunk", 100_000) or 100_000)
+        ranges = plan_ranges(
+            mysql_settings_from_options(self.options), self.table, opt_int(self.options, "chunk", 100_000) or 100_000
+        )
         return [InputPartition(r) for r in ranges] or [InputPartition(None)]
 
     def read(self, partition: InputPartition) -> Iterator[tuple]:

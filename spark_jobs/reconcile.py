@@ -68,6 +68,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from cdc.formats import expected_timestamp_ms, payload_matches
 from spark_jobs.binlog_source import (
     KIND_EVENT,
     KIND_XA_COMMIT,
@@ -77,7 +78,6 @@ from spark_jobs.binlog_source import (
     KIND_XA_UNDECIDED,
     STATEMENT_FORMAT,
 )  # fmt: skip
-from cdc.formats import expected_timestamp_ms, payload_matches
 from spark_jobs.common import KEY_SEP, identity_key, murmur2_partition
 
 EVENT_CLASSES = ("delivered", "missing", "duplicate", "reordered", "altered", "dead_lettered", "unverifiable")
@@ -192,7 +192,9 @@ class ReferenceResult:
         return out
 
 
-def truncation_thresholds(records: Iterable[Mapping[str, Any]], ctx: ReconcileContext) -> dict[tuple[str, int], tuple | None]:
+def truncation_thresholds(
+    records: Iterable[Mapping[str, Any]], ctx: ReconcileContext
+) -> dict[tuple[str, int], tuple | None]:
     """For every partition whose low watermark is above 0: the binlog order of its first
     retained record of ours (None when it holds none)."""
     trunc: dict[tuple[str, int], tuple[Any, ...] | None] = {(t, p): None for t, p, _low in ctx.truncated()}
@@ -211,7 +213,9 @@ def truncation_thresholds(records: Iterable[Mapping[str, Any]], ctx: ReconcileCo
     return trunc
 
 
-def event_unverifiable(ev: Mapping[str, Any], ctx: ReconcileContext, thresholds: Mapping[tuple[str, int], tuple | None]) -> str | None:
+def event_unverifiable(
+    ev: Mapping[str, Any], ctx: ReconcileContext, thresholds: Mapping[tuple[str, int], tuple | None]
+) -> str | None:
     """Why an event without any delivery cannot be called missing (None: it is missing)."""
     loc = ctx.dlq_topic if ev.get("dlq_cause") else ev.get("expected_topic")
     if loc in ctx.unread_topics:
@@ -302,7 +306,9 @@ def reconcile_reference(
             continue
         if r.get("h_file_seq") is None or r.get("h_pos") is None:
             record_class[rid] = ("phantom", None)
-        elif (r["h_file_seq"], r["h_pos"]) < (s_seq, s_pos) or _before(r.get("h_xa_file_seq"), r.get("h_xa_pos"), (s_seq, s_pos)):
+        elif (r["h_file_seq"], r["h_pos"]) < (s_seq, s_pos) or _before(
+            r.get("h_xa_file_seq"), r.get("h_xa_pos"), (s_seq, s_pos)
+        ):
             # an XA commit in range whose prepare (its rows) lies before it: unverifiable too
             record_class[rid] = ("unverifiable", "before_binlog_range")
         elif (r["h_file_seq"], r["h_pos"]) >= (e_seq, e_pos):
@@ -314,7 +320,9 @@ def reconcile_reference(
     reordered: set[str] = set()
     by_partition_key: dict[tuple[str, int, str | None], list[Mapping[str, Any]]] = {}
     seen: set[tuple[str, str, int]] = set()
-    for r in sorted((r for rs in matches.values() for r in rs), key=lambda r: (r["topic"], r["partition"], r["offset"])):
+    for r in sorted(
+        (r for rs in matches.values() for r in rs), key=lambda r: (r["topic"], r["partition"], r["offset"])
+    ):
         if r.get("repair") or r["topic"] == ctx.dlq_topic:
             continue
         k = (r["ikey"], r["topic"], r["partition"])
@@ -394,7 +402,15 @@ def reconcile_reference(
 
     verified_through, first_unproven = _verified_through_ref(events, event_class, ctx)
     return ReferenceResult(
-        event_class, event_reasons, event_unv, deliveries, record_class, violations, verified_through, first_unproven, latencies
+        event_class,
+        event_reasons,
+        event_unv,
+        deliveries,
+        record_class,
+        violations,
+        verified_through,
+        first_unproven,
+        latencies,
     )
 
 
@@ -472,22 +488,38 @@ def resolve_xa(rows: Any) -> Any:
         .withColumn("_n_k", F.lead("_k").over(by_xid))
         .withColumn("_n_o", F.lead("_o").over(by_xid))
         .filter(col("_k") == "p")
-        .select(col("xa_xid").alias("_p_xid"), col("file_seq").alias("_p_seq"), col("tx_pos").alias("_p_pos"), "_n_k", "_n_o")
+        .select(
+            col("xa_xid").alias("_p_xid"),
+            col("file_seq").alias("_p_seq"),
+            col("tx_pos").alias("_p_pos"),
+            "_n_k",
+            "_n_o",
+        )
     )
-    j = held.join(paired, (col("xa_xid") == col("_p_xid")) & (col("file_seq") == col("_p_seq")) & (col("tx_pos") == col("_p_pos")), "left")
+    j = held.join(
+        paired,
+        (col("xa_xid") == col("_p_xid")) & (col("file_seq") == col("_p_seq")) & (col("tx_pos") == col("_p_pos")),
+        "left",
+    )
     row_text = col("row").cast("string")
     committed = j.filter(col("_n_k") == KIND_XA_COMMIT)
     for c in outcome_cols:
         committed = committed.withColumn(c, col("_n_o")[c])
     committed = committed.withColumn("kind", F.lit(KIND_XA_EVENT)).withColumn(
         "ikey",
-        F.when(col("gtid").isNotNull() & (col("gtid") != ""), F.concat_ws(KEY_SEP, F.lit("g"), col("source"), col("gtid"), row_text))
-        .otherwise(F.concat_ws(KEY_SEP, F.lit("p"), col("source"), col("file"), col("tx_pos").cast("string"), row_text)),
+        F.when(
+            col("gtid").isNotNull() & (col("gtid") != ""),
+            F.concat_ws(KEY_SEP, F.lit("g"), col("source"), col("gtid"), row_text),
+        ).otherwise(
+            F.concat_ws(KEY_SEP, F.lit("p"), col("source"), col("file"), col("tx_pos").cast("string"), row_text)
+        ),
     )
     undecided = (
         j.filter(col("_n_k").isNull() | (col("_n_k") == "p"))
         .withColumn("kind", F.lit(KIND_XA_UNDECIDED))
-        .withColumn("ikey", F.concat_ws(KEY_SEP, F.lit("x"), col("source"), col("file"), col("tx_pos").cast("string"), row_text))
+        .withColumn(
+            "ikey", F.concat_ws(KEY_SEP, F.lit("x"), col("source"), col("file"), col("tx_pos").cast("string"), row_text)
+        )
     )
     return plain.unionByName(committed.select(*columns)).unionByName(undecided.select(*columns))
 
@@ -527,7 +559,13 @@ def _spark_thresholds(records: Any, ctx: ReconcileContext) -> dict[tuple[str, in
         c = (F.col("topic") == t) & (F.col("partition") == p)
         cond = c if cond is None else (cond | c)
     rows = (
-        records.filter(cond & (F.col("source") == ctx.source) & F.col("h_file_seq").isNotNull() & F.col("h_pos").isNotNull() & F.col("h_row").isNotNull())
+        records.filter(
+            cond
+            & (F.col("source") == ctx.source)
+            & F.col("h_file_seq").isNotNull()
+            & F.col("h_pos").isNotNull()
+            & F.col("h_row").isNotNull()
+        )
         .groupBy("topic", "partition")
         .agg(F.min_by(F.struct("h_file_seq", "h_pos", "h_row"), F.col("offset")).alias("first"))
         .collect()
@@ -573,7 +611,9 @@ def reconcile(events: Any, records: Any, ctx: ReconcileContext, storage: Any = N
     dlq = ctx.dlq_topic
     col = F.col
 
-    rec = records.withColumn("is_dlq", col("topic") == F.lit(dlq)).withColumn("repair", F.coalesce(col("repair"), F.lit(False)))
+    rec = records.withColumn("is_dlq", col("topic") == F.lit(dlq)).withColumn(
+        "repair", F.coalesce(col("repair"), F.lit(False))
+    )
     ours = rec.filter(col("ikey").isNotNull() & (col("source") == F.lit(ctx.source)))
     if ctx.has_xa:
         events = resolve_xa(events)
@@ -596,6 +636,7 @@ def reconcile(events: Any, records: Any, ctx: ReconcileContext, storage: Any = N
         .withColumn("rn", F.row_number().over(by_ikey))
         .withColumn("first_ts", F.min(F.when(~col("r_repair"), col("r_timestamp_ms"))).over(whole))
     )
+
     # ---- 2. events joined to them; the content check is row-local, so it is done here and
     # only the narrow result is persisted (building Spark's cache costs by the byte, and
     # the payloads are most of the bytes)
@@ -612,22 +653,39 @@ def reconcile(events: Any, records: Any, ctx: ReconcileContext, storage: Any = N
 
     if ctx.payload_formats:
         matches = F.udf(payload_matches, T.BooleanType())
-        payload_differs = F.when(formatted, ~matches(r("v_format"), r("v_payload"), col("payload"), col("payload_is_text"))
-                                 ).otherwise(ne(r("v_payload"), "payload"))
+        payload_differs = F.when(
+            formatted, ~matches(r("v_format"), r("v_payload"), col("payload"), col("payload_is_text"))
+        ).otherwise(ne(r("v_payload"), "payload"))
         expected_ms = F.when(col("timestamp_us").isNull(), col("commit_ts_ms")).otherwise(
-            F.when(col("timestamp_us") >= 0, F.floor(col("timestamp_us") / 1000)).otherwise(-F.floor(-col("timestamp_us") / 1000))
-            .cast("bigint"))
+            F.when(col("timestamp_us") >= 0, F.floor(col("timestamp_us") / 1000))
+            .otherwise(-F.floor(-col("timestamp_us") / 1000))
+            .cast("bigint")
+        )
         stamp_differs = F.when(formatted, ~r("timestamp_ms").eqNullSafe(expected_ms)).otherwise(
-            ne(r("v_timestamp_us"), "timestamp_us"))
+            ne(r("v_timestamp_us"), "timestamp_us")
+        )
     else:
         payload_differs, stamp_differs = ne(r("v_payload"), "payload"), ne(r("v_timestamp_us"), "timestamp_us")
     reason_list = F.array(
         F.when(not_dlq & col("expected_topic").isNotNull() & (r("topic") != col("expected_topic")), F.lit("topic")),
         F.when(not_dlq & ne(r("key_text"), "aggregate_id"), F.lit("key")),
-        F.when(not_dlq & decoded & (ne(r("v_id"), "event_id") | (r("h_event_id").isNotNull() & (r("h_event_id") != col("event_id")))), F.lit("id")),
+        F.when(
+            not_dlq
+            & decoded
+            & (ne(r("v_id"), "event_id") | (r("h_event_id").isNotNull() & (r("h_event_id") != col("event_id")))),
+            F.lit("id"),
+        ),
         F.when(not_dlq & enveloped & ne(r("v_aggregate_type"), "aggregate_type"), F.lit("aggregate_type")),
         F.when(not_dlq & enveloped & ne(r("v_aggregate_id"), "aggregate_id"), F.lit("aggregate_id")),
-        F.when(not_dlq & decoded & (ne(r("v_type"), "event_type") | (r("h_event_type").isNotNull() & (r("h_event_type") != col("event_type")))), F.lit("type")),
+        F.when(
+            not_dlq
+            & decoded
+            & (
+                ne(r("v_type"), "event_type")
+                | (r("h_event_type").isNotNull() & (r("h_event_type") != col("event_type")))
+            ),
+            F.lit("type"),
+        ),
         F.when(not_dlq & decoded & payload_differs, F.lit("payload")),
         F.when(not_dlq & decoded & stamp_differs, F.lit("timestamp")),
         F.when(r("h_commit_ts").isNotNull() & (r("h_commit_ts") != col("commit_ts_ms")), F.lit("commit_ts")),
@@ -635,8 +693,18 @@ def reconcile(events: Any, records: Any, ctx: ReconcileContext, storage: Any = N
     )
     joined = (
         ev.join(ours_w, ev["ikey"] == ours_w["r_ikey"], "full_outer")
-        .withColumn("match_reasons", F.when(col("file").isNotNull() & r("ikey").isNotNull(), F.array_compact(reason_list)))
-        .select(*JOINED_EVENT_COLUMNS, "ord", "match_reasons", *[f"r_{c}" for c in JOINED_RECORD_FIELDS], "n", "rn", "first_ts")
+        .withColumn(
+            "match_reasons", F.when(col("file").isNotNull() & r("ikey").isNotNull(), F.array_compact(reason_list))
+        )
+        .select(
+            *JOINED_EVENT_COLUMNS,
+            "ord",
+            "match_reasons",
+            *[f"r_{c}" for c in JOINED_RECORD_FIELDS],
+            "n",
+            "rn",
+            "first_ts",
+        )
         .persist(storage)
     )
 
@@ -669,29 +737,58 @@ def reconcile(events: Any, records: Any, ctx: ReconcileContext, storage: Any = N
     )
     keyed = col("file").isNotNull() & ~r("is_dlq")
     by_part = Window.partitionBy("topic", "partition").orderBy("offset").rowsBetween(Window.unboundedPreceding, -1)
-    by_key = Window.partitionBy("topic", "partition", "key_text").orderBy("offset").rowsBetween(Window.unboundedPreceding, -1)
+    by_key = (
+        Window.partitionBy("topic", "partition", "key_text")
+        .orderBy("offset")
+        .rowsBetween(Window.unboundedPreceding, -1)
+    )
     flagged = (
         joined.filter(r("ikey").isNotNull() & ~r("repair"))
         .select(
-            r("topic").alias("topic"), r("partition").alias("partition"), r("offset").alias("offset"), r("key_text").alias("key_text"),
-            r("h_file").alias("h_file"), r("h_pos").alias("h_pos"), r("h_row").alias("h_row"), r("h_gtid").alias("h_gtid"),
-            h_ord.alias("h_ord"), "ikey", F.when(keyed, col("ord")).alias("k_ord"),
+            r("topic").alias("topic"),
+            r("partition").alias("partition"),
+            r("offset").alias("offset"),
+            r("key_text").alias("key_text"),
+            r("h_file").alias("h_file"),
+            r("h_pos").alias("h_pos"),
+            r("h_row").alias("h_row"),
+            r("h_gtid").alias("h_gtid"),
+            h_ord.alias("h_ord"),
+            "ikey",
+            F.when(keyed, col("ord")).alias("k_ord"),
         )
         .withColumn("h_prev_max", F.max("h_ord").over(by_part))
         .withColumn("k_prev_max", F.max("k_ord").over(by_key))
-        .withColumn("violation", col("h_ord").isNotNull() & col("h_prev_max").isNotNull() & (col("h_ord") < col("h_prev_max")))
-        .withColumn("reorder", col("k_ord").isNotNull() & col("k_prev_max").isNotNull() & (col("k_ord") < col("k_prev_max")))
+        .withColumn(
+            "violation", col("h_ord").isNotNull() & col("h_prev_max").isNotNull() & (col("h_ord") < col("h_prev_max"))
+        )
+        .withColumn(
+            "reorder", col("k_ord").isNotNull() & col("k_prev_max").isNotNull() & (col("k_ord") < col("k_prev_max"))
+        )
         .filter(col("violation") | col("reorder"))
         .persist(storage)
     )
     violations = flagged.filter(col("violation")).select(
-        "topic", "partition", "offset", "key_text", "h_file", "h_pos", "h_row", "h_gtid", "h_ord", col("h_prev_max").alias("prev_max")
+        "topic",
+        "partition",
+        "offset",
+        "key_text",
+        "h_file",
+        "h_pos",
+        "h_row",
+        "h_gtid",
+        "h_ord",
+        col("h_prev_max").alias("prev_max"),
     )
     order = (
         flagged.filter(col("reorder"))
         .groupBy("ikey")
-        .agg(F.lit(True).alias("reordered"),
-             F.min_by(F.struct("topic", "partition", "offset", col("k_prev_max").alias("prev_max")), col("offset")).alias("reorder_at"))
+        .agg(
+            F.lit(True).alias("reordered"),
+            F.min_by(
+                F.struct("topic", "partition", "offset", col("k_prev_max").alias("prev_max")), col("offset")
+            ).alias("reorder_at"),
+        )
     )
     order, n_order = _small(order, storage)
     classified = (
@@ -711,10 +808,23 @@ def reconcile(events: Any, records: Any, ctx: ReconcileContext, storage: Any = N
         )
         .withColumn(
             "unverifiable_reason",
-            F.when(col("_undecided"), F.lit(XA_UNDECIDED)).when(col("_stmt"), F.lit(STATEMENT_FORMAT)).otherwise(F.lit(None).cast("string")),
+            F.when(col("_undecided"), F.lit(XA_UNDECIDED))
+            .when(col("_stmt"), F.lit(STATEMENT_FORMAT))
+            .otherwise(F.lit(None).cast("string")),
         )
-        .select(*JOINED_EVENT_COLUMNS, "ord", "n", "deliveries", "first_ts", "reasons", "latency_ms", "reordered", "reorder_at", "class",
-                "unverifiable_reason")
+        .select(
+            *JOINED_EVENT_COLUMNS,
+            "ord",
+            "n",
+            "deliveries",
+            "first_ts",
+            "reasons",
+            "latency_ms",
+            "reordered",
+            "reorder_at",
+            "class",
+            "unverifiable_reason",
+        )
     )
 
     # ---- events without a delivery that cannot be proven absent
@@ -735,14 +845,20 @@ def reconcile(events: Any, records: Any, ctx: ReconcileContext, storage: Any = N
         missing = missing.withColumn("_pred", predicted(col("_loc"), col("aggregate_id")))
         trunc_cond = F.lit(False)
         for (topic, part), thr in thresholds.items():
-            applies = F.lit(True) if topic == dlq else ((col("_loc") == F.lit(topic)) & (col("_pred").isNull() | (col("_pred") == F.lit(part))))
+            applies = (
+                F.lit(True)
+                if topic == dlq
+                else ((col("_loc") == F.lit(topic)) & (col("_pred").isNull() | (col("_pred") == F.lit(part))))
+            )
             before = F.lit(True) if thr is None else _lt(col("file_seq"), col("tx_pos"), col("row"), thr)
             trunc_cond = trunc_cond | (applies & before)
         unread = col("_loc").isin(list(ctx.unread_topics)) if ctx.unread_topics else F.lit(False)
         why = F.when(unread, F.lit("topic_not_read")).when(trunc_cond, F.lit("partition_truncated"))
         missing = (
             missing.withColumn("unverifiable_reason", why)
-            .withColumn("class", F.when(col("unverifiable_reason").isNotNull(), F.lit("unverifiable")).otherwise(col("class")))
+            .withColumn(
+                "class", F.when(col("unverifiable_reason").isNotNull(), F.lit("unverifiable")).otherwise(col("class"))
+            )
             .drop("_loc", "_pred")
         )
         classified = classified.filter(col("class") != "missing").unionByName(missing)
@@ -752,14 +868,20 @@ def reconcile(events: Any, records: Any, ctx: ReconcileContext, storage: Any = N
     _e_file, e_seq, e_pos = ctx.range_end
     hs, hp = col("h_file_seq"), col("h_pos")
     xs, xp = col("h_xa_file_seq"), col("h_xa_pos")
-    before = (hs < s_seq) | ((hs == s_seq) & (hp < s_pos)) | F.coalesce((xs < s_seq) | ((xs == s_seq) & (xp < s_pos)), F.lit(False))
+    before = (
+        (hs < s_seq)
+        | ((hs == s_seq) & (hp < s_pos))
+        | F.coalesce((xs < s_seq) | ((xs == s_seq) & (xp < s_pos)), F.lit(False))
+    )
     after = (hs > e_seq) | ((hs == e_seq) & (hp >= e_pos))
     unmatched = (
         joined.filter(col("file").isNull())
         .select(*[r(c).alias(c) for c in RECORD_COLUMNS])
         .withColumn(
             "reason",
-            F.when(hs.isNull() | hp.isNull(), F.lit(None)).when(before, F.lit("before_binlog_range")).when(after, F.lit("after_verified_range")),
+            F.when(hs.isNull() | hp.isNull(), F.lit(None))
+            .when(before, F.lit("before_binlog_range"))
+            .when(after, F.lit("after_verified_range")),
         )
         .withColumn("class", F.when(col("reason").isNull(), F.lit("phantom")).otherwise(F.lit("unverifiable")))
     )
@@ -790,7 +912,9 @@ def _join_small(big: Any, small: Any, n: int) -> Any:
     from pyspark.sql import functions as F
 
     if n == 0:  # nothing to join: the side's columns, all NULL
-        return big.select("*", *[F.lit(None).cast(f.dataType).alias(f.name) for f in small.schema.fields if f.name != "ikey"])
+        return big.select(
+            "*", *[F.lit(None).cast(f.dataType).alias(f.name) for f in small.schema.fields if f.name != "ikey"]
+        )
     return big.join(F.broadcast(small) if n <= SMALL_ROWS else small, "ikey", "left")
 
 
@@ -805,7 +929,10 @@ DELIVERY_FIELDS = (
 )  # fmt: skip
 # what the joined table keeps once the content has been compared: no payloads, no decoded values
 EVENT_CONTENT_COLUMNS = ("payload", "payload_is_text", "timestamp_us")
-JOINED_EVENT_COLUMNS = tuple(c for c in EVENT_COLUMNS if c not in EVENT_CONTENT_COLUMNS) + ("commit_clock_ms", "commit_clock")
+JOINED_EVENT_COLUMNS = tuple(c for c in EVENT_COLUMNS if c not in EVENT_CONTENT_COLUMNS) + (
+    "commit_clock_ms",
+    "commit_clock",
+)
 JOINED_RECORD_FIELDS = ("ikey",) + tuple(c for c in DELIVERY_FIELDS if not c.startswith("v_"))
 RECORD_COLUMNS = (
     "topic", "partition", "offset", "timestamp_ms", "key_text", "source", "h_file", "h_file_seq", "h_pos", "h_row",
@@ -906,11 +1033,22 @@ def summarize(rc: Reconciled, max_examples: int = 20, lag_buckets: int = 600, hi
         )
         .count()
         .unionByName(
-            rc.records.groupBy(F.lit("record").alias("side"), col("class"), col("reason"), str_null.alias("cause"), str_null.alias("reasons")).count()
+            rc.records.groupBy(
+                F.lit("record").alias("side"),
+                col("class"),
+                col("reason"),
+                str_null.alias("cause"),
+                str_null.alias("reasons"),
+            ).count()
         )
         .unionByName(
-            rc.violations.groupBy(F.lit("violation").alias("side"), F.lit("order").alias("class"), str_null.alias("reason"),
-                                  str_null.alias("cause"), str_null.alias("reasons")).count()
+            rc.violations.groupBy(
+                F.lit("violation").alias("side"),
+                F.lit("order").alias("class"),
+                str_null.alias("reason"),
+                str_null.alias("cause"),
+                str_null.alias("reasons"),
+            ).count()
         )
         .collect()
     )
@@ -955,7 +1093,9 @@ def summarize(rc: Reconciled, max_examples: int = 20, lag_buckets: int = 600, hi
         F.count(F.when(lat_expr.isNotNull() & (col("commit_clock") == "c"), 1)).alias("n_column"),
         F.min(F.when(lat_expr.isNotNull(), col("commit_ts_ms"))).alias("t0"),
         F.max(F.when(lat_expr.isNotNull(), col("commit_ts_ms"))).alias("t1"),
-        F.min(F.when(~col("class").isin(*PROVEN_CLASSES), F.struct("file_seq", "tx_pos", "row", "file"))).alias("first_bad"),
+        F.min(F.when(~col("class").isin(*PROVEN_CLASSES), F.struct("file_seq", "tx_pos", "row", "file"))).alias(
+            "first_bad"
+        ),
     ).collect()[0]
 
     # ---- verified_through
@@ -965,7 +1105,10 @@ def summarize(rc: Reconciled, max_examples: int = 20, lag_buckets: int = 600, hi
         first_unproven = None
     else:
         prev = (
-            ev.filter((col("file_seq") < first_bad["file_seq"]) | ((col("file_seq") == first_bad["file_seq"]) & (col("tx_pos") < first_bad["tx_pos"])))
+            ev.filter(
+                (col("file_seq") < first_bad["file_seq"])
+                | ((col("file_seq") == first_bad["file_seq"]) & (col("tx_pos") < first_bad["tx_pos"]))
+            )
             .agg(F.max(F.struct("file_seq", "tx_pos", "row", "file", "tx_end")).alias("m"))
             .collect()[0]["m"]
         )
@@ -976,8 +1119,11 @@ def summarize(rc: Reconciled, max_examples: int = 20, lag_buckets: int = 600, hi
         first_unproven = {"file": first_bad["file"], "pos": first_bad["tx_pos"], "row": first_bad["row"]}
 
     # ---- 1 action: latency histogram + lag over time
-    clocks = {"mysql_immediate_commit_timestamp": g["n_mysql"], "outbox_timestamp_column": g["n_column"],
-              "binlog_commit_header": g["n"] - g["n_mysql"] - g["n_column"]}
+    clocks = {
+        "mysql_immediate_commit_timestamp": g["n_mysql"],
+        "outbox_timestamp_column": g["n_column"],
+        "binlog_commit_header": g["n"] - g["n_mysql"] - g["n_column"],
+    }
     latency: dict[str, Any] = {
         "count": g["n"],
         "clocks": {k: v for k, v in clocks.items() if v},
@@ -988,7 +1134,9 @@ def summarize(rc: Reconciled, max_examples: int = 20, lag_buckets: int = 600, hi
     }
     if g["n"]:
         p = g["p"]
-        latency.update(min_ms=g["min"], p50_ms=p[0], p95_ms=p[1], p99_ms=p[2], max_ms=g["max"], mean_ms=round(g["mean"], 1))
+        latency.update(
+            min_ms=g["min"], p50_ms=p[0], p95_ms=p[1], p99_ms=p[2], max_ms=g["max"], mean_ms=round(g["mean"], 1)
+        )
         lo, hi = int(g["min"]), int(g["max"])
         width = max(1, -(-(hi - lo + 1) // hist_bins))
         t0 = int(g["t0"]) // 1000
@@ -999,19 +1147,28 @@ def summarize(rc: Reconciled, max_examples: int = 20, lag_buckets: int = 600, hi
             lat.groupBy(F.lit("h").alias("kind"), F.floor((lat_expr - F.lit(lo)) / F.lit(width)).alias("b"))
             .agg(F.count(F.lit(1)).alias("n"), F.max(lat_expr).alias("mx"))
             .unionByName(
-                lat.groupBy(F.lit("l").alias("kind"), F.floor((F.floor(col("commit_ts_ms") / 1000) - F.lit(t0)) / F.lit(bucket_s)).alias("b"))
-                .agg(F.count(F.lit(1)).alias("n"), F.max(lat_expr).alias("mx"))
+                lat.groupBy(
+                    F.lit("l").alias("kind"),
+                    F.floor((F.floor(col("commit_ts_ms") / 1000) - F.lit(t0)) / F.lit(bucket_s)).alias("b"),
+                ).agg(F.count(F.lit(1)).alias("n"), F.max(lat_expr).alias("mx"))
             )
             .collect()
         )
         latency["histogram"] = {
             "bin_width_ms": width,
-            "bins": sorted(({"from_ms": lo + int(r["b"]) * width, "count": r["n"]} for r in rows if r["kind"] == "h"), key=lambda b: b["from_ms"]),
+            "bins": sorted(
+                ({"from_ms": lo + int(r["b"]) * width, "count": r["n"]} for r in rows if r["kind"] == "h"),
+                key=lambda b: b["from_ms"],
+            ),
         }
         latency["lag_over_time"] = {
             "bucket_seconds": bucket_s,
             "points": sorted(
-                ({"commit_second": t0 + int(r["b"]) * bucket_s, "max_latency_ms": r["mx"], "events": r["n"]} for r in rows if r["kind"] == "l"),
+                (
+                    {"commit_second": t0 + int(r["b"]) * bucket_s, "max_latency_ms": r["mx"], "events": r["n"]}
+                    for r in rows
+                    if r["kind"] == "l"
+                ),
                 key=lambda x: x["commit_second"],
             ),
         }
@@ -1020,7 +1177,13 @@ def summarize(rc: Reconciled, max_examples: int = 20, lag_buckets: int = 600, hi
     examples: dict[str, list[dict[str, Any]]] = {c: [] for c in ALL_CLASSES}
     if events_total - counts["delivered"] > 0:
         w = Window.partitionBy("class").orderBy("file_seq", "tx_pos", "row")
-        for r in ev.filter(col("class") != "delivered").withColumn("rn", F.row_number().over(w)).filter(col("rn") <= max_examples).orderBy("class", "rn").collect():
+        for r in (
+            ev.filter(col("class") != "delivered")
+            .withColumn("rn", F.row_number().over(w))
+            .filter(col("rn") <= max_examples)
+            .orderBy("class", "rn")
+            .collect()
+        ):
             examples[r["class"]].append(_event_example(r))
     if rec_counts.get("phantom", 0) + rec_counts.get("unverifiable", 0) > 0:
         wr = Window.partitionBy("class").orderBy("topic", "partition", "offset")
@@ -1037,9 +1200,16 @@ def summarize(rc: Reconciled, max_examples: int = 20, lag_buckets: int = 600, hi
     if violations_count:
         violation_examples = [
             {
-                "topic": r["topic"], "partition": r["partition"], "offset": r["offset"], "key": r["key_text"],
+                "topic": r["topic"],
+                "partition": r["partition"],
+                "offset": r["offset"],
+                "key": r["key_text"],
                 "position": {"file": r["h_file"], "pos": r["h_pos"], "row": r["h_row"], "gtid": r["h_gtid"]},
-                "after_position": {"file_seq": r["prev_max"]["h_file_seq"], "pos": r["prev_max"]["h_pos"], "row": r["prev_max"]["h_row"]},
+                "after_position": {
+                    "file_seq": r["prev_max"]["h_file_seq"],
+                    "pos": r["prev_max"]["h_pos"],
+                    "row": r["prev_max"]["h_row"],
+                },
             }
             for r in rc.violations.orderBy("topic", "partition", "offset").limit(max_examples).collect()
         ]
@@ -1070,7 +1240,10 @@ def summarize(rc: Reconciled, max_examples: int = 20, lag_buckets: int = 600, hi
             "phantom": rec_counts.get("phantom", 0),
             "unverifiable": rec_counts.get("unverifiable", 0),
         },
-        "unverifiable_reasons": {**{f"event:{k}": v for k, v in ev_unv.items()}, **{f"record:{k}": v for k, v in rec_reasons.items()}},
+        "unverifiable_reasons": {
+            **{f"event:{k}": v for k, v in ev_unv.items()},
+            **{f"record:{k}": v for k, v in rec_reasons.items()},
+        },
         "dead_letter_causes": dlq_causes,
         "altered_reasons": altered_reasons,
         "examples": {k: v for k, v in examples.items() if v},

@@ -74,7 +74,9 @@ class VerifyReport:
         """Every missing event with its full binlog coordinates (for `cdc repair`): the
         `missing.jsonl` file written next to the report, or the report's examples when
         there is no file."""
-        return list(iter_missing(self.missing_path)) if self.missing_path else list(self.summary.get("missing_events", []))
+        return (
+            list(iter_missing(self.missing_path)) if self.missing_path else list(self.summary.get("missing_events", []))
+        )
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -124,8 +126,7 @@ def summary_text(rep: VerifyReport) -> str:
     c = rep.counts
     status = "OK" if rep.ok else "FAILED"
     lines = [
-        f"cdc verify: {status} - "
-        + " ".join(f"{k}={c.get(k, 0)}" for k in ALL_CLASSES),
+        f"cdc verify: {status} - " + " ".join(f"{k}={c.get(k, 0)}" for k in ALL_CLASSES),
     ]
     vt = rep.summary.get("verified_through") or {}
     fu = rep.summary.get("first_unproven")
@@ -143,8 +144,10 @@ def summary_text(rep: VerifyReport) -> str:
         )
     aborted = rep.summary.get("aborted_records")
     if aborted is not None:
-        lines.append(f"records in aborted Kafka transactions: {aborted['count']} (read_uncommitted minus "
-                     "read_committed; never seen by read_committed consumers, not a problem)")
+        lines.append(
+            f"records in aborted Kafka transactions: {aborted['count']} (read_uncommitted minus "
+            "read_committed; never seen by read_committed consumers, not a problem)"
+        )
     ov = (rep.summary.get("order_violations") or {}).get("count", 0)
     if ov:
         lines.append(f"warning: {ov} record(s) go backwards in binlog order within their partition")
@@ -155,8 +158,10 @@ def summary_text(rep: VerifyReport) -> str:
     for reason in BLOCKING_UNVERIFIABLE:
         n = rep.problems.get(reason)
         if n:
-            lines.append(f"  {n} outbox insert(s) logged as statements ({reason}): the binlog holds no row image to verify; "
-                         "set binlog_format=ROW for the server and the writing sessions")
+            lines.append(
+                f"  {n} outbox insert(s) logged as statements ({reason}): the binlog holds no row image to verify; "
+                "set binlog_format=ROW for the server and the writing sessions"
+            )
             for ex in [e for e in (examples.get("unverifiable") or []) if e.get("unverifiable_reason") == reason][:2]:
                 lines.append(f"  {reason}: {_one_line(ex)}")
     if rep.json_path:
@@ -183,8 +188,9 @@ def _esc(v: Any) -> str:
     return html.escape(str(v), quote=True)
 
 
-def svg_bars(items: list[tuple[str, float, str]], title: str, width: int = 640, bar_h: int = 22,
-             unit: str = "count") -> str:
+def svg_bars(
+    items: list[tuple[str, float, str]], title: str, width: int = 640, bar_h: int = 22, unit: str = "count"
+) -> str:
     """Horizontal bar chart: (label, value, color); the value axis is labelled with `unit`."""
     left, right = 120, 80
     h = 30 + bar_h * len(items) + 24
@@ -194,8 +200,12 @@ def svg_bars(items: list[tuple[str, float, str]], title: str, width: int = 640, 
     for i, (label, value, color) in enumerate(items):
         y = 30 + i * bar_h
         w = (width - left - right) * (value / top) if value else 0
-        out.append(f'<text x="{left - 6}" y="{y + bar_h * 0.7:.0f}" font-size="12" text-anchor="end">{_esc(label)}</text>')
-        out.append(f'<rect x="{left}" y="{y + 3}" width="{max(w, 1 if value else 0):.1f}" height="{bar_h - 6}" fill="{color}"/>')
+        out.append(
+            f'<text x="{left - 6}" y="{y + bar_h * 0.7:.0f}" font-size="12" text-anchor="end">{_esc(label)}</text>'
+        )
+        out.append(
+            f'<rect x="{left}" y="{y + 3}" width="{max(w, 1 if value else 0):.1f}" height="{bar_h - 6}" fill="{color}"/>'
+        )
         out.append(f'<text x="{left + w + 4:.1f}" y="{y + bar_h * 0.7:.0f}" font-size="12">{int(value)}</text>')
     base = 30 + bar_h * len(items)
     out.append(f'<line x1="{left}" y1="{base}" x2="{width - right}" y2="{base}" stroke="#333"/>')
@@ -205,8 +215,15 @@ def svg_bars(items: list[tuple[str, float, str]], title: str, width: int = 640, 
     return "".join(out)
 
 
-def svg_histogram(bins: list[dict[str, Any]], width_ms: int, title: str, width: int = 640, height: int = 240,
-                  x_label: str = "latency (ms)", y_label: str = "deliveries") -> str:
+def svg_histogram(
+    bins: list[dict[str, Any]],
+    width_ms: int,
+    title: str,
+    width: int = 640,
+    height: int = 240,
+    x_label: str = "latency (ms)",
+    y_label: str = "deliveries",
+) -> str:
     pad_l, pad_b, pad_t = 50, 30, 28
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img" aria-label="{_esc(title)}">',
            f'<text x="4" y="18" font-size="14" font-weight="bold">{_esc(title)}</text>']  # fmt: skip
@@ -223,23 +240,34 @@ def svg_histogram(bins: list[dict[str, Any]], width_ms: int, title: str, width: 
         bh = plot_h * b["count"] / top
         out.append(
             f'<rect x="{x:.1f}" y="{pad_t + plot_h - bh:.1f}" width="{max(width_ms * scale - 1, 1):.1f}" height="{bh:.1f}" fill="#1565c0">'
-            f'<title>{b["from_ms"]}..{b["from_ms"] + width_ms} ms: {b["count"]}</title></rect>'
+            f"<title>{b['from_ms']}..{b['from_ms'] + width_ms} ms: {b['count']}</title></rect>"
         )
     out.append(f'<line x1="{pad_l}" y1="{pad_t + plot_h}" x2="{pad_l + plot_w}" y2="{pad_t + plot_h}" stroke="#333"/>')
     out.append(f'<line x1="{pad_l}" y1="{pad_t}" x2="{pad_l}" y2="{pad_t + plot_h}" stroke="#333"/>')
     out.append(f'<text x="{pad_l}" y="{height - 8}" font-size="11">{lo} ms</text>')
-    out.append(f'<text x="{pad_l + plot_w / 2:.0f}" y="{height - 8}" font-size="11" text-anchor="middle">{_esc(x_label)}</text>')
+    out.append(
+        f'<text x="{pad_l + plot_w / 2:.0f}" y="{height - 8}" font-size="11" text-anchor="middle">{_esc(x_label)}</text>'
+    )
     out.append(f'<text x="{pad_l + plot_w}" y="{height - 8}" font-size="11" text-anchor="end">{hi} ms</text>')
     out.append(f'<text x="4" y="{pad_t + 10}" font-size="11">{top}</text>')
     out.append(f'<text x="4" y="{pad_t + plot_h}" font-size="11">0</text>')
-    out.append(f'<text x="12" y="{pad_t + plot_h / 2:.0f}" font-size="11" transform="rotate(-90 12 {pad_t + plot_h / 2:.0f})" '
-               f'text-anchor="middle">{_esc(y_label)}</text>')
+    out.append(
+        f'<text x="12" y="{pad_t + plot_h / 2:.0f}" font-size="11" transform="rotate(-90 12 {pad_t + plot_h / 2:.0f})" '
+        f'text-anchor="middle">{_esc(y_label)}</text>'
+    )
     out.append("</svg>")
     return "".join(out)
 
 
-def svg_line(points: list[tuple[float, float]], title: str, x_label: str, y_label: str, width: int = 640, height: int = 240,
-             unit: str = "ms") -> str:
+def svg_line(
+    points: list[tuple[float, float]],
+    title: str,
+    x_label: str,
+    y_label: str,
+    width: int = 640,
+    height: int = 240,
+    unit: str = "ms",
+) -> str:
     pad_l, pad_b, pad_t = 60, 30, 28
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img" aria-label="{_esc(title)}">',
            f'<text x="4" y="18" font-size="14" font-weight="bold">{_esc(title)}</text>']  # fmt: skip
@@ -261,7 +289,9 @@ def svg_line(points: list[tuple[float, float]], title: str, x_label: str, y_labe
     path = " ".join(f"{'M' if i == 0 else 'L'}{sx(x):.1f},{sy(y):.1f}" for i, (x, y) in enumerate(points))
     out.append(f'<path d="{path}" fill="none" stroke="#c62828" stroke-width="1.5"/>')
     for x, y in points if len(points) <= 200 else []:
-        out.append(f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="2" fill="#c62828"><title>{_esc(x_label)} {int(x)}: {y:g} {_esc(unit)}</title></circle>')
+        out.append(
+            f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="2" fill="#c62828"><title>{_esc(x_label)} {int(x)}: {y:g} {_esc(unit)}</title></circle>'
+        )
     out.append(f'<line x1="{pad_l}" y1="{pad_t + plot_h}" x2="{pad_l + plot_w}" y2="{pad_t + plot_h}" stroke="#333"/>')
     out.append(f'<line x1="{pad_l}" y1="{pad_t}" x2="{pad_l}" y2="{pad_t + plot_h}" stroke="#333"/>')
     out.append(f'<text x="4" y="{pad_t + 10}" font-size="11">{y1:g} {_esc(unit)}</text>')
@@ -269,10 +299,14 @@ def svg_line(points: list[tuple[float, float]], title: str, x_label: str, y_labe
     t0 = _dt.datetime.fromtimestamp(x0, _dt.UTC).strftime("%H:%M:%S")
     t1 = _dt.datetime.fromtimestamp(x1, _dt.UTC).strftime("%H:%M:%S")
     out.append(f'<text x="{pad_l}" y="{height - 8}" font-size="11">{t0} UTC</text>')
-    out.append(f'<text x="{pad_l + plot_w / 2:.0f}" y="{height - 8}" font-size="11" text-anchor="middle">{_esc(x_label)} (UTC)</text>')
+    out.append(
+        f'<text x="{pad_l + plot_w / 2:.0f}" y="{height - 8}" font-size="11" text-anchor="middle">{_esc(x_label)} (UTC)</text>'
+    )
     out.append(f'<text x="{pad_l + plot_w}" y="{height - 8}" font-size="11" text-anchor="end">{t1} UTC</text>')
-    out.append(f'<text x="12" y="{pad_t + plot_h / 2:.0f}" font-size="11" transform="rotate(-90 12 {pad_t + plot_h / 2:.0f})" '
-               f'text-anchor="middle">{_esc(y_label)} ({_esc(unit)})</text>')
+    out.append(
+        f'<text x="12" y="{pad_t + plot_h / 2:.0f}" font-size="11" transform="rotate(-90 12 {pad_t + plot_h / 2:.0f})" '
+        f'text-anchor="middle">{_esc(y_label)} ({_esc(unit)})</text>'
+    )
     out.append("</svg>")
     return "".join(out)
 
@@ -310,8 +344,11 @@ def html_tables(v: Any) -> str:
 def render_html(rep: VerifyReport) -> str:
     c = rep.counts
     status = "OK" if rep.ok else "FAILED"
-    bars = svg_bars([(k, c.get(k, 0), CLASS_COLORS[k]) for k in ALL_CLASSES], "events and records by class",
-                    unit="events or records")
+    bars = svg_bars(
+        [(k, c.get(k, 0), CLASS_COLORS[k]) for k in ALL_CLASSES],
+        "events and records by class",
+        unit="events or records",
+    )
     lat = rep.summary.get("latency") or {}
     hist = lat.get("histogram") or {}
     hist_svg = svg_histogram(hist.get("bins", []), hist.get("bin_width_ms", 1), "latency commit -> broker (ms)")
@@ -347,9 +384,14 @@ def render_html(rep: VerifyReport) -> str:
 <html lang="en"><head><meta charset="utf-8"><title>cdc verify: {status}</title><style>{style}</style></head>
 <body>
 <h1 class="{status.lower()}">cdc verify: {status}</h1>
-<p>created {_esc(rep.created_at)}. {_esc("OK only when missing, duplicate, phantom, reordered and altered are all zero.")}</p>
-<p>verified through <b>{_esc(vt.get('file'))}:{_esc(vt.get('pos'))}</b>{
-        f" - first unproven event at {_esc(fu['file'])}:{_esc(fu['pos'])} row {_esc(fu['row'])}" if fu else " - everything in the range is proven"}</p>
+<p>created {_esc(rep.created_at)}. {
+        _esc("OK only when missing, duplicate, phantom, reordered and altered are all zero.")
+    }</p>
+<p>verified through <b>{_esc(vt.get("file"))}:{_esc(vt.get("pos"))}</b>{
+        f" - first unproven event at {_esc(fu['file'])}:{_esc(fu['pos'])} row {_esc(fu['row'])}"
+        if fu
+        else " - everything in the range is proven"
+    }</p>
 <table><tr><th>class</th><th>count</th></tr>{count_rows}</table>
 <div>{bars}</div>
 {follow_html}
@@ -357,13 +399,15 @@ def render_html(rep: VerifyReport) -> str:
 <div>{hist_svg}</div>
 <div>{lag_svg}</div>
 <h2>Examples</h2>
-<table><tr><th>class</th><th>where</th></tr>{''.join(example_rows) or '<tr><td colspan="2">none</td></tr>'}</table>
+<table><tr><th>class</th><th>where</th></tr>{"".join(example_rows) or '<tr><td colspan="2">none</td></tr>'}</table>
 <h2>What was read</h2>{inputs}
 </body></html>
 """
 
 
-def write_outputs(rep: VerifyReport, out_dir: str | Path, missing_rows: Iterator[dict[str, Any]] | None = None) -> VerifyReport:
+def write_outputs(
+    rep: VerifyReport, out_dir: str | Path, missing_rows: Iterator[dict[str, Any]] | None = None
+) -> VerifyReport:
     """Write report.json, report.html and missing.jsonl into `out_dir`."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -386,7 +430,8 @@ def _follow_html(f: dict[str, Any] | None) -> str:
         return ""
     rows = "".join(
         f"<tr><td>{_esc(k)}</td><td>{_esc(v if not isinstance(v, dict) else ', '.join(f'{a}: {b}' for a, b in v.items()))}</td></tr>"
-        for k, v in f.items() if k != "lag_history"
+        for k, v in f.items()
+        if k != "lag_history"
     )
     lag = svg_line([(p["t"], p["lag_s"]) for p in f.get("lag_history") or []], "verified-through lag behind the binlog head",
                    "wall-clock time", "lag", unit="s")  # fmt: skip

@@ -256,7 +256,12 @@ def _read_binlog(
 
 
 def _read_kafka(
-    spark: Any, config: VerifyConfig, kplan: Mapping[str, Any], binlog_read: Future, say: Progress, timings: dict[str, float]
+    spark: Any,
+    config: VerifyConfig,
+    kplan: Mapping[str, Any],
+    binlog_read: Future,
+    say: Progress,
+    timings: dict[str, float],
 ) -> tuple[Any, dict[tuple[str, int], tuple[int, int, int]]]:
     """The topics' records, read into Spark's cache by one job submitted after the binlog's
     (see run_verify), and per partition: (records, first offset, last offset)."""
@@ -310,7 +315,10 @@ def run_verify(config: VerifyConfig, progress: Progress | None = None, spark: An
         bplan = plan_binlog(settings_typed, config.start_file, config.end_position, config.server_id_base)
         say(f"kafka: planning (watermarks of {config.topics or config.effective_pattern()} + {config.dlq_topic})")
         kplan = plan_kafka(
-            config.kafka_bootstrap, list(config.topics) + [config.dlq_topic], config.effective_pattern(), config.consumer_conf
+            config.kafka_bootstrap,
+            list(config.topics) + [config.dlq_topic],
+            config.effective_pattern(),
+            config.consumer_conf,
         )
     timings["plan"] = time.monotonic() - t
 
@@ -382,8 +390,11 @@ def run_verify(config: VerifyConfig, progress: Progress | None = None, spark: An
             summary["outbox_table"] = _check_table(spark, settings, config, events_all)
         if config.isolation == "read_committed":  # transactional delivery: what aborts left behind
             summary["aborted_records"] = aborted_records(
-                config.kafka_bootstrap, kplan["partitions"],
-                {tp: n for tp, (n, _first, _last) in per_partition.items()}, config.consumer_conf)
+                config.kafka_bootstrap,
+                kplan["partitions"],
+                {tp: n for tp, (n, _first, _last) in per_partition.items()},
+                config.consumer_conf,
+            )
 
         inputs = {
             "mysql": redacted(settings_typed),
@@ -402,7 +413,9 @@ def run_verify(config: VerifyConfig, progress: Progress | None = None, spark: An
                 "bootstrap": config.kafka_bootstrap,
                 "isolation": config.isolation,
                 "snapshot_at_ms": kplan["at_ms"],
-                "requested_topics_absent": [t for t in kplan["missing_topics"] if t != config.dlq_topic or t in config.topics],
+                "requested_topics_absent": [
+                    t for t in kplan["missing_topics"] if t != config.dlq_topic or t in config.topics
+                ],
                 "dlq_topic_present": config.dlq_topic in read_topics,
                 "expected_topics_not_read": list(unread),
                 "partitions": [
@@ -416,10 +429,17 @@ def run_verify(config: VerifyConfig, progress: Progress | None = None, spark: An
                 ],
             },
         }
-        report = VerifyReport(summary=summary, inputs=inputs, config=config.public(), timings=timings, anomalies=anomalies)
+        report = VerifyReport(
+            summary=summary, inputs=inputs, config=config.public(), timings=timings, anomalies=anomalies
+        )
         say("report: writing")
         missing_rows = (
-            (missing_entry(r) for r in rc.events.filter(F.col("class") == "missing").orderBy("file_seq", "tx_pos", "row").toLocalIterator())
+            (
+                missing_entry(r)
+                for r in rc.events.filter(F.col("class") == "missing")
+                .orderBy("file_seq", "tx_pos", "row")
+                .toLocalIterator()
+            )
             if summary["counts"]["missing"]
             else iter(())
         )
@@ -469,7 +489,7 @@ def _consumer_conf(raw: Mapping[str, Any]) -> dict[str, Any]:
                 raise ValueError(f"kafka.consumer_conf.{key} names the environment variable {value}, which is not set")
             out[key[:-4]] = os.environ[value]
         elif is_secret_key(key):
-            raise ValueError(f"kafka.consumer_conf.{key} must not be written in the file; use \"{key}_env\"")
+            raise ValueError(f'kafka.consumer_conf.{key} must not be written in the file; use "{key}_env"')
         else:
             out[key] = value
     return out
@@ -478,21 +498,21 @@ def _consumer_conf(raw: Mapping[str, Any]) -> dict[str, Any]:
 def load_config(path: str | os.PathLike[str], overrides: Mapping[str, Any] | None = None) -> VerifyConfig:
     """A VerifyConfig from a JSON or TOML file::
 
-        source = "shop-db"
-        dlq_topic = "outbox.dlq"
-        output_dir = "verify-report"
-        [mysql]
-        host = "127.0.0.1"
-        port = 3306
-        user = "cdc"
-        password_env = "CDC_MYSQL_PASSWORD"   # or password = "..."
-        [kafka]
-        bootstrap = "127.0.0.1:9092"
-        topics = ["outbox.event.order"]        # or topic_pattern = "outbox\\\\.event\\\\..*"
-        [[outbox.tables]]
-        schema = "shop"
-        table = "outbox"
-        topic = "outbox.event.{aggregate_type}"
+    source = "shop-db"
+    dlq_topic = "outbox.dlq"
+    output_dir = "verify-report"
+    [mysql]
+    host = "127.0.0.1"
+    port = 3306
+    user = "cdc"
+    password_env = "CDC_MYSQL_PASSWORD"   # or password = "..."
+    [kafka]
+    bootstrap = "127.0.0.1:9092"
+    topics = ["outbox.event.order"]        # or topic_pattern = "outbox\\\\.event\\\\..*"
+    [[outbox.tables]]
+    schema = "shop"
+    table = "outbox"
+    topic = "outbox.event.{aggregate_type}"
     """
     text = Path(path).read_text(encoding="utf-8")
     if str(path).endswith(".toml"):

@@ -19,7 +19,7 @@ os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 @pytest.fixture(scope="session")
 def mariadb():
     """One throwaway MariaDB for the session (binlog ROW/FULL/FULL, sync_binlog=1)."""
-    from connectors.mariadb_server import EmbeddedMariaDB
+    from testbed.mariadb import EmbeddedMariaDB
 
     with EmbeddedMariaDB.start(server_id=1) as db:
         yield db
@@ -28,7 +28,7 @@ def mariadb():
 @pytest.fixture(scope="session")
 def kafka():
     """One Kafka stand-in (librdkafka mock cluster, 3 brokers) for the session."""
-    from connectors.kafka_standin import KafkaStandin
+    from testbed.kafka_standin import KafkaStandin
 
     with KafkaStandin.start(brokers=3, group_initial_rebalance_delay_ms=0) as standin:
         yield standin
@@ -65,8 +65,8 @@ def spark():
 @pytest.fixture(scope="session")
 def noida_kafka():
     """One noida-db Kafka broker (with transactions) for the session: the transactional-
-    delivery tests only (connectors/noida_broker.py has its limits)."""
-    from connectors.noida_broker import NoidaKafka
+    delivery tests only (testbed/noida.py has its limits)."""
+    from testbed.noida import NoidaKafka
 
     with NoidaKafka.start() as broker:
         yield broker

@@ -37,16 +37,18 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from connectors.java_offset_file import read_offset_file, write_offset_file  # noqa: E402
+from connectors.process import die_with_parent  # noqa: E402 - after the path set-up above
 
 DEBEZIUM_MARIADB_VERSION = "5.7.19-log"  # a test device: makes Debezium's MySQL connector accept MariaDB
 
@@ -54,7 +56,7 @@ DEBEZIUM_MARIADB_VERSION = "5.7.19-log"  # a test device: makes Debezium's MySQL
 @contextmanager
 def debezium_mariadb(server_id: int = 11) -> Iterator[Any]:
     """A throwaway mariadbd answering with version 5.7.19-log (tests only, see the module doc)."""
-    from connectors.mariadb_server import EmbeddedMariaDB
+    from testbed.mariadb import EmbeddedMariaDB
 
     with EmbeddedMariaDB.start(server_id=server_id, extra_args=[f"--version={DEBEZIUM_MARIADB_VERSION}"]) as db:
         yield db
@@ -76,8 +78,9 @@ def stored_offset(path: Path, name: str, topic_prefix: str) -> dict | None:
     return json.loads(raw) if raw else None
 
 
-def debezium_properties(db, database: str, name: str, topic_prefix: str, route: str, workdir: Path,
-                        **extra: Any) -> dict[str, str]:
+def debezium_properties(
+    db, database: str, name: str, topic_prefix: str, route: str, workdir: Path, **extra: Any
+) -> dict[str, str]:
     """Properties of the MySQL connector + Outbox EventRouter over `<database>.outbox`;
     `route`: the router's topic replacement (e.g. `t123.${routedByValue}`)."""
     props = {
@@ -128,9 +131,12 @@ def read_collected(path: Path) -> list[DebeziumRecord]:
         if not line.strip():
             continue
         d = json.loads(line)
-        dec = (lambda s: None if s is None else base64.b64decode(s))
-        out.append(DebeziumRecord(d["topic"], dec(d["key"]), dec(d["value"]),
-                                  tuple((n, dec(v)) for n, v in d["headers"]), d["timestamp"]))
+        dec = lambda s: None if s is None else base64.b64decode(s)
+        out.append(
+            DebeziumRecord(
+                d["topic"], dec(d["key"]), dec(d["value"]), tuple((n, dec(v)) for n, v in d["headers"]), d["timestamp"]
+            )
+        )
     return out
 
 
@@ -138,22 +144,41 @@ class DebeziumProcess:
     """Debezium embedded in a child process. `value_converter`: "string", "json" (schemas
     off) or "avro" (needs `registry_url`); `sink`: "kafka" (`bootstrap`) or "file"."""
 
-    def __init__(self, props: dict[str, str], workdir: Path, *, sink: str = "kafka", bootstrap: str | None = None,
-                 value_converter: str = "string", registry_url: str | None = None, log_name: str = "debezium"):
+    def __init__(
+        self,
+        props: dict[str, str],
+        workdir: Path,
+        *,
+        sink: str = "kafka",
+        bootstrap: str | None = None,
+        value_converter: str = "string",
+        registry_url: str | None = None,
+        log_name: str = "debezium",
+    ):
         workdir.mkdir(parents=True, exist_ok=True)
         self.workdir = workdir
         self.progress_path = workdir / "progress.json"
         self.collected_path = workdir / "records.jsonl"
-        spec = {"props": props, "sink": sink, "bootstrap": bootstrap, "value_converter": value_converter,
-                "registry_url": registry_url, "progress": str(self.progress_path),
-                "collected": str(self.collected_path)}
+        spec = {
+            "props": props,
+            "sink": sink,
+            "bootstrap": bootstrap,
+            "value_converter": value_converter,
+            "registry_url": registry_url,
+            "progress": str(self.progress_path),
+            "collected": str(self.collected_path),
+        }
         spec_path = workdir / "spec.json"
         spec_path.write_text(json.dumps(spec))
         self.log_path = workdir / f"{log_name}-{time.monotonic_ns()}.log"
         self._log = open(self.log_path, "wb")
-        self.proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), str(spec_path)],
-                                     cwd=workdir, stdout=self._log, stderr=subprocess.STDOUT,
-                                     preexec_fn=_die_with_parent)
+        self.proc = subprocess.Popen(
+            [sys.executable, str(Path(__file__).resolve()), str(spec_path)],
+            cwd=workdir,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            preexec_fn=die_with_parent,
+        )
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -179,15 +204,6 @@ class DebeziumProcess:
 
     def log_text(self) -> str:
         return self.log_path.read_text(errors="replace")
-
-
-def _die_with_parent() -> None:
-    import ctypes
-
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
 
 
 # ---------------------------------------------------------------------------- the child
@@ -224,8 +240,9 @@ def _child(spec_path: str) -> None:  # pragma: no cover - runs in the Debezium p
     elif kind == "json":
         value_conv = converter("org.apache.kafka.connect.json.JsonConverter", False, **{"schemas.enable": "false"})
     elif kind == "avro":
-        value_conv = converter("io.confluent.connect.avro.AvroConverter", False,
-                               **{"schema.registry.url": spec["registry_url"]})
+        value_conv = converter(
+            "io.confluent.connect.avro.AvroConverter", False, **{"schema.registry.url": spec["registry_url"]}
+        )
     else:
         raise SystemExit(f"unknown value converter {kind!r}")
     header_conv = converter("org.apache.kafka.connect.storage.SimpleHeaderConverter", None)
@@ -235,8 +252,15 @@ def _child(spec_path: str) -> None:  # pragma: no cover - runs in the Debezium p
     if spec["sink"] == "kafka":
         from confluent_kafka import Producer
 
-        producer = Producer({"bootstrap.servers": spec["bootstrap"], "acks": "all", "enable.idempotence": True,
-                             "partitioner": "murmur2_random", "linger.ms": 2})
+        producer = Producer(
+            {
+                "bootstrap.servers": spec["bootstrap"],
+                "acks": "all",
+                "enable.idempotence": True,
+                "partitioner": "murmur2_random",
+                "linger.ms": 2,
+            }
+        )
     else:
         collected = open(spec["collected"], "a")
     progress = Path(spec["progress"])
@@ -269,16 +293,27 @@ def _child(spec_path: str) -> None:  # pragma: no cover - runs in the Debezium p
                 ts = rec.timestamp()
                 ts = int(ts) if ts is not None else 0
                 if producer is not None:
+
                     def report(err: Any, _msg: Any) -> None:
                         if err is not None:
                             failures.append(str(err))
+
                     producer.produce(topic, value=value, key=key, headers=headers, timestamp=ts, on_delivery=report)
                     producer.poll(0)
                 else:
-                    enc = (lambda x: None if x is None else base64.b64encode(x).decode())
-                    collected.write(json.dumps({"topic": topic, "key": enc(key), "value": enc(value),
-                                                "headers": [(n, enc(v)) for n, v in headers],
-                                                "timestamp": ts}) + "\n")
+                    enc = lambda x: None if x is None else base64.b64encode(x).decode()
+                    collected.write(
+                        json.dumps(
+                            {
+                                "topic": topic,
+                                "key": enc(key),
+                                "value": enc(value),
+                                "headers": [(n, enc(v)) for n, v in headers],
+                                "timestamp": ts,
+                            }
+                        )
+                        + "\n"
+                    )
             if producer is not None:
                 # Like a Connect worker: the offsets of a batch are committed only after
                 # Kafka acknowledged every record of it.

@@ -46,7 +46,10 @@ def wait_until(predicate: Callable[[], Any], timeout: float, what: str, interval
 
 def master_position(db) -> str:
     with db.connect() as conn, conn.cursor() as cur:
-        file, pos = binlog_end(cur)  # SHOW MASTER STATUS / SHOW BINARY LOG STATUS by version
+        end = binlog_end(cur)  # SHOW MASTER STATUS / SHOW BINARY LOG STATUS by version
+    if end is None:
+        raise RuntimeError("binary logging is off on the test server")
+    file, pos = end
     return f"{file}:{pos}"
 
 
@@ -55,9 +58,16 @@ def relay_raw_config(db, kafka, database: str, prefix: str, checkpoint: Path, **
     `<prefix>.<aggregate_type>`, dead letters in `<prefix>.dlq`, a file checkpoint,
     `topics.missing = "auto"` (the stand-in creates topics on first use)."""
     raw: dict[str, Any] = {
-        "source": {"name": f"src-{prefix}", "host": db.host, "port": db.port, "user": db.user,
-                   "password_env": "CDC_TEST_MYSQL_PASSWORD", "replica_server_id": 5000 + (hash(prefix) % 10000),
-                   "start": master_position(db), "heartbeat_s": 0.5},
+        "source": {
+            "name": f"src-{prefix}",
+            "host": db.host,
+            "port": db.port,
+            "user": db.user,
+            "password_env": "CDC_TEST_MYSQL_PASSWORD",
+            "replica_server_id": 5000 + (hash(prefix) % 10000),
+            "start": master_position(db),
+            "heartbeat_s": 0.5,
+        },
         "outbox": {"tables": [{"schema": database, "table": "outbox", "topic": prefix + ".{aggregate_type}"}]},
         "kafka": {"bootstrap": kafka.bootstrap_servers, "dead_letter_topic": f"{prefix}.dlq"},
         "schema_registry": {"url": f"mock://{prefix}"},
@@ -110,8 +120,11 @@ class RelayThread:
 
     def wait_delivered(self, count: int, timeout: float = 60.0) -> None:
         m = self.metrics
-        wait_until(lambda: self.error or m.events_published + m.dead_lettered_total >= count, timeout,
-                   f"{count} events delivered (have {m.events_published} + {m.dead_lettered_total} dead-lettered)")
+        wait_until(
+            lambda: self.error or m.events_published + m.dead_lettered_total >= count,
+            timeout,
+            f"{count} events delivered (have {m.events_published} + {m.dead_lettered_total} dead-lettered)",
+        )
         if self.error:
             raise self.error
 
@@ -128,8 +141,14 @@ class RelayThread:
 class RelayProcess:
     """`cdc run` in its own process (what SIGTERM, SIGKILL and crash points need)."""
 
-    def __init__(self, raw_config: dict, env: dict[str, str], workdir: Path, crash_at: str | None = None,
-                 extra_env: dict[str, str] | None = None):
+    def __init__(
+        self,
+        raw_config: dict,
+        env: dict[str, str],
+        workdir: Path,
+        crash_at: str | None = None,
+        extra_env: dict[str, str] | None = None,
+    ):
         workdir.mkdir(parents=True, exist_ok=True)
         self.config_path = workdir / "relay.json.toml"
         self.config_path.write_text(_to_toml(raw_config))
@@ -138,10 +157,13 @@ class RelayProcess:
         full_env.pop("CDC_CRASH_AT", None)
         if crash_at:
             full_env["CDC_CRASH_AT"] = crash_at
-        self._log = open(self.log_path, "wb")  # noqa: SIM115  # the child process writes it until it is stopped
+        self._log = open(self.log_path, "wb")  # the child process writes it until it is stopped
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "cdc_cli.main", "run", "--config", str(self.config_path), "--skip-check"],
-            cwd=ROOT, env=full_env, stdout=self._log, stderr=subprocess.STDOUT,
+            cwd=ROOT,
+            env=full_env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
         )
 
     @property
@@ -225,8 +247,19 @@ def read_topic(bootstrap: str, topic: str) -> list[Record]:
                 except (ValueError, EOFError, StopIteration):  # not the envelope (a payload format)
                     value = None
                 key = msg.key()
-                out.append(Record(topic, partition, msg.offset(), key.decode() if key is not None else None,
-                                  header_dict(msg.headers()), value, raw, msg.timestamp()[1], msg.value() is None))
+                out.append(
+                    Record(
+                        topic,
+                        partition,
+                        msg.offset(),
+                        key.decode() if key is not None else None,
+                        header_dict(msg.headers()),
+                        value,
+                        raw,
+                        msg.timestamp()[1],
+                        msg.value() is None,
+                    )
+                )
         return out
     finally:
         reader.close()
@@ -235,8 +268,9 @@ def read_topic(bootstrap: str, topic: str) -> list[Record]:
 def insert_events(conn, table: str, events: list[tuple[str, str, str, str, str | None]]) -> None:
     """INSERT (id, aggregatetype, aggregateid, type, payload) rows in the current transaction."""
     with conn.cursor() as cur:
-        cur.executemany(f"INSERT INTO {table} (id, aggregatetype, aggregateid, type, payload) VALUES (%s,%s,%s,%s,%s)",
-                        events)
+        cur.executemany(
+            f"INSERT INTO {table} (id, aggregatetype, aggregateid, type, payload) VALUES (%s,%s,%s,%s,%s)", events
+        )
 
 
 class TcpProxy:

@@ -38,16 +38,25 @@ class Committed:
     seq: int  # commit order across the whole binlog
 
 
-def committed_outbox_events(conn_settings: dict, database: str, table: str = "outbox",
-                            start_file: str | None = None, start_pos: int = 4) -> list[Committed]:
+def committed_outbox_events(
+    conn_settings: dict, database: str, table: str = "outbox", start_file: str | None = None, start_pos: int = 4
+) -> list[Committed]:
     """Every outbox row inserted by a committed transaction, in commit order."""
-    settings = {"host": conn_settings["host"], "port": conn_settings["port"], "user": conn_settings["user"],
-                "password": conn_settings.get("password") or conn_settings.get("passwd") or ""}
+    settings = {
+        "host": conn_settings["host"],
+        "port": conn_settings["port"],
+        "user": conn_settings["user"],
+        "password": conn_settings.get("password") or conn_settings.get("passwd") or "",
+    }
     # compressed binlogs (log_bin_compress, Transaction_payload) reach the library as plain
     # events through the verifier's expanding connection (its own decompression, not the relay's)
-    kwargs = dict(connection_settings=settings, server_id=9_000_000 + uuid.uuid4().int % 100_000, blocking=False,
-                  only_events=[WriteRowsEvent, XidEvent, QueryEvent, RotateEvent, XAPrepareEvent],
-                  pymysql_wrapper=ExpandingConnection)
+    kwargs = dict(
+        connection_settings=settings,
+        server_id=9_000_000 + uuid.uuid4().int % 100_000,
+        blocking=False,
+        only_events=[WriteRowsEvent, XidEvent, QueryEvent, RotateEvent, XAPrepareEvent],
+        pymysql_wrapper=ExpandingConnection,
+    )
     if start_file:
         kwargs.update(resume_stream=True, log_file=start_file, log_pos=start_pos)
     stream = BinLogStreamReader(**kwargs)
@@ -79,14 +88,14 @@ def committed_outbox_events(conn_settings: dict, database: str, table: str = "ou
                     _release(out, held)
                     held, savepoints = [], {}
                 elif q.startswith("XA COMMIT"):
-                    xid = q[len("XA COMMIT"):].strip()
+                    xid = q[len("XA COMMIT") :].strip()
                     if xid.endswith("ONE PHASE"):
                         _release(out, held)
                     else:
                         _release(out, prepared.pop(xid.lower().replace("x'", "X'"), []))
                     held, savepoints = [], {}
                 elif q.startswith("XA ROLLBACK"):
-                    prepared.pop(q[len("XA ROLLBACK"):].strip().lower().replace("x'", "X'"), None)
+                    prepared.pop(q[len("XA ROLLBACK") :].strip().lower().replace("x'", "X'"), None)
                     held, savepoints = [], {}
                 elif q in ("ROLLBACK", "BEGIN"):
                     held, savepoints = [], {}
@@ -113,8 +122,9 @@ class TopicRecord:
     key: str | None
 
 
-def topic_records(bootstrap: str, topics: list[str], truncated: list[tuple[str, int, int]] | None = None
-                  ) -> list[TopicRecord]:
+def topic_records(
+    bootstrap: str, topics: list[str], truncated: list[tuple[str, int, int]] | None = None
+) -> list[TopicRecord]:
     """Every record of `topics` (offset order per partition), event id from the Avro value
     (or, on the dead-letter topic, from the JSON row). Partitions whose low watermark rose
     above 0 (the stand-in's fixed retention dropped their oldest batches) are appended to
@@ -122,8 +132,14 @@ def topic_records(bootstrap: str, topics: list[str], truncated: list[tuple[str, 
     import json
 
     parsed = fastavro.parse_schema(schema())
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"checker-{uuid.uuid4().hex[:8]}",
-                         "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"checker-{uuid.uuid4().hex[:8]}",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+        }
+    )
     out: list[TopicRecord] = []
     try:
         meta = consumer.list_topics(timeout=10)
@@ -182,18 +198,23 @@ class CheckResult:
         return not (self.missing or self.duplicates or self.reordered_keys or self.phantoms or self.truncated)
 
     def summary(self) -> str:
-        text = (f"committed={self.committed} records={self.records} missing={len(self.missing)} "
-                f"duplicates={len(self.duplicates)} reordered_keys={len(self.reordered_keys)} "
-                f"phantoms={len(self.phantoms)}")
+        text = (
+            f"committed={self.committed} records={self.records} missing={len(self.missing)} "
+            f"duplicates={len(self.duplicates)} reordered_keys={len(self.reordered_keys)} "
+            f"phantoms={len(self.phantoms)}"
+        )
         if self.truncated:
-            text += (f"; NOT VERIFIABLE: the stand-in's retention dropped the oldest records of "
-                     f"{len(self.truncated)} partition(s) (e.g. {self.truncated[0]}): 'missing' here may be the "
-                     "broker's doing, not the relay's; use fewer events or more partitions")
+            text += (
+                f"; NOT VERIFIABLE: the stand-in's retention dropped the oldest records of "
+                f"{len(self.truncated)} partition(s) (e.g. {self.truncated[0]}): 'missing' here may be the "
+                "broker's doing, not the relay's; use fewer events or more partitions"
+            )
         return text
 
 
-def check(committed: list[Committed], records: list[TopicRecord],
-          truncated: list[tuple[str, int, int]] | None = None) -> CheckResult:
+def check(
+    committed: list[Committed], records: list[TopicRecord], truncated: list[tuple[str, int, int]] | None = None
+) -> CheckResult:
     result = CheckResult(len(committed), len(records), truncated=list(truncated or []))
     by_id: dict[str, list[TopicRecord]] = defaultdict(list)
     for rec in records:

@@ -49,10 +49,10 @@ class RegistryServer:
             def log_message(self, *_args: Any) -> None:
                 pass
 
-            def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+            def do_GET(self) -> None:
                 registry._serve(self, "GET")
 
-            def do_POST(self) -> None:  # noqa: N802
+            def do_POST(self) -> None:
                 registry._serve(self, "POST")
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
@@ -60,7 +60,7 @@ class RegistryServer:
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
         self._thread = threading.Thread(target=self._server.serve_forever, name="registry", daemon=True)
 
-    def __enter__(self) -> "RegistryServer":
+    def __enter__(self) -> RegistryServer:
         self._thread.start()
         return self
 

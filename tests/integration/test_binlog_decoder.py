@@ -30,8 +30,8 @@ from cdc.position import BinlogPosition
 from cdc.source_events import Heartbeat, RowChange, RowInsert, TxBegin, TxCommit
 from connectors.binlog_decoder import BinlogDecoder, UndecodableEvent
 from connectors.binlog_library import LibraryConverter as _Converter
-from connectors.mysql_client import binlog_end
 from connectors.binlog_protocol import BinlogConnection, BinlogConnectionError, BinlogPositionError
+from connectors.mysql_client import binlog_end
 
 pytestmark = pytest.mark.integration
 
@@ -65,12 +65,29 @@ def read_fast(mariadb, watched, file, pos, **decoder_kw) -> list:
 
 def read_library(mariadb, watched, file, pos) -> list:
     reader = BinLogStreamReader(
-        connection_settings=mariadb.connection_settings(), server_id=next(_ids), blocking=False,
-        only_events=[FormatDescriptionEvent, RotateEvent, GtidEvent, MariadbGtidEvent, QueryEvent, XidEvent,
-                     WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent, HeartbeatLogEvent, XAPrepareEvent,
-                     ExecuteLoadQueryEvent],
-        only_schemas=sorted({s for s, _ in watched}) or None, only_tables=sorted({t for _, t in watched}) or None,
-        enable_logging=False, resume_stream=True, log_file=file, log_pos=pos,
+        connection_settings=mariadb.connection_settings(),
+        server_id=next(_ids),
+        blocking=False,
+        only_events=[
+            FormatDescriptionEvent,
+            RotateEvent,
+            GtidEvent,
+            MariadbGtidEvent,
+            QueryEvent,
+            XidEvent,
+            WriteRowsEvent,
+            UpdateRowsEvent,
+            DeleteRowsEvent,
+            HeartbeatLogEvent,
+            XAPrepareEvent,
+            ExecuteLoadQueryEvent,
+        ],
+        only_schemas=sorted({s for s, _ in watched}) or None,
+        only_tables=sorted({t for _, t in watched}) or None,
+        enable_logging=False,
+        resume_stream=True,
+        log_file=file,
+        log_pos=pos,
     )
     conv = _Converter(set(watched), file)
     out: list = []
@@ -114,11 +131,14 @@ def test_outbox_rows_equal_library(mariadb, database):
         for j in range(3):
             stmts.append(
                 "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES "
-                f"('{i:08d}-0000-4000-8000-{j:012d}', 'order', 'o-{i}', 'Created', '{{\"n\": {i}, \"s\": \"é😀\"}}')")
+                f"('{i:08d}-0000-4000-8000-{j:012d}', 'order', 'o-{i}', 'Created', '{{\"n\": {i}, \"s\": \"é😀\"}}')"
+            )
             stmts.append(f"INSERT INTO other VALUES ({i * 10 + j}, 'x')")
         stmts.append("COMMIT")
-    stmts.append("INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload, created_at) VALUES "
-                 "('a', 't', 'k', 'T', NULL, '2024-02-29 23:59:59.999999'), ('b', 't', 'k', 'T', '', '1000-01-01')")
+    stmts.append(
+        "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload, created_at) VALUES "
+        "('a', 't', 'k', 'T', NULL, '2024-02-29 23:59:59.999999'), ('b', 't', 'k', 'T', '', '1000-01-01')"
+    )
     stmts.append("UPDATE outbox SET payload = 'changed' WHERE id = 'a'")
     stmts.append("DELETE FROM outbox WHERE id = 'b'")
     _run(mariadb, database, stmts)
@@ -129,7 +149,9 @@ def test_outbox_rows_equal_library(mariadb, database):
     assert inserts[-1].values["created_at"] == datetime.datetime(1000, 1, 1)
     changes = [e for e in events if isinstance(e, RowChange)]
     assert [(c.kind, c.values["id"], c.values["payload"]) for c in changes] == [
-        ("update", "a", "changed"), ("delete", "b", "")]
+        ("update", "a", "changed"),
+        ("delete", "b", ""),
+    ]
     assert sum(isinstance(e, TxCommit) for e in events) >= 33
 
 
@@ -222,8 +244,10 @@ def test_every_type_equal_library(mariadb, database):
         cur.execute(MIN_ROW)
         cur.execute(NULL_ROW)
         conn.commit()
-        cur.execute("INSERT INTO types (id, dt, dtm, dtm6, y, e, s) VALUES (4, '0000-00-00', '0000-00-00 00:00:00', "
-                    "'0000-00-00 00:00:00.000000', 0, '', '')")
+        cur.execute(
+            "INSERT INTO types (id, dt, dtm, dtm6, y, e, s) VALUES (4, '0000-00-00', '0000-00-00 00:00:00', "
+            "'0000-00-00 00:00:00.000000', 0, '', '')"
+        )
         cur.execute("INSERT INTO types (id, ti, vc) VALUES (5, 1, 'a'), (6, 2, 'b'), (7, NULL, NULL)")
         conn.commit()
         cur.execute("UPDATE types SET vc = CONCAT(IFNULL(vc, ''), '+'), d1 = -d1 WHERE id >= 1")
@@ -240,24 +264,42 @@ def test_every_type_equal_library(mariadb, database):
 
 
 def test_alter_flush_rollback_savepoint_ddl(mariadb, database):
-    _run(mariadb, database, [
-        "CREATE TABLE t (id INT PRIMARY KEY, a VARCHAR(10)) ENGINE=InnoDB",
-        "CREATE TABLE m (id INT PRIMARY KEY) ENGINE=MyISAM",
-    ])
+    _run(
+        mariadb,
+        database,
+        [
+            "CREATE TABLE t (id INT PRIMARY KEY, a VARCHAR(10)) ENGINE=InnoDB",
+            "CREATE TABLE m (id INT PRIMARY KEY) ENGINE=MyISAM",
+        ],
+    )
     file, pos = _status(mariadb)
-    _run(mariadb, database, [
-        "INSERT INTO t VALUES (1, 'one')",
-        "ALTER TABLE t ADD COLUMN b DECIMAL(6,2) DEFAULT 1.5, ADD COLUMN c DATETIME(3) NULL",
-        "INSERT INTO t VALUES (2, 'two', -3.25, '2021-05-06 07:08:09.123')",
-        "FLUSH BINARY LOGS",
-        "ALTER TABLE t DROP COLUMN a",
-        "INSERT INTO t VALUES (3, 4.5, NULL)",
-        "BEGIN", "INSERT INTO t VALUES (4, 0, NULL)", "INSERT INTO m VALUES (1)", "ROLLBACK",
-        "BEGIN", "INSERT INTO t VALUES (5, 0, NULL)", "SAVEPOINT `sp one`", "INSERT INTO t VALUES (6, 0, NULL)",
-        "INSERT INTO m VALUES (2)", "ROLLBACK TO SAVEPOINT `sp one`", "INSERT INTO t VALUES (7, 0, NULL)", "COMMIT",
-        "CREATE TABLE t2 (x INT)", "DROP TABLE t2",
-        "FLUSH BINARY LOGS",
-    ])
+    _run(
+        mariadb,
+        database,
+        [
+            "INSERT INTO t VALUES (1, 'one')",
+            "ALTER TABLE t ADD COLUMN b DECIMAL(6,2) DEFAULT 1.5, ADD COLUMN c DATETIME(3) NULL",
+            "INSERT INTO t VALUES (2, 'two', -3.25, '2021-05-06 07:08:09.123')",
+            "FLUSH BINARY LOGS",
+            "ALTER TABLE t DROP COLUMN a",
+            "INSERT INTO t VALUES (3, 4.5, NULL)",
+            "BEGIN",
+            "INSERT INTO t VALUES (4, 0, NULL)",
+            "INSERT INTO m VALUES (1)",
+            "ROLLBACK",
+            "BEGIN",
+            "INSERT INTO t VALUES (5, 0, NULL)",
+            "SAVEPOINT `sp one`",
+            "INSERT INTO t VALUES (6, 0, NULL)",
+            "INSERT INTO m VALUES (2)",
+            "ROLLBACK TO SAVEPOINT `sp one`",
+            "INSERT INTO t VALUES (7, 0, NULL)",
+            "COMMIT",
+            "CREATE TABLE t2 (x INT)",
+            "DROP TABLE t2",
+            "FLUSH BINARY LOGS",
+        ],
+    )
     events = assert_same(mariadb, {(database, "t"), (database, "m")}, file, pos)
     files = {e.end.file for e in events if hasattr(e, "end")}
     assert len(files) >= 2  # events on both sides of the first FLUSH (nothing after the last)
@@ -268,7 +310,11 @@ def test_alter_flush_rollback_savepoint_ddl(mariadb, database):
     ids = [e.values["id"] for e in events if isinstance(e, RowInsert) and e.table == "t"]
     assert ids == [1, 2, 3, 5, 6, 7]  # 4 rolled back; 6 stays logged, undone by ROLLBACK TO
     assert next(e.values for e in events if isinstance(e, RowInsert) and e.values["id"] == 2) == {
-        "id": 2, "a": "two", "b": decimal.Decimal("-3.25"), "c": datetime.datetime(2021, 5, 6, 7, 8, 9, 123000)}
+        "id": 2,
+        "a": "two",
+        "b": decimal.Decimal("-3.25"),
+        "c": datetime.datetime(2021, 5, 6, 7, 8, 9, 123000),
+    }
 
 
 def test_xa_and_statement_logged_events_equal_library(mariadb, database, tmp_path):
@@ -280,16 +326,30 @@ def test_xa_and_statement_logged_events_equal_library(mariadb, database, tmp_pat
     tmp_path.chmod(0o755)
     _run(mariadb, database, ["CREATE TABLE t (id INT PRIMARY KEY) ENGINE=InnoDB"])
     file, pos = _status(mariadb)
-    _run(mariadb, database, [
-        "XA START 'a1', 'b\\'q', 7", "INSERT INTO t VALUES (1)", "XA END 'a1', 'b\\'q', 7",
-        "XA PREPARE 'a1', 'b\\'q', 7", "XA COMMIT 'a1', 'b\\'q', 7",
-        "XA START 'a2'", "INSERT INTO t VALUES (2)", "XA END 'a2'", "XA PREPARE 'a2'", "XA ROLLBACK 'a2'",
-        "XA START 'a3'", "INSERT INTO t VALUES (3)", "XA END 'a3'", "XA COMMIT 'a3' ONE PHASE",
-        "SET SESSION binlog_format = 'STATEMENT'",
-        "INSERT INTO t VALUES (4)",
-        f"LOAD DATA INFILE '{csv}' INTO TABLE t",
-        "SET SESSION binlog_format = 'ROW'",
-    ])
+    _run(
+        mariadb,
+        database,
+        [
+            "XA START 'a1', 'b\\'q', 7",
+            "INSERT INTO t VALUES (1)",
+            "XA END 'a1', 'b\\'q', 7",
+            "XA PREPARE 'a1', 'b\\'q', 7",
+            "XA COMMIT 'a1', 'b\\'q', 7",
+            "XA START 'a2'",
+            "INSERT INTO t VALUES (2)",
+            "XA END 'a2'",
+            "XA PREPARE 'a2'",
+            "XA ROLLBACK 'a2'",
+            "XA START 'a3'",
+            "INSERT INTO t VALUES (3)",
+            "XA END 'a3'",
+            "XA COMMIT 'a3' ONE PHASE",
+            "SET SESSION binlog_format = 'STATEMENT'",
+            "INSERT INTO t VALUES (4)",
+            f"LOAD DATA INFILE '{csv}' INTO TABLE t",
+            "SET SESSION binlog_format = 'ROW'",
+        ],
+    )
     events = assert_same(mariadb, {(database, "t")}, file, pos)
     kinds = [type(e).__name__ for e in events]
     assert kinds.count("XaPrepare") == 2 and kinds.count("XaCommit") == 1 and kinds.count("XaRollback") == 1
@@ -301,22 +361,34 @@ def test_xa_and_statement_logged_events_equal_library(mariadb, database, tmp_pat
 
 
 @settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck))
-@given(rows=st.lists(st.tuples(
-    st.integers(-2**63, 2**63 - 1), st.integers(0, 2**32 - 1),
-    st.decimals(min_value=-10**11, max_value=10**11, places=4, allow_nan=False, allow_infinity=False),
-    st.one_of(st.none(), st.text(max_size=40).filter(lambda s: "\x00" not in s and not s.endswith(" "))),
-    st.binary(max_size=300),
-    st.datetimes(min_value=datetime.datetime(1000, 1, 1), max_value=datetime.datetime(9999, 12, 31)),
-    st.floats(allow_nan=False, allow_infinity=False, width=64),
-    st.sampled_from(["a", "b", "c d", None]),
-), min_size=1, max_size=8))
+@given(
+    rows=st.lists(
+        st.tuples(
+            st.integers(-(2**63), 2**63 - 1),
+            st.integers(0, 2**32 - 1),
+            st.decimals(min_value=-(10**11), max_value=10**11, places=4, allow_nan=False, allow_infinity=False),
+            st.one_of(st.none(), st.text(max_size=40).filter(lambda s: "\x00" not in s and not s.endswith(" "))),
+            st.binary(max_size=300),
+            st.datetimes(min_value=datetime.datetime(1000, 1, 1), max_value=datetime.datetime(9999, 12, 31)),
+            st.floats(allow_nan=False, allow_infinity=False, width=64),
+            st.sampled_from(["a", "b", "c d", None]),
+        ),
+        min_size=1,
+        max_size=8,
+    )
+)
 def test_random_rows_equal_library(mariadb, rows):
     database = f"h_{next(_ids)}"
     mariadb.create_database(database)
     try:
-        _run(mariadb, database, [
-            "CREATE TABLE r (n INT AUTO_INCREMENT PRIMARY KEY, a BIGINT, b INT UNSIGNED, c DECIMAL(20,4), "
-            "d VARCHAR(50), e BLOB, f DATETIME(6), g DOUBLE, h ENUM('a','b','c d')) ENGINE=InnoDB"])
+        _run(
+            mariadb,
+            database,
+            [
+                "CREATE TABLE r (n INT AUTO_INCREMENT PRIMARY KEY, a BIGINT, b INT UNSIGNED, c DECIMAL(20,4), "
+                "d VARCHAR(50), e BLOB, f DATETIME(6), g DOUBLE, h ENUM('a','b','c d')) ENGINE=InnoDB"
+            ],
+        )
         file, pos = _status(mariadb)
         with mariadb.connect(database, autocommit=False) as conn, conn.cursor() as cur:
             cur.executemany("INSERT INTO r (a, b, c, d, e, f, g, h) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)", rows)
@@ -339,8 +411,14 @@ def test_mariadb_gtid_start(mariadb, database):
     with mariadb.connect(autocommit=True) as conn, conn.cursor() as cur:
         cur.execute("SELECT @@gtid_binlog_pos")
         after = cur.fetchone()[0]
-    _run(mariadb, database, ["INSERT INTO outbox (id, aggregatetype, aggregateid, type) VALUES ('g2','t','k','T')",
-                             "INSERT INTO outbox (id, aggregatetype, aggregateid, type) VALUES ('g3','t','k','T')"])
+    _run(
+        mariadb,
+        database,
+        [
+            "INSERT INTO outbox (id, aggregatetype, aggregateid, type) VALUES ('g2','t','k','T')",
+            "INSERT INTO outbox (id, aggregatetype, aggregateid, type) VALUES ('g3','t','k','T')",
+        ],
+    )
     dec = BinlogDecoder({(database, "outbox")}, None)
     out: list = []
     with _conn(mariadb).dump_mariadb_gtid(after, blocking=False) as bc:
@@ -354,7 +432,10 @@ def test_mariadb_gtid_start(mariadb, database):
 
 
 def test_purged_or_unknown_file_is_error_1236(mariadb):
-    with pytest.raises(BinlogPositionError) as info, _conn(mariadb).dump_file("mysql-bin.000000", 4, blocking=False) as bc:
+    with (
+        pytest.raises(BinlogPositionError) as info,
+        _conn(mariadb).dump_file("mysql-bin.000000", 4, blocking=False) as bc,
+    ):
         list(bc.events())
     assert info.value.code == 1236
     assert isinstance(info.value, BinlogConnectionError) and isinstance(info.value, ConnectionError)
@@ -424,6 +505,7 @@ def test_corrupt_compressed_event_is_refused():
     """A Query_compressed event whose zlib data is garbage: refused, never skipped
     (tests/unit/test_binlog_compression.py has the rest)."""
     import struct
+
     dec = BinlogDecoder(set(), "mysql-bin.000001")
     body = struct.pack("<IIBHH", 7, 0, 2, 0, 0) + b"db\x00" + b"\x81\x05" + b"garbage"
     ev = struct.pack("<IBIIIH", 1, 165, 1, 19 + len(body) + 4, 100 + 19 + len(body) + 4, 0) + body + b"\x00" * 4
@@ -431,11 +513,25 @@ def test_corrupt_compressed_event_is_refused():
         dec.decode(ev, [])
 
 
-@pytest.mark.parametrize("sql", [
-    "BEGIN", "COMMIT", "ROLLBACK", "SAVEPOINT `a b`", "ROLLBACK TO SAVEPOINT `a b`", "ROLLBACK TO x",
-    "XA START 'x'", "  create table x (y int) ", "ALTER TABLE é ADD c INT", "XA END X'78',X'',1",
-    "XA COMMIT X'78',X'',1", "XA ROLLBACK X'78',X'',1", "XA COMMIT 'x' ONE PHASE", "INSERT INTO outbox VALUES (1)",
-])
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "BEGIN",
+        "COMMIT",
+        "ROLLBACK",
+        "SAVEPOINT `a b`",
+        "ROLLBACK TO SAVEPOINT `a b`",
+        "ROLLBACK TO x",
+        "XA START 'x'",
+        "  create table x (y int) ",
+        "ALTER TABLE é ADD c INT",
+        "XA END X'78',X'',1",
+        "XA COMMIT X'78',X'',1",
+        "XA ROLLBACK X'78',X'',1",
+        "XA COMMIT 'x' ONE PHASE",
+        "INSERT INTO outbox VALUES (1)",
+    ],
+)
 def test_query_classification_like_converter(sql):
     """Query events the server rarely writes in ROW mode (ROLLBACK, XA): decoder vs _Converter."""
     import struct
@@ -449,23 +545,35 @@ def test_query_classification_like_converter(sql):
     fast: list = []
     dec.decode(ev, fast)
     lib: list = []
-    fake = SimpleNamespace(query=sql, schema=b"db", packet=SimpleNamespace(log_pos=5000, event_size=len(ev)),
-                           event_size=len(body), timestamp=1700000000)
+    fake = SimpleNamespace(
+        query=sql,
+        schema=b"db",
+        packet=SimpleNamespace(log_pos=5000, event_size=len(ev)),
+        event_size=len(body),
+        timestamp=1700000000,
+    )
     _Converter(set(), "mysql-bin.000001")._query(fake, lib)
     assert fast == lib
 
 
 def test_binlog_checksum_none_server():
     """A server with binlog_checksum=NONE: no CRC to strip (found from the FDE itself)."""
-    from connectors.mariadb_server import EmbeddedMariaDB
+    from testbed.mariadb import EmbeddedMariaDB
 
     with EmbeddedMariaDB.start(server_id=7, extra_args=["--binlog-checksum=NONE"]) as db:
         db.create_database("nc")
         _run(db, "nc", [OUTBOX])
         file, pos = _status(db)
-        _run(db, "nc", ["INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES "
-                        "('n1','t','k','T','p'), ('n2','t','k','T',NULL)", "FLUSH BINARY LOGS",
-                        "INSERT INTO outbox (id, aggregatetype, aggregateid, type) VALUES ('n3','t','k','T')"])
+        _run(
+            db,
+            "nc",
+            [
+                "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES "
+                "('n1','t','k','T','p'), ('n2','t','k','T',NULL)",
+                "FLUSH BINARY LOGS",
+                "INSERT INTO outbox (id, aggregatetype, aggregateid, type) VALUES ('n3','t','k','T')",
+            ],
+        )
         events = assert_same(db, {("nc", "outbox")}, file, pos)
         assert [e.values["id"] for e in events if isinstance(e, RowInsert)] == ["n1", "n2", "n3"]
         # from the start of the first file too (fake rotate, FDE, GTID list, checkpoint...)

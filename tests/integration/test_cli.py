@@ -32,8 +32,14 @@ SECRET = "Zk9-distinctive-pw-7Qx"
 
 
 def cdc(args: list[str], env: dict[str, str] | None = None, timeout: float = 90) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "cdc_cli.main", *args], cwd=ROOT, env={**os.environ, **(env or {})},
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "cdc_cli.main", *args],
+        cwd=ROOT,
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def free_port() -> int:
@@ -66,6 +72,7 @@ def valid_raw(mariadb, kafka, database, topic_prefix, tmp_path) -> dict:
 
 
 # -- bad config inputs ------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("command", ["run", "check"])
 def test_missing_config_file(command, tmp_path):
@@ -117,12 +124,15 @@ def test_a_topic_template_that_can_never_be_legal_is_refused_naming_the_key(vali
     for command in ("run", "check"):
         result = cdc([command, "--config", str(path)], env_for(mariadb))
         line = assert_one_line(result, 2)
-        assert line == ("cdc: outbox.tables[0].topic: topic template 'outbox events/{aggregate_type}' has characters "
-                        "Kafka does not allow in its fixed text: ' /' (a topic name holds only a-z, A-Z, 0-9, '.', "
-                        "'_' and '-')"), line
+        assert line == (
+            "cdc: outbox.tables[0].topic: topic template 'outbox events/{aggregate_type}' has characters "
+            "Kafka does not allow in its fixed text: ' /' (a topic name holds only a-z, A-Z, 0-9, '.', "
+            "'_' and '-')"
+        ), line
 
 
 # -- secrets and unreachable servers ----------------------------------------------------------
+
 
 def _secret_env() -> dict[str, str]:
     return {"CDC_TEST_MYSQL_PASSWORD": SECRET}
@@ -166,10 +176,14 @@ def test_run_against_an_unreachable_server_exits_with_one_line(valid_raw, mariad
 
 # -- Kafka ------------------------------------------------------------------------------------------
 
+
 def _check_lines(result: subprocess.CompletedProcess, status: str) -> dict[str, str]:
     """`cdc check`'s lines of one status (`FAIL`, `warn`, `ok  `) by check name."""
-    return {line[5:].partition(": ")[0]: line[5:].partition(": ")[2]
-            for line in result.stdout.splitlines() if line.startswith(status + " ")}
+    return {
+        line[5:].partition(": ")[0]: line[5:].partition(": ")[2]
+        for line in result.stdout.splitlines()
+        if line.startswith(status + " ")
+    }
 
 
 @pytest.mark.parametrize("store", ["file", "kafka"])
@@ -179,8 +193,11 @@ def test_check_with_kafka_unreachable_ends_in_one_line_naming_the_address(store,
     checkpoint kept in Kafka, the checkpoint is not read (that would hang) and the start
     position is said to be unchecked."""
     port = free_port()
-    raw = {**valid_raw, "kafka": {**valid_raw["kafka"], "bootstrap": f"127.0.0.1:{port}"},
-           "checkpoint": {**valid_raw["checkpoint"], "store": store}}
+    raw = {
+        **valid_raw,
+        "kafka": {**valid_raw["kafka"], "bootstrap": f"127.0.0.1:{port}"},
+        "checkpoint": {**valid_raw["checkpoint"], "store": store},
+    }
     path = tmp_path / "relay.toml"
     path.write_text(_to_toml(raw))
     began = time.monotonic()
@@ -199,7 +216,8 @@ def test_check_with_kafka_unreachable_ends_in_one_line_naming_the_address(store,
     if store == "kafka":
         assert _check_lines(result, "warn")["start_position"] == (
             "not checked: the checkpoint (checkpoint.topic 'cdc.checkpoints') cannot be read while Kafka does not "
-            "answer"), result.stdout
+            "answer"
+        ), result.stdout
 
 
 def test_check_names_a_bootstrap_address_that_does_not_answer_while_another_does(valid_raw, mariadb, kafka, tmp_path):
@@ -216,8 +234,9 @@ def test_check_names_a_bootstrap_address_that_does_not_answer_while_another_does
     assert line.endswith("fix or remove the address that does not answer"), line
 
 
-def test_check_says_whether_the_dead_letter_and_checkpoint_topics_exist(valid_raw, mariadb, kafka, topic_prefix,
-                                                                         tmp_path):
+def test_check_says_whether_the_dead_letter_and_checkpoint_topics_exist(
+    valid_raw, mariadb, kafka, topic_prefix, tmp_path
+):
     dlq = valid_raw["kafka"]["dead_letter_topic"]
     kafka.create_topic(dlq, 2)
     checkpoints = f"{topic_prefix}.checkpoints"
@@ -233,7 +252,8 @@ def test_check_says_whether_the_dead_letter_and_checkpoint_topics_exist(valid_ra
     assert _check_lines(result, "warn")["checkpoint_topic"] == (
         f"topic '{checkpoints}' (checkpoint.topic) does not exist: no checkpoint is read from it (the relay starts "
         f"from source.start) and the first checkpoint needs it; create it (kafka-topics.sh --create --topic "
-        f"{checkpoints}) unless the brokers create topics on first use (auto.create.topics.enable)"), result.stdout
+        f"{checkpoints}) unless the brokers create topics on first use (auto.create.topics.enable)"
+    ), result.stdout
     # The check created no topic (it lists every topic, never asks for one by name).
     from connectors.kafka_reader import KafkaTopicReader
 
@@ -248,9 +268,14 @@ def test_check_talks_to_kafka_with_the_shared_client_settings(valid_raw, mariadb
     """kafka.client's security.protocol reaches the check's client: TLS to the stand-in
     (which speaks plaintext) cannot get metadata, while the producer-only settings
     (acks, linger.ms) are not handed to it."""
-    raw = {**valid_raw, "kafka": {**valid_raw["kafka"], "client": {
-        "security.protocol": "ssl", "enable.ssl.certificate.verification": False},
-        "producer": {"acks": "all", "linger.ms": 5}}}
+    raw = {
+        **valid_raw,
+        "kafka": {
+            **valid_raw["kafka"],
+            "client": {"security.protocol": "ssl", "enable.ssl.certificate.verification": False},
+            "producer": {"acks": "all", "linger.ms": 5},
+        },
+    }
     path = tmp_path / "relay.toml"
     path.write_text(_to_toml(raw))
     result = cdc(["check", "--config", str(path)], env_for(mariadb), timeout=60)
@@ -258,11 +283,13 @@ def test_check_talks_to_kafka_with_the_shared_client_settings(valid_raw, mariadb
     assert result.returncode == 2 and "Traceback" not in text and "%3|" not in text, text
     failed = _check_lines(result, "FAIL")
     assert list(failed) == ["kafka"], result.stdout
-    assert failed["kafka"].startswith(f"cannot reach Kafka at {kafka.bootstrap_servers.replace(',', ', ')} within "
-                                      "10 s (kafka.bootstrap; "), failed
+    assert failed["kafka"].startswith(
+        f"cannot reach Kafka at {kafka.bootstrap_servers.replace(',', ', ')} within 10 s (kafka.bootstrap; "
+    ), failed
 
 
 # -- the HTTP endpoint --------------------------------------------------------------------------
+
 
 def _get(url: str) -> tuple[int, str]:
     try:
@@ -280,7 +307,8 @@ def _metric(text: str, name: str) -> float | None:
 
 
 def test_metrics_healthz_readyz_served_while_the_relay_runs(
-        valid_raw, mariadb, kafka, database, topic_prefix, tmp_path):
+    valid_raw, mariadb, kafka, database, topic_prefix, tmp_path
+):
     kafka.create_topic(f"{topic_prefix}.order", 2)
     port = free_port()
     raw = {**valid_raw, "http": {"port": port}}
@@ -296,8 +324,11 @@ def test_metrics_healthz_readyz_served_while_the_relay_runs(
         with mariadb.connect(database) as conn:
             insert_events(conn, "outbox", [(f"m-{i}", "order", f"k{i % 5}", "created", "{}") for i in range(25)])
             conn.commit()
-        wait_until(lambda: _metric(_get(base + "/metrics")[1], "cdc_events_published") == 25, 60,
-                   "cdc_events_published to reach 25")
+        wait_until(
+            lambda: _metric(_get(base + "/metrics")[1], "cdc_events_published") == 25,
+            60,
+            "cdc_events_published to reach 25",
+        )
         status, text = _get(base + "/metrics")
         assert status == 200
         assert f'source="src-{topic_prefix}"' in text
@@ -306,8 +337,9 @@ def test_metrics_healthz_readyz_served_while_the_relay_runs(
         assert _metric(text, "cdc_ready") == 1
         assert _metric(text, "cdc_transactions") >= 1
         assert _metric(text, "cdc_outbox_changes_ignored") == 0 and _metric(text, "cdc_rows_discarded") == 0
-        assert re.search(rf'^cdc_commit_to_acknowledgement_seconds_count\{{source="src-{topic_prefix}"\}} [1-9]', text,
-                         re.M), text  # at least one transaction of the 25 events, acknowledged
+        assert re.search(
+            rf'^cdc_commit_to_acknowledgement_seconds_count\{{source="src-{topic_prefix}"\}} [1-9]', text, re.M
+        ), text  # at least one transaction of the 25 events, acknowledged
         assert re.search(r"^process_resident_memory_bytes \S+$", text, re.M), text
         assert not re.search(r"\} -1(\.0)?$", text, re.M), text  # no sentinel values
         assert valid_raw["source"]["user"] and mariadb.password not in text
@@ -318,7 +350,8 @@ def test_metrics_healthz_readyz_served_while_the_relay_runs(
 
 
 def test_sigterm_while_the_relay_is_still_starting_is_a_clean_stop(
-        valid_raw, mariadb, kafka, database, topic_prefix, tmp_path):
+    valid_raw, mariadb, kafka, database, topic_prefix, tmp_path
+):
     """An orchestrator may stop a relay it has just started (a rolling update rolled back):
     SIGTERM during start-up (imports, preflight, recovery) ends it like any other stop."""
     kafka.create_topic(f"{topic_prefix}.order", 2)
@@ -342,6 +375,7 @@ def _proc_status(pid: int) -> dict[str, str]:
 
 # -- the verifier -------------------------------------------------------------------------------
 
+
 def last_line(text: str) -> str:
     return [line for line in text.splitlines() if line.strip()][-1]
 
@@ -356,8 +390,11 @@ def test_verify_with_a_user_who_may_not_stream_the_binlog_ends_in_one_line(valid
     raw = {**valid_raw, "source": {**valid_raw["source"], "user": "cli_nodump"}}
     path = tmp_path / "relay.toml"
     path.write_text(_to_toml(raw))
-    result = cdc(["verify", "--config", str(path), "--output-dir", str(tmp_path / "report"), "--master", "local[1]"],
-                 _secret_env(), timeout=240)
+    result = cdc(
+        ["verify", "--config", str(path), "--output-dir", str(tmp_path / "report"), "--master", "local[1]"],
+        _secret_env(),
+        timeout=240,
+    )
     text = result.stdout + result.stderr
     assert result.returncode == 2, text
     assert "Traceback" not in text and "\tat org.apache" not in text and "ERROR" not in text, text
@@ -371,7 +408,9 @@ def test_verify_against_an_unreachable_server_exits_with_one_line(valid_raw, mar
     raw = {**valid_raw, "source": {**valid_raw["source"], "port": port}}
     path = tmp_path / "relay.toml"
     path.write_text(_to_toml(raw))
-    result = cdc(["verify", "--config", str(path), "--output-dir", str(tmp_path / "report")], env_for(mariadb), timeout=120)
+    result = cdc(
+        ["verify", "--config", str(path), "--output-dir", str(tmp_path / "report")], env_for(mariadb), timeout=120
+    )
     text = result.stdout + result.stderr
     assert result.returncode == 2 and "Traceback" not in text, text
     last = last_line(result.stderr)
@@ -383,7 +422,9 @@ def test_verify_against_an_unreachable_kafka_exits_with_one_line(valid_raw, mari
     raw = {**valid_raw, "kafka": {**valid_raw["kafka"], "bootstrap": f"127.0.0.1:{port}"}}
     path = tmp_path / "relay.toml"
     path.write_text(_to_toml(raw))
-    result = cdc(["verify", "--config", str(path), "--output-dir", str(tmp_path / "report")], env_for(mariadb), timeout=120)
+    result = cdc(
+        ["verify", "--config", str(path), "--output-dir", str(tmp_path / "report")], env_for(mariadb), timeout=120
+    )
     text = result.stdout + result.stderr
     assert result.returncode == 2 and "Traceback" not in text and "%3|" not in text, text
     last = last_line(result.stderr)

@@ -41,8 +41,8 @@ from cdc.source_events import RowChange, RowInsert, Statement, TxCommit
 from connectors.binlog_decoder import BinlogDecoder
 from connectors.binlog_library import LibraryConverter
 from connectors.binlog_protocol import BinlogConnection
-from connectors.mariadb_server import EmbeddedMariaDB
 from spark_jobs.binlog_compressed import ExpandingConnection
+from testbed.mariadb import EmbeddedMariaDB
 from tests.integration.harness import (
     OUTBOX_DDL,
     RelayProcess,
@@ -109,13 +109,30 @@ def read_verifier_way(db, watched, file: str, pos: int) -> list:
     """python-mysql-replication with the verifier's expanding connection (its own
     decompression), its events converted by the library path's converter."""
     reader = BinLogStreamReader(
-        connection_settings=db.connection_settings(), server_id=next(_ids), blocking=False,
+        connection_settings=db.connection_settings(),
+        server_id=next(_ids),
+        blocking=False,
         pymysql_wrapper=ExpandingConnection,
-        only_events=[FormatDescriptionEvent, RotateEvent, GtidEvent, MariadbGtidEvent, QueryEvent, XidEvent,
-                     WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent, HeartbeatLogEvent, XAPrepareEvent,
-                     ExecuteLoadQueryEvent],
-        only_schemas=sorted({s for s, _ in watched}), only_tables=sorted({t for _, t in watched}),
-        enable_logging=False, resume_stream=True, log_file=file, log_pos=pos,
+        only_events=[
+            FormatDescriptionEvent,
+            RotateEvent,
+            GtidEvent,
+            MariadbGtidEvent,
+            QueryEvent,
+            XidEvent,
+            WriteRowsEvent,
+            UpdateRowsEvent,
+            DeleteRowsEvent,
+            HeartbeatLogEvent,
+            XAPrepareEvent,
+            ExecuteLoadQueryEvent,
+        ],
+        only_schemas=sorted({s for s, _ in watched}),
+        only_tables=sorted({t for _, t in watched}),
+        enable_logging=False,
+        resume_stream=True,
+        log_file=file,
+        log_pos=pos,
     )
     conv = LibraryConverter(set(watched), file)
     out: list = []
@@ -147,25 +164,37 @@ def test_both_readers_read_every_compressed_event_kind(zdb, zdatabase):
     run_sql(zdb, zdatabase, [OUTBOX_DDL.format(name="outbox"), TYPES_DDL])
     start = master_position(zdb)
     file, pos = BinlogPosition.parse(start).file, BinlogPosition.parse(start).pos
-    run_sql(zdb, zdatabase, [
-        MAX_ROW, MIN_ROW, "INSERT INTO types (id) VALUES (3)",
-        "UPDATE types SET vc = 'changed é', j = '{\"k\": [1]}' WHERE id = 1",
-        "DELETE FROM types WHERE id = 2",
-        "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES "
-        "('a1', 'order', 'k', 'created', REPEAT('ü😀', 3000)), ('a2', 'order', 'k', 'created', NULL)",
-        "SET SESSION binlog_format = 'STATEMENT'",
-        "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ('s1','order','k','created','x')",
-        "SET SESSION binlog_format = 'ROW'",
-        "ALTER TABLE outbox ADD COLUMN tenant VARCHAR(20) NULL",
-        "INSERT INTO outbox (id, aggregatetype, aggregateid, type, tenant) VALUES ('a3', 'order', 'k', 'c', 't')",
-    ])
+    run_sql(
+        zdb,
+        zdatabase,
+        [
+            MAX_ROW,
+            MIN_ROW,
+            "INSERT INTO types (id) VALUES (3)",
+            "UPDATE types SET vc = 'changed é', j = '{\"k\": [1]}' WHERE id = 1",
+            "DELETE FROM types WHERE id = 2",
+            "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES "
+            "('a1', 'order', 'k', 'created', REPEAT('ü😀', 3000)), ('a2', 'order', 'k', 'created', NULL)",
+            "SET SESSION binlog_format = 'STATEMENT'",
+            "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ('s1','order','k','created','x')",
+            "SET SESSION binlog_format = 'ROW'",
+            "ALTER TABLE outbox ADD COLUMN tenant VARCHAR(20) NULL",
+            "INSERT INTO outbox (id, aggregatetype, aggregateid, type, tenant) VALUES ('a3', 'order', 'k', 'c', 't')",
+        ],
+    )
     kinds = set(event_kinds(zdb, start))
-    assert {"Query_compressed", "Write_rows_compressed_v1", "Update_rows_compressed_v1",
-            "Delete_rows_compressed_v1"} <= kinds, kinds
+    assert {
+        "Query_compressed",
+        "Write_rows_compressed_v1",
+        "Update_rows_compressed_v1",
+        "Delete_rows_compressed_v1",
+    } <= kinds, kinds
     fast = same_from_both_readers(zdb, {(zdatabase, "outbox"), (zdatabase, "types")}, file, pos)
     ids = [e.values["id"] for e in fast if isinstance(e, RowInsert) and e.table == "outbox"]
     assert ids == ["a1", "a2", "a3"]
-    assert next(e for e in fast if isinstance(e, RowInsert) and e.values["id"] == "a1").values["payload"] == "ü😀" * 3000
+    assert (
+        next(e for e in fast if isinstance(e, RowInsert) and e.values["id"] == "a1").values["payload"] == "ü😀" * 3000
+    )
     assert any(isinstance(e, Statement) and "'s1'" in e.sql for e in fast)
     assert [e.kind for e in fast if isinstance(e, RowChange)] == ["update", "delete"]
     # positions are the binlog's own: every event ends where SHOW BINLOG EVENTS says one ends
@@ -182,11 +211,17 @@ def test_compressed_binlog_without_checksums():
         db.create_database("nc")
         run_sql(db, "nc", [OUTBOX_DDL.format(name="outbox")])
         file, pos = BinlogPosition.parse(master_position(db)).file, BinlogPosition.parse(master_position(db)).pos
-        run_sql(db, "nc", [
-            "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES "
-            "('n1', 'order', 'k', 'T', REPEAT('é', 900)), ('n2', 'order', 'k', 'T', NULL)",
-            "UPDATE outbox SET payload = 'changed payload' WHERE id = 'n2'", "DELETE FROM outbox WHERE id = 'n1'",
-            "CREATE TABLE later (id INT PRIMARY KEY, note VARCHAR(64))"])
+        run_sql(
+            db,
+            "nc",
+            [
+                "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES "
+                "('n1', 'order', 'k', 'T', REPEAT('é', 900)), ('n2', 'order', 'k', 'T', NULL)",
+                "UPDATE outbox SET payload = 'changed payload' WHERE id = 'n2'",
+                "DELETE FROM outbox WHERE id = 'n1'",
+                "CREATE TABLE later (id INT PRIMARY KEY, note VARCHAR(64))",
+            ],
+        )
         assert {"Write_rows_compressed_v1", "Query_compressed"} <= set(event_kinds(db, f"{file}:{pos}"))
         events = same_from_both_readers(db, {("nc", "outbox")}, file, pos)
         assert [e.values["id"] for e in events if isinstance(e, RowInsert)] == ["n1", "n2"]
@@ -196,7 +231,6 @@ def test_compressed_binlog_without_checksums():
 # -- the relay end to end, with a SIGKILL, then cdc verify ----------------------------------
 
 AGGREGATES = ("order", "payment")
-
 
 
 def _payload(rng: random.Random, n: int) -> str | None:
@@ -211,7 +245,7 @@ def _payload(rng: random.Random, n: int) -> str | None:
         return json.dumps({"n": n, "text": "Grüße " * rng.randint(1, 200)}, ensure_ascii=False)
     if kind == 4:
         return "".join(rng.choice("abcdefghij😀é") for _ in range(rng.randint(1000, 4000)))
-    return ("{\"n\": %d, \"blob\": \"" % n) + "z" * (60 * 1024 - 40) + "\"}"  # about 60 KB
+    return ('{"n": %d, "blob": "' % n) + "z" * (60 * 1024 - 40) + '"}'  # about 60 KB
 
 
 class MixedWriter:
@@ -229,8 +263,15 @@ class MixedWriter:
                 rows = []
                 for _ in range(rng.randint(1, 4)):
                     self.n += 1
-                    rows.append((f"ev-{self.n:06d}", rng.choice(AGGREGATES), f"k{rng.randrange(20)}", "Happened",
-                                 _payload(rng, self.n)))
+                    rows.append(
+                        (
+                            f"ev-{self.n:06d}",
+                            rng.choice(AGGREGATES),
+                            f"k{rng.randrange(20)}",
+                            "Happened",
+                            _payload(rng, self.n),
+                        )
+                    )
                 sql = "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES (%s,%s,%s,%s,%s)"
                 if rng.random() < 0.05:
                     xid = f"zx{self.n}"
@@ -249,7 +290,8 @@ class MixedWriter:
 
 
 def test_relay_publishes_a_compressed_binlog_once_across_a_sigkill_and_verify_agrees(
-        zdb, kafka, zdatabase, topic_prefix, tmp_path, spark):
+    zdb, kafka, zdatabase, topic_prefix, tmp_path, spark
+):
     from cdc_cli.verify_commands import verify_config
     from spark_jobs.verify import run_verify
     from tests.integration.test_faults import _finish_and_check, _setup
@@ -283,8 +325,9 @@ def test_relay_publishes_a_compressed_binlog_once_across_a_sigkill_and_verify_ag
     cfg = load_config(raw, env_for(zdb))
     start_file = BinlogPosition.parse(start).file
     for reader in ("default", "fast"):
-        vcfg = replace(verify_config(cfg, str(tmp_path / f"verify-{reader}"), start_file=start_file),
-                       binlog_reader=reader)
+        vcfg = replace(
+            verify_config(cfg, str(tmp_path / f"verify-{reader}"), start_file=start_file), binlog_reader=reader
+        )
         rep = run_verify(vcfg, spark=spark)
         c = rep.counts
         assert rep.ok and not rep.problems and not rep.anomalies, (reader, rep.problems, rep.anomalies)
@@ -305,9 +348,19 @@ def test_a_flipped_byte_in_a_compressed_event_stops_the_relay_with_one_line(kafk
         for topic in (f"{topic_prefix}.order", f"{topic_prefix}.dlq"):
             kafka.create_topic(topic, 1)
         text = "".join(random.Random(3).choice("abcdefghijklmnopqrstuvwxyz é😀") for _ in range(6000))
-        ins = "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ('{}', 'order', 'k', 'T', '{}')"
-        run_sql(db, "zc", [ins.format("good-1", "small"), ins.format("damaged", text), ins.format("after", "x" * 50),
-                           "FLUSH BINARY LOGS"])
+        ins = (
+            "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ('{}', 'order', 'k', 'T', '{}')"
+        )
+        run_sql(
+            db,
+            "zc",
+            [
+                ins.format("good-1", "small"),
+                ins.format("damaged", text),
+                ins.format("after", "x" * 50),
+                "FLUSH BINARY LOGS",
+            ],
+        )
         file = BinlogPosition.parse(raw["source"]["start"]).file
         with db.connect() as conn, conn.cursor() as cur:
             cur.execute("SHOW BINLOG EVENTS IN %s", (file,))
@@ -337,8 +390,10 @@ def test_a_flipped_byte_in_a_compressed_event_stops_the_relay_with_one_line(kafk
         lines = [line for line in out.splitlines() if line.startswith("cdc: ")]
         assert len(lines) == 1, out[-3000:]
         line = lines[0]
-        assert line.startswith(f"cdc: cannot decode the Write_rows_compressed_v1 event (type 166) at "
-                               f"{file}:{bad_start} (ending at {bad_end}): its zlib data"), line
+        assert line.startswith(
+            f"cdc: cannot decode the Write_rows_compressed_v1 event (type 166) at "
+            f"{file}:{bad_start} (ending at {bad_end}): its zlib data"
+        ), line
         assert "restore this binlog file from an intact copy" in line
         assert "Traceback" not in out and "reconnecting" not in out and db.password not in out
         cp = json.loads((tmp_path / "cp.json").read_text())
@@ -364,9 +419,10 @@ def test_preflight_reports_the_compression_it_finds(zdb, mariadb, kafka, zdataba
     on = check(zdb, zdatabase)
     assert all(r.ok for r in on.values()), [r.message for r in on.values() if not r.ok]
     r = on["binlog_compression"]
-    assert not r.warn and r.message.startswith("log_bin_compress is ON (MariaDB: zlib, every statement or row "
-                                               "image of 10 bytes or more)"), r.message
+    assert not r.warn and r.message.startswith(
+        "log_bin_compress is ON (MariaDB: zlib, every statement or row image of 10 bytes or more)"
+    ), r.message
     library = check(zdb, zdatabase, source__decoder="library")["binlog_compression"]
-    assert not library.ok and library.message.endswith("set source.decoder = \"fast\""), library.message
+    assert not library.ok and library.message.endswith('set source.decoder = "fast"'), library.message
     off = check(mariadb, database)["binlog_compression"]
     assert off.ok and not off.warn and off.message.startswith("binlog compression is off"), off.message

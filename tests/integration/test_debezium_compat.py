@@ -24,18 +24,23 @@ from __future__ import annotations
 import json
 import uuid
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
+from debezium_harness import (
+    DebeziumProcess,
+    DebeziumRecord,
+    debezium_mariadb,
+    debezium_properties,
+    read_collected,
+    seed_offsets,
+)
+from harness import OUTBOX_DDL, RelayThread, env_for, master_position, relay_raw_config, wait_until
+from registry_server import RegistryServer
 
 from cdc.config import load_config
 from cdc.identity import H_FILE, H_POS, H_ROW
 from connectors.kafka_reader import KafkaTopicReader
-from debezium_harness import (
-    DebeziumProcess, DebeziumRecord, debezium_mariadb, debezium_properties, read_collected, seed_offsets,
-)
-from harness import OUTBOX_DDL, RelayThread, env_for, master_position, relay_raw_config, wait_until
-from registry_server import RegistryServer
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -48,12 +53,23 @@ WORKLOAD = [
     ("order", "o-2", "paid", '{"name": "Zoë ✓"}', "2026-01-02 03:04:06.000001"),
     ("customer", "c-1", "renamed", '{"a":{"b":[true,null,1.5]}}', "2026-01-03 00:00:00.5"),
     ("order", "o-1", "deleted", None, "2026-01-04 12:00:00"),
-    ("order", "o-3", "priced", '{"price": 39.98, "big": 12345678901, "tiny": 0.0001, "e": 1e7, "gone": null, '
-                               '"lines": [{"sku": "a", "q": 1}, {"sku": "b"}], "ok": false}', "2026-01-05 01:02:03"),
+    (
+        "order",
+        "o-3",
+        "priced",
+        '{"price": 39.98, "big": 12345678901, "tiny": 0.0001, "e": 1e7, "gone": null, '
+        '"lines": [{"sku": "a", "q": 1}, {"sku": "b"}], "ok": false}',
+        "2026-01-05 01:02:03",
+    ),
     ("order", "o-4", "noted", "plain text", "2026-01-05 01:02:04.999999"),
     ("customer", "c-2", "cleared", "", "2026-01-05 23:59:59.9995"),
-    ("order", "o-5", "escaped", '{"s": "tab\\there\\u001f \\"q\\" /", "deep": {"x": [1, 2]}, "neg": -7.25E-5}',
-     "2026-01-06 00:00:00"),
+    (
+        "order",
+        "o-5",
+        "escaped",
+        '{"s": "tab\\there\\u001f \\"q\\" /", "deep": {"x": [1, 2]}, "neg": -7.25E-5}',
+        "2026-01-06 00:00:00",
+    ),
 ]
 # Additional placement, as a Debezium user writes it: both columns into headers.
 PLACEMENT = "type:header:eventType,aggregatetype:header:aggType"
@@ -79,8 +95,12 @@ def compare_messages(debezium: list[Message], relay: list[Message], header_names
     if len(debezium) != len(relay):
         out.append(f"{len(debezium)} messages from Debezium, {len(relay)} from the relay")
     for n, (d, r) in enumerate(zip(debezium, relay)):
-        for what, a, b in [("topic", d.topic, r.topic), ("key", d.key, r.key), ("value", d.value, r.value),
-                           ("timestamp", d.timestamp_ms, r.timestamp_ms)]:
+        for what, a, b in [
+            ("topic", d.topic, r.topic),
+            ("key", d.key, r.key),
+            ("value", d.value, r.value),
+            ("timestamp", d.timestamp_ms, r.timestamp_ms),
+        ]:
             if a != b:
                 out.append(f"message {n}: {what} differs: Debezium {a!r}, relay {b!r}")
         dh, rh = dict(d.headers), dict(r.headers)
@@ -109,9 +129,11 @@ def written():
             for aggregate_type, aggregate_id, type_, payload, created in WORKLOAD:
                 event_id = str(uuid.uuid4())
                 ids.append(event_id)
-                cur.execute("INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload, created_at) "
-                            "VALUES (%s,%s,%s,%s,%s,%s)", (event_id, aggregate_type, aggregate_id, type_, payload,
-                                                           created))
+                cur.execute(
+                    "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload, created_at) "
+                    "VALUES (%s,%s,%s,%s,%s,%s)",
+                    (event_id, aggregate_type, aggregate_id, type_, payload, created),
+                )
                 conn.commit()
         file, pos = start.split(":")
         yield db, database, file, int(pos), ids
@@ -123,16 +145,24 @@ def registry():
         yield server
 
 
-def collect(written, tmp_path, converter: str, prefix: str, registry_url: str | None = None,
-            **router: str) -> list[DebeziumRecord]:
+def collect(
+    written, tmp_path, converter: str, prefix: str, registry_url: str | None = None, **router: str
+) -> list[DebeziumRecord]:
     """Debezium's records for the workload, routed to `<prefix>.outbox.event.<aggregatetype>`."""
     db, database, file, pos, ids = written
     name = f"compat-{converter}-{uuid.uuid4().hex[:4]}"
     work = tmp_path / name
     work.mkdir()
     seed_offsets(work / "offsets.dat", name, "compat", file, pos)
-    props = debezium_properties(db, database, name, "compat", prefix + ".outbox.event.${routedByValue}", work,
-                                **{f"transforms.outbox.{k.replace('_', '.')}": v for k, v in router.items()})
+    props = debezium_properties(
+        db,
+        database,
+        name,
+        "compat",
+        prefix + ".outbox.event.${routedByValue}",
+        work,
+        **{f"transforms.outbox.{k.replace('_', '.')}": v for k, v in router.items()},
+    )
     dbz = DebeziumProcess(props, work, sink="file", value_converter=converter, registry_url=registry_url)
     try:
         wait_until(lambda: dbz.produced() >= len(WORKLOAD) or not dbz.alive(), 180, "Debezium's records")
@@ -142,14 +172,22 @@ def collect(written, tmp_path, converter: str, prefix: str, registry_url: str | 
     return read_collected(dbz.collected_path)
 
 
-def relay_messages(written, kafka, tmp_path, prefix: str, registry_url: str | None = None,
-                   **table: object) -> list[Message]:
+def relay_messages(
+    written, kafka, tmp_path, prefix: str, registry_url: str | None = None, **table: object
+) -> list[Message]:
     """The relay over the same binlog range with `table` settings, its messages read back
     from the stand-in (raw value and header bytes) in binlog order."""
     db, database, file, pos, ids = written
     topic = prefix + ".outbox.event.{aggregate_type}"
-    raw = relay_raw_config(db, kafka, database, prefix, tmp_path / f"{prefix}-cp.json", source__start=f"{file}:{pos}",
-                           outbox={"tables": [{"schema": database, "table": "outbox", "topic": topic, **table}]})
+    raw = relay_raw_config(
+        db,
+        kafka,
+        database,
+        prefix,
+        tmp_path / f"{prefix}-cp.json",
+        source__start=f"{file}:{pos}",
+        outbox={"tables": [{"schema": database, "table": "outbox", "topic": topic, **table}]},
+    )
     if registry_url:
         raw["schema_registry"] = {"url": registry_url}
     relay = RelayThread(load_config(raw, env_for(db)), check=False)
@@ -183,7 +221,7 @@ def header_names(records: list[DebeziumRecord]) -> list[str]:
 
 def _ms(created: str) -> int:
     """created_at as Debezium's record time: epoch micros / 1000, truncated toward zero."""
-    delta = datetime.fromisoformat(created).replace(tzinfo=timezone.utc) - datetime(1970, 1, 1, tzinfo=timezone.utc)
+    delta = datetime.fromisoformat(created).replace(tzinfo=UTC) - datetime(1970, 1, 1, tzinfo=UTC)
     micros = (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
     return micros // 1000 if micros >= 0 else -((-micros) // 1000)
 
@@ -194,23 +232,37 @@ def test_json_payload_with_headers_timestamp_and_tombstone(written, kafka, tmp_p
     and `aggType` headers; record time from created_at; NULL -> `null`. Then the relay with
     format = "json" over the same binlog writes the same messages."""
     prefix = f"j{uuid.uuid4().hex[:6]}"
-    records = collect(written, tmp_path, "json", prefix, table_expand_json_payload="true",
-                      table_fields_additional_placement=PLACEMENT, table_field_event_timestamp="created_at")
+    records = collect(
+        written,
+        tmp_path,
+        "json",
+        prefix,
+        table_expand_json_payload="true",
+        table_fields_additional_placement=PLACEMENT,
+        table_field_event_timestamp="created_at",
+    )
     ids = written[4]
     assert [r.topic for r in records] == [f"{prefix}.outbox.event.{w[0]}" for w in WORKLOAD]
     assert [r.key for r in records] == [w[1].encode() for w in WORKLOAD]
     # Observed: a payload whose schema Debezium cannot infer (an array of mixed types) is
     # not expanded: it is emitted as a JSON *string* holding the text unchanged.
-    assert [r.value for r in records[:4]] == [b'{"n":0,"items":[1,2]}', '{"name":"Zoë ✓"}'.encode(),
-                                              json.dumps('{"a":{"b":[true,null,1.5]}}').encode(), b"null"]
+    assert [r.value for r in records[:4]] == [
+        b'{"n":0,"items":[1,2]}',
+        '{"name":"Zoë ✓"}'.encode(),
+        json.dumps('{"a":{"b":[true,null,1.5]}}').encode(),
+        b"null",
+    ]
     assert [dict(r.headers)["id"] for r in records] == [i.encode() for i in ids]
     assert [dict(r.headers)["eventType"] for r in records] == [w[2].encode() for w in WORKLOAD]
     assert [r.timestamp_ms for r in records] == [_ms(w[4]) for w in WORKLOAD]
     # The comparison itself: equal to itself, and one changed byte, header or time is named.
     msgs = as_messages(records)
     assert compare_messages(msgs, msgs, ["id", "eventType"]) == []
-    bad = [msgs[0], Message(msgs[1].topic, msgs[1].key, msgs[1].value + b" ", msgs[1].headers, msgs[1].timestamp_ms),
-           Message(msgs[2].topic, msgs[2].key, msgs[2].value, (("id", b"x"),), msgs[2].timestamp_ms + 1)] + msgs[3:]
+    bad = [
+        msgs[0],
+        Message(msgs[1].topic, msgs[1].key, msgs[1].value + b" ", msgs[1].headers, msgs[1].timestamp_ms),
+        Message(msgs[2].topic, msgs[2].key, msgs[2].value, (("id", b"x"),), msgs[2].timestamp_ms + 1),
+    ] + msgs[3:]
     problems = compare_messages(msgs, bad, ["id", "eventType"])
     assert len(problems) == 4 and "message 1: value" in problems[0] and "header 'id'" in problems[2]
 
@@ -218,10 +270,14 @@ def test_json_payload_with_headers_timestamp_and_tombstone(written, kafka, tmp_p
     # null, doubles as Java's Double.toString, escapes as Jackson writes them.
     assert [r.value for r in records[4:]] == [
         b'{"price":39.98,"big":12345678901,"tiny":1.0E-4,"e":1.0E7,"lines":[{"sku":"a","q":1},{"sku":"b","q":null}],'
-        b'"ok":false}', b'"plain text"', b'""',
-        b'{"s":"tab\\there\\u001F \\"q\\" /","deep":{"x":[1,2]},"neg":-7.25E-5}']
-    relay = relay_messages(written, kafka, tmp_path, prefix, format="json", additional_placement=PLACEMENT,
-                           timestamp_column="created_at")
+        b'"ok":false}',
+        b'"plain text"',
+        b'""',
+        b'{"s":"tab\\there\\u001F \\"q\\" /","deep":{"x":[1,2]},"neg":-7.25E-5}',
+    ]
+    relay = relay_messages(
+        written, kafka, tmp_path, prefix, format="json", additional_placement=PLACEMENT, timestamp_column="created_at"
+    )
     assert header_names(records) == ["aggType", "eventType", "id"]
     assert compare_messages(msgs, relay, header_names(records)) == []
 
@@ -231,15 +287,30 @@ def test_string_payload_unchanged_and_tombstone_on_empty_payload(written, kafka,
     or blank payload becomes a null value (a tombstone). The relay with format = "string"
     and tombstone_on_empty_payload writes the same messages."""
     prefix = f"s{uuid.uuid4().hex[:6]}"
-    records = collect(written, tmp_path, "string", prefix, route_tombstone_on_empty_payload="true",
-                      table_fields_additional_placement=PLACEMENT, table_field_event_timestamp="created_at")
+    records = collect(
+        written,
+        tmp_path,
+        "string",
+        prefix,
+        route_tombstone_on_empty_payload="true",
+        table_fields_additional_placement=PLACEMENT,
+        table_field_event_timestamp="created_at",
+    )
     assert [r.value for r in records] == [w[3].encode() if w[3] else None for w in WORKLOAD]
     assert [r.key for r in records] == [w[1].encode() for w in WORKLOAD]
     assert all(set(dict(r.headers)) == {"id", "eventType", "aggType"} for r in records)
     assert all(json.loads(r.value) is not None for r in records[:3])
 
-    relay = relay_messages(written, kafka, tmp_path, prefix, format="string", tombstone_on_empty_payload=True,
-                           additional_placement=PLACEMENT, timestamp_column="created_at")
+    relay = relay_messages(
+        written,
+        kafka,
+        tmp_path,
+        prefix,
+        format="string",
+        tombstone_on_empty_payload=True,
+        additional_placement=PLACEMENT,
+        timestamp_column="created_at",
+    )
     assert compare_messages(as_messages(records), relay, header_names(records)) == []
     assert sum(m.value is None for m in relay) == 2  # the NULL and the blank payload
 
@@ -249,14 +320,29 @@ def test_avro_payload_through_one_registry(written, kafka, registry, tmp_path):
     registered under `<topic>-value`; the relay with format = "avro", registering in the
     same registry, writes the same bytes (schema id included)."""
     prefix = f"a{uuid.uuid4().hex[:6]}"
-    records = collect(written, tmp_path, "avro", prefix, registry_url=registry.url,
-                      table_fields_additional_placement=PLACEMENT, table_field_event_timestamp="created_at")
+    records = collect(
+        written,
+        tmp_path,
+        "avro",
+        prefix,
+        registry_url=registry.url,
+        table_fields_additional_placement=PLACEMENT,
+        table_field_event_timestamp="created_at",
+    )
     subjects = registry.subjects()
     assert set(subjects) == {f"{prefix}.outbox.event.{k}-value" for k in ("order", "customer")}, subjects
     assert all(r.value is None or r.value[:1] == b"\x00" for r in records)
     assert records[3].value is None  # a NULL payload: a null value
 
-    relay = relay_messages(written, kafka, tmp_path, prefix, registry_url=registry.url, format="avro",
-                           additional_placement=PLACEMENT, timestamp_column="created_at")
+    relay = relay_messages(
+        written,
+        kafka,
+        tmp_path,
+        prefix,
+        registry_url=registry.url,
+        format="avro",
+        additional_placement=PLACEMENT,
+        timestamp_column="created_at",
+    )
     assert compare_messages(as_messages(records), relay, header_names(records)) == []
     assert registry.subjects() == subjects  # the relay registered nothing Debezium had not

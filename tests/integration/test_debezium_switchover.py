@@ -19,10 +19,8 @@ import sys
 import threading
 import time
 import uuid
-from pathlib import Path
 
 import pytest
-
 from debezium_harness import DebeziumProcess, debezium_mariadb, debezium_properties, seed_offsets, stored_offset
 from harness import OUTBOX_DDL, ROOT, RelayProcess, _to_toml, env_for, master_position, relay_raw_config, wait_until
 from independent_checker import check, committed_outbox_events, topic_records
@@ -56,11 +54,20 @@ class Writer:
                 while not self._stop.is_set():
                     rows = []
                     for _ in range(self._rng.randint(1, 3)):
-                        rows.append((str(uuid.uuid4()), self._rng.choice(["order", "user"]),
-                                     f"k{self._rng.randint(0, 5)}", "created", json.dumps({"n": n})))
+                        rows.append(
+                            (
+                                str(uuid.uuid4()),
+                                self._rng.choice(["order", "user"]),
+                                f"k{self._rng.randint(0, 5)}",
+                                "created",
+                                json.dumps({"n": n}),
+                            )
+                        )
                         n += 1
-                    cur.executemany("INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) "
-                                    "VALUES (%s,%s,%s,%s,%s)", rows)
+                    cur.executemany(
+                        "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES (%s,%s,%s,%s,%s)",
+                        rows,
+                    )
                     if self._rng.random() < 0.1:
                         conn.rollback()  # never a message, from either side
                     else:
@@ -99,8 +106,11 @@ def test_switch_over_from_debezium_killed_mid_stream(dbz_db, kafka, tmp_path):
         props = debezium_properties(dbz_db, database, name, prefix, prefix + ".${routedByValue}", work)
         debezium = DebeziumProcess(props, work, sink="kafka", bootstrap=kafka.bootstrap_servers)
         try:
-            wait_until(lambda: debezium.produced() >= targets[run] or not debezium.alive(), 120,
-                       f"Debezium publishing {targets[run]} records (log: {debezium.log_path})")
+            wait_until(
+                lambda: debezium.produced() >= targets[run] or not debezium.alive(),
+                120,
+                f"Debezium publishing {targets[run]} records (log: {debezium.log_path})",
+            )
             assert debezium.alive(), debezium.log_text()[-3000:]
             time.sleep(rng.uniform(0.0, 0.4))  # a random moment: inside a batch, before or after a flush
         finally:
@@ -110,14 +120,30 @@ def test_switch_over_from_debezium_killed_mid_stream(dbz_db, kafka, tmp_path):
         assert offset is not None, "Debezium stored no offset before it was killed"
 
         # The relay adopts while the application keeps writing.
-        raw = relay_raw_config(dbz_db, kafka, database, prefix, work / "checkpoint.json",
-                               lease__ttl_s=5, lease__renew_s=0.5)
+        raw = relay_raw_config(
+            dbz_db, kafka, database, prefix, work / "checkpoint.json", lease__ttl_s=5, lease__renew_s=0.5
+        )
         config_path = work / "relay.toml"
         config_path.write_text(_to_toml(raw))
         adopt = subprocess.run(
-            [sys.executable, "-m", "cdc_cli.main", "adopt", "--config", str(config_path),
-             "--debezium-connector", name, "--debezium-offsets-file", str(work / "offsets.dat")],
-            cwd=ROOT, env={**__import__("os").environ, **env_for(dbz_db)}, capture_output=True, text=True, timeout=60)
+            [
+                sys.executable,
+                "-m",
+                "cdc_cli.main",
+                "adopt",
+                "--config",
+                str(config_path),
+                "--debezium-connector",
+                name,
+                "--debezium-offsets-file",
+                str(work / "offsets.dat"),
+            ],
+            cwd=ROOT,
+            env={**__import__("os").environ, **env_for(dbz_db)},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert adopt.returncode == 0, adopt.stderr + adopt.stdout
         assert f"{offset['file']}:{offset['pos']}" in adopt.stdout
         relay = RelayProcess(raw, env_for(dbz_db), work / "relay")
@@ -146,13 +172,14 @@ def test_switch_over_from_debezium_killed_mid_stream(dbz_db, kafka, tmp_path):
         assert m, log_text[-3000:]
         skipped_total += int(m.group(1))
 
-        committed = committed_outbox_events(dbz_db.connection_settings(), database, start_file=file,
-                                            start_pos=int(pos))
+        committed = committed_outbox_events(dbz_db.connection_settings(), database, start_file=file, start_pos=int(pos))
         truncated: list = []
         records = topic_records(kafka.bootstrap_servers, [f"{prefix}.order", f"{prefix}.user"], truncated)
         result = check(committed, records, truncated)
-        report.append(f"run {run}: Debezium killed after {by_debezium} records (offset {offset}); "
-                      f"relay skipped {m.group(1)} it had published past that offset; {result.summary()}")
+        report.append(
+            f"run {run}: Debezium killed after {by_debezium} records (offset {offset}); "
+            f"relay skipped {m.group(1)} it had published past that offset; {result.summary()}"
+        )
         assert by_debezium > 0 and len(records) > by_debezium, report[-1]
         assert result.clean, report[-1]
         assert not result.missing and not result.duplicates

@@ -48,37 +48,55 @@ def _metric(text: str, name: str) -> float:
 
 
 def test_a_kafka_outage_is_visible_logged_once_and_loses_nothing(mariadb, database, topic_prefix, tmp_path):
-    from connectors.kafka_standin import KafkaStandin
+    from testbed.kafka_standin import KafkaStandin
 
     port = _free_port()
     with KafkaStandin.start(brokers=3, group_initial_rebalance_delay_ms=0) as kafka:
         topics = _setup(mariadb, kafka, database, topic_prefix, partitions=3)
-        raw = relay_raw_config(mariadb, kafka, database, topic_prefix, tmp_path / "cp.json",
-                               http={"port": port}, relay={"max_unacknowledged_age_s": BOUND})
+        raw = relay_raw_config(
+            mariadb,
+            kafka,
+            database,
+            topic_prefix,
+            tmp_path / "cp.json",
+            http={"port": port},
+            relay={"max_unacknowledged_age_s": BOUND},
+        )
         start = raw["source"]["start"]
         base = f"http://127.0.0.1:{port}"
         writer = Writer(lambda: mariadb.connect(database), 3000, pause_s=0.02, xa=0.0)
         relay = RelayProcess(raw, env_for(mariadb), tmp_path / "relay")
         try:
             writer.start()
-            wait_until(lambda: "role: active" in _get(base + "/readyz")[1]
-                       and _metric(_get(base + "/metrics")[1], "cdc_events_published_total") > 0, 60,
-                       "the relay to publish")
+            wait_until(
+                lambda: (
+                    "role: active" in _get(base + "/readyz")[1]
+                    and _metric(_get(base + "/metrics")[1], "cdc_events_published_total") > 0
+                ),
+                60,
+                "the relay to publish",
+            )
             assert _get(base + "/readyz")[0] == 200
             assert _metric(_get(base + "/metrics")[1], "cdc_kafka_reachable") == 1
             for broker in (1, 2, 3):
                 kafka.broker_down(broker)
             down_at = time.monotonic()
-            _status, body = wait_until(lambda: (lambda r: r if r[0] == 503 else None)(_get(base + "/readyz")),
-                                      BOUND + 15, "/readyz to turn not ready")
+            _status, body = wait_until(
+                lambda: (lambda r: r if r[0] == 503 else None)(_get(base + "/readyz")),
+                BOUND + 15,
+                "/readyz to turn not ready",
+            )
             noticed = time.monotonic() - down_at
             assert "reason: the oldest unacknowledged message was handed to Kafka" in body, body
             assert "relay.max_unacknowledged_age_s = 5" in body, body
             metrics = _get(base + "/metrics")[1]
             assert _metric(metrics, "cdc_unacknowledged_age_seconds") > BOUND
             assert _metric(metrics, "cdc_ready") == 0
-            wait_until(lambda: _metric(_get(base + "/metrics")[1], "cdc_kafka_reachable") == 0, OUTAGE,
-                       "cdc_kafka_reachable to say 0")
+            wait_until(
+                lambda: _metric(_get(base + "/metrics")[1], "cdc_kafka_reachable") == 0,
+                OUTAGE,
+                "cdc_kafka_reachable to say 0",
+            )
             time.sleep(max(0.0, OUTAGE - (time.monotonic() - down_at)))  # the fault's duration
             for broker in (1, 2, 3):
                 kafka.broker_up(broker)
@@ -87,8 +105,11 @@ def test_a_kafka_outage_is_visible_logged_once_and_loses_nothing(mariadb, databa
             recovered = time.monotonic() - up_at
             writer.finish()
             end = _server_end(mariadb)
-            wait_until(lambda: _checkpoint_reached(Path(raw["checkpoint"]["path"]), end), 120,
-                       "the relay to deliver everything")
+            wait_until(
+                lambda: _checkpoint_reached(Path(raw["checkpoint"]["path"]), end),
+                120,
+                "the relay to deliver everything",
+            )
             assert _metric(_get(base + "/metrics")[1], "cdc_kafka_outages_total") == 1
             assert relay.terminate() == 0
         finally:
@@ -104,10 +125,13 @@ def test_a_kafka_outage_is_visible_logged_once_and_loses_nothing(mariadb, databa
         assert not [line for line in log.splitlines() if line.startswith("%")], "librdkafka printed to stderr itself"
         assert len(librdkafka) <= 40, f"{len(librdkafka)} librdkafka lines: not rate-limited"
         file, pos = start.split(":")
-        committed = committed_outbox_events(mariadb.connection_settings(), database, start_file=file,
-                                            start_pos=int(pos))
+        committed = committed_outbox_events(
+            mariadb.connection_settings(), database, start_file=file, start_pos=int(pos)
+        )
         result = check(committed, topic_records(kafka.bootstrap_servers, topics), [])
-    print(f"\nKafka down {OUTAGE:.0f} s: /readyz not ready after {noticed:.1f} s (bound {BOUND:g} s), ready again "
-          f"{recovered:.1f} s after the brokers returned; relay lines: 1 unreachable, 1 reachable again; librdkafka "
-          f"lines after rate-limiting: {len(librdkafka)}; {result.summary()}")
+    print(
+        f"\nKafka down {OUTAGE:.0f} s: /readyz not ready after {noticed:.1f} s (bound {BOUND:g} s), ready again "
+        f"{recovered:.1f} s after the brokers returned; relay lines: 1 unreachable, 1 reachable again; librdkafka "
+        f"lines after rate-limiting: {len(librdkafka)}; {result.summary()}"
+    )
     assert result.committed > 0 and result.clean, result.summary()

@@ -31,10 +31,10 @@ import pytest
 
 from cdc.gtid import MariadbGtidPosition
 from cdc.position import BinlogPosition
-from connectors.mariadb_server import EmbeddedMariaDB
+from connectors.mysql_client import binlog_end
+from testbed.mariadb import EmbeddedMariaDB
 from tests.integration.harness import OUTBOX_DDL, RelayProcess, env_for, relay_raw_config, wait_until
 from tests.integration.independent_checker import check, committed_outbox_events, topic_records
-from connectors.mysql_client import binlog_end
 
 pytestmark = [pytest.mark.integration, pytest.mark.fault]
 
@@ -93,11 +93,22 @@ class Writer(threading.Thread):
         try:
             with self._db.connect(DATABASE) as conn:
                 while self.attempted < self.total:
-                    rows = [(str(uuid.uuid4()), rng.choice(AGGREGATES), f"k{rng.randrange(20)}", "Happened",
-                             '{"n": %d}' % (self.attempted + n)) for n in range(rng.randint(1, 4))]
+                    rows = [
+                        (
+                            str(uuid.uuid4()),
+                            rng.choice(AGGREGATES),
+                            f"k{rng.randrange(20)}",
+                            "Happened",
+                            '{"n": %d}' % (self.attempted + n),
+                        )
+                        for n in range(rng.randint(1, 4))
+                    ]
                     with conn.cursor() as cur:
-                        cur.executemany("INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) "
-                                        "VALUES (%s,%s,%s,%s,%s)", rows)
+                        cur.executemany(
+                            "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) "
+                            "VALUES (%s,%s,%s,%s,%s)",
+                            rows,
+                        )
                     if rng.random() < 0.05:
                         conn.rollback()
                         self.rolled_back += len(rows)
@@ -126,11 +137,13 @@ def _topology(stack: contextlib.ExitStack, kafka, topic_prefix: str, partitions:
     # Rotations are not binlogged and create no GTID: the replica's coordinates now
     # differ from the primary's for every transaction it will replicate.
     _execute(replica, "FLUSH BINARY LOGS", "FLUSH BINARY LOGS", "FLUSH BINARY LOGS")
-    _execute(replica,
-             f"CHANGE MASTER TO MASTER_HOST='{primary.host}', MASTER_PORT={primary.port}, "
-             f"MASTER_USER='{primary.user}', MASTER_PASSWORD='{primary.password}', "
-             "MASTER_USE_GTID=slave_pos, MASTER_CONNECT_RETRY=1",
-             "START SLAVE")
+    _execute(
+        replica,
+        f"CHANGE MASTER TO MASTER_HOST='{primary.host}', MASTER_PORT={primary.port}, "
+        f"MASTER_USER='{primary.user}', MASTER_PASSWORD='{primary.password}', "
+        "MASTER_USE_GTID=slave_pos, MASTER_CONNECT_RETRY=1",
+        "START SLAVE",
+    )
     stack.callback(lambda: replica.running and _try_execute(replica, "STOP SLAVE"))
 
     primary.create_database(DATABASE)
@@ -146,8 +159,13 @@ def _topology(stack: contextlib.ExitStack, kafka, topic_prefix: str, partitions:
 
 def _wait_replica_applied(primary, replica) -> None:
     primary_gtids = MariadbGtidPosition.parse(str(_scalar(primary, "SELECT @@gtid_binlog_pos")))
-    wait_until(lambda: MariadbGtidPosition.parse(str(_scalar(replica, "SELECT @@gtid_current_pos") or ""))
-               .issuperset(primary_gtids), 30, f"the replica to apply the primary's {primary_gtids}")
+    wait_until(
+        lambda: MariadbGtidPosition.parse(str(_scalar(replica, "SELECT @@gtid_current_pos") or "")).issuperset(
+            primary_gtids
+        ),
+        30,
+        f"the replica to apply the primary's {primary_gtids}",
+    )
 
 
 def _failover(primary, replica, raw_primary: dict, kafka, topic_prefix: str, cp_path: Path) -> dict:
@@ -185,12 +203,18 @@ def test_failover_to_replica_resumes_by_gtid(kafka, topic_prefix, tmp_path):
         second = Writer(primary, 1100, seed=2, pause_s=0.004)
         try:
             first.finish()
-            wait_until(lambda: not relay.alive() or ((_checkpoint(cp_path) or {}).get("events_delivered", 0) >= 100),
-                       60, "the relay on the primary to deliver its first 100 events")
+            wait_until(
+                lambda: not relay.alive() or ((_checkpoint(cp_path) or {}).get("events_delivered", 0) >= 100),
+                60,
+                "the relay on the primary to deliver its first 100 events",
+            )
             assert relay.alive(), f"relay on the primary exited:\n{relay.log_text()[-3000:]}"
             second.start()
-            wait_until(lambda: not relay.alive() or ((_checkpoint(cp_path) or {}).get("events_delivered", 0) >= 300),
-                       60, "the relay on the primary to deliver 300 events")
+            wait_until(
+                lambda: not relay.alive() or ((_checkpoint(cp_path) or {}).get("events_delivered", 0) >= 300),
+                60,
+                "the relay on the primary to deliver 300 events",
+            )
             assert relay.alive(), f"relay on the primary exited:\n{relay.log_text()[-3000:]}"
             assert second.is_alive(), "the workload ended before the kill: the kill would not be mid-stream"
             relay.kill()  # SIGKILL: events delivered after its last checkpoint are in the topics only
@@ -207,8 +231,9 @@ def test_failover_to_replica_resumes_by_gtid(kafka, topic_prefix, tmp_path):
         _wait_replica_applied(primary, replica)
         timings["replica apply"] = time.monotonic() - mark
         mark = time.monotonic()
-        committed_on_primary = committed_outbox_events(primary.connection_settings(), DATABASE,
-                                                       start_file=start.file, start_pos=start.pos)
+        committed_on_primary = committed_outbox_events(
+            primary.connection_settings(), DATABASE, start_file=start.file, start_pos=start.pos
+        )
         assert [c.event_id for c in committed_on_primary] == first.committed + second.committed
 
         timings["read primary binlog"] = time.monotonic() - mark
@@ -228,7 +253,9 @@ def test_failover_to_replica_resumes_by_gtid(kafka, topic_prefix, tmp_path):
         end = _server_end(replica)
         replica_gtids = MariadbGtidPosition.parse(str(_scalar(replica, "SELECT @@gtid_binlog_pos")))
 
-        wait_until(lambda: not relay.alive() or _reached(cp_path, 12, end), 60, f"the relay on the replica to reach {end}")
+        wait_until(
+            lambda: not relay.alive() or _reached(cp_path, 12, end), 60, f"the relay on the replica to reach {end}"
+        )
         assert relay.alive(), f"relay on the replica exited:\n{relay.log_text()[-3000:]}"
         assert relay.terminate() == 0, relay.log_text()[-3000:]
         timings["replica phase"] = time.monotonic() - failover_at
@@ -245,8 +272,9 @@ def test_failover_to_replica_resumes_by_gtid(kafka, topic_prefix, tmp_path):
         # Every committed outbox insert of the topology is in the replica's binlog (its own
         # and, with --log-slave-updates, the primary's), in commit order.
         first_replica_log = min(_binary_logs(replica), key=lambda f: BinlogPosition(f, 4))
-        committed = committed_outbox_events(replica.connection_settings(), DATABASE,
-                                            start_file=first_replica_log, start_pos=4)
+        committed = committed_outbox_events(
+            replica.connection_settings(), DATABASE, start_file=first_replica_log, start_pos=4
+        )
         expected_ids = first.committed + second.committed + third.committed
         assert [c.event_id for c in committed] == expected_ids
         timings["read replica binlog"] = time.monotonic() - mark
@@ -256,11 +284,13 @@ def test_failover_to_replica_resumes_by_gtid(kafka, topic_prefix, tmp_path):
         timings["read topics"] = time.monotonic() - mark
         recovered = [line for line in log_text.splitlines() if "recovering from checkpoint" in line]
         timings["total"] = time.monotonic() - t0
-        print(f"\nfailover 11 -> 12: relay SIGKILLed on the primary at checkpoint {cp_pos} "
-              f"({checkpointed_at_kill} events checkpointed, {before_failover['gtids']}); resumed on the replica by GTID; "
-              f"{len(expected_ids)} committed ({first.rolled_back + second.rolled_back + third.rolled_back} "
-              f"rolled back): {result.summary()}; {recovered[-1].split(': ', 1)[-1] if recovered else ''}; "
-              f"timings " + ", ".join(f"{k}={v:.1f}s" for k, v in timings.items()))
+        print(
+            f"\nfailover 11 -> 12: relay SIGKILLed on the primary at checkpoint {cp_pos} "
+            f"({checkpointed_at_kill} events checkpointed, {before_failover['gtids']}); resumed on the replica by GTID; "
+            f"{len(expected_ids)} committed ({first.rolled_back + second.rolled_back + third.rolled_back} "
+            f"rolled back): {result.summary()}; {recovered[-1].split(': ', 1)[-1] if recovered else ''}; "
+            f"timings " + ", ".join(f"{k}={v:.1f}s" for k, v in timings.items())
+        )
         assert result.committed == len(expected_ids) > 1000
         assert result.records == len(expected_ids), result.summary()
         assert result.clean, result.summary()
@@ -294,7 +324,9 @@ def test_failover_with_nothing_new_then_restart_on_replica(kafka, topic_prefix, 
         end = _server_end(primary)
         relay = RelayProcess(raw, env_for(primary), tmp_path / "relay-primary")
         stack.callback(lambda: relay.alive() and relay.kill())
-        wait_until(lambda: not relay.alive() or _reached(cp_path, 11, end), 60, f"the relay on the primary to reach {end}")
+        wait_until(
+            lambda: not relay.alive() or _reached(cp_path, 11, end), 60, f"the relay on the primary to reach {end}"
+        )
         assert relay.alive(), f"relay on the primary exited:\n{relay.log_text()[-3000:]}"
         assert relay.terminate() == 0, relay.log_text()[-3000:]
         on_primary = _checkpoint(cp_path)
@@ -310,16 +342,21 @@ def test_failover_with_nothing_new_then_restart_on_replica(kafka, topic_prefix, 
 
         # (b) a run on the promoted replica while nothing new was committed
         relay = RelayProcess(raw_replica, env_for(replica), tmp_path / "relay-replica-idle")
-        wait_until(lambda: not relay.alive() or "recovering from checkpoint" in relay.log_text(), 30,
-                   "the relay on the replica to start")
+        wait_until(
+            lambda: not relay.alive() or "recovering from checkpoint" in relay.log_text(),
+            30,
+            "the relay on the replica to start",
+        )
         assert relay.alive(), f"relay on the replica exited:\n{relay.log_text()[-3000:]}"
         assert "resuming by GTID set" in relay.log_text(), relay.log_text()[-3000:]
         assert relay.terminate() == 0, relay.log_text()[-3000:]
         idle = _checkpoint(cp_path)
         if idle["server_id"] == 12 and (idle["file"], idle["pos"]) == (on_primary["file"], on_primary["pos"]):
-            problems.append(f"(b) the idle run wrote a checkpoint that labels the primary's coordinates "
-                            f"{idle['file']}:{idle['pos']} with the replica's server_id 12 (gtids {idle['gtids']}): "
-                            "the next start on the replica resumes by file/pos")
+            problems.append(
+                f"(b) the idle run wrote a checkpoint that labels the primary's coordinates "
+                f"{idle['file']}:{idle['pos']} with the replica's server_id 12 (gtids {idle['gtids']}): "
+                "the next start on the replica resumes by file/pos"
+            )
 
         # (c) the replica takes writes; the relay starts again there
         second = Writer(replica, 100, seed=5, pause_s=0)
@@ -327,20 +364,27 @@ def test_failover_with_nothing_new_then_restart_on_replica(kafka, topic_prefix, 
         second.finish()
         end = _server_end(replica)
         relay = RelayProcess(raw_replica, env_for(replica), tmp_path / "relay-replica")
-        wait_until(lambda: not relay.alive() or _reached(cp_path, 12, end), 60, f"the relay on the replica to reach {end}")
+        wait_until(
+            lambda: not relay.alive() or _reached(cp_path, 12, end), 60, f"the relay on the replica to reach {end}"
+        )
         if not relay.alive():
-            problems.append(f"(c) the restarted relay on the replica exited {relay.wait(5)}: "
-                            + " | ".join(relay.log_text().strip().splitlines()[-3:]))
+            problems.append(
+                f"(c) the restarted relay on the replica exited {relay.wait(5)}: "
+                + " | ".join(relay.log_text().strip().splitlines()[-3:])
+            )
             pytest.fail("; ".join(problems))
         assert relay.terminate() == 0, relay.log_text()[-3000:]
 
         first_replica_log = min(_binary_logs(replica), key=lambda f: BinlogPosition(f, 4))
-        committed = committed_outbox_events(replica.connection_settings(), DATABASE,
-                                            start_file=first_replica_log, start_pos=4)
+        committed = committed_outbox_events(
+            replica.connection_settings(), DATABASE, start_file=first_replica_log, start_pos=4
+        )
         assert [c.event_id for c in committed] == first.committed + second.committed
         result = check(committed, topic_records(kafka.bootstrap_servers, topics))
-        print(f"\nidle failover 11 -> 12 then restart: {result.summary()} in {time.monotonic() - t0:.1f}s; "
-              f"problems: {problems or 'none'}; primary's binlog started at {start}")
+        print(
+            f"\nidle failover 11 -> 12 then restart: {result.summary()} in {time.monotonic() - t0:.1f}s; "
+            f"problems: {problems or 'none'}; primary's binlog started at {start}"
+        )
         if not result.clean:
             problems.append(f"(c) {result.summary()}")
         assert not problems, "; ".join(problems)
@@ -357,7 +401,9 @@ def test_every_stream_names_the_server_it_opened_on(mariadb, decoder):
 
     factory = MySQLBinlogSourceFactory(
         {"host": mariadb.host, "port": mariadb.port, "user": mariadb.user, "password": mariadb.password},
-        7100 + (decoder == "library"), set(), decoder=decoder,
+        7100 + (decoder == "library"),
+        set(),
+        decoder=decoder,
     )
     real, answers = factory._query, iter([111, 222])
 

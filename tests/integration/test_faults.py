@@ -29,6 +29,7 @@ from cdc import crashpoints
 from cdc.config import load_config
 from cdc.identity import H_EVENT_ID
 from cdc.metrics import RelayMetrics
+from connectors.mysql_client import binlog_end
 from tests.integration.harness import (
     OUTBOX_DDL,
     RelayProcess,
@@ -39,7 +40,6 @@ from tests.integration.harness import (
     wait_until,
 )
 from tests.integration.independent_checker import check, committed_outbox_events, topic_records
-from connectors.mysql_client import binlog_end
 
 pytestmark = [pytest.mark.integration, pytest.mark.fault]
 LONG = os.environ.get("CDC_FAULT_LONG") == "1"
@@ -52,8 +52,16 @@ class Writer(threading.Thread):
     A share `xa` of them are XA transactions: prepared on a connection of their own, and
     committed (80%) or rolled back from another one a few transactions later."""
 
-    def __init__(self, connect, total: int, keys: int = 100, pause_s: float = 0.0, seed: int = 1,
-                 max_rows: int | None = None, xa: float = 0.1):
+    def __init__(
+        self,
+        connect,
+        total: int,
+        keys: int = 100,
+        pause_s: float = 0.0,
+        seed: int = 1,
+        max_rows: int | None = None,
+        xa: float = 0.1,
+    ):
         super().__init__(name="writer", daemon=True)
         self._connect, self.total, self._keys, self._pause = connect, total, keys, pause_s
         # The long run writes larger transactions: 200k events in minutes, not hours of
@@ -85,8 +93,9 @@ class Writer(threading.Thread):
             conn.autocommit(True)  # XA START/COMMIT refuse a session with an implicit transaction open
             with conn.cursor() as cur:
                 cur.execute(f"XA START '{xid}'")
-                cur.executemany("INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) "
-                                "VALUES (%s,%s,%s,%s,%s)", rows)
+                cur.executemany(
+                    "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES (%s,%s,%s,%s,%s)", rows
+                )
                 cur.execute(f"XA END '{xid}'")
                 cur.execute(f"XA PREPARE '{xid}'")
         finally:
@@ -138,8 +147,15 @@ class Writer(threading.Thread):
                 rows = []
                 for _ in range(rng.randint(1, self._max_rows)):
                     key = f"k{rng.randrange(self._keys)}"
-                    rows.append((str(uuid.uuid4()), rng.choice(AGGREGATES), key, "Happened",
-                                 '{"n": %d, "pad": "%s"}' % (self.attempted + len(rows), "x" * 150)))
+                    rows.append(
+                        (
+                            str(uuid.uuid4()),
+                            rng.choice(AGGREGATES),
+                            key,
+                            "Happened",
+                            '{"n": %d, "pad": "%s"}' % (self.attempted + len(rows), "x" * 150),
+                        )
+                    )
                 if self._xa and rng.random() < self._xa:
                     self._xa_round(rows)
                     self.attempted += len(rows)
@@ -147,8 +163,10 @@ class Writer(threading.Thread):
                 if self._undecided:
                     self._xa_round([])
                 with conn.cursor() as cur:
-                    cur.executemany("INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) "
-                                    "VALUES (%s,%s,%s,%s,%s)", rows)
+                    cur.executemany(
+                        "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES (%s,%s,%s,%s,%s)",
+                        rows,
+                    )
                 if rng.random() < 0.05:
                     conn.rollback()
                 else:
@@ -191,6 +209,7 @@ def _checkpoint_reached(path: Path, end: tuple[str, int]) -> bool:
     import json
 
     from cdc.position import BinlogPosition
+
     try:
         data = json.loads(path.read_text())
     except (FileNotFoundError, ValueError):
@@ -198,14 +217,18 @@ def _checkpoint_reached(path: Path, end: tuple[str, int]) -> bool:
     return BinlogPosition(data["file"], data["pos"]) >= BinlogPosition(*end)
 
 
-def _finish_and_check(db, kafka, database: str, raw: dict, topics: list[str], workdir: Path, start: str,
-                      timeout: float = 300):
+def _finish_and_check(
+    db, kafka, database: str, raw: dict, topics: list[str], workdir: Path, start: str, timeout: float = 300
+):
     """Run a clean relay until its checkpoint reaches the server's end, then check."""
     end = _server_end(db)
     final = RelayProcess(raw, env_for(db), workdir)
     try:
-        wait_until(lambda: _checkpoint_reached(Path(raw["checkpoint"]["path"]), end) or not final.alive(),
-                   timeout, f"the final relay to reach {end}")
+        wait_until(
+            lambda: _checkpoint_reached(Path(raw["checkpoint"]["path"]), end) or not final.alive(),
+            timeout,
+            f"the final relay to reach {end}",
+        )
         assert final.alive(), f"final relay exited:\n{final.log_text()[-3000:]}"
         assert final.terminate() == 0
     finally:
@@ -238,16 +261,25 @@ def test_random_sigkills(mariadb, kafka, database, topic_prefix, tmp_path):
         relay.kill()
     writer.finish()
     result = _finish_and_check(mariadb, kafka, database, raw, topics, tmp_path, start)
-    print(f"\nrandom SIGKILLs: {kills} kills over {writer.attempted} attempted events in "
-          f"{time.monotonic() - t0:.0f}s: {result.summary()}")
+    print(
+        f"\nrandom SIGKILLs: {kills} kills over {writer.attempted} attempted events in "
+        f"{time.monotonic() - t0:.0f}s: {result.summary()}"
+    )
     assert result.committed > 0
     assert result.clean, result.summary()
 
 
 def test_every_crash_point(mariadb, kafka, database, topic_prefix, tmp_path):
     rounds = 20 if LONG else 1
-    order = ("mid_transaction", "after_produce", "after_ack_before_checkpoint", "recovery", "checkpoint_write",
-             "xa_prepared", "xa_outcome")
+    order = (
+        "mid_transaction",
+        "after_produce",
+        "after_ack_before_checkpoint",
+        "recovery",
+        "checkpoint_write",
+        "xa_prepared",
+        "xa_outcome",
+    )
     # The transactional crash points: tests/integration/test_transactional.py.
     assert set(order) == set(crashpoints.POINTS) - {"txn_before_commit", "txn_after_commit"}
     topics = _setup(mariadb, kafka, database, topic_prefix)
@@ -262,8 +294,13 @@ def test_every_crash_point(mariadb, kafka, database, topic_prefix, tmp_path):
     try:
         for _ in range(rounds):
             for point in order:
-                nth = {"recovery": 1, "after_ack_before_checkpoint": 1, "checkpoint_write": rng.randint(1, 10),
-                       "xa_prepared": rng.randint(1, 10), "xa_outcome": rng.randint(1, 10)}.get(point) or rng.randint(1, 400)
+                nth = {
+                    "recovery": 1,
+                    "after_ack_before_checkpoint": 1,
+                    "checkpoint_write": rng.randint(1, 10),
+                    "xa_prepared": rng.randint(1, 10),
+                    "xa_outcome": rng.randint(1, 10),
+                }.get(point) or rng.randint(1, 400)
                 relay = RelayProcess(raw, env_for(mariadb), tmp_path, crash_at=f"{point}@{nth}")
                 try:
                     relay.wait(60)
@@ -280,7 +317,7 @@ def test_every_crash_point(mariadb, kafka, database, topic_prefix, tmp_path):
 
 
 def test_mariadb_kill_restart(kafka, topic_prefix, tmp_path):
-    from connectors.mariadb_server import EmbeddedMariaDB
+    from testbed.mariadb import EmbeddedMariaDB
 
     cycles = 20 if LONG else 3
     with EmbeddedMariaDB.start(server_id=7) as db:
@@ -302,8 +339,11 @@ def test_mariadb_kill_restart(kafka, topic_prefix, tmp_path):
                 db.restart()
                 up = time.monotonic()
                 before = relay.metrics.events_published
-                wait_until(lambda before=before: relay.error or relay.metrics.events_published > before, 30,
-                           "publishing to resume after the server restart")
+                wait_until(
+                    lambda before=before: relay.error or relay.metrics.events_published > before,
+                    30,
+                    "publishing to resume after the server restart",
+                )
                 assert relay.error is None, relay.error
                 resume_times.append(time.monotonic() - up)
         finally:
@@ -312,12 +352,15 @@ def test_mariadb_kill_restart(kafka, topic_prefix, tmp_path):
         end = _server_end(db)
         wait_until(lambda: relay.error or _checkpoint_reached(tmp_path / "cp.json", end), 120, "relay caught up")
         relay.stop()
-        committed = committed_outbox_events(db.connection_settings(), database,
-                                            start_file=start.split(":")[0], start_pos=int(start.split(":")[1]))
+        committed = committed_outbox_events(
+            db.connection_settings(), database, start_file=start.split(":")[0], start_pos=int(start.split(":")[1])
+        )
         result = _check_topics(kafka, topics, committed)
-        print(f"\nmariadbd kill/restart: {cycles} cycles, {writer.errors} writer errors, publishing resumed after "
-              f"max {max(resume_times):.2f}s (mean {sum(resume_times) / len(resume_times):.2f}s) of the server "
-              f"accepting connections; reconnects={relay.metrics.reconnects}: {result.summary()}")
+        print(
+            f"\nmariadbd kill/restart: {cycles} cycles, {writer.errors} writer errors, publishing resumed after "
+            f"max {max(resume_times):.2f}s (mean {sum(resume_times) / len(resume_times):.2f}s) of the server "
+            f"accepting connections; reconnects={relay.metrics.reconnects}: {result.summary()}"
+        )
         assert max(resume_times) <= 5.0, resume_times
         assert result.clean, result.summary()
 
@@ -344,7 +387,7 @@ def test_broker_faults(mariadb, database, topic_prefix, tmp_path):
     idempotent producer would not); such copies are shown with their evidence: the relay
     handed the event over once, the topic holds it twice."""
     from cdc_cli.app import build_relay
-    from connectors.kafka_standin import KafkaStandin
+    from testbed.kafka_standin import KafkaStandin
 
     events = 50_000 if LONG else 3_000
     with KafkaStandin.start(brokers=3, group_initial_rebalance_delay_ms=0) as kafka:
@@ -356,6 +399,7 @@ def test_broker_faults(mariadb, database, topic_prefix, tmp_path):
         handle.relay._publisher = recorder
         stop = threading.Event()
         outcome = {}
+
         def run() -> None:
             try:
                 outcome["summary"] = handle.relay.run(stop.is_set)
@@ -383,13 +427,16 @@ def test_broker_faults(mariadb, database, topic_prefix, tmp_path):
         thread.join(60)
         handle.close()
         assert "summary" in outcome, f"the relay stopped on an error: {outcome.get('error')}"
-        committed = committed_outbox_events(mariadb.connection_settings(), database,
-                                            start_file=start.split(":")[0], start_pos=int(start.split(":")[1]))
+        committed = committed_outbox_events(
+            mariadb.connection_settings(), database, start_file=start.split(":")[0], start_pos=int(start.split(":")[1])
+        )
         result = _check_topics(kafka, topics, committed)
         relay_made = {e: n for e, n in recorder.handed.items() if n > 1}
         broker_made = {e: offs for e, offs in result.duplicates.items() if recorder.handed.get(e, 0) == 1}
-        print(f"\nbroker faults: {result.summary()}; duplicates made by the stand-in (handed over once, stored "
-              f"{'/'.join(str(len(v)) for v in list(broker_made.values())[:3]) or '-'} times): {len(broker_made)}")
+        print(
+            f"\nbroker faults: {result.summary()}; duplicates made by the stand-in (handed over once, stored "
+            f"{'/'.join(str(len(v)) for v in list(broker_made.values())[:3]) or '-'} times): {len(broker_made)}"
+        )
         for event_id, offsets in list(broker_made.items())[:5]:
             print(f"  stand-in duplicate {event_id}: handed over once, stored at {offsets}")
         assert not relay_made, f"the relay handed events over more than once: {list(relay_made)[:5]}"
@@ -402,14 +449,19 @@ def test_broker_faults(mariadb, database, topic_prefix, tmp_path):
 def test_full_producer_queue(mariadb, database, topic_prefix, tmp_path):
     """A slow broker fills the producer's queue: publish waits, nothing is dropped, and the
     relay's memory stays bounded."""
-    from connectors.kafka_standin import KafkaStandin
+    from testbed.kafka_standin import KafkaStandin
 
     events = 100_000 if LONG else 8_000
     with KafkaStandin.start(brokers=1, group_initial_rebalance_delay_ms=0) as kafka:
         topics = _setup(mariadb, kafka, database, topic_prefix)
-        raw = relay_raw_config(mariadb, kafka, database, topic_prefix, tmp_path / "cp.json",
-                               kafka__producer={"queue.buffering.max.messages": 200, "linger.ms": 0,
-                                                "batch.num.messages": 20})
+        raw = relay_raw_config(
+            mariadb,
+            kafka,
+            database,
+            topic_prefix,
+            tmp_path / "cp.json",
+            kafka__producer={"queue.buffering.max.messages": 200, "linger.ms": 0, "batch.num.messages": 20},
+        )
         start = raw["source"]["start"]
         writer = Writer(lambda: mariadb.connect(database), events)
         writer.start()
@@ -436,10 +488,13 @@ def test_full_producer_queue(mariadb, database, topic_prefix, tmp_path):
             if relay.alive():
                 relay.kill()
             kafka.set_rtt(1, 0)  # the checker reads at full speed
-        committed = committed_outbox_events(mariadb.connection_settings(), database,
-                                            start_file=start.split(":")[0], start_pos=int(start.split(":")[1]))
+        committed = committed_outbox_events(
+            mariadb.connection_settings(), database, start_file=start.split(":")[0], start_pos=int(start.split(":")[1])
+        )
         result = _check_topics(kafka, topics, committed)
-        print(f"\nfull producer queue: queue capped at 200 messages, broker RTT 40 ms, {result.committed} events; "
-              f"relay peak RSS {peak / 2**20:.0f} MiB: {result.summary()}")
+        print(
+            f"\nfull producer queue: queue capped at 200 messages, broker RTT 40 ms, {result.committed} events; "
+            f"relay peak RSS {peak / 2**20:.0f} MiB: {result.summary()}"
+        )
         assert result.clean, result.summary()
         assert peak < 250 * 2**20

@@ -40,7 +40,6 @@ from tests.integration.harness import (
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
 
-
 class _DroppingPublisher:
     """Acknowledges the events it is told to drop without sending them (a broker that
     lost an acknowledged message)."""
@@ -92,7 +91,10 @@ class Writer:
         n = 0
         with self.db.connect(self.database) as conn:
             while not self._stop.is_set():
-                rows = [(str(uuid.uuid4()), "order", f"k{(n + i) % 7}", "Created", '{"n": %d}' % (n + i)) for i in range(1 + n % 3)]
+                rows = [
+                    (str(uuid.uuid4()), "order", f"k{(n + i) % 7}", "Created", '{"n": %d}' % (n + i))
+                    for i in range(1 + n % 3)
+                ]
                 insert_events(conn, "outbox", rows)
                 conn.commit()
                 self.ids += [r[0] for r in rows]
@@ -122,7 +124,9 @@ def _follow_config(cfg, out: Path, **over):
     return FollowConfig(verify=v, **{"grace_s": 5.0, "trigger_s": 1.0, "report_every_s": 2.0, **over})
 
 
-def test_following_beside_a_running_relay_reports_no_problem_and_keeps_up(mariadb, world, database, spark, tmp_path, caplog):
+def test_following_beside_a_running_relay_reports_no_problem_and_keeps_up(
+    mariadb, world, database, spark, tmp_path, caplog
+):
     from spark_jobs.follow import FollowJob
 
     _raw, cfg = world
@@ -140,14 +144,19 @@ def test_following_beside_a_running_relay_reports_no_problem_and_keeps_up(mariad
         writer.stop()
         total = len(writer.ids)
         try:
-            wait_until(lambda: job.snapshot()["counts"]["delivered"] >= total, 30, f"{total} events delivered and verified")
+            wait_until(
+                lambda: job.snapshot()["counts"]["delivered"] >= total, 30, f"{total} events delivered and verified"
+            )
         except AssertionError as exc:
             raise AssertionError(f"{exc}: {job.snapshot()} published {relay.handle.metrics.events_published}") from None
         wait_until(lambda: job.snapshot()["verified_through_lag_s"] < 5, 30, "verified-through near the head")
         # A lag under 5 s can still leave the last transaction (committed a moment ago) to be
         # verified through: wait for the position itself, which a later batch reaches.
-        wait_until(lambda: job.snapshot()["verified_through"] == job.snapshot()["binlog_head"], 30,
-                   "verified-through at the head")
+        wait_until(
+            lambda: job.snapshot()["verified_through"] == job.snapshot()["binlog_head"],
+            30,
+            "verified-through at the head",
+        )
         with urllib.request.urlopen(f"http://127.0.0.1:{job.metrics_port}/metrics", timeout=5) as resp:
             metrics = resp.read().decode()
     finally:
@@ -198,13 +207,20 @@ def test_a_missing_and_a_duplicated_event_each_raise_their_alarm(mariadb, kafka,
         wait_until(lambda: len(read_topic(kafka.bootstrap_servers, topic)) >= 60, 60, "60 records in the topic")
         original = read_topic(kafka.bootstrap_servers, topic)[50]
         producer = Producer({"bootstrap.servers": kafka.bootstrap_servers})
-        producer.produce(topic, original.raw_value, original.key.encode(), partition=original.partition,
-                         headers=list(original.headers.items()))
+        producer.produce(
+            topic,
+            original.raw_value,
+            original.key.encode(),
+            partition=original.partition,
+            headers=list(original.headers.items()),
+        )
         producer.flush(30)
         duplicated_at = time.monotonic()
         missing = wait_until(lambda: [(t, m) for t, m in alarms.lines if m.startswith("ALARM missing")], grace + 30,
                              "a missing alarm")  # fmt: skip
-        dup = wait_until(lambda: [(t, m) for t, m in alarms.lines if m.startswith("ALARM duplicate")], 60, "a duplicate alarm")
+        dup = wait_until(
+            lambda: [(t, m) for t, m in alarms.lines if m.startswith("ALARM duplicate")], 60, "a duplicate alarm"
+        )
         writer.stop()
         total = len(writer.ids)
         wait_until(lambda: job.snapshot()["counts"]["delivered"] >= total - 2, 60, "every other event verified")
@@ -226,7 +242,10 @@ def test_a_missing_and_a_duplicated_event_each_raise_their_alarm(mariadb, kafka,
     # verified-through stops before the missing event
     missing_ev = [json.loads(x) for x in (tmp_path / "out" / "missing.jsonl").read_text().splitlines()]
     assert [m["event_id"] for m in missing_ev] == [dropped_id]
-    assert (snap["verified_through"]["file"], snap["verified_through"]["pos"]) <= (missing_ev[0]["file"], missing_ev[0]["pos"])
+    assert (snap["verified_through"]["file"], snap["verified_through"]["pos"]) <= (
+        missing_ev[0]["file"],
+        missing_ev[0]["pos"],
+    )
 
 
 def _free_port() -> int:
@@ -267,13 +286,18 @@ def test_killed_and_restarted_it_resumes_from_its_checkpoint_with_exact_counts(m
         )  # fmt: skip
 
     relay = Relay(cfg)
-    logs = [open(tmp_path / "follow1.log", "wb"), open(tmp_path / "follow2.log", "wb")]  # noqa: SIM115  # the child process writes it until it is stopped
+    logs = [
+        open(tmp_path / "follow1.log", "wb"),
+        open(tmp_path / "follow2.log", "wb"),
+    ]  # the child process writes it until it is stopped
     proc = start(logs[0])
     writer = None
     try:
         wait_until(lambda: _metrics(port), 90, "the follow job's metrics endpoint (it has taken its start)")
         writer = Writer(mariadb, database)
-        wait_until(lambda: _metrics(port).get('cdc_verify_events{class="delivered"}', 0) > 0, 90, "the first verified events")
+        wait_until(
+            lambda: _metrics(port).get('cdc_verify_events{class="delivered"}', 0) > 0, 90, "the first verified events"
+        )
         wait_until(lambda: _metrics(port).get("cdc_verify_batches_total", 0) >= 3, 60, "three micro-batches")
         os.killpg(proc.pid, signal.SIGKILL)  # the driver and its Python workers, mid-stream
         proc.wait(30)
@@ -341,7 +365,9 @@ def test_catching_up_is_admitted_in_bounded_micro_batches(mariadb, world, databa
         job = FollowJob(_follow_config(cfg, tmp_path / "out", start=f"{file}:{pos}", max_batch_bytes=cap),
                         spark=spark).start()  # fmt: skip
         try:
-            wait_until(lambda: (job.snapshot().get("counts") or {}).get("delivered", 0) >= 300, 180, "300 events verified")
+            wait_until(
+                lambda: (job.snapshot().get("counts") or {}).get("delivered", 0) >= 300, 180, "300 events verified"
+            )
             snap = job.snapshot()
         finally:
             job.stop()
@@ -349,4 +375,7 @@ def test_catching_up_is_admitted_in_bounded_micro_batches(mariadb, world, databa
         relay.stop()
     assert snap["counts"]["delivered"] == 300 and snap["problems"] == {}, snap
     # every batch but the last read at least `cap` bytes and at most `cap` + one transaction
-    assert (end - pos) // (cap + 2048) <= snap["batches"] - 1 <= -(-(end - pos) // cap) + 1, (snap["batches"], end - pos)
+    assert (end - pos) // (cap + 2048) <= snap["batches"] - 1 <= -(-(end - pos) // cap) + 1, (
+        snap["batches"],
+        end - pos,
+    )

@@ -33,23 +33,43 @@ def relay_venv(tmp_path_factory) -> Path:
     venv = tmp_path_factory.mktemp("relay-venv") / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
     # Not editable, from a copy pip makes of the tree: the installed package is what runs.
-    done = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", str(ROOT)],
-                          cwd=venv, capture_output=True, text=True, timeout=900)
+    done = subprocess.run(
+        [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", str(ROOT)],
+        cwd=venv,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return venv
 
 
 def _cdc(venv: Path, args: list[str], env: dict[str, str], cwd: Path, timeout: float = 120):
     # cwd outside the source tree: `import cdc` must find the installed copy, not ./cdc
-    return subprocess.run([str(venv / "bin" / "cdc"), *args], cwd=cwd, env={**os.environ, **env},
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [str(venv / "bin" / "cdc"), *args],
+        cwd=cwd,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def test_the_install_holds_no_spark_and_answers_its_version(relay_venv, tmp_path):
     py = relay_venv / "bin" / "python"
-    probe = subprocess.run([str(py), "-c", "import importlib.util as u, cdc_cli.app, cdc_cli.main, cdc; "
-                            "print(u.find_spec('pyspark'), u.find_spec('pyarrow'), cdc.__file__)"],
-                           cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    probe = subprocess.run(
+        [
+            str(py),
+            "-c",
+            "import importlib.util as u, cdc_cli.app, cdc_cli.main, cdc; "
+            "print(u.find_spec('pyspark'), u.find_spec('pyarrow'), cdc.__file__)",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert probe.returncode == 0, probe.stderr
     spark, arrow, where = probe.stdout.split()
     assert (spark, arrow) == ("None", "None")
@@ -61,8 +81,7 @@ def test_the_install_holds_no_spark_and_answers_its_version(relay_venv, tmp_path
 def test_cdc_check_and_cdc_run_without_spark(relay_venv, mariadb, kafka, database, topic_prefix, tmp_path):
     with mariadb.connect(database, autocommit=True) as conn, conn.cursor() as cur:
         cur.execute(OUTBOX_DDL.format(name="outbox"))
-    raw = relay_raw_config(mariadb, kafka, database, topic_prefix, tmp_path / "cp.json",
-                           lease__enabled=False)
+    raw = relay_raw_config(mariadb, kafka, database, topic_prefix, tmp_path / "cp.json", lease__enabled=False)
     config = tmp_path / "relay.toml"
     config.write_text(_to_toml(raw))
     env = env_for(mariadb)
@@ -72,16 +91,26 @@ def test_cdc_check_and_cdc_run_without_spark(relay_venv, mariadb, kafka, databas
     assert check.returncode == 0, check.stdout + check.stderr
 
     log = (tmp_path / "run.log").open("wb")
-    relay = subprocess.Popen([str(relay_venv / "bin" / "cdc"), "run", "--config", str(config)], cwd=tmp_path,
-                             env={**os.environ, **env}, stdout=log, stderr=subprocess.STDOUT)
+    relay = subprocess.Popen(
+        [str(relay_venv / "bin" / "cdc"), "run", "--config", str(config)],
+        cwd=tmp_path,
+        env={**os.environ, **env},
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     try:
         ids = [str(uuid.uuid4()) for _ in range(5)]
         with mariadb.connect(database) as conn:
             insert_events(conn, "outbox", [(i, "order", "k1", "Created", '{"n": 1}') for i in ids])
             conn.commit()
-        records = wait_until(lambda: len(read_topic(kafka.bootstrap_servers, f"{topic_prefix}.order")) >= 5
-                             and read_topic(kafka.bootstrap_servers, f"{topic_prefix}.order"), 90,
-                             "the installed relay to publish 5 events")
+        records = wait_until(
+            lambda: (
+                len(read_topic(kafka.bootstrap_servers, f"{topic_prefix}.order")) >= 5
+                and read_topic(kafka.bootstrap_servers, f"{topic_prefix}.order")
+            ),
+            90,
+            "the installed relay to publish 5 events",
+        )
         assert [r.headers["id"] for r in records] == ids
     finally:
         relay.send_signal(signal.SIGTERM)

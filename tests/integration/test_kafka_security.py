@@ -30,7 +30,15 @@ from pathlib import Path
 import pytest
 
 from tests.integration.harness import (
-    OUTBOX_DDL, ROOT, RelayProcess, _to_toml, env_for, insert_events, read_topic, relay_raw_config, wait_until,
+    OUTBOX_DDL,
+    ROOT,
+    RelayProcess,
+    _to_toml,
+    env_for,
+    insert_events,
+    read_topic,
+    relay_raw_config,
+    wait_until,
 )
 
 pytestmark = [pytest.mark.integration]
@@ -41,8 +49,14 @@ SECRETS = (KAFKA_PW, REGISTRY_AUTH.split(":")[1])
 
 
 def _cdc(args: list[str], env: dict[str, str], timeout: float = 240) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "cdc_cli.main", *args], cwd=ROOT, env={**os.environ, **env},
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "cdc_cli.main", *args],
+        cwd=ROOT,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def _free_port() -> int:
@@ -54,8 +68,13 @@ def _free_port() -> int:
 def _secured_raw(mariadb, kafka, database, prefix, tmp_path, protocol: str, **overrides) -> dict:
     raw = relay_raw_config(mariadb, kafka, database, prefix, tmp_path / "cp.json", **overrides)
     raw.pop("topics")  # the default: topics.missing = "dead_letter"
-    raw["kafka"]["client"] = {"security.protocol": protocol, "sasl.mechanism": "PLAIN", "sasl.username": "cdc",
-                              "sasl.password_env": "CDC_TEST_KAFKA_PW", "client.id": f"cdc-{prefix}"}
+    raw["kafka"]["client"] = {
+        "security.protocol": protocol,
+        "sasl.mechanism": "PLAIN",
+        "sasl.username": "cdc",
+        "sasl.password_env": "CDC_TEST_KAFKA_PW",
+        "client.id": f"cdc-{prefix}",
+    }
     raw["schema_registry"]["basic_auth_env"] = "CDC_TEST_REGISTRY_AUTH"
     return raw
 
@@ -78,8 +97,9 @@ def test_every_client_of_run_and_check_carries_kafka_client(mariadb, kafka, data
     """SASL_PLAINTEXT in [kafka.client]: the stand-in refuses SASL, so a client that
     carries the setting fails with that refusal; one that did not would connect."""
     _outbox(mariadb, database)
-    raw = _secured_raw(mariadb, kafka, database, topic_prefix, tmp_path, "SASL_PLAINTEXT",
-                       relay__reconnect_timeout_s=3.0)
+    raw = _secured_raw(
+        mariadb, kafka, database, topic_prefix, tmp_path, "SASL_PLAINTEXT", relay__reconnect_timeout_s=3.0
+    )
     path = tmp_path / "relay.toml"
     path.write_text(_to_toml(raw))
     env = _env(mariadb)
@@ -109,14 +129,15 @@ def _metrics(port: int) -> str:
 
 
 def _metric(text: str, name: str, label: str) -> float | None:
-    match = re.search(rf'^{name}\{{[^}}]*{label}[^}}]*\}} (\S+)$', text, re.M)
+    match = re.search(rf"^{name}\{{[^}}]*{label}[^}}]*\}} (\S+)$", text, re.M)
     return float(match.group(1)) if match else None
 
 
 @pytest.mark.spark
 @pytest.mark.slow
 def test_a_missing_topic_is_dead_lettered_the_relay_goes_on_and_no_secret_shows_anywhere(
-        mariadb, kafka, database, topic_prefix, tmp_path):
+    mariadb, kafka, database, topic_prefix, tmp_path
+):
     _outbox(mariadb, database)
     order, invoice, dlq = f"{topic_prefix}.order", f"{topic_prefix}.invoice", f"{topic_prefix}.dlq"
     kafka.create_topic(order, 3)
@@ -135,9 +156,17 @@ def test_a_missing_topic_is_dead_lettered_the_relay_goes_on_and_no_secret_shows_
                     rows.append((invoices[n // 6], "invoice", f"i{n}", "Issued", "{}"))
                 insert_events(conn, "outbox", rows)
                 conn.commit()
-        wait_until(lambda: not relay.alive() or (len(read_topic(kafka.bootstrap_servers, order)) >= 30
-                                                 and len(read_topic(kafka.bootstrap_servers, dlq)) >= 5),
-                   90, "30 orders published and 5 invoices dead-lettered")
+        wait_until(
+            lambda: (
+                not relay.alive()
+                or (
+                    len(read_topic(kafka.bootstrap_servers, order)) >= 30
+                    and len(read_topic(kafka.bootstrap_servers, dlq)) >= 5
+                )
+            ),
+            90,
+            "30 orders published and 5 invoices dead-lettered",
+        )
         assert relay.alive(), relay.log_text()
         dead = read_topic(kafka.bootstrap_servers, dlq)
         assert sorted(d.headers["id"] for d in dead) == sorted(invoices)
@@ -158,8 +187,17 @@ def test_a_missing_topic_is_dead_lettered_the_relay_goes_on_and_no_secret_shows_
                 insert_events(conn, "outbox", [(event_id, "invoice", "i-late", "Issued", "{}")])
                 conn.commit()
             late.append(event_id)
-            wait_until(lambda: not relay.alive() or any(r.headers.get("id") == event_id for r in read_topic(
-                kafka.bootstrap_servers, invoice) + read_topic(kafka.bootstrap_servers, dlq)), 30, "the late one")
+            wait_until(
+                lambda: (
+                    not relay.alive()
+                    or any(
+                        r.headers.get("id") == event_id
+                        for r in read_topic(kafka.bootstrap_servers, invoice) + read_topic(kafka.bootstrap_servers, dlq)
+                    )
+                ),
+                30,
+                "the late one",
+            )
             return any(r.headers.get("id") == event_id for r in read_topic(kafka.bootstrap_servers, invoice))
 
         wait_until(lambda: not relay.alive() or one_more_published(), 60, "an invoice published", interval=1.0)
@@ -173,8 +211,11 @@ def test_a_missing_topic_is_dead_lettered_the_relay_goes_on_and_no_secret_shows_
         if relay.alive():
             relay.kill()
     log = relay.log_text()
-    naming = [line for line in log.splitlines() if f"topic '{invoice}' does not exist" in line
-              and "the other topics go on" in line]
+    naming = [
+        line
+        for line in log.splitlines()
+        if f"topic '{invoice}' does not exist" in line and "the other topics go on" in line
+    ]
     assert len(naming) == 1 and f"kafka-topics.sh --create --topic {invoice}" in naming[0], log
     assert "Traceback" not in log, log
     _assert_no_secret(log, "the relay's log", mariadb.password)
@@ -189,8 +230,9 @@ def test_a_missing_topic_is_dead_lettered_the_relay_goes_on_and_no_secret_shows_
     outputs.append(("cdc locate", located))
     assert located.returncode == 0 and json.loads(located.stdout)["source"] == raw["source"]["name"], located
     report_dir = tmp_path / "report"
-    verify = _cdc(["verify", "--config", str(path), "--output-dir", str(report_dir), "--master", "local[2]"], env,
-                  timeout=400)
+    verify = _cdc(
+        ["verify", "--config", str(path), "--output-dir", str(report_dir), "--master", "local[2]"], env, timeout=400
+    )
     outputs.append(("cdc verify", verify))
     assert verify.returncode == 0, verify.stdout + verify.stderr
     summary = verify.stdout.splitlines()[0]
@@ -207,25 +249,37 @@ def test_a_missing_topic_is_dead_lettered_the_relay_goes_on_and_no_secret_shows_
             _assert_no_secret(file.read_text(errors="replace"), str(file), mariadb.password)
 
 
-def test_topics_missing_create_creates_the_topic_with_its_settings(noida_kafka, mariadb, database, topic_prefix,
-                                                                   tmp_path):
+def test_topics_missing_create_creates_the_topic_with_its_settings(
+    noida_kafka, mariadb, database, topic_prefix, tmp_path
+):
     """noida-db's AdminClient creates topics: the create path for real."""
     from confluent_kafka.admin import AdminClient, ConfigResource
 
     _outbox(mariadb, database)
     dlq, topic = f"{topic_prefix}.dlq", f"{topic_prefix}.invoice"
     noida_kafka.create_topic(dlq, 1)
-    raw = relay_raw_config(mariadb, noida_kafka, database, topic_prefix, tmp_path / "cp.json",
-                           topics={"missing": "create", "partitions": 3, "replication_factor": 1,
-                                   "configs": {"retention.ms": 86400000}})
+    raw = relay_raw_config(
+        mariadb,
+        noida_kafka,
+        database,
+        topic_prefix,
+        tmp_path / "cp.json",
+        topics={"missing": "create", "partitions": 3, "replication_factor": 1, "configs": {"retention.ms": 86400000}},
+    )
     relay = RelayProcess(raw, env_for(mariadb), tmp_path / "relay")
     event_id = str(uuid.uuid4())
     try:
         with mariadb.connect(database) as conn:
             insert_events(conn, "outbox", [(event_id, "invoice", "k1", "Issued", "{}")])
             conn.commit()
-        wait_until(lambda: not relay.alive() or any(
-            r.headers.get("id") == event_id for r in read_topic(noida_kafka.bootstrap, topic)), 90, "published")
+        wait_until(
+            lambda: (
+                not relay.alive()
+                or any(r.headers.get("id") == event_id for r in read_topic(noida_kafka.bootstrap, topic))
+            ),
+            90,
+            "published",
+        )
         assert relay.alive(), relay.log_text()
         assert relay.terminate() == 0
     finally:

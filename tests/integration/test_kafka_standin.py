@@ -1,4 +1,4 @@
-"""Integration tests for the embedded Kafka stand-in (connectors.kafka_standin).
+"""Integration tests for the embedded Kafka stand-in (testbed.kafka_standin).
 
 Every test talks to a real stand-in process through confluent_kafka clients,
 so what passes here is what the relay and the demo will see.  Tests that
@@ -26,7 +26,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from connectors.kafka_standin import KafkaStandin, StandinError
+from testbed.kafka_standin import KafkaStandin, StandinError
 from tests.integration.harness import wait_until
 
 pytestmark = pytest.mark.integration
@@ -51,9 +51,7 @@ def process_gone(pid: int) -> bool:
         return True
 
 
-def deliver(
-    producer: Producer, topic: str, timeout: float, **kwargs: Any
-) -> tuple[KafkaError | None, Message]:
+def deliver(producer: Producer, topic: str, timeout: float, **kwargs: Any) -> tuple[KafkaError | None, Message]:
     """Produce one message and return its delivery report, bounded by ``timeout``."""
     reports: list[tuple[KafkaError | None, Message]] = []
     producer.produce(topic, on_delivery=lambda err, msg: reports.append((err, msg)), **kwargs)
@@ -139,7 +137,7 @@ def connect_refused(port: int) -> bool:
 def start_cli(*args: str) -> subprocess.Popen[bytes]:
     """Run the server entry point directly, as the demo or a person would."""
     return subprocess.Popen(
-        [sys.executable, "-m", "connectors.kafka_standin", *args],
+        [sys.executable, "-m", "testbed.kafka_standin", *args],
         cwd=PROJECT_ROOT,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
@@ -180,9 +178,7 @@ def own_standin() -> Iterator[Callable[..., KafkaStandin]]:
 def test_idempotent_message_round_trips_key_headers_and_timestamp(standin: KafkaStandin) -> None:
     topic = unique("roundtrip")
     standin.create_topic(topic, partitions=1)
-    producer = Producer(
-        {"bootstrap.servers": standin.bootstrap_servers, "enable.idempotence": True, "acks": "all"}
-    )
+    producer = Producer({"bootstrap.servers": standin.bootstrap_servers, "enable.idempotence": True, "acks": "all"})
     timestamp_ms = 1_700_000_000_123
     headers = [("event-type", b"OrderCreated"), ("trace", b"\x00\x01binary")]
 
@@ -239,9 +235,7 @@ def test_broker_down_is_seen_by_clients_and_recovers_when_up(
     handle.set_leader(topic, 0, 2)
     broker2_port = int(handle.bootstrap_servers.split(",")[1].rpartition(":")[2])
 
-    producer = Producer(
-        {"bootstrap.servers": handle.bootstrap_servers, "message.timeout.ms": 1500, **FAST_CLIENT}
-    )
+    producer = Producer({"bootstrap.servers": handle.bootstrap_servers, "message.timeout.ms": 1500, **FAST_CLIENT})
     err, _ = deliver(producer, topic, 10.0, value=b"before")
     assert err is None
 
@@ -291,8 +285,7 @@ def test_requested_port_in_use_raises_a_clear_error() -> None:
         with pytest.raises(StandinError) as excinfo:
             KafkaStandin.start(port=port)
         assert str(excinfo.value) == (
-            f"Kafka stand-in: port {port} is already in use; "
-            "pick another port or stop the program holding it"
+            f"Kafka stand-in: port {port} is already in use; pick another port or stop the program holding it"
         )
 
         # The server detects it too (for direct `python -m` use, and for races
@@ -349,12 +342,8 @@ def fake_interpreter(tmp_path: Path, body: str) -> str:
     return str(script)
 
 
-def test_failed_start_shows_the_childs_last_stderr_lines(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    fake = fake_interpreter(
-        tmp_path, 'echo "first line" >&2\necho "librdkafka: something broke" >&2\nexit 3'
-    )
+def test_failed_start_shows_the_childs_last_stderr_lines(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = fake_interpreter(tmp_path, 'echo "first line" >&2\necho "librdkafka: something broke" >&2\nexit 3')
     monkeypatch.setattr(sys, "executable", fake)
     with pytest.raises(StandinError) as excinfo:
         KafkaStandin.start(startup_timeout=10.0)
@@ -485,7 +474,7 @@ def test_server_dies_with_a_killed_parent(tmp_path: Path) -> None:
     parent_script = textwrap.dedent(
         """
         import sys, time
-        from connectors.kafka_standin import KafkaStandin
+        from testbed.kafka_standin import KafkaStandin
         handle = KafkaStandin.start()
         print(handle.pid, flush=True)
         time.sleep(60)
@@ -515,13 +504,19 @@ def test_server_dies_with_a_killed_parent(tmp_path: Path) -> None:
 
 
 def test_started_by_hand_in_the_background_it_outlives_its_shell(tmp_path: Path) -> None:
-    """`python -m connectors.kafka_standin --ignore-stdin &` from a shell that then exits:
+    """`python -m testbed.kafka_standin --ignore-stdin &` from a shell that then exits:
     the stand-in keeps serving (it died with its parent shell before)."""
     out = tmp_path / "standin.json"
     shell = subprocess.run(
-        ["bash", "-c", f"{sys.executable} -m connectors.kafka_standin --ignore-stdin > {out} 2>/dev/null "
-         "< /dev/null & echo $!"],
-        cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=30,
+        [
+            "bash",
+            "-c",
+            f"{sys.executable} -m testbed.kafka_standin --ignore-stdin > {out} 2>/dev/null < /dev/null & echo $!",
+        ],
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=30,
     )
     pid = int(shell.stdout.strip())
     try:

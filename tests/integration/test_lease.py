@@ -41,8 +41,9 @@ DELIVERY_MS = 3000  # message.timeout.ms: the successor of a silent holder waits
 
 
 def _raw(mariadb, kafka, database, prefix, tmp_path, **over):
-    raw = relay_raw_config(mariadb, kafka, database, prefix, tmp_path / "cp.json",
-                           lease={"ttl_s": TTL, "renew_s": 0.5}, **over)
+    raw = relay_raw_config(
+        mariadb, kafka, database, prefix, tmp_path / "cp.json", lease={"ttl_s": TTL, "renew_s": 0.5}, **over
+    )
     raw["kafka"]["producer"] = {"message.timeout.ms": DELIVERY_MS}
     return raw
 
@@ -117,8 +118,9 @@ class Lab:
             if r.alive():
                 r.terminate()
         file, pos = self.start_at.split(":")
-        committed = committed_outbox_events(self.mariadb.connection_settings(), self.database, start_file=file,
-                                            start_pos=int(pos))
+        committed = committed_outbox_events(
+            self.mariadb.connection_settings(), self.database, start_file=file, start_pos=int(pos)
+        )
         return check(committed, topic_records(self.kafka.bootstrap_servers, self.topics), [])
 
     def __exit__(self, *exc) -> None:
@@ -130,14 +132,18 @@ class Lab:
 
 
 def test_two_relays_one_publishes_and_the_standby_takes_over_after_each_kill9(
-        mariadb, kafka, database, topic_prefix, tmp_path):
+    mariadb, kafka, database, topic_prefix, tmp_path
+):
     kills, takeovers = 10, []
     with Lab(mariadb, kafka, database, topic_prefix, tmp_path) as lab:
         lab.relay(), lab.relay()
         lab.writer.start()
         wait_until(lambda: lab.holder() is not None and lab.marks() > 0, 60, "one relay to publish")
-        wait_until(lambda: all("standby:" in r.log_text() or "holding the lease" in r.log_text() for r in lab.relays),
-                   30, "the other relay to wait as a standby")
+        wait_until(
+            lambda: all("standby:" in r.log_text() or "holding the lease" in r.log_text() for r in lab.relays),
+            30,
+            "the other relay to wait as a standby",
+        )
         assert len([r for r in lab.relays if "holding the lease" in r.log_text()]) == 1, "both took the lease"
         assert ["standby: the lease" in r.log_text() for r in lab.relays].count(True) == 1
         for i in range(kills):
@@ -146,19 +152,25 @@ def test_two_relays_one_publishes_and_the_standby_takes_over_after_each_kill9(
             active.kill()
             takeovers.append(_grows_after(lab.marks, TTL + 30, f"the standby to publish after kill {i}"))
             new = lab.relay()
-            wait_until(lambda new=new: "standby: the lease" in new.log_text() or not new.alive(), 30,
-                       "the new relay to wait as a standby")
+            wait_until(
+                lambda new=new: "standby: the lease" in new.log_text() or not new.alive(),
+                30,
+                "the new relay to wait as a standby",
+            )
             assert new.alive(), new.log_text()[-2000:]
         result = lab.finish()
-    print(f"\nlease, kill -9 of the active relay x{kills}: takeover (kill -> successor's first record) median "
-          f"{statistics.median(takeovers):.2f} s, max {max(takeovers):.2f} s (lease.ttl_s = {TTL:g}); "
-          f"{result.summary()}")
+    print(
+        f"\nlease, kill -9 of the active relay x{kills}: takeover (kill -> successor's first record) median "
+        f"{statistics.median(takeovers):.2f} s, max {max(takeovers):.2f} s (lease.ttl_s = {TTL:g}); "
+        f"{result.summary()}"
+    )
     assert result.committed > 0 and result.clean, result.summary()
     assert max(takeovers) <= TTL + 2.0, takeovers
 
 
 def test_rolling_restart_the_new_relay_starts_while_the_old_one_publishes(
-        mariadb, kafka, database, topic_prefix, tmp_path):
+    mariadb, kafka, database, topic_prefix, tmp_path
+):
     rounds, takeovers = 3, []
     with Lab(mariadb, kafka, database, topic_prefix, tmp_path, pause_s=0.005) as lab:
         lab.relay()
@@ -174,8 +186,10 @@ def test_rolling_restart_the_new_relay_starts_while_the_old_one_publishes(
             takeovers.append(time.monotonic() - stopped)
             assert "released the lease at a clean stop" in new.log_text(), new.log_text()[-2000:]
         result = lab.finish()
-    print(f"\nlease, rolling restart x{rounds}: old relay exited -> new relay's first record median "
-          f"{statistics.median(takeovers):.2f} s, max {max(takeovers):.2f} s; {result.summary()}")
+    print(
+        f"\nlease, rolling restart x{rounds}: old relay exited -> new relay's first record median "
+        f"{statistics.median(takeovers):.2f} s, max {max(takeovers):.2f} s; {result.summary()}"
+    )
     assert result.committed > 0 and result.clean, result.summary()
 
 
@@ -191,12 +205,14 @@ def test_a_frozen_relay_wakes_after_the_takeover_and_exits(mariadb, kafka, datab
         wait_until(lambda: lab.holder() is not None and lab.marks() > 0, 60, "one relay to publish")
         for i in range(freezes):
             active = lab.holder()
-            wait_until(lambda: any("standby: the lease" in r.log_text() for r in lab.relays if r.alive()), 30,
-                       "a standby")
+            wait_until(
+                lambda: any("standby: the lease" in r.log_text() for r in lab.relays if r.alive()), 30, "a standby"
+            )
             time.sleep(random.uniform(0.2, 1.0))
             active.proc.send_signal(signal.SIGSTOP)
-            takeovers.append(_grows_after(lab.marks, 2 * TTL + DELIVERY_MS / 1000 + 30,
-                                          f"the standby to publish after freeze {i}"))
+            takeovers.append(
+                _grows_after(lab.marks, 2 * TTL + DELIVERY_MS / 1000 + 30, f"the standby to publish after freeze {i}")
+            )
             successor = _holder([r for r in lab.relays if r is not active])
             assert successor is not None and "went silent" in successor.log_text(), successor.log_text()[-2000:]
             time.sleep(random.uniform(0.0, 2.0))
@@ -205,9 +221,11 @@ def test_a_frozen_relay_wakes_after_the_takeover_and_exits(mariadb, kafka, datab
             assert code == 1 and "cdc: lost the lease" in log and "Traceback" not in log, log[-3000:]
             lab.relay()
         result = lab.finish()
-    print(f"\nlease, SIGSTOP of the active relay x{freezes} (lease.ttl_s = {TTL:g}, message.timeout.ms = "
-          f"{DELIVERY_MS}): takeover (freeze -> successor's first record) median {statistics.median(takeovers):.2f} s,"
-          f" max {max(takeovers):.2f} s; frozen relay exited 1 every time; {result.summary()}")
+    print(
+        f"\nlease, SIGSTOP of the active relay x{freezes} (lease.ttl_s = {TTL:g}, message.timeout.ms = "
+        f"{DELIVERY_MS}): takeover (freeze -> successor's first record) median {statistics.median(takeovers):.2f} s,"
+        f" max {max(takeovers):.2f} s; frozen relay exited 1 every time; {result.summary()}"
+    )
     assert result.committed > 0 and not result.missing and not result.phantoms, result.summary()
     # The woken relay's producer may have sent what it held (no broker fence): counted, and
     # bounded; the README states the window.
@@ -215,12 +233,14 @@ def test_a_frozen_relay_wakes_after_the_takeover_and_exits(mariadb, kafka, datab
 
 
 def test_a_relay_cut_off_from_mysql_stops_within_its_lease_and_the_standby_takes_over(
-        mariadb, kafka, database, topic_prefix, tmp_path):
+    mariadb, kafka, database, topic_prefix, tmp_path
+):
     with Lab(mariadb, kafka, database, topic_prefix, tmp_path) as lab, TcpProxy(mariadb.port) as proxy:
         cut_off = lab.relay({**lab.raw, "source": {**lab.raw["source"], "host": "127.0.0.1", "port": proxy.port}})
         lab.writer.start()
-        wait_until(lambda: "holding the lease" in cut_off.log_text() and lab.marks() > 0, 60,
-                   "the first relay to publish")
+        wait_until(
+            lambda: "holding the lease" in cut_off.log_text() and lab.marks() > 0, 60, "the first relay to publish"
+        )
         standby = lab.relay()
         wait_until(lambda: "standby: the lease" in standby.log_text(), 30, "the second relay to wait")
         proxy.cut()
@@ -234,15 +254,18 @@ def test_a_relay_cut_off_from_mysql_stops_within_its_lease_and_the_standby_takes
         _grows_after(lab.marks, TTL + DELIVERY_MS / 1000 + 30, "the standby to publish")
         took = time.monotonic() - cut_at
         result = lab.finish()
-    print(f"\nlease, active relay cut off from MySQL: it stopped handing messages to Kafka {stopped:.2f} s after the "
-          f"cut and exited 1 after {exited:.2f} s (lease.ttl_s = {TTL:g}); the standby published {took:.2f} s after "
-          f"the cut; {result.summary()}")
+    print(
+        f"\nlease, active relay cut off from MySQL: it stopped handing messages to Kafka {stopped:.2f} s after the "
+        f"cut and exited 1 after {exited:.2f} s (lease.ttl_s = {TTL:g}); the standby published {took:.2f} s after "
+        f"the cut; {result.summary()}"
+    )
     assert stopped <= TTL, "the cut-off relay went on past its lease time"
     assert result.committed > 0 and result.clean, result.summary()
 
 
 def test_cdc_check_beside_an_active_relay_names_the_lease_holder_and_passes(
-        mariadb, kafka, database, topic_prefix, tmp_path):
+    mariadb, kafka, database, topic_prefix, tmp_path
+):
     _setup(mariadb, kafka, database, topic_prefix, partitions=1)
     raw = _raw(mariadb, kafka, database, topic_prefix, tmp_path)
     relay = RelayProcess(raw, env_for(mariadb), tmp_path / "r0")
@@ -250,9 +273,14 @@ def test_cdc_check_beside_an_active_relay_names_the_lease_holder_and_passes(
         wait_until(lambda: "holding the lease" in relay.log_text(), 60, "the relay to take the lease")
         path = tmp_path / "check.toml"
         path.write_text(_to_toml(raw))
-        result = subprocess.run([sys.executable, "-m", "cdc_cli.main", "check", "--config", str(path)], cwd=ROOT,
-                                env={**os.environ, **env_for(mariadb)}, capture_output=True, text=True,
-                                timeout=60)
+        result = subprocess.run(
+            [sys.executable, "-m", "cdc_cli.main", "check", "--config", str(path)],
+            cwd=ROOT,
+            env={**os.environ, **env_for(mariadb)},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     finally:
         relay.terminate()
     assert result.returncode == 0, result.stdout + result.stderr

@@ -1,4 +1,4 @@
-"""Integration tests for the embedded, throwaway MariaDB (connectors.mariadb_server).
+"""Integration tests for the embedded, throwaway MariaDB (testbed.mariadb).
 
 They start real mariadbd processes (about 0.7 s each) and read the binlog back
 with python-mysql-replication, the way the relay does.
@@ -26,9 +26,9 @@ from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.event import GtidEvent, MariadbGtidEvent, QueryEvent, XidEvent
 from pymysqlreplication.row_event import WriteRowsEvent
 
-import connectors.mariadb_server as module
-from connectors.mariadb_server import EmbeddedMariaDB, MariaDBServerError
+import testbed.mariadb as module
 from connectors.mysql_client import binlog_end
+from testbed.mariadb import EmbeddedMariaDB, MariaDBServerError
 
 pytestmark = [
     pytest.mark.integration,
@@ -282,7 +282,7 @@ ORPHAN_PARENT = textwrap.dedent(
     """
     import sys, time
     sys.path.insert(0, {root!r})
-    from connectors.mariadb_server import EmbeddedMariaDB
+    from testbed.mariadb import EmbeddedMariaDB
     db = EmbeddedMariaDB.start()
     print(db.pid, db.root, flush=True)
     if {exit_normally!r}:
@@ -394,13 +394,13 @@ def test_cleanup_stops_the_server_and_deletes_the_datadir() -> None:
 
 
 def test_auto_picked_port_taken_before_bind_is_retried(monkeypatch: pytest.MonkeyPatch) -> None:
-    real_free_port = module._free_port
+    real_free_port = module.free_port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as holder:
         holder.bind(("127.0.0.1", 0))
         holder.listen()
         taken = holder.getsockname()[1]
         picks = iter([taken])
-        monkeypatch.setattr(module, "_free_port", lambda: next(picks, None) or real_free_port())
+        monkeypatch.setattr(module, "free_port", lambda: next(picks, None) or real_free_port())
         with EmbeddedMariaDB.start() as db:
             assert db.port != taken
             assert "Address already in use" in db.log_tail(100)  # the first attempt hit the held port

@@ -25,7 +25,14 @@ import pytest
 
 from cdc.identity import H_FILE, H_POS, H_ROW
 from tests.integration.harness import (
-    OUTBOX_DDL, RelayProcess, _to_toml, env_for, insert_events, read_topic, relay_raw_config, wait_until,
+    OUTBOX_DDL,
+    RelayProcess,
+    _to_toml,
+    env_for,
+    insert_events,
+    read_topic,
+    relay_raw_config,
+    wait_until,
 )
 from tests.integration.tls_certs import make_tls_files, server_tls_args
 
@@ -43,15 +50,21 @@ def tls_files(tmp_path_factory):
 @pytest.fixture(scope="module")
 def tls_db(tls_files):
     """A mariadbd that accepts only TLS connections."""
-    from connectors.mariadb_server import EmbeddedMariaDB
+    from testbed.mariadb import EmbeddedMariaDB
 
     with EmbeddedMariaDB.start(server_id=31, extra_args=server_tls_args(tls_files, require=True)) as db:
         yield db
 
 
 def _cdc(args: list[str], env: dict[str, str], timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "cdc_cli.main", *args], cwd=ROOT, env={**os.environ, **env},
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "cdc_cli.main", *args],
+        cwd=ROOT,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def _one_line(result: subprocess.CompletedProcess, *fragments: str) -> str:
@@ -75,15 +88,25 @@ class Setup:
             cur.execute(OUTBOX_DDL.format(name="outbox"))
         kafka.create_topic(f"{self.prefix}.order", 3)
         kafka.create_topic(f"{self.prefix}.dlq", 1)
-        self.raw = relay_raw_config(db, kafka, self.database, self.prefix, tmp_path / "cp.json",
-                                    source__tls=tls, lease__ttl_s=3, lease__renew_s=0.5)
+        self.raw = relay_raw_config(
+            db,
+            kafka,
+            self.database,
+            self.prefix,
+            tmp_path / "cp.json",
+            source__tls=tls,
+            lease__ttl_s=3,
+            lease__renew_s=0.5,
+        )
         self.env = {**env_for(db), KEY_PW_ENV: tls_files.key_password}
         self.config = tmp_path / "relay.toml"
         self.config.write_text(_to_toml(self.raw))
         self.tmp = tmp_path
 
     def events(self, n: int, start: int = 0) -> list[tuple]:
-        return [(str(uuid.uuid4()), "order", f"k{i % 4}", "Created", json.dumps({"n": i})) for i in range(start, start + n)]
+        return [
+            (str(uuid.uuid4()), "order", f"k{i % 4}", "Created", json.dumps({"n": i})) for i in range(start, start + n)
+        ]
 
     def insert(self, events: list[tuple]) -> None:
         with self.db.connect(self.database) as conn:
@@ -92,8 +115,13 @@ class Setup:
 
 
 def _verify_identity(files) -> dict:
-    return {"mode": "verify-identity", "ca_file": str(files.ca), "cert_file": str(files.client_cert),
-            "key_file": str(files.client_key_encrypted), "key_password_env": KEY_PW_ENV}
+    return {
+        "mode": "verify-identity",
+        "ca_file": str(files.ca),
+        "cert_file": str(files.client_cert),
+        "key_file": str(files.client_key_encrypted),
+        "key_password_env": KEY_PW_ENV,
+    }
 
 
 @pytest.mark.spark
@@ -133,8 +161,11 @@ def test_relay_check_verify_repair_locate_work_over_verified_tls(tls_db, kafka, 
     repair = _cdc(["repair", "--config", str(s.config), "--report", str(out)], s.env)
     assert repair.returncode == 0, repair.stdout + repair.stderr
     assert "1 missing, 1 re-published" in repair.stdout, repair.stdout
-    wait_until(lambda: late[0][0] in {r.headers["id"] for r in read_topic(kafka.bootstrap_servers, topic)}, 30,
-               "the repaired event")
+    wait_until(
+        lambda: late[0][0] in {r.headers["id"] for r in read_topic(kafka.bootstrap_servers, topic)},
+        30,
+        "the repaired event",
+    )
 
     first = records[0]
     where = f"{first.headers[H_FILE]}:{first.headers[H_POS]}"
@@ -142,8 +173,15 @@ def test_relay_check_verify_repair_locate_work_over_verified_tls(tls_db, kafka, 
     assert locate.returncode == 0, locate.stdout + locate.stderr
     assert f"{first.topic}\t{first.partition}\t{first.offset}" in locate.stdout
 
-    for text in (check.stdout + check.stderr, log, verify.stdout + verify.stderr, repair.stdout + repair.stderr,
-                 locate.stdout + locate.stderr, (out / "report.json").read_text(), (out / "report.html").read_text()):
+    for text in (
+        check.stdout + check.stderr,
+        log,
+        verify.stdout + verify.stderr,
+        repair.stdout + repair.stderr,
+        locate.stdout + locate.stderr,
+        (out / "report.json").read_text(),
+        (out / "report.html").read_text(),
+    ):
         for secret in secrets:
             assert secret not in text
 
@@ -162,8 +200,7 @@ def test_a_wrong_ca_is_refused_in_one_line(tls_db, kafka, tls_files, tmp_path):
 
     _one_line(_cdc(["run", "--config", str(s.config)], s.env), *fragments)
     _one_line(_cdc(["run", "--config", str(s.config), "--skip-check"], s.env), *fragments)
-    _one_line(_cdc(["repair", "--config", str(s.config), "--report", str(_seed_report(s))], s.env),
-              *fragments)
+    _one_line(_cdc(["repair", "--config", str(s.config), "--report", str(_seed_report(s))], s.env), *fragments)
     verify = _cdc(["verify", "--config", str(s.config), "--output-dir", str(tmp_path / "v")], s.env)
     assert verify.returncode == 2 and "Traceback" not in verify.stdout + verify.stderr, verify.stdout + verify.stderr
     assert any(all(f in line for f in fragments) for line in verify.stderr.splitlines()), verify.stderr
@@ -171,22 +208,32 @@ def test_a_wrong_ca_is_refused_in_one_line(tls_db, kafka, tls_files, tmp_path):
 
 def test_without_tls_nothing_works(tls_db, kafka, tls_files, tmp_path):
     s = Setup(tls_db, kafka, tls_files, tmp_path, {"mode": "disabled"})
-    fragments = ("source.tls.mode is \"disabled\"", "require_secure_transport")
+    fragments = ('source.tls.mode is "disabled"', "require_secure_transport")
     check = _cdc(["check", "--config", str(s.config)], s.env)
     assert check.returncode == 2, check.stdout + check.stderr
     fails = [line for line in check.stdout.splitlines() if line.startswith("FAIL")]
     assert len(fails) == 1 and all(f in fails[0] for f in fragments), check.stdout
     _one_line(_cdc(["run", "--config", str(s.config)], s.env), *fragments)
     _one_line(_cdc(["run", "--config", str(s.config), "--skip-check"], s.env), *fragments)
-    _one_line(_cdc(["repair", "--config", str(s.config), "--report", str(_seed_report(s))], s.env),
-              *fragments)
+    _one_line(_cdc(["repair", "--config", str(s.config), "--report", str(_seed_report(s))], s.env), *fragments)
 
 
 def _seed_report(s: Setup) -> Path:
     """A verify output directory naming one missing event (repair must read the binlog)."""
     out = s.tmp / "seeded-report"
     out.mkdir(exist_ok=True)
-    (out / "missing.jsonl").write_text(json.dumps({
-        "source": s.raw["source"]["name"], "file": "mysql-bin.000001", "pos": 4, "row": 0, "gtid": None,
-        "event_id": "e1", "expected_topic": f"{s.prefix}.order"}) + "\n")
+    (out / "missing.jsonl").write_text(
+        json.dumps(
+            {
+                "source": s.raw["source"]["name"],
+                "file": "mysql-bin.000001",
+                "pos": 4,
+                "row": 0,
+                "gtid": None,
+                "event_id": "e1",
+                "expected_topic": f"{s.prefix}.order",
+            }
+        )
+        + "\n"
+    )
     return out

@@ -29,20 +29,35 @@ TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 CREATED = dt.datetime(2024, 5, 3, 10, 11, 12, 345678)
 CREATED_MS = 1714731072345  # 2024-05-03T10:11:12.345678Z in ms, truncated
 
-PAYLOADS = ['{"n": 0}', '{"name": "Zo\u00eb", "tags": ["a", "b"], "price": 39.98, "gone": null}', None, "",
-            "plain text"]
+PAYLOADS = [
+    '{"n": 0}',
+    '{"name": "Zo\u00eb", "tags": ["a", "b"], "price": 39.98, "gone": null}',
+    None,
+    "",
+    "plain text",
+]
 # What Debezium 3.6.3's EventRouter + converter write for each payload above.
 EXPECTED = {
     # StringConverter: the text unchanged; NULL -> null value; with route.tombstone.on.empty.payload, "" -> null
     "string": [b'{"n": 0}', PAYLOADS[1].encode(), None, None, b"plain text"],
     # JsonConverter (schemas.enable=false) after table.expand.json.payload=true
-    "json": [b'{"n":0}', '{"name":"Zo\u00eb","tags":["a","b"],"price":39.98}'.encode(), b"null", b'""',
-             b'"plain text"'],
+    "json": [
+        b'{"n":0}',
+        '{"name":"Zo\u00eb","tags":["a","b"],"price":39.98}'.encode(),
+        b"null",
+        b'""',
+        b'"plain text"',
+    ],
     "bytes": [b'{"n": 0}', PAYLOADS[1].encode(), None, b"", b"plain text"],
 }
 TABLES = {
-    "outbox_s": {"format": "string", "tombstone_on_empty_payload": True, "timestamp_column": "created_at",
-                 "additional_placement": "type:header:eventType,tenant:header", "traceparent_column": "traceparent"},
+    "outbox_s": {
+        "format": "string",
+        "tombstone_on_empty_payload": True,
+        "timestamp_column": "created_at",
+        "additional_placement": "type:header:eventType,tenant:header",
+        "traceparent_column": "traceparent",
+    },
     "outbox_j": {"format": "json", "timestamp_column": "created_at", "additional_placement": "type:header:eventType"},
     "outbox_b": {"format": "bytes"},
     "outbox_a": {"format": "avro", "additional_placement": "type:header:eventType"},
@@ -61,9 +76,11 @@ def _insert(db, database: str) -> dict[str, list[str]]:
             for i, payload in enumerate(PAYLOADS):
                 event_id = str(uuid.uuid4())
                 ids[table].append(event_id)
-                cur.execute(f"INSERT INTO {table} (id, aggregatetype, aggregateid, type, payload, tenant, traceparent,"
-                            " created_at) VALUES (%s, 'order', %s, 'OrderCreated', %s, 'acme', %s, %s)",
-                            (event_id, f"k{i % 2}", payload, TRACEPARENT, CREATED))
+                cur.execute(
+                    f"INSERT INTO {table} (id, aggregatetype, aggregateid, type, payload, tenant, traceparent,"
+                    " created_at) VALUES (%s, 'order', %s, 'OrderCreated', %s, 'acme', %s, %s)",
+                    (event_id, f"k{i % 2}", payload, TRACEPARENT, CREATED),
+                )
             conn.commit()
     return ids
 
@@ -76,16 +93,24 @@ def _copy(bootstrap: str, records, prefix: str, new_prefix: str, alter: set[str]
         value = None if r.value_was_null else r.raw_value
         if r.headers.get("id") in alter:
             value = _altered(r)
-        producer.produce(new_prefix + r.topic[len(prefix):], value, r.key.encode() if r.key else None,
-                         partition=r.partition, headers=list(r.headers.items()), timestamp=r.timestamp_ms)
+        producer.produce(
+            new_prefix + r.topic[len(prefix) :],
+            value,
+            r.key.encode() if r.key else None,
+            partition=r.partition,
+            headers=list(r.headers.items()),
+            timestamp=r.timestamp_ms,
+        )
     assert producer.flush(30) == 0
 
 
 def test_each_format_writes_debeziums_bytes_and_verifies(mariadb, kafka, database, topic_prefix, tmp_path, spark):
     from spark_jobs.verify import run_verify
 
-    tables = [{"schema": database, "table": t, "topic": topic_prefix + ".{table}.{aggregate_type}", **extra}
-              for t, extra in TABLES.items()]
+    tables = [
+        {"schema": database, "table": t, "topic": topic_prefix + ".{table}.{aggregate_type}", **extra}
+        for t, extra in TABLES.items()
+    ]
     raw = relay_raw_config(mariadb, kafka, database, topic_prefix, tmp_path / "cp.json", outbox={"tables": tables})
     cfg = load_config(raw, env_for(mariadb))
     ids = _insert(mariadb, database)
@@ -112,8 +137,11 @@ def test_each_format_writes_debeziums_bytes_and_verifies(mariadb, kafka, databas
             assert r.headers["cdc.format"] == fmt
             if fmt == "avro":
                 # ["null","string"]: branch 1 (0x02), zig-zag length, the UTF-8 text; NULL -> null value
-                want = None if PAYLOADS[i] is None else (
-                    b"\x02" + _zigzag(len(PAYLOADS[i].encode())) + PAYLOADS[i].encode())
+                want = (
+                    None
+                    if PAYLOADS[i] is None
+                    else (b"\x02" + _zigzag(len(PAYLOADS[i].encode())) + PAYLOADS[i].encode())
+                )
                 assert (None if r.value_was_null else r.raw_value[5:]) == want, (table, i)
                 assert r.value_was_null or r.raw_value[0] == 0
             else:
@@ -166,7 +194,7 @@ def _altered(r) -> bytes:
         return r.raw_value[:5] + out.getvalue()
     if fmt == "avro":  # ["null","string"]: branch 1, then the longer text
         n = r.raw_value[6] >> 1  # short payloads: a one-byte length
-        text = r.raw_value[7:7 + n] + b" "
+        text = r.raw_value[7 : 7 + n] + b" "
         return r.raw_value[:5] + b"\x02" + _zigzag(len(text)) + text
     return r.raw_value + b" "
 

@@ -19,7 +19,8 @@ import pytest
 from cdc.checkpoint import Checkpoint
 from cdc.position import BinlogPosition
 from connectors.checkpoint_stores import FileCheckpointStore
-from connectors.mariadb_server import EmbeddedMariaDB
+from connectors.mysql_client import binlog_end
+from testbed.mariadb import EmbeddedMariaDB
 from tests.integration.harness import (
     OUTBOX_DDL,
     RelayProcess,
@@ -29,7 +30,6 @@ from tests.integration.harness import (
     relay_raw_config,
     wait_until,
 )
-from connectors.mysql_client import binlog_end
 
 pytestmark = pytest.mark.integration
 
@@ -37,6 +37,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 # -- servers with other settings --------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def binlog_off_server():
@@ -46,8 +47,10 @@ def binlog_off_server():
 
 @pytest.fixture(scope="module")
 def statement_minimal_server():
-    with EmbeddedMariaDB.start(server_id=12, extra_args=[
-            "--binlog-format=STATEMENT", "--binlog-row-image=MINIMAL", "--binlog-row-metadata=MINIMAL"]) as db:
+    with EmbeddedMariaDB.start(
+        server_id=12,
+        extra_args=["--binlog-format=STATEMENT", "--binlog-row-image=MINIMAL", "--binlog-row-metadata=MINIMAL"],
+    ) as db:
         yield db
 
 
@@ -60,9 +63,16 @@ def purge_server():
 
 # -- helpers ------------------------------------------------------------------------------
 
+
 def cdc(args: list[str], env: dict[str, str] | None = None, timeout: float = 90) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "cdc_cli.main", *args], cwd=ROOT, env={**os.environ, **(env or {})},
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "cdc_cli.main", *args],
+        cwd=ROOT,
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def write_config(tmp_path: Path, raw: dict, name: str = "relay.toml") -> Path:
@@ -116,6 +126,7 @@ def assert_refused(result: subprocess.CompletedProcess, expected: dict[str, list
 
 # -- the checks ---------------------------------------------------------------------------
 
+
 def test_passing_check_prints_ok_lines_and_exits_0(mariadb, kafka, database, topic_prefix, tmp_path):
     with mariadb.connect(database, autocommit=True) as conn, conn.cursor() as cur:
         cur.execute(OUTBOX_DDL.format(name="outbox"))
@@ -125,20 +136,35 @@ def test_passing_check_prints_ok_lines_and_exits_0(mariadb, kafka, database, top
     lines = [line for line in result.stdout.splitlines() if line.strip()]
     assert lines and all(line.startswith(("ok ", "warn ")) for line in lines), result.stdout
     names = {line[4:].split(":")[0].strip() for line in lines}
-    for name in ("connect", "log_bin", "binlog_format", "binlog_row_image", "binlog_row_metadata",
-                 "replica_server_id", "grant_replication_slave", "grant_replication_client",
-                 f"table {database}.outbox", "start_position", "session_binlog_format", "xa_undecided"):
+    for name in (
+        "connect",
+        "log_bin",
+        "binlog_format",
+        "binlog_row_image",
+        "binlog_row_metadata",
+        "replica_server_id",
+        "grant_replication_slave",
+        "grant_replication_client",
+        f"table {database}.outbox",
+        "start_position",
+        "session_binlog_format",
+        "xa_undecided",
+    ):
         assert name in names, f"no ok line for {name}: {result.stdout}"
     assert "Traceback" not in result.stderr
 
 
 def warn_lines(result: subprocess.CompletedProcess) -> dict[str, str]:
-    return {line[5:].partition(": ")[0].strip(): line[5:].partition(": ")[2]
-            for line in result.stdout.splitlines() if line.startswith("warn ")}
+    return {
+        line[5:].partition(": ")[0].strip(): line[5:].partition(": ")[2]
+        for line in result.stdout.splitlines()
+        if line.startswith("warn ")
+    }
 
 
 def test_undecided_xa_transactions_are_listed_with_their_age_and_accounts_that_can_log_statements_are_named(
-        mariadb, kafka, database, topic_prefix, tmp_path):
+    mariadb, kafka, database, topic_prefix, tmp_path
+):
     """Warnings pass (exit 0) but say what holds the relay back: each XA transaction
     prepared and undecided (aged from the checkpoint where it recorded it), and the
     accounts that may SET SESSION binlog_format."""
@@ -157,14 +183,22 @@ def test_undecided_xa_transactions_are_listed_with_their_age_and_accounts_that_c
     for xid in (gtrid, other):
         with mariadb.connect(database, autocommit=True) as conn, conn.cursor() as cur:
             cur.execute(f"XA START '{xid}'")
-            cur.execute("INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) "
-                        "VALUES (%s, 'order', 'k', 't', '{}')", (xid,))
+            cur.execute(
+                "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) "
+                "VALUES (%s, 'order', 'k', 't', '{}')",
+                (xid,),
+            )
             cur.execute(f"XA END '{xid}'")
             cur.execute(f"XA PREPARE '{xid}'")
     try:
-        FileCheckpointStore(tmp_path / "cp.json").save(Checkpoint(
-            raw["source"]["name"], BinlogPosition.parse(at), server_id=server_id,
-            xa_held=((f"X'{gtrid.encode().hex()}',X'',1", at, int(time.time()) - 125),)))
+        FileCheckpointStore(tmp_path / "cp.json").save(
+            Checkpoint(
+                raw["source"]["name"],
+                BinlogPosition.parse(at),
+                server_id=server_id,
+                xa_held=((f"X'{gtrid.encode().hex()}',X'',1", at, int(time.time()) - 125),),
+            )
+        )
         result = check(tmp_path, raw, env_for(mariadb))
         assert result.returncode == 0, result.stdout + result.stderr
         line = warn_lines(result)["xa_undecided"]
@@ -192,16 +226,20 @@ def test_binlog_off_is_refused(binlog_off_server, mariadb, kafka, topic_prefix, 
 
 
 def test_statement_format_and_minimal_row_image_and_metadata_are_refused(
-        statement_minimal_server, mariadb, kafka, topic_prefix, tmp_path):
+    statement_minimal_server, mariadb, kafka, topic_prefix, tmp_path
+):
     database = f"p_{uuid.uuid4().hex[:8]}"
     make_outbox(statement_minimal_server, database)
     raw = raw_for(statement_minimal_server, mariadb, kafka, database, topic_prefix, tmp_path)
     result = check(tmp_path, raw, env_for(mariadb))
-    failed = assert_refused(result, {
-        "binlog_format": ["STATEMENT", "binlog_format=ROW"],
-        "binlog_row_image": ["MINIMAL", "binlog_row_image=FULL"],
-        "binlog_row_metadata": ["MINIMAL", "binlog_row_metadata=FULL"],
-    })
+    failed = assert_refused(
+        result,
+        {
+            "binlog_format": ["STATEMENT", "binlog_format=ROW"],
+            "binlog_row_image": ["MINIMAL", "binlog_row_image=FULL"],
+            "binlog_row_metadata": ["MINIMAL", "binlog_row_metadata=FULL"],
+        },
+    )
     assert "log_bin" not in failed
 
 
@@ -223,13 +261,23 @@ def test_missing_grants_are_refused_with_the_grant_to_run(mariadb, kafka, databa
         cur.execute(f"CREATE USER '{user}'@'127.0.0.1' IDENTIFIED BY 'x'")
         cur.execute(f"GRANT SELECT ON `{database}`.`outbox` TO '{user}'@'127.0.0.1'")
     try:
-        raw = relay_raw_config(mariadb, kafka, database, topic_prefix, tmp_path / "cp.json", source__user=user,
-                               source__password_env="CDC_TEST_NOGRANT_PASSWORD")
+        raw = relay_raw_config(
+            mariadb,
+            kafka,
+            database,
+            topic_prefix,
+            tmp_path / "cp.json",
+            source__user=user,
+            source__password_env="CDC_TEST_NOGRANT_PASSWORD",
+        )
         result = check(tmp_path, raw, {"CDC_TEST_NOGRANT_PASSWORD": "x"})
-        failed = assert_refused(result, {
-            "grant_replication_slave": [user, "GRANT REPLICATION SLAVE ON *.*"],
-            "grant_replication_client": [user, "GRANT BINLOG MONITOR ON *.*"],
-        })
+        failed = assert_refused(
+            result,
+            {
+                "grant_replication_slave": [user, "GRANT REPLICATION SLAVE ON *.*"],
+                "grant_replication_client": [user, "GRANT BINLOG MONITOR ON *.*"],
+            },
+        )
         assert f"table {database}.outbox" not in failed, "SELECT on the outbox table was granted"
     finally:
         with mariadb.connect(autocommit=True) as conn, conn.cursor() as cur:
@@ -253,8 +301,16 @@ def drop_user(mariadb, user: str) -> None:
 
 
 def check_as(user: str, mariadb, kafka, database, topic_prefix, tmp_path, **overrides) -> subprocess.CompletedProcess:
-    raw = relay_raw_config(mariadb, kafka, database, topic_prefix, tmp_path / "cp.json", source__user=user,
-                           source__password_env="CDC_TEST_GRANT_PASSWORD", **overrides)
+    raw = relay_raw_config(
+        mariadb,
+        kafka,
+        database,
+        topic_prefix,
+        tmp_path / "cp.json",
+        source__user=user,
+        source__password_env="CDC_TEST_GRANT_PASSWORD",
+        **overrides,
+    )
     return check(tmp_path, raw, {"CDC_TEST_GRANT_PASSWORD": "x"})
 
 
@@ -263,13 +319,24 @@ def test_replication_slave_admin_is_not_replication_slave(mariadb, kafka, databa
     SLAVE") do not let a user stream the binlog: the grant is parsed, not searched."""
     with mariadb.connect(database, autocommit=True) as conn, conn.cursor() as cur:
         cur.execute(OUTBOX_DDL.format(name="outbox"))
-    user = grant_user(mariadb, database, [
-        "REPLICATION SLAVE ADMIN, BINLOG MONITOR, REPLICATION MASTER ADMIN ON *.*",
-        f"SELECT ON `{database}`.`outbox`"])
+    user = grant_user(
+        mariadb,
+        database,
+        [
+            "REPLICATION SLAVE ADMIN, BINLOG MONITOR, REPLICATION MASTER ADMIN ON *.*",
+            f"SELECT ON `{database}`.`outbox`",
+        ],
+    )
     try:
         result = check_as(user, mariadb, kafka, database, topic_prefix, tmp_path)
-        failed = assert_refused(result, {"grant_replication_slave": [
-            f"user '{user}' lacks REPLICATION SLAVE: GRANT REPLICATION SLAVE ON *.* TO '{user}'@'%'"]})
+        failed = assert_refused(
+            result,
+            {
+                "grant_replication_slave": [
+                    f"user '{user}' lacks REPLICATION SLAVE: GRANT REPLICATION SLAVE ON *.* TO '{user}'@'%'"
+                ]
+            },
+        )
         assert set(failed) == {"grant_replication_slave"}, failed
     finally:
         drop_user(mariadb, user)
@@ -280,8 +347,9 @@ def test_replication_slave_on_one_schema_only_does_not_count(mariadb, kafka, dat
     REPLICATION SLAVE (a global privilege)."""
     with mariadb.connect(database, autocommit=True) as conn, conn.cursor() as cur:
         cur.execute(OUTBOX_DDL.format(name="outbox"))
-    user = grant_user(mariadb, database, [
-        "BINLOG MONITOR, REPLICATION MASTER ADMIN ON *.*", f"ALL PRIVILEGES ON `{database}`.*"])
+    user = grant_user(
+        mariadb, database, ["BINLOG MONITOR, REPLICATION MASTER ADMIN ON *.*", f"ALL PRIVILEGES ON `{database}`.*"]
+    )
     try:
         result = check_as(user, mariadb, kafka, database, topic_prefix, tmp_path)
         failed = assert_refused(result, {"grant_replication_slave": [f"user '{user}' lacks REPLICATION SLAVE"]})
@@ -298,9 +366,16 @@ def test_the_grants_the_readme_documents_pass(mariadb, kafka, database, topic_pr
     readme = (ROOT / "README.md").read_text()
     for privilege in ("REPLICATION SLAVE", "BINLOG MONITOR", "REPLICATION MASTER ADMIN"):
         assert f"`{privilege}`" in readme, f"README does not document {privilege}"
-    user = grant_user(mariadb, database, [
-        "REPLICATION SLAVE ON *.*", "BINLOG MONITOR ON *.*", "REPLICATION MASTER ADMIN ON *.*",
-        f"SELECT ON `{database}`.`outbox`"])
+    user = grant_user(
+        mariadb,
+        database,
+        [
+            "REPLICATION SLAVE ON *.*",
+            "BINLOG MONITOR ON *.*",
+            "REPLICATION MASTER ADMIN ON *.*",
+            f"SELECT ON `{database}`.`outbox`",
+        ],
+    )
     try:
         result = check_as(user, mariadb, kafka, database, topic_prefix, tmp_path)
         assert result.returncode == 0, result.stdout + result.stderr
@@ -315,18 +390,28 @@ def test_show_slave_hosts_denied_is_a_failure_not_a_free_replica_id(mariadb, kaf
     check fails (exit 2) naming the grant, and `cdc run` refuses to start the same way."""
     with mariadb.connect(database, autocommit=True) as conn, conn.cursor() as cur:
         cur.execute(OUTBOX_DDL.format(name="outbox"))
-    user = grant_user(mariadb, database, ["REPLICATION SLAVE, BINLOG MONITOR ON *.*",
-                                          f"SELECT ON `{database}`.`outbox`"])
+    user = grant_user(
+        mariadb, database, ["REPLICATION SLAVE, BINLOG MONITOR ON *.*", f"SELECT ON `{database}`.`outbox`"]
+    )
     try:
         result = check_as(user, mariadb, kafka, database, topic_prefix, tmp_path)
         rid = 5000 + (hash(topic_prefix) % 10000)
-        expected = (f"cannot verify that replica server id {rid} is free: SHOW SLAVE HOSTS is denied to user "
-                    f"'{user}': GRANT REPLICATION MASTER ADMIN ON *.* TO '{user}'@'%' (MariaDB 10.5.2+; MySQL: "
-                    f"REPLICATION SLAVE), or make sure no other replica uses id {rid}")
+        expected = (
+            f"cannot verify that replica server id {rid} is free: SHOW SLAVE HOSTS is denied to user "
+            f"'{user}': GRANT REPLICATION MASTER ADMIN ON *.* TO '{user}'@'%' (MariaDB 10.5.2+; MySQL: "
+            f"REPLICATION SLAVE), or make sure no other replica uses id {rid}"
+        )
         failed = assert_refused(result, {"replica_server_id": [expected]})
         assert failed == {"replica_server_id": expected}, failed
-        raw = relay_raw_config(mariadb, kafka, database, topic_prefix, tmp_path / "cp.json", source__user=user,
-                               source__password_env="CDC_TEST_GRANT_PASSWORD")
+        raw = relay_raw_config(
+            mariadb,
+            kafka,
+            database,
+            topic_prefix,
+            tmp_path / "cp.json",
+            source__user=user,
+            source__password_env="CDC_TEST_GRANT_PASSWORD",
+        )
         run = cdc(["run", "--config", str(write_config(tmp_path, raw, "run.toml"))], {"CDC_TEST_GRANT_PASSWORD": "x"})
         assert run.returncode == 2 and "Traceback" not in run.stderr, run.stdout + run.stderr
         assert [line for line in run.stderr.splitlines() if line.strip()] == [f"cdc: {expected}"], run.stderr
@@ -335,30 +420,55 @@ def test_show_slave_hosts_denied_is_a_failure_not_a_free_replica_id(mariadb, kaf
 
 
 def test_missing_outbox_table_is_refused(mariadb, kafka, database, topic_prefix, tmp_path):
-    raw = relay_raw_config(mariadb, kafka, database, topic_prefix, tmp_path / "cp.json",
-                           outbox={"tables": [{"schema": database, "table": "no_such_outbox"}]})
+    raw = relay_raw_config(
+        mariadb,
+        kafka,
+        database,
+        topic_prefix,
+        tmp_path / "cp.json",
+        outbox={"tables": [{"schema": database, "table": "no_such_outbox"}]},
+    )
     result = check(tmp_path, raw, env_for(mariadb))
-    failed = assert_refused(result, {f"table {database}.no_such_outbox": [
-        f"outbox table {database}.no_such_outbox does not exist: create it, or fix outbox.tables"]})
+    failed = assert_refused(
+        result,
+        {
+            f"table {database}.no_such_outbox": [
+                f"outbox table {database}.no_such_outbox does not exist: create it, or fix outbox.tables"
+            ]
+        },
+    )
     assert set(failed) == {f"table {database}.no_such_outbox"}, failed
 
 
 def test_a_missing_table_the_user_may_not_see_is_not_reported_as_a_missing_grant(
-        mariadb, kafka, database, topic_prefix, tmp_path):
+    mariadb, kafka, database, topic_prefix, tmp_path
+):
     """With SELECT on its outbox table only, the relay's user gets "SELECT command denied"
     for a table that does not exist (the server does not tell it which): the line says
     both, and names the tables of that schema the user can see."""
     with mariadb.connect(database, autocommit=True) as conn, conn.cursor() as cur:
         cur.execute(OUTBOX_DDL.format(name="outbox"))
-    user = grant_user(mariadb, database, ["REPLICATION SLAVE, BINLOG MONITOR, REPLICATION MASTER ADMIN ON *.*",
-                                          f"SELECT ON `{database}`.`outbox`"])
+    user = grant_user(
+        mariadb,
+        database,
+        ["REPLICATION SLAVE, BINLOG MONITOR, REPLICATION MASTER ADMIN ON *.*", f"SELECT ON `{database}`.`outbox`"],
+    )
     try:
-        result = check_as(user, mariadb, kafka, database, topic_prefix, tmp_path,
-                          outbox={"tables": [{"schema": database, "table": "outbx"}]})
+        result = check_as(
+            user,
+            mariadb,
+            kafka,
+            database,
+            topic_prefix,
+            tmp_path,
+            outbox={"tables": [{"schema": database, "table": "outbx"}]},
+        )
         name = f"table {database}.outbx"
-        expected = (f"outbox table {database}.outbx does not exist or user '{user}' may not read it (the server "
-                    f"does not tell this user which; of {database}'s tables it sees outbox): create it, or fix "
-                    f"outbox.tables, or GRANT SELECT ON `{database}`.`outbx` TO '{user}'@'%'")
+        expected = (
+            f"outbox table {database}.outbx does not exist or user '{user}' may not read it (the server "
+            f"does not tell this user which; of {database}'s tables it sees outbox): create it, or fix "
+            f"outbox.tables, or GRANT SELECT ON `{database}`.`outbx` TO '{user}'@'%'"
+        )
         failed = assert_refused(result, {name: [expected]})
         assert failed == {name: expected}, failed
     finally:
@@ -368,13 +478,15 @@ def test_a_missing_table_the_user_may_not_see_is_not_reported_as_a_missing_grant
 def test_an_existing_table_the_user_may_not_read_names_the_grant(mariadb, kafka, database, topic_prefix, tmp_path):
     with mariadb.connect(database, autocommit=True) as conn, conn.cursor() as cur:
         cur.execute(OUTBOX_DDL.format(name="outbox"))
-    user = grant_user(mariadb, database, ["REPLICATION SLAVE, BINLOG MONITOR, REPLICATION MASTER ADMIN ON *.*",
-                                          f"INSERT ON `{database}`.`outbox`"])
+    user = grant_user(
+        mariadb,
+        database,
+        ["REPLICATION SLAVE, BINLOG MONITOR, REPLICATION MASTER ADMIN ON *.*", f"INSERT ON `{database}`.`outbox`"],
+    )
     try:
         result = check_as(user, mariadb, kafka, database, topic_prefix, tmp_path)
         name = f"table {database}.outbox"
-        expected = (f"user '{user}' cannot read {database}.outbox: "
-                    f"GRANT SELECT ON `{database}`.`outbox` TO '{user}'@'%'")
+        expected = f"user '{user}' cannot read {database}.outbox: GRANT SELECT ON `{database}`.`outbox` TO '{user}'@'%'"
         failed = assert_refused(result, {name: [expected]})
         assert failed == {name: expected}, failed
     finally:
@@ -383,8 +495,10 @@ def test_an_existing_table_the_user_may_not_read_names_the_grant(mariadb, kafka,
 
 def test_outbox_table_lacking_a_column_is_refused(mariadb, kafka, database, topic_prefix, tmp_path):
     with mariadb.connect(database, autocommit=True) as conn, conn.cursor() as cur:
-        cur.execute("CREATE TABLE outbox (id CHAR(36) PRIMARY KEY, aggregatetype VARCHAR(255) NOT NULL, "
-                    "aggregateid VARCHAR(255), payload LONGTEXT) ENGINE=InnoDB")
+        cur.execute(
+            "CREATE TABLE outbox (id CHAR(36) PRIMARY KEY, aggregatetype VARCHAR(255) NOT NULL, "
+            "aggregateid VARCHAR(255), payload LONGTEXT) ENGINE=InnoDB"
+        )
     raw = relay_raw_config(mariadb, kafka, database, topic_prefix, tmp_path / "cp.json")
     result = check(tmp_path, raw, env_for(mariadb))
     failed = assert_refused(result, {f"table {database}.outbox": ["lacks column(s) type", "type_column"]})
@@ -397,8 +511,10 @@ def test_purged_start_position_is_refused_naming_the_lost_range(purge_server, ma
     make_outbox(db, database)
     old = master_position(db)
     with db.connect(database, autocommit=True) as conn, conn.cursor() as cur:
-        cur.execute("INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) "
-                    "VALUES ('lost-1', 'order', 'a', 'created', 'x')")
+        cur.execute(
+            "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) "
+            "VALUES ('lost-1', 'order', 'a', 'created', 'x')"
+        )
         cur.execute("FLUSH BINARY LOGS")
         cur.execute("FLUSH BINARY LOGS")
         newest = binlog_end(cur)[0]

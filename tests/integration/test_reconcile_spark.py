@@ -38,13 +38,17 @@ def _spark_result(spark: Any, events: list[dict], records: list[dict], c: Reconc
     try:
         out = {
             "event_class": {r["ikey"]: r["class"] for r in rc.events.select("ikey", "class").collect()},
-            "event_reasons": {r["ikey"]: list(r["reasons"]) for r in rc.events.filter("n = 1").select("ikey", "reasons").collect()},
+            "event_reasons": {
+                r["ikey"]: list(r["reasons"]) for r in rc.events.filter("n = 1").select("ikey", "reasons").collect()
+            },
             "unv": {r["ikey"]: r["unverifiable_reason"] for r in rc.events.filter("class = 'unverifiable'").collect()},
             "deliveries": {
                 r["ikey"]: [(d["topic"], d["partition"], d["offset"]) for d in (r["deliveries"] or [])]
                 for r in rc.events.select("ikey", "deliveries").collect()
             },
-            "record_class": {(r["topic"], r["partition"], r["offset"]): (r["class"], r["reason"]) for r in rc.records.collect()},
+            "record_class": {
+                (r["topic"], r["partition"], r["offset"]): (r["class"], r["reason"]) for r in rc.records.collect()
+            },
             "violations": {(r["topic"], r["partition"], r["offset"]) for r in rc.violations.collect()},
             "latencies": {r["ikey"]: r["latency_ms"] for r in rc.events.filter("latency_ms is not null").collect()},
             "summary": summarize(rc, max_examples=5),
@@ -102,7 +106,12 @@ def test_spark_every_fault_class_matches_reference(spark: Any) -> None:
     }  # fmt: skip
     dup = s["examples"]["duplicate"][0]
     assert [(d["topic"], d["partition"], d["offset"]) for d in dup["deliveries"]] == [(TOPIC, 0, 0), (TOPIC, 0, 10)]
-    assert s["examples"]["phantom"][0]["kafka"] == {"topic": TOPIC, "partition": 1, "offset": 20, "timestamp_ms": records[-3]["timestamp_ms"]}
+    assert s["examples"]["phantom"][0]["kafka"] == {
+        "topic": TOPIC,
+        "partition": 1,
+        "offset": 20,
+        "timestamp_ms": records[-3]["timestamp_ms"],
+    }
     assert s["records"]["foreign"] == 1
     assert s["altered_reasons"] == {"payload": 1}
     assert s["dead_letter_causes"] == {"illegal_topic": 1}
@@ -199,3 +208,23 @@ def test_spark_xa_statement_and_prepare_before_range_match_reference(spark: Any)
     assert ref.counts()["missing"] == 1 and ref.counts()["unverifiable"] == 3  # x1 row 1; undecided, statement, record
     assert set(ref.event_unverifiable_reason.values()) == {"xa_undecided", "statement_format"}
     _assert_same(_spark_result(spark, rows, records, c), ref)
+
+
+def test_spark_latency_is_measured_from_the_best_commit_clock_and_names_it(spark: Any) -> None:
+    """MySQL's immediate_commit_timestamp, else the outbox timestamp column, else the
+    commit event header: the same in the reference and in Spark, counted per clock."""
+    mysql, column, header = make_event(100, 0), make_event(200, 0), make_event(300, 0)
+    mysql["commit_us"] = mysql["commit_ts_ms"] * 1000 - 400_000  # the header rounds the second up
+    column["timestamp_us"] = column["commit_ts_ms"] * 1000 - 900_000
+    events = [mysql, column, header]
+    records = [make_record(e, offset=i) for i, e in enumerate(events)]
+    c = ctx()
+    ref = reconcile_reference(events, records, c)
+    assert ref.latencies == {mysql["ikey"]: 650, column["ikey"]: 1150, header["ikey"]: 250}
+    out = _spark_result(spark, events, records, c)
+    _assert_same(out, ref)
+    assert out["summary"]["latency"]["clocks"] == {
+        "mysql_immediate_commit_timestamp": 1,
+        "outbox_timestamp_column": 1,
+        "binlog_commit_header": 1,
+    }

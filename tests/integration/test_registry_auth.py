@@ -37,16 +37,23 @@ def _name(cn: str) -> x509.Name:
 
 
 def _cert(subject: str, key, issuer_name: x509.Name, issuer_key, ca: bool = False, san: bool = False):
-    now = dt.datetime.now(dt.timezone.utc)
-    builder = (x509.CertificateBuilder().subject_name(_name(subject)).issuer_name(issuer_name)
-               .public_key(key.public_key()).serial_number(x509.random_serial_number())
-               .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(now + dt.timedelta(days=1))
-               .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
+    now = dt.datetime.now(dt.UTC)
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(_name(subject))
+        .issuer_name(issuer_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+    )
     if san:
         import ipaddress
 
-        builder = builder.add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address(
-            "127.0.0.1"))]), critical=False)
+        builder = builder.add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False
+        )
     return builder.sign(issuer_key, hashes.SHA256())
 
 
@@ -74,9 +81,11 @@ def pki(tmp_path_factory):
     client_key = ec.generate_private_key(ec.SECP256R1())
     client = _cert("cdc-relay-client", client_key, ca.subject, ca_key)
     return {
-        "ca": _write(d / "ca.pem", ca), "other_ca": _write(d / "other-ca.pem", other_ca),
+        "ca": _write(d / "ca.pem", ca),
+        "other_ca": _write(d / "other-ca.pem", other_ca),
         "server": _write(d / "server.pem", server, server_key),
-        "client_cert": _write(d / "client.pem", client), "client_key": _write(d / "client.key", client_key),
+        "client_cert": _write(d / "client.pem", client),
+        "client_key": _write(d / "client.key", client_key),
         "client_key_enc": _write(d / "client-enc.key", client_key, password=KEY_PW.encode()),
     }
 
@@ -99,8 +108,14 @@ class _Registry(http.server.BaseHTTPRequestHandler):
     def _record(self) -> None:
         peer = self.connection.getpeercert() or {}
         subject = dict(x[0] for x in peer.get("subject", ()))
-        self.seen.append({"method": self.command, "path": self.path, "authorization": self.headers.get(
-            "Authorization"), "client_cn": subject.get("commonName")})
+        self.seen.append(
+            {
+                "method": self.command,
+                "path": self.path,
+                "authorization": self.headers.get("Authorization"),
+                "client_cn": subject.get("commonName"),
+            }
+        )
 
     def do_POST(self) -> None:
         self._record()
@@ -149,8 +164,9 @@ def test_bearer_token_over_mutual_tls(registry, pki):
 
 def test_basic_auth_and_a_client_key_with_a_password(registry, pki):
     url, handler = registry
-    ser = _serializer(url, pki, basic_auth=Secret(USER_INFO), key_file=pki["client_key_enc"],
-                      key_password=Secret(KEY_PW))
+    ser = _serializer(
+        url, pki, basic_auth=Secret(USER_INFO), key_file=pki["client_key_enc"], key_password=Secret(KEY_PW)
+    )
     assert ser.schema_id("orders") == 7
     post = next(s for s in handler.seen if s["method"] == "POST")
     assert post["authorization"] == "Basic " + base64.b64encode(USER_INFO.encode()).decode()
@@ -185,8 +201,13 @@ def test_a_refused_token_names_the_setting_and_never_the_token(registry, pki):
 
 
 def test_a_wrong_key_password_is_a_config_error_without_the_password(pki):
-    reg = RegistryConfig(url="https://127.0.0.1:1", ca_file=pki["ca"], cert_file=pki["client_cert"],
-                         key_file=pki["client_key_enc"], key_password=Secret("not-the-pass-99"))
+    reg = RegistryConfig(
+        url="https://127.0.0.1:1",
+        ca_file=pki["ca"],
+        cert_file=pki["client_cert"],
+        key_file=pki["client_key_enc"],
+        key_password=Secret("not-the-pass-99"),
+    )
     with pytest.raises(ConfigError) as err:
         registry_client(reg)
     assert "schema_registry.cert_file, key_file and key_password" in str(err.value)
@@ -197,14 +218,25 @@ def test_registry_secrets_come_from_env_or_file_and_not_both_kinds_of_auth(tmp_p
     base = {"source": {"name": "s"}, "outbox": {"tables": [{"schema": "d", "table": "outbox"}]}}
     token = tmp_path / "token"
     token.write_text(TOKEN + "\n")
-    cfg = load_config({**base, "schema_registry": {"url": "https://r:8081", "bearer_token_file": str(token),
-                                                   "key_password_env": "KP", "cert_file": "/c.pem"}}, {"KP": KEY_PW})
+    cfg = load_config(
+        {
+            **base,
+            "schema_registry": {
+                "url": "https://r:8081",
+                "bearer_token_file": str(token),
+                "key_password_env": "KP",
+                "cert_file": "/c.pem",
+            },
+        },
+        {"KP": KEY_PW},
+    )
     assert cfg.schema_registry.bearer_token.reveal() == TOKEN and cfg.schema_registry.key_password.reveal() == KEY_PW
     assert TOKEN not in repr(cfg) and KEY_PW not in repr(cfg)
     with pytest.raises(ConfigError, match="schema_registry.bearer_token must not be written in the config file"):
         load_config({**base, "schema_registry": {"bearer_token": TOKEN}})
     with pytest.raises(ConfigError, match="set basic_auth or bearer_token, not both"):
-        load_config({**base, "schema_registry": {"bearer_token_env": "T", "basic_auth_env": "B"}},
-                    {"T": TOKEN, "B": USER_INFO})
+        load_config(
+            {**base, "schema_registry": {"bearer_token_env": "T", "basic_auth_env": "B"}}, {"T": TOKEN, "B": USER_INFO}
+        )
     with pytest.raises(ConfigError, match="key_file / key_password need schema_registry.cert_file"):
         load_config({**base, "schema_registry": {"key_file": "/k.pem"}})

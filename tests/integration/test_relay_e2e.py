@@ -51,6 +51,7 @@ pytestmark = pytest.mark.integration
 
 # -- helpers ---------------------------------------------------------------------------
 
+
 def create_outbox(db, database: str, table: str = "outbox", ddl: str = OUTBOX_DDL) -> None:
     with db.connect(database, autocommit=True) as conn, conn.cursor() as cur:
         cur.execute(ddl.format(name=table))
@@ -69,8 +70,13 @@ def commit_events(db, database: str, events: list[tuple], table: str = "outbox")
         conn.commit()
 
 
-def ev(event_id: str, aggregate_type: str = "order", aggregate_id: str | None = "a-1", type_: str = "created",
-       payload: str | None = None) -> tuple:
+def ev(
+    event_id: str,
+    aggregate_type: str = "order",
+    aggregate_id: str | None = "a-1",
+    type_: str = "created",
+    payload: str | None = None,
+) -> tuple:
     return (event_id, aggregate_type, aggregate_id, type_, payload if payload is not None else f"payload of {event_id}")
 
 
@@ -131,14 +137,14 @@ def murmur2_partition(key: bytes, partitions: int) -> int:
     length, seed, m, r = len(key), 0x9747B28C, 0x5BD1E995, 24
     h = (seed ^ length) & 0xFFFFFFFF
     for i in range(length // 4):
-        k = int.from_bytes(key[i * 4:i * 4 + 4], "little")
+        k = int.from_bytes(key[i * 4 : i * 4 + 4], "little")
         k = (k * m) & 0xFFFFFFFF
         k ^= k >> r
         k = (k * m) & 0xFFFFFFFF
         h = (h * m) & 0xFFFFFFFF
         h ^= k
     rest = length % 4
-    tail = key[length - rest:]
+    tail = key[length - rest :]
     if rest == 3:
         h ^= tail[2] << 16
     if rest >= 2:
@@ -160,6 +166,7 @@ def outbox(mariadb, database):
 
 # -- 1. only committed events ------------------------------------------------------------
 
+
 def test_plain_rollback_is_not_published(mariadb, kafka, database, topic_prefix, outbox, tmp_path):
     topic = f"{topic_prefix}.order"
     kafka.create_topic(topic, 3)
@@ -180,7 +187,8 @@ def test_plain_rollback_is_not_published(mariadb, kafka, database, topic_prefix,
 
 
 def test_savepoint_rollback_cuts_only_the_rows_after_the_savepoint(
-        mariadb, kafka, database, topic_prefix, outbox, tmp_path):
+    mariadb, kafka, database, topic_prefix, outbox, tmp_path
+):
     topic = f"{topic_prefix}.order"
     kafka.create_topic(topic, 3)
     # A MyISAM table in the transaction makes the server write SAVEPOINT and ROLLBACK TO
@@ -210,8 +218,9 @@ def test_savepoint_rollback_cuts_only_the_rows_after_the_savepoint(
     finally:
         relay.stop()
     queries = [q.upper() for q in binlog_queries(mariadb, start)]
-    assert any(q.startswith("ROLLBACK TO") for q in queries), \
+    assert any(q.startswith("ROLLBACK TO") for q in queries), (
         f"the test needs ROLLBACK TO SAVEPOINT in the binlog; it holds {queries}"
+    )
     records = read_topic(kafka.bootstrap_servers, topic)
     assert_exactly_once(records, {"innodb-kept-1", "innodb-kept-2", "mixed-kept-1", "mixed-kept-2"})
     # The kept rows keep their row order and are numbered without the cut ones.
@@ -219,11 +228,14 @@ def test_savepoint_rollback_cuts_only_the_rows_after_the_savepoint(
     for r in records:
         by_tx[r.headers[H_POS]].append((int(r.headers[H_ROW]), r.value["id"]))
     assert sorted(sorted(v) for v in by_tx.values()) == [
-        [(0, "innodb-kept-1"), (1, "innodb-kept-2")], [(0, "mixed-kept-1"), (1, "mixed-kept-2")]]
+        [(0, "innodb-kept-1"), (1, "innodb-kept-2")],
+        [(0, "mixed-kept-1"), (1, "mixed-kept-2")],
+    ]
 
 
 def test_rollback_of_a_transaction_that_wrote_myisam_is_not_published(
-        mariadb, kafka, database, topic_prefix, outbox, tmp_path):
+    mariadb, kafka, database, topic_prefix, outbox, tmp_path
+):
     """A transaction that wrote a MyISAM table and rolled back. MariaDB 10.11 writes such
     a transaction into the binlog ending in ROLLBACK when the session logs statements
     (a ROW session logs only the MyISAM rows, alone, as their own transaction): both
@@ -261,7 +273,8 @@ def test_rollback_of_a_transaction_that_wrote_myisam_is_not_published(
 
 
 def test_relay_killed_mid_transaction_publishes_nothing_of_it_then_everything_once(
-        mariadb, kafka, database, topic_prefix, outbox, tmp_path):
+    mariadb, kafka, database, topic_prefix, outbox, tmp_path
+):
     topic = f"{topic_prefix}.order"
     kafka.create_topic(topic, 3)
     raw = relay_raw_config(mariadb, kafka, database, topic_prefix, tmp_path / "cp.json")
@@ -280,8 +293,11 @@ def test_relay_killed_mid_transaction_publishes_nothing_of_it_then_everything_on
 
     second = RelayProcess(raw, env_for(mariadb), tmp_path / "run2")
     try:
-        wait_until(lambda: not second.alive() or topic_count(kafka.bootstrap_servers, topic) >= len(small) + len(big),
-                   120, "all 20k events after the restart")
+        wait_until(
+            lambda: not second.alive() or topic_count(kafka.bootstrap_servers, topic) >= len(small) + len(big),
+            120,
+            "all 20k events after the restart",
+        )
         assert second.alive(), f"relay exited early: {second.log_text()[-2000:]}"
     finally:
         code = second.terminate()
@@ -299,8 +315,8 @@ def test_relay_killed_mid_transaction_publishes_nothing_of_it_then_everything_on
 
 # -- 2. order, partitions ----------------------------------------------------------------
 
-def test_10k_events_keep_per_key_commit_order_on_6_partitions(
-        mariadb, kafka, database, topic_prefix, outbox, tmp_path):
+
+def test_10k_events_keep_per_key_commit_order_on_6_partitions(mariadb, kafka, database, topic_prefix, outbox, tmp_path):
     topic = f"{topic_prefix}.order"
     partitions = 6
     kafka.create_topic(topic, partitions)
@@ -341,8 +357,9 @@ def test_10k_events_keep_per_key_commit_order_on_6_partitions(
         assert payload["key"] == r.key == r.value["aggregate_id"]
         seqs[r.key].append(payload["seq"])
         coord = coordinates(r)
-        assert coord > last.get(r.partition, (-1, -1, -1)), \
+        assert coord > last.get(r.partition, (-1, -1, -1)), (
             f"partition {r.partition} offset {r.offset}: {coord} not after {last.get(r.partition)} (commit/row order)"
+        )
         last[r.partition] = coord
     split = {k: sorted(p) for k, p in partitions_of.items() if len(p) > 1}
     assert not split, f"keys spread over several partitions: {dict(list(split.items())[:5])}"
@@ -360,6 +377,7 @@ def test_10k_events_keep_per_key_commit_order_on_6_partitions(
 
 # -- 3. insert-then-delete ------------------------------------------------------------
 
+
 def test_insert_then_delete_publishes_every_event_once(mariadb, kafka, database, topic_prefix, outbox, tmp_path):
     topic = f"{topic_prefix}.order"
     kafka.create_topic(topic, 3)
@@ -371,8 +389,9 @@ def test_insert_then_delete_publishes_every_event_once(mariadb, kafka, database,
             for t in range(50):
                 events = [ev(f"tx{t}-{i}", aggregate_id=f"k{t % 7}") for i in range(1 + t % 4)]
                 insert_events(conn, outbox, events)
-                cur.execute(f"DELETE FROM {outbox} WHERE id IN ({','.join(['%s'] * len(events))})",
-                            [e[0] for e in events])
+                cur.execute(
+                    f"DELETE FROM {outbox} WHERE id IN ({','.join(['%s'] * len(events))})", [e[0] for e in events]
+                )
                 deleted += cur.rowcount
                 conn.commit()
                 expected += [e[0] for e in events]
@@ -389,8 +408,10 @@ def test_insert_then_delete_publishes_every_event_once(mariadb, kafka, database,
 
 # -- 4. binlog rotation under load --------------------------------------------------------
 
+
 def test_flush_binary_logs_during_load_loses_and_repeats_nothing(
-        mariadb, kafka, database, topic_prefix, outbox, tmp_path):
+    mariadb, kafka, database, topic_prefix, outbox, tmp_path
+):
     topic = f"{topic_prefix}.order"
     kafka.create_topic(topic, 4)
     cfg = relay_config(mariadb, kafka, database, topic_prefix, tmp_path / "cp.json")
@@ -437,6 +458,7 @@ def test_flush_binary_logs_during_load_loses_and_repeats_nothing(
 
 # -- 5. ALTER TABLE mid-stream ----------------------------------------------------------
 
+
 def test_alter_table_mid_stream_maps_every_field(mariadb, kafka, database, topic_prefix, outbox, tmp_path):
     topic = f"{topic_prefix}.order"
     kafka.create_topic(topic, 3)
@@ -469,17 +491,28 @@ def test_alter_table_mid_stream_maps_every_field(mariadb, kafka, database, topic
     # Phase 2: rows written while the relay is down, then the table changes again before
     # it reads them: the rows must map by the columns they were written with.
     write("b4", 20, ("tenant", "note"), ("tenant-z", "note 4"))
-    execute(mariadb, database, "ALTER TABLE outbox ADD COLUMN region VARCHAR(16) AFTER id",
-            "ALTER TABLE outbox MODIFY COLUMN payload LONGTEXT AFTER region")
+    execute(
+        mariadb,
+        database,
+        "ALTER TABLE outbox ADD COLUMN region VARCHAR(16) AFTER id",
+        "ALTER TABLE outbox MODIFY COLUMN payload LONGTEXT AFTER region",
+    )
     with mariadb.connect(database) as conn, conn.cursor() as cur:
         rows = []
         for i in range(20):
             eid = f"b5-{i}"
-            expected[eid] = {"id": eid, "aggregate_type": "order", "aggregate_id": f"agg-b5-{i % 3}",
-                             "type": "type-b5", "payload": f"payload b5 {i}"}
+            expected[eid] = {
+                "id": eid,
+                "aggregate_type": "order",
+                "aggregate_id": f"agg-b5-{i % 3}",
+                "type": "type-b5",
+                "payload": f"payload b5 {i}",
+            }
             rows.append((eid, "eu", f"payload b5 {i}", "order", f"agg-b5-{i % 3}", "type-b5"))
-        cur.executemany("INSERT INTO outbox (id, region, payload, aggregatetype, aggregateid, type) "
-                        "VALUES (%s,%s,%s,%s,%s,%s)", rows)
+        cur.executemany(
+            "INSERT INTO outbox (id, region, payload, aggregatetype, aggregateid, type) VALUES (%s,%s,%s,%s,%s,%s)",
+            rows,
+        )
         conn.commit()
     relay = RelayThread(cfg)
     try:
@@ -499,8 +532,10 @@ def test_alter_table_mid_stream_maps_every_field(mariadb, kafka, database, topic
 
 # -- 7. dead letters ----------------------------------------------------------------------
 
+
 def test_each_dead_letter_cause_lands_in_the_dlq_and_the_stream_goes_on(
-        mariadb, kafka, database, topic_prefix, outbox, tmp_path):
+    mariadb, kafka, database, topic_prefix, outbox, tmp_path
+):
     order, dlq = f"{topic_prefix}.order", f"{topic_prefix}.dlq"
     kafka.create_topic(order, 3)
     kafka.create_topic(dlq, 1)
@@ -512,8 +547,16 @@ def test_each_dead_letter_cause_lands_in_the_dlq_and_the_stream_goes_on(
         {"schema": database, "table": "outbox", "topic": topic_prefix + ".{aggregate_type}"},
         {"schema": database, "table": "outbox_b", "topic": topic_prefix + ".{aggregate_type}", "type_column": "kind"},
     ]
-    cfg = relay_config(mariadb, kafka, database, topic_prefix, tmp_path / "cp.json", outbox={"tables": tables},
-                       kafka__topic_allowlist=[order], relay__max_message_bytes=2000)
+    cfg = relay_config(
+        mariadb,
+        kafka,
+        database,
+        topic_prefix,
+        tmp_path / "cp.json",
+        outbox={"tables": tables},
+        kafka__topic_allowlist=[order],
+        relay__max_message_bytes=2000,
+    )
     relay = RelayThread(cfg)
     try:
         commit_events(mariadb, database, [ev("ok-1"), ev("gift", aggregate_type="gift card"), ev("ok-2")])
@@ -530,11 +573,19 @@ def test_each_dead_letter_cause_lands_in_the_dlq_and_the_stream_goes_on(
     # every cause is counted from the start; those this test does not provoke stay at 0
     # (topic_missing: tests/integration/test_kafka_security.py)
     assert dict(relay.metrics.dead_lettered) == {
-        "illegal_topic": 1, "topic_not_allowed": 1, "too_large": 1, "null_column": 1, "missing_column": 1,
-        "encoding_failed": 0, "statement_format": 0, "topic_missing": 0}
+        "illegal_topic": 1,
+        "topic_not_allowed": 1,
+        "too_large": 1,
+        "null_column": 1,
+        "missing_column": 1,
+        "encoding_failed": 0,
+        "statement_format": 0,
+        "topic_missing": 0,
+    }
 
-    assert_exactly_once(read_topic(kafka.bootstrap_servers, order),
-                        {"ok-1", "ok-2"} | {f"after-{i}" for i in range(10)})
+    assert_exactly_once(
+        read_topic(kafka.bootstrap_servers, order), {"ok-1", "ok-2"} | {f"after-{i}" for i in range(10)}
+    )
     dead = read_topic(kafka.bootstrap_servers, dlq)
     by_id = {r.headers.get(H_EVENT_ID): r for r in dead}
     assert len(dead) == 5 and len(by_id) == 5, [r.headers for r in dead]
@@ -568,9 +619,11 @@ def test_each_dead_letter_cause_lands_in_the_dlq_and_the_stream_goes_on(
 
 # -- 8. SIGTERM under load ------------------------------------------------------------------
 
+
 @pytest.mark.slow
 def test_sigterm_during_load_loses_nothing_and_a_restart_continues(
-        mariadb, kafka, database, topic_prefix, outbox, tmp_path):
+    mariadb, kafka, database, topic_prefix, outbox, tmp_path
+):
     topic = f"{topic_prefix}.order"
     kafka.create_topic(topic, 4)
     checkpoint = tmp_path / "cp.json"
@@ -585,8 +638,9 @@ def test_sigterm_during_load_loses_nothing_and_a_restart_continues(
             with mariadb.connect(database) as conn:
                 n = 0
                 while not (stop_writing.is_set() and n >= 3000):
-                    events = [ev(f"e-{n + i:06d}", aggregate_id=f"k{rng.randrange(30)}")
-                              for i in range(rng.randint(1, 8))]
+                    events = [
+                        ev(f"e-{n + i:06d}", aggregate_id=f"k{rng.randrange(30)}") for i in range(rng.randint(1, 8))
+                    ]
                     insert_events(conn, "outbox", events)
                     conn.commit()
                     n += len(events)
@@ -600,8 +654,12 @@ def test_sigterm_during_load_loses_nothing_and_a_restart_continues(
     thread = threading.Thread(target=writer, daemon=True)
     thread.start()
     try:
-        wait_until(lambda: not first.alive() or topic_count(kafka.bootstrap_servers, topic) >= 300, 60,
-                   "the relay publishing under load", interval=0.1)
+        wait_until(
+            lambda: not first.alive() or topic_count(kafka.bootstrap_servers, topic) >= 300,
+            60,
+            "the relay publishing under load",
+            interval=0.1,
+        )
         assert first.alive(), first.log_text()[-2000:]
         assert thread.is_alive(), "the writer finished before SIGTERM: no load to interrupt"
         code = first.terminate()
@@ -622,8 +680,12 @@ def test_sigterm_during_load_loses_nothing_and_a_restart_continues(
 
     second = RelayProcess(raw, env_for(mariadb), tmp_path / "run2")
     try:
-        wait_until(lambda: not second.alive() or topic_count(kafka.bootstrap_servers, topic) >= len(written), 120,
-                   f"all {len(written)} events after the restart", interval=0.2)
+        wait_until(
+            lambda: not second.alive() or topic_count(kafka.bootstrap_servers, topic) >= len(written),
+            120,
+            f"all {len(written)} events after the restart",
+            interval=0.2,
+        )
         assert second.alive(), second.log_text()[-2000:]
     finally:
         code2 = second.terminate()
@@ -634,6 +696,7 @@ def test_sigterm_during_load_loses_nothing_and_a_restart_continues(
 
 # -- 6. memory bound for a huge transaction (last: the slowest) ------------------------------
 
+
 def _insert_big_transaction(db, database: str, rows: int, payload_bytes: int) -> None:
     """One committed transaction of `rows` outbox rows (INSERT ... SELECT over a sequence)."""
     with db.connect(database) as conn, conn.cursor() as cur:
@@ -641,7 +704,8 @@ def _insert_big_transaction(db, database: str, rows: int, payload_bytes: int) ->
         cur.execute(
             f"INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) "
             f"SELECT CONCAT('big-', LPAD(seq, 6, '0')), 'order', CONCAT('k', seq % 500), 'created', "
-            f"CONCAT(LPAD(seq, 6, '0'), REPEAT('x', {payload_bytes - 6})) FROM seq_0_to_{rows - 1}")
+            f"CONCAT(LPAD(seq, 6, '0'), REPEAT('x', {payload_bytes - 6})) FROM seq_0_to_{rows - 1}"
+        )
         assert cur.rowcount == rows
         conn.commit()
 
@@ -664,8 +728,12 @@ def _peak_rss_while_publishing(raw: dict, db, kafka, topic: str, expected: int, 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
     try:
-        wait_until(lambda: not relay.alive() or topic_count(kafka.bootstrap_servers, topic) >= expected, 240,
-                   f"{expected} events in {topic}", interval=0.5)
+        wait_until(
+            lambda: not relay.alive() or topic_count(kafka.bootstrap_servers, topic) >= expected,
+            240,
+            f"{expected} events in {topic}",
+            interval=0.5,
+        )
         assert relay.alive(), f"relay exited early: {relay.log_text()[-2000:]}"
         status = Path(f"/proc/{relay.pid}/status").read_text()
         hwm = int(next(line for line in status.splitlines() if line.startswith("VmHWM:")).split()[1]) * 1024
@@ -679,7 +747,8 @@ def _peak_rss_while_publishing(raw: dict, db, kafka, topic: str, expected: int, 
 
 @pytest.mark.slow
 def test_100k_row_transaction_is_published_with_bounded_memory(
-        mariadb, kafka, database, topic_prefix, outbox, tmp_path):
+    mariadb, kafka, database, topic_prefix, outbox, tmp_path
+):
     """One 100k-row transaction (200-byte payloads), relay.spill_rows at its default of
     10 000: the relay's peak RSS must stay under BOUND_MB. Measured on this machine kind
     (2 cores): the same 100k events in 100 transactions of 1 000 rows peak at ~73 MiB;
@@ -693,8 +762,10 @@ def test_100k_row_transaction_is_published_with_bounded_memory(
 
     raw = relay_raw_config(mariadb, kafka, database, topic_prefix, tmp_path / "cp.json", source__start=start)
     hwm, sampled = _peak_rss_while_publishing(raw, mariadb, kafka, topic, rows, tmp_path / "spill")
-    print(f"\n[memory] 100k-row transaction, relay.spill_rows=10000 (default): peak RSS "
-          f"VmHWM={hwm / 2**20:.1f} MiB, max sampled RSS={sampled / 2**20:.1f} MiB")
+    print(
+        f"\n[memory] 100k-row transaction, relay.spill_rows=10000 (default): peak RSS "
+        f"VmHWM={hwm / 2**20:.1f} MiB, max sampled RSS={sampled / 2**20:.1f} MiB"
+    )
     records = read_topic(kafka.bootstrap_servers, topic)
     assert_exactly_once(records, {f"big-{i:06d}" for i in range(rows)})
     assert {r.headers[H_POS] for r in records} == {records[0].headers[H_POS]}, "one transaction, one position"
@@ -703,15 +774,19 @@ def test_100k_row_transaction_is_published_with_bounded_memory(
     # For comparison only: the same transaction held wholly in memory.
     other = topic_prefix + "nospill"
     kafka.create_topic(f"{other}.order", 8)
-    raw2 = relay_raw_config(mariadb, kafka, database, other, tmp_path / "cp2.json", source__start=start,
-                            relay__spill_rows=10_000_000)
+    raw2 = relay_raw_config(
+        mariadb, kafka, database, other, tmp_path / "cp2.json", source__start=start, relay__spill_rows=10_000_000
+    )
     hwm2, sampled2 = _peak_rss_while_publishing(raw2, mariadb, kafka, f"{other}.order", rows, tmp_path / "nospill")
-    print(f"[memory] 100k-row transaction, relay.spill_rows=10000000 (no spill): peak RSS "
-          f"VmHWM={hwm2 / 2**20:.1f} MiB, max sampled RSS={sampled2 / 2**20:.1f} MiB")
+    print(
+        f"[memory] 100k-row transaction, relay.spill_rows=10000000 (no spill): peak RSS "
+        f"VmHWM={hwm2 / 2**20:.1f} MiB, max sampled RSS={sampled2 / 2**20:.1f} MiB"
+    )
 
     assert hwm < bound_mb * 2**20, (
         f"relay peak RSS {hwm / 2**20:.0f} MiB with spill_rows=10000 exceeds the {bound_mb} MiB bound "
-        f"(without spilling: {hwm2 / 2**20:.0f} MiB)")
+        f"(without spilling: {hwm2 / 2**20:.0f} MiB)"
+    )
 
 
 def test_headers_name_the_transaction_start_as_the_server_lists_it(mariadb, kafka, database, topic_prefix, tmp_path):
@@ -742,8 +817,11 @@ def test_headers_name_the_transaction_start_as_the_server_lists_it(mariadb, kafk
 
 # -- the reader process (source.reader) ---------------------------------------------------
 
+
 @pytest.mark.parametrize("reader", ["process", "thread"])
-def test_both_readers_deliver_every_event_once_in_order(mariadb, kafka, database, topic_prefix, outbox, tmp_path, reader):
+def test_both_readers_deliver_every_event_once_in_order(
+    mariadb, kafka, database, topic_prefix, outbox, tmp_path, reader
+):
     """A transaction larger than one pipe message, small ones around it and a dead letter:
     the same records whichever process reads the binlog."""
     topic = f"{topic_prefix}.order"
@@ -774,7 +852,9 @@ def test_reader_process_dies_with_the_relay(mariadb, kafka, database, topic_pref
     try:
         parent = psutil.Process(relay.pid)
         children = wait_until(lambda: parent.children(), 30, "the reader process to start")
-        assert any("connectors.reader_process" in " ".join(c.cmdline()) for c in children), [c.cmdline() for c in children]
+        assert any("connectors.reader_process" in " ".join(c.cmdline()) for c in children), [
+            c.cmdline() for c in children
+        ]
     finally:
         relay.kill()
     _gone, alive = psutil.wait_procs(children, timeout=10)

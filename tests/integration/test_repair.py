@@ -58,7 +58,7 @@ def test_repair_after_a_seeded_drop_then_verify_is_clean(mariadb, kafka, databas
     thread.start()
     with mariadb.connect(database) as conn:
         for start in range(0, 60, 10):
-            insert_events(conn, "outbox", events[start:start + 10])
+            insert_events(conn, "outbox", events[start : start + 10])
             conn.commit()
     wait_until(lambda: handle.metrics.events_published >= 60, 60, "60 events acknowledged")
     stop.set()

@@ -42,10 +42,15 @@ class CdcRun:
         self.config_path = workdir / "relay.toml"
         self.config_path.write_text(_to_toml(raw))
         self.log_path = workdir / f"relay-{time.monotonic_ns()}.log"
-        self._log = open(self.log_path, "wb")  # noqa: SIM115  # the child process writes it until it is stopped
+        self._log = open(self.log_path, "wb")  # the child process writes it until it is stopped
         self.started = time.monotonic()
-        self.proc = subprocess.Popen([sys.executable, "-m", "cdc_cli.main", "run", "--config", str(self.config_path)],
-                                     cwd=ROOT, env={**os.environ, **env}, stdout=self._log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "cdc_cli.main", "run", "--config", str(self.config_path)],
+            cwd=ROOT,
+            env={**os.environ, **env},
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -104,24 +109,42 @@ def insert_one(db, database: str, event_id: str) -> None:
 
 
 @pytest.mark.fault
-@pytest.mark.parametrize("reader, decoder, restarts", [
-    ("process", "fast", RESTARTS), ("thread", "fast", 3), ("process", "library", 3),
-])
-def test_restart_at_once_after_sigterm(reader, decoder, restarts, mariadb, kafka, database, topic_prefix, tmp_path,
-                                       setup):
+@pytest.mark.parametrize(
+    "reader, decoder, restarts",
+    [
+        ("process", "fast", RESTARTS),
+        ("thread", "fast", 3),
+        ("process", "library", 3),
+    ],
+)
+def test_restart_at_once_after_sigterm(
+    reader, decoder, restarts, mariadb, kafka, database, topic_prefix, tmp_path, setup
+):
     """A clean stop ends the binlog session on the server before the relay exits: with
     a 2 s heartbeat the server would otherwise keep it for 2-4 s. 20 times with the
     default reader process; a few times with the reader thread and the library decoder."""
     topic, published = setup
-    raw = relay_raw_config(mariadb, kafka, database, topic_prefix, tmp_path / "cp.json", source__heartbeat_s=2.0,
-                           source__reader=reader, source__decoder=decoder)
+    raw = relay_raw_config(
+        mariadb,
+        kafka,
+        database,
+        topic_prefix,
+        tmp_path / "cp.json",
+        source__heartbeat_s=2.0,
+        source__reader=reader,
+        source__decoder=decoder,
+    )
     raw_rid = raw["source"]["replica_server_id"]
     for i in range(restarts):
         insert_one(mariadb, database, f"e-{i}")
         before = {r[0] for r in dump_connections(mariadb)}
         relay = CdcRun(raw, env_for(mariadb), tmp_path / f"run-{i}")
         try:
-            wait_until(lambda relay=relay, i=i: not relay.alive() or published() >= i + 1, 60, f"event e-{i} published by start {i}")
+            wait_until(
+                lambda relay=relay, i=i: not relay.alive() or published() >= i + 1,
+                60,
+                f"event e-{i} published by start {i}",
+            )
             assert relay.alive(), f"start {i} exited {relay.proc.returncode}: {relay.log_text()[-3000:]}"
             # (python-mysql-replication registers no report host: not in SHOW SLAVE HOSTS)
             assert decoder == "library" or sessions_with(mariadb, raw_rid), "the relay should be listed"
@@ -134,8 +157,13 @@ def test_restart_at_once_after_sigterm(reader, decoder, restarts, mariadb, kafka
         assert code == 0, f"start {i}: exit {code}: {log[-3000:]}"
         assert "stopped at" in log and "Traceback" not in log, log[-3000:]
         assert "another replica" not in log and "previous session" not in log, log[-3000:]
-        wait_until(lambda mine=mine: not sessions_with(mariadb, raw_rid) and not mine & {r[0] for r in dump_connections(mariadb)},
-                   1.0, f"the session of start {i} to end at its stop")
+        wait_until(
+            lambda mine=mine: (
+                not sessions_with(mariadb, raw_rid) and not mine & {r[0] for r in dump_connections(mariadb)}
+            ),
+            1.0,
+            f"the session of start {i} to end at its stop",
+        )
         assert time.monotonic() - stopped < 1.0
     records = read_topic(kafka.bootstrap_servers, topic)
     assert sorted(r.value["id"] for r in records) == sorted(f"e-{i}" for i in range(restarts))
@@ -143,7 +171,8 @@ def test_restart_at_once_after_sigterm(reader, decoder, restarts, mariadb, kafka
 
 @pytest.mark.fault
 def test_restart_at_once_after_sigkill_20_times_and_its_start_up_time(
-        mariadb, kafka, database, topic_prefix, tmp_path, setup):
+    mariadb, kafka, database, topic_prefix, tmp_path, setup
+):
     """SIGKILL leaves the dump thread on the server; the next start ends it (KILL) and
     publishes. Start-up (process start to its event published) median of 10 restarts
     after a SIGKILL < heartbeat + 2 s, with the default heartbeat (1 s)."""
@@ -156,7 +185,11 @@ def test_restart_at_once_after_sigkill_20_times_and_its_start_up_time(
         insert_one(mariadb, database, f"e-{i}")
         relay = CdcRun(raw, env_for(mariadb), tmp_path / f"run-{i}")
         try:
-            wait_until(lambda relay=relay, i=i: not relay.alive() or published() >= i + 1, 60, f"event e-{i} published by start {i}")
+            wait_until(
+                lambda relay=relay, i=i: not relay.alive() or published() >= i + 1,
+                60,
+                f"event e-{i} published by start {i}",
+            )
             assert relay.alive(), f"start {i} exited {relay.proc.returncode}: {relay.log_text()[-3000:]}"
             took = time.monotonic() - relay.started
             assert sessions_with(mariadb, rid), "the running relay should be listed with its server id"
@@ -169,16 +202,19 @@ def test_restart_at_once_after_sigkill_20_times_and_its_start_up_time(
             ended += "ended this relay's previous session" in log
     assert ended >= RESTARTS // 2, f"only {ended} starts found the killed relay's session to end"
     median = statistics.median(times[:10])
-    print(f"\nstart-up after SIGKILL (process start -> event published), heartbeat {heartbeat} s: median of 10 "
-          f"{median:.2f} s, all {len(times)}: min {min(times):.2f} median {statistics.median(times):.2f} "
-          f"max {max(times):.2f}; {ended} of {len(times)} starts ended the previous session")
+    print(
+        f"\nstart-up after SIGKILL (process start -> event published), heartbeat {heartbeat} s: median of 10 "
+        f"{median:.2f} s, all {len(times)}: min {min(times):.2f} median {statistics.median(times):.2f} "
+        f"max {max(times):.2f}; {ended} of {len(times)} starts ended the previous session"
+    )
     assert median < heartbeat + 2.0, times
     records = read_topic(kafka.bootstrap_servers, topic)
     assert sorted(r.value["id"] for r in records) == sorted(f"e-{i}" for i in range(RESTARTS))
 
 
 def test_a_second_relay_with_the_same_server_id_is_refused_naming_its_session(
-        mariadb, kafka, database, topic_prefix, tmp_path, setup):
+    mariadb, kafka, database, topic_prefix, tmp_path, setup
+):
     _topic, published = setup
     raw = relay_raw_config(mariadb, kafka, database, topic_prefix, tmp_path / "cp.json")
     rid = raw["source"]["replica_server_id"]
@@ -191,14 +227,23 @@ def test_a_second_relay_with_the_same_server_id_is_refused_naming_its_session(
         [(conn_id, host)] = [r for r in dump_connections(mariadb) if tag.startswith(f"cdc;c={r[0]};")]
         # Another source (a relay of the same config would be a standby: test_lease.py)
         # registering with the same replica server id.
-        second_raw = {**raw, "source": {**raw["source"], "name": raw["source"]["name"] + "-other"},
-                      "checkpoint": {**raw["checkpoint"], "path": str(tmp_path / "cp2.json")}}
+        second_raw = {
+            **raw,
+            "source": {**raw["source"], "name": raw["source"]["name"] + "-other"},
+            "checkpoint": {**raw["checkpoint"], "path": str(tmp_path / "cp2.json")},
+        }
         path = tmp_path / "second.toml"
         path.write_text(_to_toml(second_raw))
         for args in (["run", "--config", str(path)], ["check", "--config", str(path)]):
             began = time.monotonic()
-            result = subprocess.run([sys.executable, "-m", "cdc_cli.main", *args], cwd=ROOT,
-                                    env={**os.environ, **env_for(mariadb)}, capture_output=True, text=True, timeout=90)
+            result = subprocess.run(
+                [sys.executable, "-m", "cdc_cli.main", *args],
+                cwd=ROOT,
+                env={**os.environ, **env_for(mariadb)},
+                capture_output=True,
+                text=True,
+                timeout=90,
+            )
             text = result.stdout + result.stderr
             assert result.returncode == 2, text
             assert "Traceback" not in text and (not mariadb.password or mariadb.password not in text), text
@@ -207,8 +252,12 @@ def test_a_second_relay_with_the_same_server_id_is_refused_naming_its_session(
             else:
                 lines = [line for line in result.stdout.splitlines() if line.startswith("FAIL replica_server_id")]
             assert len(lines) == 1, text
-            for fragment in (f"another replica is connected with server id {rid}", f"connection {conn_id}",
-                             f"from {host}", "source.replica_server_id"):
+            for fragment in (
+                f"another replica is connected with server id {rid}",
+                f"connection {conn_id}",
+                f"from {host}",
+                "source.replica_server_id",
+            ):
                 assert fragment in lines[0], (fragment, lines[0])
             assert time.monotonic() - began < 30
         # the first relay was not disturbed: still running, still publishing

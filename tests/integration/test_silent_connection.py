@@ -27,8 +27,15 @@ def test_a_silent_connection_is_noticed_and_the_relay_reconnects(mariadb, kafka,
     kafka.create_topic(f"{topic_prefix}.order", 2)
     proxy = TcpProxy(mariadb.port)
     try:
-        cfg = relay_config(mariadb, kafka, database, topic_prefix, tmp_path / "cp.json",
-                           source__port=proxy.port, source__heartbeat_s=0.5)
+        cfg = relay_config(
+            mariadb,
+            kafka,
+            database,
+            topic_prefix,
+            tmp_path / "cp.json",
+            source__port=proxy.port,
+            source__heartbeat_s=0.5,
+        )
         relay = RelayThread(cfg)
         ids = [str(uuid.uuid4()) for _ in range(40)]
         with mariadb.connect(database) as conn:

@@ -47,14 +47,23 @@ def cluster(tmp_path_factory):
     logs = []
 
     def spawn(name: str, *args: str) -> None:
-        log = open(work / f"{name}.log", "wb")  # noqa: SIM115  # the child process writes it until it is stopped
+        log = open(work / f"{name}.log", "wb")  # the child process writes it until it is stopped
         logs.append(log)
         procs.append(subprocess.Popen([str(BIN / "spark-class"), *args], env=env, stdout=log, stderr=subprocess.STDOUT,
                                       start_new_session=True))  # fmt: skip
 
     master = f"spark://127.0.0.1:{port}"
     try:
-        spawn("master", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port), "--webui-port", str(ui))
+        spawn(
+            "master",
+            "org.apache.spark.deploy.master.Master",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--webui-port",
+            str(ui),
+        )
         wait_until(lambda: _cluster_state(ui), 60, "the Spark master")
         for i in (1, 2):
             spawn(f"worker{i}", "org.apache.spark.deploy.worker.Worker", master, "--host", "127.0.0.1", "--cores", "1",
@@ -102,7 +111,11 @@ def test_batch_verify_on_the_standalone_cluster(mariadb, database, published, cl
     try:
         with mariadb.connect(database) as conn:
             for start in range(0, 60, 10):
-                insert_events(conn, "outbox", [(str(uuid.uuid4()), "order", f"k{n % 5}", "Created", "{}") for n in range(start, start + 10)])
+                insert_events(
+                    conn,
+                    "outbox",
+                    [(str(uuid.uuid4()), "order", f"k{n % 5}", "Created", "{}") for n in range(start, start + 10)],
+                )
                 conn.commit()
         wait_until(lambda: relay.handle.metrics.events_published >= 60, 60, "60 events published")
     finally:
@@ -148,7 +161,7 @@ def test_following_verifier_on_the_standalone_cluster(mariadb, database, publish
     env = {**os.environ, **env_for(mariadb)}
     port = _free_port()
     relay = Relay(cfg)
-    log = open(tmp_path / "follow.log", "wb")  # noqa: SIM115  # the child process writes it until it is stopped
+    log = open(tmp_path / "follow.log", "wb")  # the child process writes it until it is stopped
     proc = subprocess.Popen(
         [sys.executable, "-m", "cdc_cli.main", "verify", "--config", str(path), "--follow", "--master", cluster["master"],
          "--output-dir", str(tmp_path / "out"), "--grace", "5", "--trigger", "1", "--metrics-port", str(port)],
@@ -161,8 +174,16 @@ def test_following_verifier_on_the_standalone_cluster(mariadb, database, publish
         time.sleep(15)
         writer.stop()
         total = len(writer.ids)
-        wait_until(lambda: _metrics(port).get('cdc_verify_events{class="delivered"}', 0) >= total, 120, f"{total} events verified")
-        wait_until(lambda: _metrics(port).get("cdc_verify_verified_through_lag_seconds", 99) < 5, 60, "verified-through at the head")
+        wait_until(
+            lambda: _metrics(port).get('cdc_verify_events{class="delivered"}', 0) >= total,
+            120,
+            f"{total} events verified",
+        )
+        wait_until(
+            lambda: _metrics(port).get("cdc_verify_verified_through_lag_seconds", 99) < 5,
+            60,
+            "verified-through at the head",
+        )
         m = _metrics(port)
         proc.send_signal(signal.SIGTERM)
         code = proc.wait(60)

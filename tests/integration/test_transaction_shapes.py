@@ -74,7 +74,7 @@ def binlog_events(db, since: str) -> list[tuple]:
     out = []
     with db.connect() as conn, conn.cursor() as cur:
         cur.execute("SHOW BINARY LOGS")
-        for (name, *_rest) in cur.fetchall():
+        for name, *_rest in cur.fetchall():
             if BinlogPosition(name, 4) < BinlogPosition(start.file, 4):
                 continue
             cur.execute(f"SHOW BINLOG EVENTS IN '{name}'" + (f" FROM {start.pos}" if name == start.file else ""))
@@ -100,8 +100,10 @@ def outcome_group_start(events: list[tuple], xid: str) -> tuple[str, int]:
 
 # -- XA -----------------------------------------------------------------------------------
 
+
 def test_xa_shapes_publish_only_what_committed_once_at_the_commit(
-        mariadb, kafka, database, topic_prefix, outbox, tmp_path):
+    mariadb, kafka, database, topic_prefix, outbox, tmp_path
+):
     """Commit after prepare from another connection with other transactions and a binlog
     rotation in between, rollback after prepare, ONE PHASE, a savepoint inside XA."""
     topic = f"{topic_prefix}.order"
@@ -156,12 +158,19 @@ def test_xa_shapes_publish_only_what_committed_once_at_the_commit(
 
 
 def test_an_undecided_xa_holds_the_checkpoint_is_checked_back_and_reported_then_published(
-        mariadb, kafka, database, topic_prefix, outbox, tmp_path, caplog):
+    mariadb, kafka, database, topic_prefix, outbox, tmp_path, caplog
+):
     topic = f"{topic_prefix}.order"
     kafka.create_topic(topic, 3)
     cp_path = tmp_path / "cp.json"
-    cfg = relay_config(mariadb, kafka, database, topic_prefix, cp_path,
-                       xa={"check_after_s": 0, "check_interval_s": 0.3, "max_checks": 2})
+    cfg = relay_config(
+        mariadb,
+        kafka,
+        database,
+        topic_prefix,
+        cp_path,
+        xa={"check_after_s": 0, "check_interval_s": 0.3, "max_checks": 2},
+    )
     caplog.set_level(logging.INFO, logger="cdc.xa_check_back")
     relay = RelayThread(cfg)
     decided = False
@@ -170,8 +179,11 @@ def test_an_undecided_xa_holds_the_checkpoint_is_checked_back_and_reported_then_
         relay.wait_delivered(1)
         start = master_position(mariadb)
         xa_prepare(mariadb, database, "slow", [ev("slow-1")])
-        prepare = next(BinlogPosition(f, p) for f, p, kind, _s, _e, info in binlog_events(mariadb, start)
-                       if kind == "Gtid" and info.startswith("XA START X'736c6f77'"))
+        prepare = next(
+            BinlogPosition(f, p)
+            for f, p, kind, _s, _e, info in binlog_events(mariadb, start)
+            if kind == "Gtid" and info.startswith("XA START X'736c6f77'")
+        )
         commit_events(mariadb, database, [ev("after")])
         relay.wait_delivered(2)
         m = relay.metrics
@@ -205,7 +217,8 @@ def test_an_undecided_xa_holds_the_checkpoint_is_checked_back_and_reported_then_
 
 @pytest.mark.fault
 def test_relay_killed_between_prepare_and_outcome_20_times_publishes_each_committed_xa_once(
-        mariadb, kafka, database, topic_prefix, outbox, tmp_path):
+    mariadb, kafka, database, topic_prefix, outbox, tmp_path
+):
     """SIGKILLs at the two XA crash points (prepare read, outcome not yet; outcome produced,
     not yet acknowledged) and at random moments, while a writer interleaves XA and plain
     transactions: every committed event once, nothing of a rolled-back XA."""
@@ -241,8 +254,12 @@ def test_relay_killed_between_prepare_and_outcome_20_times_publishes_each_commit
     try:
         for round_ in range(20):
             point = ("xa_prepared", "xa_outcome", None)[round_ % 3]
-            relay = RelayProcess(raw, env_for(mariadb), tmp_path / f"run{round_}",
-                                 crash_at=f"{point}@{rng.randint(1, 4)}" if point else None)
+            relay = RelayProcess(
+                raw,
+                env_for(mariadb),
+                tmp_path / f"run{round_}",
+                crash_at=f"{point}@{rng.randint(1, 4)}" if point else None,
+            )
             try:
                 if point:
                     code = relay.wait(60)
@@ -262,8 +279,11 @@ def test_relay_killed_between_prepare_and_outcome_20_times_publishes_each_commit
     assert len(rolled_back) >= 10 and len(expected) >= 100, (len(expected), len(rolled_back))  # a real mix
     final = RelayProcess(raw, env_for(mariadb), tmp_path / "final")
     try:
-        wait_until(lambda: not final.alive() or topic_count(kafka.bootstrap_servers, topic) >= len(expected),
-                   120, f"{len(expected)} events after the last restart")
+        wait_until(
+            lambda: not final.alive() or topic_count(kafka.bootstrap_servers, topic) >= len(expected),
+            120,
+            f"{len(expected)} events after the last restart",
+        )
         assert final.alive(), final.log_text()[-2000:]
     finally:
         code = final.terminate()
@@ -281,7 +301,7 @@ def test_relay_killed_between_prepare_and_outcome_20_times_publishes_each_commit
 def test_mariadbd_restarted_between_prepare_and_outcome(kafka, topic_prefix, tmp_path):
     """A prepared XA transaction survives a crash of mariadbd (XA RECOVER lists it); its
     commit after the restart is published once, at the commit."""
-    from connectors.mariadb_server import EmbeddedMariaDB
+    from testbed.mariadb import EmbeddedMariaDB
 
     with EmbeddedMariaDB.start(server_id=7) as db:
         db.create_database("shapes")
@@ -301,8 +321,11 @@ def test_mariadbd_restarted_between_prepare_and_outcome(kafka, topic_prefix, tmp
                 assert [bytes(r[3]) for r in cur.fetchall()] == [b"survivor"]
             commit_events(db, "shapes", [ev("after-restart")])
             xa_decide(db, "survivor", commit=True)
-            wait_until(lambda: not relay.alive() or topic_count(kafka.bootstrap_servers, topic) >= 3, 90,
-                       "every event after the server's restart")
+            wait_until(
+                lambda: not relay.alive() or topic_count(kafka.bootstrap_servers, topic) >= 3,
+                90,
+                "every event after the server's restart",
+            )
             assert relay.alive(), relay.log_text()[-2000:]
         finally:
             if relay.alive():
@@ -312,16 +335,22 @@ def test_mariadbd_restarted_between_prepare_and_outcome(kafka, topic_prefix, tmp
 
 # -- statement-logged writes --------------------------------------------------------------
 
+
 def test_a_statement_logged_outbox_insert_stops_the_relay_with_one_line_and_the_checkpoint_before_it(
-        mariadb, kafka, database, topic_prefix, outbox, tmp_path):
+    mariadb, kafka, database, topic_prefix, outbox, tmp_path
+):
     topic = f"{topic_prefix}.order"
     kafka.create_topic(topic, 3)
     cp_path = tmp_path / "cp.json"
     raw = relay_raw_config(mariadb, kafka, database, topic_prefix, cp_path)
     commit_events(mariadb, database, [ev("row-logged")])
     before = master_position(mariadb)
-    execute(mariadb, database, "SET SESSION binlog_format = 'STATEMENT'",
-            "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ('stmt', 'order', 'a', 't', 'p')")
+    execute(
+        mariadb,
+        database,
+        "SET SESSION binlog_format = 'STATEMENT'",
+        "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ('stmt', 'order', 'a', 't', 'p')",
+    )
     commit_events(mariadb, database, [ev("after-it")])
     relay = RelayProcess(raw, env_for(mariadb), tmp_path / "run")
     code = relay.wait(60)
@@ -335,15 +364,25 @@ def test_a_statement_logged_outbox_insert_stops_the_relay_with_one_line_and_the_
 
 
 def test_a_statement_logged_outbox_insert_is_dead_lettered_when_configured_and_the_relay_goes_on(
-        mariadb, kafka, database, topic_prefix, outbox, tmp_path):
+    mariadb, kafka, database, topic_prefix, outbox, tmp_path
+):
     topic, dlq = f"{topic_prefix}.order", f"{topic_prefix}.dlq"
     kafka.create_topic(topic, 3)
     kafka.create_topic(dlq, 1)
     sql = "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ('stmt', 'order', 'a', 't', 'p')"
-    relay = RelayThread(relay_config(mariadb, kafka, database, topic_prefix, tmp_path / "cp.json",
-                                     outbox={"tables": [{"schema": database, "table": "outbox",
-                                                         "topic": topic_prefix + ".{aggregate_type}"}],
-                                             "on_statement": "dead_letter"}))
+    relay = RelayThread(
+        relay_config(
+            mariadb,
+            kafka,
+            database,
+            topic_prefix,
+            tmp_path / "cp.json",
+            outbox={
+                "tables": [{"schema": database, "table": "outbox", "topic": topic_prefix + ".{aggregate_type}"}],
+                "on_statement": "dead_letter",
+            },
+        )
+    )
     csv = tmp_path / "load.csv"
     csv.write_text("loaded\torder\tk\tt\tp\n")
     csv.chmod(0o644)
@@ -369,7 +408,8 @@ COLS = "(id, aggregatetype, aggregateid, type, payload)"
 
 
 def test_row_logged_shapes_publish_exactly_the_new_outbox_rows(
-        mariadb, kafka, database, topic_prefix, outbox, tmp_path):
+    mariadb, kafka, database, topic_prefix, outbox, tmp_path
+):
     """Multi-row INSERT, INSERT ... SELECT, ON DUPLICATE KEY UPDATE and REPLACE of an
     existing id (never a second event under that id), rows a trigger or a stored procedure
     writes, DDL inside a transaction (its implicit commit), CREATE TABLE ... SELECT,
@@ -390,34 +430,54 @@ def test_row_logged_shapes_publish_exactly_the_new_outbox_rows(
     ]
     execute(mariadb, database, *setup)
     relay = RelayThread(relay_config(mariadb, kafka, database, topic_prefix, tmp_path / "cp.json"))
-    expected = ["multi-1", "multi-2", "multi-3", "select-1", "select-2", "dup", "dup-new", "replaced",
-                "trigger-1", "proc-1", "proc-2", "ddl-1", "ddl-2", "load-1", "load-2", "temp-1", "last"]
+    expected = [
+        "multi-1",
+        "multi-2",
+        "multi-3",
+        "select-1",
+        "select-2",
+        "dup",
+        "dup-new",
+        "replaced",
+        "trigger-1",
+        "proc-1",
+        "proc-2",
+        "ddl-1",
+        "ddl-2",
+        "load-1",
+        "load-2",
+        "temp-1",
+        "last",
+    ]
     try:
-        execute(mariadb, database,
-                f"INSERT INTO outbox {COLS} VALUES ('multi-1','order','k','t','p'),('multi-2','order','k','t','p'),"
-                "('multi-3','order','k','t','p')",
-                f"INSERT INTO staging {COLS} VALUES ('select-1','order','k','t','p'),('select-2','order','k','t','p')",
-                f"INSERT INTO outbox {COLS} SELECT {COLS[1:-1]} FROM staging",
-                f"INSERT INTO outbox {COLS} VALUES ('dup','order','k','t','p')",
-                f"INSERT INTO outbox {COLS} VALUES ('dup','order','k','t','again') ON DUPLICATE KEY UPDATE payload='x'",
-                f"INSERT INTO outbox {COLS} VALUES ('dup-new','order','k','t','p') ON DUPLICATE KEY UPDATE payload='x'",
-                f"INSERT INTO outbox {COLS} VALUES ('replaced','order','k','t','p')",
-                f"REPLACE INTO outbox {COLS} VALUES ('replaced','order','k','t','again')",
-                "INSERT INTO orders VALUES (1)",
-                "CALL two_events()",
-                "BEGIN",
-                f"INSERT INTO outbox {COLS} VALUES ('ddl-1','order','k','t','p')",
-                "CREATE TABLE made_mid_transaction (a INT)",  # commits ddl-1 implicitly
-                f"INSERT INTO outbox {COLS} VALUES ('ddl-2','order','k','t','p')",
-                "COMMIT",
-                "CREATE TABLE copied SELECT * FROM outbox",
-                "TRUNCATE staging",
-                f"LOAD DATA INFILE '{csv}' INTO TABLE outbox {COLS}",
-                "CREATE TEMPORARY TABLE tmp_events AS SELECT * FROM staging",
-                f"INSERT INTO tmp_events {COLS} VALUES ('temp-1','order','k','t','p')",
-                f"INSERT INTO outbox {COLS} SELECT {COLS[1:-1]} FROM tmp_events",
-                "TRUNCATE outbox",
-                f"INSERT INTO outbox {COLS} VALUES ('last','order','k','t','p')")
+        execute(
+            mariadb,
+            database,
+            f"INSERT INTO outbox {COLS} VALUES ('multi-1','order','k','t','p'),('multi-2','order','k','t','p'),"
+            "('multi-3','order','k','t','p')",
+            f"INSERT INTO staging {COLS} VALUES ('select-1','order','k','t','p'),('select-2','order','k','t','p')",
+            f"INSERT INTO outbox {COLS} SELECT {COLS[1:-1]} FROM staging",
+            f"INSERT INTO outbox {COLS} VALUES ('dup','order','k','t','p')",
+            f"INSERT INTO outbox {COLS} VALUES ('dup','order','k','t','again') ON DUPLICATE KEY UPDATE payload='x'",
+            f"INSERT INTO outbox {COLS} VALUES ('dup-new','order','k','t','p') ON DUPLICATE KEY UPDATE payload='x'",
+            f"INSERT INTO outbox {COLS} VALUES ('replaced','order','k','t','p')",
+            f"REPLACE INTO outbox {COLS} VALUES ('replaced','order','k','t','again')",
+            "INSERT INTO orders VALUES (1)",
+            "CALL two_events()",
+            "BEGIN",
+            f"INSERT INTO outbox {COLS} VALUES ('ddl-1','order','k','t','p')",
+            "CREATE TABLE made_mid_transaction (a INT)",  # commits ddl-1 implicitly
+            f"INSERT INTO outbox {COLS} VALUES ('ddl-2','order','k','t','p')",
+            "COMMIT",
+            "CREATE TABLE copied SELECT * FROM outbox",
+            "TRUNCATE staging",
+            f"LOAD DATA INFILE '{csv}' INTO TABLE outbox {COLS}",
+            "CREATE TEMPORARY TABLE tmp_events AS SELECT * FROM staging",
+            f"INSERT INTO tmp_events {COLS} VALUES ('temp-1','order','k','t','p')",
+            f"INSERT INTO outbox {COLS} SELECT {COLS[1:-1]} FROM tmp_events",
+            "TRUNCATE outbox",
+            f"INSERT INTO outbox {COLS} VALUES ('last','order','k','t','p')",
+        )
         relay.wait_delivered(len(expected))
     finally:
         summary = relay.stop()
@@ -428,7 +488,8 @@ def test_row_logged_shapes_publish_exactly_the_new_outbox_rows(
 
 
 def test_a_transaction_larger_than_max_binlog_cache_size_is_refused_by_the_server_and_publishes_nothing(
-        mariadb, kafka, database, topic_prefix, outbox, tmp_path):
+    mariadb, kafka, database, topic_prefix, outbox, tmp_path
+):
     import pymysql
 
     topic = f"{topic_prefix}.order"

@@ -29,7 +29,7 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from connectors.avro_schemas import schema
-from connectors.noida_broker import CONSUMER_SETTINGS
+from testbed.noida import CONSUMER_SETTINGS
 from tests.integration.harness import OUTBOX_DDL, RelayProcess, env_for, relay_raw_config, wait_until
 from tests.integration.independent_checker import TopicRecord, check, committed_outbox_events
 
@@ -45,9 +45,12 @@ def _setup(db, broker, database: str, prefix: str, tmp_path, **over) -> tuple[di
         broker.create_topic(topic, 3)
     broker.create_topic(f"{prefix}.dlq", 1)
     broker.create_topic(f"{prefix}.checkpoints", 1)
-    options = {"kafka__delivery": "transactional", "kafka__transaction_max_ms": 100,
-               "kafka__producer": {"message.timeout.ms": 3000},
-               "lease__enabled": False}
+    options = {
+        "kafka__delivery": "transactional",
+        "kafka__transaction_max_ms": 100,
+        "kafka__producer": {"message.timeout.ms": 3000},
+        "lease__enabled": False,
+    }
     options.update(over)
     raw = relay_raw_config(db, broker, database, prefix, tmp_path / "unused.json", **options)
     raw["checkpoint"] = {"store": "kafka", "topic": f"{prefix}.checkpoints", "interval_s": 0.2}
@@ -78,8 +81,10 @@ class TxWriter(threading.Thread):
                     self.group_of[r[0]] = (self.transactions, n)
                 self.transactions += 1
                 with conn.cursor() as cur:
-                    cur.executemany("INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) "
-                                    "VALUES (%s,%s,%s,%s,%s)", rows)
+                    cur.executemany(
+                        "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES (%s,%s,%s,%s,%s)",
+                        rows,
+                    )
                 if rng.random() < 0.05:
                     conn.rollback()
                 else:
@@ -111,9 +116,16 @@ class CommittedWatcher(threading.Thread):
         self._first_of_group: dict[int, TopicRecord] = {}
 
     def _consumer(self) -> Consumer:
-        return Consumer({"bootstrap.servers": self._servers, "group.id": f"watch-{uuid.uuid4().hex[:8]}",
-                         "enable.auto.commit": False, "auto.offset.reset": "earliest",
-                         "isolation.level": "read_committed", **CONSUMER_SETTINGS})
+        return Consumer(
+            {
+                "bootstrap.servers": self._servers,
+                "group.id": f"watch-{uuid.uuid4().hex[:8]}",
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+                "isolation.level": "read_committed",
+                **CONSUMER_SETTINGS,
+            }
+        )
 
     def _event_id(self, value: bytes) -> str:
         return fastavro.schemaless_reader(io.BytesIO(value[5:]), self._parsed, None)["id"]
@@ -166,11 +178,18 @@ class CommittedWatcher(threading.Thread):
         """The checks of one record, as the poll returned it."""
         if msg.error() or msg.value() is None or msg.value()[:1] != b"\x00":
             return
-        rec = TopicRecord(msg.topic(), msg.partition(), msg.offset(), self._event_id(msg.value()),
-                          msg.key().decode() if msg.key() else None)
+        rec = TopicRecord(
+            msg.topic(),
+            msg.partition(),
+            msg.offset(),
+            self._event_id(msg.value()),
+            msg.key().decode() if msg.key() else None,
+        )
         self.records.append(rec)
         if rec.event_id in self.seen:
-            self.violations.append(f"poll {self.polls}: {rec.event_id} seen twice ({self.seen[rec.event_id]} and {rec})")
+            self.violations.append(
+                f"poll {self.polls}: {rec.event_id} seen twice ({self.seen[rec.event_id]} and {rec})"
+            )
             return
         self.seen[rec.event_id] = rec
         group = self._writer.group_of.get(rec.event_id)
@@ -181,8 +200,9 @@ class CommittedWatcher(threading.Thread):
         tp = (rec.topic, rec.partition)
         other = open_in.get(tp)
         if other is not None and other != g:
-            self.violations.append(f"poll {self.polls}: {tp} went on to transaction {g} while transaction {other} "
-                                   "was seen in part")
+            self.violations.append(
+                f"poll {self.polls}: {tp} went on to transaction {g} while transaction {other} was seen in part"
+            )
         self._first_of_group.setdefault(g, rec)
         count = self._seen_of_group[g] = self._seen_of_group.get(g, 0) + 1
         if count < size:
@@ -208,24 +228,37 @@ class CommittedWatcher(threading.Thread):
                     if group is not None and group[0] == g:
                         found += 1
             if found < size:
-                self.violations.append(f"poll {self.polls}: database transaction {g} visible in part: "
-                                       f"{self._seen_of_group[g]} seen, {found} of {size} committed")
+                self.violations.append(
+                    f"poll {self.polls}: database transaction {g} visible in part: "
+                    f"{self._seen_of_group[g]} seen, {found} of {size} committed"
+                )
         finally:
             probe.close()
 
 
 def _wait_all(watcher: CommittedWatcher, writer: TxWriter, relay: RelayProcess, timeout: float = 60) -> None:
     try:
-        wait_until(lambda: len(watcher.seen) >= writer.committed_events or not relay.alive(), timeout,
-                   "the read_committed consumer to see every committed event")
+        wait_until(
+            lambda: len(watcher.seen) >= writer.committed_events or not relay.alive(),
+            timeout,
+            "the read_committed consumer to see every committed event",
+        )
     except AssertionError as exc:
         counts = {}
         for iso in ("read_committed", "read_uncommitted"):
-            c = Consumer({"bootstrap.servers": watcher._servers, "group.id": f"d-{uuid.uuid4().hex[:6]}",
-                          "isolation.level": iso, "auto.offset.reset": "earliest", **CONSUMER_SETTINGS})
+            c = Consumer(
+                {
+                    "bootstrap.servers": watcher._servers,
+                    "group.id": f"d-{uuid.uuid4().hex[:6]}",
+                    "isolation.level": iso,
+                    "auto.offset.reset": "earliest",
+                    **CONSUMER_SETTINGS,
+                }
+            )
             meta = c.list_topics(timeout=10)
-            tps = [TopicPartition(t, p, 0) for t in watcher._topics if t in meta.topics
-                   for p in meta.topics[t].partitions]
+            tps = [
+                TopicPartition(t, p, 0) for t in watcher._topics if t in meta.topics for p in meta.topics[t].partitions
+            ]
             c.assign(tps)
             n: dict = {}
             end = time.monotonic() + 5
@@ -235,9 +268,11 @@ def _wait_all(watcher: CommittedWatcher, writer: TxWriter, relay: RelayProcess, 
                         n[(m.topic(), m.partition())] = n.get((m.topic(), m.partition()), 0) + 1
             counts[iso] = (n, [c.get_watermark_offsets(tp, timeout=5) for tp in tps])
             c.close()
-        raise AssertionError(f"{exc}: per partition {counts}; seen {len(watcher.seen)} of {writer.committed_events}, violations "
-                             f"{watcher.violations[:3]}, watcher alive {watcher.is_alive()}, relay log: "
-                             f"{relay.log_text()[-1500:]}") from None
+        raise AssertionError(
+            f"{exc}: per partition {counts}; seen {len(watcher.seen)} of {writer.committed_events}, violations "
+            f"{watcher.violations[:3]}, watcher alive {watcher.is_alive()}, relay log: "
+            f"{relay.log_text()[-1500:]}"
+        ) from None
 
 
 def _final_run(raw, mariadb, tmp_path, writer: TxWriter, watcher: CommittedWatcher, timeout: float = 120):
@@ -257,7 +292,8 @@ def _final_run(raw, mariadb, tmp_path, writer: TxWriter, watcher: CommittedWatch
 
 @pytest.mark.fault
 def test_sigkills_inside_kafka_transactions_never_show_a_database_transaction_in_part(
-        mariadb, noida_kafka, database, topic_prefix, tmp_path):
+    mariadb, noida_kafka, database, topic_prefix, tmp_path
+):
     kills_wanted = 50  # the issue's figure; about 2 minutes
     raw, topics = _setup(mariadb, noida_kafka, database, topic_prefix, tmp_path)
     start = raw["source"]["start"]
@@ -274,8 +310,9 @@ def test_sigkills_inside_kafka_transactions_never_show_a_database_transaction_in
         while sum(kills.values()) < kills_wanted:
             point = points[i % 2] if i % 3 else None
             i += 1
-            relay = RelayProcess(raw, env_for(mariadb), tmp_path / "relay",
-                                 crash_at=f"{point}@{rng.randint(1, 6)}" if point else None)
+            relay = RelayProcess(
+                raw, env_for(mariadb), tmp_path / "relay", crash_at=f"{point}@{rng.randint(1, 6)}" if point else None
+            )
             if point is None:
                 time.sleep(rng.uniform(0.4, 1.5))  # the fault's timing, not a wait for a condition
                 assert relay.alive(), relay.log_text()[-3000:]
@@ -299,10 +336,12 @@ def test_sigkills_inside_kafka_transactions_never_show_a_database_transaction_in
     file, pos = start.split(":")
     committed = committed_outbox_events(mariadb.connection_settings(), database, start_file=file, start_pos=int(pos))
     result = check(committed, watcher.records)
-    print(f"\ntransactional, SIGKILL x{sum(kills.values())} ({kills}) in {time.monotonic() - t0:.0f} s, "
-          f"{writer.transactions} database transactions of 1-20 rows: read_committed polls {watcher.polls}, "
-          f"{watcher.partial_polls} ended inside a transaction ({watcher.probes} probed: rest committed), "
-          f"violations {len(watcher.violations)}, consumer rounds {watcher.reconnects}; {result.summary()}")
+    print(
+        f"\ntransactional, SIGKILL x{sum(kills.values())} ({kills}) in {time.monotonic() - t0:.0f} s, "
+        f"{writer.transactions} database transactions of 1-20 rows: read_committed polls {watcher.polls}, "
+        f"{watcher.partial_polls} ended inside a transaction ({watcher.probes} probed: rest committed), "
+        f"violations {len(watcher.violations)}, consumer rounds {watcher.reconnects}; {result.summary()}"
+    )
     assert not watcher.violations, watcher.violations[:5]
     assert result.committed > 0 and result.clean, result.summary()
     assert kills["txn_before_commit"] >= 5 and kills["txn_after_commit"] >= 5
@@ -310,9 +349,11 @@ def test_sigkills_inside_kafka_transactions_never_show_a_database_transaction_in
 
 @pytest.mark.fault
 def test_a_zombie_relay_is_fenced_by_the_broker_and_exits_with_one_line(
-        mariadb, noida_kafka, database, topic_prefix, tmp_path):
-    raw, topics = _setup(mariadb, noida_kafka, database, topic_prefix, tmp_path,
-                         lease={"enabled": True, "ttl_s": 3.0, "renew_s": 0.5})
+    mariadb, noida_kafka, database, topic_prefix, tmp_path
+):
+    raw, topics = _setup(
+        mariadb, noida_kafka, database, topic_prefix, tmp_path, lease={"enabled": True, "ttl_s": 3.0, "renew_s": 0.5}
+    )
     start = raw["source"]["start"]
     writer = TxWriter(lambda: mariadb.connect(database))
     watcher = CommittedWatcher(noida_kafka.bootstrap, topics, writer)
@@ -354,16 +395,19 @@ def test_a_zombie_relay_is_fenced_by_the_broker_and_exits_with_one_line(
     file, pos = start.split(":")
     committed = committed_outbox_events(mariadb.connection_settings(), database, start_file=file, start_pos=int(pos))
     result = check(committed, watcher.records)
-    print(f"\ntransactional zombie: A frozen, B published {took_over:.1f} s later, A woken: exit {code} with "
-          f"{line!r}; violations {len(watcher.violations)}, consumer rounds {watcher.reconnects}; "
-          f"{result.summary()}")
+    print(
+        f"\ntransactional zombie: A frozen, B published {took_over:.1f} s later, A woken: exit {code} with "
+        f"{line!r}; violations {len(watcher.violations)}, consumer rounds {watcher.reconnects}; "
+        f"{result.summary()}"
+    )
     assert not watcher.violations, watcher.violations[:5]
     assert result.clean, result.summary()
 
 
 @pytest.mark.spark
 def test_cdc_verify_on_transactional_topics_reports_no_problem_and_the_aborted_records(
-        mariadb, noida_kafka, database, topic_prefix, tmp_path):
+    mariadb, noida_kafka, database, topic_prefix, tmp_path
+):
     """Aborted transactions left records in the log (a relay killed after producing,
     before committing): `cdc verify` reads with read_committed, finds 0 problems, and says
     how many records sat in aborted transactions."""
@@ -390,12 +434,31 @@ def test_cdc_verify_on_transactional_topics_reports_no_problem_and_the_aborted_r
     start_file = raw["source"]["start"].split(":")[0]
     t0 = time.monotonic()
     proc = subprocess.run(
-        [sys.executable, "-m", "cdc_cli.main", "verify", "--config", str(final.config_path), "--output-dir",
-         str(tmp_path / "report"), "--master", "local[2]", "--start-file", start_file],
-        cwd=ROOT, env={**__import__("os").environ, **env_for(mariadb)}, capture_output=True, text=True, timeout=300)
+        [
+            sys.executable,
+            "-m",
+            "cdc_cli.main",
+            "verify",
+            "--config",
+            str(final.config_path),
+            "--output-dir",
+            str(tmp_path / "report"),
+            "--master",
+            "local[2]",
+            "--start-file",
+            start_file,
+        ],
+        cwd=ROOT,
+        env={**__import__("os").environ, **env_for(mariadb)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     out = proc.stdout
-    print(f"\ncdc verify on transactional topics ({writer.committed_events} events, "
-          f"{time.monotonic() - t0:.0f} s):\n{out}")
+    print(
+        f"\ncdc verify on transactional topics ({writer.committed_events} events, "
+        f"{time.monotonic() - t0:.0f} s):\n{out}"
+    )
     assert proc.returncode == 0 and "cdc verify: OK" in out, out + proc.stderr[-3000:]
     [line] = [ln for ln in out.splitlines() if ln.startswith("records in aborted Kafka transactions:")]
     assert int(line.split(":")[1].split()[0]) > 0, line

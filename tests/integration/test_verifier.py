@@ -69,8 +69,8 @@ class Expected:
 
 @pytest.fixture(scope="module")
 def servers():
-    from connectors.kafka_standin import KafkaStandin
-    from connectors.mariadb_server import EmbeddedMariaDB
+    from testbed.kafka_standin import KafkaStandin
+    from testbed.mariadb import EmbeddedMariaDB
 
     db = EmbeddedMariaDB.start()
     try:
@@ -83,7 +83,6 @@ def servers():
     finally:
         kafka.stop()
         db.cleanup()
-
 
 
 def _master(cur: Any) -> tuple[str, int]:
@@ -143,9 +142,20 @@ def world(servers):
     c.execute("CREATE TABLE side(id INT AUTO_INCREMENT PRIMARY KEY, v VARCHAR(64)) ENGINE=MyISAM")
     c.execute("CREATE TABLE other(id INT AUTO_INCREMENT PRIMARY KEY, v VARCHAR(64)) ENGINE=InnoDB")
 
-    w.tx([("order", "o1", "created", '{"n":1}'), ("order", "o2", "created", '{"n":2}'), ("invoice", "i1", "issued", None)])
+    w.tx(
+        [
+            ("order", "o1", "created", '{"n":1}'),
+            ("order", "o2", "created", '{"n":2}'),
+            ("invoice", "i1", "issued", None),
+        ]
+    )
     for n in range(6):
-        w.tx([("order", f"o{n % 3 + 1}", "updated", json.dumps({"step": n})), ("invoice", f"i{n % 2 + 1}", "paid", "é ü")])
+        w.tx(
+            [
+                ("order", f"o{n % 3 + 1}", "updated", json.dumps({"step": n})),
+                ("invoice", f"i{n % 2 + 1}", "paid", "é ü"),
+            ]
+        )
     # rolled back: InnoDB-only, so the server logs nothing of it
     before = _master(c)
     c.execute("BEGIN")
@@ -154,7 +164,11 @@ def world(servers):
     assert _master(c) == before
     # savepoint: the MyISAM write makes the server log SAVEPOINT .. ROLLBACK TO with the
     # rolled-back outbox row inside the transaction; the verifier must cut it back
-    w.tx([("order", "o2", "sp-kept-1", "a")], savepoint_cut=[("order", "o2", "SPRB", "cut")], after_cut=[("order", "o3", "sp-kept-2", "b")])
+    w.tx(
+        [("order", "o2", "sp-kept-1", "a")],
+        savepoint_cut=[("order", "o2", "SPRB", "cut")],
+        after_cut=[("order", "o3", "sp-kept-2", "b")],
+    )
     c.execute("SHOW BINLOG EVENTS IN %s", (before[0],))
     assert any("SPRB" in str(r[5]) for r in c.fetchall()), "the rolled-back savepoint row must be in the binlog"
     c.execute("ALTER TABLE other ADD COLUMN w INT")  # DDL
@@ -173,7 +187,9 @@ def world(servers):
     wait_until(checkpointed, 20, "a Binlog_checkpoint in the new binlog file")
     w.tx([("bad topic", "b1", "created", "illegal")])  # dead-lettered: illegal topic
     for n in range(5):
-        w.tx([("order", "o1", "shipped", f"p{n}"), ("order", "o4", "shipped", None), ("invoice", "i3", "sent", "x" * 50)])
+        w.tx(
+            [("order", "o1", "shipped", f"p{n}"), ("order", "o4", "shipped", None), ("invoice", "i3", "sent", "x" * 50)]
+        )
     w.tx([("order", f"bulk{n % 7}", "bulk", f"b{n}") for n in range(40)])
     w.tx([("order", "o5", "swap-a", "1")])
     w.tx([("order", "o5", "swap-b", "2")])
@@ -282,11 +298,17 @@ def publish(kafka: Any, prefix: str, expected: list[Expected], *, drop: set = fr
                         (hdr.H_DLQ_ERROR, b"topic name has characters Kafka does not allow"),
                         (hdr.H_DLQ_TOPIC, f"{prefix}.{e.aggregate_type}".encode()),
                     ]
-                    value = json.dumps({"table": f"{SCHEMA}.outbox", "row": {"id": e.event_id, "aggregateid": e.aggregate_id}}).encode()
-                    producer.produce(f"{prefix}.dlq", key=e.aggregate_id.encode(), value=value, headers=h, on_delivery=report(e.key))
+                    value = json.dumps(
+                        {"table": f"{SCHEMA}.outbox", "row": {"id": e.event_id, "aggregateid": e.aggregate_id}}
+                    ).encode()
+                    producer.produce(
+                        f"{prefix}.dlq", key=e.aggregate_id.encode(), value=value, headers=h, on_delivery=report(e.key)
+                    )
                     continue
                 value = avro_value(replace(e, **(alter or {}).get(e.key, {})))
-                producer.produce(topic, key=e.aggregate_id.encode(), value=value, headers=headers_of(e), on_delivery=report(e.key))
+                producer.produce(
+                    topic, key=e.aggregate_id.encode(), value=value, headers=headers_of(e), on_delivery=report(e.key)
+                )
         producer.commit_transaction(20)
     assert producer.flush(20) == 0
     return out
@@ -447,8 +469,21 @@ schema = [f.name for f in plain.read.format("cdc_kafka").option("include_raw", "
 print(json.dumps({{"before": before, "ok": rep.ok, "counts": rep.counts, "schema": schema[:3]}}))
 plain.stop()
 """
-    env = {**os.environ, "VERIFY_TEST_PW": s["password"], "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=env, cwd=str(tmp_path), check=False)
+    env = {
+        **os.environ,
+        "VERIFY_TEST_PW": s["password"],
+        "PYSPARK_PYTHON": sys.executable,
+        "PYSPARK_DRIVER_PYTHON": sys.executable,
+    }
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        cwd=str(tmp_path),
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     n = len(world.expected)
@@ -478,8 +513,12 @@ def test_a_failed_read_stops_the_other_and_says_why(servers, world, spark, tmp_p
     message = str(failure.value)
     assert message.startswith("cdc_binlog: reading") and "REPLICATION SLAVE" in message, message
     assert "\n" not in message and password not in message
-    wait_until(lambda: not spark.sparkContext.statusTracker().getActiveJobsIds(), 30, "the other read's job to end",
-               interval=0.2)
+    wait_until(
+        lambda: not spark.sparkContext.statusTracker().getActiveJobsIds(),
+        30,
+        "the other read's job to end",
+        interval=0.2,
+    )
     assert time.monotonic() - started < 120
 
 
@@ -521,7 +560,9 @@ def test_seeded_faults_are_each_classified(servers, world, spark, tmp_path_facto
     # duplicate: both offsets
     (d,) = examples["duplicate"]
     assert coords(d) == duplicated.key
-    assert sorted((x["topic"], x["partition"], x["offset"]) for x in d["deliveries"]) == sorted(pub.where[duplicated.key])
+    assert sorted((x["topic"], x["partition"], x["offset"]) for x in d["deliveries"]) == sorted(
+        pub.where[duplicated.key]
+    )
     assert len(d["deliveries"]) == 2
     # reordered: swap-a came after swap-b of the same key
     (r,) = examples["reordered"]
@@ -614,7 +655,9 @@ def test_outbox_table_source(servers, world, spark) -> None:
     assert sorted(r["event_id"] for r in rows) == sorted(e.event_id for e in world.expected)
 
 
-@pytest.mark.skipif(not shutil.which("spark-submit", path=os.path.dirname(sys.executable)), reason="no spark-submit in the venv")
+@pytest.mark.skipif(
+    not shutil.which("spark-submit", path=os.path.dirname(sys.executable)), reason="no spark-submit in the venv"
+)
 def test_spark_submit_entry_point(servers, world, tmp_path) -> None:
     """`spark-submit spark_jobs/verify.py --config ...` runs the same job (exit 0 = OK)."""
     if getattr(world, "clean_published", None) is None:
@@ -633,7 +676,12 @@ def test_spark_submit_entry_point(servers, world, tmp_path) -> None:
     path = tmp_path / "verify.json"
     path.write_text(json.dumps(config))
     root = Path(__file__).resolve().parents[2]
-    env = {**os.environ, "VERIFY_TEST_PW": s["password"], "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+    env = {
+        **os.environ,
+        "VERIFY_TEST_PW": s["password"],
+        "PYSPARK_PYTHON": sys.executable,
+        "PYSPARK_DRIVER_PYTHON": sys.executable,
+    }
     proc = subprocess.run(
         [os.path.join(os.path.dirname(sys.executable), "spark-submit"), "--master", "local[1]", "--conf", "spark.ui.enabled=false",
          str(root / "spark_jobs" / "verify.py"), "--config", str(path), "--quiet"],

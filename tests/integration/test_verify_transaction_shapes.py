@@ -119,7 +119,17 @@ def test_verify_xa_statement_and_replace_shapes(mariadb, kafka, database, topic_
                 f"INSERT INTO outbox {COLS} VALUES ('re-inserted','order','k','t','changed')",
                 f"INSERT INTO outbox {COLS} VALUES ('new-beside','order','k','t','p')",
                 "COMMIT")  # fmt: skip
-        phase1 = ["plain-1", "x1-a", "x1-b", "plain-2", "plain-3", "x3-one-phase", "replaced", "re-inserted", "new-beside"]
+        phase1 = [
+            "plain-1",
+            "x1-a",
+            "x1-b",
+            "plain-2",
+            "plain-3",
+            "x3-one-phase",
+            "replaced",
+            "re-inserted",
+            "new-beside",
+        ]
         relay.wait_delivered(len(phase1))
         end1 = master_position(mariadb)
 
@@ -170,9 +180,18 @@ def test_verify_xa_statement_and_replace_shapes(mariadb, kafka, database, topic_
     rep = verify("v2", end_position=end2)
     c = rep.counts
     assert rep.ok, rep.problems
-    assert (c["delivered"], c["missing"], c["phantom"], c["duplicate"], c["altered"]) == (len(phase1) + 1, 0, 0, 0, 0), c
+    assert (c["delivered"], c["missing"], c["phantom"], c["duplicate"], c["altered"]) == (
+        len(phase1) + 1,
+        0,
+        0,
+        0,
+        0,
+    ), c
     assert rep.summary["unverifiable_reasons"] == {"event:xa_undecided": 1, "record:after_verified_range": 3}
-    assert rep.summary["first_unproven"]["file"] == u1_prepare.file and rep.summary["first_unproven"]["pos"] == u1_prepare.pos
+    assert (
+        rep.summary["first_unproven"]["file"] == u1_prepare.file
+        and rep.summary["first_unproven"]["pos"] == u1_prepare.pos
+    )
     assert not rep.verified_through["complete"] and _pos(rep.verified_through) <= u1_prepare
     assert _pos(rep.verified_through) >= BinlogPosition.parse(end1)
 

@@ -43,32 +43,59 @@ def _write_key(path: Path, key, password: bytes | None = None) -> None:
 
 def _ca(cn: str):
     key = _key()
-    now = datetime.datetime.now(datetime.timezone.utc)
-    cert = (x509.CertificateBuilder().subject_name(_name(cn)).issuer_name(_name(cn)).public_key(key.public_key())
-            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + datetime.timedelta(days=2))
-            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-            .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
-                                         content_commitment=False, key_encipherment=False, data_encipherment=False,
-                                         key_agreement=False, encipher_only=False, decipher_only=False), critical=True)
-            .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
-            .sign(key, hashes.SHA256()))
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(_name(cn))
+        .issuer_name(_name(cn))
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=2))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                key_cert_sign=True,
+                crl_sign=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .sign(key, hashes.SHA256())
+    )
     return key, cert
 
 
 def _leaf(ca_key, ca_cert, cn: str, server: bool):
     key = _key()
-    now = datetime.datetime.now(datetime.timezone.utc)
-    builder = (x509.CertificateBuilder().subject_name(_name(cn)).issuer_name(ca_cert.subject)
-               .public_key(key.public_key()).serial_number(x509.random_serial_number())
-               .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=2))
-               .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-               .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
-               .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH if server
-                                                     else ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False))
+    now = datetime.datetime.now(datetime.UTC)
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(_name(cn))
+        .issuer_name(ca_cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=2))
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
+        .add_extension(
+            x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH]),
+            critical=False,
+        )
+    )
     if server:
-        builder = builder.add_extension(x509.SubjectAlternativeName([
-            x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]), critical=False)
+        builder = builder.add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]),
+            critical=False,
+        )
     return key, builder.sign(ca_key, hashes.SHA256())
 
 
@@ -79,9 +106,16 @@ def make_tls_files(directory: Path) -> TlsFiles:
     _other_key, other_cert = _ca("cdc test other CA")
     server_key, server_cert = _leaf(ca_key, ca_cert, "127.0.0.1", server=True)
     client_key, client_cert = _leaf(ca_key, ca_cert, "cdc", server=False)
-    files = TlsFiles(directory / "ca.pem", directory / "server-cert.pem", directory / "server-key.pem",
-                     directory / "client-cert.pem", directory / "client-key.pem", directory / "client-key-enc.pem",
-                     "k3y-pass-w0rd", directory / "other-ca.pem")
+    files = TlsFiles(
+        directory / "ca.pem",
+        directory / "server-cert.pem",
+        directory / "server-key.pem",
+        directory / "client-cert.pem",
+        directory / "client-key.pem",
+        directory / "client-key-enc.pem",
+        "k3y-pass-w0rd",
+        directory / "other-ca.pem",
+    )
     files.ca.write_bytes(ca_cert.public_bytes(pem))
     files.other_ca.write_bytes(other_cert.public_bytes(pem))
     files.server_cert.write_bytes(server_cert.public_bytes(pem))

@@ -70,11 +70,23 @@ def table_map_body(table_id: int = TABLE_ID, schema: str = SCHEMA, table: str = 
     meta = struct.pack("<H", 256) + b"\x04"
     names = b"".join(lenenc(len(c)) + c.encode() for c in ("id", "payload", "n"))
     charsets = lenenc(255) + lenenc(1) + lenenc(63)
-    optional = (b"\x01\x01\x00" + b"\x02" + lenenc(len(charsets)) + charsets
-                + b"\x04" + lenenc(len(names)) + names)
-    return (struct.pack("<Q", table_id)[:6] + b"\x01\x00" + bytes([len(schema)]) + schema.encode() + b"\x00"
-            + bytes([len(table)]) + table.encode() + b"\x00" + lenenc(3) + types + lenenc(len(meta)) + meta
-            + b"\x06" + optional)
+    optional = b"\x01\x01\x00" + b"\x02" + lenenc(len(charsets)) + charsets + b"\x04" + lenenc(len(names)) + names
+    return (
+        struct.pack("<Q", table_id)[:6]
+        + b"\x01\x00"
+        + bytes([len(schema)])
+        + schema.encode()
+        + b"\x00"
+        + bytes([len(table)])
+        + table.encode()
+        + b"\x00"
+        + lenenc(3)
+        + types
+        + lenenc(len(meta))
+        + meta
+        + b"\x06"
+        + optional
+    )
 
 
 def row_image(event_id: str, payload: bytes | None, n: int | None) -> bytes:
@@ -93,8 +105,9 @@ def rows_head(table_id: int = TABLE_ID, v2: bool = True, update: bool = False) -
     return head + lenenc(3) + b"\x07" + (b"\x07" if update else b"")
 
 
-def write_rows_body(rows: list[tuple[str, bytes | None, int | None]], table_id: int = TABLE_ID,
-                    v2: bool = True) -> bytes:
+def write_rows_body(
+    rows: list[tuple[str, bytes | None, int | None]], table_id: int = TABLE_ID, v2: bool = True
+) -> bytes:
     return rows_head(table_id, v2) + b"".join(row_image(*r) for r in rows)
 
 
@@ -108,8 +121,9 @@ def mariadb_block(data: bytes, algorithm: int = 0) -> bytes:
     return bytes([0x80 | algorithm << 4 | width]) + len(data).to_bytes(width, "big") + zlib.compress(data)
 
 
-def payload_body(inner: bytes, compression: int = 0, declared_size: int | None = None,
-                 declared_uncompressed: int | None = None) -> bytes:
+def payload_body(
+    inner: bytes, compression: int = 0, declared_size: int | None = None, declared_uncompressed: int | None = None
+) -> bytes:
     """A Transaction_payload body around `inner` (events without CRC)."""
     if compression == 0:
         import zstandard
@@ -117,11 +131,18 @@ def payload_body(inner: bytes, compression: int = 0, declared_size: int | None =
         data = zstandard.ZstdCompressor().compress(inner)
     else:
         data = inner
+
     def field(code: int, value: int) -> bytes:
         enc = lenenc(value)
         return lenenc(code) + lenenc(len(enc)) + enc
-    return (field(1, len(data) if declared_size is None else declared_size) + field(2, compression)
-            + field(3, len(inner) if declared_uncompressed is None else declared_uncompressed) + b"\x00" + data)
+
+    return (
+        field(1, len(data) if declared_size is None else declared_size)
+        + field(2, compression)
+        + field(3, len(inner) if declared_uncompressed is None else declared_uncompressed)
+        + b"\x00"
+        + data
+    )
 
 
 class Binlog:

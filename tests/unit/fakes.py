@@ -67,10 +67,21 @@ OUTBOX = "outbox"
 # -- the binlog ---------------------------------------------------------------------------
 
 
-def outbox_row(event_id: Any, aggregate_type: str = "order", aggregate_id: Any = "k1",
-               type: str = "created", payload: Any = "{}", **extra: Any) -> dict[str, Any]:
-    row = {"id": event_id, "aggregatetype": aggregate_type, "aggregateid": aggregate_id,
-           "type": type, "payload": payload}
+def outbox_row(
+    event_id: Any,
+    aggregate_type: str = "order",
+    aggregate_id: Any = "k1",
+    type: str = "created",
+    payload: Any = "{}",
+    **extra: Any,
+) -> dict[str, Any]:
+    row = {
+        "id": event_id,
+        "aggregatetype": aggregate_type,
+        "aggregateid": aggregate_id,
+        "type": type,
+        "payload": payload,
+    }
     row.update(extra)
     return row
 
@@ -144,7 +155,9 @@ class Binlog:
         self._savepoints = {}
         return tx
 
-    def insert(self, values: dict[str, Any], schema: str = SCHEMA, table: str = OUTBOX, outbox: bool | None = None) -> None:
+    def insert(
+        self, values: dict[str, Any], schema: str = SCHEMA, table: str = OUTBOX, outbox: bool | None = None
+    ) -> None:
         self._add(lambda s, e: RowInsert(schema, table, dict(values), e))
         if outbox if outbox is not None else (schema, table) == (SCHEMA, OUTBOX):
             self._pending.append(dict(values))
@@ -158,7 +171,7 @@ class Binlog:
 
     def rollback_to(self, name: str) -> None:
         self._add(lambda s, e: RollbackToSavepoint(name, e))
-        del self._pending[self._savepoints[name]:]
+        del self._pending[self._savepoints[name] :]
 
     def commit(self) -> TxInfo:
         self._ts += 1
@@ -227,8 +240,9 @@ class Binlog:
         self._pending = []
         return tx
 
-    def transaction(self, rows: list[dict[str, Any]], gtid: str | None = None, outcome: str = "commit",
-                    other_rows: int = 0) -> TxInfo:
+    def transaction(
+        self, rows: list[dict[str, Any]], gtid: str | None = None, outcome: str = "commit", other_rows: int = 0
+    ) -> TxInfo:
         self.begin(gtid)
         for i in range(other_rows):
             self.insert({"id": i, "name": "x"}, table="orders")
@@ -286,9 +300,17 @@ class FakeSource:
 
 
 class FakeSourceFactory:
-    def __init__(self, binlog: Binlog, server_id: int = 1, flavor: str = "mysql",
-                 fail_at: set[int] | None = None, open_failures: int = 0, purged_before: BinlogPosition | None = None,
-                 send_server_info: bool = True, reopen_failures: int = 0):
+    def __init__(
+        self,
+        binlog: Binlog,
+        server_id: int = 1,
+        flavor: str = "mysql",
+        fail_at: set[int] | None = None,
+        open_failures: int = 0,
+        purged_before: BinlogPosition | None = None,
+        send_server_info: bool = True,
+        reopen_failures: int = 0,
+    ):
         self.binlog = binlog
         self.reopen_failures = reopen_failures  # open() failures after the first open
         self.server_id_value = server_id
@@ -395,8 +417,15 @@ class FakeKafka:
         n = len(self.logs[topic])
         return 0 if key is None else zlib.crc32(key) % n
 
-    def append(self, topic: str, partition: int, key: bytes | None, value: bytes,
-               headers: list[tuple[str, bytes]], txn: int | None = None) -> Record:
+    def append(
+        self,
+        topic: str,
+        partition: int,
+        key: bytes | None,
+        value: bytes,
+        headers: list[tuple[str, bytes]],
+        txn: int | None = None,
+    ) -> Record:
         log = self.logs[topic][partition]
         record = Record(topic, partition, len(log), key, value, list(headers), txn)
         log.append(record)
@@ -444,9 +473,15 @@ class FakePublisher:
     `ack_order`: "fifo" or "reverse" (acknowledgements arrive out of order).
     `fail(message) -> DeliveryFailure | None` decides a message's fate when written."""
 
-    def __init__(self, kafka: FakeKafka, fail: Callable[[_Message], DeliveryFailure | None] | None = None,
-                 per_poll: int | None = None, hold_acks: bool = False, ack_order: str = "fifo",
-                 flush_delivers: bool = True):
+    def __init__(
+        self,
+        kafka: FakeKafka,
+        fail: Callable[[_Message], DeliveryFailure | None] | None = None,
+        per_poll: int | None = None,
+        hold_acks: bool = False,
+        ack_order: str = "fifo",
+        flush_delivers: bool = True,
+    ):
         self.kafka = kafka
         self.fail = fail
         self.per_poll = per_poll
@@ -462,8 +497,15 @@ class FakePublisher:
         self.purged = 0
 
     # Publisher port
-    def publish(self, topic: str, key: bytes | None, value: bytes, headers: list[tuple[str, bytes]],
-                on_delivery: DeliveryCallback, timestamp_ms: int | None = None) -> None:
+    def publish(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes,
+        headers: list[tuple[str, bytes]],
+        on_delivery: DeliveryCallback,
+        timestamp_ms: int | None = None,
+    ) -> None:
         assert isinstance(value, bytes), "the relay must hand bytes to the producer"
         if self.dead:
             return
@@ -606,8 +648,15 @@ class FakeTxnPublisher(FakePublisher):
         self.kafka.txn_state[n], self.kafka.txn_of[n] = "open", self.txn_id
         self._failed = False
 
-    def publish(self, topic: str, key: bytes | None, value: bytes, headers: list[tuple[str, bytes]],
-                on_delivery: DeliveryCallback, timestamp_ms: int | None = None) -> None:
+    def publish(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes,
+        headers: list[tuple[str, bytes]],
+        on_delivery: DeliveryCallback,
+        timestamp_ms: int | None = None,
+    ) -> None:
         if self.current is None and not self.dead:
             raise AssertionError("a transactional producer produced outside a transaction")
         super().publish(topic, key, value, headers, on_delivery, timestamp_ms)
@@ -623,8 +672,7 @@ class FakeTxnPublisher(FakePublisher):
                 self._failed = True
                 msg.on_delivery(Delivery(msg.topic, msg.partition, -1, failure))
                 continue
-            msg.record = self.kafka.append(msg.topic, msg.partition, msg.key, msg.value, msg.headers,
-                                           msg.txn)
+            msg.record = self.kafka.append(msg.topic, msg.partition, msg.key, msg.value, msg.headers, msg.txn)
             self.unacked.append(msg)
 
     def commit_transaction(self, timeout: float) -> None:
@@ -722,7 +770,7 @@ class FakeDeliveredLog:
     def records(self, topic: str, partition: int, start: int, end: int) -> Iterator[tuple[int, dict[str, str]]]:
         self.reads.append((topic, partition, start, end))
         low = self.kafka.lows.get((topic, partition), 0)
-        for record in self.kafka.logs[topic][partition][max(start, low):end]:
+        for record in self.kafka.logs[topic][partition][max(start, low) : end]:
             if self.kafka.visible(record):
                 yield record.offset, record.header_text
 
@@ -804,9 +852,18 @@ class RelayHarness:
     """One relay process over the fakes. Several harnesses can share a FakeKafka and a
     FakeCheckpointStore (restarts)."""
 
-    def __init__(self, binlog: Binlog, kafka: FakeKafka | None = None, store: FakeCheckpointStore | None = None,
-                 publisher: dict[str, Any] | None = None, factory: dict[str, Any] | None = None,
-                 serializer: Any = None, transactional: bool = False, topics: Any = None, **settings: Any):
+    def __init__(
+        self,
+        binlog: Binlog,
+        kafka: FakeKafka | None = None,
+        store: FakeCheckpointStore | None = None,
+        publisher: dict[str, Any] | None = None,
+        factory: dict[str, Any] | None = None,
+        serializer: Any = None,
+        transactional: bool = False,
+        topics: Any = None,
+        **settings: Any,
+    ):
         from cdc.outbox import OutboxTable
         from cdc.relay import Relay
         from cdc.relay_settings import RelaySettings
@@ -827,16 +884,31 @@ class RelayHarness:
         self.delivered = FakeDeliveredLog(self.kafka)
         self.serializer = serializer or JsonSerializer()
         self.clock = TickingClock()
-        options = dict(source_name=SOURCE_NAME, tables=(OutboxTable(SCHEMA, OUTBOX),), start="mysql-bin.000001:4",
-                       checkpoint_interval_s=0.0, read_timeout_s=0.0, drain_timeout_s=5.0,
-                       checkpoint_in_background=False,
-                       reconnect_timeout_s=5.0)
+        options = dict(
+            source_name=SOURCE_NAME,
+            tables=(OutboxTable(SCHEMA, OUTBOX),),
+            start="mysql-bin.000001:4",
+            checkpoint_interval_s=0.0,
+            read_timeout_s=0.0,
+            drain_timeout_s=5.0,
+            checkpoint_in_background=False,
+            reconnect_timeout_s=5.0,
+        )
         # A FakeKafka that creates topics on first use is a broker with auto.create.topics.enable
         options["topic_missing"] = "auto" if self.kafka.auto_create_partitions else "dead_letter"
         options.update(settings)
         self.settings = RelaySettings(**options)
-        self.relay = Relay(self.settings, self.factory, self.publisher, self.serializer, self.store,
-                           self.delivered, clock=self.clock, sleep=self.clock.sleep, topics=topics)
+        self.relay = Relay(
+            self.settings,
+            self.factory,
+            self.publisher,
+            self.serializer,
+            self.store,
+            self.delivered,
+            clock=self.clock,
+            sleep=self.clock.sleep,
+            topics=topics,
+        )
         self.iterations = 0
 
     def run(self, stop: Callable[[RelayHarness], bool] | None = None, max_iterations: int = 200_000):
@@ -857,10 +929,15 @@ class RelayHarness:
         self.store.frozen = True
         raise Killed()
 
-    def run_until_killed(self, when: Callable[[RelayHarness], bool], rng: random.Random | None = None,
-                         keep: Callable[[_Message], bool] | None = None) -> bool:
+    def run_until_killed(
+        self,
+        when: Callable[[RelayHarness], bool],
+        rng: random.Random | None = None,
+        keep: Callable[[_Message], bool] | None = None,
+    ) -> bool:
         """Run until `when(self)`, then kill -9; returns False when the source ran out
         first (the relay then stopped normally)."""
+
         def stop(h: RelayHarness) -> bool:
             if when(h):
                 h.kill(rng, keep)

@@ -13,21 +13,21 @@ from cdc.adoption import AdoptedWindow, AdoptionError, parse_debezium_offset, pi
 from cdc.checkpoint import Checkpoint
 from cdc.position import BinlogPosition
 from connectors.java_offset_file import OffsetFileError, parse_offset_file, serialize_offset_map
-
 from fakes import SOURCE_NAME, Binlog, FakeCheckpointStore, FakeKafka, RelayHarness, outbox_row
 
 # Written by Debezium 3.6.3 embedded (Kafka Connect 4.3's FileOffsetBackingStore) on this machine.
 JVM_FILE = bytes.fromhex(
     "aced0005737200116a6176612e7574696c2e486173684d61700507dac1c31660d10300024600"
     "0a6c6f6164466163746f724900097468726573686f6c6478703f4000000000000c7708000000"
-    "100000000175720002" "5b42acf317f8060854e00200007870000000195b22656e6731222c7b"
+    "100000000175720002"
+    "5b42acf317f8060854e00200007870000000195b22656e6731222c7b"
     "22736572766572223a22706678227d5d7571007e00020000005b7b2274735f736563223a3137"
     "39353538353939382c2266696c65223a226d7973716c2d62696e2e303030303031222c22706f"
     "73223a323734352c22726f77223a312c227365727665725f6964223a31312c226576656e7422"
-    "3a337d78")
+    "3a337d78"
+)
 JVM_KEY = b'["eng1",{"server":"pfx"}]'
-JVM_VALUE = (b'{"ts_sec":1795585998,"file":"mysql-bin.000001","pos":2745,"row":1,"server_id":11,'
-             b'"event":3}')
+JVM_VALUE = b'{"ts_sec":1795585998,"file":"mysql-bin.000001","pos":2745,"row":1,"server_id":11,"event":3}'
 
 
 def test_reads_the_file_the_jvm_wrote_and_writes_the_same_bytes():
@@ -36,13 +36,19 @@ def test_reads_the_file_the_jvm_wrote_and_writes_the_same_bytes():
 
 
 def test_round_trips_several_entries_with_back_references_and_nulls():
-    entries = {b'["a",{"server":"x"}]': b'{"file":"mysql-bin.000002","pos":4}',
-               b'["b",{"server":"y"}]': None, None: b"{}", b"k" * 300: b"v" * 70000}
+    entries = {
+        b'["a",{"server":"x"}]': b'{"file":"mysql-bin.000002","pos":4}',
+        b'["b",{"server":"y"}]': None,
+        None: b"{}",
+        b"k" * 300: b"v" * 70000,
+    }
     assert parse_offset_file(serialize_offset_map(entries)) == entries
 
 
-@pytest.mark.parametrize("damage", [lambda b: b[:-1], lambda b: b"\x00" + b[1:], lambda b: b[:40],
-                                    lambda b: b.replace(b"HashMap", b"TreeMap")])
+@pytest.mark.parametrize(
+    "damage",
+    [lambda b: b[:-1], lambda b: b"\x00" + b[1:], lambda b: b[:40], lambda b: b.replace(b"HashMap", b"TreeMap")],
+)
 def test_a_damaged_or_foreign_file_is_refused_in_one_line(damage):
     with pytest.raises(OffsetFileError) as err:
         parse_offset_file(damage(JVM_FILE), "offsets.dat")
@@ -53,19 +59,31 @@ def test_a_damaged_or_foreign_file_is_refused_in_one_line(damage):
 def test_parses_debezium_offsets_and_refuses_what_cannot_be_adopted():
     off = pick_offset({JVM_KEY: JVM_VALUE}, "eng1", None, "the file")
     assert (off.position, off.events_to_skip, off.rows_to_skip, off.server_id) == (
-        BinlogPosition("mysql-bin.000001", 2745), 3, 1, 11)
+        BinlogPosition("mysql-bin.000001", 2745),
+        3,
+        1,
+        11,
+    )
     assert str(off) == "mysql-bin.000001:2745 (+3 events, 1 rows)"
     key = b'["c",{"server":"p"}]'
-    gtid = parse_debezium_offset(key, b'{"file":"binlog.000007","pos":157,"gtids":"3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5"}', "t")
+    gtid = parse_debezium_offset(
+        key, b'{"file":"binlog.000007","pos":157,"gtids":"3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5"}', "t"
+    )
     assert gtid.gtids == "3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5" and gtid.events_to_skip == 0
-    for value, words in [(None, "tombstone"), (b'{"pos":4}', "not a Debezium MySQL offset"),
-                         (b'{"file":"mysql-bin.000001","pos":4,"snapshot":true}', "snapshot"),
-                         (b'[1]', "not a Debezium MySQL offset")]:
+    for value, words in [
+        (None, "tombstone"),
+        (b'{"pos":4}', "not a Debezium MySQL offset"),
+        (b'{"file":"mysql-bin.000001","pos":4,"snapshot":true}', "snapshot"),
+        (b"[1]", "not a Debezium MySQL offset"),
+    ]:
         with pytest.raises(AdoptionError, match=words):
             parse_debezium_offset(key, value, "t")
     with pytest.raises(AdoptionError, match="no offset of connector 'other'.*it holds: eng1"):
         pick_offset({JVM_KEY: JVM_VALUE}, "other", None, "the file")
-    two = {b'["c",{"server":"p"}]': b'{"file":"f.000001","pos":4}', b'["c",{"server":"q"}]': b'{"file":"f.000001","pos":4}'}
+    two = {
+        b'["c",{"server":"p"}]': b'{"file":"f.000001","pos":4}',
+        b'["c",{"server":"q"}]': b'{"file":"f.000001","pos":4}',
+    }
     with pytest.raises(AdoptionError, match="--debezium-server"):
         pick_offset(two, "c", None, "t")
     assert pick_offset(two, "c", "q", "t").server == "q"
@@ -106,10 +124,19 @@ def debezium_world(seed: int):
         topic = f"outbox.event.{row['aggregatetype']}"
         key = row["aggregateid"].encode()
         kafka.append(topic, kafka.partition_for(topic, key), key, b"payload", [("id", row["id"].encode())])
-    window = AdoptedWindow(b.end, {t: {p: 0 for p in range(len(parts))} for t, parts in kafka.logs.items()
-                                   if t != "outbox.dlq"}, "Debezium test")
-    cp = Checkpoint(SOURCE_NAME, committed[cut].start, server_id=1, offsets={t: dict(ps) for t, ps in window.offsets.items()},
-                    partitions={t: len(parts) for t, parts in kafka.logs.items() if t != "outbox.dlq"}, adopted=window)
+    window = AdoptedWindow(
+        b.end,
+        {t: {p: 0 for p in range(len(parts))} for t, parts in kafka.logs.items() if t != "outbox.dlq"},
+        "Debezium test",
+    )
+    cp = Checkpoint(
+        SOURCE_NAME,
+        committed[cut].start,
+        server_id=1,
+        offsets={t: dict(ps) for t, ps in window.offsets.items()},
+        partitions={t: len(parts) for t, parts in kafka.logs.items() if t != "outbox.dlq"},
+        adopted=window,
+    )
     return b, kafka, cp, len(published)
 
 
@@ -127,8 +154,9 @@ def test_the_relay_publishes_after_the_adopted_offset_exactly_once(seed):
     summary = h.run()
     assert_each_event_once(kafka, b)
     skipped = summary.recovery["adopted_skipped"]
-    assert summary.events_published + skipped == sum(len(tx.outbox_rows) for tx in b.committed()
-                                                     if not tx.start < cp.position)
+    assert summary.events_published + skipped == sum(
+        len(tx.outbox_rows) for tx in b.committed() if not tx.start < cp.position
+    )
     assert h.store.current.adopted is None  # the window is passed: the next start is the relay's own
     assert h.store.current.position == b.end
 
@@ -161,15 +189,19 @@ def test_cdc_adopt_refuses_bad_input_in_one_line_exit_2(tmp_path, capsys):
     from cdc_cli.main import main
 
     config = tmp_path / "relay.toml"
-    config.write_text('[source]\nname = "x"\nhost = "127.0.0.1"\nport = 1\nuser = "u"\nreplica_server_id = 5\n'
-                      '[[outbox.tables]]\nschema = "s"\ntable = "outbox"\n[kafka]\nbootstrap = "127.0.0.1:1"\n'
-                      f'[checkpoint]\nstore = "file"\npath = "{tmp_path / "cp.json"}"\n')
+    config.write_text(
+        '[source]\nname = "x"\nhost = "127.0.0.1"\nport = 1\nuser = "u"\nreplica_server_id = 5\n'
+        '[[outbox.tables]]\nschema = "s"\ntable = "outbox"\n[kafka]\nbootstrap = "127.0.0.1:1"\n'
+        f'[checkpoint]\nstore = "file"\npath = "{tmp_path / "cp.json"}"\n'
+    )
     (tmp_path / "bad.dat").write_bytes(b"garbage")
     (tmp_path / "ok.dat").write_bytes(JVM_FILE)
-    cases = [(["--debezium-offsets-file", str(tmp_path / "bad.dat")], "not a Kafka Connect FileOffsetBackingStore"),
-             (["--debezium-offsets-file", str(tmp_path / "missing.dat")], "cannot read the Debezium offset file"),
-             (["--debezium-offsets-file", str(tmp_path / "ok.dat")], "no offset of connector 'c'.*it holds: eng1"),
-             ([], "give one of --debezium-offsets-file")]
+    cases = [
+        (["--debezium-offsets-file", str(tmp_path / "bad.dat")], "not a Kafka Connect FileOffsetBackingStore"),
+        (["--debezium-offsets-file", str(tmp_path / "missing.dat")], "cannot read the Debezium offset file"),
+        (["--debezium-offsets-file", str(tmp_path / "ok.dat")], "no offset of connector 'c'.*it holds: eng1"),
+        ([], "give one of --debezium-offsets-file"),
+    ]
     for extra, words in cases:
         code = main(["adopt", "--config", str(config), "--debezium-connector", "c", *extra])
         err = capsys.readouterr().err

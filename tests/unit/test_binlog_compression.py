@@ -55,7 +55,7 @@ def plain_log(transactions: list[bytes]) -> bb.Binlog:
         p = 0
         while p < len(inner):
             size = struct.unpack_from("<I", inner, p + 9)[0]
-            log.add(inner[p + 4], inner[p + 19:p + size])
+            log.add(inner[p + 4], inner[p + 19 : p + size])
             p += size
     return log
 
@@ -71,12 +71,18 @@ def test_payload_of_one_transaction(compression):
     gtid_start, payload_start, payload_end = log.starts[0], log.starts[1], log.pos
     assert strip_positions(out) == strip_positions(decode(plain_log([inner]).events))
     begin, explicit_begin, *rows, commit = out
-    assert begin == TxBegin(BinlogPosition(FILE, gtid_start), BinlogPosition(FILE, payload_start),
-                            "3e11fa47-71ca-11e1-a4f1-000c29a2f5b1:1", False)
+    assert begin == TxBegin(
+        BinlogPosition(FILE, gtid_start),
+        BinlogPosition(FILE, payload_start),
+        "3e11fa47-71ca-11e1-a4f1-000c29a2f5b1:1",
+        False,
+    )
     assert explicit_begin.gtid is None and explicit_begin.start == BinlogPosition(FILE, payload_start)
-    assert [r.values for r in rows] == [{"id": "e-1", "payload": "é😀 payload".encode(), "n": 1},
-                                        {"id": "e-2", "payload": None, "n": None},
-                                        {"id": "e-3", "payload": b"x" * 60_000, "n": -7}]
+    assert [r.values for r in rows] == [
+        {"id": "e-1", "payload": "é😀 payload".encode(), "n": 1},
+        {"id": "e-2", "payload": None, "n": None},
+        {"id": "e-3", "payload": b"x" * 60_000, "n": -7},
+    ]
     assert all(r.end == BinlogPosition(FILE, payload_end) for r in rows)
     assert commit == TxCommit(BinlogPosition(FILE, payload_end), 1_700_000_000)
 
@@ -89,11 +95,17 @@ def test_several_transactions_and_a_restart_between_two_payloads():
     out = decode(log.events)
     commits = [e for e in out if isinstance(e, TxCommit)]
     assert [c.end.pos for c in commits] == [log.starts[2], log.starts[4], log.pos]
-    assert [e.values["id"] for e in out if isinstance(e, RowInsert)] == [f"t{i}-{j}" for i in range(3) for j in range(3)]
+    assert [e.values["id"] for e in out if isinstance(e, RowInsert)] == [
+        f"t{i}-{j}" for i in range(3) for j in range(3)
+    ]
     resumed_at = log.starts.index(commits[0].end.pos)
     again = decode(log.events[resumed_at:])
-    assert [e.values["id"] for e in again if isinstance(e, RowInsert)] == [f"t{i}-{j}" for i in (1, 2) for j in range(3)]
-    assert [e for e in again if isinstance(e, TxBegin) and e.gtid] == [e for e in out if isinstance(e, TxBegin) and e.gtid][1:]
+    assert [e.values["id"] for e in again if isinstance(e, RowInsert)] == [
+        f"t{i}-{j}" for i in (1, 2) for j in range(3)
+    ]
+    assert [e for e in again if isinstance(e, TxBegin) and e.gtid] == [
+        e for e in out if isinstance(e, TxBegin) and e.gtid
+    ][1:]
 
 
 def test_one_payload_with_many_row_events_and_tables():
@@ -101,9 +113,13 @@ def test_one_payload_with_many_row_events_and_tables():
     into the outbox, an UPDATE, and rows of a table that is not watched."""
     rows = [(f"r{j}", b"v" * j, j) for j in range(25)]
     inner = bb.inner_events(
-        (2, bb.query_body("BEGIN")), (19, bb.table_map_body()), *[(30, bb.write_rows_body(rows))] * 40,
-        (19, bb.table_map_body(table_id=78, table="other")), (30, bb.write_rows_body(rows, table_id=78)),
-        (31, bb.update_rows_body([(("r1", b"v", 1), ("r1", b"w", 2))])), (16, bb.xid_body(3)),
+        (2, bb.query_body("BEGIN")),
+        (19, bb.table_map_body()),
+        *[(30, bb.write_rows_body(rows))] * 40,
+        (19, bb.table_map_body(table_id=78, table="other")),
+        (30, bb.write_rows_body(rows, table_id=78)),
+        (31, bb.update_rows_body([(("r1", b"v", 1), ("r1", b"w", 2))])),
+        (16, bb.xid_body(3)),
     )
     log = compressed_log([inner])
     out = decode(log.events)
@@ -113,8 +129,15 @@ def test_one_payload_with_many_row_events_and_tables():
 
 
 def test_inner_events_with_their_own_checksum_are_read_too():
-    inner = b"".join(bb.event(k, b, 0) for k, b in [(2, bb.query_body("BEGIN")), (19, bb.table_map_body()),
-                                                     (30, bb.write_rows_body(ROWS)), (16, bb.xid_body(1))])
+    inner = b"".join(
+        bb.event(k, b, 0)
+        for k, b in [
+            (2, bb.query_body("BEGIN")),
+            (19, bb.table_map_body()),
+            (30, bb.write_rows_body(ROWS)),
+            (16, bb.xid_body(1)),
+        ]
+    )
     out = decode(compressed_log([inner]).events)
     assert [e.values["id"] for e in out if isinstance(e, RowInsert)] == ["e-1", "e-2", "e-3"]
 
@@ -123,17 +146,28 @@ def _payload_event(body: bytes, start: int = 4) -> bytes:
     return bb.event(40, body, start + 19 + len(body) + 4)
 
 
-@pytest.mark.parametrize("body, why", [
-    (bb.payload_body(bb.transaction_inner(1, ROWS))[:-9], "payload is"),  # cut short
-    (bb.payload_body(bb.transaction_inner(1, ROWS), declared_size=None)[:40], "payload is"),
-    (bb.payload_body(bb.transaction_inner(1, ROWS), 255)[:-30], "payload is"),
-    (bb.payload_body(bb.transaction_inner(1, ROWS), 255, declared_size=len(bb.transaction_inner(1, ROWS)) - 30,
-                     declared_uncompressed=len(bb.transaction_inner(1, ROWS)) - 30)[:-30], "inner event 2 claims"),
-    (bb.payload_body(bb.transaction_inner(1, ROWS), 1), "unknown compression type 1"),
-    (bb.payload_body(bb.transaction_inner(1, ROWS), declared_uncompressed=5), "decompresses to"),
-    (bb.payload_body(b"", 255), "holds no event"),
-    (b"\x01\x09", "runs past the end"),
-], ids=["zstd-cut", "header-only", "none-cut", "inner-cut", "unknown-type", "size-disagrees", "empty", "bad-header"])
+@pytest.mark.parametrize(
+    "body, why",
+    [
+        (bb.payload_body(bb.transaction_inner(1, ROWS))[:-9], "payload is"),  # cut short
+        (bb.payload_body(bb.transaction_inner(1, ROWS), declared_size=None)[:40], "payload is"),
+        (bb.payload_body(bb.transaction_inner(1, ROWS), 255)[:-30], "payload is"),
+        (
+            bb.payload_body(
+                bb.transaction_inner(1, ROWS),
+                255,
+                declared_size=len(bb.transaction_inner(1, ROWS)) - 30,
+                declared_uncompressed=len(bb.transaction_inner(1, ROWS)) - 30,
+            )[:-30],
+            "inner event 2 claims",
+        ),
+        (bb.payload_body(bb.transaction_inner(1, ROWS), 1), "unknown compression type 1"),
+        (bb.payload_body(bb.transaction_inner(1, ROWS), declared_uncompressed=5), "decompresses to"),
+        (bb.payload_body(b"", 255), "holds no event"),
+        (b"\x01\x09", "runs past the end"),
+    ],
+    ids=["zstd-cut", "header-only", "none-cut", "inner-cut", "unknown-type", "size-disagrees", "empty", "bad-header"],
+)
 def test_a_payload_that_does_not_add_up_is_refused_with_one_line(body, why):
     ev = _payload_event(body, 4000)
     with pytest.raises(UndecodableEvent) as info:
@@ -162,8 +196,10 @@ def test_the_relay_stops_with_a_needs_operator_error_not_a_reconnect():
     good = compressed_log([bb.transaction_inner(1, ROWS)])
     bad = bytearray(bb.payload_body(bb.transaction_inner(2, ROWS)))
     bad[-15] ^= 0x55
-    events = good.events + [bb.event(33, bb.gtid_body(2), good.pos + 19 + 42 + 4),
-                            _payload_event(bytes(bad), good.pos + 19 + 42 + 4)]
+    events = good.events + [
+        bb.event(33, bb.gtid_body(2), good.pos + 19 + 42 + 4),
+        _payload_event(bytes(bad), good.pos + 19 + 42 + 4),
+    ]
     dec = BinlogDecoder(WATCHED, FILE, flavor="mysql")
     source = MySQLBinlogSource(iter(events), dec.decode, lambda: None, ServerInfo(1, "mysql"), 1000, threaded=False)
     seen = []
@@ -207,8 +243,23 @@ def library_events(raw_events: list[bytes]) -> list:
     fmt, table_map, out = _Format(), {}, []
     for raw in raw_events:
         for ev, start in expand_event(raw, fmt) or [(raw, None)]:
-            wrapper = BinLogPacketWrapper(MysqlPacket(b"\x00" + ev, "utf8"), table_map, ctl, (8, 0, 40), True, allowed,
-                                          None, None, None, None, False, False, True, True, False)
+            wrapper = BinLogPacketWrapper(
+                MysqlPacket(b"\x00" + ev, "utf8"),
+                table_map,
+                ctl,
+                (8, 0, 40),
+                True,
+                allowed,
+                None,
+                None,
+                None,
+                None,
+                False,
+                False,
+                True,
+                True,
+                False,
+            )
             event = wrapper.event
             if isinstance(event, TableMapEvent):
                 table_map[event.table_id] = event.get_table()
@@ -238,8 +289,9 @@ def mariadb_pair(kind: int, plain_body: bytes, keep: int, algorithm: int = 0) ->
     """(plain event, its compressed twin) at position 4000; `keep` bytes stay plain."""
     compressed_body = plain_body[:keep] + bb.mariadb_block(plain_body[keep:], algorithm)
     plain_kind = {165: 2, 166: 23, 167: 24, 168: 25, 169: 30, 170: 31, 171: 32}[kind]
-    return bb.event(plain_kind, plain_body, 4000 + 23 + len(plain_body)), \
-        bb.event(kind, compressed_body, 4000 + 23 + len(compressed_body))
+    return bb.event(plain_kind, plain_body, 4000 + 23 + len(plain_body)), bb.event(
+        kind, compressed_body, 4000 + 23 + len(compressed_body)
+    )
 
 
 def _rows_cases() -> list[tuple[int, bytes, int]]:
@@ -287,10 +339,15 @@ def test_mariadb_compressed_rows_of_an_unwatched_table_are_skipped_unread():
     assert decode([table_map, bytes(body)]) == []
 
 
-@pytest.mark.parametrize("damage, why", [
-    ("flip", "its zlib data"), ("algorithm", "unknown compression algorithm 1"),
-    ("size", "does not decompress to the"), ("no-header", "no compression header"),
-])
+@pytest.mark.parametrize(
+    "damage, why",
+    [
+        ("flip", "its zlib data"),
+        ("algorithm", "unknown compression algorithm 1"),
+        ("size", "does not decompress to the"),
+        ("no-header", "no compression header"),
+    ],
+)
 def test_a_damaged_mariadb_compressed_event_is_refused_with_one_line(damage, why):
     table_map = bb.event(19, bb.table_map_body(), 3000)
     keep = len(bb.rows_head())

@@ -56,18 +56,21 @@ def test_unknown_version_is_refused(version):
         Checkpoint.from_dict(data)
 
 
-@pytest.mark.parametrize("damage", [
-    lambda d: d.pop("source"),
-    lambda d: d.pop("file"),
-    lambda d: d.pop("pos"),
-    lambda d: d.update(pos="abc"),
-    lambda d: d.update(pos=None),
-    lambda d: d.update(server_id="x"),
-    lambda d: d.update(offsets={"t": {"zero": 1}}),
-    lambda d: d.update(offsets={"t": {"0": "ten"}}),
-    lambda d: d.update(partitions={"t": "three"}),
-    lambda d: d.update(written_at_ms=[1]),
-])
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda d: d.pop("source"),
+        lambda d: d.pop("file"),
+        lambda d: d.pop("pos"),
+        lambda d: d.update(pos="abc"),
+        lambda d: d.update(pos=None),
+        lambda d: d.update(server_id="x"),
+        lambda d: d.update(offsets={"t": {"zero": 1}}),
+        lambda d: d.update(offsets={"t": {"0": "ten"}}),
+        lambda d: d.update(partitions={"t": "three"}),
+        lambda d: d.update(written_at_ms=[1]),
+    ],
+)
 def test_damaged_checkpoint_is_a_config_error(damage):
     data = CP.to_dict()
     damage(data)
@@ -75,11 +78,14 @@ def test_damaged_checkpoint_is_a_config_error(damage):
         Checkpoint.from_dict(data)
 
 
-@pytest.mark.parametrize("damage", [
-    lambda d: d.update(offsets=[["t", 0, 1]]),
-    lambda d: d.update(partitions=[3]),
-    lambda d: d.update(offsets={"t": [1, 2]}),
-])
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda d: d.update(offsets=[["t", 0, 1]]),
+        lambda d: d.update(partitions=[3]),
+        lambda d: d.update(offsets={"t": [1, 2]}),
+    ],
+)
 def test_damaged_structure_is_a_config_error_not_a_traceback(damage):
     data = CP.to_dict()
     damage(data)

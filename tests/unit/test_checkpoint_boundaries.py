@@ -14,8 +14,19 @@ from cdc.source_events import Statement
 from fakes import SCHEMA, Binlog, RelayHarness, outbox_row
 
 START = BinlogPosition("mysql-bin.000001", 4)
-SHAPES = ("rows", "other_rows", "change", "savepoint", "statement_insert", "statement_other", "heartbeat",
-          "rollback", "xa", "rotate", "ddl")
+SHAPES = (
+    "rows",
+    "other_rows",
+    "change",
+    "savepoint",
+    "statement_insert",
+    "statement_other",
+    "heartbeat",
+    "rollback",
+    "xa",
+    "rotate",
+    "ddl",
+)
 
 
 def _build(shapes: list[str]) -> tuple[Binlog, set[BinlogPosition]]:

@@ -15,9 +15,13 @@ IMMEDIATE = 1_764_050_000_123_456  # 2025-11-25T05:53:20.123456Z, microseconds
 
 
 def test_the_commit_timestamp_after_the_logical_clock():
-    alone = IMMEDIATE.to_bytes(7, "little") + bytes([0x05]) + (80_400).to_bytes(4, "little")  # + transaction_length, server version
+    alone = (
+        IMMEDIATE.to_bytes(7, "little") + bytes([0x05]) + (80_400).to_bytes(4, "little")
+    )  # + transaction_length, server version
     assert mysql_commit_us(alone) == IMMEDIATE
-    with_original = (IMMEDIATE | 1 << 55).to_bytes(7, "little") + (IMMEDIATE - 500).to_bytes(7, "little") + bytes([0x05])
+    with_original = (
+        (IMMEDIATE | 1 << 55).to_bytes(7, "little") + (IMMEDIATE - 500).to_bytes(7, "little") + bytes([0x05])
+    )
     assert mysql_commit_us(with_original) == IMMEDIATE  # the flag bit is not part of the time
     assert mysql_commit_us(b"") is None  # MySQL 5.7's event ends at sequence_number
     assert mysql_commit_us(bytes(7)) is None  # 0: not written
@@ -27,7 +31,9 @@ def test_the_assembled_transaction_and_its_rows_carry_it():
     asm = TxAssembler()
     asm.gtid_event(100, "3e11fa47-71ca-11e1-9e33-c80aa9429562:7", 1, commit_us=IMMEDIATE)
     asm.begin(180, 1)
-    asm.add_rows("d", "outbox", [{"id": "e1", "aggregatetype": "order", "aggregateid": "k", "type": "T", "payload": "{}"}], 200)
+    asm.add_rows(
+        "d", "outbox", [{"id": "e1", "aggregatetype": "order", "aggregateid": "k", "type": "T", "payload": "{}"}], 200
+    )
     tx = asm.commit(400, 1_764_050_000)
     assert tx is not None and tx.commit_us == IMMEDIATE and tx.commit_ts == 1_764_050_000
     asm.gtid_event(400, "0-1-8", 1, implies_begin=True)  # MariaDB: no such field
@@ -58,14 +64,20 @@ def test_the_follow_state_prefers_the_mysql_commit_time_and_names_each_clock():
     st.apply_batch(0, events, records, now=0.0)
     assert st.counts["delivered"] == 3, st.counts
     assert list(st.latencies) == [7, 12, IMMEDIATE // 1000 + 7 - 1_764_050_000_000]
-    assert st.latency_clocks == {"mysql_immediate_commit_timestamp": 1, "outbox_timestamp_column": 1, "binlog_commit_header": 1}
+    assert st.latency_clocks == {
+        "mysql_immediate_commit_timestamp": 1,
+        "outbox_timestamp_column": 1,
+        "binlog_commit_header": 1,
+    }
 
 
 def test_event_rows_have_the_column():
     asm = TxAssembler()
     asm.gtid_event(100, "3e11fa47-71ca-11e1-9e33-c80aa9429562:7", 1, commit_us=IMMEDIATE)
     asm.begin(180, 1)
-    asm.add_rows("d", "outbox", [{"id": "e1", "aggregatetype": "order", "aggregateid": "k", "type": "T", "payload": "{}"}], 200)
+    asm.add_rows(
+        "d", "outbox", [{"id": "e1", "aggregatetype": "order", "aggregateid": "k", "type": "T", "payload": "{}"}], 200
+    )
     tx = asm.commit(400, 1_764_050_000)
     from cdc.outbox import OutboxTable
 

@@ -47,7 +47,8 @@ def _expected() -> set[tuple[str, str]]:
 def test_every_config_key_is_documented_in_the_config_modules_docstring():
     missing = sorted(_expected() - _documented(config.__doc__ or ""))
     assert not missing, "undocumented keys (add them to cdc/config.py's docstring): " + ", ".join(
-        f"{s}.{k}" for s, k in missing)
+        f"{s}.{k}" for s, k in missing
+    )
 
 
 def test_the_check_sees_an_undocumented_key():

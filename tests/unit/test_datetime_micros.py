@@ -8,7 +8,7 @@ import random
 from cdc.outbox import _micros_of
 from spark_jobs.binlog_source import _micros
 
-EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
 def test_exact_for_every_microsecond_value():

@@ -160,7 +160,12 @@ def test_xa_commit_makes_events_at_the_commit_and_rollback_drops_them() -> None:
     st.apply_batch(1, [commit, rollback, progress(200, 150)], [], now=1.0)
     key = identity_key(SRC, commit["gtid"], F1, 160, 0)
     assert list(st.pending) == [key]
-    st.apply_batch(2, [], [rec({**prep, "ikey": key, "tx_pos": 160, "gtid": commit["gtid"], "commit_ts_ms": commit["commit_ts_ms"]}, 0)], now=2.0)
+    st.apply_batch(
+        2,
+        [],
+        [rec({**prep, "ikey": key, "tx_pos": 160, "gtid": commit["gtid"], "commit_ts_ms": commit["commit_ts_ms"]}, 0)],
+        now=2.0,
+    )
     assert st.counts["delivered"] == 1 and st.verified_through == (F1, 1, 200)
 
 
@@ -236,7 +241,10 @@ def test_latency_uses_the_outbox_timestamp_column_when_there_is_one() -> None:
     st = state()
     a, b = ev(100), ev(150, timestamp_us=1_000_200_000)  # the INSERT at 1_000_200 ms; broker at 1_000_500
     st.apply_batch(0, [a, b, progress(200)], [rec(a, 0), rec(b, 1, v_timestamp_us=1_000_200_000)], now=0.0)
-    assert sorted(st.latencies) == [300, 500] and st.latency_clocks == {"outbox_timestamp_column": 1, "binlog_commit_header": 1}
+    assert sorted(st.latencies) == [300, 500] and st.latency_clocks == {
+        "outbox_timestamp_column": 1,
+        "binlog_commit_header": 1,
+    }
     assert "outbox timestamp column" in follow_summary(st, 0.0, None)["latency"]["clock"]
 
 
@@ -248,10 +256,16 @@ def test_a_save_writes_what_the_batch_matched_not_everything_matched_so_far(tmp_
     sizes = []
     for batch in range(6):
         events = [ev(1000 + 100 * (batch * 500 + i), end=1000 + 100 * (batch * 500 + i) + 50) for i in range(500)]
-        st.apply_batch(batch, events + [progress(1000 + 100 * (batch + 1) * 500, start=100)],
-                       [rec(e, batch * 500 + i) for i, e in enumerate(events)], now=float(batch))
+        st.apply_batch(
+            batch,
+            events + [progress(1000 + 100 * (batch + 1) * 500, start=100)],
+            [rec(e, batch * 500 + i) for i, e in enumerate(events)],
+            now=float(batch),
+        )
         st.save(tmp_path)
-        sizes.append(sum(p.stat().st_size for p in tmp_path.rglob("*") if p.is_file() and p.name.startswith(f"{batch}.")))
+        sizes.append(
+            sum(p.stat().st_size for p in tmp_path.rglob("*") if p.is_file() and p.name.startswith(f"{batch}."))
+        )
     assert st.counts["delivered"] == 3000 and len(st.done) == 3000
     assert sizes[-1] < 1.5 * sizes[1], sizes  # what one batch writes does not grow with what was matched before
 

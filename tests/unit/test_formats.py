@@ -10,8 +10,17 @@ from hypothesis import strategies as st
 
 from cdc.errors import ConfigError
 from cdc.formats import (
-    H_FORMAT, MessageExtras, _compact_as_debezium, _expand_text, blank, debezium_json, epoch_ms, header_value,
-    java_double, parse_placement, payload_value,
+    H_FORMAT,
+    MessageExtras,
+    _compact_as_debezium,
+    _expand_text,
+    blank,
+    debezium_json,
+    epoch_ms,
+    header_value,
+    java_double,
+    parse_placement,
+    payload_value,
 )
 from cdc.identity import EventIdentity, TxIdentity
 from cdc.outbox import OutboxMapper, OutboxTable
@@ -23,9 +32,15 @@ IDENTITY = EventIdentity(TxIdentity("shop", BinlogPosition("mysql-bin.000001", 4
 
 
 def row(payload, **more):
-    return {"id": "4d47e190-0402-4048-bc2c-89dd54343cdc", "aggregatetype": "order", "aggregateid": "1",
-            "type": "OrderCreated", "payload": payload,
-            "created_at": dt.datetime(2024, 5, 3, 10, 11, 12, 345678), **more}
+    return {
+        "id": "4d47e190-0402-4048-bc2c-89dd54343cdc",
+        "aggregatetype": "order",
+        "aggregateid": "1",
+        "type": "OrderCreated",
+        "payload": payload,
+        "created_at": dt.datetime(2024, 5, 3, 10, 11, 12, 345678),
+        **more,
+    }
 
 
 def mapped(payload, **table):
@@ -44,7 +59,8 @@ def test_json_is_the_payload_re_serialised_compactly_as_debezium_writes_it():
     # observed: {"n": 0} -> {"n":0}; non-ASCII as UTF-8 bytes, not \u escapes
     assert payload_value("json", '{"n": 0}') == b'{"n":0}'
     assert payload_value("json", '{"name": "Zo\u00eb", "city": "K\u00f8benhavn"}') == (
-        b'{"name":"Zo\xc3\xab","city":"K\xc3\xb8benhavn"}')
+        b'{"name":"Zo\xc3\xab","city":"K\xc3\xb8benhavn"}'
+    )
     nested = '{ "id": 1, "lineItems": { "item": "Debezium in Action", "quantity": 2 }, "ok": true }'
     assert payload_value("json", nested) == b'{"id":1,"lineItems":{"item":"Debezium in Action","quantity":2},"ok":true}'
 
@@ -60,22 +76,34 @@ def test_json_follows_debeziums_schema_inference():
     assert debezium_json('{"d": [{"x": 1}, {"y": "z"}]}') == '{"d":[{"x":1,"y":null},{"x":null,"y":"z"}]}'
     # doubles as Java's Double.toString
     assert debezium_json('{"p": 39.98, "big": 1e7, "small": 0.0001, "one": 1.0}') == (
-        '{"p":39.98,"big":1.0E7,"small":1.0E-4,"one":1.0}')
+        '{"p":39.98,"big":1.0E7,"small":1.0E-4,"one":1.0}'
+    )
     # not expandable: the payload stays a string, written as a JSON string literal
     assert debezium_json('{"a": [1, 2.5]}') == '"{\\"a\\": [1, 2.5]}"'
-    assert debezium_json('not json') == '"not json"'
+    assert debezium_json("not json") == '"not json"'
     assert debezium_json(' {"a": 1}') == '" {\\"a\\": 1}"'  # only a payload starting with { or [ is parsed
     assert debezium_json('{"a": 1') == '"{\\"a\\": 1"'
     assert debezium_json('{"a": 123456789012345678901}') == '"{\\"a\\": 123456789012345678901}"'
-    assert debezium_json('[1, 2]') == '{}'  # a top-level array's schema is a struct with no fields
+    assert debezium_json("[1, 2]") == "{}"  # a top-level array's schema is a struct with no fields
     # Jackson's escapes: upper-case hex for control characters
     assert debezium_json('{"c": "\\u001f\\n"}') == '{"c":"\\u001F\\n"}'
 
 
 def test_java_double_matches_double_tostring():
-    cases = {1.0: "1.0", 0.5: "0.5", 100.0: "100.0", 1e7: "1.0E7", 12345678.9: "1.23456789E7",
-             0.001: "0.001", 1e-4: "1.0E-4", -2.5: "-2.5", 9999999.0: "9999999.0", 1e21: "1.0E21",
-             0.0: "0.0", 123.456: "123.456"}
+    cases = {
+        1.0: "1.0",
+        0.5: "0.5",
+        100.0: "100.0",
+        1e7: "1.0E7",
+        12345678.9: "1.23456789E7",
+        0.001: "0.001",
+        1e-4: "1.0E-4",
+        -2.5: "-2.5",
+        9999999.0: "9999999.0",
+        1e21: "1.0E21",
+        0.0: "0.0",
+        123.456: "123.456",
+    }
     for value, text in cases.items():
         assert java_double(value) == text, value
 
@@ -88,7 +116,7 @@ def test_string_is_the_stored_text_unchanged_and_null_is_a_null_value():
     assert payload_value("string", text) == text.encode("utf-8")
     assert payload_value("string", None) is None
     assert payload_value("string", "") == b""
-    with pytest.raises(ValueError, match="format = \"bytes\""):
+    with pytest.raises(ValueError, match='format = "bytes"'):
         payload_value("string", b"\xff\xfe")
 
 
@@ -132,12 +160,20 @@ def test_avro_payload_of_a_not_null_column_registers_plain_string():
 
 
 def test_mapping_headers_timestamp_and_trace_context():
-    event = mapped('{"n": 0}', format="json", additional_placement="type:header:eventType,tenant:header",
-                   timestamp_column="created_at", traceparent_column="traceparent")
+    event = mapped(
+        '{"n": 0}',
+        format="json",
+        additional_placement="type:header:eventType,tenant:header",
+        timestamp_column="created_at",
+        traceparent_column="traceparent",
+    )
     extras = event.extras
     assert extras.format == "json"
-    assert extras.headers == [("eventType", b"OrderCreated"), ("tenant", b"acme"),
-                              ("traceparent", TRACEPARENT.encode())]
+    assert extras.headers == [
+        ("eventType", b"OrderCreated"),
+        ("tenant", b"acme"),
+        ("traceparent", TRACEPARENT.encode()),
+    ]
     # DATETIME(6) 2024-05-03 10:11:12.345678 (UTC) -> epoch milliseconds, truncated
     assert extras.timestamp_ms == 1714731072345
     assert event.aggregate_id == "1" and event.event_id == "4d47e190-0402-4048-bc2c-89dd54343cdc"
@@ -180,14 +216,17 @@ def test_extras_survive_the_pipe_to_the_relay_process():
     assert pickle.loads(pickle.dumps(extras)) == extras
 
 
-@pytest.mark.parametrize("settings, message", [
-    ({"format": "xml"}, "format must be one of"),
-    ({"format": "json", "additional_placement": "type:partition"}, "partition"),
-    ({"format": "json", "additional_placement": "type"}, "column:placement"),
-    ({"format": "string", "additional_placement": "type:envelope:t"}, "format = \"json\" only"),
-    ({"additional_placement": "type:header"}, "not to format = \"envelope\""),
-    ({"format": "json", "tombstone_on_empty_payload": "yes"}, "true or false"),
-])
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        ({"format": "xml"}, "format must be one of"),
+        ({"format": "json", "additional_placement": "type:partition"}, "partition"),
+        ({"format": "json", "additional_placement": "type"}, "column:placement"),
+        ({"format": "string", "additional_placement": "type:envelope:t"}, 'format = "json" only'),
+        ({"additional_placement": "type:header"}, 'not to format = "envelope"'),
+        ({"format": "json", "tombstone_on_empty_payload": "yes"}, "true or false"),
+    ],
+)
 def test_bad_settings_are_refused_in_one_line(settings, message):
     with pytest.raises(ConfigError, match=message) as err:
         OutboxTable("shop", "outbox", **settings)
@@ -197,24 +236,34 @@ def test_bad_settings_are_refused_in_one_line(settings, message):
 def test_placement_syntax_is_debeziums():
     fields = parse_placement("type:header:eventType, aggregateid:envelope , tenant:HEADER")
     assert [(f.column, f.placement, f.alias) for f in fields] == [
-        ("type", "header", "eventType"), ("aggregateid", "envelope", "aggregateid"), ("tenant", "header", "tenant")]
+        ("type", "header", "eventType"),
+        ("aggregateid", "envelope", "aggregateid"),
+        ("tenant", "header", "tenant"),
+    ]
 
 
 # The JSON documents a payload is made of, with the shapes that decide Debezium's form:
 # nulls, int32/int64/beyond-64-bit integers, doubles in and out of Java's plain range,
 # control characters, arrays of one kind or mixed, objects sharing members or not.
 _SCALARS = st.one_of(
-    st.none(), st.booleans(), st.integers(min_value=-(2**70), max_value=2**70),
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**70), max_value=2**70),
     st.sampled_from([0, 1, -1, 2**31 - 1, 2**31, -(2**31), -(2**31) - 1, 2**63 - 1, 2**63]),
     st.floats(allow_nan=False, allow_infinity=False),
     st.sampled_from([0.001, 0.000999, 1e7, 9999999.5, -0.0, 0.0, 39.98, 1e-4, 123.0]),
-    st.text(alphabet=st.characters(max_codepoint=0x2FF) | st.sampled_from("\x00\x1f\x7f\u2028\"\\/"), max_size=6),
+    st.text(alphabet=st.characters(max_codepoint=0x2FF) | st.sampled_from('\x00\x1f\x7f\u2028"\\/'), max_size=6),
 )
 _KEYS = st.sampled_from(["a", "b", "c", "sku", "q", "\u00e9"])
-_DOCS = st.recursive(_SCALARS, lambda inner: st.one_of(
-    st.lists(inner, max_size=4), st.dictionaries(_KEYS, inner, max_size=4),
-    st.lists(st.fixed_dictionaries({"sku": st.text(max_size=3), "q": st.integers(-5, 5)}), max_size=3),
-), max_leaves=12)
+_DOCS = st.recursive(
+    _SCALARS,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4),
+        st.dictionaries(_KEYS, inner, max_size=4),
+        st.lists(st.fixed_dictionaries({"sku": st.text(max_size=3), "q": st.integers(-5, 5)}), max_size=3),
+    ),
+    max_leaves=12,
+)
 
 
 @settings(max_examples=600, deadline=None)
@@ -233,10 +282,28 @@ def test_json_fast_path_is_taken_for_the_common_shapes():
     the ones it must not handle do not."""
     import json
 
-    common = {"order_id": 7, "customer": "c00042", "amount": 39.98, "currency": "EUR", "big": 2**40,
-              "items": [{"sku": "sku-1", "qty": 2}, {"sku": "sku-2", "qty": 1}], "tags": ["a"], "ok": True,
-              "nested": {"x": [1.5, 2.25]}}
+    common = {
+        "order_id": 7,
+        "customer": "c00042",
+        "amount": 39.98,
+        "currency": "EUR",
+        "big": 2**40,
+        "items": [{"sku": "sku-1", "qty": 2}, {"sku": "sku-2", "qty": 1}],
+        "tags": ["a"],
+        "ok": True,
+        "nested": {"x": [1.5, 2.25]},
+    }
     assert _compact_as_debezium(json.loads(json.dumps(common)))
-    for odd in ({"a": None}, {"a": 1e7}, {"a": 0.0001}, {"a": [1, 2**40]}, {"a": [1, "x"]}, {"a": [[1]]},
-                {"a": [{"x": 1}, {"y": 1}]}, {"a": [{"x": 1}, {"x": "s"}]}, {"a": 2**64}, {"a": [None]}):
+    for odd in (
+        {"a": None},
+        {"a": 1e7},
+        {"a": 0.0001},
+        {"a": [1, 2**40]},
+        {"a": [1, "x"]},
+        {"a": [[1]]},
+        {"a": [{"x": 1}, {"y": 1}]},
+        {"a": [{"x": 1}, {"x": "s"}]},
+        {"a": 2**64},
+        {"a": [None]},
+    ):
         assert not _compact_as_debezium(odd), odd

@@ -76,10 +76,21 @@ def test_mysql_union_and_issuperset():
     assert not MysqlGtidSet.parse(f"{U1}:1-4").issuperset(a)
 
 
-@pytest.mark.parametrize("text", [
-    "not-a-uuid:1", f"{U1}", f"{U1}:", f"{U1}:0", f"{U1}:5-3", f"{U1}:a-b", f"{U1}:1-2-3",
-    f"{U1}:-5", f"{U1[:-1]}:1", f"{U1}:1,{U2}",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "not-a-uuid:1",
+        f"{U1}",
+        f"{U1}:",
+        f"{U1}:0",
+        f"{U1}:5-3",
+        f"{U1}:a-b",
+        f"{U1}:1-2-3",
+        f"{U1}:-5",
+        f"{U1[:-1]}:1",
+        f"{U1}:1,{U2}",
+    ],
+)
 def test_mysql_malformed_sets_raise_position_error(text):
     with pytest.raises(PositionError):
         MysqlGtidSet.parse(text)

@@ -44,7 +44,7 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
         path.append(m)
         for n in sorted(graph[m]):
             if state.get(n) == 1:
-                return path[path.index(n):] + [n]
+                return path[path.index(n) :] + [n]
             if n not in state and (found := visit(n)):
                 return found
         path.pop()
@@ -80,6 +80,9 @@ def test_no_module_imports_another_modules_private_names():
         for path in (ROOT / package).rglob("*.py"):
             for node in ast.walk(ast.parse(path.read_text())):
                 if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in PACKAGES:
-                    found += [f"{path.relative_to(ROOT)}: {node.module}.{a.name}" for a in node.names
-                              if a.name.startswith("_") and not a.name.startswith("__")]
+                    found += [
+                        f"{path.relative_to(ROOT)}: {node.module}.{a.name}"
+                        for a in node.names
+                        if a.name.startswith("_") and not a.name.startswith("__")
+                    ]
     assert not found, "private names imported across modules: " + ", ".join(found)

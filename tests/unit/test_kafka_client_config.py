@@ -17,29 +17,43 @@ import confluent_kafka
 import pytest
 
 from cdc.config import Secret, load_config
-from cdc.secret import scrub_secrets
 from cdc.errors import ConfigError
 from cdc.kafka_client import KafkaClientConfig, client_conf, redact
+from cdc.secret import scrub_secrets
 
 PASSWORD = "Kf-s3cret-Pw-91z"
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
-SECURITY = {"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "cdc-relay",
-            "sasl.password": PASSWORD, "ssl.ca.location": "/etc/kafka/ca.pem", "client.id": "cdc-relay-shop"}
+SECURITY = {
+    "security.protocol": "SASL_SSL",
+    "sasl.mechanism": "SCRAM-SHA-512",
+    "sasl.username": "cdc-relay",
+    "sasl.password": PASSWORD,
+    "ssl.ca.location": "/etc/kafka/ca.pem",
+    "client.id": "cdc-relay-shop",
+}
 
 
 def _raw(**kafka):
-    return {"source": {"name": "shop", "reader": "thread"},
-            "outbox": {"tables": [{"schema": "shop", "table": "outbox"}]},
-            "checkpoint": {"store": "kafka", "topic": "cdc.cp"},
-            "kafka": {"bootstrap": "b1:9093,b2:9093", "dead_letter_topic": "outbox.dlq", **kafka}}
+    return {
+        "source": {"name": "shop", "reader": "thread"},
+        "outbox": {"tables": [{"schema": "shop", "table": "outbox"}]},
+        "checkpoint": {"store": "kafka", "topic": "cdc.cp"},
+        "kafka": {"bootstrap": "b1:9093,b2:9093", "dead_letter_topic": "outbox.dlq", **kafka},
+    }
 
 
 def _cfg(**extra):
     client = {k: v for k, v in SECURITY.items() if k != "sasl.password"} | {"sasl.password_env": "KAFKA_PW"}
-    return load_config(_raw(client=client, producer={"linger.ms": 7, "batch.num.messages": 777},
-                            consumer={"fetch.max.bytes": 1048576}, **extra),
-                       {"KAFKA_PW": PASSWORD})
+    return load_config(
+        _raw(
+            client=client,
+            producer={"linger.ms": 7, "batch.num.messages": 777},
+            consumer={"fetch.max.bytes": 1048576},
+            **extra,
+        ),
+        {"KAFKA_PW": PASSWORD},
+    )
 
 
 class _Metadata:
@@ -153,8 +167,9 @@ def test_cdc_repair(built, monkeypatch):
 
 
 def test_cdc_locate_both_ways(built):
-    from cdc_cli.verify_commands import add_parsers
     import argparse
+
+    from cdc_cli.verify_commands import add_parsers
 
     parser = argparse.ArgumentParser()
     add_parsers(parser.add_subparsers(dest="command"))
@@ -164,8 +179,10 @@ def test_cdc_locate_both_ways(built):
     original = config_file.read_config
     config_file.read_config = lambda path: cfg
     try:
-        for argv in (["locate", "--config", "x", "--topic", "t", "--partition", "0", "--offset", "3"],
-                     ["locate", "--config", "x", "--position", "mysql-bin.000001:4"]):
+        for argv in (
+            ["locate", "--config", "x", "--topic", "t", "--partition", "0", "--offset", "3"],
+            ["locate", "--config", "x", "--position", "mysql-bin.000001:4"],
+        ):
             args = parser.parse_args(argv)
             assert args.func(args) == 3  # nothing found in the recorder's empty topics
     finally:
@@ -225,8 +242,11 @@ def test_no_product_module_writes_bootstrap_servers_itself():
 
 
 def test_a_secret_written_in_the_file_is_refused_naming_the_fix():
-    with pytest.raises(ConfigError, match=r'kafka.client.sasl.password must not be written in the config file; use '
-                                          r'"sasl.password_env"'):
+    with pytest.raises(
+        ConfigError,
+        match=r"kafka.client.sasl.password must not be written in the config file; use "
+        r'"sasl.password_env"',
+    ):
         load_config(_raw(client={"sasl.password": "x"}))
     with pytest.raises(ConfigError, match="kafka.producer.ssl.key.password must not be written"):
         load_config(_raw(producer={"ssl.key.password": "x"}))
@@ -237,8 +257,9 @@ def test_a_secret_written_in_the_file_is_refused_naming_the_fix():
 def test_secrets_come_from_a_file_or_the_environment(tmp_path):
     secret = tmp_path / "kafka.pw"
     secret.write_text(PASSWORD + "\n")
-    cfg = load_config(_raw(client={"sasl.password_file": str(secret), "ssl.key.password_env": "KEY_PW"}),
-                      {"KEY_PW": "key-pw-77"})
+    cfg = load_config(
+        _raw(client={"sasl.password_file": str(secret), "ssl.key.password_env": "KEY_PW"}), {"KEY_PW": "key-pw-77"}
+    )
     assert isinstance(cfg.kafka.client["sasl.password"], Secret)
     conf = cfg.kafka.clients().conf("consumer")
     assert conf["sasl.password"] == PASSWORD and conf["ssl.key.password"] == "key-pw-77"
@@ -248,16 +269,27 @@ def test_secrets_come_from_a_file_or_the_environment(tmp_path):
 
 
 def test_security_settings_belong_to_kafka_client_only():
-    for block, key in (("producer", "security.protocol"), ("consumer", "sasl.mechanism"), ("producer", "ssl.ca.location")):
-        with pytest.raises(ConfigError, match=rf"kafka.{block}.{re.escape(key)} is a connection or security setting: "
-                                              r"move it to \[kafka.client\]"):
+    for block, key in (
+        ("producer", "security.protocol"),
+        ("consumer", "sasl.mechanism"),
+        ("producer", "ssl.ca.location"),
+    ):
+        with pytest.raises(
+            ConfigError,
+            match=rf"kafka.{block}.{re.escape(key)} is a connection or security setting: "
+            r"move it to \[kafka.client\]",
+        ):
             load_config(_raw(**{block: {key: "x"}}))
 
 
 def test_layers_later_wins_and_enforced_last():
     clients = KafkaClientConfig("b:1", {"client.id": "a", "linger.ms": 1}, {"linger.ms": 2}, {"client.id": "c"})
     assert clients.conf("producer", {"linger.ms": 0, "acks": "1"}, {"acks": "all"}) == {
-        "client.id": "a", "linger.ms": 2, "acks": "all", "bootstrap.servers": "b:1"}
+        "client.id": "a",
+        "linger.ms": 2,
+        "acks": "all",
+        "bootstrap.servers": "b:1",
+    }
     assert clients.conf("consumer")["client.id"] == "c"
     assert clients.conf("admin") == {"client.id": "a", "linger.ms": 1, "bootstrap.servers": "b:1"}
     assert client_conf("x:1", {"bootstrap.servers": "evil"})["bootstrap.servers"] == "x:1"
@@ -265,7 +297,7 @@ def test_layers_later_wins_and_enforced_last():
 
 def test_secrets_are_scrubbed_from_text():
     cfg = _cfg()
-    text = f"Invalid value \"{PASSWORD}\" for sasl.password"
+    text = f'Invalid value "{PASSWORD}" for sasl.password'
     assert PASSWORD not in redact(text, cfg.kafka.clients())
     assert scrub_secrets(text) == 'Invalid value "***" for sasl.password'
 

@@ -28,13 +28,16 @@ def test_lock_names_stay_within_64_characters_and_apart():
     assert len(a) == len(b) == 64 and a != b
 
 
-@pytest.mark.parametrize("previous,wait,why", [
-    (Previous(0, False, False, False), 0.0, "no relay held"),
-    (Previous(3, True, False, False), 0.0, "released the lease at a clean stop"),
-    (Previous(3, False, True, False), 0.0, "is gone"),
-    (Previous(3, False, False, True), 10.0, "ended while it was active"),
-    (Previous(3, False, False, False), 70.0, "went silent or cannot be checked"),
-])
+@pytest.mark.parametrize(
+    "previous,wait,why",
+    [
+        (Previous(0, False, False, False), 0.0, "no relay held"),
+        (Previous(3, True, False, False), 0.0, "released the lease at a clean stop"),
+        (Previous(3, False, True, False), 0.0, "is gone"),
+        (Previous(3, False, False, True), 10.0, "ended while it was active"),
+        (Previous(3, False, False, False), 70.0, "went silent or cannot be checked"),
+    ],
+)
 def test_takeover_waits_only_as_long_as_the_previous_holder_could_still_publish(previous, wait, why):
     got, text = takeover_wait(previous, S, delivery_timeout_s=60.0)
     assert got == wait and why in text

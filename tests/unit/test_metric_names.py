@@ -45,8 +45,13 @@ def test_units_come_last_and_no_series_says_unknown_with_minus_one():
 
 
 def test_known_values_are_exported_under_their_names():
-    m = RelayMetrics(server_end_bytes_behind=4096, kafka_brokers_up=3, outbox_changes_ignored=2, rows_discarded=7,
-                     bytes_published=100)
+    m = RelayMetrics(
+        server_end_bytes_behind=4096,
+        kafka_brokers_up=3,
+        outbox_changes_ignored=2,
+        rows_discarded=7,
+        bytes_published=100,
+    )
     m.lease_held, m.lease_confirmed_at = True, 1.0
     samples = _samples(_text(m))
     assert samples['cdc_binlog_behind_bytes{source="shop"}'] == 4096

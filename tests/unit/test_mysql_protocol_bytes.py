@@ -40,23 +40,26 @@ UUID_B = "0e11fa47-71ca-11e1-9e33-c80aa9429562"
 # -- statement choice --------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("version, status, replicas", [
-    ("8.4.0", "SHOW BINARY LOG STATUS", "SHOW REPLICAS"),
-    ("8.4.3-commercial", "SHOW BINARY LOG STATUS", "SHOW REPLICAS"),
-    ("9.1.0", "SHOW BINARY LOG STATUS", "SHOW REPLICAS"),
-    ("8.2.0", "SHOW BINARY LOG STATUS", "SHOW REPLICAS"),
-    ("8.1.0", "SHOW MASTER STATUS", "SHOW REPLICAS"),
-    ("8.0.36-0ubuntu0.22.04.1", "SHOW MASTER STATUS", "SHOW REPLICAS"),
-    ("8.0.32-google", "SHOW MASTER STATUS", "SHOW REPLICAS"),
-    ("8.0.35-27", "SHOW MASTER STATUS", "SHOW REPLICAS"),  # Percona
-    ("8.0.22", "SHOW MASTER STATUS", "SHOW REPLICAS"),
-    ("8.0.21", "SHOW MASTER STATUS", "SHOW SLAVE HOSTS"),
-    ("5.7.19-log", "SHOW MASTER STATUS", "SHOW SLAVE HOSTS"),
-    ("10.11.6-MariaDB-0+deb12u1", "SHOW MASTER STATUS", "SHOW SLAVE HOSTS"),
-    ("11.4.2-MariaDB", "SHOW MASTER STATUS", "SHOW SLAVE HOSTS"),
-    ("5.5.5-10.11.6-MariaDB", "SHOW MASTER STATUS", "SHOW SLAVE HOSTS"),
-    ("", "SHOW MASTER STATUS", "SHOW SLAVE HOSTS"),
-])
+@pytest.mark.parametrize(
+    "version, status, replicas",
+    [
+        ("8.4.0", "SHOW BINARY LOG STATUS", "SHOW REPLICAS"),
+        ("8.4.3-commercial", "SHOW BINARY LOG STATUS", "SHOW REPLICAS"),
+        ("9.1.0", "SHOW BINARY LOG STATUS", "SHOW REPLICAS"),
+        ("8.2.0", "SHOW BINARY LOG STATUS", "SHOW REPLICAS"),
+        ("8.1.0", "SHOW MASTER STATUS", "SHOW REPLICAS"),
+        ("8.0.36-0ubuntu0.22.04.1", "SHOW MASTER STATUS", "SHOW REPLICAS"),
+        ("8.0.32-google", "SHOW MASTER STATUS", "SHOW REPLICAS"),
+        ("8.0.35-27", "SHOW MASTER STATUS", "SHOW REPLICAS"),  # Percona
+        ("8.0.22", "SHOW MASTER STATUS", "SHOW REPLICAS"),
+        ("8.0.21", "SHOW MASTER STATUS", "SHOW SLAVE HOSTS"),
+        ("5.7.19-log", "SHOW MASTER STATUS", "SHOW SLAVE HOSTS"),
+        ("10.11.6-MariaDB-0+deb12u1", "SHOW MASTER STATUS", "SHOW SLAVE HOSTS"),
+        ("11.4.2-MariaDB", "SHOW MASTER STATUS", "SHOW SLAVE HOSTS"),
+        ("5.5.5-10.11.6-MariaDB", "SHOW MASTER STATUS", "SHOW SLAVE HOSTS"),
+        ("", "SHOW MASTER STATUS", "SHOW SLAVE HOSTS"),
+    ],
+)
 def test_statements_follow_the_server_version(version, status, replicas):
     assert binlog_status_statement(version) == status
     assert replicas_statement(version) == replicas
@@ -80,12 +83,15 @@ def _interval_block(uuid: str, intervals: list[tuple[int, int]]) -> bytes:
 def test_com_binlog_dump_gtid_packet_one_source():
     packet = mysql_gtid_dump_packet(f"{UUID_A}:1-5:7", server_id=42, blocking=True)
     data = struct.pack("<Q", 1) + _interval_block(UUID_A, [(1, 5), (7, 7)])
-    expected = (b"\x1e"                        # COM_BINLOG_DUMP_GTID
-                + b"\x04\x00"                  # flags: BINLOG_THROUGH_GTID
-                + b"\x2a\x00\x00\x00"          # server_id 42
-                + b"\x00\x00\x00\x00"          # binlog-filename-len 0 (no name)
-                + b"\x04\x00\x00\x00\x00\x00\x00\x00"  # binlog-pos 4
-                + struct.pack("<I", len(data)) + data)
+    expected = (
+        b"\x1e"  # COM_BINLOG_DUMP_GTID
+        + b"\x04\x00"  # flags: BINLOG_THROUGH_GTID
+        + b"\x2a\x00\x00\x00"  # server_id 42
+        + b"\x00\x00\x00\x00"  # binlog-filename-len 0 (no name)
+        + b"\x04\x00\x00\x00\x00\x00\x00\x00"  # binlog-pos 4
+        + struct.pack("<I", len(data))
+        + data
+    )
     assert packet == expected
     assert len(data) == 8 + 16 + 8 + 2 * 16
 
@@ -99,15 +105,16 @@ def test_com_binlog_dump_gtid_packet_non_blocking_two_sources():
     data = packet[23:]
     assert pos == 4 and size == len(data)
     assert struct.unpack_from("<Q", data)[0] == 2
-    blocks = {data[8:8 + 40], data[48:48 + 40]}  # the order of sources is free
+    blocks = {data[8 : 8 + 40], data[48 : 48 + 40]}  # the order of sources is free
     assert blocks == {_interval_block(UUID_A, [(1, 100)]), _interval_block(UUID_B, [(3, 3)])}
 
 
 # -- MySQL 8.0 Gtid_log_event ------------------------------------------------------------
 
 
-def _gtid80_body(gno: int, immediate_us: int, original_us: int | None, tx_length: int,
-                 server: int, original_server: int | None) -> bytes:
+def _gtid80_body(
+    gno: int, immediate_us: int, original_us: int | None, tx_length: int, server: int, original_server: int | None
+) -> bytes:
     body = b"\x00" + bytes.fromhex(UUID_A.replace("-", "")) + struct.pack("<Q", gno)
     body += b"\x02" + struct.pack("<QQ", gno - 1, gno)  # LOGICAL_TIMESTAMP_TYPECODE, last_committed, sequence_number
     if original_us is None:
@@ -170,9 +177,22 @@ def _json_table_map() -> bytes:
     meta = struct.pack("<H", 256) + b"\x04"
     names = b"".join(bb.lenenc(len(c)) + c.encode() for c in ("id", "payload"))
     optional = b"\x04" + bb.lenenc(len(names)) + names
-    return (struct.pack("<Q", bb.TABLE_ID)[:6] + b"\x01\x00" + bytes([len(bb.SCHEMA)]) + bb.SCHEMA.encode()
-            + b"\x00" + bytes([len(bb.TABLE)]) + bb.TABLE.encode() + b"\x00" + bb.lenenc(2) + types
-            + bb.lenenc(len(meta)) + meta + b"\x02" + optional)
+    return (
+        struct.pack("<Q", bb.TABLE_ID)[:6]
+        + b"\x01\x00"
+        + bytes([len(bb.SCHEMA)])
+        + bb.SCHEMA.encode()
+        + b"\x00"
+        + bytes([len(bb.TABLE)])
+        + bb.TABLE.encode()
+        + b"\x00"
+        + bb.lenenc(2)
+        + types
+        + bb.lenenc(len(meta))
+        + meta
+        + b"\x02"
+        + optional
+    )
 
 
 def _json_row(event_id: str, jsonb: bytes | None) -> bytes:
@@ -188,31 +208,52 @@ def _json_row(event_id: str, jsonb: bytes | None) -> bytes:
 # element count (2), size (2); key entries (offset 2, length 2) in key order (by length,
 # then bytes); value entries (type 1, inlined value or offset 2); keys; values.
 # Offsets count from the byte after the type byte.
-_OBJECT = (b"\x00"
-           + struct.pack("<HH", 3, 34)                                  # 3 members, 34 bytes
-           + struct.pack("<HH", 25, 1) + struct.pack("<HH", 26, 2) + struct.pack("<HH", 28, 3)  # n, ok, tag
-           + b"\x05" + struct.pack("<H", 1)                             # int16 1, inlined
-           + b"\x04" + struct.pack("<H", 1)                             # literal true, inlined
-           + b"\x0c" + struct.pack("<H", 31)                            # string at 31
-           + b"n" + b"ok" + b"tag"
-           + b"\x02" + "é".encode())                                    # length 2, utf8mb4
+_OBJECT = (
+    b"\x00"
+    + struct.pack("<HH", 3, 34)  # 3 members, 34 bytes
+    + struct.pack("<HH", 25, 1)
+    + struct.pack("<HH", 26, 2)
+    + struct.pack("<HH", 28, 3)  # n, ok, tag
+    + b"\x05"
+    + struct.pack("<H", 1)  # int16 1, inlined
+    + b"\x04"
+    + struct.pack("<H", 1)  # literal true, inlined
+    + b"\x0c"
+    + struct.pack("<H", 31)  # string at 31
+    + b"n"
+    + b"ok"
+    + b"tag"
+    + b"\x02"
+    + "é".encode()
+)  # length 2, utf8mb4
 # [1, null, [2], "x"] as a small array: count, size, value entries, then the nested
 # array and the string.
-_NESTED = struct.pack("<HH", 1, 7) + b"\x05" + struct.pack("<H", 2)     # [2]: 7 bytes
-_ARRAY = (b"\x02" + struct.pack("<HH", 4, 16 + len(_NESTED) + 2)
-          + b"\x05" + struct.pack("<H", 1)                             # 1
-          + b"\x04" + struct.pack("<H", 0)                             # null
-          + b"\x02" + struct.pack("<H", 16)                            # small array at 16
-          + b"\x0c" + struct.pack("<H", 16 + len(_NESTED))             # string after it
-          + _NESTED + b"\x01x")
+_NESTED = struct.pack("<HH", 1, 7) + b"\x05" + struct.pack("<H", 2)  # [2]: 7 bytes
+_ARRAY = (
+    b"\x02"
+    + struct.pack("<HH", 4, 16 + len(_NESTED) + 2)
+    + b"\x05"
+    + struct.pack("<H", 1)  # 1
+    + b"\x04"
+    + struct.pack("<H", 0)  # null
+    + b"\x02"
+    + struct.pack("<H", 16)  # small array at 16
+    + b"\x0c"
+    + struct.pack("<H", 16 + len(_NESTED))  # string after it
+    + _NESTED
+    + b"\x01x"
+)
 
 
-@pytest.mark.parametrize("jsonb, text", [
-    (_OBJECT, '{"n":1,"ok":true,"tag":"\\u00e9"}'),
-    (_ARRAY, '[1,null,[2],"x"]'),
-    (b"\x04\x02", "false"),                       # a literal on its own
-    (b"\x0b" + struct.pack("<d", 2.5), "2.5"),    # a double
-])
+@pytest.mark.parametrize(
+    "jsonb, text",
+    [
+        (_OBJECT, '{"n":1,"ok":true,"tag":"\\u00e9"}'),
+        (_ARRAY, '[1,null,[2],"x"]'),
+        (b"\x04\x02", "false"),  # a literal on its own
+        (b"\x0b" + struct.pack("<d", 2.5), "2.5"),  # a double
+    ],
+)
 def test_mysql_binary_json_is_published_as_json_text(jsonb, text):
     assert len(_OBJECT) == 1 + 34 and len(_ARRAY) == 1 + 25
     log = bb.Binlog()
@@ -246,10 +287,22 @@ CAPS = 0x00000001 | 0x00000200 | 0x00008000 | 0x00080000 | 0x00200000  # LONG_PA
 
 def _greeting() -> bytes:
     """Protocol::HandshakeV10 of a MySQL 8.4 server with caching_sha2_password."""
-    return (b"\x0a" + b"8.4.0\x00" + struct.pack("<I", 17) + NONCE[:8] + b"\x00"
-            + struct.pack("<H", CAPS & 0xFFFF) + b"\xff" + struct.pack("<H", 0x0002)
-            + struct.pack("<H", CAPS >> 16) + bytes([21]) + b"\x00" * 10 + NONCE[8:] + b"\x00"
-            + b"caching_sha2_password\x00")
+    return (
+        b"\x0a"
+        + b"8.4.0\x00"
+        + struct.pack("<I", 17)
+        + NONCE[:8]
+        + b"\x00"
+        + struct.pack("<H", CAPS & 0xFFFF)
+        + b"\xff"
+        + struct.pack("<H", 0x0002)
+        + struct.pack("<H", CAPS >> 16)
+        + bytes([21])
+        + b"\x00" * 10
+        + NONCE[8:]
+        + b"\x00"
+        + b"caching_sha2_password\x00"
+    )
 
 
 OK = b"\x00\x00\x00\x02\x00\x00\x00"
@@ -271,7 +324,7 @@ class ScriptedServer(io.RawIOBase):
     def sendall(self, data: bytes) -> None:
         while data:
             n = int.from_bytes(data[:3], "little")
-            seq, payload, data = data[3], data[4:4 + n], data[4 + n:]
+            seq, payload, data = data[3], data[4 : 4 + n], data[4 + n :]
             self.received.append(payload)
             for i, packet in enumerate(self._answer(payload, len(self.received))):
                 self._out += self._frame(packet, seq + 1 + i)
@@ -304,7 +357,7 @@ def _auth_response(handshake_response: bytes) -> bytes:
     p = 32
     p = handshake_response.index(b"\x00", p) + 1
     n = handshake_response[p]
-    return handshake_response[p + 1:p + 1 + n]
+    return handshake_response[p + 1 : p + 1 + n]
 
 
 def _connect(server: ScriptedServer, mode: str = "disabled"):
@@ -343,8 +396,9 @@ def test_caching_sha2_full_authentication_without_tls_uses_the_servers_rsa_key()
             assert payload == b"\x02"  # request_public_key (not the clear password: no TLS)
             return [b"\x01" + pem]
         if n == 3:
-            clear = key.decrypt(payload, padding.OAEP(mgf=padding.MGF1(hashes.SHA1()), algorithm=hashes.SHA1(),
-                                                      label=None))
+            clear = key.decrypt(
+                payload, padding.OAEP(mgf=padding.MGF1(hashes.SHA1()), algorithm=hashes.SHA1(), label=None)
+            )
             text = bytes(c ^ NONCE[i % len(NONCE)] for i, c in enumerate(clear))
             seen.append(text.decode())
             return [OK]

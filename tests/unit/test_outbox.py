@@ -31,7 +31,12 @@ TABLE = OutboxTable("shop", "outbox")
 def test_debezium_default_columns_and_topic():
     t = OutboxTable("shop", "outbox")
     assert (t.id_column, t.aggregate_type_column, t.aggregate_id_column, t.type_column, t.payload_column) == (
-        "id", "aggregatetype", "aggregateid", "type", "payload")
+        "id",
+        "aggregatetype",
+        "aggregateid",
+        "type",
+        "payload",
+    )
     assert t.topic == "outbox.event.{aggregate_type}"
     assert t.qualified_name == "shop.outbox"
     assert t.required_columns == ("id", "aggregatetype", "aggregateid", "type")
@@ -56,8 +61,16 @@ def test_row_maps_to_event():
 
 
 def test_custom_columns_and_template():
-    t = OutboxTable("app", "events", id_column="event_id", aggregate_type_column="agg", aggregate_id_column="agg_id",
-                    type_column="kind", payload_column="body", topic="{schema}.{table}.{type}")
+    t = OutboxTable(
+        "app",
+        "events",
+        id_column="event_id",
+        aggregate_type_column="agg",
+        aggregate_id_column="agg_id",
+        type_column="kind",
+        payload_column="body",
+        topic="{schema}.{table}.{type}",
+    )
     ev = mapper().map(t, {"event_id": 7, "agg": "a", "agg_id": 9, "kind": "made", "body": "b"}, IDENTITY)
     assert isinstance(ev, OutboxEvent)
     assert ev.topic == "app.events.made" and ev.event_id == "7" and ev.aggregate_id == "9" and ev.payload == "b"

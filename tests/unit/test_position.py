@@ -37,18 +37,33 @@ def test_order_is_by_numeric_suffix_not_by_string():
 def test_order_within_a_file_is_by_offset():
     assert BinlogPosition("mysql-bin.000001", 4) < BinlogPosition("mysql-bin.000001", 120)
     assert BinlogPosition("mysql-bin.000001", 99999) < BinlogPosition("mysql-bin.000002", 4)
-    assert max(BinlogPosition("mysql-bin.000003", 4), BinlogPosition("mysql-bin.000002", 9000)).file == "mysql-bin.000003"
+    assert (
+        max(BinlogPosition("mysql-bin.000003", 4), BinlogPosition("mysql-bin.000002", 9000)).file == "mysql-bin.000003"
+    )
 
 
 def test_positions_are_hashable_and_equal_by_value():
     assert len({BinlogPosition("mysql-bin.000001", 4), BinlogPosition.parse("mysql-bin.000001:4")}) == 1
 
 
-@pytest.mark.parametrize("text", [
-    "", "mysql-bin.000001", "mysql-bin.000001:", ":4", "mysql-bin:4", "mysql-bin.000001:-4",
-    "mysql-bin.000001:abc", "mysql-bin.00a001:4", "my sql-bin.000001:4", "dir/mysql-bin.000001:4",
-    "mysql-bin.000001:4:5", "mysql-bin.:4", "mysql-bin.000001:4.5",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "mysql-bin.000001",
+        "mysql-bin.000001:",
+        ":4",
+        "mysql-bin:4",
+        "mysql-bin.000001:-4",
+        "mysql-bin.000001:abc",
+        "mysql-bin.00a001:4",
+        "my sql-bin.000001:4",
+        "dir/mysql-bin.000001:4",
+        "mysql-bin.000001:4:5",
+        "mysql-bin.:4",
+        "mysql-bin.000001:4.5",
+    ],
+)
 def test_malformed_positions_raise_position_error_with_a_clear_message(text):
     with pytest.raises(PositionError) as info:
         BinlogPosition.parse(text)
@@ -95,8 +110,10 @@ def test_round_trip_property(base, seq, width, pos):
     assert p.sequence == seq
 
 
-@given(a=st.tuples(st.integers(1, 2_000_000), st.integers(0, 10**6)),
-       b=st.tuples(st.integers(1, 2_000_000), st.integers(0, 10**6)))
+@given(
+    a=st.tuples(st.integers(1, 2_000_000), st.integers(0, 10**6)),
+    b=st.tuples(st.integers(1, 2_000_000), st.integers(0, 10**6)),
+)
 def test_order_matches_numeric_tuple_order(a, b):
     pa = BinlogPosition(f"mysql-bin.{a[0]:06d}", a[1])
     pb = BinlogPosition(f"mysql-bin.{b[0]:06d}", b[1])

@@ -79,7 +79,15 @@ def make_event(
     }
 
 
-def make_record(ev: dict[str, Any] | None, *, topic: str | None = None, partition: int = 0, offset: int = 0, ts: int | None = None, **over: Any) -> dict[str, Any]:
+def make_record(
+    ev: dict[str, Any] | None,
+    *,
+    topic: str | None = None,
+    partition: int = 0,
+    offset: int = 0,
+    ts: int | None = None,
+    **over: Any,
+) -> dict[str, Any]:
     """A record exactly as the relay should write it for `ev` (then `over` applied)."""
     assert ev is not None
     topic = topic or (DLQ if ev["dlq_cause"] else ev["expected_topic"])
@@ -468,23 +476,36 @@ def test_classify_query(query: str, expected: tuple) -> None:
 def test_event_mapper_rules() -> None:
     table = OutboxTable("shop", "outbox", topic="outbox.event.{aggregate_type}")
     m = EventMapper([table])
-    ok = m.map("shop", "outbox", {"id": 7, "aggregatetype": "order", "aggregateid": "o1", "type": "created", "payload": "{}"})
+    ok = m.map(
+        "shop", "outbox", {"id": 7, "aggregatetype": "order", "aggregateid": "o1", "type": "created", "payload": "{}"}
+    )
     assert ok["expected_topic"] == "outbox.event.order" and ok["dlq_cause"] is None
     assert ok["event_id"] == "7" and ok["payload"] == b"{}" and ok["payload_is_text"] is True
-    bad = m.map("shop", "outbox", {"id": 8, "aggregatetype": "bad type", "aggregateid": "o1", "type": "x", "payload": None})
+    bad = m.map(
+        "shop", "outbox", {"id": 8, "aggregatetype": "bad type", "aggregateid": "o1", "type": "x", "payload": None}
+    )
     assert bad["dlq_cause"] == "illegal_topic" and bad["expected_topic"] == "outbox.event.bad type"
     null = m.map("shop", "outbox", {"id": 9, "aggregatetype": None, "aggregateid": "o1", "type": "x", "payload": None})
     assert null["dlq_cause"] == "null_column"
     gone = m.map("shop", "outbox", {"id": 9, "aggregateid": "o1", "type": "x", "payload": None})
     assert gone["dlq_cause"] == "missing_column"
     uid = uuid.uuid4()
-    binary = m.map("shop", "outbox", {"id": uid.bytes, "aggregatetype": "order", "aggregateid": b"o2", "type": "x", "payload": b"\x00\x01"})
+    binary = m.map(
+        "shop",
+        "outbox",
+        {"id": uid.bytes, "aggregatetype": "order", "aggregateid": b"o2", "type": "x", "payload": b"\x00\x01"},
+    )
     assert binary["event_id"] == str(uid) and binary["aggregate_id"] == "o2"
     assert binary["payload"] == b"\x00\x01" and binary["payload_is_text"] is False
-    js = m.map("shop", "outbox", {"id": 1, "aggregatetype": "order", "aggregateid": "o", "type": "x", "payload": {"a": [1, 2]}})
+    js = m.map(
+        "shop", "outbox", {"id": 1, "aggregatetype": "order", "aggregateid": "o", "type": "x", "payload": {"a": [1, 2]}}
+    )
     assert js["payload"] == b'{"a":[1,2]}'
     allow = EventMapper([table], allowlist=("outbox.event.inv*",))
-    assert allow.map("shop", "outbox", {"id": 1, "aggregatetype": "order", "aggregateid": "o", "type": "x"})["dlq_cause"] == "topic_not_allowed"
+    assert (
+        allow.map("shop", "outbox", {"id": 1, "aggregatetype": "order", "aggregateid": "o", "type": "x"})["dlq_cause"]
+        == "topic_not_allowed"
+    )
 
 
 def test_events_of_tx_coordinates() -> None:
@@ -516,7 +537,16 @@ def encode_value(record: dict[str, Any], schema_id: int = 1) -> bytes:
 
 
 def test_decode_record_identity_and_avro() -> None:
-    value = encode_value({"id": "7", "aggregate_type": "order", "aggregate_id": "o1", "type": "created", "payload": "hé", "timestamp": 123})
+    value = encode_value(
+        {
+            "id": "7",
+            "aggregate_type": "order",
+            "aggregate_id": "o1",
+            "type": "created",
+            "payload": "hé",
+            "timestamp": 123,
+        }
+    )
     headers = {
         hdr.H_SOURCE: "s", hdr.H_FILE: "mysql-bin.000003", hdr.H_POS: "900", hdr.H_ROW: "1", hdr.H_GTID: "0-1-5",
         hdr.H_COMMIT_TS: "1700000000000", hdr.H_EVENT_ID: "7", hdr.H_EVENT_TYPE: "created", hdr.H_REPAIR: "1",
@@ -527,13 +557,17 @@ def test_decode_record_identity_and_avro() -> None:
     assert d["v_payload"] == "hé".encode() and d["v_payload_is_text"] is True and d["v_timestamp_us"] == 123
     assert d["schema_id"] == 1 and d["value_error"] is None
     assert set(d) == {n for n, _ in fields_for(False, True)} - {n for n, _ in fields_for(False, False)}
-    raw = encode_value({"id": "7", "aggregate_type": "o", "aggregate_id": "o1", "type": "c", "payload": b"\x01", "timestamp": None})
+    raw = encode_value(
+        {"id": "7", "aggregate_type": "o", "aggregate_id": "o1", "type": "c", "payload": b"\x01", "timestamp": None}
+    )
     assert decode_record("t", headers, raw, DLQ)["v_payload_is_text"] is False
 
 
 def test_decode_value_errors() -> None:
     assert decode_value(b"\x01\x00\x00\x00\x01abc")[2].startswith("not Confluent")
-    good = encode_value({"id": "7", "aggregate_type": "o", "aggregate_id": "a", "type": "t", "payload": None, "timestamp": None})
+    good = encode_value(
+        {"id": "7", "aggregate_type": "o", "aggregate_id": "a", "type": "t", "payload": None, "timestamp": None}
+    )
     assert decode_value(good + b"xx")[2] == "2 trailing byte(s) after the Avro record"
     assert decode_value(good[:8])[2].startswith("Avro decoding failed")
     assert decode_record(DLQ, {}, b"not json", DLQ)["value_error"].startswith("dead-letter value is not JSON")
@@ -564,9 +598,23 @@ def test_report_exit_rule_and_outputs(tmp_path: Any) -> None:
     from spark_jobs.report import VerifyReport, render_html, summary_text
 
     def rep(**counts: int) -> VerifyReport:
-        base = {c: 0 for c in ("delivered", "missing", "duplicate", "phantom", "reordered", "altered", "dead_lettered", "unverifiable")}
+        base = {
+            c: 0
+            for c in (
+                "delivered",
+                "missing",
+                "duplicate",
+                "phantom",
+                "reordered",
+                "altered",
+                "dead_lettered",
+                "unverifiable",
+            )
+        }
         base.update(counts)
-        return VerifyReport(summary={"counts": base, "latency": {"count": 0, "note": "x"}, "examples": {}}, inputs={}, config={})
+        return VerifyReport(
+            summary={"counts": base, "latency": {"count": 0, "note": "x"}, "examples": {}}, inputs={}, config={}
+        )
 
     assert rep(delivered=5, dead_lettered=2, unverifiable=3).ok
     for bad in ("missing", "duplicate", "phantom", "reordered", "altered"):
@@ -596,7 +644,15 @@ class _Msg:
 
     def __init__(self, topic: str, partition: int, offset: int, key: bytes | None, value: bytes | None,
                  headers: list | None, ts: tuple[int, int] = (1, 1_700_000_000_123)):  # fmt: skip
-        self._t, self._p, self._o, self._k, self._v, self._h, self._ts = topic, partition, offset, key, value, headers, ts
+        self._t, self._p, self._o, self._k, self._v, self._h, self._ts = (
+            topic,
+            partition,
+            offset,
+            key,
+            value,
+            headers,
+            ts,
+        )
 
     def topic(self) -> str:
         return self._t
@@ -624,7 +680,14 @@ def _sample_messages() -> list[_Msg]:
     base = [(hdr.H_SOURCE, b"s"), (hdr.H_FILE, b"mysql-bin.000003"), (hdr.H_POS, b"900"), (hdr.H_ROW, b"1"),
             (hdr.H_GTID, b"0-1-5"), (hdr.H_COMMIT_TS, b"1700000000000"), (hdr.H_EVENT_ID, b"7"),
             (hdr.H_EVENT_TYPE, b"created"), (hdr.H_TABLE, b"shop.outbox")]  # fmt: skip
-    rec = {"id": "7", "aggregate_type": "order", "aggregate_id": "o1", "type": "created", "payload": "hé", "timestamp": 123}
+    rec = {
+        "id": "7",
+        "aggregate_type": "order",
+        "aggregate_id": "o1",
+        "type": "created",
+        "payload": "hé",
+        "timestamp": 123,
+    }
     good = encode_value(rec)
     long_text = encode_value({**rec, "payload": "x" * 5000, "id": "é" * 300, "timestamp": -(1 << 60)})
     binary = encode_value({**rec, "payload": b"\x00\xff", "timestamp": None})
@@ -693,7 +756,10 @@ def test_event_columns_equal_events_of_tx() -> None:
         {"id": 5, "aggregateid": "e", "type": "t"},
     ]
     txs = [
-        ("mysql-bin.000042", CommittedTx(1000, 1500, "0-1-42", 1, 1_700_000_123, [("shop", "outbox", r) for r in rows])),
+        (
+            "mysql-bin.000042",
+            CommittedTx(1000, 1500, "0-1-42", 1, 1_700_000_123, [("shop", "outbox", r) for r in rows]),
+        ),
         ("mysql-bin.000042", CommittedTx(2000, 2500, None, 2, 1_700_000_124, [("shop", "outbox", rows[0])])),
         ("mysql-bin.000043", CommittedTx(4, 50, "0-1-43", 1, 1_700_000_125, [])),
     ]

@@ -39,8 +39,11 @@ def workload(gtids=False):
     b.transaction([outbox_row("e1", "order", "k1"), outbox_row("e2", "user", "u1")], gtid=next(g))
     b.transaction([outbox_row("r1", "order", "k1")], gtid=next(g), outcome="rollback")
     b.transaction([], gtid=next(g), other_rows=2)
-    b.transaction([outbox_row("e3", "order", "k2"), outbox_row("e4", "order", "k1"),
-                   outbox_row("e5", "user", "u1")], gtid=next(g), other_rows=1)
+    b.transaction(
+        [outbox_row("e3", "order", "k2"), outbox_row("e4", "order", "k1"), outbox_row("e5", "user", "u1")],
+        gtid=next(g),
+        other_rows=1,
+    )
     b.heartbeat()
     b.rotate()
     b.transaction([outbox_row("e6", "order", "k1"), outbox_row("e7", "order", "k3")], gtid=next(g))
@@ -58,7 +61,8 @@ def assert_exactly_once_in_order(kafka, binlog, topics=None):
     duplicates = {k: n for k, n in got.items() if n > 1}
     assert not duplicates, f"duplicated: {duplicates}"
     assert set(got) == set(expected), (
-        f"missing: {sorted(set(expected) - set(got))}, unexpected: {sorted(set(got) - set(expected))}")
+        f"missing: {sorted(set(expected) - set(got))}, unexpected: {sorted(set(got) - set(expected))}"
+    )
     order = {e[3]: i for i, e in enumerate(expected)}
     for topic, parts in kafka.logs.items():
         for p, part in enumerate(parts):
@@ -164,8 +168,13 @@ def test_on_change_stop_refuses_and_does_not_checkpoint_past_the_change():
 
 def test_illegal_topic_goes_to_the_dead_letter_topic_with_its_cause():
     b = Binlog()
-    b.transaction([outbox_row("ok1", "order", "k1"), outbox_row("bad", "bad type!", "k9", payload=b"\x00\x01"),
-                   outbox_row("ok2", "order", "k1")])
+    b.transaction(
+        [
+            outbox_row("ok1", "order", "k1"),
+            outbox_row("bad", "bad type!", "k9", payload=b"\x00\x01"),
+            outbox_row("ok2", "order", "k1"),
+        ]
+    )
     h = RelayHarness(b)
     summary = h.run()
     [dead] = h.kafka.records(DLQ)
@@ -216,8 +225,9 @@ def test_encoding_failure_is_dead_lettered():
 def test_event_over_max_message_bytes_is_dead_lettered_before_sending():
     b = Binlog()
     b.transaction([outbox_row("big"), outbox_row("small")])
-    h = RelayHarness(b, max_message_bytes=500,
-                     serializer=JsonSerializer(pad_if=lambda ev: 1000 if ev.event_id == "big" else 0))
+    h = RelayHarness(
+        b, max_message_bytes=500, serializer=JsonSerializer(pad_if=lambda ev: 1000 if ev.event_id == "big" else 0)
+    )
     h.run()
     [dead] = h.kafka.records(DLQ)
     assert dead.header_text["cdc.dlq.cause"] == "too_large" and dead.header_text["id"] == "big"
@@ -297,8 +307,15 @@ def test_too_large_redirect_seen_while_draining_is_not_lost_when_another_message
     b = Binlog()
     big = b.transaction([outbox_row("big")])
     b.transaction([outbox_row("bad")])
-    h = RelayHarness(b, publisher=dict(fail=lambda m: (TOO_LARGE if message_id(m) == "big" and m.topic != DLQ else
-                                                       FATAL if message_id(m) == "bad" else None), per_poll=0))
+    h = RelayHarness(
+        b,
+        publisher=dict(
+            fail=lambda m: (
+                TOO_LARGE if message_id(m) == "big" and m.topic != DLQ else FATAL if message_id(m) == "bad" else None
+            ),
+            per_poll=0,
+        ),
+    )
     try:
         h.run()
     except DeliveryError:
@@ -307,7 +324,8 @@ def test_too_large_redirect_seen_while_draining_is_not_lost_when_another_message
     in_dlq = [r.header_text["id"] for r in h.kafka.records(DLQ)]
     # either the dead-letter copy is in the topic, or the checkpoint does not pass it
     assert "big" in in_dlq or cp.position < big.end, (
-        f"checkpoint at {cp.position} passed the too-large event, which is in no topic")
+        f"checkpoint at {cp.position} passed the too-large event, which is in no topic"
+    )
 
 
 # -- the checkpoint ----------------------------------------------------------------------------
@@ -316,8 +334,13 @@ def test_too_large_redirect_seen_while_draining_is_not_lost_when_another_message
 def test_checkpoint_only_names_positions_of_fully_acknowledged_transactions():
     b = Binlog()
     for i in range(12):
-        b.transaction([outbox_row(f"e{i}-{j}", random.Random(i * 7 + j).choice(["order", "user"]), f"k{j}")
-                       for j in range(1 + i % 3)], outcome="rollback" if i == 5 else "commit")
+        b.transaction(
+            [
+                outbox_row(f"e{i}-{j}", random.Random(i * 7 + j).choice(["order", "user"]), f"k{j}")
+                for j in range(1 + i % 3)
+            ],
+            outcome="rollback" if i == 5 else "commit",
+        )
     violations = []
     h = None
 
@@ -470,8 +493,7 @@ def test_source_error_before_the_first_transaction_reopens_at_the_start():
 
 def test_source_unreachable_past_the_timeout_raises_source_error_and_keeps_the_checkpoint():
     b = workload()
-    h = RelayHarness(b, factory=dict(fail_at={_index_of_row(b, "e4")}, reopen_failures=10**9),
-                     reconnect_timeout_s=2.0)
+    h = RelayHarness(b, factory=dict(fail_at={_index_of_row(b, "e4")}, reopen_failures=10**9), reconnect_timeout_s=2.0)
     with pytest.raises(SourceError, match="unreachable"):
         h.run()
     assert h.store.current.position == b.txs[2].end
@@ -536,7 +558,8 @@ def test_dead_letters_delivered_before_a_crash_are_not_sent_again():
     kafka = FakeKafka({"outbox.event.order": 3, DLQ: 2})
     store = FakeCheckpointStore()
     RelayHarness(b, kafka=kafka, store=store, publisher=dict(per_poll=0)).run_until_killed(
-        lambda h: h.factory.exhausted, keep=lambda m: message_id(m) == "bad")
+        lambda h: h.factory.exhausted, keep=lambda m: message_id(m) == "bad"
+    )
     assert ids_in(kafka) == ["bad"]
     run2 = RelayHarness(b, kafka=kafka, store=store)
     run2.run()
@@ -615,8 +638,9 @@ def test_a_late_too_large_redirect_does_not_move_the_checkpoint_offset_past_a_la
             h.kill(keep=lambda m: True)
         return False
 
-    run1 = RelayHarness(b, kafka=kafka, store=store, publisher=dict(hold_acks=True, per_poll=0,
-                                                                     fail=_fail_id("big", TOO_LARGE)))
+    run1 = RelayHarness(
+        b, kafka=kafka, store=store, publisher=dict(hold_acks=True, per_poll=0, fail=_fail_id("big", TOO_LARGE))
+    )
     with pytest.raises(Killed):
         run1.run(stop=script)
     store.frozen = False
@@ -668,8 +692,9 @@ def test_a_prepare_the_server_lost_in_a_crash_is_dropped_and_stops_holding_the_c
     b, _ = _lost_prepare_binlog()
     h = RelayHarness(b)
     h.factory.started_at = 2.0e9  # after the prepare's timestamp
-    h.run(stop=lambda h: h.store.current is not None and h.store.current.position == b.end
-          and not h.store.current.xa_held)
+    h.run(
+        stop=lambda h: h.store.current is not None and h.store.current.position == b.end and not h.store.current.xa_held
+    )
     assert ids_in(h.kafka) == ["e1", "e2"]
     assert h.store.current.position == b.end and h.store.current.xa_held == ()
 

@@ -26,26 +26,34 @@ TOPICS = {"outbox.event.order": 3, "outbox.event.user": 2, "outbox.dlq": 2}
 
 rows = st.lists(
     st.tuples(st.sampled_from(["order", "order", "user", "bad type"]), st.sampled_from(["k1", "k2", "k3", "k4"])),
-    min_size=1, max_size=5)
+    min_size=1,
+    max_size=5,
+)
 transactions = st.lists(
-    st.fixed_dictionaries({
-        "rows": rows,
-        "rollback": st.sampled_from([False, False, False, True]),
-        "other": st.integers(0, 2),
-        "after": st.sampled_from(["", "", "", "heartbeat", "rotate", "ddl"]),
-        # an XA transaction: prepared here, decided `xa_delay` transactions later (or never)
-        "xa": st.sampled_from(["", "", "", "commit", "commit", "rollback", "undecided"]),
-        "xa_delay": st.integers(0, 2),
-    }),
-    min_size=1, max_size=7)
-runs = st.fixed_dictionaries({
-    "kill_after": st.integers(0, 40),  # source events read before kill -9
-    "per_poll": st.sampled_from([None, 0, 1, 2]),
-    "ack_order": st.sampled_from(["fifo", "reverse"]),
-    "interval": st.sampled_from([0.0, 0.004, 100.0]),
-    "seed": st.integers(0, 2**16),
-    "source_error_at": st.none() | st.integers(0, 40),
-})
+    st.fixed_dictionaries(
+        {
+            "rows": rows,
+            "rollback": st.sampled_from([False, False, False, True]),
+            "other": st.integers(0, 2),
+            "after": st.sampled_from(["", "", "", "heartbeat", "rotate", "ddl"]),
+            # an XA transaction: prepared here, decided `xa_delay` transactions later (or never)
+            "xa": st.sampled_from(["", "", "", "commit", "commit", "rollback", "undecided"]),
+            "xa_delay": st.integers(0, 2),
+        }
+    ),
+    min_size=1,
+    max_size=7,
+)
+runs = st.fixed_dictionaries(
+    {
+        "kill_after": st.integers(0, 40),  # source events read before kill -9
+        "per_poll": st.sampled_from([None, 0, 1, 2]),
+        "ack_order": st.sampled_from(["fifo", "reverse"]),
+        "interval": st.sampled_from([0.0, 0.004, 100.0]),
+        "seed": st.integers(0, 2**16),
+        "source_error_at": st.none() | st.integers(0, 40),
+    }
+)
 
 
 def build(workload, gtids):
@@ -92,8 +100,14 @@ def build(workload, gtids):
 
 
 def _plan(kill_after=0, per_poll=None, seed=0, ack_order="fifo", interval=0.0, source_error_at=None):
-    return dict(kill_after=kill_after, per_poll=per_poll, ack_order=ack_order, interval=interval, seed=seed,
-                source_error_at=source_error_at)
+    return dict(
+        kill_after=kill_after,
+        per_poll=per_poll,
+        ack_order=ack_order,
+        interval=interval,
+        seed=seed,
+        source_error_at=source_error_at,
+    )
 
 
 def _tx(*rows, rollback=False, other=0, after="", xa="", xa_delay=0):
@@ -101,19 +115,28 @@ def _tx(*rows, rollback=False, other=0, after="", xa="", xa_delay=0):
 
 
 @settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(workload=transactions, gtids=st.booleans(), crashes=st.lists(runs, max_size=3), final=runs,
-       too_large_key=st.sampled_from([None, None, b"k3"]))
+@given(
+    workload=transactions,
+    gtids=st.booleans(),
+    crashes=st.lists(runs, max_size=3),
+    final=runs,
+    too_large_key=st.sampled_from([None, None, b"k3"]),
+)
 @example(  # found by this test: a late too-large redirect let the checkpoint's dead-letter
     # offset pass a later transaction's dead letter, which a restart then published again
-    workload=[_tx(("order", "k1"), ("order", "k1"), ("order", "k1"), ("order", "k3"), ("order", "k1")),
-              _tx(("order", "k1"), ("bad type", "k1")), _tx(("order", "k1"))],
+    workload=[
+        _tx(("order", "k1"), ("order", "k1"), ("order", "k1"), ("order", "k3"), ("order", "k1")),
+        _tx(("order", "k1"), ("bad type", "k1")),
+        _tx(("order", "k1")),
+    ],
     gtids=False,
     crashes=[_plan(), _plan(kill_after=11, per_poll=2, seed=299), _plan(kill_after=11, per_poll=1)],
     final=_plan(),
     too_large_key=b"k3",
 )
-def test_kill_and_restart_delivers_every_committed_event_exactly_once_in_order(workload, gtids, crashes, final,
-                                                                                too_large_key):
+def test_kill_and_restart_delivers_every_committed_event_exactly_once_in_order(
+    workload, gtids, crashes, final, too_large_key
+):
     """`too_large_key`: the broker refuses every message of that key as too large (the
     relay must redirect each to the dead-letter topic)."""
     b = build(workload, gtids)
@@ -141,9 +164,14 @@ def test_kill_and_restart_delivers_every_committed_event_exactly_once_in_order(w
 
     def harness(plan):
         fail_at = {plan["source_error_at"]} if plan["source_error_at"] is not None else set()
-        return RelayHarness(b, kafka=kafka, store=store, factory=dict(fail_at=fail_at),
-                            publisher=dict(per_poll=plan["per_poll"], ack_order=plan["ack_order"], fail=fail),
-                            checkpoint_interval_s=plan["interval"])
+        return RelayHarness(
+            b,
+            kafka=kafka,
+            store=store,
+            factory=dict(fail_at=fail_at),
+            publisher=dict(per_poll=plan["per_poll"], ack_order=plan["ack_order"], fail=fail),
+            checkpoint_interval_s=plan["interval"],
+        )
 
     for plan in crashes:
         h = harness(plan)

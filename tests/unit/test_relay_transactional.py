@@ -52,8 +52,11 @@ def writes(n_tx=40, seed=3, max_rows=6):
 
 def committed_view(kafka):
     """(identity, id) of what a read_committed consumer sees, and the events per database transaction."""
-    return [(*identity_of(r), r.header_text["id"]) for r in kafka.records(committed=True)
-            if "cdc.binlog.file" in r.header_text]
+    return [
+        (*identity_of(r), r.header_text["id"])
+        for r in kafka.records(committed=True)
+        if "cdc.binlog.file" in r.header_text
+    ]
 
 
 def assert_exactly_once_committed(kafka, binlog):
@@ -107,8 +110,9 @@ def test_a_restart_after_a_kill_inside_a_kafka_transaction_needs_no_scan_and_del
     b = writes()
     kafka = FakeKafka(DEFAULT_TOPICS)
     first = TxnHarness(b, kafka=kafka, transaction_max_messages=15, transaction_max_s=1e9)
-    assert first.run_until_killed(lambda h: h.publisher.commits >= 3 and h.publisher.current is not None,
-                                  random.Random(1))
+    assert first.run_until_killed(
+        lambda h: h.publisher.commits >= 3 and h.publisher.current is not None, random.Random(1)
+    )
     visible_before = len(kafka.records(committed=True))
     assert len(kafka.records()) > visible_before, "the open transaction's records reached the log"
     assert_atomic(kafka, b)
@@ -146,8 +150,9 @@ def test_random_kills_keep_every_database_transaction_atomic_and_exactly_once():
         kafka = FakeKafka(DEFAULT_TOPICS)
         store = None
         for _ in range(rng.randint(1, 6)):
-            h = TxnHarness(b, kafka=kafka, store=store,
-                             transaction_max_messages=rng.randint(1, 20), transaction_max_s=1e9)
+            h = TxnHarness(
+                b, kafka=kafka, store=store, transaction_max_messages=rng.randint(1, 20), transaction_max_s=1e9
+            )
             store = h.store
             stop_at = rng.randint(1, 120)
             if not h.run_until_killed(lambda h, stop_at=stop_at: h.iterations >= stop_at, rng):
@@ -176,13 +181,13 @@ def test_a_delivery_failure_aborts_the_transaction_and_it_is_retried():
 
     def fail_once(msg):
         from fakes import FATAL, message_id
+
         if message_id(msg) == "e12" and not failed:
             failed.append(msg)
             return FATAL
         return None
 
-    h = TxnHarness(b, publisher={"fail": fail_once}, transaction_max_messages=10,
-                     transaction_max_s=1e9)
+    h = TxnHarness(b, publisher={"fail": fail_once}, transaction_max_messages=10, transaction_max_s=1e9)
     h.run()
     assert failed and h.publisher.aborts == 1
     assert_exactly_once_committed(h.kafka, b)
@@ -191,6 +196,7 @@ def test_a_delivery_failure_aborts_the_transaction_and_it_is_retried():
 def test_aborts_in_a_row_stop_the_relay():
     b = writes()
     from fakes import FATAL
+
     h = TxnHarness(b, publisher={"fail": lambda m: FATAL})
     with pytest.raises(DeliveryError, match="aborted in a row"):
         h.run()
@@ -219,8 +225,12 @@ def test_a_fenced_relay_stops_at_once_and_writes_nothing_more():
 
 
 def _raw(**kafka):
-    return {"source": {"name": "shop"}, "outbox": {"tables": [{"schema": "shop", "table": "outbox"}]},
-            "kafka": kafka, "checkpoint": {"store": "file", "path": "/tmp/x.json"}}
+    return {
+        "source": {"name": "shop"},
+        "outbox": {"tables": [{"schema": "shop", "table": "outbox"}]},
+        "kafka": kafka,
+        "checkpoint": {"store": "file", "path": "/tmp/x.json"},
+    }
 
 
 def test_transactional_delivery_refuses_a_file_checkpoint_store_in_one_line():
@@ -240,7 +250,10 @@ def test_delivery_defaults_to_idempotent_and_rejects_unknown_modes():
     raw["checkpoint"] = {"store": "kafka"}
     settings = load_config(raw).relay_settings()
     assert (settings.delivery, settings.transaction_max_s, settings.transaction_max_messages) == (
-        "transactional", 0.25, 500)
+        "transactional",
+        0.25,
+        500,
+    )
     raw["kafka"]["producer"] = {"transactional.id": "mine"}
     with pytest.raises(ConfigError, match=r"derives it from source.name"):
         load_config(raw)

@@ -26,17 +26,33 @@ _BLOCK = textwrap.dedent("""
 
 # What `cdc run` and `cdc check` import, eagerly or lazily, in either process.
 RELAY_MODULES = [
-    "cdc_cli.main", "cdc_cli.app", "cdc_cli.config_file", "cdc_cli.logs", "connectors.reader_process",
-    "connectors.binlog_source", "connectors.binlog_decoder", "connectors.binlog_library",
-    "connectors.binlog_compression", "connectors.kafka_sink", "connectors.kafka_reader", "connectors.kafka_check",
-    "connectors.avro_serializer", "connectors.checkpoint_stores", "connectors.preflight",
-    "connectors.http_endpoint", "connectors.mysql_lease", "connectors.replica_sessions", "cdc.relay", "cdc.feed",
+    "cdc_cli.main",
+    "cdc_cli.app",
+    "cdc_cli.config_file",
+    "cdc_cli.logs",
+    "connectors.reader_process",
+    "connectors.binlog_source",
+    "connectors.binlog_decoder",
+    "connectors.binlog_library",
+    "connectors.binlog_compression",
+    "connectors.kafka_sink",
+    "connectors.kafka_reader",
+    "connectors.kafka_check",
+    "connectors.avro_serializer",
+    "connectors.checkpoint_stores",
+    "connectors.preflight",
+    "connectors.http_endpoint",
+    "connectors.mysql_lease",
+    "connectors.replica_sessions",
+    "cdc.relay",
+    "cdc.feed",
 ]
 
 
 def _run(code: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", _BLOCK + textwrap.dedent(code)], cwd=ROOT, capture_output=True,
-                          text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-c", _BLOCK + textwrap.dedent(code)], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
 
 
 def test_the_relays_modules_import_without_pyspark_or_pyarrow():

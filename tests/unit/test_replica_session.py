@@ -56,8 +56,12 @@ def test_a_session_whose_process_still_runs_here_is_not_ended():
 
 
 def test_another_machine_or_boot_or_pid_namespace_cannot_be_proven_dead():
-    for machine in (Machine("web-2", HERE.boot, HERE.pidns), Machine(HERE.host, "ffffffff", HERE.pidns),
-                    Machine(HERE.host, HERE.boot, "4026532000"), Machine(HERE.host, "", HERE.pidns)):
+    for machine in (
+        Machine("web-2", HERE.boot, HERE.pidns),
+        Machine(HERE.host, "ffffffff", HERE.pidns),
+        Machine(HERE.host, HERE.boot, "4026532000"),
+        Machine(HERE.host, "", HERE.pidns),
+    ):
         [f] = assess(7422, [Listed(7422, TAG.text())], [DUMP], "cdc", machine, dead)
         assert f.kind == "wait", machine
 

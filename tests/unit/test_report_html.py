@@ -5,7 +5,10 @@ import re
 
 from spark_jobs.report import VerifyReport, html_tables, render_html
 
-COUNTS = {c: 0 for c in ("delivered", "missing", "duplicate", "phantom", "reordered", "altered", "dead_lettered", "unverifiable")}
+COUNTS = {
+    c: 0
+    for c in ("delivered", "missing", "duplicate", "phantom", "reordered", "altered", "dead_lettered", "unverifiable")
+}
 
 
 def _report() -> VerifyReport:
@@ -13,17 +16,37 @@ def _report() -> VerifyReport:
         "counts": {**COUNTS, "delivered": 3},
         "examples": {},
         "latency": {
-            "count": 3, "p50_ms": 5, "p95_ms": 9, "p99_ms": 9, "max_ms": 9, "note": "commit time: outbox created_at",
+            "count": 3,
+            "p50_ms": 5,
+            "p95_ms": 9,
+            "p99_ms": 9,
+            "max_ms": 9,
+            "note": "commit time: outbox created_at",
             "histogram": {"bin_width_ms": 2, "bins": [{"from_ms": 1, "count": 1}, {"from_ms": 5, "count": 2}]},
-            "lag_over_time": {"bucket_seconds": 1, "points": [{"commit_second": 1_764_000_000, "max_latency_ms": 3},
-                                                              {"commit_second": 1_764_000_001, "max_latency_ms": 9}]},
+            "lag_over_time": {
+                "bucket_seconds": 1,
+                "points": [
+                    {"commit_second": 1_764_000_000, "max_latency_ms": 3},
+                    {"commit_second": 1_764_000_001, "max_latency_ms": 9},
+                ],
+            },
         },
-        "follow": {"batches": 4, "lag_history": [{"t": 1_764_000_000, "lag_s": 2.5}, {"t": 1_764_000_002, "lag_s": 1.0}]},
+        "follow": {
+            "batches": 4,
+            "lag_history": [{"t": 1_764_000_000, "lag_s": 2.5}, {"t": 1_764_000_002, "lag_s": 1.0}],
+        },
     }
     inputs = {
-        "binlog": {"server": "127.0.0.1:3306", "files": [{"file": "mysql-bin.000001", "start": 4, "end": 900, "events": 3}]},
-        "kafka": {"bootstrap": "k:9092", "dlq_topic_present": True, "requested_topics_absent": [],
-                  "partitions": [{"topic": "shop.order", "partition": 0, "records_read": 3, "first_offset_read": None}]},
+        "binlog": {
+            "server": "127.0.0.1:3306",
+            "files": [{"file": "mysql-bin.000001", "start": 4, "end": 900, "events": 3}],
+        },
+        "kafka": {
+            "bootstrap": "k:9092",
+            "dlq_topic_present": True,
+            "requested_topics_absent": [],
+            "partitions": [{"topic": "shop.order", "partition": 0, "records_read": 3, "first_offset_read": None}],
+        },
     }
     return VerifyReport(summary=summary, inputs=inputs, config={})
 

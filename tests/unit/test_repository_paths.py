@@ -19,6 +19,9 @@ def test_no_tracked_file_points_outside_the_repository():
         if path.suffix not in (".py", ".md", ".toml", ".sh", ".yml", ".yaml", ".txt", ".cfg", "") or not path.is_file():
             continue
         text = path.read_text(errors="replace")
-        found += [f"{name}:{n}" for n, line in enumerate(text.splitlines(), 1)
-                  if OUTSIDE.search(line) and path.name != Path(__file__).name]
+        found += [
+            f"{name}:{n}"
+            for n, line in enumerate(text.splitlines(), 1)
+            if OUTSIDE.search(line) and path.name != Path(__file__).name
+        ]
     assert not found, "paths outside the repository: " + ", ".join(found)

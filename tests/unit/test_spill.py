@@ -82,12 +82,15 @@ def test_append_after_a_partial_iteration_keeps_every_item():
     assert list(buf) == [0, 1, 2, 3, 4]
 
 
-ops = st.lists(st.one_of(
-    st.tuples(st.just("append"), st.integers()),
-    st.tuples(st.just("truncate"), st.integers(0, 12)),
-    st.tuples(st.just("iter"), st.just(0)),
-    st.tuples(st.just("clear"), st.just(0)),
-), max_size=40)
+ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("append"), st.integers()),
+        st.tuples(st.just("truncate"), st.integers(0, 12)),
+        st.tuples(st.just("iter"), st.just(0)),
+        st.tuples(st.just("clear"), st.just(0)),
+    ),
+    max_size=40,
+)
 
 
 @settings(max_examples=150, deadline=None)

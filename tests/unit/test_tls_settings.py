@@ -32,8 +32,13 @@ def test_the_default_is_preferred_and_reaches_every_connection_dict():
 
 
 def test_verify_identity_with_a_client_key_password_from_a_file_or_the_environment():
-    tls = {"mode": "VERIFY_IDENTITY", "ca_file": "/ca.pem", "cert_file": "/c.pem", "key_file": "/k.pem",
-           "key_password_file": "/run/kpw"}
+    tls = {
+        "mode": "VERIFY_IDENTITY",
+        "ca_file": "/ca.pem",
+        "cert_file": "/c.pem",
+        "key_file": "/k.pem",
+        "key_password_file": "/run/kpw",
+    }
     cfg = _load(tls, files={"/run/kpw": "kp-secret\n"})
     assert cfg.source.tls.mode == "verify-identity" and cfg.source.tls.key_password.reveal() == "kp-secret"
     assert "kp-secret" not in repr(cfg) and "kp-secret" not in str(cfg.source.tls)
@@ -47,14 +52,17 @@ def test_environment_override_of_the_mode():
     assert _load(None, env={"CDC_SOURCE_TLS_MODE": "disabled"}).source.tls.mode == "disabled"
 
 
-@pytest.mark.parametrize("tls, words", [
-    ({"mode": "sometimes"}, "source.tls.mode must be one of"),
-    ({"key_password": "x"}, "source.tls.key_password must not be written in the config file"),
-    ({"mode": "preferred", "cert_file": "/c.pem"}, "may connect without TLS"),
-    ({"mode": "required", "ca_file": "/ca.pem"}, "does not check the server's certificate"),
-    ({"mode": "required", "key_file": "/k.pem"}, "without source.tls.cert_file"),
-    ({"colour": "blue"}, "unknown setting source.tls.colour"),
-])
+@pytest.mark.parametrize(
+    "tls, words",
+    [
+        ({"mode": "sometimes"}, "source.tls.mode must be one of"),
+        ({"key_password": "x"}, "source.tls.key_password must not be written in the config file"),
+        ({"mode": "preferred", "cert_file": "/c.pem"}, "may connect without TLS"),
+        ({"mode": "required", "ca_file": "/ca.pem"}, "does not check the server's certificate"),
+        ({"mode": "required", "key_file": "/k.pem"}, "without source.tls.cert_file"),
+        ({"colour": "blue"}, "unknown setting source.tls.colour"),
+    ],
+)
 def test_bad_tls_settings_are_one_config_error(tls, words):
     with pytest.raises(ConfigError) as info:
         _load(tls)
@@ -63,8 +71,13 @@ def test_bad_tls_settings_are_one_config_error(tls, words):
 
 def test_modes_map_to_pymysql():
     base = {"host": "db", "port": "3306", "user": "u", "passwd": "p"}
-    assert pymysql_args({**base, "tls_mode": "disabled"}) == {"host": "db", "port": 3306, "user": "u", "password": "p",
-                                                              "ssl_disabled": True}
+    assert pymysql_args({**base, "tls_mode": "disabled"}) == {
+        "host": "db",
+        "port": 3306,
+        "user": "u",
+        "password": "p",
+        "ssl_disabled": True,
+    }
     required = pymysql_args({**base, "tls_mode": "required"})["ssl"]
     assert required.verify_mode == ssl.CERT_NONE and not required.check_hostname
     verify = pymysql_args({**base, "tls_mode": "verify-identity"})["ssl"]  # the system's CAs
@@ -87,22 +100,31 @@ def _failed(original: BaseException) -> pymysql.err.OperationalError:
 
 
 def test_certificate_problems_name_the_setting():
-    settings = {"host": "db", "port": 3306, "user": "u", "password": "pw", "tls_mode": "verify-identity",
-                "tls_ca_file": "/etc/ca.pem"}
+    settings = {
+        "host": "db",
+        "port": 3306,
+        "user": "u",
+        "password": "pw",
+        "tls_mode": "verify-identity",
+        "tls_ca_file": "/etc/ca.pem",
+    }
     untrusted = ssl.SSLCertVerificationError(1, "certificate verify failed")
     untrusted.verify_code, untrusted.verify_message = 20, "unable to get local issuer certificate"
     line = tls_problem(_failed(untrusted), settings)
-    assert line == ("TLS to db:3306: the server's certificate is not trusted (unable to get local issuer certificate): "
-                    "set source.tls.ca_file (/etc/ca.pem) to the CA that signed the server's certificate")
+    assert line == (
+        "TLS to db:3306: the server's certificate is not trusted (unable to get local issuer certificate): "
+        "set source.tls.ca_file (/etc/ca.pem) to the CA that signed the server's certificate"
+    )
     mismatch = ssl.SSLCertVerificationError(1, "certificate verify failed")
     mismatch.verify_code, mismatch.verify_message = 62, "Hostname mismatch, certificate is not valid for 'db'."
     line = tls_problem(_failed(mismatch), settings)
-    assert "does not name 'db'" in line and "source.tls.mode = \"verify-ca\"" in line
+    assert "does not name 'db'" in line and 'source.tls.mode = "verify-ca"' in line
     expired = ssl.SSLCertVerificationError(1, "certificate verify failed")
     expired.verify_code, expired.verify_message = 10, "certificate has expired"
     assert "has expired" in tls_problem(_failed(expired), settings)
     assert tls_problem(pymysql.err.OperationalError(3159, "insecure transport"), settings).startswith(
-        "the server db:3306 accepts only TLS connections")
+        "the server db:3306 accepts only TLS connections"
+    )
     assert tls_problem(pymysql.err.OperationalError(1045, "Access denied"), settings) is None  # a wrong password
     assert tls_problem(pymysql.err.OperationalError(2003, "Connection refused"), settings) is None
     for text in (tls_problem(_failed(untrusted), settings), tls_problem(_failed(mismatch), settings)):

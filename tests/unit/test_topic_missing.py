@@ -9,7 +9,6 @@ import random
 
 from cdc.ports import DeliveryFailure
 from connectors.kafka_topics import KafkaTopicAdmin, new_topic_request
-
 from fakes import Binlog, FakeKafka, RelayHarness, outbox_row
 
 DLQ = "outbox.dlq"
@@ -50,8 +49,11 @@ def test_a_missing_topic_dead_letters_its_events_and_the_other_topics_go_on(capl
     assert h.relay.metrics.dead_lettered["topic_missing"] == 2
     assert h.store.current.position == b.txs[-1].end  # nothing held back
     # one line names the topic to create (not one per event)
-    naming = [r.getMessage() for r in caplog.records if "create it" in r.getMessage() and "the other topics go on"
-              in r.getMessage()]
+    naming = [
+        r.getMessage()
+        for r in caplog.records
+        if "create it" in r.getMessage() and "the other topics go on" in r.getMessage()
+    ]
     assert len(naming) == 1 and f"kafka-topics.sh --create --topic {INVOICE}" in naming[0], naming
 
 
@@ -116,8 +118,9 @@ def test_a_refused_creation_dead_letters_with_the_reason():
     h.run()
     dead = kafka.records(DLQ)
     assert [d.header_text["id"] for d in dead] == ["i1", "i2"]
-    assert "could not be created: CreateTopics refused: TOPIC_AUTHORIZATION_FAILED" in dead[0].header_text[
-        "cdc.dlq.error"]
+    assert (
+        "could not be created: CreateTopics refused: TOPIC_AUTHORIZATION_FAILED" in dead[0].header_text["cdc.dlq.error"]
+    )
     assert admin.asked == [INVOICE]  # asked again only after topic_recheck_s (10 s)
     assert _ids(kafka, ORDER) == ["o1", "o2", "o3"]
 
@@ -127,8 +130,12 @@ def test_a_message_kafka_refuses_for_a_missing_topic_is_dead_lettered_not_a_stop
     fails the message with UNKNOWN_TOPIC_OR_PART; the relay dead-letters it and goes on."""
     b = _binlog()
     failure = DeliveryFailure("UNKNOWN_TOPIC_OR_PART", "Broker: Unknown topic or partition", topic_missing=True)
-    h = RelayHarness(b, kafka=FakeKafka({ORDER: 3, DLQ: 2}),
-                     publisher=dict(fail=lambda m: failure if m.topic == INVOICE else None), topic_missing="auto")
+    h = RelayHarness(
+        b,
+        kafka=FakeKafka({ORDER: 3, DLQ: 2}),
+        publisher=dict(fail=lambda m: failure if m.topic == INVOICE else None),
+        topic_missing="auto",
+    )
     summary = h.run()
     assert summary.stopped_by == "request"
     dead = h.kafka.records(DLQ)
@@ -155,12 +162,18 @@ def test_killed_after_a_topic_missing_dead_letter_then_restarted_exactly_once():
 
 
 def test_create_request_carries_partitions_replication_factor_and_configs():
-    req = new_topic_request(INVOICE, 12, 3, {"min.insync.replicas": 2, "cleanup.policy": "delete",
-                                              "unclean.leader.election.enable": False})
+    req = new_topic_request(
+        INVOICE, 12, 3, {"min.insync.replicas": 2, "cleanup.policy": "delete", "unclean.leader.election.enable": False}
+    )
     assert (req.topic, req.num_partitions, req.replication_factor) == (INVOICE, 12, 3)
-    assert req.config == {"min.insync.replicas": "2", "cleanup.policy": "delete",
-                          "unclean.leader.election.enable": "false"}
-    default = KafkaTopicAdmin("127.0.0.1:9", ).request(INVOICE)  # builds the request only: no connection
+    assert req.config == {
+        "min.insync.replicas": "2",
+        "cleanup.policy": "delete",
+        "unclean.leader.election.enable": "false",
+    }
+    default = KafkaTopicAdmin(
+        "127.0.0.1:9",
+    ).request(INVOICE)  # builds the request only: no connection
     assert (default.num_partitions, default.replication_factor, default.config) == (-1, -1, {})
 
 
@@ -175,5 +188,7 @@ def test_create_policy_creates_a_missing_dead_letter_topic_too():
     h.run()
     assert admin.asked == [DLQ]  # the invoice refusal was answered by the wrapper
     [dead] = kafka.records(DLQ)
-    assert dead.header_text["cdc.dlq.cause"] == "topic_missing" and "no CREATE on invoices" in dead.header_text[
-        "cdc.dlq.error"]
+    assert (
+        dead.header_text["cdc.dlq.cause"] == "topic_missing"
+        and "no CREATE on invoices" in dead.header_text["cdc.dlq.error"]
+    )

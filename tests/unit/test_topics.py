@@ -8,16 +8,30 @@ from cdc.topics import MAX_TOPIC_LENGTH, TopicRouter, check_template, topic_prob
 FIELDS = dict(aggregate_type="order", type="created", schema="shop", table="outbox")
 
 
-@pytest.mark.parametrize("template", [
-    "outbox.event.{aggregate_type}", "{schema}.{table}.{type}", "fixed-topic", "{aggregate_type}_{type}",
-])
+@pytest.mark.parametrize(
+    "template",
+    [
+        "outbox.event.{aggregate_type}",
+        "{schema}.{table}.{type}",
+        "fixed-topic",
+        "{aggregate_type}_{type}",
+    ],
+)
 def test_known_fields_are_accepted(template):
     check_template(template)
 
 
-@pytest.mark.parametrize("template", [
-    "outbox.{aggregateType}", "{payload}", "{}", "{0}", "{aggregate_type.upper}", "{aggregate_type[0]}",
-])
+@pytest.mark.parametrize(
+    "template",
+    [
+        "outbox.{aggregateType}",
+        "{payload}",
+        "{}",
+        "{0}",
+        "{aggregate_type.upper}",
+        "{aggregate_type[0]}",
+    ],
+)
 def test_unknown_field_is_a_config_error_naming_the_field(template):
     with pytest.raises(ConfigError, match="unknown field"):
         check_template(template)
@@ -34,16 +48,19 @@ def test_legal_topic_names():
         assert topic_problem(name) is None, name
 
 
-@pytest.mark.parametrize("name,fragment", [
-    ("", "empty"),
-    ("x" * 250, "250 characters"),
-    (".", "reserved"),
-    ("..", "reserved"),
-    ("outbox event", "' '"),
-    ("outbox/event", "'/'"),
-    ("orders:v1", "':'"),
-    ("événement", "'é'"),
-])
+@pytest.mark.parametrize(
+    "name,fragment",
+    [
+        ("", "empty"),
+        ("x" * 250, "250 characters"),
+        (".", "reserved"),
+        ("..", "reserved"),
+        ("outbox event", "' '"),
+        ("outbox/event", "'/'"),
+        ("orders:v1", "':'"),
+        ("événement", "'é'"),
+    ],
+)
 def test_illegal_topic_names_say_why(name, fragment):
     problem = topic_problem(name)
     assert problem is not None and fragment in problem
@@ -85,15 +102,19 @@ def test_cache_distinguishes_field_values_and_templates():
 
 # -- a template whose fixed text can never make a legal topic (refused when the config loads) --
 
-@pytest.mark.parametrize("template,fragment", [
-    ("outbox events/{aggregate_type}", "characters Kafka does not allow in its fixed text: ' /'"),
-    ("{aggregate_type}:v1", "characters Kafka does not allow in its fixed text: ':'"),
-    ("événements.{type}", "characters Kafka does not allow in its fixed text: 'é'"),
-    ("x" * 250, "250 fixed characters; Kafka allows at most 249"),
-    ("x" * 200 + ".{type}." + "y" * 48, "250 fixed characters; Kafka allows at most 249"),
-    ("..", "is reserved"),
-    ("", "is empty"),
-])
+
+@pytest.mark.parametrize(
+    "template,fragment",
+    [
+        ("outbox events/{aggregate_type}", "characters Kafka does not allow in its fixed text: ' /'"),
+        ("{aggregate_type}:v1", "characters Kafka does not allow in its fixed text: ':'"),
+        ("événements.{type}", "characters Kafka does not allow in its fixed text: 'é'"),
+        ("x" * 250, "250 fixed characters; Kafka allows at most 249"),
+        ("x" * 200 + ".{type}." + "y" * 48, "250 fixed characters; Kafka allows at most 249"),
+        ("..", "is reserved"),
+        ("", "is empty"),
+    ],
+)
 def test_a_template_that_can_never_be_legal_is_a_config_error(template, fragment):
     with pytest.raises(ConfigError) as info:
         check_template(template)
@@ -101,10 +122,17 @@ def test_a_template_that_can_never_be_legal_is_a_config_error(template, fragment
     assert fragment in message and "\n" not in message, message
 
 
-@pytest.mark.parametrize("template", [
-    "{aggregate_type}", "{type}", "outbox.{aggregate_type}.{type}", "x" * 249, "x" * 240 + "{type}" + "y" * 9,
-    "{schema}..{table}",
-])
+@pytest.mark.parametrize(
+    "template",
+    [
+        "{aggregate_type}",
+        "{type}",
+        "outbox.{aggregate_type}.{type}",
+        "x" * 249,
+        "x" * 240 + "{type}" + "y" * 9,
+        "{schema}..{table}",
+    ],
+)
 def test_only_the_fixed_text_is_checked(template):
     """Placeholders may become anything (a bad value is the row's problem: a dead letter)."""
     check_template(template)
@@ -118,12 +146,18 @@ def test_a_template_that_is_not_text_is_a_config_error():
 def test_the_config_names_the_key_of_an_illegal_template():
     from cdc.config import load_config
 
-    raw = {"source": {"name": "shop"}, "outbox": {"tables": [
-        {"schema": "shop", "table": "outbox"},
-        {"schema": "shop", "table": "outbox2", "topic": "outbox events/{aggregate_type}"},
-    ]}}
+    raw = {
+        "source": {"name": "shop"},
+        "outbox": {
+            "tables": [
+                {"schema": "shop", "table": "outbox"},
+                {"schema": "shop", "table": "outbox2", "topic": "outbox events/{aggregate_type}"},
+            ]
+        },
+    }
     with pytest.raises(ConfigError) as info:
         load_config(raw)
     assert str(info.value) == (
         "outbox.tables[1].topic: topic template 'outbox events/{aggregate_type}' has characters Kafka does not "
-        "allow in its fixed text: ' /' (a topic name holds only a-z, A-Z, 0-9, '.', '_' and '-')")
+        "allow in its fixed text: ' /' (a topic name holds only a-z, A-Z, 0-9, '.', '_' and '-')"
+    )

@@ -66,8 +66,9 @@ def test_rows_are_released_only_at_commit():
 
 def test_release_frees_the_rows():
     asm = assembler()
-    tx = feed_all(asm, [TxBegin(P(4), P(100)), RowInsert("shop", "outbox", outbox_row("a"), P(200)),
-                        TxCommit(P(300), 1)])[0]
+    tx = feed_all(
+        asm, [TxBegin(P(4), P(100)), RowInsert("shop", "outbox", outbox_row("a"), P(200)), TxCommit(P(300), 1)]
+    )[0]
     tx.release()
     assert list(tx.items()) == []
 
@@ -109,8 +110,15 @@ def test_rollback_to_savepoint_cuts_back():
 
 def test_rollback_to_unknown_savepoint_keeps_rows():
     asm = assembler()
-    txs = feed_all(asm, [TxBegin(P(4), P(100)), RowInsert("shop", "outbox", outbox_row("a"), P(200)),
-                         RollbackToSavepoint("nope", P(300)), TxCommit(P(400), 1)])
+    txs = feed_all(
+        asm,
+        [
+            TxBegin(P(4), P(100)),
+            RowInsert("shop", "outbox", outbox_row("a"), P(200)),
+            RollbackToSavepoint("nope", P(300)),
+            TxCommit(P(400), 1),
+        ],
+    )
     assert ids(txs[0]) == ["a"]
 
 
@@ -127,28 +135,36 @@ def test_gtid_then_begin_is_one_transaction():
 
 def test_a_new_begin_cuts_an_unfinished_transaction_and_releases_nothing_of_it():
     asm = assembler()
-    txs = feed_all(asm, [
-        TxBegin(P(4), P(100)),
-        RowInsert("shop", "outbox", outbox_row("lost1"), P(200)),
-        RowInsert("shop", "outbox", outbox_row("lost2"), P(300)),
-        # the stream was cut and reopened: a new transaction starts
-        TxBegin(P(4), P(100)),
-        RowInsert("shop", "outbox", outbox_row("a"), P(200)),
-        TxCommit(P(300), 1),
-    ])
+    txs = feed_all(
+        asm,
+        [
+            TxBegin(P(4), P(100)),
+            RowInsert("shop", "outbox", outbox_row("lost1"), P(200)),
+            RowInsert("shop", "outbox", outbox_row("lost2"), P(300)),
+            # the stream was cut and reopened: a new transaction starts
+            TxBegin(P(4), P(100)),
+            RowInsert("shop", "outbox", outbox_row("a"), P(200)),
+            TxCommit(P(300), 1),
+        ],
+    )
     assert len(txs) == 1 and ids(txs[0]) == ["a"]
     assert asm.discarded_rows == 2
 
 
 def test_a_new_gtid_cuts_an_unfinished_gtid_transaction():
     asm = assembler()
-    txs = feed_all(asm, [
-        TxBegin(P(4), P(100), f"{U1}:1"), TxBegin(P(100), P(200)),
-        RowInsert("shop", "outbox", outbox_row("lost"), P(300)),
-        TxBegin(P(4), P(100), f"{U1}:1"), TxBegin(P(100), P(200)),
-        RowInsert("shop", "outbox", outbox_row("a"), P(300)),
-        TxCommit(P(400), 1),
-    ])
+    txs = feed_all(
+        asm,
+        [
+            TxBegin(P(4), P(100), f"{U1}:1"),
+            TxBegin(P(100), P(200)),
+            RowInsert("shop", "outbox", outbox_row("lost"), P(300)),
+            TxBegin(P(4), P(100), f"{U1}:1"),
+            TxBegin(P(100), P(200)),
+            RowInsert("shop", "outbox", outbox_row("a"), P(300)),
+            TxCommit(P(400), 1),
+        ],
+    )
     assert [ids(t) for t in txs] == [["a"]]
     assert txs[0].identity.gtid == f"{U1}:1"
 
@@ -161,8 +177,9 @@ def test_reset_mid_transaction_releases_nothing():
     # a commit without a transaction (the stream resumed after the BEGIN) is not a release
     txs = feed_all(asm, [RowInsert("shop", "outbox", outbox_row("orphan"), P(300))])
     assert txs == []
-    txs = feed_all(asm, [TxBegin(P(400), P(500)), RowInsert("shop", "outbox", outbox_row("a"), P(600)),
-                         TxCommit(P(700), 1)])
+    txs = feed_all(
+        asm, [TxBegin(P(400), P(500)), RowInsert("shop", "outbox", outbox_row("a"), P(600)), TxCommit(P(700), 1)]
+    )
     assert [ids(t) for t in txs] == [["a"]]
 
 
@@ -192,9 +209,16 @@ def test_statement_outside_a_transaction_moves_the_resume_point():
 
 def test_statement_inside_an_explicit_transaction_does_not_end_it():
     asm = assembler()
-    txs = feed_all(asm, [TxBegin(P(4), P(100)), RowInsert("shop", "outbox", outbox_row("a"), P(200)),
-                         Statement("INSERT INTO myisam_t VALUES (1)", P(300)),
-                         RowInsert("shop", "outbox", outbox_row("b"), P(400)), TxCommit(P(500), 1)])
+    txs = feed_all(
+        asm,
+        [
+            TxBegin(P(4), P(100)),
+            RowInsert("shop", "outbox", outbox_row("a"), P(200)),
+            Statement("INSERT INTO myisam_t VALUES (1)", P(300)),
+            RowInsert("shop", "outbox", outbox_row("b"), P(400)),
+            TxCommit(P(500), 1),
+        ],
+    )
     assert [ids(t) for t in txs] == [["a", "b"]]
 
 
@@ -218,14 +242,17 @@ def test_row_indexes_run_in_order_across_two_outbox_tables():
     t1 = OutboxTable("shop", "outbox")
     t2 = OutboxTable("billing", "events", topic="billing.{type}")
     asm = assembler(tables=[t1, t2])
-    txs = feed_all(asm, [
-        TxBegin(P(4), P(100)),
-        RowInsert("shop", "outbox", outbox_row("a"), P(200)),
-        RowInsert("billing", "events", outbox_row("b", type="paid"), P(300)),
-        RowInsert("shop", "outbox", outbox_row("c"), P(400)),
-        RowInsert("billing", "events", outbox_row("d", type="paid"), P(500)),
-        TxCommit(P(600), 1),
-    ])
+    txs = feed_all(
+        asm,
+        [
+            TxBegin(P(4), P(100)),
+            RowInsert("shop", "outbox", outbox_row("a"), P(200)),
+            RowInsert("billing", "events", outbox_row("b", type="paid"), P(300)),
+            RowInsert("shop", "outbox", outbox_row("c"), P(400)),
+            RowInsert("billing", "events", outbox_row("d", type="paid"), P(500)),
+            TxCommit(P(600), 1),
+        ],
+    )
     items = list(txs[0].items())
     assert [(i.event_id, i.identity.row, i.topic, i.table) for i in items] == [
         ("a", 0, "outbox.event.order", "shop.outbox"),
@@ -237,10 +264,15 @@ def test_row_indexes_run_in_order_across_two_outbox_tables():
 
 def test_dead_letters_keep_their_row_index():
     asm = assembler()
-    txs = feed_all(asm, [TxBegin(P(4), P(100)),
-                         RowInsert("shop", "outbox", outbox_row("a"), P(200)),
-                         RowInsert("shop", "outbox", outbox_row("b", aggregate_type="bad type"), P(300)),
-                         TxCommit(P(400), 1)])
+    txs = feed_all(
+        asm,
+        [
+            TxBegin(P(4), P(100)),
+            RowInsert("shop", "outbox", outbox_row("a"), P(200)),
+            RowInsert("shop", "outbox", outbox_row("b", aggregate_type="bad type"), P(300)),
+            TxCommit(P(400), 1),
+        ],
+    )
     items = list(txs[0].items())
     assert isinstance(items[0], OutboxEvent) and isinstance(items[1], DeadLetter)
     assert items[1].identity.row == 1 and items[1].cause == "illegal_topic"
@@ -250,12 +282,17 @@ def test_dead_letters_keep_their_row_index():
 def test_update_and_delete_on_outbox_are_counted_and_ignored(policy):
     seen = []
     asm = assembler(on_change=policy, on_ignored_change=seen.append)
-    txs = feed_all(asm, [TxBegin(P(4), P(100)),
-                         RowInsert("shop", "outbox", outbox_row("a"), P(200)),
-                         RowChange("delete", "shop", "outbox", outbox_row("a"), P(300)),
-                         RowChange("update", "shop", "outbox", outbox_row("a"), P(350)),
-                         RowChange("delete", "shop", "orders", {"id": 1}, P(380)),
-                         TxCommit(P(400), 1)])
+    txs = feed_all(
+        asm,
+        [
+            TxBegin(P(4), P(100)),
+            RowInsert("shop", "outbox", outbox_row("a"), P(200)),
+            RowChange("delete", "shop", "outbox", outbox_row("a"), P(300)),
+            RowChange("update", "shop", "outbox", outbox_row("a"), P(350)),
+            RowChange("delete", "shop", "orders", {"id": 1}, P(380)),
+            TxCommit(P(400), 1),
+        ],
+    )
     assert [ids(t) for t in txs] == [["a"]]
     assert [c.kind for c in seen] == ["delete", "update"]
 
@@ -276,6 +313,7 @@ def test_unknown_on_change_policy_is_a_config_error():
 
 def test_heartbeats_and_unknown_events_are_ignored():
     from cdc.source_events import Heartbeat, ServerInfo
+
     asm = assembler()
     assert asm.feed(Heartbeat(P(4))) is None and asm.feed(ServerInfo(1, "mysql")) is None
     assert asm.resume_point is None
@@ -286,8 +324,14 @@ def test_a_large_transaction_spills_and_yields_every_row_in_order(tmp_path):
     asm.feed(TxBegin(P(4), P(100)))
     n = 50_000
     for i in range(n):
-        asm.feed(RowInsert("shop", "outbox", {"id": i, "aggregatetype": "order", "aggregateid": i % 7,
-                                              "type": "t", "payload": None}, P(200 + i)))
+        asm.feed(
+            RowInsert(
+                "shop",
+                "outbox",
+                {"id": i, "aggregatetype": "order", "aggregateid": i % 7, "type": "t", "payload": None},
+                P(200 + i),
+            )
+        )
     buffer = asm._rows  # the buffer of the open transaction
     assert buffer.spilled and buffer.spilled_total > 0
     tx = asm.feed(TxCommit(P(100_000), 1))
@@ -299,8 +343,14 @@ def test_a_large_transaction_spills_and_yields_every_row_in_order(tmp_path):
     assert count == n
     tx.release()
     # the next transaction starts with a fresh, unspilled buffer
-    [tx2] = feed_all(asm, [TxBegin(P(200_000), P(200_100)),
-                           RowInsert("shop", "outbox", outbox_row("x"), P(200_200)), TxCommit(P(200_300), 2)])
+    [tx2] = feed_all(
+        asm,
+        [
+            TxBegin(P(200_000), P(200_100)),
+            RowInsert("shop", "outbox", outbox_row("x"), P(200_200)),
+            TxCommit(P(200_300), 2),
+        ],
+    )
     assert ids(tx2) == ["x"]
 
 
@@ -310,8 +360,11 @@ def test_rollback_to_savepoint_after_spilling(tmp_path):
     events += [RowInsert("shop", "outbox", outbox_row(f"a{i}"), P(200 + i)) for i in range(5)]
     events += [Savepoint("s", P(300))]
     events += [RowInsert("shop", "outbox", outbox_row(f"b{i}"), P(400 + i)) for i in range(5)]
-    events += [RollbackToSavepoint("s", P(500)), RowInsert("shop", "outbox", outbox_row("c"), P(600)),
-               TxCommit(P(700), 1)]
+    events += [
+        RollbackToSavepoint("s", P(500)),
+        RowInsert("shop", "outbox", outbox_row("c"), P(600)),
+        TxCommit(P(700), 1),
+    ]
     [tx] = feed_all(asm, events)
     assert ids(tx) == [f"a{i}" for i in range(5)] + ["c"]
 
@@ -334,11 +387,16 @@ def test_an_xa_transaction_is_held_at_prepare_and_published_at_its_commit_with_t
     marks = feed_all(asm, _prepare_group(400, rows=("a", "b")))
     assert len(marks) == 1 and marks[0].size == 0 and marks[0].xa.kind == "prepare"
     assert marks[0].xa.prepared_at == P(400) and asm.prepared_xids == [XID]
-    other = feed_all(asm, [TxBegin(P(700), P(750), "0-1-4", False, True),
-                           RowInsert("shop", "outbox", outbox_row("c"), P(800)), TxCommit(P(900), 1_700_000_002)])
+    other = feed_all(
+        asm,
+        [
+            TxBegin(P(700), P(750), "0-1-4", False, True),
+            RowInsert("shop", "outbox", outbox_row("c"), P(800)),
+            TxCommit(P(900), 1_700_000_002),
+        ],
+    )
     assert ids(other[0]) == ["c"]
-    done = feed_all(asm, [TxBegin(P(1000), P(1050), "0-1-5", True),
-                          XaCommit(XID, P(1050), P(1100), 1_700_000_003)])
+    done = feed_all(asm, [TxBegin(P(1000), P(1050), "0-1-5", True), XaCommit(XID, P(1050), P(1100), 1_700_000_003)])
     assert len(done) == 1 and ids(done[0]) == ["a", "b"] and done[0].xa.kind == "commit"
     assert done[0].identity == TxIdentity("src", P(1000), "0-1-5", 3, 1_700_000_003_000, P(400))
     assert done[0].end == P(1100) and asm.prepared_xids == [] and asm.resume_point == P(1100)
@@ -371,8 +429,16 @@ def test_xa_one_phase_commits_the_open_transaction():
     asm = assembler()
     # MySQL: XA START, rows, XA END, then XA COMMIT ... ONE PHASE (a query, or a prepare event with one_phase)
     for last in (XaCommit(XID, P(300), P(350), 7, one_phase=True), XaPrepare(XID, P(350), 7, one_phase=True)):
-        out = feed_all(asm, [TxBegin(P(4), P(50), "u:1"), TxBegin(P(50), P(100)),
-                             RowInsert("shop", "outbox", outbox_row("a"), P(200)), XaEnd(XID, P(300)), last])
+        out = feed_all(
+            asm,
+            [
+                TxBegin(P(4), P(50), "u:1"),
+                TxBegin(P(50), P(100)),
+                RowInsert("shop", "outbox", outbox_row("a"), P(200)),
+                XaEnd(XID, P(300)),
+                last,
+            ],
+        )
         assert ids(out[0]) == ["a"] and out[0].xa is None and out[0].identity.start == P(4)
 
 
@@ -381,10 +447,15 @@ def test_mysql_two_phase_shape_opened_by_an_xa_start_query_is_held_then_publishe
     and XA_prepare; the outcome as a GTID event and a `XA COMMIT` query (byte-level shape:
     not exercised against a MySQL server here)."""
     from cdc.source_events import query_event
+
     asm = assembler()
-    prepare = [TxBegin(P(4), P(50), "u:1"), query_event("XA START X'7831',X'',1", P(50), P(100), 5),
-               RowInsert("shop", "outbox", outbox_row("a"), P(200)),
-               query_event("XA END X'7831',X'',1", P(200), P(250), 5), XaPrepare(XID, P(300), 5)]
+    prepare = [
+        TxBegin(P(4), P(50), "u:1"),
+        query_event("XA START X'7831',X'',1", P(50), P(100), 5),
+        RowInsert("shop", "outbox", outbox_row("a"), P(200)),
+        query_event("XA END X'7831',X'',1", P(200), P(250), 5),
+        XaPrepare(XID, P(300), 5),
+    ]
     assert feed_all(asm, prepare)[0].size == 0 and asm.prepared_xids == [XID]
     done = feed_all(asm, [TxBegin(P(300), P(350), "u:2"), query_event("XA COMMIT X'7831',X'',1", P(350), P(400), 6)])
     assert ids(done[0]) == ["a"] and done[0].identity.gtid == "u:2" and done[0].identity.xa_prepared_at == P(4)
@@ -392,12 +463,14 @@ def test_mysql_two_phase_shape_opened_by_an_xa_start_query_is_held_then_publishe
 
 def test_an_xa_recover_row_names_the_xid_as_the_binlog_does():
     from cdc.source_events import recovered_xid
+
     assert recovered_xid((1, 2, 0, b"x1")) == XID
     assert recovered_xid((7, 2, 2, "x2bq")) == "X'7832',X'6271',7"
 
 
 def test_xa_queries_are_recognised_with_their_xid():
     from cdc.source_events import query_event
+
     assert query_event("XA COMMIT X'7831',X'',1", P(1), P(2), 3) == XaCommit(XID, P(1), P(2), 3)
     assert query_event("XA ROLLBACK X'7832',X'6271',7", P(1), P(2), 3) == XaRollback("X'7832',X'6271',7", P(2))
     assert query_event("XA COMMIT 'x1' ONE PHASE", P(1), P(2), 3) == XaCommit(XID, P(1), P(2), 3, True)
@@ -411,12 +484,15 @@ def _statement_tx(sql, schema="shop"):
     return [TxBegin(P(4), P(50), "0-1-9", False, True), Statement(sql, P(200), 5, schema), TxCommit(P(300), 5)]
 
 
-@pytest.mark.parametrize("sql,schema", [
-    ("INSERT INTO shop.outbox VALUES ('g','o','1','t','p')", ""),
-    ("insert into outbox (id) values ('g')", "shop"),
-    ("/* app */ REPLACE LOW_PRIORITY INTO `shop`.`outbox` SET id = 'g'", "other"),
-    ("LOAD DATA INFILE '/tmp/x' INTO TABLE outbox", "shop"),
-])
+@pytest.mark.parametrize(
+    "sql,schema",
+    [
+        ("INSERT INTO shop.outbox VALUES ('g','o','1','t','p')", ""),
+        ("insert into outbox (id) values ('g')", "shop"),
+        ("/* app */ REPLACE LOW_PRIORITY INTO `shop`.`outbox` SET id = 'g'", "other"),
+        ("LOAD DATA INFILE '/tmp/x' INTO TABLE outbox", "shop"),
+    ],
+)
 def test_a_statement_logged_outbox_insert_stops_the_relay_naming_table_position_and_fix(sql, schema):
     asm = assembler()
     with pytest.raises(StatementFormatRefused) as err:
@@ -434,8 +510,19 @@ def test_a_statement_logged_outbox_insert_of_a_transaction_that_rolls_back_is_no
     evs = _statement_tx("INSERT INTO shop.outbox VALUES ('g')")
     evs[-1] = TxRollback(P(300))
     assert feed_all(asm, evs) == [] and asm.resume_point == P(300)
-    assert len(feed_all(asm, [TxBegin(P(300), P(350), "0-1-10", False, True),
-                              RowInsert("shop", "outbox", outbox_row("a"), P(400)), TxCommit(P(500), 5)])) == 1
+    assert (
+        len(
+            feed_all(
+                asm,
+                [
+                    TxBegin(P(300), P(350), "0-1-10", False, True),
+                    RowInsert("shop", "outbox", outbox_row("a"), P(400)),
+                    TxCommit(P(500), 5),
+                ],
+            )
+        )
+        == 1
+    )
 
 
 def test_a_statement_logged_outbox_insert_cut_back_by_a_savepoint_is_nothing():
@@ -449,9 +536,12 @@ def test_a_statement_logged_outbox_insert_cut_back_by_a_savepoint_is_nothing():
 def test_a_statement_logged_outbox_insert_in_an_xa_prepare_stops_at_its_commit_not_its_rollback():
     for outcome, refused in ((XaRollback(XID, P(700)), False), (XaCommit(XID, P(600), P(700), 5), True)):
         asm = assembler()
-        prepare = [TxBegin(P(4), P(50), "0-1-3", False, True),
-                   Statement("INSERT INTO shop.outbox VALUES ('g')", P(200), 5, "shop"),
-                   XaEnd(XID, P(250)), XaPrepare(XID, P(300), 5)]
+        prepare = [
+            TxBegin(P(4), P(50), "0-1-3", False, True),
+            Statement("INSERT INTO shop.outbox VALUES ('g')", P(200), 5, "shop"),
+            XaEnd(XID, P(250)),
+            XaPrepare(XID, P(300), 5),
+        ]
         assert feed_all(asm, prepare)[0].size == 0
         if refused:
             with pytest.raises(StatementFormatRefused):
@@ -471,11 +561,14 @@ def test_a_statement_logged_outbox_insert_is_dead_lettered_when_configured_and_k
     assert items[1].identity.row == 1 and items[1].table == "shop.outbox"
 
 
-@pytest.mark.parametrize("sql", [
-    "INSERT INTO shop.orders SELECT * FROM shop.outbox",  # reads the outbox, writes another table
-    "UPDATE shop.orders SET a = 1",
-    "SET @x = 1",
-])
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "INSERT INTO shop.orders SELECT * FROM shop.outbox",  # reads the outbox, writes another table
+        "UPDATE shop.orders SET a = 1",
+        "SET @x = 1",
+    ],
+)
 def test_statements_that_do_not_write_the_outbox_pass(sql):
     asm = assembler()
     tx = feed_all(asm, _statement_tx(sql))[0]
@@ -492,20 +585,39 @@ def test_a_mariadb_transaction_is_not_ended_by_a_statement_inside_it():
     """MariaDB's GTID event opens the transaction itself (no BEGIN query): a statement
     inside it must not complete it (that put checkpoints inside transactions)."""
     asm = assembler()
-    out = feed_all(asm, [TxBegin(P(4), P(50), "0-1-9", False, True), Statement("INSERT INTO shop.orders VALUES (1)",
-                   P(100), 5, "shop"), RowInsert("shop", "outbox", outbox_row("a"), P(200)), TxCommit(P(300), 5)])
+    out = feed_all(
+        asm,
+        [
+            TxBegin(P(4), P(50), "0-1-9", False, True),
+            Statement("INSERT INTO shop.orders VALUES (1)", P(100), 5, "shop"),
+            RowInsert("shop", "outbox", outbox_row("a"), P(200)),
+            TxCommit(P(300), 5),
+        ],
+    )
     assert len(out) == 1 and ids(out[0]) == ["a"] and out[0].end == P(300)
 
 
 def test_replace_written_as_delete_then_insert_of_the_same_id_is_a_change_not_a_second_event():
     asm = assembler(on_change="warn")
-    out = feed_all(asm, [TxBegin(P(4), P(50), "0-1-9", False, True),
-                         RowChange("delete", "shop", "outbox", outbox_row("b"), P(100)),
-                         RowInsert("shop", "outbox", outbox_row("b", payload="new"), P(150)),
-                         RowInsert("shop", "outbox", outbox_row("c"), P(160)), TxCommit(P(200), 5)])
+    out = feed_all(
+        asm,
+        [
+            TxBegin(P(4), P(50), "0-1-9", False, True),
+            RowChange("delete", "shop", "outbox", outbox_row("b"), P(100)),
+            RowInsert("shop", "outbox", outbox_row("b", payload="new"), P(150)),
+            RowInsert("shop", "outbox", outbox_row("c"), P(160)),
+            TxCommit(P(200), 5),
+        ],
+    )
     assert ids(out[0]) == ["c"]
     # insert-then-delete (the usual outbox pattern) still publishes the insert
-    out = feed_all(asm, [TxBegin(P(300), P(350), "0-1-10", False, True),
-                         RowInsert("shop", "outbox", outbox_row("d"), P(400)),
-                         RowChange("delete", "shop", "outbox", outbox_row("d"), P(450)), TxCommit(P(500), 5)])
+    out = feed_all(
+        asm,
+        [
+            TxBegin(P(300), P(350), "0-1-10", False, True),
+            RowInsert("shop", "outbox", outbox_row("d"), P(400)),
+            RowChange("delete", "shop", "outbox", outbox_row("d"), P(450)),
+            TxCommit(P(500), 5),
+        ],
+    )
     assert ids(out[0]) == ["d"]

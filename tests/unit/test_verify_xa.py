@@ -195,7 +195,16 @@ def xa_row(pos: int, row_: int, xid: str = XID, file_seq: int = 1, **over: Any) 
 
 def marker(pos: int, kind: str, xid: str = XID, file_seq: int = 1, gtid: str | None = "auto") -> dict[str, Any]:
     e = make_event(pos, 0, file_seq=file_seq, gtid=gtid)
-    for c in ("table", "event_id", "aggregate_type", "aggregate_id", "event_type", "payload", "payload_is_text", "expected_topic"):
+    for c in (
+        "table",
+        "event_id",
+        "aggregate_type",
+        "aggregate_id",
+        "event_type",
+        "payload",
+        "payload_is_text",
+        "expected_topic",
+    ):
         e[c] = None
     e.update(kind=kind, ikey=None, row=-1, xa_xid=xid)
     return e
@@ -206,7 +215,8 @@ def test_resolve_pairs_each_prepare_with_the_next_outcome_of_its_xid() -> None:
     again after its outcome."""
     rows = [
         marker(900, "xa_commit", file_seq=2),  # commit of the first x1, in the next file
-        xa_row(100, 0), xa_row(100, 1),  # x1 prepared at file 1:100
+        xa_row(100, 0),
+        xa_row(100, 1),  # x1 prepared at file 1:100
         make_event(200, 0),  # a plain transaction between
         xa_row(1000, 0, file_seq=2),  # x1 again, prepared after the commit ...
         marker(1100, "xa_rollback", file_seq=2),  # ... and rolled back
@@ -215,11 +225,20 @@ def test_resolve_pairs_each_prepare_with_the_next_outcome_of_its_xid() -> None:
         {**make_event(0, -1), "ikey": None, "kind": "anomaly"},
     ]
     out = {(e["kind"], e["row"], e["file_seq"], e["tx_pos"]): e for e in resolve_xa_rows(rows)}
-    assert set(out) == {("event", 0, 1, 200), ("xa_event", 0, 2, 900), ("xa_event", 1, 2, 900), ("xa_undecided", 0, 2, 1200)}
+    assert set(out) == {
+        ("event", 0, 1, 200),
+        ("xa_event", 0, 2, 900),
+        ("xa_event", 1, 2, 900),
+        ("xa_undecided", 0, 2, 1200),
+    }
     committed = out[("xa_event", 1, 2, 900)]
     m = rows[0]
     assert committed["ikey"] == identity_key(SOURCE, m["gtid"], m["file"], 900, 1)
-    assert (committed["gtid"], committed["tx_end"], committed["commit_ts_ms"]) == (m["gtid"], m["tx_end"], m["commit_ts_ms"])
+    assert (committed["gtid"], committed["tx_end"], committed["commit_ts_ms"]) == (
+        m["gtid"],
+        m["tx_end"],
+        m["commit_ts_ms"],
+    )
     assert committed["xa_prepare"] == "mysql-bin.000001:100" and committed["event_id"] == "e1-100-1"
     assert out[("xa_undecided", 0, 2, 1200)]["ikey"].startswith("x\x1f")
 
@@ -230,12 +249,18 @@ def test_reconcile_xa_events_match_commit_identity_and_undecided_stops_verified_
             make_event(500, 0)]  # fmt: skip
     events = resolve_xa_rows(rows)
     by_kind = {(e["kind"], e["row"]): e for e in events}
-    records = [make_record(e, offset=i) for i, e in enumerate([plain, by_kind[("xa_event", 0)], by_kind[("xa_event", 1)], rows[-1]])]
+    records = [
+        make_record(e, offset=i)
+        for i, e in enumerate([plain, by_kind[("xa_event", 0)], by_kind[("xa_event", 1)], rows[-1]])
+    ]
     res = reconcile_reference(rows, records, ctx())
     assert res.counts() == {**{c: 0 for c in res.counts()}, "delivered": 4, "unverifiable": 1}
     undecided = by_kind[("xa_undecided", 0)]["ikey"]
     assert res.event_unverifiable_reason == {undecided: "xa_undecided"}
-    assert res.verified_through == ("mysql-bin.000001", 350)  # the end of the XA commit group, before the prepare at 400
+    assert res.verified_through == (
+        "mysql-bin.000001",
+        350,
+    )  # the end of the XA commit group, before the prepare at 400
     assert res.first_unproven == ("mysql-bin.000001", 400, 0)
     # the same records against the rows read as if the commit were never seen: the XA
     # events are then undecided, and their records (committed in range) phantoms
@@ -247,7 +272,10 @@ def test_xa_record_whose_prepare_lies_before_the_range_is_unverifiable_not_phant
     commit = make_event(300, 0, file_seq=2)
     rec = make_record(commit, h_xa_prepare="mysql-bin.000001:100", h_xa_file_seq=1, h_xa_pos=100)
     c = ctx(range_start=("mysql-bin.000002", 2, 4), range_end=("mysql-bin.000003", 3, 100))
-    assert reconcile_reference([], [rec], c).record_class[(rec["topic"], 0, 0)] == ("unverifiable", "before_binlog_range")
+    assert reconcile_reference([], [rec], c).record_class[(rec["topic"], 0, 0)] == (
+        "unverifiable",
+        "before_binlog_range",
+    )
     rec2 = make_record(commit, h_xa_prepare="mysql-bin.000002:100", h_xa_file_seq=2, h_xa_pos=100)
     assert reconcile_reference([], [rec2], c).record_class[(rec2["topic"], 0, 0)] == ("phantom", None)
 
@@ -273,7 +301,9 @@ def test_report_fails_while_a_statement_format_position_exists() -> None:
 
     counts = {"delivered": 3, "missing": 0, "duplicate": 0, "phantom": 0, "reordered": 0, "altered": 0, "dead_lettered": 0,
               "unverifiable": 2}  # fmt: skip
-    ok = VerifyReport(summary={"counts": counts, "unverifiable_reasons": {"event:xa_undecided": 2}}, inputs={}, config={})
+    ok = VerifyReport(
+        summary={"counts": counts, "unverifiable_reasons": {"event:xa_undecided": 2}}, inputs={}, config={}
+    )
     assert ok.ok and ok.problems == {}
     bad = VerifyReport(summary={"counts": counts, "unverifiable_reasons": {"event:statement_format": 1, "event:xa_undecided": 1}},
                        inputs={}, config={})  # fmt: skip

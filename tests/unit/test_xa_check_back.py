@@ -28,8 +28,9 @@ def held(prepared_ts=1000):
 
 
 def check_back(server, **kw):
-    settings = RelaySettings("src", (OutboxTable("shop", "outbox"),), xa_check_after_s=60, xa_check_interval_s=30,
-                             xa_max_checks=3, **kw)
+    settings = RelaySettings(
+        "src", (OutboxTable("shop", "outbox"),), xa_check_after_s=60, xa_check_interval_s=30, xa_max_checks=3, **kw
+    )
     metrics = RelayMetrics()
     return XaCheckBack(settings, server, metrics), metrics
 

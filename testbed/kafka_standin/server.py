@@ -16,7 +16,7 @@ Why a separate process
 
 Two halves live here:
 
-* the server, ``python -m connectors.kafka_standin --brokers N [--port P]``,
+* the server, ``python -m testbed.kafka_standin --brokers N [--port P]``,
   which creates the cluster, prints ONE JSON line
   ``{"bootstrap": "127.0.0.1:x,...", "control": "127.0.0.1:y", "pid": n, ...}``
   on stdout and then serves a line-delimited JSON control channel on
@@ -92,146 +92,28 @@ import glob
 import importlib.util
 import json
 import os
-import selectors
 import signal
 import socket
 import socketserver
-import subprocess
 import sys
-import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from types import TracebackType
-from typing import Any, Final
+from typing import Any
 
-__all__ = [
-    "API_KEYS",
-    "KafkaStandin",
-    "StandinError",
-    "main",
-    "port_in_use_message",
-    "resolve_api_key",
-    "resolve_error_code",
-]
-
-#: Kafka protocol ApiKeys accepted by name in ``push_errors``/``clear_errors``
-#: (numbers from the Kafka protocol guide; librdkafka's RD_KAFKAP_* constants).
-API_KEYS: Final[dict[str, int]] = {
-    "Produce": 0,
-    "Fetch": 1,
-    "ListOffsets": 2,
-    "Metadata": 3,
-    "OffsetCommit": 8,
-    "OffsetFetch": 9,
-    "FindCoordinator": 10,
-    "JoinGroup": 11,
-    "Heartbeat": 12,
-    "LeaveGroup": 13,
-    "SyncGroup": 14,
-    "ApiVersions": 18,
-    "InitProducerId": 22,
-    "AddPartitionsToTxn": 24,
-    "AddOffsetsToTxn": 25,
-    "EndTxn": 26,
-    "TxnOffsetCommit": 28,
-}
-
-#: Kafka's current error names that librdkafka still spells the old way.
-_ERROR_ALIASES: Final[dict[str, str]] = {
-    "NOT_LEADER_OR_FOLLOWER": "NOT_LEADER_FOR_PARTITION",
-    "MESSAGE_TOO_LARGE": "MSG_SIZE_TOO_LARGE",
-}
-
-_HOST: Final = "127.0.0.1"
-_PARENT_PID_ENV: Final = "KAFKA_STANDIN_PARENT_PID"
-_EXIT_PORT_IN_USE: Final = 2
-_EXIT_FAILURE: Final = 1
-_RD_KAFKA_PRODUCER: Final = 0  # rd_kafka_type_t RD_KAFKA_PRODUCER
-_PR_SET_PDEATHSIG: Final = 1  # <linux/prctl.h>
-_STDERR_TAIL_LINES: Final = 20
-
-
-class StandinError(Exception):
-    """The Kafka stand-in could not be started, controlled or stopped.
-
-    The message is meant for a person: it names the port, the command or the
-    child's last stderr lines, whichever explains the failure.
-    """
-
-
-def port_in_use_message(port: int) -> str:
-    """The one-line message for a requested port that is taken."""
-    return (
-        f"Kafka stand-in: port {port} is already in use; "
-        "pick another port or stop the program holding it"
-    )
-
-
-def resolve_api_key(api_key: int | str) -> int:
-    """Map an ApiKey given by number or by name ("Produce", "FindCoordinator")."""
-    if isinstance(api_key, bool):
-        raise StandinError(f"Kafka stand-in: invalid api_key {api_key!r}")
-    if isinstance(api_key, int):
-        if not 0 <= api_key < 32768:
-            raise StandinError(f"Kafka stand-in: api_key {api_key} is out of range")
-        return api_key
-    if isinstance(api_key, str):
-        wanted = api_key.strip().lower().removesuffix("request")
-        if wanted.isdigit():
-            return resolve_api_key(int(wanted))
-        for name, number in API_KEYS.items():
-            if name.lower() == wanted:
-                return number
-        known = ", ".join(f"{n}={k}" for n, k in API_KEYS.items())
-        raise StandinError(f"Kafka stand-in: unknown api_key {api_key!r} (known: {known})")
-    raise StandinError(f"Kafka stand-in: invalid api_key {api_key!r}")
-
-
-def resolve_error_code(error: int | str) -> int:
-    """Map an error given by number or by librdkafka name (``"NOT_LEADER_FOR_PARTITION"``).
-
-    Names are looked up on :class:`confluent_kafka.KafkaError`, which mirrors
-    ``rd_kafka_resp_err_t``; local errors keep their leading underscore
-    (``"_TRANSPORT"`` makes the mock drop the connection, see
-    ``rd_kafka_mock_push_request_errors``).
-    """
-    if isinstance(error, bool):
-        raise StandinError(f"Kafka stand-in: invalid error code {error!r}")
-    if isinstance(error, int):
-        return error
-    if isinstance(error, str):
-        text = error.strip()
-        try:
-            return int(text)
-        except ValueError:
-            pass
-        from confluent_kafka import KafkaError  # lazy: only names need it
-
-        name = text.upper()
-        name = _ERROR_ALIASES.get(name, name)
-        code = getattr(KafkaError, name, None)
-        if isinstance(code, int):
-            return code
-        raise StandinError(f"Kafka stand-in: unknown error name {error!r}")
-    raise StandinError(f"Kafka stand-in: invalid error code {error!r}")
-
-
-def _port_is_free(port: int) -> bool:
-    """Try to bind ``127.0.0.1:port`` the way the server will (SO_REUSEADDR)."""
-    probe = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    try:
-        # SO_REUSEADDR so sockets lingering in TIME_WAIT from a previous
-        # stand-in do not count as "in use"; a live listener still does.
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        probe.bind((_HOST, port))
-    except OSError:
-        return False
-    finally:
-        probe.close()
-    return True
-
+from connectors.process import die_with_parent
+from testbed.kafka_standin.common import (
+    EXIT_FAILURE,
+    EXIT_PORT_IN_USE,
+    HOST,
+    PARENT_PID_ENV,
+    RD_KAFKA_PRODUCER,
+    StandinError,
+    port_in_use_message,
+    resolve_api_key,
+    resolve_error_code,
+)
 
 # ---------------------------------------------------------------------------
 # Server side: ctypes binding of rdkafka_mock.h
@@ -285,24 +167,19 @@ class _MockCluster:
             if lib.rd_kafka_conf_set(conf, key.encode(), value.encode(), errstr, 512) != 0:
                 lib.rd_kafka_conf_destroy(conf)
                 raise StandinError(
-                    f"Kafka stand-in: rd_kafka_conf_set({key}) failed: "
-                    f"{errstr.value.decode(errors='replace')}"
+                    f"Kafka stand-in: rd_kafka_conf_set({key}) failed: {errstr.value.decode(errors='replace')}"
                 )
         # rd_kafka_new takes ownership of conf on success only.
-        rk = lib.rd_kafka_new(_RD_KAFKA_PRODUCER, conf, errstr, 512)
+        rk = lib.rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, 512)
         if not rk:
             lib.rd_kafka_conf_destroy(conf)
-            raise StandinError(
-                "Kafka stand-in: rd_kafka_new failed: " + errstr.value.decode(errors="replace")
-            )
+            raise StandinError("Kafka stand-in: rd_kafka_new failed: " + errstr.value.decode(errors="replace"))
         self._rk: int | None = rk
         mc = lib.rd_kafka_mock_cluster_new(rk, brokers)
         if not mc:
             lib.rd_kafka_destroy(rk)
             self._rk = None
-            raise StandinError(
-                "Kafka stand-in: rd_kafka_mock_cluster_new failed (see the log lines above)"
-            )
+            raise StandinError("Kafka stand-in: rd_kafka_mock_cluster_new failed (see the log lines above)")
         self._mc: int | None = mc
         raw = lib.rd_kafka_mock_cluster_bootstraps(mc)
         self.bootstraps: list[tuple[str, int]] = []
@@ -392,9 +269,7 @@ class _MockCluster:
                 f"Kafka stand-in: replication_factor must be 1..{self.brokers} "
                 f"(the broker count), not {replication_factor}"
             )
-        err = self._lib.rd_kafka_mock_topic_create(
-            self._mc_ptr(), topic.encode(), partitions, replication_factor
-        )
+        err = self._lib.rd_kafka_mock_topic_create(self._mc_ptr(), topic.encode(), partitions, replication_factor)
         self._check(err, f"create_topic {topic!r}")
 
     def broker_down(self, broker_id: int) -> None:
@@ -422,26 +297,20 @@ class _MockCluster:
 
     def set_host_port(self, broker_id: int, host: str, port: int) -> None:
         self._check_broker(broker_id, allow_all=False)
-        self._lib.rd_kafka_mock_broker_set_host_port(
-            self._mc_ptr(), broker_id, host.encode(), port
-        )
+        self._lib.rd_kafka_mock_broker_set_host_port(self._mc_ptr(), broker_id, host.encode(), port)
 
     def push_errors(self, api_key: int, errors: Sequence[int]) -> None:
         if not errors:
             raise StandinError("Kafka stand-in: push_errors needs at least one error code")
         array = (ctypes.c_int * len(errors))(*errors)
-        self._lib.rd_kafka_mock_push_request_errors_array(
-            self._mc_ptr(), api_key, len(errors), array
-        )
+        self._lib.rd_kafka_mock_push_request_errors_array(self._mc_ptr(), api_key, len(errors), array)
 
     def clear_errors(self, api_key: int) -> None:
         self._lib.rd_kafka_mock_clear_request_errors(self._mc_ptr(), api_key)
 
     def set_leader(self, topic: str, partition: int, broker_id: int) -> None:
         self._check_broker(broker_id)  # -1 makes the partition leader-less
-        err = self._lib.rd_kafka_mock_partition_set_leader(
-            self._mc_ptr(), topic.encode(), partition, broker_id
-        )
+        err = self._lib.rd_kafka_mock_partition_set_leader(self._mc_ptr(), topic.encode(), partition, broker_id)
         self._check(err, f"set_leader {topic!r} [{partition}] -> {broker_id}")
 
     def set_group_initial_rebalance_delay(self, delay_ms: int) -> None:
@@ -488,7 +357,7 @@ class _PortForwarder:
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind((_HOST, self.port))
+            sock.bind((HOST, self.port))
             sock.listen(128)
         except OSError:
             sock.close()
@@ -545,7 +414,7 @@ class _PortForwarder:
     def _bridge(self, client: socket.socket) -> None:
         assert self.target_port is not None
         try:
-            upstream = socket.create_connection((_HOST, self.target_port), timeout=5.0)
+            upstream = socket.create_connection((HOST, self.target_port), timeout=5.0)
         except OSError:
             client.close()  # mock broker is down: behave like a dropped connection
             return
@@ -731,7 +600,7 @@ class _ControlServer(socketserver.ThreadingTCPServer):
 
     def __init__(self, port: int, standin: _Standin) -> None:
         self.standin = standin
-        super().__init__((_HOST, port), _ControlHandler)
+        super().__init__((HOST, port), _ControlHandler)
 
 
 class _ControlHandler(socketserver.StreamRequestHandler):
@@ -752,23 +621,10 @@ class _ControlHandler(socketserver.StreamRequestHandler):
 
 
 def _die_with_parent() -> None:
-    """Ask Linux to SIGKILL us when the parent goes away (prctl PR_SET_PDEATHSIG).
-
-    Caveat from prctl(2): the signal fires when the parent *thread* that
-    spawned us exits, so start the stand-in from a long-lived thread.
-    If the parent already died before prctl ran we were re-parented, which the
-    expected parent pid passed in the environment reveals.
-    """
-    if not sys.platform.startswith("linux"):
-        return
-    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-    ulong = ctypes.c_ulong
-    libc.prctl.argtypes = [ctypes.c_int, ulong, ulong, ulong, ulong]
-    libc.prctl.restype = ctypes.c_int
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    expected = os.environ.get(_PARENT_PID_ENV)
-    if expected and expected.isdigit() and os.getppid() != int(expected):
-        os._exit(_EXIT_FAILURE)
+    """SIGKILL us when the parent goes away; the expected parent pid (in the environment)
+    reveals a parent that died before prctl ran."""
+    expected = os.environ.get(PARENT_PID_ENV)
+    die_with_parent(int(expected) if expected and expected.isdigit() else None, EXIT_FAILURE)
 
 
 def _watch_stdin(standin: _Standin) -> None:
@@ -791,7 +647,7 @@ def _watch_stdin(standin: _Standin) -> None:
 
 def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m connectors.kafka_standin",
+        prog="python -m testbed.kafka_standin",
         description="Serve a librdkafka mock Kafka cluster until stdin closes.",
     )
     parser.add_argument("--brokers", type=int, default=1, help="number of brokers (ids 1..N)")
@@ -801,9 +657,7 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         default=None,
         help="fixed port of broker 1; broker k listens on PORT+k-1 (default: ephemeral ports)",
     )
-    parser.add_argument(
-        "--control-port", type=int, default=0, help="control channel port (default: ephemeral)"
-    )
+    parser.add_argument("--control-port", type=int, default=0, help="control channel port (default: ephemeral)")
     parser.add_argument(
         "--group-initial-rebalance-delay-ms",
         type=int,
@@ -852,7 +706,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 else:
                     message = f"Kafka stand-in: cannot listen on port {fwd.port}: {exc}"
                 _emit({"error": message})
-                return _EXIT_PORT_IN_USE if exc.errno == errno.EADDRINUSE else _EXIT_FAILURE
+                return EXIT_PORT_IN_USE if exc.errno == errno.EADDRINUSE else EXIT_FAILURE
             forwarders.append(fwd)
 
     try:
@@ -861,14 +715,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         for fwd in forwarders:
             fwd.down()
         _emit({"error": str(exc)})
-        return _EXIT_FAILURE
+        return EXIT_FAILURE
 
     standin = _Standin(cluster, forwarders)
     if args.group_initial_rebalance_delay_ms is not None:
         cluster.set_group_initial_rebalance_delay(args.group_initial_rebalance_delay_ms)
     for fwd, (_, mock_port) in zip(forwarders, cluster.bootstraps, strict=False):
         # Advertise the fixed port in Metadata so clients come back through it.
-        cluster.set_host_port(fwd.broker_id, _HOST, fwd.port)
+        cluster.set_host_port(fwd.broker_id, HOST, fwd.port)
         fwd.start(mock_port)
 
     try:
@@ -876,17 +730,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as exc:
         cluster.destroy()
         _emit({"error": f"Kafka stand-in: cannot open control port {args.control_port}: {exc}"})
-        return _EXIT_PORT_IN_USE if exc.errno == errno.EADDRINUSE else _EXIT_FAILURE
+        return EXIT_PORT_IN_USE if exc.errno == errno.EADDRINUSE else EXIT_FAILURE
     # A short poll interval keeps server.shutdown() (and so stop()) fast.
-    threading.Thread(
-        target=server.serve_forever, kwargs={"poll_interval": 0.05}, name="control", daemon=True
-    ).start()
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, name="control", daemon=True).start()
 
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda s, _f: standin.request_stop(signal.Signals(s).name))
 
     if forwarders:
-        bootstrap = ",".join(f"{_HOST}:{f.port}" for f in forwarders)
+        bootstrap = ",".join(f"{HOST}:{f.port}" for f in forwarders)
     else:
         bootstrap = ",".join(f"{h}:{p}" for h, p in cluster.bootstraps)
     control_host, control_port = server.server_address[:2]
@@ -910,7 +762,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         pass
 
     # librdkafka destroy should take milliseconds; never let it hang the exit.
-    watchdog = threading.Timer(10.0, os._exit, args=(_EXIT_FAILURE,))
+    watchdog = threading.Timer(10.0, os._exit, args=(EXIT_FAILURE,))
     watchdog.daemon = True
     watchdog.start()
     server.shutdown()
@@ -921,350 +773,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     sys.stderr.write(f"Kafka stand-in: stopped ({standin.stop_reason})\n")
     sys.stderr.flush()
     return 0
-
-
-# ---------------------------------------------------------------------------
-# Client side
-# ---------------------------------------------------------------------------
-
-
-class KafkaStandin:
-    """Handle on a running stand-in process; create it with :meth:`start`.
-
-    Thread-safe: control requests are serialised over one TCP connection.
-    """
-
-    def __init__(
-        self,
-        proc: subprocess.Popen[bytes],
-        bootstrap_servers: str,
-        control: tuple[str, int],
-        log_path: Path,
-        brokers: int,
-    ) -> None:
-        self._proc = proc
-        self._bootstrap = bootstrap_servers
-        self._control_addr = control
-        self._log_path = log_path
-        self._brokers = brokers
-        self._lock = threading.Lock()
-        self._sock: socket.socket | None = None
-        self._reader: Any = None
-        self._stopped = False
-
-    # -- start ----------------------------------------------------------------
-
-    @classmethod
-    def start(
-        cls,
-        brokers: int = 1,
-        port: int | None = None,
-        startup_timeout: float = 20.0,
-        *,
-        group_initial_rebalance_delay_ms: int | None = None,
-        debug: str | None = None,
-    ) -> KafkaStandin:
-        """Spawn ``python -m connectors.kafka_standin`` and wait for its bootstrap line.
-
-        ``port`` fixes broker 1's port (broker k gets ``port + k - 1``); by
-        default the kernel picks free ports, which is what tests want.
-        ``group_initial_rebalance_delay_ms=0`` makes a consumer group's first
-        join immediate instead of Kafka's 3 s.
-
-        The child is bound to this process's lifetime: it holds the read end of
-        a pipe on its stdin and exits at EOF, and it asks Linux for SIGKILL when
-        the spawning *thread* exits, so call this from a long-lived thread.
-        """
-        if isinstance(brokers, bool) or not isinstance(brokers, int) or brokers < 1:
-            raise StandinError(f"Kafka stand-in: brokers must be an integer >= 1, not {brokers!r}")
-        if port is not None:
-            if not 1 <= port <= 65535 - (brokers - 1):
-                raise StandinError(
-                    f"Kafka stand-in: port {port} leaves no room for {brokers} consecutive ports"
-                )
-            for candidate in range(port, port + brokers):
-                if not _port_is_free(candidate):
-                    raise StandinError(port_in_use_message(candidate))
-
-        cmd = [sys.executable, "-m", "connectors.kafka_standin", "--brokers", str(brokers)]
-        if port is not None:
-            cmd += ["--port", str(port)]
-        if group_initial_rebalance_delay_ms is not None:
-            cmd += ["--group-initial-rebalance-delay-ms", str(group_initial_rebalance_delay_ms)]
-        if debug:
-            cmd += ["--debug", debug]
-
-        env = dict(os.environ)
-        # Make `-m connectors.kafka_standin` importable whatever the cwd is.
-        project_root = str(Path(__file__).resolve().parent.parent)
-        env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (project_root, env.get("PYTHONPATH", "")) if p
-        )
-        env[_PARENT_PID_ENV] = str(os.getpid())
-
-        # stderr goes to a file, not a pipe: nobody drains a pipe after start-up
-        # and a chatty librdkafka (debug=...) would block on a full one.
-        log_fd, log_name = tempfile.mkstemp(prefix="kafka-standin-", suffix=".log")
-        log_path = Path(log_name)
-        try:
-            proc = subprocess.Popen(
-                cmd,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=log_fd,
-                env=env,
-                close_fds=True,
-            )
-        except OSError as exc:
-            os.close(log_fd)
-            log_path.unlink(missing_ok=True)
-            raise StandinError(f"Kafka stand-in: cannot spawn {cmd[0]}: {exc}") from exc
-        os.close(log_fd)
-
-        try:
-            info = _read_startup_line(proc, startup_timeout, log_path)
-            control_host, _, control_port = str(info["control"]).rpartition(":")
-            control = (control_host, int(control_port))
-            standin = cls(proc, str(info["bootstrap"]), control, log_path, brokers)
-            standin._connect()
-        except BaseException:
-            # A child that failed to start is of no use: no grace period.
-            if proc.poll() is None:
-                proc.kill()
-            _terminate(proc, 5.0)
-            log_path.unlink(missing_ok=True)
-            raise
-        return standin
-
-    # -- properties -------------------------------------------------------------
-
-    @property
-    def bootstrap_servers(self) -> str:
-        """``bootstrap.servers`` for clients, e.g. ``"127.0.0.1:41011,127.0.0.1:36789"``."""
-        return self._bootstrap
-
-    @property
-    def pid(self) -> int:
-        return self._proc.pid
-
-    @property
-    def brokers(self) -> int:
-        return self._brokers
-
-    @property
-    def control_address(self) -> tuple[str, int]:
-        return self._control_addr
-
-    @property
-    def log_path(self) -> Path:
-        """The child's stderr (librdkafka logs); removed by :meth:`stop`."""
-        return self._log_path
-
-    @property
-    def exit_code(self) -> int | None:
-        """The process's exit status once it has ended, else None."""
-        return self._proc.poll()
-
-    # -- control ----------------------------------------------------------------
-
-    def request(self, cmd: str, **args: Any) -> dict[str, Any]:
-        """Send one control command and return the reply; raise StandinError on failure."""
-        payload = json.dumps({"cmd": cmd, **args}).encode() + b"\n"
-        with self._lock:
-            if self._stopped:
-                raise StandinError(f"Kafka stand-in: {cmd}: the stand-in was stopped")
-            try:
-                if self._sock is None:
-                    self._connect()
-                assert self._sock is not None
-                self._sock.sendall(payload)
-                line = self._reader.readline()
-            except OSError as exc:
-                self._disconnect()
-                message = self._dead_message(f"{cmd}: control channel failed: {exc}")
-                raise StandinError(message) from exc
-            if not line:
-                self._disconnect()
-                raise StandinError(self._dead_message(f"{cmd}: control channel closed"))
-        reply = json.loads(line)
-        if not reply.get("ok"):
-            raise StandinError(str(reply.get("error", f"Kafka stand-in: {cmd} failed")))
-        return dict(reply)
-
-    def ping(self) -> dict[str, Any]:
-        return self.request("ping")
-
-    def create_topic(self, name: str, partitions: int = 1, replication_factor: int = 1) -> None:
-        """Create a topic (the mock does not implement the CreateTopics admin API)."""
-        self.request(
-            "create_topic", topic=name, partitions=partitions, replication_factor=replication_factor
-        )
-
-    def broker_down(self, broker_id: int) -> None:
-        """Drop the broker's connections and refuse new ones; -1 means all brokers.
-
-        Partition leadership does not move (use :meth:`set_leader`).
-        """
-        self.request("broker_down", broker_id=broker_id)
-
-    def broker_up(self, broker_id: int) -> None:
-        self.request("broker_up", broker_id=broker_id)
-
-    def set_rtt(self, broker_id: int, rtt_ms: int) -> None:
-        """Delay every response from the broker (-1: all brokers) by ``rtt_ms``."""
-        self.request("set_rtt", broker_id=broker_id, rtt_ms=rtt_ms)
-
-    def push_errors(self, api_key: int | str, errors: Iterable[int | str]) -> None:
-        """Make the next ``len(errors)`` requests of ``api_key`` fail with these codes.
-
-        Cluster-wide, consumed in order.  ``api_key`` may be a number or a name
-        from :data:`API_KEYS`; errors may be ints or KafkaError names.
-        """
-        self.request("push_errors", api_key=api_key, errors=list(errors))
-
-    def clear_errors(self, api_key: int | str) -> None:
-        self.request("clear_errors", api_key=api_key)
-
-    def set_leader(self, topic: str, partition: int, broker_id: int) -> None:
-        """Move a partition's leadership (-1: leader-less); bumps the leader epoch."""
-        self.request("set_leader", topic=topic, partition=partition, broker_id=broker_id)
-
-    def set_group_initial_rebalance_delay(self, delay_ms: int) -> None:
-        self.request("set_group_initial_rebalance_delay", delay_ms=delay_ms)
-
-    # -- stop -------------------------------------------------------------------
-
-    def stop(self, timeout: float = 10.0) -> None:
-        """Shut down cleanly; kill the process if it has not exited by ``timeout``."""
-        with self._lock:
-            if self._stopped:
-                return
-            self._stopped = True
-            if self._proc.poll() is None:
-                try:
-                    if self._sock is None:
-                        self._connect()
-                    assert self._sock is not None
-                    self._sock.sendall(b'{"cmd": "shutdown"}\n')
-                    self._reader.readline()
-                except OSError:
-                    pass  # closing stdin below stops it as well
-            self._disconnect()
-        _terminate(self._proc, timeout)
-        self._log_path.unlink(missing_ok=True)
-
-    def __enter__(self) -> KafkaStandin:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
-    def __repr__(self) -> str:
-        state = "running" if self._proc.poll() is None else f"exited {self._proc.returncode}"
-        return f"KafkaStandin(pid={self.pid}, bootstrap={self._bootstrap!r}, {state})"
-
-    # -- internals --------------------------------------------------------------
-
-    def _connect(self) -> None:
-        sock = socket.create_connection(self._control_addr, timeout=10.0)
-        self._sock = sock
-        self._reader = sock.makefile("rb")
-
-    def _disconnect(self) -> None:
-        if self._reader is not None:
-            self._reader.close()
-            self._reader = None
-        if self._sock is not None:
-            self._sock.close()
-            self._sock = None
-
-    def _dead_message(self, what: str) -> str:
-        code = self._proc.poll()
-        if code is None:
-            return f"Kafka stand-in: {what}"
-        return _failure_message(f"{what}; the process exited with status {code}", self._log_path)
-
-
-def _read_startup_line(
-    proc: subprocess.Popen[bytes], timeout: float, log_path: Path
-) -> dict[str, Any]:
-    """Read the child's one JSON stdout line, giving up at the deadline."""
-    assert proc.stdout is not None
-    deadline = time.monotonic() + timeout
-    buf = b""
-    fd = proc.stdout.fileno()
-    with selectors.DefaultSelector() as sel:
-        sel.register(fd, selectors.EVENT_READ)
-        while b"\n" not in buf:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise StandinError(
-                    _failure_message(
-                        f"did not report its bootstrap address within {timeout:g}s", log_path
-                    )
-                )
-            if not sel.select(remaining):
-                continue
-            chunk = os.read(fd, 65536)
-            if not chunk:
-                code = proc.wait(timeout=5.0)
-                raise StandinError(
-                    _failure_message(f"exited with status {code} during start-up", log_path)
-                )
-            buf += chunk
-    proc.stdout.close()
-    line = buf.split(b"\n", 1)[0]
-    try:
-        info = json.loads(line)
-    except ValueError as exc:
-        raise StandinError(
-            _failure_message(f"printed an unreadable start-up line {line[:200]!r}", log_path)
-        ) from exc
-    if "error" in info:
-        proc.wait(timeout=5.0)
-        raise StandinError(str(info["error"]))
-    if "bootstrap" not in info or "control" not in info:
-        raise StandinError(
-            _failure_message(f"printed an incomplete start-up line {info!r}", log_path)
-        )
-    return dict(info)
-
-
-def _tail(path: Path, lines: int) -> str:
-    try:
-        text = path.read_text(errors="replace")
-    except OSError:
-        return ""
-    return "\n".join(text.splitlines()[-lines:])
-
-
-def _failure_message(what: str, log_path: Path) -> str:
-    tail = _tail(log_path, _STDERR_TAIL_LINES)
-    message = f"Kafka stand-in {what}"
-    if tail:
-        message += "; last stderr lines:\n" + tail
-    return message
-
-
-def _terminate(proc: subprocess.Popen[bytes], timeout: float) -> None:
-    """Close stdin (the child exits on EOF), wait, then SIGKILL as a last resort."""
-    for stream in (proc.stdin, proc.stdout):
-        if stream is not None:
-            try:
-                stream.close()
-            except OSError:
-                pass
-    try:
-        proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(timeout=5.0)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -72,8 +72,8 @@ in ``$CDC_MARIADB_INSTALL_DB``, then on PATH and the usual directories.
 from __future__ import annotations
 
 import atexit
-import ctypes
 import errno
+import functools
 import os
 import shutil
 import signal
@@ -88,6 +88,9 @@ from types import TracebackType
 from typing import Any
 
 import pymysql
+
+from connectors.process import die_with_parent
+from testbed.process import free_port
 
 __all__ = ["EmbeddedMariaDB", "MariaDBServerError"]
 
@@ -172,13 +175,6 @@ def find_install_db() -> str:
 # ports
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((HOST, 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 def _check_port_free(port: int) -> None:
     """Raise if ``HOST:port`` cannot be bound the way mariadbd binds it (SO_REUSEADDR)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -198,27 +194,9 @@ def _check_port_free(port: int) -> None:
 # child set-up: die with the parent
 
 
-def _load_prctl() -> Callable[..., int] | None:
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        prctl: Callable[..., int] = libc.prctl
-        return prctl
-    except (OSError, AttributeError):  # not Linux
-        return None
-
-
-_prctl = _load_prctl()  # resolved in the parent: the child only calls it
-
-
 def _make_preexec(parent_pid: int) -> Callable[[], None]:
-    def preexec() -> None:
-        # Runs in the child between fork and exec: only async-signal-safe work.
-        if _prctl is not None:
-            _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        if os.getppid() != parent_pid:  # the parent died before prctl took effect
-            os._exit(1)
-
-    return preexec
+    # Runs in the child between fork and exec: prctl and getppid only.
+    return functools.partial(die_with_parent, parent_pid)
 
 
 # --------------------------------------------------------------------------
@@ -394,7 +372,7 @@ class EmbeddedMariaDB:
         server = cls(
             root=root,
             datadir=data,
-            port=port if port is not None else _free_port(),
+            port=port if port is not None else free_port(),
             server_id=server_id,
             owns_datadir=owns,
             mariadbd=mariadbd,
@@ -418,7 +396,7 @@ class EmbeddedMariaDB:
                             f"mariadbd could not bind a free port on {HOST} after {attempts} attempts: "
                             f"stop whatever grabs ports; {server._log_excerpt(server.log_lines(40))}"
                         ) from None
-                    server._port = _free_port()
+                    server._port = free_port()
         except BaseException:
             server._discard_after_failed_start()
             raise
@@ -558,9 +536,7 @@ class EmbeddedMariaDB:
             try:
                 # read/write timeouts too: a listener that is not mariadbd (a port
                 # grabbed by someone else) accepts TCP and then never answers.
-                conn = pymysql.connect(
-                    connect_timeout=2, read_timeout=2, write_timeout=2, **self.connection_settings()
-                )
+                conn = pymysql.connect(connect_timeout=2, read_timeout=2, write_timeout=2, **self.connection_settings())
                 conn.close()
                 return time.monotonic() - t0
             except pymysql.err.MySQLError as exc:

@@ -1,6 +1,6 @@
 """A throwaway Kafka broker with transactions, for the transactional-delivery tests.
 
-The Kafka stand-in (connectors/kafka_standin.py, librdkafka's mock cluster) cannot
+The Kafka stand-in (testbed/kafka_standin/, librdkafka's mock cluster) cannot
 filter aborted transactions or fence a zombie producer. `noida-db` (a test dependency
 from PyPI: one binary that speaks the Kafka protocol, among others) can: transactional
 commit and abort, read_committed hides aborted and open transactions, a second
@@ -27,7 +27,6 @@ Its limits, measured here (tests must respect them; the README repeats them):
 
 from __future__ import annotations
 
-import ctypes
 import os
 import shutil
 import signal
@@ -38,6 +37,8 @@ import time
 from pathlib import Path
 
 from cdc.errors import ServerError
+from connectors.process import die_with_parent
+from testbed.process import free_port
 
 CONSUMER_SETTINGS = {"fetch.max.bytes": 1_048_576, "max.partition.fetch.bytes": 1_048_576}
 
@@ -53,17 +54,6 @@ def _binary() -> Path:
     return path
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _die_with_parent() -> None:
-    libc = ctypes.CDLL("libc.so.6", use_errno=True)
-    libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
-
-
 class NoidaKafka:
     def __init__(self, proc: subprocess.Popen, port: int, data_dir: Path, log_path: Path):
         self.proc, self.port, self.data_dir, self.log_path = proc, port, data_dir, log_path
@@ -73,13 +63,13 @@ class NoidaKafka:
     def start(cls, timeout: float = 30.0) -> NoidaKafka:
         binary = _binary()
         data_dir = Path(tempfile.mkdtemp(prefix="cdc-noida-"))
-        port = _free_port()
+        port = free_port()
         log_path = data_dir / "noida.log"
         with open(log_path, "wb") as log:
             proc = subprocess.Popen(
                 [str(binary), "start", "--only", "kafka", "--kafka-port", str(port), "--data-dir",
                  str(data_dir / "data")],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent,
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, preexec_fn=die_with_parent,
             )  # fmt: skip
         broker = cls(proc, port, data_dir, log_path)
         deadline = time.monotonic() + timeout

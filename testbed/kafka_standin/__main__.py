@@ -1,0 +1,3 @@
+from testbed.kafka_standin.server import main
+
+raise SystemExit(main())
