@@ -8,6 +8,8 @@ The byte fixtures follow MySQL's documentation of Gtid_log_event (libbinlogevent
 control_events.h): after sequence_number, immediate_commit_timestamp as 7 little-endian
 bytes whose top bit (bit 55) says original_commit_timestamp (7 more bytes) follows."""
 
+import pytest
+
 from spark_jobs.binlog_source import EventColumns, EventMapper, TxAssembler, mysql_commit_us
 from spark_jobs.follow_state import FollowState
 
@@ -71,6 +73,7 @@ def test_the_follow_state_prefers_the_mysql_commit_time_and_names_each_clock():
     }
 
 
+@pytest.mark.verifier_deps  # builds an Arrow batch
 def test_event_rows_have_the_column():
     asm = TxAssembler()
     asm.gtid_event(100, "3e11fa47-71ca-11e1-9e33-c80aa9429562:7", 1, commit_us=IMMEDIATE)
