@@ -166,7 +166,8 @@ class FollowState:
         # older state) holds nothing a load keeps.
         horizon = time.time() - self.dedupe_window_s - CHUNK_MARGIN_S
         for p in (d / "done").glob("*.chunk"):
-            if _chunk_id(p) is not None and _chunk_id(p) < self.batch_id - 3 and p.stat().st_mtime < horizon:  # type: ignore[operator]
+            chunk_id = _chunk_id(p)
+            if chunk_id is not None and chunk_id < self.batch_id - 3 and p.stat().st_mtime < horizon:
                 try:
                     p.unlink()
                 except OSError:

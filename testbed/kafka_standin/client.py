@@ -23,8 +23,8 @@ from testbed.kafka_standin.common import (
     STDERR_TAIL_LINES,
     StandinError,
     port_in_use_message,
-    port_is_free,
 )
+from testbed.process import port_is_free
 
 # ---------------------------------------------------------------------------
 # Client side

@@ -3,7 +3,6 @@ names, the control channel's constants, the error type."""
 
 from __future__ import annotations
 
-import socket
 from typing import Final
 
 #: Kafka protocol ApiKeys accepted by name in ``push_errors``/``clear_errors``
@@ -103,18 +102,3 @@ def resolve_error_code(error: int | str) -> int:
             return code
         raise StandinError(f"Kafka stand-in: unknown error name {error!r}")
     raise StandinError(f"Kafka stand-in: invalid error code {error!r}")
-
-
-def port_is_free(port: int) -> bool:
-    """Try to bind ``127.0.0.1:port`` the way the server will (SO_REUSEADDR)."""
-    probe = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    try:
-        # SO_REUSEADDR so sockets lingering in TIME_WAIT from a previous
-        # stand-in do not count as "in use"; a live listener still does.
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        probe.bind((HOST, port))
-    except OSError:
-        return False
-    finally:
-        probe.close()
-    return True
