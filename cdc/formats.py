@@ -36,16 +36,14 @@ beyond 64 bits are not expandable; doubles are written as Java's Double.toString
 Speed: the general rules are Python; an object whose shape makes json.dumps write exactly
 those bytes (`_compact_as_debezium`: no null member, 64-bit integers, doubles Python and Java
 both write in plain decimal, arrays of one kind or of objects with the same members) goes
-through C `json.loads`/`json.dumps` instead (a differential property test holds the two paths
-equal).
+through orjson's reader and writer instead (differential property tests, on documents and on
+arbitrary texts, hold the two paths equal).
 """
 
 from __future__ import annotations
 
 import datetime as _dt
 import json
-import json.encoder
-import json.scanner
 import math
 import re
 import uuid as _uuid
@@ -53,6 +51,9 @@ from dataclasses import dataclass
 from decimal import Decimal
 from functools import lru_cache
 from typing import Any
+
+from orjson import dumps as _orjson_dumps
+from orjson import loads as _orjson_loads
 
 from cdc.errors import ConfigError
 
@@ -207,7 +208,7 @@ def payload_value(fmt: str, payload: str | bytes | None, extras: MessageExtras |
     if fmt == "json":
         if envelope:
             return json_envelope(payload, envelope).encode()
-        return debezium_json(payload).encode()
+        return debezium_json_bytes(payload)
     if fmt == "string":
         if payload is None:
             return None
@@ -231,6 +232,9 @@ def payload_value(fmt: str, payload: str | bytes | None, extras: MessageExtras |
 def debezium_json(payload: str | bytes | None) -> str:
     """The JSON text Debezium's JsonConverter writes for `payload` after the router's
     expansion (see the module docstring)."""
+    fast = _fast_json(payload)
+    if fast is not None:
+        return fast.decode()
     if payload is None:
         return "null"
     if isinstance(payload, bytes):
@@ -238,22 +242,42 @@ def debezium_json(payload: str | bytes | None) -> str:
         import base64
 
         return '"' + base64.b64encode(payload).decode() + '"'
-    if payload[:1] not in ("{", "["):
-        return _string_literal(payload)
-    if payload[:1] == "{":
-        # The common case at C speed: when the document is one `_compact_as_debezium`
-        # accepts, json.dumps writes exactly what the rules below would.
-        try:
-            doc, end = _scan(payload, 0)
-        except (StopIteration, ValueError, RecursionError):
-            return _string_literal(payload)
-        if end != len(payload) and payload[end:].strip(" \t\n\r"):
-            return _string_literal(payload)  # more after the document: not JSON
-        if type(doc) is dict and _compact_as_debezium(doc):
-            out = "".join(_compact(doc, 0))
-            if "\\u00" not in out:  # no control character (Jackson writes upper-case hex)
-                return out
     return _expand_text(payload)
+
+
+def debezium_json_bytes(payload: str | bytes | None) -> bytes:
+    """`debezium_json(payload)` as UTF-8: the value bytes of the json format. Raises
+    ValueError for a document with a lone surrogate escape (`"\\ud800"`), which UTF-8
+    cannot carry."""
+    fast = _fast_json(payload)
+    if fast is not None:
+        return fast
+    try:
+        return debezium_json(payload).encode()
+    except UnicodeEncodeError:
+        raise ValueError(
+            "the JSON payload holds a lone surrogate escape (\\uD800-\\uDFFF without its pair), which "
+            'UTF-8 cannot carry; fix the writer, or use format = "string" for this table'
+        ) from None
+
+
+def _fast_json(payload: str | bytes | None) -> bytes | None:
+    """The common case at C speed, or None for the general path: when the document is one
+    `_compact_as_debezium` accepts, orjson writes exactly the bytes the general rules would.
+    Anything orjson will not read (not JSON, NaN, a lone surrogate, beyond 1024 levels)
+    takes the general path, which decides; an integer beyond 64 bits orjson reads as a
+    double of at least 1.8e19, which `_compact_as_debezium` sends there too."""
+    if type(payload) is not str or payload[:1] != "{":
+        return None
+    try:
+        doc = _orjson_loads(payload)
+        if type(doc) is dict and _compact_as_debezium(doc):
+            out = _orjson_dumps(doc)
+            if b"\\u00" not in out:  # no control character (Jackson writes upper-case hex)
+                return out
+    except (ValueError, TypeError, RecursionError):  # orjson.JSONDecodeError is a ValueError
+        pass
+    return None
 
 
 def _expand_text(payload: str) -> str:
@@ -270,22 +294,6 @@ def _expand_text(payload: str) -> str:
         return _expand(doc)
     except _NotExpandable:
         return _string_literal(payload)
-
-
-# json.loads and json.dumps(ensure_ascii=False, separators=(",", ":")) without their Python
-# wrappers: the C scanner and encoder they call, built once (c_make_encoder's arguments:
-# markers, default, string encoder, indent, key and item separators, sort_keys, skipkeys,
-# allow_nan; floats are written with float.__repr__).
-_scan = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[arg-type]  # the C scanner takes the decoder itself
-_c_make_encoder = getattr(json.encoder, "c_make_encoder", None)  # private, not in the stubs
-if _c_make_encoder is not None:
-    _compact = _c_make_encoder(
-        None, json.JSONEncoder().default, json.encoder.encode_basestring, None, ":", ",", False, False, True
-    )
-else:  # pragma: no cover - an interpreter without the _json accelerator
-
-    def _compact(doc: Any, _level: int) -> tuple[str]:
-        return (json.dumps(doc, ensure_ascii=False, separators=(",", ":")),)
 
 
 _I32_LO, _I32_HI, _I64_LO, _I64_HI = -(2**31), 2**31 - 1, -(2**63), 2**63 - 1
@@ -562,7 +570,10 @@ def payload_matches(fmt: str, value: bytes | None, payload: bytes | None, is_tex
     if fmt != "json":
         return value == payload
     text = payload.decode("utf-8", "surrogateescape") if payload is not None and is_text is not False else payload
-    expected = debezium_json(text).encode()
+    try:
+        expected = debezium_json_bytes(text)
+    except ValueError:  # a lone surrogate: the relay dead-letters such a payload, no value carries it
+        return False
     if value == expected:
         return True
     head = b'{"payload":' + expected

@@ -14,8 +14,10 @@ from cdc.formats import (
     MessageExtras,
     _compact_as_debezium,
     _expand_text,
+    _fast_json,
     blank,
     debezium_json,
+    debezium_json_bytes,
     epoch_ms,
     header_value,
     java_double,
@@ -294,6 +296,7 @@ def test_json_fast_path_is_taken_for_the_common_shapes():
         "nested": {"x": [1.5, 2.25]},
     }
     assert _compact_as_debezium(json.loads(json.dumps(common)))
+    assert _fast_json(json.dumps(common, indent=1)) == json.dumps(common, separators=(",", ":")).encode()
     for odd in (
         {"a": None},
         {"a": 1e7},
@@ -307,3 +310,117 @@ def test_json_fast_path_is_taken_for_the_common_shapes():
         {"a": [None]},
     ):
         assert not _compact_as_debezium(odd), odd
+
+
+# JSON texts as applications store them, with what a parser may read differently: whitespace
+# anywhere JSON allows it, \u escapes (surrogate pairs, lone surrogates, control characters),
+# duplicate members, integers at and beyond the 64-bit bounds, numbers in every spelling, NaN,
+# trailing content, nesting.
+_NUMBERS = st.sampled_from(
+    [
+        "0",
+        "-0",
+        "1E2",
+        "1e+2",
+        "0.1e1",
+        "-0.0",
+        "1.0",
+        "1e7",
+        "1e-4",
+        "5e-324",
+        "1e400",
+        "-1e400",
+        "2147483648",
+        "9223372036854775807",
+        "9223372036854775808",
+        "18446744073709551615",
+        "18446744073709551616",
+        "-9223372036854775809",
+        "123456789012345678901234567890",
+        "0.30000000000000004",
+        "1.00000000000000000001",
+        "NaN",
+        "Infinity",
+        "01",
+    ]
+)
+_STRINGS = st.sampled_from(
+    [
+        '"a"',
+        '"\\u00e9"',
+        '"\\ud83d\\ude00"',
+        '"\\ud800"',
+        '"\\u001f"',
+        '"\\u007f"',
+        '"\\/"',
+        '"\u2028"',
+        '"\\\\u0041"',
+        '""',
+    ]
+)
+_WS = st.sampled_from(["", " ", "\n", "\t", "\r\n  "])
+
+
+@st.composite
+def _json_text(draw, depth=0):
+    kind = draw(st.integers(0, 5 if depth < 3 else 2))
+    if kind == 0:
+        return draw(_NUMBERS)
+    if kind == 1:
+        return draw(_STRINGS)
+    if kind == 2:
+        return draw(st.sampled_from(["true", "false", "null"]))
+    if kind == 3:
+        items = draw(st.lists(_json_text(depth + 1), max_size=3))
+        return "[" + ",".join(draw(_WS) + i + draw(_WS) for i in items) + "]"
+    return _json_object(draw, depth)
+
+
+def _json_object(draw, depth):
+    keys = draw(st.lists(st.sampled_from(['"a"', '"b"', '"\\u0061"', '"\u00e9"']), max_size=4))  # repeats: duplicates
+    members = [draw(_WS) + k + draw(_WS) + ":" + draw(_WS) + draw(_json_text(depth + 1)) + draw(_WS) for k in keys]
+    return "{" + ",".join(members) + "}"
+
+
+@settings(max_examples=1500, deadline=None)
+@given(
+    body=st.composite(lambda draw: _json_object(draw, 0))(), tail=st.sampled_from(["", " ", "\n", " x", "}", "\x0c"])
+)
+def test_json_fast_path_agrees_with_the_general_rules_on_any_text(body, tail):
+    """The fast path (orjson) reads what Python's json reads and nothing else: for any text
+    starting with `{` - valid or not - it gives the general rules' bytes."""
+    text = body + tail
+    assert debezium_json(text) == _expand_text(text)
+    try:
+        expected = _expand_text(text).encode()
+    except UnicodeEncodeError:  # a lone surrogate escape: the value cannot be UTF-8
+        with pytest.raises(ValueError, match="lone surrogate"):
+            debezium_json_bytes(text)
+    else:
+        assert debezium_json_bytes(text) == expected
+
+
+def test_a_lone_surrogate_in_a_json_payload_is_dead_lettered_with_its_cause():
+    """Python's JSON reader (like Jackson's) accepts `"\\ud800"`, but no UTF-8 value can
+    carry it: the event is dead-lettered with the cause, not published garbled, not lost."""
+    from cdc.feed import prepare
+    from cdc.outbox import DeadLetter
+
+    event = mapped('{"a":"\\ud800"}', format="json")
+    dead = prepare(event, _avro(surrogate=1)[1], 1_000_000)
+    assert isinstance(dead, DeadLetter)
+    assert dead.cause == "encoding_failed" and "lone surrogate" in dead.error, dead
+
+
+def test_the_verifier_matches_json_values_by_debeziums_bytes():
+    """`payload_matches` (the verifier's content check) takes the expanded form, the
+    envelope struct, a tombstone for a blank payload, and no value for a payload the relay
+    must dead-letter (a lone surrogate)."""
+    from cdc.formats import payload_matches
+
+    stored = b'{"n": 1, "s": "caf\\u00e9"}'
+    assert payload_matches("json", '{"n":1,"s":"caf\u00e9"}'.encode(), stored)
+    assert payload_matches("json", '{"payload":{"n":1,"s":"caf\u00e9"},"eventType":"X"}'.encode(), stored)
+    assert not payload_matches("json", b'{"n":2,"s":"caf\xc3\xa9"}', stored)
+    assert payload_matches("json", None, b"  ")
+    assert not payload_matches("json", b'{"a":"?"}', b'{"a":"\\ud800"}')
