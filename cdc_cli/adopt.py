@@ -59,7 +59,7 @@ def read_offset(args) -> DebeziumOffset:
         return offset_from_file(args.debezium_offsets_file, args.debezium_connector, args.debezium_server)
     cfg = args.config_obj
     return offset_from_topic(
-        cfg.kafka.bootstrap, args.debezium_offsets_topic, args.debezium_connector, args.debezium_server
+        cfg.kafka.clients(), args.debezium_offsets_topic, args.debezium_connector, args.debezium_server
     )
 
 

@@ -9,10 +9,10 @@ a key always lands in one partition, so the last record of a key there is its of
 from __future__ import annotations
 
 import os
-from typing import Any
 
 from cdc.adoption import DebeziumOffset, offset_key_matches, pick_offset
 from cdc.errors import ConfigError
+from cdc.kafka_client import KafkaClientConfig
 from connectors.java_offset_file import read_offset_file
 from connectors.kafka_reader import KafkaTopicReader
 
@@ -23,9 +23,13 @@ def offset_from_file(path: str | os.PathLike[str], connector: str, server: str |
 
 
 def offset_from_topic(
-    bootstrap: str, topic: str, connector: str, server: str | None, consumer_config: dict[str, Any] | None = None
+    clients: KafkaClientConfig | str, topic: str, connector: str, server: str | None
 ) -> DebeziumOffset:
-    reader = KafkaTopicReader(bootstrap, consumer_config)
+    """The connector's newest offset in the Connect worker's offsets topic, read with the
+    relay's Kafka client settings (`[kafka.client]`: the topic is on the same cluster)."""
+    clients = KafkaClientConfig.of(clients)
+    bootstrap = clients.bootstrap
+    reader = KafkaTopicReader(clients)
     try:
         count = reader.partition_count(topic)
         if count is None:

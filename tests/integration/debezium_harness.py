@@ -78,6 +78,28 @@ def stored_offset(path: Path, name: str, topic_prefix: str) -> dict | None:
     return json.loads(raw) if raw else None
 
 
+def publish_offsets_topic(bootstrap: str, topic: str, offsets_file: Path, name: str, topic_prefix: str) -> None:
+    """What a Kafka Connect worker with `offset.storage.topic` holds for this connector: its
+    offset records as the worker's internal JsonConverter writes them (the same key and value
+    bytes the file store keeps), keyed so a key stays in one partition, after the seed offset
+    (an older record of the same key, which the newest must win over) and another
+    connector's offset (which must be ignored), and before a tombstone of a third connector."""
+    from confluent_kafka import Producer
+
+    key = connector_key(name, topic_prefix)
+    stored = read_offset_file(offsets_file)[key]
+    other = connector_key("another-connector", topic_prefix + "x")
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for k, v in (
+        (key, json.dumps({"file": "mysql-bin.000001", "pos": 4}, separators=(",", ":")).encode()),
+        (other, b'{"file":"mysql-bin.000009","pos":4}'),
+        (key, stored),
+        (connector_key("gone", topic_prefix), None),
+    ):
+        producer.produce(topic, key=k, value=v)
+    assert producer.flush(30) == 0
+
+
 def debezium_properties(
     db, database: str, name: str, topic_prefix: str, route: str, workdir: Path, **extra: Any
 ) -> dict[str, str]:

@@ -3,7 +3,9 @@ to the Kafka stand-in and is SIGKILLed mid-stream; `cdc adopt` takes its stored 
 `cdc run` goes on while the workload continues; the independent checker finds every
 committed event exactly once across Debezium's records and the relay's, in commit order
 per key. Five runs, each killed at another point of the stream (a random number of
-records in, then a random moment later), each with its own database and topics.
+records in, then a random moment later), each with its own database and topics; odd runs
+adopt from a Kafka Connect offsets topic holding Debezium's records (`--debezium-offsets-topic`),
+even runs from its file offset store (`--debezium-offsets-file`).
 
 The server runs with `--version=5.7.19-log`, a test device only (tests/integration/
 debezium_harness.py): Debezium's MySQL connector refuses MariaDB 10.11's version string.
@@ -21,7 +23,14 @@ import time
 import uuid
 
 import pytest
-from debezium_harness import DebeziumProcess, debezium_mariadb, debezium_properties, seed_offsets, stored_offset
+from debezium_harness import (
+    DebeziumProcess,
+    debezium_mariadb,
+    debezium_properties,
+    publish_offsets_topic,
+    seed_offsets,
+    stored_offset,
+)
 from harness import OUTBOX_DDL, ROOT, RelayProcess, _to_toml, env_for, master_position, relay_raw_config, wait_until
 from independent_checker import check, committed_outbox_events, topic_records
 
@@ -125,6 +134,13 @@ def test_switch_over_from_debezium_killed_mid_stream(dbz_db, kafka, tmp_path):
         )
         config_path = work / "relay.toml"
         config_path.write_text(_to_toml(raw))
+        if run % 2:
+            offsets_topic = f"connect-offsets-{prefix}"
+            kafka.create_topic(offsets_topic, partitions=5)
+            publish_offsets_topic(kafka.bootstrap_servers, offsets_topic, work / "offsets.dat", name, prefix)
+            offset_source = ["--debezium-offsets-topic", offsets_topic]
+        else:
+            offset_source = ["--debezium-offsets-file", str(work / "offsets.dat")]
         adopt = subprocess.run(
             [
                 sys.executable,
@@ -135,8 +151,7 @@ def test_switch_over_from_debezium_killed_mid_stream(dbz_db, kafka, tmp_path):
                 str(config_path),
                 "--debezium-connector",
                 name,
-                "--debezium-offsets-file",
-                str(work / "offsets.dat"),
+                *offset_source,
             ],
             cwd=ROOT,
             env={**__import__("os").environ, **env_for(dbz_db)},
@@ -177,7 +192,7 @@ def test_switch_over_from_debezium_killed_mid_stream(dbz_db, kafka, tmp_path):
         records = topic_records(kafka.bootstrap_servers, [f"{prefix}.order", f"{prefix}.user"], truncated)
         result = check(committed, records, truncated)
         report.append(
-            f"run {run}: Debezium killed after {by_debezium} records (offset {offset}); "
+            f"run {run} ({offset_source[0][2:]}): Debezium killed after {by_debezium} records (offset {offset}); "
             f"relay skipped {m.group(1)} it had published past that offset; {result.summary()}"
         )
         assert by_debezium > 0 and len(records) > by_debezium, report[-1]

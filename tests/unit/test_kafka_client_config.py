@@ -191,6 +191,27 @@ def test_cdc_locate_both_ways(built):
     _assert_carries_security(built, "cdc locate")
 
 
+def test_cdc_adopt_reads_debeziums_offsets_topic_with_them(built):
+    """`cdc adopt --debezium-offsets-topic`: the Connect worker's offsets topic lives on the
+    same secured cluster, so its reader carries [kafka.client] too."""
+    import argparse
+
+    from cdc.errors import ConfigError
+    from cdc_cli.adopt import read_offset
+
+    args = argparse.Namespace(
+        debezium_offsets_file=None,
+        debezium_offsets_topic="connect-offsets",
+        debezium_connector="shop-outbox",
+        debezium_server=None,
+        config_obj=_cfg(),
+    )
+    with pytest.raises(ConfigError, match="does not exist"):  # the recorder's cluster has no topics
+        read_offset(args)
+    assert {kind for kind, _ in built} == {"admin"}
+    _assert_carries_security(built, "cdc adopt")
+
+
 def test_the_verifiers_batch_and_streaming_sources_carry_them_to_the_executors(built):
     from cdc_cli.verify_commands import verify_config
     from spark_jobs.kafka_source import KafkaReader
