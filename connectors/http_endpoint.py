@@ -9,6 +9,8 @@ relay streams on and holds only that transaction). Values come from
 
 from __future__ import annotations
 
+import logging
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -148,6 +150,24 @@ def metrics_registry(metrics: RelayMetrics, source: str) -> CollectorRegistry:
     return registry
 
 
+LOG = logging.getLogger("cdc.http")
+
+
+class OperatorHTTPServer(ThreadingHTTPServer):
+    """An operator endpoint's server: a client that goes away mid-response (a scrape that
+    timed out, a probe that hung up) is not an error; any other failure of a request is one
+    log line, never a traceback on stderr."""
+
+    daemon_threads = True
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        exc = sys.exc_info()[1]
+        if isinstance(exc, (ConnectionError, TimeoutError)):
+            return
+        host = client_address[0] if isinstance(client_address, tuple) else client_address
+        LOG.warning("http: a request from %s failed: %s: %s", host, type(exc).__name__, exc)
+
+
 class HttpEndpoint:
     def __init__(
         self,
@@ -187,8 +207,7 @@ class HttpEndpoint:
             def log_message(self, *_args) -> None:  # requests are not logged
                 return
 
-        self._server = ThreadingHTTPServer((host, port), Handler)
-        self._server.daemon_threads = True
+        self._server = OperatorHTTPServer((host, port), Handler)
         self.port = self._server.server_address[1]
         self._thread = threading.Thread(target=self._server.serve_forever, name="http", daemon=True)
         self._thread.start()

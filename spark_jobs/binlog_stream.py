@@ -37,6 +37,8 @@ from typing import Any
 
 from cdc.position import file_sequence
 from connectors.mysql_client import binlog_end
+from spark_jobs.arrow_transport import SCHEMA as TRANSPORT_SCHEMA
+from spark_jobs.arrow_transport import pack, packing
 from spark_jobs.binlog_source import (
     BINLOG_FIELDS,
     BINLOG_SCHEMA,
@@ -175,7 +177,10 @@ class BinlogStreamReader(DataSourceStreamReader):
         ]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        part = partition.value
+        batches = self._batches(partition.value)
+        return pack(batches) if packing(self.options) else batches
+
+    def _batches(self, part: dict[str, Any] | None) -> Iterator[Any]:
         if part is None:
             return
         yield from iter_binlog_batches(self.options, part)
@@ -193,7 +198,7 @@ class BinlogStreamDataSource(DataSource):
         return "cdc_binlog_stream"
 
     def schema(self) -> str:
-        return BINLOG_SCHEMA
+        return TRANSPORT_SCHEMA if packing(self.options) else BINLOG_SCHEMA
 
     def streamReader(self, schema: Any) -> BinlogStreamReader:
         return BinlogStreamReader(self.options)

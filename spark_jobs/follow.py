@@ -32,21 +32,24 @@ import json
 import logging
 import os
 import shutil
+import signal
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
 from cdc.position import file_sequence
-from spark_jobs.binlog_source import BINLOG_FIELDS, tables_to_json
+from connectors.http_endpoint import OperatorHTTPServer
+from spark_jobs.arrow_transport import unpack
+from spark_jobs.binlog_source import tables_to_json
 from spark_jobs.binlog_stream import BinlogStreamDataSource, server_logs
 from spark_jobs.common import redacted
 from spark_jobs.follow_state import FollowState
 from spark_jobs.kafka_source import plan_kafka
-from spark_jobs.kafka_stream import STREAM_FIELDS, KafkaStreamDataSource, offsets_of
+from spark_jobs.kafka_stream import KafkaStreamDataSource, offsets_of
 from spark_jobs.reconcile import ALL_CLASSES, missing_entry
 from spark_jobs.report import VerifyReport, write_outputs
 from spark_jobs.verify import VerifyConfig, source_error
@@ -103,7 +106,7 @@ class FollowJob:
         self.batch_seconds: list[float] = []
         self._stop = threading.Event()
         self._clock: threading.Thread | None = None
-        self._http: ThreadingHTTPServer | None = None
+        self._http: OperatorHTTPServer | None = None
         self.metrics_port: int | None = None
         self._last_report = 0.0
         self.report: VerifyReport | None = None
@@ -180,14 +183,22 @@ class FollowJob:
             from spark_jobs.session import build_spark
 
             self.say(f"spark: starting ({v.spark_master})")
+            on_main = threading.current_thread() is threading.main_thread()
+            sigint = signal.getsignal(signal.SIGINT) if on_main else None
             self.spark = build_spark(v.spark_master, "cdc-verify-follow", v.spark_conf)
+            if sigint is not None:
+                # PySpark installs its own Ctrl-C handler (cancel the jobs, raise KeyboardInterrupt);
+                # for a job that runs until stopped, Ctrl-C is the caller's stop, as SIGTERM is
+                signal.signal(signal.SIGINT, sigint)
         register_stream_sources(self.spark)
+        # Both sides travel packed (spark_jobs/arrow_transport.py): the reconciliation is
+        # here on the driver, Spark only carries the executors' Arrow batches to it.
         binlog = (
             self.spark.readStream.format("cdc_binlog_stream").options(**v.mysql_options())
             .option("source", v.source).option("tables", tables_to_json(v.tables))
             .option("binlog_reader", v.binlog_reader).option("start", binlog_start)
             .option("split_bytes", str(cfg.binlog_split_bytes)).option("max_batch_bytes", str(cfg.max_batch_bytes))
-            .load()
+            .option("transport", "arrow").load()
         )  # fmt: skip
         topics = ",".join(list(v.topics) + [v.dlq_topic])
         kafka = (
@@ -195,19 +206,11 @@ class FollowJob:
             .option("topics", topics).option("topic_pattern", v.effective_pattern() or "")
             .option("dlq_topic", v.dlq_topic).option("start", kafka_start).option("isolation", v.isolation)
             .option("chunk", str(v.kafka_chunk)).option("consumer_conf", json.dumps(dict(v.consumer_conf)))
-            .load()
+            .option("transport", "arrow").load()
         )  # fmt: skip
-        b_types = dict(BINLOG_FIELDS)
-        k_types = dict(STREAM_FIELDS)
-        b_side = binlog.select(
-            F.lit("b").alias("side"), *[F.col(n).alias("b_" + n) for n in b_types],
-            *[F.lit(None).cast(t).alias("k_" + n) for n, t in k_types.items()],
-        )  # fmt: skip
-        k_side = kafka.select(
-            F.lit("k").alias("side"), *[F.lit(None).cast(t).alias("b_" + n) for n, t in b_types.items()],
-            *[F.col(n).alias("k_" + n) for n in k_types],
-        )  # fmt: skip
-        both = b_side.unionByName(k_side)
+        both = binlog.select(F.lit("b").alias("side"), "arrow").unionByName(
+            kafka.select(F.lit("k").alias("side"), "arrow")
+        )
         self.query = (
             both.writeStream.foreachBatch(self._on_batch)
             .option("checkpointLocation", str(cp / "spark"))
@@ -238,13 +241,12 @@ class FollowJob:
         t0 = time.monotonic()
         table = df.toArrow()  # the Spark job: both sources' new ranges read by the executors
         t_read = time.monotonic() - t0
-        import pyarrow.compute as pc
-
-        b_names = [n for n, _ in BINLOG_FIELDS]
-        k_names = [n for n, _ in STREAM_FIELDS]
-        is_b = pc.equal(table.column("side"), "b")
-        brows = table.filter(is_b).select(["b_" + n for n in b_names]).rename_columns(b_names).to_pylist()
-        krows = table.filter(pc.invert(is_b)).select(["k_" + n for n in k_names]).rename_columns(k_names).to_pylist()
+        packed: dict[str, list[bytes]] = {"b": [], "k": []}
+        for side, blob in zip(table.column("side").to_pylist(), table.column("arrow").to_pylist(), strict=True):
+            packed[side].append(blob)
+        b_table, k_table = unpack(packed["b"]), unpack(packed["k"])
+        brows = b_table.to_pylist() if b_table is not None else []
+        krows = k_table.to_pylist() if k_table is not None else []
         with self.lock:
             st = self._state_for(batch_id)
             self.state = None  # a failure half-way leaves no half-applied state in memory
@@ -422,7 +424,7 @@ class FollowJob:
                 pass
 
         try:
-            self._http = ThreadingHTTPServer((self.config.metrics_host, int(self.config.metrics_port or 0)), Handler)
+            self._http = OperatorHTTPServer((self.config.metrics_host, int(self.config.metrics_port or 0)), Handler)
         except OSError as exc:
             raise ValueError(f"cdc verify --follow: cannot serve metrics on {self.config.metrics_host}:{self.config.metrics_port}: "
                              f"{exc.strerror} (choose another --metrics-port)") from None  # fmt: skip
@@ -491,7 +493,11 @@ class FollowJob:
             self.write_report()
         finally:
             if self._own_spark and self.spark is not None:
-                self.spark.stop()
+                try:
+                    self.spark.stop()
+                except Exception as exc:  # py4j's errors vary: the JVM is gone either way
+                    # Ctrl-C in a terminal signals the whole process group: the JVM may be gone already
+                    LOG.info("spark had already stopped (%s)", type(exc).__name__)
 
 
 def follow_summary(st: FollowState, lag_s: float, head: tuple[str, int, int] | None) -> dict[str, Any]:

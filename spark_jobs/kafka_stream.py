@@ -23,6 +23,8 @@ import json
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+from spark_jobs.arrow_transport import SCHEMA as TRANSPORT_SCHEMA
+from spark_jobs.arrow_transport import pack, packing
 from spark_jobs.common import DataSource, InputPartition, opt_int, opt_json
 from spark_jobs.kafka_source import DEFAULT_CHUNK, RecordColumns, chunks, fields_for, plan_kafka, scan_partitions
 
@@ -97,9 +99,12 @@ class KafkaStreamReader(DataSourceStreamReader):
         return parts
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
+        batches = self._batches(partition.value or [])
+        return pack(batches) if packing(self.options) else batches
+
+    def _batches(self, part: list[dict[str, Any]]) -> Iterator[Any]:
         import pyarrow as pa
 
-        part = partition.value or []
         cols = RecordColumns(False, True, self.options.get("dlq_topic") or None)
         first: dict[tuple[str, int], int] = {}
         todo = [r for r in part if r["high"] > r["low"]]
@@ -149,7 +154,7 @@ class KafkaStreamDataSource(DataSource):
         return "cdc_kafka_stream"
 
     def schema(self) -> str:
-        return STREAM_SCHEMA
+        return TRANSPORT_SCHEMA if packing(self.options) else STREAM_SCHEMA
 
     def streamReader(self, schema: Any) -> KafkaStreamReader:
         return KafkaStreamReader(self.options)

@@ -310,7 +310,7 @@ def test_killed_and_restarted_it_resumes_from_its_checkpoint_with_exact_counts(m
                    f"{total} events verified after the restart")  # fmt: skip
         time.sleep(7)  # past the grace period: nothing else may turn up
         m = _metrics(port)
-        proc.send_signal(signal.SIGTERM)
+        os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C in a terminal: the driver, its JVM and workers at once
         code = proc.wait(60)
     finally:
         if proc.poll() is None:
@@ -323,6 +323,7 @@ def test_killed_and_restarted_it_resumes_from_its_checkpoint_with_exact_counts(m
         relay.stop()
     text = (tmp_path / "follow1.log").read_text() + (tmp_path / "follow2.log").read_text()
     assert code == 0, text[-3000:]
+    assert "Traceback" not in text, text[-3000:]
     assert "resuming from checkpoint" in text
     assert before["delivered"] > 0
     assert m['cdc_verify_events{class="delivered"}'] == total, (m, total)
