@@ -118,6 +118,7 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=120.0)
     ap.add_argument("--partitions", type=int, default=64)
     ap.add_argument("--master", default="local[2]")
+    ap.add_argument("--trigger", type=float, default=2.0, help="the follow job's --trigger (seconds between micro-batches)")
     ap.add_argument(
         "--binlog-reader",
         default="default",
@@ -161,7 +162,7 @@ def main() -> None:
         flog = open(work / "follow.log", "wb")  # noqa: SIM115  # the child writes it until it is stopped
         follow = subprocess.Popen(
             [sys.executable, "-m", "cdc_cli.main", "verify", "--config", str(work / "relay.toml"), "--follow", "--master",
-             args.master, "--output-dir", str(work / "follow-out"), "--metrics-port", str(port), "--trigger", "2",
+             args.master, "--output-dir", str(work / "follow-out"), "--metrics-port", str(port), "--trigger", f"{args.trigger:g}",
              "--report-every", "30", "--binlog-reader", args.binlog_reader],
             cwd=ROOT, env=env, stdout=flog, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
@@ -227,7 +228,8 @@ def main() -> None:
 
     print(
         f"written {written} events at {achieved:.0f}/s achieved (asked {args.rate}/s) for {args.seconds:.0f} s, "
-        f"{args.partitions} partitions, master {args.master}, follow binlog reader {args.binlog_reader}"
+        f"{args.partitions} partitions, master {args.master}, follow binlog reader {args.binlog_reader}, "
+        f"trigger {args.trigger:g} s"
     )
     print(
         f"follow:  delivered {delivered:.0f}, problems {problems:.0f}; verified-through lag p50 {_pct(lags, 50):.1f} s, "

@@ -46,6 +46,7 @@ from cdc.source_events import (
     xid_text,
 )
 from connectors.binlog_decoder import FL_STANDALONE
+from connectors.mysql_client import Connection
 from connectors.mysql_errors import error_text
 
 _binlogstream.MYSQL_EXPECTED_ERROR_CODES = []
@@ -61,6 +62,7 @@ def open_library_stream(
     """The library's blocking stream from `start`, and the file it starts in (None for a GTID start)."""
     kwargs: dict[str, Any] = {
         "connection_settings": conn,
+        "pymysql_wrapper": Connection,  # TLS as configured, the preferred mode's context built once
         "server_id": replica_id,
         "blocking": True,
         "only_events": [

@@ -101,6 +101,29 @@ def _reason(exc: BaseException) -> str:
     return getattr(exc, "strerror", None) or str(exc)
 
 
+class Connection(pymysql.connections.Connection):
+    """PyMySQL's connection, every MySQL connection the project makes (the binlog readers'
+    too, as python-mysql-replication's `pymysql_wrapper`). In the `preferred` TLS mode
+    PyMySQL builds a default context for each connection - loading the system's CA bundle,
+    ~20 ms CPU - although that mode checks no certificate; here it is built once per process,
+    the same context: TLS when the server offers it, no certificate or name check."""
+
+    def _create_ssl_ctx(self, sslp: Any) -> ssl.SSLContext:
+        if isinstance(sslp, dict) and not sslp:
+            return _preferred_context()
+        return super()._create_ssl_ctx(sslp)
+
+
+@functools.cache
+def _preferred_context() -> ssl.SSLContext:
+    # PyMySQL 1.2.4's `_create_ssl_ctx({})`, step by step
+    ctx = ssl.create_default_context()
+    ctx.verify_flags &= ~getattr(ssl, "VERIFY_X509_STRICT", 0)
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    return ctx
+
+
 def tls_args(tls: TlsConfig) -> dict[str, Any]:
     """PyMySQL's TLS arguments for `tls`."""
     if tls.mode == "disabled":
@@ -126,7 +149,7 @@ def connect(settings: Mapping[str, Any], **overrides: Any) -> pymysql.connection
     args = pymysql_args(settings)
     args.update(overrides)
     try:
-        return pymysql.connect(**args)
+        return Connection(**args)
     except pymysql.err.MySQLError as exc:
         problem = tls_problem(exc, settings)
         if problem is not None:

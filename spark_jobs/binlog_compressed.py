@@ -33,8 +33,9 @@ import zlib
 from collections import deque
 from typing import Any
 
-import pymysql
 from pymysql.protocol import MysqlPacket
+
+from connectors.mysql_client import Connection
 
 __all__ = ["CompressedEventError", "ExpandingConnection", "event_start", "expand_event"]
 
@@ -199,7 +200,7 @@ def expand_event(ev: bytes, fmt: _Format) -> list[tuple[bytes, int]] | None:
         raise CompressedEventError(f"event of type {kind} at {start} cannot be expanded: {exc}") from None
 
 
-class ExpandingConnection(pymysql.connections.Connection):
+class ExpandingConnection(Connection):
     """A PyMySQL connection (python-mysql-replication's `pymysql_wrapper`) that, once it
     has asked for a binlog dump, hands out compressed events as the plain events they
     stand for. Other connections made with it (the library's control connection) are

@@ -43,8 +43,9 @@ from typing import Any
 
 from cdc.position import file_sequence
 from connectors.http_endpoint import OperatorHTTPServer
+from connectors.mysql_client import binlog_end
 from spark_jobs.arrow_transport import unpack
-from spark_jobs.binlog_source import tables_to_json
+from spark_jobs.binlog_source import connect_mysql, tables_to_json
 from spark_jobs.binlog_stream import BinlogStreamDataSource, server_logs
 from spark_jobs.common import redacted
 from spark_jobs.follow_state import FollowState
@@ -267,13 +268,25 @@ class FollowJob:
     def _clock_loop(self) -> None:
         settings: dict[str, Any] = {**self.config.verify.mysql_options()}
         settings["port"] = int(settings["port"])
+        conn = None  # one session, kept: a connection per second cost more CPU than the query
         while not self._stop.wait(1.0):
             try:
-                (file, pos), _ = server_logs(settings)
-                head: tuple[str, int, int] | None = (file, file_sequence(file)[1], pos)
+                if conn is None:
+                    conn = connect_mysql(settings)
+                with conn.cursor() as cur:
+                    end = binlog_end(cur)
+                if not end:
+                    raise RuntimeError("binary logging is off on the server")
+                head: tuple[str, int, int] | None = (end[0], file_sequence(end[0])[1], int(end[1]))
             except Exception as exc:
                 LOG.warning("follow: cannot read the binlog head: %s", str(exc).splitlines()[0][:300])
                 head = self.head
+                if conn is not None:
+                    try:
+                        conn.close()
+                    except Exception:  # already broken: nothing to end
+                        pass
+                    conn = None
             with self.lock:
                 st = self.state
                 if st is None:
@@ -291,6 +304,11 @@ class FollowJob:
                     self.write_report()
                 except Exception as exc:
                     LOG.warning("follow: writing the report failed: %s", exc)
+        if conn is not None:
+            try:
+                conn.close()
+            except Exception:  # already broken: nothing to end
+                pass
 
     # ----------------------------------------------------------------- figures
 
@@ -471,10 +489,13 @@ class FollowJob:
 
     def run_until(self, stop: Callable[[], bool], duration_s: float | None = None) -> None:
         t_end = time.monotonic() + duration_s if duration_s else None
+        checked = 0.0
         while not stop() and (t_end is None or time.monotonic() < t_end):
-            if not self.query.isActive:
-                self.error = self.failure() or "the streaming query stopped"
-                return
+            if time.monotonic() - checked >= 1.0:  # a call into the JVM: once a second is enough
+                checked = time.monotonic()
+                if not self.query.isActive:
+                    self.error = self.failure() or "the streaming query stopped"
+                    return
             time.sleep(0.2)
 
     def stop(self) -> None:

@@ -129,3 +129,26 @@ def test_certificate_problems_name_the_setting():
     assert tls_problem(pymysql.err.OperationalError(2003, "Connection refused"), settings) is None
     for text in (tls_problem(_failed(untrusted), settings), tls_problem(_failed(mismatch), settings)):
         assert "pw" not in text.replace("pwd", "")
+
+
+def test_preferred_mode_builds_its_tls_context_once_per_process(monkeypatch):
+    """PyMySQL's preferred mode makes a default context (the system's CA bundle loaded, ~20 ms
+    CPU) on every connection although it checks no certificate; ours is built once and is
+    what PyMySQL would build: TLS when offered, no certificate or name check."""
+    from connectors.mysql_client import Connection
+
+    made = []
+    real = ssl.create_default_context
+    monkeypatch.setattr(ssl, "create_default_context", lambda *a, **kw: made.append(1) or real(*a, **kw))
+    args = {**pymysql_args(_load(None).source.connection()), "defer_connect": True}
+    contexts = {id(Connection(**args).ctx) for _ in range(5)}
+    assert len(contexts) == 1 and len(made) <= 1
+    ctx = Connection(**args).ctx
+    assert ctx.verify_mode == ssl.CERT_NONE and not ctx.check_hostname
+    conn = Connection(**args)
+    assert conn.ssl and not conn._ssl_required  # TLS when the server offers it, plain otherwise
+    # a mode with checks keeps its own context (cached per settings in _context)
+    strict = Connection(
+        **{**pymysql_args(_load({"mode": "verify-identity"}).source.connection()), "defer_connect": True}
+    )
+    assert strict.ctx.check_hostname and strict.ctx is not ctx
