@@ -118,7 +118,9 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=120.0)
     ap.add_argument("--partitions", type=int, default=64)
     ap.add_argument("--master", default="local[2]")
-    ap.add_argument("--trigger", type=float, default=2.0, help="the follow job's --trigger (seconds between micro-batches)")
+    ap.add_argument(
+        "--trigger", type=float, default=2.0, help="the follow job's --trigger (seconds between micro-batches)"
+    )
     ap.add_argument(
         "--binlog-reader",
         default="default",
