@@ -49,6 +49,7 @@ class RelayMetrics:
     events_published: int = 0  # acknowledged by Kafka
     bytes_published: int = 0
     events_skipped_recovery: int = 0  # proven delivered before a restart, not re-sent
+    republished_unlocated: int = 0  # acknowledged without an offset, not in its partition: published again
     # cause -> count; every cause there from the start (an alert on a rate needs the series)
     dead_lettered: Counter = field(default_factory=lambda: Counter({c: 0 for c in DEAD_LETTER_CAUSES}))
     delivery_errors: int = 0

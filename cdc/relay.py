@@ -184,6 +184,8 @@ class Relay:
         self._sleep = sleep
         self._failure: Delivery | None = None
         self._redirects: list[tuple[PendingTx, DeadLetter]] = []
+        # acknowledged without an offset, to be found in their partition (_confirm_unlocated)
+        self._unlocated: list[tuple[PendingTx, OutboxEvent, list[tuple[str, bytes]], str, int, int]] = []
         self._partitions: dict[str, int] = {}
         self._recovery: Recovery | None = None
         # Both replaced when run() starts: what a run reads and checkpoints.
@@ -310,6 +312,8 @@ class Relay:
                                     txn.messages += item.size
                     if self._redirects:
                         self._redirect_dead_letters()
+                    if self._unlocated:
+                        self._confirm_unlocated()
                     now = self._clock()
                     if txn is not None and txn.due(now):
                         self._txn_commit()
@@ -394,8 +398,9 @@ class Relay:
         deadline = self._clock() + self.settings.drain_timeout_s
         while True:
             remaining = self._publisher.flush(max(0.0, min(1.0, deadline - self._clock())))
-            if self._redirects:
+            if self._redirects or self._unlocated:
                 self._redirect_dead_letters()
+                self._confirm_unlocated()
                 continue
             if remaining == 0 or self._clock() >= deadline:
                 break
@@ -501,7 +506,10 @@ class Relay:
         """Every message of `entry` is acknowledged: its commit -> acknowledgement latency."""
         self.metrics.commit_to_ack.observe(max(0.0, self._clock() - entry.commit_ts))
 
-    def _publish_event(self, entry: PendingTx, event: OutboxEvent, tx_headers: list[tuple[str, bytes]]) -> None:
+    def _publish_event(
+        self, entry: PendingTx, event: OutboxEvent, tx_headers: list[tuple[str, bytes]], again: bool = False
+    ) -> None:
+        """Publish `event` (`again`: a second time, its expectation already counted)."""
         value = event.encoded
         extras = event.extras
         if value is None and (extras is None or not extras.null_value):
@@ -527,16 +535,21 @@ class Relay:
         if event.topic not in self._partitions or (self._missing and event.topic in self._missing):
             missing = self._missing_topic(event.topic)
             if missing is not None:
-                self._publish_dead_letter(entry, as_dead_letter(event, "topic_missing", missing))
+                self._publish_dead_letter(entry, as_dead_letter(event, "topic_missing", missing), redirect=again)
                 return
             self._note_topic(event.topic)
         window = self._window
-        window.expect(entry)
+        if not again:
+            window.expect(entry)
         metrics = self.metrics
         size = len(value) if value is not None else 0
+        confirm = self._txn is None  # a transaction's messages are not readable before its commit
 
         def on_delivery(delivery: Delivery) -> None:
             if delivery.failure is None:
+                if delivery.offset < 0 and confirm:
+                    self._unlocated.append((entry, event, tx_headers, delivery.topic, delivery.partition, size))
+                    return
                 window.acknowledged(entry, delivery.topic, delivery.partition, delivery.offset)
                 metrics.events_published += 1
                 metrics.bytes_published += size
@@ -569,6 +582,49 @@ class Relay:
         redirects, self._redirects = self._redirects, []
         for entry, dead in redirects:
             self._publish_dead_letter(entry, dead, redirect=True)
+
+    def _confirm_unlocated(self) -> None:
+        """Kafka acknowledged these messages without an offset: librdkafka's account of a
+        retried batch the broker answered as already written. The relay does not take a
+        delivery it cannot locate on trust: it looks for each message in its partition
+        after the last offset delivered there (by its identity headers). Found, it is
+        delivered at that offset; not there, nothing of it is in the topic and it is
+        published again (observed with the Kafka stand-in under broker faults)."""
+        todo, self._unlocated = self._unlocated, []
+        window, metrics = self._window, self.metrics
+        for entry, event, tx_headers, topic, partition, size in todo:
+            offset = self._locate(topic, partition, tx_headers, event)
+            if offset is not None:
+                window.acknowledged(entry, topic, partition, offset)
+                metrics.events_published += 1
+                metrics.bytes_published += size
+                if not entry.remaining and entry.sealed:
+                    self._acknowledged_whole(entry)
+                continue
+            metrics.republished_unlocated += 1
+            log.warning(
+                "Kafka acknowledged event %s (%s row %d) without an offset and %s[%d] does not hold it: "
+                "publishing it again",
+                event.event_id,
+                event.identity.tx.start,
+                event.identity.row,
+                topic,
+                partition,
+            )
+            self._publish_event(entry, event, tx_headers, again=True)
+
+    def _locate(
+        self, topic: str, partition: int, tx_headers: list[tuple[str, bytes]], event: OutboxEvent
+    ) -> int | None:
+        low, high = self._delivered.watermarks(topic, partition)
+        start = max(low, self._window.offsets.get(topic, {}).get(partition, low))
+        want = {k: v.decode() for k, v in tx_headers}
+        want[H_ROW] = str(event.identity.row)
+        want[H_EVENT_ID] = event.event_id
+        for offset, headers in self._delivered.records(topic, partition, start, high):
+            if all(headers.get(k) == v for k, v in want.items()):
+                return offset
+        return None
 
     def _publish_dead_letter(self, entry: PendingTx, dead: DeadLetter, redirect: bool = False) -> None:
         """Send `dead` to the dead-letter topic. A `redirect` (a message Kafka refused as too
@@ -917,6 +973,7 @@ class Relay:
         )
         feed.close()
         self._failure, self._redirects, self._recovery = None, [], None
+        self._unlocated = []
         self._window = window = InflightWindow(cp)
         self.metrics.unacknowledged_since = window.oldest_unacknowledged
         if cp is None:

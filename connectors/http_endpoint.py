@@ -43,6 +43,11 @@ class _RelayCollector:
         yield counter("cdc_events_published", "Events acknowledged by Kafka", m.events_published)
         yield counter("cdc_published_bytes", "Value bytes acknowledged by Kafka", m.bytes_published)
         yield counter(
+            "cdc_events_republished_unlocated",
+            "Events Kafka acknowledged without an offset that their partition did not hold: published again",
+            m.republished_unlocated,
+        )
+        yield counter(
             "cdc_events_skipped_recovery",
             "Events found delivered before a restart, not re-sent",
             m.events_skipped_recovery,

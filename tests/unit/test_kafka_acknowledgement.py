@@ -1,7 +1,8 @@
 """The producer adapter's account of an acknowledgement: librdkafka may acknowledge a
 message without saying where it was written (a retried batch the broker had already
 appended: its answer carries no offset, and confluent-kafka's `Message.offset()` is None
-then). That is a delivery like any other; only its offset is unknown."""
+then). The adapter reports it as a delivery at offset -1; the relay then looks for the
+message in its partition before it counts it delivered (test_unlocated_acknowledgement.py)."""
 
 from typing import Any
 
