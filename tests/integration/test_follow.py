@@ -54,7 +54,9 @@ class _DroppingPublisher:
         self.seen += 1
         if self.drop_nth is not None and self.seen == self.drop_nth:
             self.dropped.append((dict(headers).get(H_EVENT_ID, b"").decode(), time.monotonic()))
-            on_delivery(Delivery(topic, 0, -1))
+            # at an offset, as a broker that lost an acknowledged message would answer (an
+            # acknowledgement without one the relay would look for in the partition, and resend)
+            on_delivery(Delivery(topic, 0, 0))
             return
         self._inner.publish(topic, key, value, headers, on_delivery, timestamp_ms)
 

@@ -33,7 +33,9 @@ class _DroppingPublisher:
     def publish(self, topic, key, value, headers, on_delivery, timestamp_ms=None):
         if dict(headers).get(H_EVENT_ID, b"").decode() == self._drop:
             self.dropped += 1
-            on_delivery(Delivery(topic, 0, -1))  # "acknowledged", never written
+            # "acknowledged" at an offset, never written (a broker that lost it; an acknowledgement
+            # without an offset the relay would look for in the partition, and resend)
+            on_delivery(Delivery(topic, 0, 0))
             return
         self._inner.publish(topic, key, value, headers, on_delivery, timestamp_ms)
 
