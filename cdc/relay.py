@@ -479,6 +479,8 @@ class Relay:
                     window.skipped(entry)
                     metrics.events_skipped_recovery += 1
                     if recovery.pending == 0:
+                        if recovery.adopt_until is not None:
+                            recovery.end_adoption()  # every message Debezium published is matched
                         log.info(
                             "recovery complete: %d events were already delivered and not sent again", recovery.skipped
                         )

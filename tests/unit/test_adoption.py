@@ -4,6 +4,7 @@ refused in one line, and the relay over the fakes publishing every event after t
 adopted offset exactly once whatever part of them Debezium had already published."""
 
 import json
+import logging
 import random
 from collections import Counter
 
@@ -100,11 +101,14 @@ def test_the_adopted_window_survives_the_checkpoint_round_trip():
 # -- the relay adopting -------------------------------------------------------------------------
 
 
-def debezium_world(seed: int):
+def debezium_world(seed: int, window_from_offset: bool = False):
     """A binlog of 40 transactions of 1-3 outbox rows; Debezium published every event of
     the first `cut` transactions and a random part after it (the records of a batch it
     acknowledged but did not store the offset of), then stopped. Its offset names the
-    start of the transaction `cut` (with a skip count when it was inside it)."""
+    start of the transaction `cut` (with a skip count when it was inside it). The adopted
+    window's offsets are each partition's start, or with `window_from_offset` its first
+    record after Debezium's offset (so that every id in the window is of an event the
+    relay reads again)."""
     rng = random.Random(seed)
     b = Binlog()
     n = 0
@@ -118,15 +122,23 @@ def debezium_world(seed: int):
     committed = b.committed()
     cut = rng.randint(0, len(committed) - 1)
     published = [row for tx in committed[:cut] for row in tx.outbox_rows]
+    n_before = len(published)
     after = [row for tx in committed[cut:] for row in tx.outbox_rows]
     published += after[: rng.randint(0, min(len(after), 12))]  # in order, like one producer
-    for row in published:
+    before_offset = Counter()
+    for i, row in enumerate(published):
         topic = f"outbox.event.{row['aggregatetype']}"
         key = row["aggregateid"].encode()
         kafka.append(topic, kafka.partition_for(topic, key), key, b"payload", [("id", row["id"].encode())])
+        if window_from_offset and i < n_before:
+            before_offset[(topic, kafka.partition_for(topic, key))] += 1
     window = AdoptedWindow(
         b.end,
-        {t: {p: 0 for p in range(len(parts))} for t, parts in kafka.logs.items() if t != "outbox.dlq"},
+        {
+            t: {p: before_offset[(t, p)] for p in range(len(parts))}
+            for t, parts in kafka.logs.items()
+            if t != "outbox.dlq"
+        },
         "Debezium test",
     )
     cp = Checkpoint(
@@ -159,6 +171,22 @@ def test_the_relay_publishes_after_the_adopted_offset_exactly_once(seed):
     )
     assert h.store.current.adopted is None  # the window is passed: the next start is the relay's own
     assert h.store.current.position == b.end
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_adoption_is_reported_once_even_when_every_debezium_message_was_matched_early(seed, caplog):
+    """The operator's line "adoption ... complete: N events Debezium had published after its
+    offset were not sent again" comes once, with the count, also when the last message
+    Debezium published was matched before the relay reached the window's end (the
+    recovery was then dropped without saying so)."""
+    b, kafka, cp, _ = debezium_world(seed, window_from_offset=True)
+    with caplog.at_level(logging.INFO, logger="cdc"):
+        summary = RelayHarness(b, kafka=kafka, store=FakeCheckpointStore(cp)).run()
+    lines = [r.getMessage() for r in caplog.records if "Debezium had published after its offset" in r.getMessage()]
+    assert lines == [
+        f"adoption from Debezium test complete: {summary.recovery['adopted_skipped']} events Debezium had published "
+        f"after its offset were not sent again"
+    ]
 
 
 @pytest.mark.parametrize("seed", range(12))
