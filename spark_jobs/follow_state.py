@@ -55,6 +55,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cdc.formats import expected_timestamp_ms, payload_matches
 from spark_jobs.binlog_source import (
     KIND_ANOMALY,
     KIND_EVENT,
@@ -110,9 +111,11 @@ class FollowState:
     pending: dict[str, dict[str, Any]] = field(default_factory=dict)
     # events that got a verdict and may still get a delivery: ikey -> event (missing / unverifiable)
     open_verdicts: dict[str, dict[str, Any]] = field(default_factory=dict)
-    # events matched: h64(ikey) -> [class, deliveries, tx, matched at, order]; forgotten
+    # events matched: h64(ikey) -> (class, deliveries, tx, matched at, order); forgotten
     # after dedupe_window_s. Saved apart, batch by batch (see the module's docstring).
-    done: dict[int, list[Any]] = field(default_factory=dict)
+    # Tuples of plain values, so that the garbage collector stops tracking them: a million
+    # entries as lists made each of its full collections walk them all.
+    done: dict[int, tuple[Any, ...]] = field(default_factory=dict)
     done_buckets: collections.deque = field(default_factory=collections.deque)  # (time, max order, [h64])
     # what this batch added to or changed in `done` (h64s), for its chunk
     _journal: set[int] = field(default_factory=set, repr=False)
@@ -218,11 +221,15 @@ class FollowState:
 
     # ---------------------------------------------------------------- transactions
 
-    def _tx_add(self, ev: Mapping[str, Any], n: int = 1) -> tuple[int, int]:
-        key = (int(ev["file_seq"]), int(ev["tx_pos"]))
+    def _tx_add(self, ev: Mapping[str, Any]) -> tuple[int, int]:
+        return self._tx_at(int(ev["file_seq"]), int(ev["tx_pos"]), ev["file"], ev["tx_end"], ev.get("commit_ts_ms"))
+
+    def _tx_at(self, seq: int, pos: int, file: str, end: Any, commit_ts_ms: Any, n: int = 1) -> tuple[int, int]:
+        """One more unproven event in the transaction at (seq, pos)."""
+        key = (seq, pos)
         entry = self.txmap.get(key)
         if entry is None:
-            entry = [key[0], key[1], ev["file"], int(ev["tx_end"]), 0, ev.get("commit_ts_ms")]
+            entry = [seq, pos, file, int(end), 0, commit_ts_ms]
             self.txmap[key] = entry
             if self.txq and (self.txq[-1][0], self.txq[-1][1]) > key:  # rare: insert in order
                 items = sorted([*self.txq, entry], key=lambda e: (e[0], e[1]))
@@ -250,71 +257,261 @@ class FollowState:
     # ---------------------------------------------------------------------- batches
 
     def apply_batch(self, batch_id: int, binlog_rows: Iterable[Mapping[str, Any]], kafka_rows: Iterable[Mapping[str, Any]],
-                    now: float | None = None) -> None:  # fmt: skip
+                    now: float | None = None, fast: bool = True) -> None:  # fmt: skip
+        """Reconcile one micro-batch given as rows (dicts; a missing key is None)."""
+        self._apply(batch_id, _row_columns(binlog_rows), _row_columns(kafka_rows), now, fast)
+
+    def apply_tables(self, batch_id: int, binlog: Any, kafka: Any, now: float | None = None) -> None:
+        """Reconcile one micro-batch given as Arrow tables (None: no rows): the follow job's
+        path, column by column, no dict per row unless a row needs the general rules."""
+        self._apply(batch_id, _table_columns(binlog), _table_columns(kafka), now, True)
+
+    def _apply(self, batch_id: int, b: Columns, k: Columns, now: float | None, fast: bool) -> None:
+        """The rules, row by row in binlog order and then in (topic, partition, offset) order.
+
+        The common case - an ordinary event, and one record of ours for it outside the
+        dead-letter topic whose content is equal - takes a short path that builds no dict
+        (below); every other row takes the general rules (`_binlog_row`, `_record`)
+        with the row as a dict. Both paths change the state exactly alike: with `fast` False
+        every row takes the general rules (tests/unit/test_follow_state.py compares the two).
+        """
         now = time.time() if now is None else now
         self.batch_id = batch_id
         self.batches += 1
         self._journal = set()
-        brows = sorted(
-            binlog_rows,
-            key=lambda r: (
-                r.get("file_seq") or 0,
-                r.get("tx_pos") or 0,
-                r.get("row") if r.get("row") is not None else -1,
-            ),
+        bn, bc = b
+        kn, kc = k
+
+        def bcol(name: str) -> list[Any]:
+            return bc.get(name) or [None] * bn
+
+        def kcol(name: str) -> list[Any]:
+            return kc.get(name) or [None] * kn
+
+        fseq, tpos, rown, kind, ikeys, dlqc = (
+            bcol(n) for n in ("file_seq", "tx_pos", "row", "kind", "ikey", "dlq_cause")
         )
-        progress = [r for r in brows if r.get("kind") == KIND_PROGRESS]
+        bkeys = [(a or 0, p or 0, r if r is not None else -1) for a, p, r in zip(fseq, tpos, rown, strict=True)]
+        border = sorted(range(bn), key=bkeys.__getitem__)
+        progress = [i for i in border if kind[i] == KIND_PROGRESS]
         if self.start is None and progress:  # normally set by the follow job before the first batch
-            p = min(progress, key=lambda r: (r["file_seq"], r["tx_pos"]))
-            self.start = (p["file"], int(p["file_seq"]), int(p["tx_pos"]))
-        for r in brows:
-            kind = r.get("kind") or KIND_EVENT
-            if kind == KIND_PROGRESS:
-                rt = (r["file"], int(r["file_seq"]), int(r["tx_end"]))
-                if self.read_through is None or rt[1:] > self.read_through[1:]:
-                    self.read_through = rt
-            elif kind == KIND_ANOMALY:
-                if len(self.anomalies) < MAX_ANOMALIES:
-                    self.anomalies.append(f"{r.get('file')}: {r.get('dlq_error')}")
-            elif kind == KIND_XA_ROW:
-                xid = r["xa_xid"]
-                held = self.xa_held.setdefault(xid, [])
-                if not held:
-                    self._tx_add(r)  # the undecided prepare holds verified-through before it
-                held.append(dict(r))
-            elif kind in (KIND_XA_COMMIT, KIND_XA_ROLLBACK):
-                held = self.xa_held.pop(r["xa_xid"], [])
-                if held:
-                    self._tx_proven((int(held[0]["file_seq"]), int(held[0]["tx_pos"])))
-                    if kind == KIND_XA_COMMIT:
-                        for h in held:
-                            e = dict(h)
-                            for c in (
-                                "file",
-                                "file_seq",
-                                "tx_pos",
-                                "tx_end",
-                                "gtid",
-                                "commit_ts_ms",
-                                "commit_us",
-                                "server_id",
-                            ):
-                                e[c] = r.get(c)
-                            e["kind"] = KIND_XA_EVENT
-                            e["ikey"] = identity_key(h["source"], r["gtid"], r["file"], r["tx_pos"], h["row"])
-                            self._new_event(e, now)
-            elif r.get("ikey") is not None:
-                self._new_event(dict(r), now)
-        krows = sorted(
-            kafka_rows, key=lambda r: (r["topic"], r["partition"], r["offset"] if r.get("offset") is not None else -1)
-        )
-        for r in krows:
-            if r.get("marker"):
-                self._marker(r)
-        for r in krows:
-            if not r.get("marker"):
-                self._record(r, now)
+            p = min(progress, key=lambda i: (fseq[i], tpos[i]))
+            self.start = (bcol("file")[p], int(fseq[p]), int(tpos[p]))
+
+        def brow(i: int) -> dict[str, Any]:
+            return {name: column[i] for name, column in bc.items()}
+
+        # events of this batch on the short path, not in `pending` yet: ikey -> (row, tx, h64)
+        deferred: dict[str, tuple[int, tuple[int, int], int]] = {}
+        pending, waiting, opened, done = self.pending, self.waiting, self.open_verdicts, self.done
+        files, ends, commit_ts = bcol("file"), bcol("tx_end"), bcol("commit_ts_ms")
+
+        def flush() -> None:
+            """The deferred events into `pending`, in binlog order (before any event that
+            takes the general rules: `pending` keeps reading order)."""
+            for ikey, (i, tx, _h) in deferred.items():
+                pending[ikey] = self._pending_event(brow(i), tx, now)
+            deferred.clear()
+
+        last_seq: Any = None
+        last_pos: Any = None
+        last_tx = (0, 0)
+        for i in border:
+            ikey = ikeys[i]
+            if fast and ikey is not None and (kind[i] or KIND_EVENT) == KIND_EVENT and dlqc[i] is None:
+                if ikey in deferred:
+                    continue  # read twice (cannot happen with exact offsets; never counted twice)
+                h = _h64(ikey)
+                if h in done or ikey in pending or ikey in opened:
+                    continue  # as `_new_event`
+                if ikey not in waiting:
+                    seq, pos = fseq[i], tpos[i]
+                    if seq == last_seq and pos == last_pos:
+                        self.txmap[last_tx][4] += 1  # the next row of the same transaction
+                    else:
+                        last_tx = self._tx_at(int(seq), int(pos), files[i], ends[i], commit_ts[i])
+                        last_seq, last_pos = seq, pos
+                    deferred[ikey] = (i, last_tx, h)
+                    continue
+            if deferred and (ikey is not None or kind[i] in (KIND_XA_COMMIT, KIND_XA_ROLLBACK)):
+                flush()
+            self._binlog_row(brow(i), now)
+
+        topics, parts, offsets, markers = kcol("topic"), kcol("partition"), kcol("offset"), kcol("marker")
+        kkeys = [(t, p, o if o is not None else -1) for t, p, o in zip(topics, parts, offsets, strict=True)]
+        korder = sorted(range(kn), key=kkeys.__getitem__)
+
+        def krow(i: int) -> dict[str, Any]:
+            return {name: column[i] for name, column in kc.items()}
+
+        for i in korder:
+            if markers[i]:
+                self._marker(krow(i))
+        recs = list(zip(*(kcol(n) for n in _RECORD_FIELDS), strict=True)) if kn else []
+        evs = list(zip(*(bcol(n) for n in _EVENT_FIELDS), strict=True)) if bn else []
+        dlq, source = self.dlq_topic, self.source
+        counts, key_max, partition_last, txmap = self.counts, self.key_max, self.partition_last, self.txmap
+        journal = self._journal
+        bucket = self.done_buckets[-1] if self.done_buckets else None
+        for i in korder:
+            (marker, ikey, rsource, topic, part, offset, repair, hs, hp, hr, key_text, h_commit, verr, v_id, v_type,
+             fmt, h_id, h_type, v_atype, v_aid, v_payload, v_ts, stamp) = recs[i]  # fmt: skip
+            if marker:
+                continue
+            if not (fast and ikey is not None and rsource == source):
+                self._record(krow(i), now)
+                continue
+            if topic == dlq or repair or hs is None or hp is None or hr is None:
+                if ikey in deferred:  # the general rules find its event in `pending`
+                    i_b, tx, _h = deferred.pop(ikey)
+                    pending[ikey] = self._pending_event(brow(i_b), tx, now)
+                self._record(krow(i), now)
+                continue
+            hit = deferred.pop(ikey, None)
+            if hit is not None:
+                j, tx, h = hit
+                ev = None
+                (e_seq, e_pos, e_row, expected_topic, aggregate_id, event_id, event_type, aggregate_type, payload,
+                 is_text, ts_us, cts, cus) = evs[j]  # fmt: skip
+            else:
+                ev = pending.pop(ikey, None)
+                if ev is None:
+                    self._record(krow(i), now)
+                    continue
+                j, tx, h = -1, ev["tx"], _h64(ikey)
+                (e_seq, e_pos, e_row, expected_topic, aggregate_id, event_id, event_type, aggregate_type, payload,
+                 is_text, ts_us, cts, cus) = (ev.get(n) for n in _EVENT_FIELDS)  # fmt: skip
+            # `_record`: the first record of ours in a truncated partition, the partition's order
+            tp = (topic, int(part))
+            o = (int(hs), int(hp), int(hr))
+            if tp in self.truncated and self.truncated[tp] is None:
+                self.truncated[tp] = o
+            last = partition_last.get(tp)
+            if last is not None and o < last:
+                self.order_violations += 1
+            else:
+                partition_last[tp] = o
+            # `_classify_first` with one delivery outside the dead-letter topic
+            equal = (
+                verr is None
+                and (expected_topic is None or topic == expected_topic)
+                and key_text == aggregate_id
+                and (h_commit is None or h_commit == cts)
+                and v_id == event_id
+                and v_type == event_type
+            )
+            if equal:
+                if fmt is None:
+                    equal = (
+                        (h_id is None or h_id == event_id)
+                        and (h_type is None or h_type == event_type)
+                        and v_atype == aggregate_type
+                        and v_aid == aggregate_id
+                        and v_payload == payload
+                        and v_ts == ts_us
+                    )
+                else:
+                    expected_stamp = expected_timestamp_ms(ts_us, cts)
+                    equal = stamp == expected_stamp and payload_matches(fmt, v_payload, payload, is_text)
+            reasons: list[str] = []
+            if not equal:
+                if ev is None:
+                    ev = self._pending_event(brow(j), tx, now)
+                reasons = record_reasons(krow(i), ev, dlq)
+            reordered = False
+            if key_text is not None:
+                kk = (topic, tp[1], key_text)
+                prev = key_max.get(kk)
+                if prev is not None and prev[0] > o:
+                    reordered = True
+                else:
+                    key_max[kk] = (o, now)
+            where = f"{topic}[{part}]@{offset}"
+            if reasons:
+                cls = "altered"
+                for reason in reasons:
+                    self.altered_reasons[reason] = self.altered_reasons.get(reason, 0) + 1
+            else:
+                cls = "reordered" if reordered else "delivered"
+                entry = txmap.get(tx)
+                if entry is not None:
+                    entry[4] -= 1
+            counts[cls] = counts.get(cls, 0) + 1
+            if cls != "delivered":
+                if ev is None:
+                    ev = self._pending_event(brow(j), tx, now)
+                ex = _event_example(ev, cls, None)
+                ex["deliveries"] = [{"topic": topic, "partition": part, "offset": offset}]
+                if reasons:
+                    ex["reasons"] = reasons
+                self._example(cls, ex)
+            if stamp is not None:
+                self._latency(int(stamp), cus, ts_us, cts)
+            eo = (int(e_seq), int(e_pos), int(e_row))
+            done[h] = (cls, (where,), tx, now, eo)
+            journal.add(h)
+            if bucket is None or now - bucket[0] >= 5.0:
+                self._bucket(h, now, eo)
+                bucket = self.done_buckets[-1]
+            else:  # `_bucket`, inline
+                bucket[2].append(h)
+                if eo > bucket[1]:
+                    bucket[1] = eo
+        flush()
         self._advance()
+
+    def _latency(self, stamp: int, commit_us: Any, timestamp_us: Any, commit_ts_ms: Any) -> None:
+        """One delivery's latency from the best commit clock the event has: MySQL's commit
+        time (microseconds, in the GTID event); else the outbox timestamp column when the
+        table has one (microseconds, written at the INSERT: it includes the rest of the
+        transaction); else the binlog commit header (1 s)."""
+        if commit_us is not None:
+            clock, latency = "mysql_immediate_commit_timestamp", stamp - int(commit_us) // 1000
+        elif timestamp_us is not None:
+            clock, latency = "outbox_timestamp_column", stamp - int(timestamp_us) // 1000
+        elif commit_ts_ms is not None:
+            clock, latency = "binlog_commit_header", stamp - int(commit_ts_ms)
+        else:
+            return
+        self.latencies.append(latency)
+        self.latency_clocks[clock] = self.latency_clocks.get(clock, 0) + 1
+
+    def _pending_event(self, ev: dict[str, Any], tx: tuple[int, int], now: float) -> dict[str, Any]:
+        ev["seen"] = now
+        ev["tx"] = tx
+        ev["deliveries"] = []
+        return ev
+
+    def _binlog_row(self, r: dict[str, Any], now: float) -> None:
+        """One binlog row by the general rules."""
+        kind = r.get("kind") or KIND_EVENT
+        if kind == KIND_PROGRESS:
+            rt = (r["file"], int(r["file_seq"]), int(r["tx_end"]))
+            if self.read_through is None or rt[1:] > self.read_through[1:]:
+                self.read_through = rt
+        elif kind == KIND_ANOMALY:
+            if len(self.anomalies) < MAX_ANOMALIES:
+                self.anomalies.append(f"{r.get('file')}: {r.get('dlq_error')}")
+        elif kind == KIND_XA_ROW:
+            xid = r["xa_xid"]
+            held = self.xa_held.setdefault(xid, [])
+            if not held:
+                self._tx_add(r)  # the undecided prepare holds verified-through before it
+            held.append(r)
+        elif kind in (KIND_XA_COMMIT, KIND_XA_ROLLBACK):
+            held = self.xa_held.pop(r["xa_xid"], [])
+            if held:
+                self._tx_proven((int(held[0]["file_seq"]), int(held[0]["tx_pos"])))
+                if kind == KIND_XA_COMMIT:
+                    for h in held:
+                        e = dict(h)
+                        for c in _XA_OUTCOME_FIELDS:
+                            e[c] = r.get(c)
+                        e["kind"] = KIND_XA_EVENT
+                        e["ikey"] = identity_key(h["source"], r["gtid"], r["file"], r["tx_pos"], h["row"])
+                        self._new_event(e, now)
+        elif r.get("ikey") is not None:
+            self._new_event(r, now)
 
     def _marker(self, r: Mapping[str, Any]) -> None:
         tp = (r["topic"], int(r["partition"]))
@@ -405,17 +602,17 @@ class FollowState:
         d = self.done.get(h)
         if d is not None:
             self._journal.add(h)
-            d[1].append(where)
+            deliveries = (*d[1], where)
             if d[0] != "duplicate":
                 self._count(d[0], -1)
                 if d[0] not in PROVEN_CLASSES:
                     self._tx_proven(d[2])
                 self._count("duplicate")
-                d[0] = "duplicate"
                 self._example("duplicate", {"class": "duplicate", "binlog": {"file": rec.get("h_file"), "pos": rec.get("h_pos"),
-                                            "row": rec.get("h_row"), "gtid": rec.get("h_gtid")}, "deliveries": [_as_delivery(x) for x in d[1]]})  # fmt: skip
+                                            "row": rec.get("h_row"), "gtid": rec.get("h_gtid")}, "deliveries": [_as_delivery(x) for x in deliveries]})  # fmt: skip
+            self.done[h] = ("duplicate", deliveries, *d[2:])
             self._alarm("duplicate", f"event {rec.get('h_file')}:{rec.get('h_pos')} row {rec.get('h_row')} delivered again at {where} "
-                                     f"(deliveries {', '.join(d[1])})")  # fmt: skip
+                                     f"(deliveries {', '.join(deliveries)})")  # fmt: skip
             return
         if ikey in self.waiting:
             self.waiting[ikey]["extra"] = self.waiting[ikey].get("extra", 0) + 1
@@ -492,22 +689,7 @@ class FollowState:
         if cls in PROVEN_CLASSES:
             self._tx_proven(ev.get("tx"))
         if rec.get("timestamp_ms") is not None and not rec.get("repair"):
-            # MySQL's commit time (microseconds, in the GTID event); else the outbox timestamp
-            # column when the table has one (microseconds, written at the INSERT: it includes the
-            # rest of the transaction); else the binlog commit header (1 s)
-            if ev.get("commit_us") is not None:
-                self.latencies.append(int(rec["timestamp_ms"]) - int(ev["commit_us"]) // 1000)
-                self.latency_clocks["mysql_immediate_commit_timestamp"] = (
-                    self.latency_clocks.get("mysql_immediate_commit_timestamp", 0) + 1
-                )
-            elif ev.get("timestamp_us") is not None:
-                self.latencies.append(int(rec["timestamp_ms"]) - int(ev["timestamp_us"]) // 1000)
-                self.latency_clocks["outbox_timestamp_column"] = (
-                    self.latency_clocks.get("outbox_timestamp_column", 0) + 1
-                )
-            elif ev.get("commit_ts_ms") is not None:
-                self.latencies.append(int(rec["timestamp_ms"]) - int(ev["commit_ts_ms"]))
-                self.latency_clocks["binlog_commit_header"] = self.latency_clocks.get("binlog_commit_header", 0) + 1
+            self._latency(int(rec["timestamp_ms"]), ev.get("commit_us"), ev.get("timestamp_us"), ev.get("commit_ts_ms"))
         if cls == "altered":
             ev["class"] = cls
             ev["deliveries"] = [where]
@@ -518,7 +700,7 @@ class FollowState:
     ) -> None:
         h = _h64(ikey)
         o = _ord(ev["file_seq"], ev["tx_pos"], ev["row"])
-        self.done[h] = [cls, list(deliveries or ev.get("deliveries") or []), ev.get("tx"), now, o]
+        self.done[h] = (cls, tuple(deliveries or ev.get("deliveries") or ()), ev.get("tx"), now, o)
         self._journal.add(h)
         self._bucket(h, now, o)
 
@@ -647,6 +829,31 @@ def _as_delivery(where: str) -> dict[str, Any]:
 
 
 CHUNK_MARGIN_S = 600.0
+
+# What an XA transaction's events take from its outcome (XA COMMIT) group
+_XA_OUTCOME_FIELDS = ("file", "file_seq", "tx_pos", "tx_end", "gtid", "commit_ts_ms", "commit_us", "server_id")
+# One side of a micro-batch: (rows, {column: values}); a column that is absent is all None.
+Columns = tuple[int, dict[str, list[Any]]]
+# The columns the short path of `FollowState._apply` reads, in this order
+_RECORD_FIELDS = ("marker", "ikey", "source", "topic", "partition", "offset", "repair", "h_file_seq", "h_pos", "h_row",
+                  "key_text", "h_commit_ts", "value_error", "v_id", "v_type", "v_format", "h_event_id", "h_event_type",
+                  "v_aggregate_type", "v_aggregate_id", "v_payload", "v_timestamp_us", "timestamp_ms")  # fmt: skip
+_EVENT_FIELDS = ("file_seq", "tx_pos", "row", "expected_topic", "aggregate_id", "event_id", "event_type", "aggregate_type",
+                 "payload", "payload_is_text", "timestamp_us", "commit_ts_ms", "commit_us")  # fmt: skip
+
+
+def _row_columns(rows: Iterable[Mapping[str, Any]]) -> Columns:
+    rows = list(rows)
+    names: dict[str, None] = {}
+    for r in rows:
+        names.update(dict.fromkeys(r))
+    return len(rows), {name: [r.get(name) for r in rows] for name in names}
+
+
+def _table_columns(table: Any) -> Columns:
+    if table is None:
+        return 0, {}
+    return table.num_rows, {name: table.column(name).to_pylist() for name in table.column_names}
 
 
 def _write_atomically(d: Path, name: str, obj: Any) -> Path:

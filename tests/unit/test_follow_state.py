@@ -7,6 +7,8 @@ from __future__ import annotations
 import logging
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st_
 
 from spark_jobs.common import identity_key, murmur2_partition
 from spark_jobs.follow_state import FollowState
@@ -298,3 +300,128 @@ def test_matched_events_are_forgotten_after_the_window_also_after_a_load(tmp_pat
     assert len(again.done) == 1  # a's match is older than the window, b's is not
     again.apply_batch(2, [], [rec(a, 2), rec(b, 3)], now=41.0)
     assert again.counts["duplicate"] == 1 and again.unverifiable_reasons == {"record:beyond_dedupe_window": 1}
+
+
+# -- the short path changes the state exactly as the general rules do ------------------------
+
+
+def _snapshot(st: FollowState) -> dict:
+    """Everything the state holds, in its order (dict and deque order included)."""
+    out = {k: v for k, v in st.__dict__.items() if k not in ("_journal", "started_at", "done_buckets")}
+    out["pending"] = list(st.pending.items())
+    out["open_verdicts"] = list(st.open_verdicts.items())
+    out["waiting"] = list(st.waiting.items())
+    out["done"] = sorted(st.done.items())
+    out["txq"] = list(st.txq)
+    out["latencies"] = list(st.latencies)
+    out["buckets"] = [(t, o, sorted(hs)) for t, o, hs in st.done_buckets]
+    return out
+
+
+@st_.composite
+def _batches(draw) -> list[tuple[list[dict], list[dict], float]]:
+    """Events of a few transactions over several batches and, for each, what happened to
+    its record: delivered in the same batch, later, earlier, twice, never, altered,
+    dead-lettered, repaired, of another source, without header position, out of order;
+    now and then a statement-logged insert and an XA prepare with its outcome."""
+    n_tx = draw(st_.integers(1, 8))
+    events, pos = [], 100
+    for _ in range(n_tx):
+        for row in range(draw(st_.integers(1, 3))):
+            fmt = draw(st_.sampled_from([None, None, None, "string", "json"]))
+            e = ev(pos, row, agg=draw(st_.sampled_from(["k1", "k2", "k3"])), end=pos + 40,
+                   timestamp_us=draw(st_.sampled_from([None, 1_000_100_000])),
+                   commit_us=draw(st_.sampled_from([None, None, 1_000_000_123])))  # fmt: skip
+            e["_fmt"] = fmt
+            events.append(e)
+        pos += 50
+    n_batches = draw(st_.integers(1, 4))
+    binlog: list[list[dict]] = [[] for _ in range(n_batches)]
+    kafka: list[list[dict]] = [[] for _ in range(n_batches + 2)]
+    read_at = sorted(draw(st_.lists(st_.integers(0, n_batches - 1), min_size=len(events), max_size=len(events))))
+    offset = {0: 0, 1: 0, 2: 0}
+    for e, b in zip(events, read_at, strict=True):
+        fmt = e.pop("_fmt")
+        kind = draw(st_.sampled_from(["same"] * 6 + ["later", "earlier", "twice", "never", "altered", "dlq", "repair",
+                                      "foreign", "nopos", "stmt", "value_error", "commit_ts", "topic"]))  # fmt: skip
+        if kind == "stmt":
+            e.update(dlq_cause="statement_format", expected_topic=None)
+        binlog[b].append(e)
+        copies = {"never": 0, "twice": 2}.get(kind, 1)
+        for c in range(copies):
+            at = {"later": b + 1, "earlier": max(0, b - 1)}.get(kind, b) + (c if kind == "twice" else 0)
+            part = draw(st_.integers(0, 1))
+            extra: dict = {}
+            if fmt is not None:
+                extra = {"v_format": fmt, "v_payload": e["payload"] if fmt == "string" else b"{}",
+                         "timestamp_ms": (e["timestamp_us"] // 1000) if e["timestamp_us"] else e["commit_ts_ms"]}  # fmt: skip
+            if kind == "altered":
+                extra["v_payload"] = b"other"
+            elif kind in ("dlq", "stmt"):
+                extra.update(topic=DLQ, dlq_cause=e["dlq_cause"] or "too_large")
+                part = 2
+            elif kind == "repair":
+                extra["repair"] = True
+            elif kind == "foreign":
+                extra["source"] = "elsewhere"
+            elif kind == "nopos":
+                extra["h_row"] = None
+            elif kind == "value_error":
+                extra["value_error"] = "broken"
+            elif kind == "commit_ts":
+                extra["h_commit_ts"] = 5
+            elif kind == "topic":
+                extra["topic"] = "p.other"
+            r = rec(e, offset[part], partition=part % 2, **extra)
+            if part == 2:
+                r["partition"] = 0
+            offset[part] += 1
+            kafka[min(at, len(kafka) - 1)].append(r)
+    for i in range(1, n_batches + 2):  # now and then a record of one partition swaps with the one before it
+        if len(kafka[i]) >= 2 and draw(st_.booleans()):
+            a, b = kafka[i][-1], kafka[i][-2]
+            if (a["topic"], a["partition"]) == (b["topic"], b["partition"]):
+                a["offset"], b["offset"] = b["offset"], a["offset"]
+    if draw(st_.booleans()):  # an XA prepare, decided in a later batch
+        prep = ev(pos, kind="xa_row", xa_xid="X9", ikey=None)
+        outcome = {**ev(pos + 50), "kind": draw(st_.sampled_from(["xa_commit", "xa_rollback"])), "xa_xid": "X9",
+                   "ikey": None, "row": -1}  # fmt: skip
+        binlog[0].append(prep)
+        binlog[-1].append(outcome)
+        pos += 100
+    out = []
+    for i in range(n_batches + 2):
+        rows = binlog[i] if i < n_batches else []
+        if i < n_batches:
+            rows = [*rows, progress(100 + 50 * n_tx + 100, 100)]
+        out.append((rows, kafka[i], float(i * draw(st_.sampled_from([1, 6, 20])))))
+    return out
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_batches())
+def test_the_short_path_changes_the_state_exactly_as_the_general_rules(batches) -> None:
+    fast, general = state(), state()
+    for n, (brows, krows, now) in enumerate(batches):
+        fast.apply_batch(n, [dict(r) for r in brows], [dict(r) for r in krows], now=now)
+        general.apply_batch(n, [dict(r) for r in brows], [dict(r) for r in krows], now=now, fast=False)
+        fast.expire(now=now + 5)
+        general.expire(now=now + 5)
+        assert _snapshot(fast) == _snapshot(general)
+    fast.expire(now=1000.0)
+    general.expire(now=1000.0)
+    assert _snapshot(fast) == _snapshot(general)
+
+
+@pytest.mark.verifier_deps  # PyArrow
+def test_apply_tables_is_apply_batch() -> None:
+    """The follow job's Arrow path gives the state the rows would."""
+    import pyarrow as pa
+
+    a, b = ev(100), ev(150, agg="k2")
+    brows, krows = [a, b, progress(200)], [rec(b, 0), rec(a, 1, v_payload=b"x")]
+    by_rows, by_tables = state(), state()
+    by_rows.apply_batch(0, brows, krows, now=0.0)
+    by_tables.apply_tables(0, pa.Table.from_pylist(brows), pa.Table.from_pylist(krows), now=0.0)
+    assert _snapshot(by_rows) == _snapshot(by_tables)
+    assert by_tables.counts["altered"] == 1 and by_tables.counts["delivered"] == 1
