@@ -42,6 +42,7 @@ __all__ = ["CompressedEventError", "ExpandingConnection", "event_start", "expand
 _FDE, _QUERY, _PAYLOAD = 15, 2, 40
 _MARIADB_QUERY_COMPRESSED = 165
 _MARIADB_ROWS = {166: 23, 167: 24, 168: 25, 169: 30, 170: 31, 171: 32}  # compressed -> plain type
+_EXPANDED_OR_LEARNED = frozenset({_FDE, _PAYLOAD, _MARIADB_QUERY_COMPRESSED, *_MARIADB_ROWS})
 _UPDATES = (167, 170)
 _V2 = (169, 170, 171)
 _COM_BINLOG_DUMP, _COM_BINLOG_DUMP_GTID = 0x12, 0x1E
@@ -58,8 +59,10 @@ class _Packet(MysqlPacket):
 
 def event_start(packet: Any) -> int:
     """Where the event of a library event's packet (`event.packet`) starts in the binlog."""
-    stored = getattr(packet, "stored_start", None)
-    return stored if stored is not None else packet.log_pos - packet.event_size
+    inner = packet.packet  # the library's wrapper around the connection's packet
+    if type(inner) is _Packet:
+        return inner.stored_start
+    return packet.log_pos - packet.event_size
 
 
 class _Format:
@@ -224,8 +227,8 @@ class ExpandingConnection(Connection):
         if fmt is None:
             return packet
         data = packet.get_all_data()
-        if len(data) < 20 or data[0] != 0:
-            return packet
+        if len(data) < 20 or data[0] != 0 or data[5] not in _EXPANDED_OR_LEARNED:
+            return packet  # not an event, or one that is neither compressed nor a format description
         expanded = expand_event(bytes(data[1:]), fmt)
         if expanded is None:
             return packet

@@ -90,6 +90,7 @@ from spark_jobs.common import (
     opt_int,
     opt_json,
     scrub,
+    settle_worker,
     where,
 )
 
@@ -1214,6 +1215,7 @@ class BinlogReader(DataSourceReader):
         return parts or [InputPartition(None)]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
+        settle_worker()
         part = partition.value
         if part is None:
             return

@@ -51,7 +51,15 @@ from spark_jobs.binlog_source import (
     tables_from_json,
     transaction_starts,
 )  # fmt: skip
-from spark_jobs.common import DataSource, InputPartition, mysql_settings_from_options, opt_int, opt_json, where
+from spark_jobs.common import (
+    DataSource,
+    InputPartition,
+    mysql_settings_from_options,
+    opt_int,
+    opt_json,
+    settle_worker,
+    where,
+)
 
 try:
     from pyspark.sql.datasource import DataSourceStreamReader
@@ -177,6 +185,7 @@ class BinlogStreamReader(DataSourceStreamReader):
         ]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
+        settle_worker()
         batches = self._batches(partition.value)
         return pack(batches) if packing(self.options) else batches
 

@@ -65,6 +65,7 @@ from spark_jobs.common import (
     opt_bool,
     opt_int,
     opt_json,
+    settle_worker,
 )
 
 BASE_FIELDS: tuple[tuple[str, str], ...] = (
@@ -337,6 +338,9 @@ def scan_partitions(
                 yield msg
                 if msg.offset() >= high - 1:
                     todo.pop(tp, None)
+                    # no more fetches for it: records past `high` (a busy topic has them) would
+                    # be fetched and thrown away while the other partitions finish
+                    consumer.pause([TopicPartition(tp[0], tp[1])])
     finally:
         consumer.close()
 
@@ -857,6 +861,7 @@ class KafkaReader(DataSourceReader):
         return [InputPartition(p) for p in parts] or [InputPartition(None)]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
+        settle_worker()
         part = partition.value
         if part is None:
             return

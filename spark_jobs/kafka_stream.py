@@ -25,7 +25,7 @@ from typing import Any
 
 from spark_jobs.arrow_transport import SCHEMA as TRANSPORT_SCHEMA
 from spark_jobs.arrow_transport import pack, packing
-from spark_jobs.common import DataSource, InputPartition, opt_int, opt_json
+from spark_jobs.common import DataSource, InputPartition, opt_int, opt_json, settle_worker
 from spark_jobs.kafka_source import DEFAULT_CHUNK, RecordColumns, chunks, fields_for, plan_kafka, scan_partitions
 
 try:
@@ -99,6 +99,7 @@ class KafkaStreamReader(DataSourceStreamReader):
         return parts
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
+        settle_worker()
         batches = self._batches(partition.value or [])
         return pack(batches) if packing(self.options) else batches
 

@@ -118,8 +118,14 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def build_spark(master: str = "local[*]", app_name: str = "cdc-verify", conf: Mapping[str, str] | None = None) -> Any:
+def build_spark(
+    master: str = "local[*]", app_name: str = "cdc-verify", conf: Mapping[str, str] | None = None, jvm_flags: str = ""
+) -> Any:
     """A SparkSession with this project's data sources registered.
+
+    `jvm_flags`: options for the driver's JVM (which runs the executors in local mode) and
+    the executors' (on a cluster), after the class archive's; none when the caller sets
+    spark.driver.extraJavaOptions / spark.executor.extraJavaOptions itself.
 
     Under `spark-submit` the master and configuration given there win (getOrCreate
     returns the submitted session)."""
@@ -145,9 +151,12 @@ def build_spark(master: str = "local[*]", app_name: str = "cdc-verify", conf: Ma
         "spark.python.daemon.module": "spark_jobs.worker_daemon",
     }
     settings = {**defaults, **dict(conf or {})}
-    java_options = class_archive_options(settings)
-    if java_options:
+    caller_driver_options = "spark.driver.extraJavaOptions" in settings
+    java_options = " ".join(o for o in (class_archive_options(settings), jvm_flags) if o)
+    if java_options and not caller_driver_options:
         settings["spark.driver.extraJavaOptions"] = java_options
+    if jvm_flags:
+        settings.setdefault("spark.executor.extraJavaOptions", jvm_flags)
     for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
