@@ -3,14 +3,16 @@ running, on local[2]: its verified-through lag (p50 / p99 / max, sampled every s
 from its metrics endpoint) and the CPU it uses per verified event, then the batch
 verifier over the same range in the same run, and its CPU per verified event.
 
-    ./run.sh bench verify_follow [--rate 5000] [--seconds 120] [--partitions 64]
+    ./run.sh bench verify_follow [--rate 5000] [--seconds 120] [--partitions 64] [--broker noida|standin]
 
-A writer process commits transactions of 10 small outbox events at --rate; the relay runs
-in this process (a thread); the following verifier is `cdc verify --follow` in its own
-process (its Spark driver JVM and Python workers are its descendants: their CPU is
-summed from /proc every second). The stand-in keeps only ~5 MiB per partition, so the
-topic has many partitions and the payloads are small. All of it - MariaDB, the writer,
-the relay, the verifier - shares this machine's cores: the achieved rate is printed.
+A writer process commits transactions of 10 small outbox events (single-row INSERTs) at
+--rate; the relay runs in this process (a thread); the following verifier is `cdc verify
+--follow` in its own process (its Spark driver JVM and Python workers are its descendants:
+their CPU is summed from /proc every second). The broker is noida-db by default: the
+stand-in's cost per record read grows with each partition's length (`bench/readback.py`),
+so it cannot serve minutes of thousands of events/s; with `--broker standin` keep runs
+short (it also keeps only ~5 MiB per partition). All of it - MariaDB, the writer, the
+relay, the broker, the verifier - shares this machine's cores: the achieved rate is printed.
 """
 
 from __future__ import annotations
@@ -32,13 +34,24 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 PER_TX = 10
+INSERT = (
+    "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) "
+    """VALUES ('e%010d', 'order', 'o%d', 'C', '{"n":%d}')"""
+)
 
 
 def _writer(settings: dict, database: str, rate: int, seconds: float, out: mp.Queue) -> None:
+    """Transactions of PER_TX single-row INSERT statements (one Write_rows event each, as an
+    application writing one event at a time makes) at `rate` events/s. Each transaction
+    goes to the server as one multi-statement round trip (the INSERTs and the COMMIT): the
+    binlog is the same as with a statement per round trip, and the writer, which shares
+    the two cores with what it measures, costs less."""
     import pymysql
+    from pymysql.constants import CLIENT
 
     conn = pymysql.connect(host=settings["host"], port=settings["port"], user=settings["user"],
-                           password=settings["password"], database=database, autocommit=False)  # fmt: skip
+                           password=settings["password"], database=database, autocommit=False,
+                           client_flag=CLIENT.MULTI_STATEMENTS)  # fmt: skip
     interval = PER_TX / rate
     start = time.perf_counter()
     n = 0
@@ -48,11 +61,10 @@ def _writer(settings: dict, database: str, rate: int, seconds: float, out: mp.Qu
             delay = due - time.perf_counter()
             if delay > 0:
                 time.sleep(delay)
-            cur.executemany(
-                "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES (%s,'order',%s,'C',%s)",
-                [(f"e{n + i:010d}", f"o{(n + i) % 1000}", '{"n":%d}' % (n + i)) for i in range(PER_TX)],
-            )
-            conn.commit()
+            statements = [INSERT % (n + i, (n + i) % 1000, n + i) for i in range(PER_TX)]
+            cur.execute(";".join([*statements, "COMMIT"]))
+            while cur.nextset():  # every statement's result, the COMMIT's last
+                pass
             n += PER_TX
     conn.close()
     out.put((n, n / (time.perf_counter() - start)))
@@ -112,6 +124,17 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _broker(kind: str):
+    """A Kafka for the run: noida-db, or the stand-in with one broker."""
+    if kind == "noida":
+        from testbed.noida import NoidaKafka
+
+        return NoidaKafka.start()
+    from testbed.kafka_standin import KafkaStandin
+
+    return KafkaStandin.start(brokers=1)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rate", type=int, default=5000)
@@ -120,6 +143,14 @@ def main() -> None:
     ap.add_argument("--master", default="local[2]")
     ap.add_argument(
         "--trigger", type=float, default=2.0, help="the follow job's --trigger (seconds between micro-batches)"
+    )
+    ap.add_argument(
+        "--broker",
+        default="noida",
+        choices=("noida", "standin"),
+        help="noida: noida-db, a broker with an offset index (default); standin: librdkafka's mock cluster, whose "
+        "fetch cost grows with each partition's history (it has no offset index and returns one batch per partition "
+        "per fetch): it cannot serve a long run at thousands of events/s",
     )
     ap.add_argument(
         "--binlog-reader",
@@ -133,14 +164,15 @@ def main() -> None:
     from cdc.metrics import RelayMetrics
     from cdc_cli.app import build_relay
     from cdc_cli.logs import configure
-    from testbed.kafka_standin import KafkaStandin
+    from testbed.noida import CONSUMER_SETTINGS
     from tests.integration.harness import _to_toml
 
     configure("text", "WARNING")
     work = Path(tempfile.mkdtemp(prefix="verify-follow-"))
-    with bench_server() as db, KafkaStandin.start(brokers=1) as kafka:
+    with bench_server() as db, _broker(args.broker) as kafka:
         kafka.create_topic("vf.order", args.partitions)
         kafka.create_topic("vf.dlq", 1)
+        consumer = dict(CONSUMER_SETTINGS) if args.broker == "noida" else {}
         create_schema(db, "vf", mixed=False)
         with db.connect() as conn, conn.cursor() as cur:
             cur.execute("SHOW MASTER STATUS")
@@ -149,7 +181,7 @@ def main() -> None:
             "source": {"name": "vf", "host": db.host, "port": db.port, "user": db.user, "password_env": "CDC_BENCH_PW",
                        "replica_server_id": 778101, "start": f"{file}:{pos}", "heartbeat_s": 0.5},
             "outbox": {"tables": [{"schema": "vf", "table": "outbox", "topic": "vf.{aggregate_type}"}]},
-            "kafka": {"bootstrap": kafka.bootstrap_servers, "dead_letter_topic": "vf.dlq"},
+            "kafka": {"bootstrap": kafka.bootstrap_servers, "dead_letter_topic": "vf.dlq", "consumer": consumer},
             "schema_registry": {"url": "mock://vf"},
             "checkpoint": {"store": "file", "path": str(work / "relay-cp.json"), "interval_s": 1.0},
         }  # fmt: skip
@@ -230,7 +262,7 @@ def main() -> None:
 
     print(
         f"written {written} events at {achieved:.0f}/s achieved (asked {args.rate}/s) for {args.seconds:.0f} s, "
-        f"{args.partitions} partitions, master {args.master}, follow binlog reader {args.binlog_reader}, "
+        f"{args.partitions} partitions on {args.broker}, master {args.master}, follow binlog reader {args.binlog_reader}, "
         f"trigger {args.trigger:g} s"
     )
     print(
