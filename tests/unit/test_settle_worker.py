@@ -32,7 +32,10 @@ print(frozen)
 
 
 def test_settle_worker_freezes_the_imported_heap_once_and_later_garbage_is_still_collected():
+    # Python 3.12 starts with objects in the permanent generation already (375 on 3.12.1);
+    # what matters is that the probe, not this process, is the one settled.
+    before = gc.get_freeze_count()
     out = subprocess.run([sys.executable, "-c", PROBE], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert int(out.stdout.strip()) > 10_000  # the readers' modules: tens of thousands of objects
-    assert gc.get_freeze_count() == 0  # this process was not touched
+    assert gc.get_freeze_count() == before  # this process was not touched
