@@ -179,7 +179,17 @@ class RelayProcess:
         self.proc.wait(30)
         self._log.close()
 
+    def catches_sigterm(self) -> bool:
+        """Whether the child has installed its SIGTERM handler (SigCgt bit 15 in /proc)."""
+        return bool(int(proc_status(self.proc.pid).get("SigCgt", "0"), 16) >> (signal.SIGTERM - 1) & 1)
+
     def terminate(self, timeout: float = 60.0) -> int:
+        """SIGTERM, once the child catches it: sent while the interpreter is still starting,
+        it is a death by signal whatever the relay does, and on a loaded machine a test that
+        stops a relay it has just started can get there first (a CI failure: -15)."""
+        deadline = time.monotonic() + 30
+        while self.alive() and not self.catches_sigterm() and time.monotonic() < deadline:
+            time.sleep(0.01)
         self.proc.send_signal(signal.SIGTERM)
         code = self.proc.wait(timeout)
         self._log.close()
@@ -192,6 +202,15 @@ class RelayProcess:
 
     def log_text(self) -> str:
         return self.log_path.read_text(errors="replace")
+
+
+def proc_status(pid: int) -> dict[str, str]:
+    """/proc/<pid>/status as a dict ({} once the process is gone)."""
+    try:
+        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except OSError:
+        return {}
+    return {k: v.strip() for k, _, v in (line.partition(":") for line in lines)}
 
 
 def _toml_value(value: Any) -> str:
