@@ -330,12 +330,19 @@ class Relay:
         except LeaseLost as exc:
             fenced = True
             queued = publisher.pending()
-            if txn is not None and not isinstance(exc, Fenced):
-                self._end_as_zombie()  # raises Fenced when the broker already fenced this instance
-            publisher.purge()
-            log.error(
-                "fenced: %s (%d message(s) not yet acknowledged were dropped; the successor re-reads them)", exc, queued
-            )
+            try:
+                if txn is not None and not isinstance(exc, Fenced):
+                    self._end_as_zombie()  # raises Fenced when the broker already fenced this instance
+            finally:
+                publisher.purge()
+                # One timed line of why, whichever of lease and broker came first; the
+                # exception's text is the CLI's one line, so a broker's fence is not repeated.
+                why = "the broker refused this instance's transactions" if isinstance(exc, Fenced) else exc
+                log.error(
+                    "fenced: %s (%d message(s) not yet acknowledged were dropped; the successor re-reads them)",
+                    why,
+                    queued,
+                )
             raise
         finally:
             metrics.ready = False

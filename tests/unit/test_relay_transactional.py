@@ -203,7 +203,7 @@ def test_aborts_in_a_row_stop_the_relay():
     assert h.kafka.records(committed=True) == []
 
 
-def test_a_fenced_relay_stops_at_once_and_writes_nothing_more():
+def test_a_fenced_relay_stops_at_once_and_writes_nothing_more(caplog):
     b = writes(n_tx=60)
     kafka = FakeKafka(DEFAULT_TOPICS)
     a = TxnHarness(b, kafka=kafka, transaction_max_messages=5, transaction_max_s=1e9)
@@ -214,13 +214,51 @@ def test_a_fenced_relay_stops_at_once_and_writes_nothing_more():
             successor.init_transactions(1.0)  # a newer instance starts
         return h.factory.exhausted
 
-    with pytest.raises(Fenced) as caught:
+    with caplog.at_level("INFO"), pytest.raises(Fenced) as caught:
         a.run(stop)
     assert str(caught.value) == "fenced by a newer instance of cdc-relay.shop-db; this instance stops"
+    repeats, errors = _fence_lines(caplog)  # the exception is the one line; the log says what was dropped
+    assert repeats == [], repeats
+    assert len(errors) == 1 and "the broker refused" in errors[0] and "not yet acknowledged" in errors[0], errors
     assert a.publisher.commits == 3
     assert len(a.store.history) == 3, "no checkpoint after the fence"
     records_after = len(kafka.records(committed=True))
     assert records_after == len([r for r in kafka.records() if kafka.visible(r)])
+    assert_atomic(kafka, b)
+
+
+def _fence_lines(caplog):
+    """What the relay logged of its fence: the exception's own text is the CLI's one line
+    (`cdc: fenced by a newer instance ...`), so no log record may repeat it."""
+    repeats = [r.getMessage() for r in caplog.records if "fenced by a newer instance" in r.getMessage()]
+    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR" and r.getMessage().startswith("fenced:")]
+    return repeats, errors
+
+
+def test_a_transactional_relay_whose_lease_ran_out_logs_why_once_and_stops_fenced(caplog):
+    """The other order (a CI run of the zombie test took it): the lease runs out first,
+    the broker then refuses the zombie's abort. One ERROR line says why (the lease), the
+    exception (Fenced) is the one line that names the fence."""
+    from cdc.lease import LeaseClock, LeaseSettings
+
+    b = writes(n_tx=60)
+    kafka = FakeKafka(DEFAULT_TOPICS)
+    a = TxnHarness(b, kafka=kafka, transaction_max_messages=5, transaction_max_s=1e9)
+    now = [0.0]
+    a.relay._monotonic = lambda: now[0]
+    successor = FakeTxnPublisher(kafka)
+
+    def stop():
+        if a.publisher.commits == 3 and successor.epoch < 0:
+            successor.init_transactions(1.0)  # a newer instance took over ...
+            now[0] = 9.5  # ... because this one's lease ran out
+        return a.factory.exhausted
+
+    with caplog.at_level("INFO"), pytest.raises(Fenced):
+        a.relay.run(stop, lease=LeaseClock(LeaseSettings(ttl_s=10.0, renew_s=1.0, margin_s=0.5), 0.0))
+    repeats, errors = _fence_lines(caplog)
+    assert repeats == [], repeats
+    assert len(errors) == 1 and "lease" in errors[0] and "not yet acknowledged" in errors[0], errors
     assert_atomic(kafka, b)
 
 
