@@ -236,9 +236,9 @@ def _fence_lines(caplog):
 
 
 def test_a_transactional_relay_whose_lease_ran_out_logs_why_once_and_stops_fenced(caplog):
-    """The other order (a CI run of the zombie test took it): the lease runs out first,
-    the broker then refuses the zombie's abort. One ERROR line says why (the lease), the
-    exception (Fenced) is the one line that names the fence."""
+    """The zombie test's usual order: the lease runs out first, the broker then refuses
+    the zombie's abort. One ERROR line says why (the lease), the exception (Fenced) is
+    the one line that names the fence."""
     from cdc.lease import LeaseClock, LeaseSettings
 
     b = writes(n_tx=60)
