@@ -334,15 +334,7 @@ class Relay:
                 if txn is not None and not isinstance(exc, Fenced):
                     self._end_as_zombie()  # raises Fenced when the broker already fenced this instance
             finally:
-                publisher.purge()
-                # One timed line of why, whichever of lease and broker came first; the
-                # exception's text is the CLI's one line, so a broker's fence is not repeated.
-                why = "the broker refused this instance's transactions" if isinstance(exc, Fenced) else exc
-                log.error(
-                    "fenced: %s (%d message(s) not yet acknowledged were dropped; the successor re-reads them)",
-                    why,
-                    queued,
-                )
+                self._drop_queued(exc, queued)
             raise
         finally:
             metrics.ready = False
@@ -387,6 +379,16 @@ class Relay:
             "duplicates_in_topics": len(r.duplicates_in_topics),
         }
 
+    def _drop_queued(self, exc: LeaseLost, queued: int) -> None:
+        """A fenced stop: purge what the producer holds and say why in one timed line,
+        whichever of lease and broker came first. The exception's text is the CLI's one
+        line, so a broker's fence is not repeated here."""
+        self._publisher.purge()
+        why = "the broker refused this instance's transactions" if isinstance(exc, Fenced) else exc
+        log.error(
+            "fenced: %s (%d message(s) not yet acknowledged were dropped; the successor re-reads them)", why, queued
+        )
+
     def _drain(self) -> None:
         """Stop: wait for what is in flight (dead-letter redirects included), then write
         the checkpoint of the proven prefix. Not when the lease has run out meanwhile (the
@@ -395,9 +397,7 @@ class Relay:
             try:
                 self._lease.check(self._monotonic())
             except LeaseLost as exc:
-                queued = self._publisher.pending()
-                self._publisher.purge()
-                log.error("fenced: %s (%d message(s) not yet acknowledged were dropped)", exc, queued)
+                self._drop_queued(exc, self._publisher.pending())
                 raise
         if self._txn is not None:
             self._txn_drain()
