@@ -7,6 +7,8 @@
   each subcommand's `--help` parses), `./run.sh <command>` against run.sh's commands,
   `./run.sh bench <name> --flag` against bench/<name>.py's arguments, and `./run.sh test
   <file>` against the test files;
+- every repository path named in code (`connectors/reader_process.py`, `tests/unit/...`; in
+  tests/README.md also `unit/...` and `integration/...`, relative to tests/) exists;
 - the README still opens with the two commands CI and the team rely on, and every complete
   `relay.toml` shown loads with the relay's own config loader.
 
@@ -164,15 +166,12 @@ def _is_flag(token: str) -> bool:
     return token.startswith("-") and len(token) > 1 and not re.match(r"^-\d", token) and token != "--"
 
 
-def _subparsers() -> dict[str, argparse.ArgumentParser]:
-    parser = build_parser()
-    actions = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
-    return dict(actions[0].choices)
-
-
 @cache
 def _cdc() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
-    return build_parser(), _subparsers()
+    """The `cdc` command's parser (cdc_cli/main.py `build_parser`) and its subcommands' parsers."""
+    parser = build_parser()
+    subcommands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return parser, dict(subcommands.choices)
 
 
 @cache
@@ -268,6 +267,33 @@ def _command_problems(snippet: Snippet) -> Iterator[str]:
         yield from _run_sh_problems(snippet, args[1:])
 
 
+@cache
+def _top_directories() -> tuple[str, ...]:
+    """The repository's own top-level directories (not the venvs, build output or var/)."""
+    return tuple(
+        f"{d.name}/"
+        for d in sorted(ROOT.iterdir())
+        if d.is_dir()
+        and not d.name.startswith((".", "var", "build", "dist", "__"))
+        and not d.name.endswith(".egg-info")
+        and not (d / "pyvenv.cfg").exists()
+    )
+
+
+def _path_problems(snippet: Snippet) -> Iterator[str]:
+    relative_to = [ROOT, ROOT / "tests"] if snippet.path == ROOT / "tests" / "README.md" else [ROOT]
+    for word in snippet.text.split():
+        path = word.strip("`,;:()[]'\"").split("::")[0]
+        if "<" in path or not re.search(r"\.(py|md|toml|sh|yml|yaml|avsc|json)$|/$", path):
+            continue
+        if not path.startswith(_top_directories()) and not (
+            len(relative_to) > 1 and path.startswith(("unit/", "integration/"))
+        ):
+            continue
+        if not any(list(base.glob(path.rstrip("/"))) for base in relative_to):
+            yield f"{snippet.where()}: `{snippet.text}`: {path} does not exist"
+
+
 def _snippets() -> Iterator[Snippet]:
     for path in DOC_FILES:
         text = path.read_text()
@@ -295,6 +321,13 @@ def test_every_command_shown_names_a_real_subcommand_flag_or_benchmark():
     # the check saw the commands it is for (a parser change that hid them all would pass silently)
     shown = {" ".join(_tokens(s.text)[:2]) for s in snippets}
     assert {"cdc run", "cdc verify", "cdc adopt", "./run.sh bench", "./run.sh test"} <= shown, shown
+
+
+def test_every_repository_path_named_exists():
+    snippets = list(_snippets())
+    problems = [p for s in snippets for p in _path_problems(s)]
+    assert not problems, "paths that do not exist:\n" + "\n".join(problems)
+    assert "cdc/" in _top_directories() and "tests/" in _top_directories(), _top_directories()
 
 
 def test_each_cdc_subcommand_answers_help():
@@ -347,7 +380,7 @@ def test_the_checker_finds_a_broken_link_a_missing_anchor_a_wrong_flag_and_a_mis
             "# Title",
             "",
             "See [gone](nothing-here.md) and [anchor](../README.md#no-such-heading) and [ok](#title).",
-            "A link in code is none: `[x](nowhere.md)`.",
+            "A link in code is none: `[x](nowhere.md)`; a path is checked: `connectors/no_such_module.py`.",
             "Run `cdc verify --config relay.toml --folow` or `cdc frobnicate`, or `cdc verify --config",
             "relay.toml --follow --grace 5` (a span across lines).",
             "",
@@ -372,3 +405,5 @@ def test_the_checker_finds_a_broken_link_a_missing_anchor_a_wrong_flag_and_a_mis
     assert any("docs/operating.md:10" in p and "run.sh has no command 'frob'" in p for p in commands), commands
     assert any("docs/operating.md:13" in p and "no test file tests/unit/no_such_test.py" in p for p in commands)
     assert len(commands) == 6, commands
+    paths = [p for s in _inline_code(doc, text) for p in _path_problems(s)]
+    assert paths == ["docs/operating.md:4: `connectors/no_such_module.py`: connectors/no_such_module.py does not exist"]
