@@ -83,7 +83,7 @@ Example `relay.toml`::
     path = "var/checkpoint.json"        # with store = "file"
     interval_s = 1.0                    # how often a moved checkpoint is written
 
-    [http]                              # /metrics, /healthz, /readyz (README "Operations")
+    [http]                              # /metrics, /healthz, /readyz (docs/operating.md)
     host = "127.0.0.1"
     port = 0                            # 0: no HTTP endpoint
 

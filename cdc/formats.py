@@ -148,7 +148,7 @@ class MessageExtras:
 def header_value(value: Any) -> bytes | None:
     """A column as Kafka Connect's SimpleHeaderConverter writes it: text as UTF-8, numbers as
     their decimal text, booleans `true`/`false`, NULL as a null header. Dates and times as
-    ISO-8601 text (Debezium would write its epoch number for them: see the README)."""
+    ISO-8601 text (Debezium would write its epoch number for them: see docs/output-formats.md)."""
     if value is None:
         return None
     if isinstance(value, str):

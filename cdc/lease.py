@@ -30,7 +30,7 @@ Timing, and what each side does (docs/DESIGN.md, "One active relay"):
 What no timing can cover: a holder frozen (SIGSTOP, a paused VM) longer than the
 successor's wait wakes with messages already queued in its producer, and librdkafka may
 send them before the relay's own code runs and purges. Those copies are duplicates the
-verifier reports; the README says how large the window is and how to shrink it.
+verifier reports; docs/operating.md says how large the window is and how to shrink it.
 """
 
 from __future__ import annotations

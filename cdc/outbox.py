@@ -44,7 +44,7 @@ class OutboxTable:
         table = "outbox"
         topic = "outbox.event.{aggregate_type}"
 
-    Output format (cdc/formats.py; Debezium's names in the README, "Output formats")::
+    Output format (cdc/formats.py; Debezium's names in docs/output-formats.md)::
 
         format = "json"                              # envelope (default) | string | json | bytes | avro
         additional_placement = "type:header:eventType"   # column:header|envelope[:alias], ...

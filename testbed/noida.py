@@ -9,7 +9,7 @@ AdminClient creates topics. Started as `noida-db start --only kafka --kafka-port
 --data-dir D` on a free port with a temporary data directory; it dies with its parent
 (PR_SET_PDEATHSIG) and `stop()` removes the directory.
 
-Its limits, measured here (tests must respect them; the README repeats them):
+Its limits, measured here (tests must respect them; docs/limits.md repeats them):
 * kill -9 of the broker loses recently acknowledged messages: never kill it in a test
   that checks for loss (kill the relay instead). `stop()` kills it only because the
   data is thrown away anyway;

@@ -2,7 +2,7 @@
 publishes, the other waits as a standby and takes over when the first is killed, stopped
 (a rolling restart), frozen (SIGSTOP past its lease) or cut off from MySQL. Every case is
 checked by the independent checker (0 missing, 0 duplicate, 0 reordered per key); the
-frozen case counts what a woken relay's producer still sent (the window the README states)
+frozen case counts what a woken relay's producer still sent (the window docs/operating.md states)
 and `cdc verify` must report exactly those copies as duplicates.
 
 Each test prints its figures (takeover times: from the fault to the first record the
@@ -197,7 +197,7 @@ def test_a_frozen_relay_wakes_after_the_takeover_and_exits(mariadb, kafka, datab
     """SIGSTOP the active relay past its lease; the standby takes over after the lease
     time (the server ends the silent session) plus the delivery timeout; SIGCONT: the
     woken relay must notice and exit 1. What its producer still sent on waking is counted:
-    duplicates here are the window the README states, and they must be few."""
+    duplicates here are the window docs/operating.md states, and they must be few."""
     freezes, takeovers = 10, []
     with Lab(mariadb, kafka, database, topic_prefix, tmp_path) as lab:
         lab.relay(), lab.relay()
@@ -228,7 +228,7 @@ def test_a_frozen_relay_wakes_after_the_takeover_and_exits(mariadb, kafka, datab
     )
     assert result.committed > 0 and not result.missing and not result.phantoms, result.summary()
     # The woken relay's producer may have sent what it held (no broker fence): counted, and
-    # bounded; the README states the window.
+    # bounded; docs/operating.md states the window.
     assert len(result.duplicates) <= 5 * freezes, result.summary()
 
 

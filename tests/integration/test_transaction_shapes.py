@@ -1,5 +1,5 @@
 """Every transaction shape a user can write with SQL, against the real mariadbd: what the
-relay publishes for it (tests/README.md has the table).
+relay publishes for it (docs/transaction-shapes.md has the table).
 
 XA (two-phase) transactions are held from XA PREPARE to their outcome and published at
 XA COMMIT with the commit group's identity; statement-logged writes to an outbox table

@@ -142,7 +142,7 @@ class CommittedWatcher(threading.Thread):
             # is skipped by offset), polled until it has caught up (or for 5 s). noida-db: a
             # read_committed fetch that starts after an aborted transaction's marker, or a
             # consumer that waited at a transaction that was then aborted, skips the same
-            # producer's later committed records too (README: its limits).
+            # producer's later committed records too (docs/limits.md: its limits).
             consumer = self._consumer()
             consumer.assign([TopicPartition(t, p, 0) for (t, p) in positions])
             self.reconnects += 1
