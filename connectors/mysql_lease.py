@@ -89,27 +89,63 @@ class MySQLLease:
     def acquire(self, should_stop: Callable[[], bool], on_waiting: Callable[[int | None], None]) -> bool:
         """Wait for the lock (a standby meanwhile); True once held, False when
         `should_stop()` turned true first. `on_waiting(holder connection id)` is called
-        once when another session holds it."""
+        once when another session holds it.
+
+        A standby only stops when told to: when the server ends its waiting session (its
+        `wait_timeout` ran out while this process was frozen, a network drop, a restart
+        of the server) it waits on in a new one, and while the server cannot be reached
+        it tries again every `renew_s`. Only the first session's failure to open is an
+        error (the settings are wrong, or the server is not there at all)."""
         conn = self._conn = self._connect()
         told = False
+        while not should_stop():
+            try:
+                with conn.cursor() as cur:
+                    while not should_stop():
+                        cur.execute("SELECT GET_LOCK(%s, %s)", (self.name, self.settings.renew_s))
+                        got = cur.fetchone()[0]
+                        if got == 1:
+                            self.acquired_at = self._clock()
+                            self.holder_tag = own_tag(self.conn_id).text()
+                            return True
+                        holder = self._look(cur)
+                        if not told:
+                            on_waiting(holder)
+                            told = True
+                return False
+            except (pymysql.err.OperationalError, pymysql.err.InterfaceError) as exc:
+                # the session is gone, and with it any lock it could have held
+                log.warning(
+                    "standby: the lease session ended (%s); waiting for lease %r on a new session",
+                    error_text(exc),
+                    self.name,
+                )
+                self._close_quietly(conn)
+                conn = self._conn = self._reopen(should_stop)
+                if conn is None:
+                    return False
+            except pymysql.err.MySQLError as exc:
+                raise SourceError(
+                    f"the lease session failed while waiting for lease {self.name!r}: {error_text(exc)}"
+                ) from exc
+        return False
+
+    def _reopen(self, should_stop: Callable[[], bool]) -> pymysql.connections.Connection | None:
+        """A new waiting session, trying every `renew_s` until it opens or `should_stop()`."""
+        while not should_stop():
+            try:
+                return self._connect()
+            except SourceError as exc:
+                log.warning("standby: %s; trying again in %g s", exc, self.settings.renew_s)
+                self._stop.wait(self.settings.renew_s)
+        return None
+
+    @staticmethod
+    def _close_quietly(conn: pymysql.connections.Connection) -> None:
         try:
-            with conn.cursor() as cur:
-                while not should_stop():
-                    cur.execute("SELECT GET_LOCK(%s, %s)", (self.name, self.settings.renew_s))
-                    got = cur.fetchone()[0]
-                    if got == 1:
-                        self.acquired_at = self._clock()
-                        self.holder_tag = own_tag(self.conn_id).text()
-                        return True
-                    holder = self._look(cur)
-                    if not told:
-                        on_waiting(holder)
-                        told = True
-            return False
-        except pymysql.err.MySQLError as exc:
-            raise SourceError(
-                f"the lease session failed while waiting for lease {self.name!r}: {error_text(exc)}"
-            ) from exc
+            conn.close()
+        except Exception:
+            pass
 
     def _look(self, cur) -> int | None:
         cur.execute("SELECT IS_USED_LOCK(%s)", (self.name,))
@@ -185,11 +221,8 @@ class MySQLLease:
         before publishing, so it cannot have published yet. Otherwise the lease is lost."""
         why = error_text(cause)
         log.warning("the lease session failed (%s); taking lease %r again on a new session", why, self.name)
-        try:
-            if self._conn is not None:
-                self._conn.close()
-        except Exception:
-            pass
+        if self._conn is not None:
+            self._close_quietly(self._conn)
         while not self._stop.is_set():
             try:
                 lease.check(self._clock())

@@ -540,6 +540,22 @@ class FollowJob:
                     LOG.info("spark had already stopped (%s)", type(exc).__name__)
 
 
+def latency_over_commit_time(by_second: dict[int, tuple[int, int]], buckets: int = 600) -> dict[str, Any]:
+    """The batch report's `lag_over_time` (max latency per bucket of commit seconds, at
+    most `buckets` points) from the follow state's per-second maxima."""
+    t0 = min(by_second)
+    bucket_s = max(1, -(-(max(by_second) - t0 + 1) // buckets))
+    points: dict[int, list[int]] = {}
+    for second, (worst, n) in by_second.items():
+        p = points.setdefault(t0 + (second - t0) // bucket_s * bucket_s, [worst, 0])
+        p[0] = max(p[0], worst)
+        p[1] += n
+    return {
+        "bucket_seconds": bucket_s,
+        "points": [{"commit_second": t, "max_latency_ms": w, "events": n} for t, (w, n) in sorted(points.items())],
+    }
+
+
 def follow_summary(st: FollowState, lag_s: float, head: tuple[str, int, int] | None) -> dict[str, Any]:
     """The report's summary (the batch verifier's keys) from the follow state."""
     lat = sorted(st.latencies)
@@ -571,6 +587,8 @@ def follow_summary(st: FollowState, lag_s: float, head: tuple[str, int, int] | N
             "bin_width_ms": width,
             "bins": [{"from_ms": lo + b * width, "count": n} for b, n in sorted(bins.items())],
         }
+    if st.latency_by_second:
+        latency["lag_over_time"] = latency_over_commit_time(st.latency_by_second)
     vt = st.verified_through
     fu = None
     if st.txq:

@@ -72,6 +72,7 @@ KIND_PROGRESS = "progress"
 ALARM_LOG = logging.getLogger("cdc.verify.follow")
 MAX_EXAMPLES = 20
 MAX_ANOMALIES = 200
+LATENCY_SECONDS_KEPT = 3_600  # the latency-over-commit-time plot covers the last hour of commit time
 STATE_VERSION = 2  # 2: matched events saved apart, batch by batch
 
 
@@ -137,6 +138,8 @@ class FollowState:
     anomalies: list[str] = field(default_factory=list)
     latencies: collections.deque = field(default_factory=lambda: collections.deque(maxlen=100_000))
     latency_clocks: dict[str, int] = field(default_factory=dict)  # which clock each latency came from
+    # commit second -> (max latency ms, deliveries), the newest LATENCY_SECONDS_KEPT seconds
+    latency_by_second: dict[int, tuple[int, int]] = field(default_factory=dict)
     lag_history: collections.deque = field(default_factory=lambda: collections.deque(maxlen=4_000))
     heads: collections.deque = field(default_factory=collections.deque)  # ((seq, pos), first seen), ascending
 
@@ -150,6 +153,7 @@ class FollowState:
 
     def __setstate__(self, st: dict[str, Any]) -> None:
         self.__dict__.update(st)
+        self.__dict__.setdefault("latency_by_second", {})  # a state saved before the field existed
         self.done, self.done_buckets, self._journal = {}, collections.deque(), set()
 
     def save(self, directory: str | os.PathLike[str]) -> Path:
@@ -475,6 +479,15 @@ class FollowState:
             return
         self.latencies.append(latency)
         self.latency_clocks[clock] = self.latency_clocks.get(clock, 0) + 1
+        if commit_ts_ms is not None:
+            second = int(commit_ts_ms) // 1000
+            worst = self.latency_by_second.get(second)
+            if worst is None:
+                self.latency_by_second[second] = (latency, 1)
+                if len(self.latency_by_second) > LATENCY_SECONDS_KEPT:
+                    del self.latency_by_second[min(self.latency_by_second)]
+            else:
+                self.latency_by_second[second] = (max(worst[0], latency), worst[1] + 1)
 
     def _pending_event(self, ev: dict[str, Any], tx: tuple[int, int], now: float) -> dict[str, Any]:
         ev["seen"] = now
@@ -608,8 +621,12 @@ class FollowState:
                 if d[0] not in PROVEN_CLASSES:
                     self._tx_proven(d[2])
                 self._count("duplicate")
+                # The matched event is kept as a bare tuple (no id, no key); the copy's identity
+                # matched it, so its headers and key name the same event.
                 self._example("duplicate", {"class": "duplicate", "binlog": {"file": rec.get("h_file"), "pos": rec.get("h_pos"),
-                                            "row": rec.get("h_row"), "gtid": rec.get("h_gtid")}, "deliveries": [_as_delivery(x) for x in deliveries]})  # fmt: skip
+                                            "row": rec.get("h_row"), "gtid": rec.get("h_gtid")},
+                                            "event_id": rec.get("h_event_id") or rec.get("v_id"), "aggregate_id": rec.get("key_text"),
+                                            "event_type": rec.get("h_event_type"), "deliveries": [_as_delivery(x) for x in deliveries]})  # fmt: skip
             self.done[h] = ("duplicate", deliveries, *d[2:])
             self._alarm("duplicate", f"event {rec.get('h_file')}:{rec.get('h_pos')} row {rec.get('h_row')} delivered again at {where} "
                                      f"(deliveries {', '.join(deliveries)})")  # fmt: skip
