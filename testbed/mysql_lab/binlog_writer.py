@@ -409,9 +409,18 @@ class MysqlBinlogWriter:
                 for t in self._tables.values()
             },
         }
+        # keys the writer does not own (variables a test or the lab set) are kept
+        path = self.dir / "lab_state.json"
+        try:
+            existing = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            existing = {}
+        if isinstance(existing, dict):
+            state["variables"] = {**(existing.get("variables") or {}), **state["variables"]}
+            state = {**existing, **state}
         tmp = self.dir / "lab_state.json.tmp"
         tmp.write_text(json.dumps(state, indent=1), encoding="utf-8")
-        os.replace(tmp, self.dir / "lab_state.json")
+        os.replace(tmp, path)
 
 
 def _column_state(c: Column, ordinal: int) -> dict:

@@ -259,6 +259,22 @@ def test_files_index_sidecar_and_state(tmp_path):
     assert state["tables"]["shop.outbox"][1]["character_set"] is None
 
 
+def test_lab_state_keeps_what_the_writer_does_not_own(tmp_path):
+    """The lab writes lab_state.json before the writer starts; variables the writer does
+    not own survive, the ones it does describe what it writes."""
+    lab = tmp_path / "lab"
+    lab.mkdir()
+    (lab / "lab_state.json").write_text(
+        json.dumps({"server_version": "8.4.3", "variables": {"max_connections": "151", "binlog_row_metadata": "FULL"}})
+    )
+    w = MysqlBinlogWriter(lab, version="8.4.3", row_metadata="MINIMAL")
+    with w.transaction() as tx:
+        assert tx.statements == []
+    variables = json.loads((lab / "lab_state.json").read_text())["variables"]
+    assert variables["max_connections"] == "151" and variables["binlog_row_metadata"] == "MINIMAL"
+    assert not list(lab.glob("*.tmp"))
+
+
 def test_an_exception_inside_a_transaction_writes_nothing(tmp_path):
     w = simple_writer(tmp_path)
     before = w.current_file.read_bytes()
