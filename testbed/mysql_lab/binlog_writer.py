@@ -49,7 +49,7 @@ from testbed.mysql_lab import events as ev
 from testbed.mysql_lab.column_values import T_VECTOR, Column
 from testbed.mysql_lab.gtids import GtidInfo, GtidSet, tagged_gtid_body, valid_tag
 from testbed.mysql_lab.json_binary import JsonDiff
-from testbed.mysql_lab.row_events import rows_body, table_map_body
+from testbed.mysql_lab.row_events import rows_events, table_map_body
 
 __all__ = ["Column", "JsonDiff", "MysqlBinlogWriter", "Transaction", "Xid"]
 
@@ -236,18 +236,8 @@ class MysqlBinlogWriter:
         for kind, table, rows in tx.statements:
             tm = table_map_body(table.table_id, table.schema, table.name, table.columns, full, self.version_tuple)
             out.append((ev.TABLE_MAP, tm, 0))
-            chunks: list[list] = [[]]
-            for row in rows:
-                candidate = chunks[-1] + [row]
-                if (
-                    chunks[-1]
-                    and len(rows_body(table.table_id, table.columns, candidate, kind, False)) > ROW_EVENT_MAX_SIZE
-                ):
-                    chunks.append([row])
-                else:
-                    chunks[-1] = candidate
-            for i, chunk in enumerate(chunks):
-                out.append((kind, rows_body(table.table_id, table.columns, chunk, kind, i == len(chunks) - 1), 0))
+            for body in rows_events(table.table_id, table.columns, rows, kind, ROW_EVENT_MAX_SIZE):
+                out.append((kind, body, 0))
         return out
 
     def _write_group(self, body: list[tuple[int, bytes, int]], tag: str, compress: bool) -> None:

@@ -35,9 +35,10 @@ import struct
 from collections import Counter
 
 from testbed.mysql_lab.column_values import COLLATIONS, T_JSON, T_VECTOR, Column, ColumnType, encode_value
+from testbed.mysql_lab.events import STMT_END_F, TM_BIT_LEN_EXACT_F
 from testbed.mysql_lab.json_binary import JsonDiff, encode_diffs, net_field_length
 
-__all__ = ["rows_body", "table_map_body"]
+__all__ = ["rows_events", "table_map_body"]
 
 SIGNEDNESS, DEFAULT_CHARSET, COLUMN_CHARSET, COLUMN_NAME = 1, 2, 3, 4
 SET_STR_VALUE, ENUM_STR_VALUE, SIMPLE_PRIMARY_KEY = 5, 6, 8
@@ -90,7 +91,7 @@ def table_map_body(
     table_id: int, schema: str, table: str, columns: list[Column], full_metadata: bool, version: tuple
 ) -> bytes:
     types = [c.binlog_type() for c in columns]
-    head = struct.pack("<Q", table_id)[:6] + struct.pack("<H", 1)
+    head = struct.pack("<Q", table_id)[:6] + struct.pack("<H", TM_BIT_LEN_EXACT_F)
     db, tb = schema.encode("utf-8"), table.encode("utf-8")
     out = bytearray(head + bytes([len(db)]) + db + b"\x00" + bytes([len(tb)]) + tb + b"\x00")
     out += net_field_length(len(columns)) + bytes(t.code for t in types)
@@ -158,30 +159,35 @@ def row_image(
     return bits_low_first(nulls) + bytes(values)
 
 
-def rows_body(
-    table_id: int,
-    columns: list[Column],
-    rows: list,
-    kind: int,
-    last: bool,
-) -> bytes:
-    """A Write (30) / Update (31) / Delete (32) / Partial_update (39) rows event body.
-    `rows`: dicts, or for updates (before, after, diffs-or-None) triples."""
+def rows_events(table_id: int, columns: list[Column], rows: list, kind: int, max_size: int) -> list[bytes]:
+    """The bodies of the Write (30) / Update (31) / Delete (32) / Partial_update (39) rows
+    events of one statement. `rows`: dicts, or for updates (before, after, diffs-or-None)
+    triples. A row goes to a new event when the current one would pass `max_size`
+    (binlog_row_event_max_size: THD::binlog_prepare_pending_rows_event in sql/binlog.cc);
+    STMT_END_F is set on the last event."""
     types = [c.binlog_type() for c in columns]
-    n = len(columns)
-    present = bits_low_first([True] * n)
-    out = bytearray(struct.pack("<Q", table_id)[:6] + struct.pack("<HH", 1 if last else 0, 2))
-    out += net_field_length(n) + present
-    if kind in (31, 39):
-        out += present
     json_columns = [c.name for c, t in zip(columns, types, strict=True) if t.code == T_JSON]
+    chunks: list[bytearray] = [bytearray()]
+    head_size = len(_rows_head(table_id, len(columns), kind, False))
     for row in rows:
         if kind in (31, 39):
             before, after, diffs = row
-            out += row_image(columns, types, before)
+            data = row_image(columns, types, before)
             if kind == 39:  # the session has PARTIAL_JSON: value_options 1, a bit per JSON column
-                out += net_field_length(1) + bits_low_first([bool(diffs and name in diffs) for name in json_columns])
-            out += row_image(columns, types, after, diffs if kind == 39 else None)
+                data += net_field_length(1) + bits_low_first([bool(diffs and name in diffs) for name in json_columns])
+            data += row_image(columns, types, after, diffs if kind == 39 else None)
         else:
-            out += row_image(columns, types, row)
-    return bytes(out)
+            data = row_image(columns, types, row)
+        if chunks[-1] and head_size + len(chunks[-1]) + len(data) > max_size:
+            chunks.append(bytearray())
+        chunks[-1] += data
+    return [
+        _rows_head(table_id, len(columns), kind, i == len(chunks) - 1) + bytes(chunk) for i, chunk in enumerate(chunks)
+    ]
+
+
+def _rows_head(table_id: int, ncols: int, kind: int, last: bool) -> bytes:
+    """Post-header (table id, flags, extra info length 2), column count, the bitmap(s)."""
+    present = bits_low_first([True] * ncols)
+    head = struct.pack("<Q", table_id)[:6] + struct.pack("<HH", STMT_END_F if last else 0, 2)
+    return head + net_field_length(ncols) + present + (present if kind in (31, 39) else b"")
