@@ -369,26 +369,26 @@ class MysqlBinlogWriter:
     # -- lab_state.json -------------------------------------------------------------------
 
     def _save_state(self) -> None:
-        state = {
+        variables: dict[str, str] = {
+            "log_bin": "ON",
+            "binlog_format": "ROW",
+            "binlog_row_image": "FULL",
+            "binlog_row_metadata": self.row_metadata,
+            "binlog_checksum": "CRC32" if self.checksum else "NONE",
+            "gtid_mode": "ON" if self.gtids else "OFF",
+            "enforce_gtid_consistency": "ON" if self.gtids else "OFF",
+            "binlog_transaction_compression": "ON" if self.compression else "OFF",
+            "binlog_row_value_options": "PARTIAL_JSON" if self.partial_json else "",
+            "server_uuid": self.server_uuid,
+            "server_id": str(self.server_id),
+            "version": self.version,
+            "log_bin_basename": str(self.dir / BASENAME),
+            "binlog_row_event_max_size": str(ROW_EVENT_MAX_SIZE),
+        }
+        state: dict[str, object] = {
             "server_version": self.version,
             "server_id": self.server_id,
             "server_uuid": self.server_uuid,
-            "variables": {
-                "log_bin": "ON",
-                "binlog_format": "ROW",
-                "binlog_row_image": "FULL",
-                "binlog_row_metadata": self.row_metadata,
-                "binlog_checksum": "CRC32" if self.checksum else "NONE",
-                "gtid_mode": "ON" if self.gtids else "OFF",
-                "enforce_gtid_consistency": "ON" if self.gtids else "OFF",
-                "binlog_transaction_compression": "ON" if self.compression else "OFF",
-                "binlog_row_value_options": "PARTIAL_JSON" if self.partial_json else "",
-                "server_uuid": self.server_uuid,
-                "server_id": str(self.server_id),
-                "version": self.version,
-                "log_bin_basename": str(self.dir / BASENAME),
-                "binlog_row_event_max_size": str(ROW_EVENT_MAX_SIZE),
-            },
             "gtid_executed": str(self.gtid_executed),
             "gtid_purged": "",
             "xa_prepared": [
@@ -405,9 +405,11 @@ class MysqlBinlogWriter:
             existing = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             existing = {}
-        if isinstance(existing, dict):
-            state["variables"] = {**(existing.get("variables") or {}), **state["variables"]}
-            state = {**existing, **state}
+        if not isinstance(existing, dict):
+            existing = {}
+        old_variables = existing.get("variables")
+        state["variables"] = {**(old_variables if isinstance(old_variables, dict) else {}), **variables}
+        state = {**existing, **state}
         tmp = self.dir / "lab_state.json.tmp"
         tmp.write_text(json.dumps(state, indent=1), encoding="utf-8")
         os.replace(tmp, path)
