@@ -984,3 +984,20 @@ def test_partial_json_update_with_several_diffs(tmp_path):
     expected += bytes([len(encode_json("s"))]) + encode_json("s")
     assert body[p + 4 : p + 4 + length] == expected
     assert body[p + 4 + length :] == struct.pack("<I", len(encode_json([2]))) + encode_json([2])
+
+
+def test_previous_gtids_and_rotate_read_by_the_library(tmp_path):
+    from pymysqlreplication.event import PreviousGtidsEvent, RotateEvent
+
+    w = simple_writer(tmp_path, version="8.0.40")
+    for _ in range(3):
+        with w.transaction() as tx:
+            tx.insert("shop", "outbox", [{"id": "e"}])
+    w.rotate()
+    old = file_events(tmp_path / "lab" / FILE)
+    new = file_events(w.current_file)
+    allowed = frozenset([PreviousGtidsEvent, RotateEvent])
+    rotate = bb.library_event(old[-1], {}, allowed).event
+    assert (rotate.next_binlog, rotate.position) == ("binlog.000002", 4)
+    previous = bb.library_event(new[1], {}, allowed).event
+    assert previous._previous_gtids == f"{UUID}-:['1-4']"  # the library shows the stored end (exclusive)
