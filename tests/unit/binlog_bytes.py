@@ -173,3 +173,40 @@ def transaction_inner(xid: int, rows: list[tuple[str, bytes | None, int | None]]
     parts += [(30, write_rows_body(rows))] * row_events
     parts.append((16, xid_body(xid)))
     return inner_events(*parts)
+
+
+def library_event(raw: bytes, table_map: dict, allowed: frozenset, version: tuple = (8, 0, 40)):
+    """python-mysql-replication's event object for one raw event (header + body + CRC), as
+    its BinLogStreamReader builds it from a packet (no server: a stand-in control
+    connection); TableMapEvents are added to `table_map` for the rows events after them."""
+    from types import SimpleNamespace
+
+    from pymysql.protocol import MysqlPacket
+    from pymysqlreplication.packet import BinLogPacketWrapper
+    from pymysqlreplication.row_event import TableMapEvent
+
+    ctl = SimpleNamespace(charset="utf8mb4", _get_dbms=lambda: "mysql")
+    # positional: table_map, ctl_connection, mysql_version, use_checksum, allowed_events,
+    # only_tables, ignored_tables, only_schemas, ignored_schemas, freeze_schema,
+    # ignore_decode_errors, verify_checksum, optional_meta_data, enable_logging
+    wrapper = BinLogPacketWrapper(
+        MysqlPacket(b"\x00" + raw, "utf8"),
+        table_map,
+        ctl,
+        version,
+        True,
+        allowed,
+        None,
+        None,
+        None,
+        None,
+        False,
+        False,
+        True,
+        True,
+        False,
+    )
+    event = wrapper.event
+    if isinstance(event, TableMapEvent):
+        table_map[event.table_id] = event.get_table()
+    return wrapper

@@ -231,38 +231,15 @@ def test_the_verifier_expands_payloads_alike():
 def library_events(raw_events: list[bytes]) -> list:
     """python-mysql-replication's own event classes on the verifier's expansion of each
     event (what spark_jobs/binlog_compressed.ExpandingConnection hands the library)."""
-    from types import SimpleNamespace
-
-    from pymysql.protocol import MysqlPacket
     from pymysqlreplication.event import GtidEvent, QueryEvent, XidEvent
-    from pymysqlreplication.packet import BinLogPacketWrapper
     from pymysqlreplication.row_event import TableMapEvent, UpdateRowsEvent, WriteRowsEvent
 
     allowed = frozenset([GtidEvent, QueryEvent, XidEvent, TableMapEvent, WriteRowsEvent, UpdateRowsEvent])
-    ctl = SimpleNamespace(charset="utf8mb4", _get_dbms=lambda: "mysql")
     fmt, table_map, out = _Format(), {}, []
     for raw in raw_events:
         for ev, start in expand_event(raw, fmt) or [(raw, None)]:
-            wrapper = BinLogPacketWrapper(
-                MysqlPacket(b"\x00" + ev, "utf8"),
-                table_map,
-                ctl,
-                (8, 0, 40),
-                True,
-                allowed,
-                None,
-                None,
-                None,
-                None,
-                False,
-                False,
-                True,
-                True,
-                False,
-            )
+            wrapper = bb.library_event(ev, table_map, allowed)
             event = wrapper.event
-            if isinstance(event, TableMapEvent):
-                table_map[event.table_id] = event.get_table()
             if event is not None:
                 out.append((type(event).__name__, wrapper.log_pos, start, event))
     return out
