@@ -6,6 +6,8 @@ encoders:
   "COM_BINLOG_DUMP_GTID"; the GTID set as `Gtid_set::encode` writes it);
 - a MySQL 8.0 Gtid_log_event with the logical clock, immediate / original commit
   timestamps, transaction length and server versions (libbinlogevents `Gtid_event`);
+- a MySQL 8.4 Gtid_tagged_log_event (type 42, MySQL's serialization format), as a
+  Percona Server 8.4.11 wrote it and as `binlog_bytes.tagged_gtid_body` builds it;
 - MySQL binary JSON in a JSON column (sql/json_binary.h: small object / array, inlined
   int16 and literals, strings with a variable-length size, nested values);
 - the `caching_sha2_password` handshake (fast authentication; full authentication
@@ -28,9 +30,10 @@ from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
 from cdc.server_version import ServerVersion, binlog_status_statement, replicas_statement
 from cdc.source_events import RowInsert, TxBegin, TxCommit
-from connectors.binlog_decoder import BinlogDecoder, parse_mysql_gtid
+from connectors.binlog_decoder import BinlogDecodeError, BinlogDecoder, parse_mysql_gtid
 from connectors.binlog_protocol import mysql_gtid_dump_packet
 from connectors.mysql_client import pymysql_args, tls_problem
+from connectors.mysql_gtid_tagged import TaggedGtidError, read_tagged_gtid
 from tests.unit import binlog_bytes as bb
 
 UUID_A = "3e11fa47-71ca-11e1-9e33-c80aa9429562"
@@ -165,6 +168,112 @@ def test_a_transaction_opened_by_a_mysql_80_gtid_event_decodes():
     assert begins[0].start.pos == log.starts[0] and begins[0].end.pos == log.starts[1]
     assert [e.values["id"] for e in out if isinstance(e, RowInsert)] == ["e-1"]
     assert [e.end.pos for e in out if isinstance(e, TxCommit)] == [log.pos]
+
+
+# -- MySQL 8.4 Gtid_tagged_log_event ------------------------------------------------------
+
+# The body (no header, no checksum) of a Gtid_tagged_log_event as Percona Server 8.4.11-11
+# wrote it for GTID 77d1902c-01da-11f1-9a41-908d6e5f6e8d:test_tag:1 (a 337-byte
+# transaction), published as a test fixture of a binlog tail scanner.
+REAL_TAGGED_BODY = bytes.fromhex(
+    "027c00"  # format version 1, size 62, last_non_ignorable_field_id 0
+    "0002"  # 0 gtid_flags 1
+    "02ee450341025802690322c50369028241023502dcbedc3502"  # 1 uuid, a varlen a byte
+    "0404"  # 2 gno 1 (signed)
+    "0610746573745f746167"  # 3 tag: length 8, "test_tag"
+    "0800"  # 4 last_committed 0
+    "0a04"  # 5 sequence_number 1
+    "0c7f003e8900fa5b06"  # 6 immediate_commit_timestamp (8 bytes)
+    "104505"  # 8 transaction_length 337 (original_commit_timestamp left out: the same)
+    "12dbd009"  # 9 immediate_server_version 80411
+)
+REAL_UUID = "77d1902c-01da-11f1-9a41-908d6e5f6e8d"
+
+
+def test_a_tagged_gtid_event_as_mysql_84_wrote_it():
+    g = read_tagged_gtid(REAL_TAGGED_BODY)
+    assert g.gtid == f"{REAL_UUID}:test_tag:1"
+    assert (g.uuid, g.tag, g.gno) == (REAL_UUID, "test_tag", 1)
+    assert (g.last_committed, g.sequence_number) == (0, 1)
+    assert g.transaction_length == 337
+    assert g.immediate_server_version == g.original_server_version == 80411
+    assert g.immediate_commit_us == g.original_commit_us == 0x065BFA00893E00  # 8 bytes: 0x7f, then 7
+    assert g.flags == 1 and g.commit_group_ticket == 0
+
+
+def test_the_fixture_builder_writes_what_mysql_84_wrote():
+    body = bb.tagged_gtid_body(
+        bytes.fromhex(REAL_UUID.replace("-", "")), "test_tag", 1, 0, 1, 0x065BFA00893E00, 337, 80411, flags=1
+    )
+    assert body == REAL_TAGGED_BODY
+
+
+def test_a_replicas_tagged_gtid_event_with_every_optional_field():
+    body = bb.tagged_gtid_body(
+        bytes.fromhex(UUID_A.replace("-", "")), "domain_1", (1 << 63) - 2, 41, 42, 1_700_000_001_654_321, 70_000,
+        90100, original_us=1_700_000_000_123_000, original_server_version=80400, commit_group_ticket=7,
+    )  # fmt: skip
+    g = read_tagged_gtid(body)
+    assert g.gtid == f"{UUID_A}:domain_1:{(1 << 63) - 2}"  # a gno of 9 bytes
+    assert (g.last_committed, g.sequence_number, g.transaction_length) == (41, 42, 70_000)
+    assert (g.immediate_commit_us, g.original_commit_us) == (1_700_000_001_654_321, 1_700_000_000_123_000)
+    assert (g.immediate_server_version, g.original_server_version, g.commit_group_ticket) == (90100, 80400, 7)
+
+
+def test_a_newer_servers_extra_field_is_skipped_unless_it_must_be_read():
+    uuid = bytes.fromhex(UUID_A.replace("-", ""))
+    extra = bb.varlen(12) + bb.varlen(123456)
+    g = read_tagged_gtid(bb.tagged_gtid_body(uuid, "t", 5, 0, 1, 1, 100, 80400, extra_fields=extra))
+    assert g.gtid == f"{UUID_A}:t:5" and g.transaction_length == 100
+    needed = bb.tagged_gtid_body(uuid, "t", 5, 0, 1, 1, 100, 80400, extra_fields=extra, last_non_ignorable=13)
+    with pytest.raises(TaggedGtidError, match="field 12 must be read"):
+        read_tagged_gtid(needed)
+
+
+@pytest.mark.parametrize(
+    "body, problem",
+    [
+        (REAL_TAGGED_BODY[:40], "says 62 bytes"),
+        (b"\x04" + REAL_TAGGED_BODY[1:], "format version 2"),
+        (REAL_TAGGED_BODY[:1] + bb.varlen(12) + REAL_TAGGED_BODY[2:12], "cut short"),
+    ],
+)
+def test_a_malformed_tagged_gtid_event_is_refused(body, problem):
+    with pytest.raises(TaggedGtidError, match=problem):
+        read_tagged_gtid(body)
+
+
+def _tagged_transaction(tag: str, gno: int) -> bb.Binlog:
+    log = bb.Binlog()
+    uuid = bytes.fromhex(UUID_A.replace("-", ""))
+    log.add(42, bb.tagged_gtid_body(uuid, tag, gno, 0, 1, 1_700_000_000_000_001, 200, 80400))
+    log.add(2, bb.query_body("BEGIN"))
+    log.add(19, bb.table_map_body())
+    log.add(30, bb.write_rows_body([("e-1", b"{}", 1)]))
+    log.add(16, bb.xid_body(11))
+    return log
+
+
+def test_a_transaction_opened_by_a_tagged_gtid_event_decodes_as_by_a_gtid_event():
+    log = _tagged_transaction("Tag_A", 5)
+    dec = BinlogDecoder({(bb.SCHEMA, bb.TABLE)}, "binlog.000001", flavor="mysql")
+    out: list = []
+    for ev in log.events:
+        dec.decode(ev, out)
+    begins = [e for e in out if isinstance(e, TxBegin)]
+    assert begins[0].gtid == f"{UUID_A}:tag_a:5"
+    assert not begins[0].standalone and not begins[0].opens
+    assert begins[0].start.pos == log.starts[0] and begins[0].end.pos == log.starts[1]
+    assert [e.values["id"] for e in out if isinstance(e, RowInsert)] == ["e-1"]
+    assert [e.end.pos for e in out if isinstance(e, TxCommit)] == [log.pos]
+
+
+def test_a_malformed_tagged_gtid_event_stops_the_decoder_naming_it():
+    log = bb.Binlog()
+    log.add(42, REAL_TAGGED_BODY[:40])
+    dec = BinlogDecoder({(bb.SCHEMA, bb.TABLE)}, "binlog.000001", flavor="mysql")
+    with pytest.raises(BinlogDecodeError, match=r"Gtid_tagged_log_event at binlog.000001:4: .*says 62 bytes"):
+        dec.decode(log.events[0], [])
 
 
 # -- MySQL binary JSON -------------------------------------------------------------------
