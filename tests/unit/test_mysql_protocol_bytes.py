@@ -112,6 +112,27 @@ def test_com_binlog_dump_gtid_packet_non_blocking_two_sources():
     assert blocks == {_interval_block(UUID_A, [(1, 100)]), _interval_block(UUID_B, [(3, 3)])}
 
 
+def test_com_binlog_dump_gtid_packet_with_a_tagged_set():
+    """MySQL 8.3+ encodes a set holding a tagged GTID in its tagged format
+    (sql/rpl_gtid_set.cc `encode_nsids_format`, `Gtid_set::encode`; libs/mysql/gtid/tsid.cpp
+    `Tsid::encode_tsid`): the 8-byte count is format 1 in its top byte and its low byte
+    and the number of TSIDs (uuid + tag) in the 6 bytes between; each TSID is its uuid and
+    its tag as the serialization library writes a string (the length as a variable-length
+    integer, length << 1 in one byte, then the characters; an untagged TSID: length 0),
+    in (uuid, tag) order, then its intervals as before."""
+    packet = mysql_gtid_dump_packet(f"{UUID_A}:1-5:Tag1:1-3:7,{UUID_B}:3", server_id=42)
+    data = packet[23:]
+    assert struct.unpack_from("<I", packet, 19)[0] == len(data)
+    expected = (
+        bytes([0x01, 0x03, 0, 0, 0, 0, 0, 0x01])  # format 1, 3 TSIDs, format 1
+        + bytes.fromhex(UUID_B.replace("-", "")) + b"\x00" + struct.pack("<Q", 1) + struct.pack("<QQ", 3, 4)
+        + bytes.fromhex(UUID_A.replace("-", "")) + b"\x00" + struct.pack("<Q", 1) + struct.pack("<QQ", 1, 6)
+        + bytes.fromhex(UUID_A.replace("-", "")) + b"\x08tag1" + struct.pack("<Q", 2)
+        + struct.pack("<QQ", 1, 4) + struct.pack("<QQ", 7, 8)
+    )  # fmt: skip
+    assert data == expected
+
+
 # -- MySQL 8.0 Gtid_log_event ------------------------------------------------------------
 
 
