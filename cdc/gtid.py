@@ -145,6 +145,21 @@ def _split_mysql_gtid(gtid: str) -> tuple[Tsid, int]:
     return (uuid.lower(), tag.lower()), int(seq)
 
 
+def mysql_gtid_text(gtid: str) -> str:
+    """One MySQL GTID in MySQL's text form (`uuid:n`, `uuid:tag:n`; uuid and tag
+    lower-case), as the relay's `cdc.gtid` header carries it; PositionError when `gtid`
+    is not one."""
+    (uuid, tag), seq = _split_mysql_gtid(gtid)
+    return f"{uuid}:{tag}:{seq}" if tag else f"{uuid}:{seq}"
+
+
+def looks_like_mysql_gtid(text: str) -> bool:
+    """Whether `text` starts as a MySQL GTID does (a server uuid, then ':'): a binlog
+    position never does."""
+    head, sep, _rest = text.strip().partition(":")
+    return bool(sep) and bool(_UUID.match(head.strip()))
+
+
 @dataclass(frozen=True, slots=True)
 class MariadbGtidPosition:
     """A MariaDB GTID position: the last (server, sequence) applied in each domain."""
