@@ -297,6 +297,39 @@ def test_a_malformed_tagged_gtid_event_stops_the_decoder_naming_it():
         dec.decode(log.events[0], [])
 
 
+def test_the_library_decoder_reads_a_tagged_gtid_event_with_the_relays_reader():
+    """`source.decoder = "library"`: python-mysql-replication hands type 42 over as a
+    NotImplementedEvent; LibraryConverter reads it into the TxBegin the fast decoder gives."""
+    from types import SimpleNamespace
+
+    from pymysql.protocol import MysqlPacket
+    from pymysqlreplication.event import NotImplementedEvent
+    from pymysqlreplication.packet import BinLogPacketWrapper
+
+    from connectors.binlog_library import LibraryConverter
+
+    log = _tagged_transaction("Tag_A", 5)
+    ctl = SimpleNamespace(charset="utf8mb4", _get_dbms=lambda: "mysql")
+    wrapper = BinLogPacketWrapper(
+        MysqlPacket(b"\x00" + log.events[0], "utf8"), {}, ctl, (8, 4, 0), True, frozenset([NotImplementedEvent]),
+        None, None, None, None, False, False, True, True, False,
+    )  # fmt: skip
+    out: list = []
+    LibraryConverter({(bb.SCHEMA, bb.TABLE)}, "binlog.000001").convert(wrapper.event, out)
+    fast: list = []
+    BinlogDecoder({(bb.SCHEMA, bb.TABLE)}, "binlog.000001", flavor="mysql").decode(log.events[0], fast)
+    assert out == fast and out[0].gtid == f"{UUID_A}:tag_a:5"
+
+
+def test_the_library_decoder_refuses_a_tagged_gtid_start_in_one_line():
+    from cdc.errors import ConfigError
+    from cdc.gtid import MysqlGtidSet
+    from connectors.binlog_library import open_library_stream
+
+    with pytest.raises(ConfigError, match='use source.decoder = "fast"'):
+        open_library_stream({}, 99, set(), 5.0, MysqlGtidSet.parse(f"{UUID_A}:1-3:blue:1"))
+
+
 # -- MySQL binary JSON -------------------------------------------------------------------
 
 
