@@ -13,6 +13,8 @@ from collections import deque
 from types import SimpleNamespace
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from pymysql.protocol import MysqlPacket
 from pymysqlreplication.event import GtidEvent, QueryEvent, XidEvent
 from pymysqlreplication.packet import BinLogPacketWrapper
@@ -131,3 +133,23 @@ def test_a_malformed_tagged_gtid_event_fails_the_read_naming_it(monkeypatch):
     log.add(42, REAL_TAGGED_BODY[:30])
     with pytest.raises(TaggedGtidEventError, match=f"ending at {log.pos}: .*62 bytes"):
         _library_events(log.events, monkeypatch)
+
+
+@given(
+    gno=st.integers(1, (1 << 63) - 2),
+    clock=st.tuples(st.integers(-(1 << 63), (1 << 63) - 1), st.integers(-(1 << 63), (1 << 63) - 1)),
+    commit=st.tuples(st.integers(0, (1 << 64) - 1), st.integers(0, (1 << 64) - 1)),
+    length=st.integers(0, (1 << 64) - 1),
+    tag=st.from_regex(r"[a-z_][a-z0-9_]{0,31}", fullmatch=True),
+    sid=st.binary(min_size=16, max_size=16),
+)
+def test_both_readers_read_back_every_value_the_builder_writes(gno, clock, commit, length, tag, sid):
+    """Every width of MySQL's variable-length integers (1 to 9 bytes, signed and not)."""
+    body = bb.tagged_gtid_body(sid, tag, gno, clock[0], clock[1], commit[0], length, 80400, original_us=commit[1])
+    verifier, relay = read_tagged(body), read_tagged_gtid(body)
+    assert (verifier.sid, verifier.tag, verifier.gno) == (sid, tag, gno)
+    assert (verifier.last_committed, verifier.sequence_number) == clock
+    assert (verifier.commit_us, verifier.original_commit_us) == commit
+    assert (relay.tag, relay.gno, relay.last_committed, relay.sequence_number) == (tag, gno, *clock)
+    assert (relay.immediate_commit_us, relay.original_commit_us, relay.transaction_length) == (*commit, length)
+    assert relay.gtid == verifier.gtid
