@@ -30,6 +30,8 @@ _DIGITS = re.compile(r"^[0-9]+$")
 # or '_', then letters, digits or '_', at most 32 characters; MySQL stores it lower-case.
 _TAG = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,31}$")
 _TAG_RULE = "a tag is a letter or _ then up to 31 letters, digits or _"
+# sql/rpl_gtid_set.cc parse_gno: a GTID number is 1 .. GNO_END - 1, GNO_END = INT64_MAX
+_GNO_MAX = (1 << 63) - 2
 
 Interval = tuple[int, int]
 
@@ -81,6 +83,8 @@ class MysqlGtidSet:
                 start, end = int(lo), int(hi or lo)
                 if start < 1 or end < start:
                     raise PositionError(f"GTID interval {item!r} in {part!r} is empty or starts below 1")
+                if end > _GNO_MAX:
+                    raise PositionError(f"GTID interval {item!r} in {part!r} goes past {_GNO_MAX}, MySQL's largest")
                 by_tsid.setdefault((uuid.lower(), tag), []).append((start, end))
                 pending, found = False, True
             if pending or not found:
@@ -140,7 +144,7 @@ def _split_mysql_gtid(gtid: str) -> tuple[Tsid, int]:
     uuid, middle, seq = items[0], items[1:-1], items[-1]
     tag = middle[0] if len(middle) == 1 else ""
     malformed = len(items) < 2 or len(middle) > 1 or (middle and not _TAG.match(tag))
-    if malformed or not _UUID.match(uuid) or not _DIGITS.match(seq) or int(seq) < 1:
+    if malformed or not _UUID.match(uuid) or not _DIGITS.match(seq) or not 1 <= int(seq) <= _GNO_MAX:
         raise PositionError(f"malformed MySQL GTID {gtid!r}: expected <server_uuid>:<n> or <server_uuid>:<tag>:<n>")
     return (uuid.lower(), tag.lower()), int(seq)
 

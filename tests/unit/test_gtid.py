@@ -357,3 +357,16 @@ def test_tagged_union_is_commutative_and_a_superset(a, b):
 def test_tagged_contains_exactly_what_was_added(gtids, probe):
     s = _mysql_set(gtids)
     assert s.contains(probe) == (probe.lower() in {g.lower() for g in gtids})
+
+
+def test_gtid_numbers_stop_below_int64_max_as_mysql_parse_gno_says():
+    # sql/rpl_gtid_set.cc parse_gno: a number >= GNO_END (INT64_MAX) is malformed; the
+    # largest GTID number is 2^63 - 2 (it also has to fit COM_BINLOG_DUMP_GTID's int64)
+    top = (1 << 63) - 2
+    assert str(MysqlGtidSet.parse(f"{U1}:{top}:t:1-{top}")) == f"{U1}:{top}:t:1-{top}"
+    assert MysqlGtidSet().add(f"{U1}:t:{top}").contains(f"{U1}:t:{top}")
+    for text in (f"{U1}:{top + 1}", f"{U1}:1-{top + 1}", f"{U1}:t:{10**30}"):
+        with pytest.raises(PositionError, match="9223372036854775806"):
+            MysqlGtidSet.parse(text)
+    with pytest.raises(PositionError):
+        MysqlGtidSet().add(f"{U1}:t:{top + 1}")
