@@ -49,6 +49,7 @@ __all__ = ["TaggedGtid", "TaggedGtidError", "read_tagged_gtid"]
 _FORMAT_VERSION = 1  # libs/mysql/serialization/serialization_format_version.h
 _LAST_FIELD_ID = 11  # commit_group_ticket
 _TAG_MAX = 32  # libs/mysql/gtid/gtid_constants.h tag_max_length
+_GNO_END = (1 << 63) - 1  # control_events.h Gtid_event: MIN_GNO 1, GNO_END INT64_MAX (excluded)
 _TAG = re.compile(r"^[a-z_][a-z0-9_]*$")  # libs/mysql/gtid/tag.cpp Tag::is_character_valid
 
 
@@ -151,6 +152,8 @@ def read_tagged_gtid(body: bytes) -> TaggedGtid:
             found[field_id] = r.unsigned(f"field {field_id}")
     if 1 not in found or 2 not in found:
         raise TaggedGtidError("no source uuid or gno: the event names no transaction")
+    if not 1 <= int(found[2]) < _GNO_END:
+        raise TaggedGtidError(f"gno {found[2]} is outside 1..{_GNO_END - 1}")
     h = str(found[1])
     immediate_us, immediate_version = int(found.get(6, 0)), int(found.get(9, 0))
     return TaggedGtid(

@@ -114,6 +114,8 @@ def read_tagged(body: bytes) -> TaggedGtidEvent:
             values[field] = (raw_value >> 1) ^ -(raw_value & 1) if field in _SIGNED else raw_value
     if len(sid) != 16 or 2 not in values:
         raise TaggedGtidEventError("no source uuid or no gno")
+    if values[2] < 1 or values[2] >= (1 << 63) - 1:  # Gtid_event's MIN_GNO and GNO_END (control_events.h)
+        raise TaggedGtidEventError(f"gno {values[2]} names no transaction")
     commit_us = values.get(6, 0)
     return TaggedGtidEvent(
         values.get(0, 0), sid, tag, values[2], values.get(4, 0), values.get(5, 0), commit_us, values.get(7, commit_us)

@@ -21,7 +21,7 @@ from pymysqlreplication.packet import BinLogPacketWrapper
 from pymysqlreplication.row_event import TableMapEvent, WriteRowsEvent
 
 from connectors.mysql_client import Connection
-from connectors.mysql_gtid_tagged import read_tagged_gtid
+from connectors.mysql_gtid_tagged import TaggedGtidError, read_tagged_gtid
 from spark_jobs.binlog_compressed import ExpandingConnection, _Format, event_start, tagged_gtid
 from spark_jobs.binlog_source import TxAssembler, mysql_commit_us
 from spark_jobs.binlog_tagged_gtid import TaggedGtidEventError, read_tagged
@@ -65,11 +65,15 @@ def test_the_verifier_and_the_relay_read_the_same_gtid_and_clock(body):
             "field 12",
         ),
         (bb.tagged_gtid_body(SID, "9t", 1, 0, 1, 1, 1, 1), "not a GTID tag"),
+        (bb.tagged_gtid_body(SID, "t", 0, 0, 1, 1, 1, 1), "gno 0"),
+        (bb.tagged_gtid_body(SID, "t", -3, 0, 1, 1, 1, 1), "gno -3"),
     ],
 )
 def test_what_does_not_add_up_is_refused(body, problem):
     with pytest.raises(TaggedGtidEventError, match=problem):
         read_tagged(body)
+    with pytest.raises(TaggedGtidError):  # the relay's reader refuses it too
+        read_tagged_gtid(body)
 
 
 def _connection_over(events: list[bytes]) -> ExpandingConnection:
