@@ -38,6 +38,7 @@ from typing import Any
 
 import pymysql
 
+from cdc.errors import PositionError
 from cdc.gtid import MysqlGtidSet
 from cdc.tls import TlsConfig
 from connectors.mysql_client import MySQLTlsError, connect, negotiated
@@ -137,6 +138,58 @@ def encode_mysql_gtid_set(gtids: MysqlGtidSet) -> bytes:
     count = len(gtids.intervals)
     head = (1 << 56) | (count << 8) | 1 if tagged else count
     return struct.pack("<Q", head) + bytes(out)
+
+
+def decode_mysql_gtid_set(data: bytes) -> MysqlGtidSet:
+    """The inverse of `encode_mysql_gtid_set`, as `Gtid_set::add_gtid_encoding` reads it
+    (sql/rpl_gtid_set.cc, `decode_nsids_format`): both formats; also the body of a
+    Previous_gtids event (type 35), which is such an encoding. Intervals must be
+    ascending and not empty. PositionError names what does not add up."""
+
+    def need(n: int, what: str) -> None:
+        if at + n > len(data):
+            raise PositionError(f"malformed encoded GTID set: {what} cut short at byte {at} of {len(data)}")
+
+    at = 0
+    need(8, "the source count")
+    (head,) = struct.unpack_from("<Q", data)
+    fmt = head >> 56
+    if fmt not in (0, 1):
+        raise PositionError(f"malformed encoded GTID set: format {fmt} (0 untagged, 1 tagged)")
+    count = (head & 0x00FF_FFFF_FFFF_FF00) >> 8 if fmt else head & 0x00FF_FFFF_FFFF_FFFF
+    at = 8
+    text = []
+    for _ in range(count):
+        need(16, "a source uuid")
+        h = data[at : at + 16].hex()
+        at += 16
+        tag = ""
+        if fmt:
+            need(1, "a tag")
+            length = data[at] >> 1  # a variable-length integer of one byte: a tag has <= 32 characters
+            if data[at] & 1 or length > 32:
+                raise PositionError(f"malformed encoded GTID set: tag length byte 0x{data[at]:02x}")
+            need(1 + length, "a tag")
+            tag = data[at + 1 : at + 1 + length].decode("ascii", "replace")
+            at += 1 + length
+        need(8, "an interval count")
+        (n,) = struct.unpack_from("<Q", data, at)
+        at += 8
+        need(16 * n, "the intervals")
+        last, ranges = 0, []
+        for _ in range(n):
+            start, end = struct.unpack_from("<qq", data, at)
+            at += 16
+            if start <= last or end <= start:
+                raise PositionError(f"malformed encoded GTID set: interval [{start}, {end}) after {last}")
+            last = end
+            ranges.append(f"{start}" if end == start + 1 else f"{start}-{end - 1}")
+        if ranges:
+            uuid = f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+            text.append(":".join([uuid, *([tag] if tag else []), *ranges]))
+    if at != len(data):
+        raise PositionError(f"malformed encoded GTID set: {len(data) - at} bytes after its last source")
+    return MysqlGtidSet.parse(",".join(text))
 
 
 class BinlogConnection:

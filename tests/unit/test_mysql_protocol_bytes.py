@@ -27,11 +27,15 @@ import pymysql
 import pytest
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
+from hypothesis import given
+from hypothesis import strategies as st
 
+from cdc.errors import PositionError
+from cdc.gtid import MysqlGtidSet
 from cdc.server_version import ServerVersion, binlog_status_statement, replicas_statement
 from cdc.source_events import RowInsert, TxBegin, TxCommit
 from connectors.binlog_decoder import BinlogDecodeError, BinlogDecoder, parse_mysql_gtid
-from connectors.binlog_protocol import mysql_gtid_dump_packet
+from connectors.binlog_protocol import decode_mysql_gtid_set, encode_mysql_gtid_set, mysql_gtid_dump_packet
 from connectors.mysql_client import pymysql_args, tls_problem
 from connectors.mysql_gtid_tagged import TaggedGtidError, read_tagged_gtid
 from tests.unit import binlog_bytes as bb
@@ -131,6 +135,48 @@ def test_com_binlog_dump_gtid_packet_with_a_tagged_set():
         + struct.pack("<QQ", 1, 4) + struct.pack("<QQ", 7, 8)
     )  # fmt: skip
     assert data == expected
+
+
+def test_an_encoded_tagged_set_and_a_previous_gtids_body_decode():
+    """`decode_mysql_gtid_set` reads what `Gtid_set::encode` writes: the packet's data above,
+    and a Previous_gtids body (type 35, the same encoding; MySQL 8.0, untagged)."""
+    tagged = mysql_gtid_dump_packet(f"{UUID_A}:1-5:Tag1:1-3:7,{UUID_B}:3", server_id=42)[23:]
+    assert str(decode_mysql_gtid_set(tagged)) == f"{UUID_B}:3,{UUID_A}:1-5:tag1:1-3:7"
+    previous = struct.pack("<Q", 2) + _interval_block(UUID_B, [(1, 9)]) + _interval_block(UUID_A, [(1, 5), (7, 7)])
+    assert str(decode_mysql_gtid_set(previous)) == f"{UUID_B}:1-9,{UUID_A}:1-5:7"
+    assert not decode_mysql_gtid_set(struct.pack("<Q", 0))
+
+
+@pytest.mark.parametrize(
+    "data, problem",
+    [
+        (struct.pack("<Q", 2 << 56), "format 2"),
+        (struct.pack("<Q", 1) + _interval_block(UUID_A, [(5, 7), (1, 2)]), r"interval \[1, 3\) after 8"),
+        (struct.pack("<Q", 1) + _interval_block(UUID_A, [(1, 2)]) + b"\x00", "1 bytes after"),
+        (struct.pack("<Q", 2) + _interval_block(UUID_A, [(1, 2)]), "a source uuid cut short"),
+        (
+            bytes([1, 1, 0, 0, 0, 0, 0, 1])
+            + bytes.fromhex(UUID_A.replace("-", ""))
+            + b"\x089tag"
+            + struct.pack("<QQQ", 1, 1, 2),
+            "9tag",
+        ),
+    ],
+)
+def test_a_malformed_encoded_gtid_set_is_refused(data, problem):
+    with pytest.raises(PositionError, match=problem):
+        decode_mysql_gtid_set(data)
+
+
+_tsids = st.tuples(st.sampled_from([UUID_A, UUID_B]), st.sampled_from(["", "a", "tag_1", "z" * 32]))
+
+
+@given(st.lists(st.tuples(_tsids, st.integers(1, 40)), max_size=20))
+def test_encoded_gtid_sets_round_trip(gtids):
+    s = MysqlGtidSet()
+    for (uuid, tag), n in gtids:
+        s = s.add(f"{uuid}:{tag}:{n}" if tag else f"{uuid}:{n}")
+    assert decode_mysql_gtid_set(encode_mysql_gtid_set(s)) == s
 
 
 # -- MySQL 8.0 Gtid_log_event ------------------------------------------------------------
