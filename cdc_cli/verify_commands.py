@@ -229,7 +229,7 @@ def add_parsers(sub) -> None:
     p.set_defaults(func=_cmd_repair)
     p = sub.add_parser("locate", help="binlog position/GTID <-> topic/partition/offset")
     p.add_argument("--config", required=True)
-    p.add_argument("--position", help="a transaction's start file:pos, or its GTID")
+    p.add_argument("--position", help="a transaction's start file:pos, or its GTID (d-s-n, uuid:n, uuid:tag:n)")
     p.add_argument("--row", type=int, default=None, help="the event's row index in its transaction")
     p.add_argument("--topic")
     p.add_argument("--partition", type=int)

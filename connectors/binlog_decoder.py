@@ -67,6 +67,7 @@ from cdc.source_events import (
     xid_text,
 )
 from connectors import binlog_compression as _compression
+from connectors.mysql_gtid_tagged import TaggedGtidError, read_tagged_gtid
 
 __all__ = ["BinlogDecodeError", "BinlogDecoder", "UndecodableEvent", "UnsupportedColumnType"]
 
@@ -107,6 +108,7 @@ GTID_LOG_EVENT = 33
 XA_PREPARE_LOG_EVENT = 38
 PARTIAL_UPDATE_ROWS_EVENT = 39
 TRANSACTION_PAYLOAD_EVENT = 40
+GTID_TAGGED_LOG_EVENT = 42  # MySQL 8.3+: connectors/mysql_gtid_tagged.py
 MARIADB_GTID_EVENT = 162
 MARIADB_QUERY_COMPRESSED = 165
 MARIADB_ROWS_COMPRESSED = range(166, 172)
@@ -854,6 +856,7 @@ class BinlogDecoder:
             DELETE_ROWS_V2: self._delete_v2,
             HEARTBEAT_LOG_EVENT: self._heartbeat,
             GTID_LOG_EVENT: self._mysql_gtid,
+            GTID_TAGGED_LOG_EVENT: self._mysql_tagged_gtid,
             MARIADB_GTID_EVENT: self._mariadb_gtid,
             XA_PREPARE_LOG_EVENT: self._xa_prepare,
             EXECUTE_LOAD_QUERY_EVENT: self._load_query,
@@ -1026,6 +1029,17 @@ class BinlogDecoder:
         gtid = parse_mysql_gtid(ev, self.crc).gtid
         file = self.file
         out.append(TxBegin(_pos(file, self._begin_start(size, log_pos)), _pos(file, log_pos), gtid, False))
+
+    def _mysql_tagged_gtid(self, ev: bytes, out: list) -> None:
+        """A tagged transaction's GTID event: the same TxBegin as a Gtid_log_event's, its
+        GTID `uuid:tag:gno`."""
+        _, _, _, size, log_pos, _ = _HDR.unpack_from(ev)
+        start = _pos(self.file, self._begin_start(size, log_pos))
+        try:
+            gtid = read_tagged_gtid(ev[19 : len(ev) - self.crc]).gtid
+        except TaggedGtidError as exc:
+            raise BinlogDecodeError(f"Gtid_tagged_log_event at {start}: {exc}") from None
+        out.append(TxBegin(start, _pos(self.file, log_pos), gtid, False))
 
     def _query(self, ev: bytes, out: list, post_header: int = 0) -> None:
         ts, _, _, size, log_pos, _ = _HDR.unpack_from(ev)

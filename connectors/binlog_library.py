@@ -20,6 +20,7 @@ from pymysqlreplication.event import (
     GtidEvent,
     HeartbeatLogEvent,
     MariadbGtidEvent,
+    NotImplementedEvent,
     QueryEvent,
     RotateEvent,
     XAPrepareEvent,
@@ -31,8 +32,8 @@ from pymysqlreplication.row_event import (
     WriteRowsEvent,
 )
 
-from cdc.errors import SourceError
-from cdc.gtid import GtidSet, MariadbGtidPosition
+from cdc.errors import ConfigError, SourceError
+from cdc.gtid import GtidSet, MariadbGtidPosition, MysqlGtidSet
 from cdc.position import BinlogPosition
 from cdc.source_events import (
     Heartbeat,
@@ -45,9 +46,10 @@ from cdc.source_events import (
     query_event,
     xid_text,
 )
-from connectors.binlog_decoder import FL_STANDALONE
+from connectors.binlog_decoder import FL_STANDALONE, GTID_TAGGED_LOG_EVENT
 from connectors.mysql_client import Connection
 from connectors.mysql_errors import error_text
+from connectors.mysql_gtid_tagged import TaggedGtidError, read_tagged_gtid
 
 _binlogstream.MYSQL_EXPECTED_ERROR_CODES = []
 
@@ -78,7 +80,11 @@ def open_library_stream(
             HeartbeatLogEvent,
             XAPrepareEvent,
             ExecuteLoadQueryEvent,
+            # the library does not know MySQL 8.4's Gtid_tagged_log_event (type 42): it comes
+            # as a NotImplementedEvent, read by `LibraryConverter` with the relay's own reader
+            NotImplementedEvent,
         ],
+        "filter_non_implemented_events": False,
         "only_schemas": sorted({schema for schema, _ in watched}) or None,
         "only_tables": sorted({table for _, table in watched}) or None,
         "slave_heartbeat": heartbeat,
@@ -88,6 +94,11 @@ def open_library_stream(
         kwargs.update(resume_stream=True, log_file=start.file, log_pos=start.pos)
         file = start.file
     else:
+        if isinstance(start, MysqlGtidSet) and start.tagged:
+            raise ConfigError(
+                f'source.decoder = "library" cannot start from a GTID set with tags ({start}): '
+                'python-mysql-replication encodes untagged sets only; use source.decoder = "fast"'
+            )
         kwargs.update(auto_position=str(start), is_mariadb=isinstance(start, MariadbGtidPosition))
         file = None
     try:
@@ -155,6 +166,20 @@ class LibraryConverter:
             if self.file and ev.packet.log_pos:
                 out.append(Heartbeat(BinlogPosition(self.file, ev.packet.log_pos)))
             return
+        if kind is NotImplementedEvent and ev.packet.event_type == GTID_TAGGED_LOG_EVENT:
+            self._tagged_gtid(ev, out)
+
+    def _tagged_gtid(self, ev: Any, out: list[SourceEvent]) -> None:
+        """A tagged transaction's GTID event (connectors/mysql_gtid_tagged.py): the TxBegin
+        a GtidEvent gives. The packet still holds the whole event (the OK byte, the header,
+        the body, the checksum after the message, which the message's own size leaves out)."""
+        end = ev.packet.log_pos
+        start = BinlogPosition(self.file, end - ev.packet.event_size)
+        try:
+            gtid = read_tagged_gtid(bytes(ev.packet.packet.get_all_data()[20:])).gtid
+        except TaggedGtidError as exc:
+            raise SourceError(f"Gtid_tagged_log_event at {start}: {exc}") from None
+        out.append(TxBegin(start, BinlogPosition(self.file, end), gtid, False, False))
 
     def _query(self, ev: Any, out: list[SourceEvent]) -> None:
         sql = ev.query.strip() if isinstance(ev.query, str) else ev.query.decode("utf-8", "replace").strip()

@@ -38,6 +38,8 @@ from typing import Any
 
 import pymysql
 
+from cdc.errors import PositionError
+from cdc.gtid import MysqlGtidSet
 from cdc.tls import TlsConfig
 from connectors.mysql_client import MySQLTlsError, connect, negotiated
 
@@ -101,12 +103,9 @@ def mysql_gtid_dump_packet(gtid_set: str, server_id: int, blocking: bool = True)
     """The COM_BINLOG_DUMP_GTID command (MySQL's protocol documentation,
     "COM_BINLOG_DUMP_GTID"): command 0x1e, flags (2: BINLOG_THROUGH_GTID 0x04, and
     BINLOG_DUMP_NON_BLOCK 0x01 unless `blocking`), server_id (4), binlog name length (4)
-    = 0, no name, position (8) = 4, GTID data length (4), then the GTID set encoded as
-    `Gtid_set::encode` does: the number of source uuids (8), and per uuid its 16 bytes,
-    its number of intervals (8) and each interval as start (8) and end + 1 (8)."""
-    from pymysqlreplication.gtid import GtidSet
-
-    encoded = GtidSet(gtid_set).encoded()
+    = 0, no name, position (8) = 4, GTID data length (4), then the GTID set as
+    `encode_mysql_gtid_set` writes it."""
+    encoded = encode_mysql_gtid_set(MysqlGtidSet.parse(gtid_set))
     flags = _BINLOG_THROUGH_GTID | (0 if blocking else _BINLOG_DUMP_NON_BLOCK)
     return (
         bytes([_COM_BINLOG_DUMP_GTID])
@@ -114,6 +113,83 @@ def mysql_gtid_dump_packet(gtid_set: str, server_id: int, blocking: bool = True)
         + struct.pack("<QI", 4, len(encoded))
         + encoded
     )
+
+
+def encode_mysql_gtid_set(gtids: MysqlGtidSet) -> bytes:
+    """A GTID set as `Gtid_set::encode` writes it (sql/rpl_gtid_set.cc): a count (8), then
+    per source its uuid (16), its number of intervals (8) and each interval as start (8)
+    and end + 1 (8). A set holding a tagged GTID (MySQL 8.3+) takes the tagged format
+    (`encode_nsids_format`: Gtid_format::tagged = 1, libs/mysql/gtid/gtid_format.h): the
+    count is 1 in its top byte and in its low byte, the number of sources (uuid, tag) in
+    the 6 bytes between, and each uuid is followed by its tag (`Tsid::encode_tsid`), a
+    string of MySQL's serialization library: its length as a variable-length integer (a
+    tag has at most 32 characters: one byte, length << 1), then the characters; "" for
+    the untagged intervals. Sources go in (uuid, tag) order, as MySQL sorts them. A server
+    older than 8.3 knows only the untagged format: an untagged set keeps it."""
+    tagged = gtids.tagged
+    out = bytearray()
+    for (uuid, tag), intervals in gtids.intervals:
+        out += bytes.fromhex(uuid.replace("-", ""))
+        if tagged:
+            out += bytes([len(tag) << 1]) + tag.encode("ascii")
+        out += struct.pack("<Q", len(intervals))
+        for start, end in intervals:
+            out += struct.pack("<QQ", start, end + 1)
+    count = len(gtids.intervals)
+    head = (1 << 56) | (count << 8) | 1 if tagged else count
+    return struct.pack("<Q", head) + bytes(out)
+
+
+def decode_mysql_gtid_set(data: bytes) -> MysqlGtidSet:
+    """The inverse of `encode_mysql_gtid_set`, as `Gtid_set::add_gtid_encoding` reads it
+    (sql/rpl_gtid_set.cc, `decode_nsids_format`): both formats; also the body of a
+    Previous_gtids event (type 35), which is such an encoding. Intervals must be
+    ascending and not empty. PositionError names what does not add up."""
+
+    def need(n: int, what: str) -> None:
+        if at + n > len(data):
+            raise PositionError(f"malformed encoded GTID set: {what} cut short at byte {at} of {len(data)}")
+
+    at = 0
+    need(8, "the source count")
+    (head,) = struct.unpack_from("<Q", data)
+    fmt = head >> 56
+    if fmt not in (0, 1):
+        raise PositionError(f"malformed encoded GTID set: format {fmt} (0 untagged, 1 tagged)")
+    count = (head & 0x00FF_FFFF_FFFF_FF00) >> 8 if fmt else head & 0x00FF_FFFF_FFFF_FFFF
+    at = 8
+    text = []
+    for _ in range(count):
+        need(16, "a source uuid")
+        h = data[at : at + 16].hex()
+        at += 16
+        tag = ""
+        if fmt:
+            need(1, "a tag")
+            length = data[at] >> 1  # a variable-length integer of one byte: a tag has <= 32 characters
+            if data[at] & 1 or length > 32:
+                raise PositionError(f"malformed encoded GTID set: tag length byte 0x{data[at]:02x}")
+            need(1 + length, "a tag")
+            tag = data[at + 1 : at + 1 + length].decode("ascii", "replace")
+            at += 1 + length
+        need(8, "an interval count")
+        (n,) = struct.unpack_from("<Q", data, at)
+        at += 8
+        need(16 * n, "the intervals")
+        last, ranges = 0, []
+        for _ in range(n):
+            start, end = struct.unpack_from("<qq", data, at)
+            at += 16
+            if start <= last or end <= start:
+                raise PositionError(f"malformed encoded GTID set: interval [{start}, {end}) after {last}")
+            last = end
+            ranges.append(f"{start}" if end == start + 1 else f"{start}-{end - 1}")
+        if ranges:
+            uuid = f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+            text.append(":".join([uuid, *([tag] if tag else []), *ranges]))
+    if at != len(data):
+        raise PositionError(f"malformed encoded GTID set: {len(data) - at} bytes after its last source")
+    return MysqlGtidSet.parse(",".join(text))
 
 
 class BinlogConnection:
@@ -295,7 +371,7 @@ class BinlogConnection:
 
     def dump_mysql_gtid(self, gtid_set: str, blocking: bool = True) -> BinlogConnection:
         """MySQL 5.6+/8: COM_BINLOG_DUMP_GTID; the server skips the transactions in
-        `gtid_set` (`uuid:1-100,uuid2:1-7`). No MySQL server runs here: the packet
+        `gtid_set` (`uuid:1-100,uuid2:1-7`, tagged GTIDs too: `uuid:1-5:tag:1-3`). No MySQL server runs here: the packet
         (`mysql_gtid_dump_packet`) is tested against bytes built from the protocol
         documentation (tests/unit/test_mysql_protocol_bytes.py)."""
         payload = mysql_gtid_dump_packet(gtid_set, self.server_id, blocking)

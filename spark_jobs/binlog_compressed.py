@@ -20,6 +20,10 @@ starts: the compressed event's own start, or the payload's start for every event
 payload. So a transaction begun inside a payload starts at the payload, and one that ends
 inside it ends with it, as in the relay's headers.
 
+The same connection stands in a MySQL 8.4 Gtid_tagged_log_event (type 42), which the
+library does not know either, by the Gtid_log_event of the same transaction and keeps its
+tagged GTID on the packet (`tagged_gtid`): see spark_jobs/binlog_tagged_gtid.py.
+
 This module shares no code with the relay's `connectors/binlog_compression.py`; it
 decompresses with other calls (`zlib.decompress`, zstandard's one-shot `decompress`), so
 one bug cannot hide itself in both. What does not add up raises `CompressedEventError`
@@ -36,13 +40,15 @@ from typing import Any
 from pymysql.protocol import MysqlPacket
 
 from connectors.mysql_client import Connection
+from spark_jobs.binlog_tagged_gtid import GTID_TAGGED_EVENT, TaggedGtidEventError, as_gtid_event_body, read_tagged
 
-__all__ = ["CompressedEventError", "ExpandingConnection", "event_start", "expand_event"]
+__all__ = ["CompressedEventError", "ExpandingConnection", "event_start", "expand_event", "tagged_gtid"]
 
 _FDE, _QUERY, _PAYLOAD = 15, 2, 40
 _MARIADB_QUERY_COMPRESSED = 165
 _MARIADB_ROWS = {166: 23, 167: 24, 168: 25, 169: 30, 170: 31, 171: 32}  # compressed -> plain type
-_EXPANDED_OR_LEARNED = frozenset({_FDE, _PAYLOAD, _MARIADB_QUERY_COMPRESSED, *_MARIADB_ROWS})
+_EXPANDED_OR_LEARNED = frozenset({_FDE, _PAYLOAD, _MARIADB_QUERY_COMPRESSED, *_MARIADB_ROWS, GTID_TAGGED_EVENT})
+_GTID = 33
 _UPDATES = (167, 170)
 _V2 = (169, 170, 171)
 _COM_BINLOG_DUMP, _COM_BINLOG_DUMP_GTID = 0x12, 0x1E
@@ -54,7 +60,25 @@ class CompressedEventError(RuntimeError):
 
 
 class _Packet(MysqlPacket):
-    __slots__ = ("stored_start",)
+    __slots__ = ("stored_start", "tagged_gtid")
+
+
+def tagged_gtid(packet: Any) -> str | None:
+    """The tagged GTID (`uuid:tag:gno`) of a library GtidEvent's packet that stands for a
+    Gtid_tagged_log_event; None for any other packet."""
+    inner = packet.packet
+    return getattr(inner, "tagged_gtid", None) if type(inner) is _Packet else None
+
+
+def tagged_as_gtid_event(ev: bytes, fmt: _Format) -> tuple[bytes, str]:
+    """A Gtid_tagged_log_event -> (the Gtid_log_event that stands for it, its tagged GTID);
+    the same header (end position, time, server id), its size and checksum made right."""
+    header = _HEADER.unpack_from(ev)
+    try:
+        tagged = read_tagged(ev[19 : len(ev) - fmt.checksum])
+    except (TaggedGtidEventError, IndexError) as exc:
+        raise TaggedGtidEventError(f"Gtid_tagged_log_event ending at {header[4]}: {exc}") from None
+    return _event(header, as_gtid_event_body(tagged), fmt.checksum, _GTID), tagged.gtid
 
 
 def event_start(packet: Any) -> int:
@@ -229,11 +253,18 @@ class ExpandingConnection(Connection):
         data = packet.get_all_data()
         if len(data) < 20 or data[0] != 0 or data[5] not in _EXPANDED_OR_LEARNED:
             return packet  # not an event, or one that is neither compressed nor a format description
-        expanded = expand_event(bytes(data[1:]), fmt)
+        raw = bytes(data[1:])
+        if data[5] == GTID_TAGGED_EVENT:
+            ev, gtid = tagged_as_gtid_event(raw, fmt)
+            size, end = struct.unpack_from("<II", raw, 9)
+            out = _Packet(b"\x00" + ev, self.encoding)
+            out.stored_start, out.tagged_gtid = end - size, gtid
+            return out
+        expanded = expand_event(raw, fmt)
         if expanded is None:
             return packet
         for ev, start in expanded:
             out = _Packet(b"\x00" + ev, self.encoding)
-            out.stored_start = start
+            out.stored_start, out.tagged_gtid = start, None
             self._expanded.append(out)
         return self._expanded.popleft()

@@ -776,7 +776,9 @@ def plan_binlog(
     }
 
 
-_CUT_EVENTS = ("Gtid", "Anonymous_Gtid")
+# SHOW BINLOG EVENTS' names (libs/mysql/binlog/event/binlog_event.cpp `event_type_to_string`):
+# MySQL 8.4 names a tagged GTID event (type 42) "Gtid_tagged_log_event".
+_CUT_EVENTS = ("Gtid", "Anonymous_Gtid", "Gtid_tagged_log_event")
 
 
 def transaction_starts(
@@ -901,7 +903,7 @@ def read_binlog_file(
     )  # fmt: skip
     from pymysqlreplication.row_event import DeleteRowsEvent, WriteRowsEvent
 
-    from spark_jobs.binlog_compressed import ExpandingConnection
+    from spark_jobs.binlog_compressed import ExpandingConnection, tagged_gtid
     from spark_jobs.binlog_compressed import event_start as event_start_of
 
     wanted = {(t.schema, t.table) for t in tables}
@@ -969,10 +971,12 @@ def read_binlog_file(
             elif isinstance(event, GtidEvent):
                 # The library stops after the logical clock (MySQL 5.7's layout); MySQL 8 goes on
                 # with the commit time in microseconds: read it here.
+                # A MySQL 8.4 tagged GTID event reaches the library as this event; its GTID
+                # (uuid:tag:gno) is on the packet (spark_jobs/binlog_tagged_gtid.py).
                 rest = event.event_size - 42 if hasattr(event, "sequence_number") else 0
                 asm.gtid_event(
                     event_start,
-                    event.gtid,
+                    tagged_gtid(packet) or event.gtid,
                     packet.server_id,
                     commit_us=mysql_commit_us(event.packet.read(rest)) if rest >= 7 else None,
                 )

@@ -9,11 +9,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from cdc import identity as hdr
+from cdc.gtid import looks_like_mysql_gtid, mysql_gtid_text
 from cdc.position import BinlogPosition
 from spark_jobs.kafka_source import consume_range, kafka_consumer, plan_kafka, scan_partitions
 
 _MARIADB_GTID = re.compile(r"^\d+-\d+-\d+$")
-_MYSQL_GTID = re.compile(r"^[0-9a-fA-F-]{36}:\d+$")
 
 
 def _identity_of(msg: Any) -> dict[str, Any]:
@@ -80,8 +80,10 @@ def locate_offset(
 
 def _matcher(source: str, where: str | BinlogPosition, row: int | None) -> Any:
     text = str(where).strip()
-    if isinstance(where, str) and (_MARIADB_GTID.match(text) or _MYSQL_GTID.match(text)):
-        gtid = text.lower()
+    mysql = isinstance(where, str) and looks_like_mysql_gtid(text)
+    if isinstance(where, str) and (_MARIADB_GTID.match(text) or mysql):
+        # a MySQL GTID (`uuid:n`, tagged `uuid:tag:n`) in the headers' form, or refused
+        gtid = mysql_gtid_text(text) if mysql else text
 
         def by_gtid(h: dict[str, str]) -> bool:
             return (
@@ -115,7 +117,8 @@ def locate_position(
 ) -> list[tuple[str, int, int]]:
     """Every (topic, partition, offset) whose headers name the transaction `where` of
     `source` - a binlog position `file:pos` (the transaction's start, as in the
-    `cdc.binlog.file`/`cdc.binlog.pos` headers) or a GTID (`d-s-n` / `uuid:n`) - and,
+    `cdc.binlog.file`/`cdc.binlog.pos` headers) or a GTID (`d-s-n` / `uuid:n` / a
+    tagged `uuid:tag:n`) - and,
     when given, its row index. Scans the headers of every record of the topics.
     `consumer_conf`: the shared Kafka client settings (`KafkaClientConfig.settings("consumer")`)."""
     if isinstance(topics, str):

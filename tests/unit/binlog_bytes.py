@@ -8,6 +8,7 @@ Layouts used (all integers little-endian unless said):
                   length 2 | status vars, schema, NUL, statement
   Xid (16)        xid 8
   GTID (33)       flags 1, source uuid 16, gno 8, logical clock 1+8+8
+  Gtid_tagged (42)  one message of MySQL's serialization library (see `tagged_gtid_body`)
   Table_map (19)  table id 6, flags 2 | schema length 1, schema, NUL, table length 1,
                   table, NUL, column count (lenenc), types, metadata length (lenenc),
                   metadata, nullable bitmap, optional metadata (type 1, lenenc length,
@@ -60,6 +61,68 @@ def xid_body(xid: int) -> bytes:
 
 def gtid_body(gno: int) -> bytes:
     return b"\x01" + UUID + struct.pack("<Q", gno) + b"\x02" + struct.pack("<QQ", 0, gno)
+
+
+def varlen(value: int, signed: bool = False) -> bytes:
+    """An integer as MySQL's serialization library writes it
+    (libs/mysql/serialization/variable_length_integers.h `write_varlen_bytes_unsigned`,
+    computed as that function does; signed values zigzag-coded first)."""
+    if signed:
+        value = (value << 1) if value >= 0 else ((-(value + 1)) << 1) | 1
+    count = ((value.bit_length() * 575) >> 12) + 1
+    first = ((1 << (count - 1)) - 1) | ((value << count) & 0xFF)
+    if count == 1:
+        return bytes([first])
+    rest = value >> (8 - count + ((count + 7) >> 4))
+    return bytes([first]) + rest.to_bytes(8, "little")[: count - 1]
+
+
+def tagged_gtid_body(
+    uuid: bytes,
+    tag: str,
+    gno: int,
+    last_committed: int,
+    sequence_number: int,
+    immediate_us: int,
+    tx_length: int,
+    server_version: int,
+    *,
+    flags: int = 0,
+    original_us: int | None = None,
+    original_server_version: int | None = None,
+    commit_group_ticket: int = 0,
+    extra_fields: bytes = b"",
+    last_non_ignorable: int = 0,
+) -> bytes:
+    """A Gtid_tagged_log_event body as MySQL 8.4 writes it: `Gtid_event::define_fields`
+    (libs/mysql/binlog/event/control_events.h) through the serialization library
+    (libs/mysql/serialization/readme.md): format version 1, the message size (counting
+    itself and the version), last_non_ignorable_field_id, then (field id, value) pairs;
+    original_commit_timestamp (7), original_server_version (10) and commit_group_ticket
+    (11) only when they differ from the immediate values / 0, as its encode predicates say.
+    `extra_fields` go after field 11 (a newer server's)."""
+    fields = varlen(0) + varlen(flags)
+    fields += varlen(1) + b"".join(varlen(b) for b in uuid)
+    fields += varlen(2) + varlen(gno, signed=True)
+    fields += varlen(3) + varlen(len(tag)) + tag.encode()
+    fields += varlen(4) + varlen(last_committed, signed=True)
+    fields += varlen(5) + varlen(sequence_number, signed=True)
+    fields += varlen(6) + varlen(immediate_us)
+    if original_us is not None and original_us != immediate_us:
+        fields += varlen(7) + varlen(original_us)
+    fields += varlen(8) + varlen(tx_length)
+    fields += varlen(9) + varlen(server_version)
+    if original_server_version is not None and original_server_version != server_version:
+        fields += varlen(10) + varlen(original_server_version)
+    if commit_group_ticket:
+        fields += varlen(11) + varlen(commit_group_ticket)
+    fields += extra_fields
+    head = varlen(1)  # serialization_format_version
+    tail = varlen(last_non_ignorable) + fields
+    size = len(head) + 1 + len(tail)
+    while len(head) + len(varlen(size)) + len(tail) != size:
+        size = len(head) + len(varlen(size)) + len(tail)
+    return head + varlen(size) + tail
 
 
 def table_map_body(table_id: int = TABLE_ID, schema: str = SCHEMA, table: str = TABLE) -> bytes:

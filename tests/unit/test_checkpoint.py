@@ -39,6 +39,14 @@ def test_a_checkpoint_written_before_xa_was_recorded_reads_as_holding_none():
     assert Checkpoint.from_dict(data).xa_held == ()
 
 
+def test_a_tagged_gtid_set_round_trips_unchanged():
+    tagged = Checkpoint(
+        "s", BinlogPosition("binlog.000003", 900), gtids="3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5:blue:1-3:red:7"
+    )
+    back = Checkpoint.from_dict(json.loads(json.dumps(tagged.to_dict())))
+    assert back == tagged and back.gtids == tagged.gtids
+
+
 def test_minimal_checkpoint_round_trip():
     cp = Checkpoint("s", BinlogPosition("mysql-bin.000001", 4))
     back = Checkpoint.from_dict(json.loads(json.dumps(cp.to_dict())))

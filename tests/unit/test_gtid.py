@@ -245,3 +245,128 @@ def test_mariadb_add_then_contains(p, g):
     assert q.contains(g)
     assert q.issuperset(p)
     assert MariadbGtidPosition.parse(str(q)) == q
+
+
+# -- MySQL tagged GTIDs (8.3+) -------------------------------------------------------------
+# Grammar from MySQL's own parser (sql/rpl_gtid_set.cc `Gtid_set::add_gtid_text`,
+# libs/mysql/gtid/tag.cpp `Tag::from_cstring`): after the uuid, ':'-separated items are
+# either a tag (a letter or '_', then letters, digits or '_', 32 characters at most,
+# stored lower-case) that applies to the intervals after it, or an interval. The text form
+# (`Gtid_set::to_string`) sorts by (uuid, tag), the untagged intervals first:
+# `uuid:1-5:tag1:1-3:tag2:7`.
+
+
+def test_tagged_set_canonical_string_orders_tags_after_untagged_intervals():
+    s = MysqlGtidSet.parse(f"{U1}:Zeta:7,{U1}:1-5,{U1}:alpha:1-3")
+    assert str(s) == f"{U1}:1-5:alpha:1-3:zeta:7"
+    assert MysqlGtidSet.parse(str(s)) == s
+
+
+def test_tagged_set_as_mysql_prints_it_and_several_tags_in_one_element():
+    text = f"{U1}:1-5:tag1:1-3:tag2:7,{U2}:_t:4"
+    s = MysqlGtidSet.parse(text)
+    assert str(s) == text
+    assert s.contains(f"{U1}:tag1:2") and s.contains(f"{U1}:tag2:7") and s.contains(f"{U2}:_t:4")
+    assert not s.contains(f"{U1}:tag1:4") and not s.contains(f"{U1}:tag2:6")
+    assert s.contains(f"{U1}:5") and not s.contains(f"{U1}:6")
+
+
+def test_tagged_and_untagged_gtids_of_one_uuid_are_different_transactions():
+    s = MysqlGtidSet.parse(f"{U1}:1-5")
+    assert not s.contains(f"{U1}:a:1")
+    t = MysqlGtidSet.parse(f"{U1}:a:1-5")
+    assert not t.contains(f"{U1}:1") and not t.contains(f"{U1}:b:1")
+
+
+def test_tags_are_case_insensitive_and_kept_lower_case():
+    s = MysqlGtidSet.parse(f"{U1.upper()}:Domain_1:1-3:11")
+    assert str(s) == f"{U1}:domain_1:1-3:11"
+    assert s.contains(f"{U1}:DOMAIN_1:2") and s.contains(f"{U1}:domain_1:11")
+    assert s.add(f"{U1}:Domain_1:4") == MysqlGtidSet.parse(f"{U1}:domain_1:1-4:11")
+
+
+def test_tagged_add_union_issuperset():
+    a = MysqlGtidSet.parse(f"{U1}:1-2:x:1")
+    b = a.add(f"{U1}:x:2").add(f"{U1}:y:1").add(f"{U2}:z:9")
+    assert str(b) == f"{U1}:1-2:x:1-2:y:1,{U2}:z:9"
+    assert str(a) == f"{U1}:1-2:x:1"  # immutable
+    assert b.issuperset(a) and not a.issuperset(b)
+    assert str(a.union(MysqlGtidSet.parse(f"{U1}:x:3"))) == f"{U1}:1-2:x:1:3"
+    assert a.tagged and not MysqlGtidSet.parse(f"{U1}:1-2").tagged
+
+
+def test_thirty_two_character_tag_is_the_longest():
+    tag = "t" + "0" * 31
+    assert str(MysqlGtidSet.parse(f"{U1}:{tag}:1")) == f"{U1}:{tag}:1"
+    with pytest.raises(PositionError, match="tag"):
+        MysqlGtidSet.parse(f"{U1}:{tag}0:1")
+
+
+def test_whitespace_around_items_is_tolerated_as_mysql_does():
+    assert str(MysqlGtidSet.parse(f" {U1} : tag : 1 - 3 ")) == f"{U1}:tag:1-3"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        f"{U1}:1tag:1",  # a tag starts with a letter or _
+        f"{U1}:ta-g:1",
+        f"{U1}:tag",  # a tag with no interval after it
+        f"{U1}:1-3:tag",
+        f"{U1}:tag:",
+        f"{U1}::1",
+        f"{U1}:tág:1",  # ASCII letters only
+        f"{U1}:tag:0",
+    ],
+)
+def test_malformed_tagged_sets_raise_position_error(text):
+    with pytest.raises(PositionError):
+        MysqlGtidSet.parse(text)
+
+
+@pytest.mark.parametrize("gtid", [f"{U1}:tag", f"{U1}:tag:0", f"{U1}:1tag:5", f"{U1}:a:b:5", f"{U1}:tag:1-3"])
+def test_malformed_tagged_single_gtid(gtid):
+    with pytest.raises(PositionError):
+        MysqlGtidSet().contains(gtid)
+
+
+def test_parse_gtid_set_and_empty_set_for_know_tagged_gtids():
+    assert isinstance(parse_gtid_set(f"{U1}:tag:1-3"), MysqlGtidSet)
+    assert empty_set_for(f"{U1}:tag:5") == MysqlGtidSet()
+    assert not is_mariadb_gtid(f"{U1}:tag:5")
+
+
+tags = st.sampled_from(["", "a", "tag1", "Tag1", "_x", "z" * 32])
+tagged_gtids = st.builds(lambda u, t, n: f"{u}:{t}:{n}" if t else f"{u}:{n}", uuids, tags, seqs)
+tagged_sets = st.lists(tagged_gtids, max_size=30).map(_mysql_set)
+
+
+@given(tagged_sets)
+def test_tagged_set_string_round_trips(s):
+    assert MysqlGtidSet.parse(str(s)) == s
+    assert str(MysqlGtidSet.parse(str(s).upper())) == str(s)
+
+
+@given(tagged_sets, tagged_sets)
+def test_tagged_union_is_commutative_and_a_superset(a, b):
+    assert a.union(b) == b.union(a)
+    assert a.union(b).issuperset(a) and a.union(b).issuperset(b)
+
+
+@given(st.lists(tagged_gtids, max_size=30), tagged_gtids)
+def test_tagged_contains_exactly_what_was_added(gtids, probe):
+    s = _mysql_set(gtids)
+    assert s.contains(probe) == (probe.lower() in {g.lower() for g in gtids})
+
+
+def test_gtid_numbers_stop_below_int64_max_as_mysql_parse_gno_says():
+    # sql/rpl_gtid_set.cc parse_gno: a number >= GNO_END (INT64_MAX) is malformed; the
+    # largest GTID number is 2^63 - 2 (it also has to fit COM_BINLOG_DUMP_GTID's int64)
+    top = (1 << 63) - 2
+    assert str(MysqlGtidSet.parse(f"{U1}:{top}:t:1-{top}")) == f"{U1}:{top}:t:1-{top}"
+    assert MysqlGtidSet().add(f"{U1}:t:{top}").contains(f"{U1}:t:{top}")
+    for text in (f"{U1}:{top + 1}", f"{U1}:1-{top + 1}", f"{U1}:t:{10**30}"):
+        with pytest.raises(PositionError, match="9223372036854775806"):
+            MysqlGtidSet.parse(text)
+    with pytest.raises(PositionError):
+        MysqlGtidSet().add(f"{U1}:t:{top + 1}")

@@ -115,6 +115,15 @@ def test_mysql_gtids_accumulate():
     assert w.position == P(300)
 
 
+def test_tagged_mysql_gtids_accumulate_in_their_own_source():
+    w = InflightWindow(Checkpoint("s", P(1), gtids=f"{U1}:1-3:blue:1"))
+    InflightWindow.acknowledged(tx(w, 100, f"{U1}:blue:2"), "t", 0, 1)
+    InflightWindow.acknowledged(tx(w, 200, f"{U1}:4"), "t", 0, 2)
+    w.advance()
+    assert str(w.gtids) == f"{U1}:1-4:blue:1-2"
+    assert w.position == P(200)
+
+
 def test_gtids_start_empty_and_take_the_flavour_of_the_first_gtid():
     w = InflightWindow(None)
     tx(w, 100, "0-1-7", messages=0)

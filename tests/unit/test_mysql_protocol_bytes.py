@@ -6,6 +6,8 @@ encoders:
   "COM_BINLOG_DUMP_GTID"; the GTID set as `Gtid_set::encode` writes it);
 - a MySQL 8.0 Gtid_log_event with the logical clock, immediate / original commit
   timestamps, transaction length and server versions (libbinlogevents `Gtid_event`);
+- a MySQL 8.4 Gtid_tagged_log_event (type 42, MySQL's serialization format), as a
+  Percona Server 8.4.11 wrote it and as `binlog_bytes.tagged_gtid_body` builds it;
 - MySQL binary JSON in a JSON column (sql/json_binary.h: small object / array, inlined
   int16 and literals, strings with a variable-length size, nested values);
 - the `caching_sha2_password` handshake (fast authentication; full authentication
@@ -25,12 +27,17 @@ import pymysql
 import pytest
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
+from hypothesis import given
+from hypothesis import strategies as st
 
+from cdc.errors import PositionError
+from cdc.gtid import MysqlGtidSet
 from cdc.server_version import ServerVersion, binlog_status_statement, replicas_statement
 from cdc.source_events import RowInsert, TxBegin, TxCommit
-from connectors.binlog_decoder import BinlogDecoder, parse_mysql_gtid
-from connectors.binlog_protocol import mysql_gtid_dump_packet
+from connectors.binlog_decoder import BinlogDecodeError, BinlogDecoder, parse_mysql_gtid
+from connectors.binlog_protocol import decode_mysql_gtid_set, encode_mysql_gtid_set, mysql_gtid_dump_packet
 from connectors.mysql_client import pymysql_args, tls_problem
+from connectors.mysql_gtid_tagged import TaggedGtidError, read_tagged_gtid
 from tests.unit import binlog_bytes as bb
 
 UUID_A = "3e11fa47-71ca-11e1-9e33-c80aa9429562"
@@ -109,6 +116,69 @@ def test_com_binlog_dump_gtid_packet_non_blocking_two_sources():
     assert blocks == {_interval_block(UUID_A, [(1, 100)]), _interval_block(UUID_B, [(3, 3)])}
 
 
+def test_com_binlog_dump_gtid_packet_with_a_tagged_set():
+    """MySQL 8.3+ encodes a set holding a tagged GTID in its tagged format
+    (sql/rpl_gtid_set.cc `encode_nsids_format`, `Gtid_set::encode`; libs/mysql/gtid/tsid.cpp
+    `Tsid::encode_tsid`): the 8-byte count is format 1 in its top byte and its low byte
+    and the number of TSIDs (uuid + tag) in the 6 bytes between; each TSID is its uuid and
+    its tag as the serialization library writes a string (the length as a variable-length
+    integer, length << 1 in one byte, then the characters; an untagged TSID: length 0),
+    in (uuid, tag) order, then its intervals as before."""
+    packet = mysql_gtid_dump_packet(f"{UUID_A}:1-5:Tag1:1-3:7,{UUID_B}:3", server_id=42)
+    data = packet[23:]
+    assert struct.unpack_from("<I", packet, 19)[0] == len(data)
+    expected = (
+        bytes([0x01, 0x03, 0, 0, 0, 0, 0, 0x01])  # format 1, 3 TSIDs, format 1
+        + bytes.fromhex(UUID_B.replace("-", "")) + b"\x00" + struct.pack("<Q", 1) + struct.pack("<QQ", 3, 4)
+        + bytes.fromhex(UUID_A.replace("-", "")) + b"\x00" + struct.pack("<Q", 1) + struct.pack("<QQ", 1, 6)
+        + bytes.fromhex(UUID_A.replace("-", "")) + b"\x08tag1" + struct.pack("<Q", 2)
+        + struct.pack("<QQ", 1, 4) + struct.pack("<QQ", 7, 8)
+    )  # fmt: skip
+    assert data == expected
+
+
+def test_an_encoded_tagged_set_and_a_previous_gtids_body_decode():
+    """`decode_mysql_gtid_set` reads what `Gtid_set::encode` writes: the packet's data above,
+    and a Previous_gtids body (type 35, the same encoding; MySQL 8.0, untagged)."""
+    tagged = mysql_gtid_dump_packet(f"{UUID_A}:1-5:Tag1:1-3:7,{UUID_B}:3", server_id=42)[23:]
+    assert str(decode_mysql_gtid_set(tagged)) == f"{UUID_B}:3,{UUID_A}:1-5:tag1:1-3:7"
+    previous = struct.pack("<Q", 2) + _interval_block(UUID_B, [(1, 9)]) + _interval_block(UUID_A, [(1, 5), (7, 7)])
+    assert str(decode_mysql_gtid_set(previous)) == f"{UUID_B}:1-9,{UUID_A}:1-5:7"
+    assert not decode_mysql_gtid_set(struct.pack("<Q", 0))
+
+
+@pytest.mark.parametrize(
+    "data, problem",
+    [
+        (struct.pack("<Q", 2 << 56), "format 2"),
+        (struct.pack("<Q", 1) + _interval_block(UUID_A, [(5, 7), (1, 2)]), r"interval \[1, 3\) after 8"),
+        (struct.pack("<Q", 1) + _interval_block(UUID_A, [(1, 2)]) + b"\x00", "1 bytes after"),
+        (struct.pack("<Q", 2) + _interval_block(UUID_A, [(1, 2)]), "a source uuid cut short"),
+        (
+            bytes([1, 1, 0, 0, 0, 0, 0, 1])
+            + bytes.fromhex(UUID_A.replace("-", ""))
+            + b"\x089tag"
+            + struct.pack("<QQQ", 1, 1, 2),
+            "9tag",
+        ),
+    ],
+)
+def test_a_malformed_encoded_gtid_set_is_refused(data, problem):
+    with pytest.raises(PositionError, match=problem):
+        decode_mysql_gtid_set(data)
+
+
+_tsids = st.tuples(st.sampled_from([UUID_A, UUID_B]), st.sampled_from(["", "a", "tag_1", "z" * 32]))
+
+
+@given(st.lists(st.tuples(_tsids, st.integers(1, 40)), max_size=20))
+def test_encoded_gtid_sets_round_trip(gtids):
+    s = MysqlGtidSet()
+    for (uuid, tag), n in gtids:
+        s = s.add(f"{uuid}:{tag}:{n}" if tag else f"{uuid}:{n}")
+    assert decode_mysql_gtid_set(encode_mysql_gtid_set(s)) == s
+
+
 # -- MySQL 8.0 Gtid_log_event ------------------------------------------------------------
 
 
@@ -165,6 +235,145 @@ def test_a_transaction_opened_by_a_mysql_80_gtid_event_decodes():
     assert begins[0].start.pos == log.starts[0] and begins[0].end.pos == log.starts[1]
     assert [e.values["id"] for e in out if isinstance(e, RowInsert)] == ["e-1"]
     assert [e.end.pos for e in out if isinstance(e, TxCommit)] == [log.pos]
+
+
+# -- MySQL 8.4 Gtid_tagged_log_event ------------------------------------------------------
+
+# The body (no header, no checksum) of a Gtid_tagged_log_event as Percona Server 8.4.11-11
+# wrote it for GTID 77d1902c-01da-11f1-9a41-908d6e5f6e8d:test_tag:1 (a 337-byte
+# transaction), published as a test fixture of a binlog tail scanner.
+REAL_TAGGED_BODY = bytes.fromhex(
+    "027c00"  # format version 1, size 62, last_non_ignorable_field_id 0
+    "0002"  # 0 gtid_flags 1
+    "02ee450341025802690322c50369028241023502dcbedc3502"  # 1 uuid, a varlen a byte
+    "0404"  # 2 gno 1 (signed)
+    "0610746573745f746167"  # 3 tag: length 8, "test_tag"
+    "0800"  # 4 last_committed 0
+    "0a04"  # 5 sequence_number 1
+    "0c7f003e8900fa5b06"  # 6 immediate_commit_timestamp (8 bytes)
+    "104505"  # 8 transaction_length 337 (original_commit_timestamp left out: the same)
+    "12dbd009"  # 9 immediate_server_version 80411
+)
+REAL_UUID = "77d1902c-01da-11f1-9a41-908d6e5f6e8d"
+
+
+def test_a_tagged_gtid_event_as_mysql_84_wrote_it():
+    g = read_tagged_gtid(REAL_TAGGED_BODY)
+    assert g.gtid == f"{REAL_UUID}:test_tag:1"
+    assert (g.uuid, g.tag, g.gno) == (REAL_UUID, "test_tag", 1)
+    assert (g.last_committed, g.sequence_number) == (0, 1)
+    assert g.transaction_length == 337
+    assert g.immediate_server_version == g.original_server_version == 80411
+    assert g.immediate_commit_us == g.original_commit_us == 0x065BFA00893E00  # 8 bytes: 0x7f, then 7
+    assert g.flags == 1 and g.commit_group_ticket == 0
+
+
+def test_the_fixture_builder_writes_what_mysql_84_wrote():
+    body = bb.tagged_gtid_body(
+        bytes.fromhex(REAL_UUID.replace("-", "")), "test_tag", 1, 0, 1, 0x065BFA00893E00, 337, 80411, flags=1
+    )
+    assert body == REAL_TAGGED_BODY
+
+
+def test_a_replicas_tagged_gtid_event_with_every_optional_field():
+    body = bb.tagged_gtid_body(
+        bytes.fromhex(UUID_A.replace("-", "")), "domain_1", (1 << 63) - 2, 41, 42, 1_700_000_001_654_321, 70_000,
+        90100, original_us=1_700_000_000_123_000, original_server_version=80400, commit_group_ticket=7,
+    )  # fmt: skip
+    g = read_tagged_gtid(body)
+    assert g.gtid == f"{UUID_A}:domain_1:{(1 << 63) - 2}"  # a gno of 9 bytes
+    assert (g.last_committed, g.sequence_number, g.transaction_length) == (41, 42, 70_000)
+    assert (g.immediate_commit_us, g.original_commit_us) == (1_700_000_001_654_321, 1_700_000_000_123_000)
+    assert (g.immediate_server_version, g.original_server_version, g.commit_group_ticket) == (90100, 80400, 7)
+
+
+def test_a_newer_servers_extra_field_is_skipped_unless_it_must_be_read():
+    uuid = bytes.fromhex(UUID_A.replace("-", ""))
+    extra = bb.varlen(12) + bb.varlen(123456)
+    g = read_tagged_gtid(bb.tagged_gtid_body(uuid, "t", 5, 0, 1, 1, 100, 80400, extra_fields=extra))
+    assert g.gtid == f"{UUID_A}:t:5" and g.transaction_length == 100
+    needed = bb.tagged_gtid_body(uuid, "t", 5, 0, 1, 1, 100, 80400, extra_fields=extra, last_non_ignorable=13)
+    with pytest.raises(TaggedGtidError, match="field 12 must be read"):
+        read_tagged_gtid(needed)
+
+
+@pytest.mark.parametrize(
+    "body, problem",
+    [
+        (REAL_TAGGED_BODY[:40], "says 62 bytes"),
+        (b"\x04" + REAL_TAGGED_BODY[1:], "format version 2"),
+        (REAL_TAGGED_BODY[:1] + bb.varlen(12) + REAL_TAGGED_BODY[2:12], "cut short"),
+    ],
+)
+def test_a_malformed_tagged_gtid_event_is_refused(body, problem):
+    with pytest.raises(TaggedGtidError, match=problem):
+        read_tagged_gtid(body)
+
+
+def _tagged_transaction(tag: str, gno: int) -> bb.Binlog:
+    log = bb.Binlog()
+    uuid = bytes.fromhex(UUID_A.replace("-", ""))
+    log.add(42, bb.tagged_gtid_body(uuid, tag, gno, 0, 1, 1_700_000_000_000_001, 200, 80400))
+    log.add(2, bb.query_body("BEGIN"))
+    log.add(19, bb.table_map_body())
+    log.add(30, bb.write_rows_body([("e-1", b"{}", 1)]))
+    log.add(16, bb.xid_body(11))
+    return log
+
+
+def test_a_transaction_opened_by_a_tagged_gtid_event_decodes_as_by_a_gtid_event():
+    log = _tagged_transaction("Tag_A", 5)
+    dec = BinlogDecoder({(bb.SCHEMA, bb.TABLE)}, "binlog.000001", flavor="mysql")
+    out: list = []
+    for ev in log.events:
+        dec.decode(ev, out)
+    begins = [e for e in out if isinstance(e, TxBegin)]
+    assert begins[0].gtid == f"{UUID_A}:tag_a:5"
+    assert not begins[0].standalone and not begins[0].opens
+    assert begins[0].start.pos == log.starts[0] and begins[0].end.pos == log.starts[1]
+    assert [e.values["id"] for e in out if isinstance(e, RowInsert)] == ["e-1"]
+    assert [e.end.pos for e in out if isinstance(e, TxCommit)] == [log.pos]
+
+
+def test_a_malformed_tagged_gtid_event_stops_the_decoder_naming_it():
+    log = bb.Binlog()
+    log.add(42, REAL_TAGGED_BODY[:40])
+    dec = BinlogDecoder({(bb.SCHEMA, bb.TABLE)}, "binlog.000001", flavor="mysql")
+    with pytest.raises(BinlogDecodeError, match=r"Gtid_tagged_log_event at binlog.000001:4: .*says 62 bytes"):
+        dec.decode(log.events[0], [])
+
+
+def test_the_library_decoder_reads_a_tagged_gtid_event_with_the_relays_reader():
+    """`source.decoder = "library"`: python-mysql-replication hands type 42 over as a
+    NotImplementedEvent; LibraryConverter reads it into the TxBegin the fast decoder gives."""
+    from types import SimpleNamespace
+
+    from pymysql.protocol import MysqlPacket
+    from pymysqlreplication.event import NotImplementedEvent
+    from pymysqlreplication.packet import BinLogPacketWrapper
+
+    from connectors.binlog_library import LibraryConverter
+
+    log = _tagged_transaction("Tag_A", 5)
+    ctl = SimpleNamespace(charset="utf8mb4", _get_dbms=lambda: "mysql")
+    wrapper = BinLogPacketWrapper(
+        MysqlPacket(b"\x00" + log.events[0], "utf8"), {}, ctl, (8, 4, 0), True, frozenset([NotImplementedEvent]),
+        None, None, None, None, False, False, True, True, False,
+    )  # fmt: skip
+    out: list = []
+    LibraryConverter({(bb.SCHEMA, bb.TABLE)}, "binlog.000001").convert(wrapper.event, out)
+    fast: list = []
+    BinlogDecoder({(bb.SCHEMA, bb.TABLE)}, "binlog.000001", flavor="mysql").decode(log.events[0], fast)
+    assert out == fast and out[0].gtid == f"{UUID_A}:tag_a:5"
+
+
+def test_the_library_decoder_refuses_a_tagged_gtid_start_in_one_line():
+    from cdc.errors import ConfigError
+    from cdc.gtid import MysqlGtidSet
+    from connectors.binlog_library import open_library_stream
+
+    with pytest.raises(ConfigError, match='use source.decoder = "fast"'):
+        open_library_stream({}, 99, set(), 5.0, MysqlGtidSet.parse(f"{UUID_A}:1-3:blue:1"))
 
 
 # -- MySQL binary JSON -------------------------------------------------------------------

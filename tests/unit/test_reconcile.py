@@ -385,6 +385,29 @@ def test_identity_key_agrees_with_the_header_contract() -> None:
     assert identity_key("s", None, "mysql-bin.000002", 77, 3) != identity_key("s", None, "mysql-bin.000002", 78, 3)
 
 
+def test_tagged_gtids_identify_events_by_uuid_tag_and_number() -> None:
+    """MySQL 8.4 tagged GTIDs: the event of `uuid:blue:7` is delivered by the record whose
+    header names `uuid:blue:7`; a record naming the untagged `uuid:7` (another transaction)
+    does not deliver it."""
+    u = "3e11fa47-71ca-11e1-9e33-c80aa9429562"
+    tagged, plain = make_event(100, 0, gtid=f"{u}:blue:7"), make_event(200, 0, gtid=f"{u}:7")
+    assert tagged["ikey"] != plain["ikey"]
+    res = reconcile_reference([tagged, plain], [make_record(tagged), make_record(plain, offset=1)], ctx())
+    assert res.event_class[tagged["ikey"]] == "delivered" and res.event_class[plain["ikey"]] == "delivered"
+    wrong = make_record(tagged, h_gtid=f"{u}:7", offset=2)
+    res = reconcile_reference([tagged], [wrong], ctx())
+    assert res.event_class[tagged["ikey"]] == "missing"
+    assert res.record_class[(TOPIC, 0, 2)][0] == "phantom"
+    headers = {
+        hdr.H_SOURCE: "s",
+        hdr.H_FILE: "binlog.000002",
+        hdr.H_POS: "77",
+        hdr.H_ROW: "0",
+        hdr.H_GTID: f"{u}:blue:7",
+    }
+    assert hdr.identity_key_from_headers(headers) == ("s", f"{u}:blue:7", 0)
+
+
 def test_verified_through_when_first_event_is_unproven() -> None:
     e = make_event(100, 0)
     res = reconcile_reference([e], [], ctx())

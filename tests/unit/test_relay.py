@@ -33,9 +33,12 @@ DLQ = "outbox.dlq"
 
 def workload(gtids=False):
     """A small binlog: outbox rows on two topics, a rollback, a non-outbox transaction,
-    a heartbeat and a file rotation."""
+    a heartbeat and a file rotation. `gtids="tagged"`: MySQL 8.4 tagged GTIDs
+    (`uuid:blue:n`) on every other transaction, untagged ones between."""
     b = Binlog()
     g = iter(f"{U1}:{n}" for n in range(1, 100)) if gtids else iter(lambda: None, 0)
+    if gtids == "tagged":
+        g = iter(f"{U1}:blue:{n}" if n % 2 else f"{U1}:{n}" for n in range(1, 100))
     b.transaction([outbox_row("e1", "order", "k1"), outbox_row("e2", "user", "u1")], gtid=next(g))
     b.transaction([outbox_row("r1", "order", "k1")], gtid=next(g), outcome="rollback")
     b.transaction([], gtid=next(g), other_rows=2)
@@ -423,6 +426,16 @@ def test_start_at_a_gtid_set_skips_the_transactions_in_it():
     assert sorted(ids_in(h.kafka)) == ["e3", "e4", "e5", "e6", "e7"]
 
 
+def test_start_at_a_tagged_gtid_set_skips_the_transactions_in_it():
+    b = workload(gtids="tagged")
+    h = RelayHarness(b, start=f"{U1}:2:Blue:1-3")
+    h.run()
+    assert str(h.factory.opened_at[0]) == f"{U1}:2:blue:1-3"
+    assert sorted(ids_in(h.kafka)) == ["e3", "e4", "e5", "e6", "e7"]
+    gtids = {r.header_text.get("cdc.gtid") for r in h.kafka.records()}
+    assert gtids == {f"{U1}:4", f"{U1}:blue:5"}  # the identity headers carry uuid:tag:n
+
+
 def test_start_position_with_dashes_in_the_binlog_base_name():
     # MariaDB names binlogs after the host by default: ip-10-0-0-7-bin.000003
     b = Binlog(file="ip-10-0-0-7-bin.000003")
@@ -441,8 +454,9 @@ def test_purged_start_position_is_refused():
     assert h.kafka.records() == []
 
 
-def test_failover_resumes_by_gtid_set():
-    b = workload(gtids=True)
+@pytest.mark.parametrize("gtids", [True, "tagged"])
+def test_failover_resumes_by_gtid_set(gtids):
+    b = workload(gtids=gtids)
     first = RelayHarness(b)
     first.run(stop=lambda h: h.store.current is not None and h.store.current.position >= b.txs[0].end)
     cp = first.store.current
@@ -503,7 +517,7 @@ def test_source_unreachable_past_the_timeout_raises_source_error_and_keeps_the_c
 # -- restart and recovery ------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("gtids", [False, True])
+@pytest.mark.parametrize("gtids", [False, True, "tagged"])
 def test_restart_skips_exactly_what_was_delivered_after_the_checkpoint(gtids):
     b = workload(gtids=gtids)
     kafka = FakeKafka({"outbox.event.order": 3, "outbox.event.user": 3, DLQ: 2})
