@@ -6,6 +6,7 @@ file the server reads (the contract in docs/DESIGN.md, "The MySQL lab")."""
 
 from __future__ import annotations
 
+import json
 import struct
 import uuid
 from pathlib import Path
@@ -103,6 +104,10 @@ class LabFiles:
         self._save_state()
 
     def _save_state(self) -> None:
+        """gtid_executed now; what a test changed in the file (update_state) stays."""
+        path = self.dir / "lab_state.json"
+        if path.exists():
+            self.state = json.loads(path.read_text())
         self.state["gtid_executed"] = executed(self.gno)
         write_state(self.dir, self.state)
 

@@ -6,9 +6,13 @@ relay, `cdc check`, the lease and the verifier, and the dumps of the relay's own
 
 from __future__ import annotations
 
+import os
 import struct
+import subprocess
+import sys
 import threading
 import time
+import zlib
 from pathlib import Path
 
 import pymysql
@@ -16,7 +20,7 @@ import pytest
 
 from connectors.binlog_protocol import BinlogConnection, BinlogConnectionError
 from testbed.mysql_lab.lab import MysqlLab
-from tests.integration.harness import wait_until
+from tests.integration.harness import _to_toml, wait_until
 from tests.integration.mysql_lab_files import SERVER_UUID, LabFiles
 
 pytestmark = pytest.mark.integration
@@ -239,8 +243,6 @@ def test_the_relays_dump_client_reads_a_file_as_mysql_sends_it(lab):
         events = list(conn.dump_file("binlog.000001", second, blocking=False).events())
     fde = events[1]
     assert header(fde)[4] == 0 and fde[19 + 52 : 19 + 56] == b"\x00\x00\x00\x00"
-    import zlib
-
     assert struct.unpack("<I", fde[-4:])[0] == zlib.crc32(fde[:-4])
     assert [header(e)[1] for e in events[2:]] == [33, 2, 19, 30, 16]
 
@@ -365,3 +367,141 @@ def test_python_mysql_replication_gtid_dump(lab):
     finally:
         stream.close()
     assert gtids == [f"{SERVER_UUID}:3"]
+
+
+# -- cdc check ------------------------------------------------------------------------------
+
+OUTBOX_COLUMNS = ["id", "aggregatetype", "aggregateid", "type", "payload", "created_at"]
+
+
+@pytest.mark.parametrize("version", ["8.4.3", "9.1.0"])
+def test_cdc_check_passes_against_the_lab(version, kafka, tmp_path):
+    files = LabFiles(tmp_path / "data", version=version)
+    files.transaction("e1")
+    with MysqlLab.start(datadir=tmp_path / "data") as lab:
+        result = _cdc_check(lab, kafka, tmp_path)
+        text = result.stdout + result.stderr
+        assert result.returncode == 0, text
+        assert "Traceback" not in text
+        lines = [line for line in result.stdout.splitlines() if line.strip()]
+        names = {line[4:].split(":")[0].strip() for line in lines}
+        for name in ("connect", "log_bin", "binlog_format", "binlog_row_metadata", "replica_server_id",
+                     "grant_replication_slave", "grant_replication_client", "table shop.outbox", "xa_undecided"):  # fmt: skip
+            assert name in names, result.stdout
+        assert lab.unknown_statements() == []
+
+
+def _cdc_check(lab: MysqlLab, kafka, tmp_path: Path):
+    lab.update_state(
+        tables={
+            "shop.outbox": [
+                {"name": c, "ordinal": i, "column_type": "varchar(255)", "data_type": "varchar", "nullable": True,
+                 "character_set": "utf8mb4", "key": "PRI" if c == "id" else ""}
+                for i, c in enumerate(OUTBOX_COLUMNS, 1)
+            ]
+        }
+    )  # fmt: skip
+    raw = {
+        "source": {
+            "name": "src-lab",
+            "host": lab.host,
+            "port": lab.port,
+            "user": lab.user,
+            "password_env": "CDC_TEST_MYSQL_PASSWORD",
+            "replica_server_id": 5123,
+            "start": "latest",
+            "heartbeat_s": 0.5,
+        },
+        "outbox": {"tables": [{"schema": "shop", "table": "outbox", "topic": "lab.{aggregate_type}"}]},
+        "kafka": {"bootstrap": kafka.bootstrap_servers, "dead_letter_topic": "lab.dlq"},
+        "schema_registry": {"url": "mock://lab"},
+        "checkpoint": {"store": "file", "path": str(tmp_path / "cp.json"), "interval_s": 0.2},
+        "topics": {"missing": "auto"},
+    }
+    config = tmp_path / "relay.toml"
+    config.write_text(_to_toml(raw))
+    result = subprocess.run(
+        [sys.executable, "-m", "cdc_cli.main", "check", "--config", str(config)],
+        cwd=Path(__file__).resolve().parents[2],
+        env={**os.environ, "CDC_TEST_MYSQL_PASSWORD": lab.password},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    return result
+
+
+# -- more of the protocol -------------------------------------------------------------------
+
+
+def test_native_password_ping_init_db_and_replica_uuid(lab, monkeypatch):
+    import pymysql.connections
+
+    # A client that answers with mysql_native_password (as if the server had announced it).
+    monkeypatch.setattr(pymysql.connections, "_DEFAULT_AUTH_PLUGIN", "mysql_native_password")
+    with connect(lab, database="shop") as conn:
+        conn.ping(reconnect=False)
+        assert query(conn, "SELECT DATABASE()") == [("shop",)]
+        conn.select_db("information_schema")
+        with pytest.raises(pymysql.err.OperationalError) as err:
+            conn.select_db("nope")
+        assert err.value.args[0] == 1049
+    with pytest.raises(pymysql.err.OperationalError) as err:
+        pymysql.connect(host=lab.host, port=lab.port, user=lab.user, password="wrong")
+    assert err.value.args[0] == 1045
+    assert any("mysql_native_password" in line for line in lab.log_lines())
+
+
+def test_a_tagged_gtid_set_in_com_binlog_dump_gtid(lab):
+    """The client's set in MySQL 8.3+'s tagged encoding (an untagged range and a tagged
+    one): the lab decodes it and skips the untagged transactions it names."""
+    import uuid
+
+    files = lab.files
+    for e in ("e1", "e2", "e3"):
+        files.transaction(e)
+    sid = uuid.UUID(SERVER_UUID).bytes
+    other = uuid.UUID("11111111-2222-3333-4444-555555555555").bytes
+    entries = (
+        sid + b"\x00" + struct.pack("<QQQ", 1, 1, 3)  # SERVER_UUID:1-2, no tag
+        + other + bytes([len(b"blue") << 1]) + b"blue" + struct.pack("<QQQ", 1, 1, 8)  # other:blue:1-7
+    )  # fmt: skip
+    encoded = struct.pack("<Q", (1 << 56) | (2 << 8) | 1) + entries
+    payload = b"\x1e" + struct.pack("<HII", 0x04 | 0x01, 4545, 0) + struct.pack("<QI", 4, len(encoded)) + encoded
+    conn = relay_client(lab, server_id=4545)
+    conn._connect()
+    conn._register()
+    conn._start_stream(payload)
+    try:
+        events = list(conn.events())
+    finally:
+        conn.close()
+    gtids = [struct.unpack_from("<Q", e, 19 + 17)[0] for e in events if header(e)[1] == 33]
+    assert gtids == [3]
+
+
+def test_python_mysql_replication_announces_its_uuid_and_heartbeat(lab):
+    from pymysqlreplication import BinLogStreamReader
+    from pymysqlreplication.event import HeartbeatLogEvent
+
+    lab.files.transaction("e1")
+    stream = BinLogStreamReader(
+        connection_settings=lab.connection_settings(),
+        server_id=4646,
+        blocking=True,
+        resume_stream=True,
+        log_file="binlog.000001",
+        log_pos=lab.files.pos,
+        slave_uuid="aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee",
+        slave_heartbeat=0.2,
+        only_events=[HeartbeatLogEvent],
+    )
+    try:
+        first = next(iter(stream))
+        assert isinstance(first, HeartbeatLogEvent) and first.ident == "binlog.000001"
+        with connect(lab) as side:
+            assert [(r[0], r[4]) for r in query(side, "SHOW REPLICAS")] == [
+                (4646, "aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee")
+            ]
+    finally:
+        stream.close()
