@@ -58,6 +58,7 @@ log = logging.getLogger("testbed.mysql_lab")
 CACHING_SHA2 = "caching_sha2_password"
 NATIVE = "mysql_native_password"
 NONCE_LENGTH = 20
+CONNECT_TIMEOUT_S = 10.0  # connect_timeout's default: the login must be over by then
 
 ER_ACCESS_DENIED_ERROR = 1045
 ER_HANDSHAKE_ERROR = 1043
@@ -218,7 +219,7 @@ def denied(user: str, host: str, with_password: bool) -> MysqlError:
 def authenticate(channel: PacketChannel, accounts: Accounts, nonce: bytes, host: str) -> HandshakeResponse:
     """Read the client's answer to the greeting and run its plugin's exchange; send OK on
     success. Raises MysqlError (the caller sends it and closes) on a refused login."""
-    answer = parse_handshake_response(channel.read_packet())
+    answer = parse_handshake_response(channel.read_packet(CONNECT_TIMEOUT_S))
     if answer.user != accounts.user:
         raise denied(answer.user, host, bool(answer.auth_response))
     if answer.plugin == NATIVE:
@@ -231,7 +232,7 @@ def authenticate(channel: PacketChannel, accounts: Accounts, nonce: bytes, host:
         # AuthSwitchRequest (page_protocol_connection_phase_packets_protocol_auth_switch_request):
         # 0xfe, plugin name NUL, plugin data (the nonce, NUL-terminated).
         channel.write_packet(b"\xfe" + CACHING_SHA2.encode() + b"\x00" + nonce + b"\x00")
-        answer.auth_response = channel.read_packet()
+        answer.auth_response = channel.read_packet(CONNECT_TIMEOUT_S)
         answer.plugin = CACHING_SHA2
     scramble = answer.auth_response
     if not scramble:  # an empty password
@@ -247,10 +248,10 @@ def authenticate(channel: PacketChannel, accounts: Accounts, nonce: bytes, host:
         channel.write_packet(ok_packet())
         return answer
     channel.write_packet(b"\x01\x04")  # perform_full_authentication
-    reply = channel.read_packet()
+    reply = channel.read_packet(CONNECT_TIMEOUT_S)
     if reply == b"\x02":  # request_public_key
         channel.write_packet(b"\x01" + accounts.public_pem)
-        reply = channel.read_packet()
+        reply = channel.read_packet(CONNECT_TIMEOUT_S)
     password = accounts.decrypt(reply, nonce)
     if password is None or not hmac.compare_digest(password, accounts.password.encode()):
         raise denied(answer.user, host, True)

@@ -94,6 +94,10 @@ class ConnectionClosed(Exception):
     """The peer closed the connection (or the server ended it: KILL)."""
 
 
+class IdleTimeout(Exception):
+    """No command within the session's wait_timeout."""
+
+
 def lenenc_int(n: int) -> bytes:
     """Length-encoded integer (page_protocol_basic_dt_integers.html)."""
     if n < 251:
@@ -139,6 +143,8 @@ class PacketChannel:
         while len(self._buf) < n:
             try:
                 chunk = self.sock.recv(65536)
+            except TimeoutError:
+                raise IdleTimeout() from None
             except OSError as exc:
                 raise ConnectionClosed(str(exc)) from None
             if not chunk:
@@ -147,8 +153,13 @@ class PacketChannel:
         out, self._buf = self._buf[:n], self._buf[n:]
         return out
 
-    def read_packet(self) -> bytes:
-        """One logical packet's payload (parts of a split payload joined)."""
+    def read_packet(self, timeout: float | None = None) -> bytes:
+        """One logical packet's payload (parts of a split payload joined); IdleTimeout when
+        nothing arrives within `timeout` seconds."""
+        try:
+            self.sock.settimeout(timeout)
+        except OSError as exc:
+            raise ConnectionClosed(str(exc)) from None
         parts = []
         while True:
             header = self._recv_exact(4)

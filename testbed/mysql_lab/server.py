@@ -28,6 +28,7 @@ from testbed.mysql_lab.binlog_dir import BinlogDir
 from testbed.mysql_lab.locks import UserLocks
 from testbed.mysql_lab.protocol import (
     ConnectionClosed,
+    IdleTimeout,
     MysqlError,
     PacketChannel,
     eof_packet,
@@ -50,6 +51,11 @@ COM_BINLOG_DUMP_GTID = 0x1E
 COM_RESET_CONNECTION = 0x1F
 
 ER_UNKNOWN_COM_ERROR = 1047
+ER_CLIENT_INTERACTION_TIMEOUT = 4031
+_IDLE_MESSAGE = (
+    "The client was disconnected by the server because of inactivity. See wait_timeout and "
+    "interactive_timeout for configuring this behavior."
+)
 
 
 class LabServer:
@@ -124,7 +130,7 @@ class LabServer:
             self._send_error(channel, exc)
             channel.close()
             return
-        except (ConnectionClosed, ValueError):
+        except (ConnectionClosed, IdleTimeout, ValueError):
             channel.close()
             return
         session = Session(conn_id, answer.user, addr[0], addr[1])
@@ -163,7 +169,15 @@ class LabServer:
             COM_BINLOG_DUMP_GTID: self._com_binlog_dump,
         }
         while not session.killed.is_set():
-            payload = channel.read_packet()
+            try:
+                payload = channel.read_packet(timeout=self._wait_timeout(session))
+            except IdleTimeout:
+                # MySQL 8.0.24+: ER_CLIENT_INTERACTION_TIMEOUT, then the session ends (and its
+                # user-level locks with it: what the lease's wait_timeout relies on).
+                log.info("session %d ended: idle for wait_timeout", session.id)
+                channel.seq = 0
+                self._send_error(channel, MysqlError(ER_CLIENT_INTERACTION_TIMEOUT, "HY000", _IDLE_MESSAGE))
+                return
             if not payload or payload[0] == COM_QUIT:
                 return
             handler = handlers.get(payload[0])
@@ -172,6 +186,13 @@ class LabServer:
                 continue
             if not handler(session, channel, statements, payload):
                 return
+
+    def _wait_timeout(self, session: Session) -> float:
+        value = session.session_vars.get("wait_timeout", global_variables(self).get("wait_timeout", 28800))
+        try:
+            return max(1.0, float(value))
+        except (TypeError, ValueError):
+            return 28800.0
 
     def _ok(self, channel: PacketChannel) -> bool:
         channel.write_packet(ok_packet())

@@ -505,3 +505,47 @@ def test_python_mysql_replication_announces_its_uuid_and_heartbeat(lab):
             ]
     finally:
         stream.close()
+
+
+def test_a_silent_session_ends_after_its_wait_timeout_and_frees_its_locks(lab):
+    """What the lease's `SET SESSION wait_timeout` relies on (connectors/mysql_lease.py)."""
+    holder, other = connect(lab), connect(lab)
+    try:
+        query(holder, "SET SESSION wait_timeout = 1")
+        assert query(holder, "SELECT GET_LOCK('lease', 0)") == [(1,)]
+        assert query(other, "SELECT GET_LOCK('lease', 5)") == [(1,)]  # within ~1 s
+        with pytest.raises(pymysql.err.OperationalError) as err:
+            query(holder, "SELECT 1")
+        assert err.value.args[0] in (4031, 2013), err.value.args
+    finally:
+        other.close()
+
+
+def test_the_relays_lease_on_the_lab(lab):
+    """connectors/mysql_lease.py as the relay runs it: one holder, a standby that names the
+    holder's connection and takes over when the holder releases."""
+    from cdc.lease import LeaseSettings
+    from connectors.mysql_lease import MySQLLease, lease_holder
+
+    settings = LeaseSettings(ttl_s=3, renew_s=0.5)
+    first = MySQLLease(lab.connection_settings(), "cdc.relay.lab", settings)
+    second = MySQLLease(lab.connection_settings(), "cdc.relay.lab", settings)
+    try:
+        assert first.acquire(lambda: False, lambda holder: None)
+        first.hold()
+        assert lease_holder("cdc.relay.lab", lab.connection_settings()) == first.conn_id
+        waiting: list = []
+        result: list = []
+        standby = threading.Thread(target=lambda: result.append(second.acquire(lambda: False, waiting.append)))
+        standby.start()
+        wait_until(lambda: waiting, 5, "the standby to see the holder")
+        assert waiting == [first.conn_id]
+        assert first.lease is not None and first.lease.lost is None  # confirmations go through
+        first.close()
+        standby.join(10)
+        assert result == [True]
+        assert lease_holder("cdc.relay.lab", lab.connection_settings()) == second.conn_id
+        assert second.previous(None).closed_while_active  # freed by a close, not a timeout
+    finally:
+        first.close()
+        second.close()
