@@ -120,11 +120,18 @@ class BinlogDir:
             fh.seek(start)
             return fh.read(end - start)
 
-    def events(self, name: str, start: int, end: int | None = None) -> list[tuple[int, bytes]]:
-        """(position, raw event) of the whole events in [start, end)."""
+    def events(
+        self, name: str, start: int, end: int | None = None, limit: int | None = None
+    ) -> list[tuple[int, bytes]]:
+        """(position, raw event) of the whole events in [start, end); with `limit`, about
+        that many bytes of them (at least one event, however large)."""
         stop = self.whole_end(name) if end is None else min(end, self.whole_end(name))
         if stop <= start:
             return []
+        if limit is not None and stop - start > limit:
+            head = self.read(name, start, start + HEADER_LEN)
+            first = struct.unpack_from("<I", head, 9)[0]
+            stop = start + max(limit, first)
         data = self.read(name, start, stop)
         out = []
         p = 0

@@ -171,6 +171,14 @@ class PacketChannel:
 
     def write_packet(self, payload: bytes) -> None:
         """`payload` as one or more packets, from the current sequence id."""
+        self.send(self._frame(payload))
+
+    def write_packets(self, payloads: list[bytes]) -> None:
+        """Several packets in one write (a result set, a run of binlog events)."""
+        if payloads:
+            self.send(b"".join(self._frame(p) for p in payloads))
+
+    def _frame(self, payload: bytes) -> bytes:
         out = []
         pos = 0
         while True:
@@ -180,7 +188,7 @@ class PacketChannel:
             pos += len(part)
             if len(part) < MAX_PAYLOAD:
                 break
-        self.send(b"".join(out))
+        return b"".join(out)
 
     def send(self, data: bytes) -> None:
         with self._write_lock:

@@ -330,7 +330,7 @@ class _Evaluator:
     def fn_get_lock(self, name: Any, timeout: Any) -> int | None:
         if name is None or name == "":
             raise MysqlError(ER_WRONG_ARGUMENTS, "HY000", "Incorrect user-level lock name ''.")
-        return self.lab.locks.get(str(name), float(timeout), self.session.id, self.session.killed.is_set)
+        return self.lab.locks.get(str(name), float(timeout), self.session.id, self.session.stopped)
 
     def fn_release_lock(self, name: Any) -> int | None:
         return self.lab.locks.release(str(name), self.session.id)
@@ -347,9 +347,9 @@ class _Evaluator:
 
     def fn_sleep(self, seconds: Any) -> int:
         end = time.monotonic() + float(seconds)
-        while time.monotonic() < end and not self.session.killed.is_set():
+        while time.monotonic() < end and not self.session.stopped():
             time.sleep(min(0.05, max(0.0, end - time.monotonic())))
-        return 1 if self.session.killed.is_set() else 0
+        return 1 if self.session.stopped() else 0
 
 
 def _column_for(name: str, values: Sequence[Any], binary: bool = False) -> Column:

@@ -89,7 +89,8 @@ class LabServer:
             return False
         session, channel = found
         if query_only and not session.command.startswith("Binlog Dump"):
-            return True  # no statement of the lab's runs long enough to interrupt (but GET_LOCK)
+            session.interrupted.set()  # a GET_LOCK or SLEEP waiting returns now (NULL / 1)
+            return True
         session.killed.set()
         channel.close()
         return True
@@ -204,6 +205,7 @@ class LabServer:
 
     def _com_query(self, session: Session, channel: PacketChannel, statements: Statements, payload: bytes) -> bool:
         sql = payload[1:].decode("utf-8", "replace")
+        session.interrupted.clear()
         session.set_command("Query", "executing")
         try:
             result = statements.answer(sql)
@@ -217,9 +219,7 @@ class LabServer:
         if isinstance(result, Done):
             channel.write_packet(ok_packet(result.affected))
         else:
-            # One write for the whole result set, each packet numbered in turn.
-            for packet in result_set_packets(result.columns, result.rows):
-                channel.write_packet(packet)
+            channel.write_packets(result_set_packets(result.columns, result.rows))
         return True
 
     def _com_init_db(self, session: Session, channel: PacketChannel, statements: Statements, payload: bytes) -> bool:

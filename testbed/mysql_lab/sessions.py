@@ -35,6 +35,11 @@ class Session:
     replica: Replica | None = None
     replica_uuid: str = ""
     killed: threading.Event = field(default_factory=threading.Event)
+    interrupted: threading.Event = field(default_factory=threading.Event)  # KILL QUERY
+
+    def stopped(self) -> bool:
+        """Whether the running statement must stop waiting (KILL or KILL QUERY)."""
+        return self.killed.is_set() or self.interrupted.is_set()
 
     def set_command(self, command: str, state: str = "") -> None:
         self.command = command

@@ -549,3 +549,21 @@ def test_the_relays_lease_on_the_lab(lab):
     finally:
         first.close()
         second.close()
+
+
+def test_kill_query_ends_a_get_lock_wait_with_null(lab):
+    holder, waiter = connect(lab), connect(lab)
+    try:
+        assert query(holder, "SELECT GET_LOCK('x', 0)") == [(1,)]
+        waiter_id = query(waiter, "SELECT CONNECTION_ID()")[0][0]
+        got: list = []
+        thread = threading.Thread(target=lambda: got.append(query(waiter, "SELECT GET_LOCK('x', 30)")))
+        thread.start()
+        time.sleep(0.2)
+        query(holder, f"KILL QUERY {waiter_id}")
+        thread.join(5)
+        assert got == [[(None,)]]
+        assert query(waiter, "SELECT 1") == [(1,)]  # the session lives on
+    finally:
+        holder.close()
+        waiter.close()
