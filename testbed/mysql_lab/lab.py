@@ -43,6 +43,7 @@ DEFAULT_USER = "cdc"
 DEFAULT_PASSWORD = "cdc-test"
 STATE_FILE = "lab_state.json"
 LOG_FILE = "lab_server.log"
+ERR_FILE = "lab_server.err"
 _ROOT = Path(__file__).resolve().parents[2]
 _START_TIMEOUT = 30.0
 
@@ -131,14 +132,16 @@ class MysqlLab:
         env["PYTHONPATH"] = str(_ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         cmd = [sys.executable, "-m", "testbed.mysql_lab", "--datadir", str(self.datadir), "--port", str(self.port)]
         cmd += ["--user", self.user, "--version", self.version]
-        proc = subprocess.Popen(
-            cmd,
-            cwd=str(_ROOT),
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            preexec_fn=functools.partial(die_with_parent, os.getpid()),
-        )
+        # stderr to a file: a pipe nobody reads would stall the server once full.
+        with (self.datadir / ERR_FILE).open("ab") as err_file:
+            proc = subprocess.Popen(
+                cmd,
+                cwd=str(_ROOT),
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=err_file,
+                preexec_fn=functools.partial(die_with_parent, os.getpid()),
+            )
         assert proc.stdout is not None
         deadline = time.monotonic() + _START_TIMEOUT
         line = b""
@@ -151,8 +154,8 @@ class MysqlLab:
                 line += chunk
         if not line.startswith(b"ready "):
             proc.kill()
-            err = proc.stderr.read().decode("utf-8", "replace").strip() if proc.stderr else ""
             proc.wait()
+            err = (self.datadir / ERR_FILE).read_text(errors="replace").strip()
             raise MysqlLabError(f"the MySQL lab server did not start: {err.splitlines()[-1] if err else 'no output'}")
         self.port = int(line.split()[1])
         self._proc = proc
@@ -192,6 +195,10 @@ class MysqlLab:
         marker = "unknown statement: "
         return [line.split(marker, 1)[1] for line in self.log_lines() if marker in line]
 
+    def lab_errors(self) -> list[str]:
+        """Log lines of statements the lab failed on (its own bugs, answered with error 1105)."""
+        return [line for line in self.log_lines() if "lab error on statement" in line]
+
     def connection_settings(self) -> dict[str, Any]:
         return {"host": self.host, "port": self.port, "user": self.user, "password": self.password}
 
@@ -201,20 +208,24 @@ class MysqlLab:
     def running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 
-    def stop(self, timeout: float = 5.0) -> None:
+    def _end_process(self, timeout: float = 5.0) -> None:
         proc = self._proc
-        if proc is not None:
-            if proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(timeout)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
-            for stream in (proc.stdout, proc.stderr):
-                if stream is not None:
-                    stream.close()
-            self._proc = None
+        if proc is None:
+            return
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
+        self._proc = None
+
+    def stop(self) -> None:
+        """Stop the server (SIGTERM, then SIGKILL after 5 s); remove a temporary directory."""
+        self._end_process()
         with _running_lock:
             _running.discard(self)
         if self.owns_datadir:
@@ -223,11 +234,7 @@ class MysqlLab:
     def restart(self) -> None:
         """Stop the server process and start it again on the same port and directory (a
         server restart: sessions, locks and the caching_sha2 cache are gone)."""
-        proc = self._proc
-        if proc is not None:
-            proc.terminate()
-            proc.wait(5)
-            self._proc = None
+        self._end_process()
         self._spawn()
 
     def __enter__(self) -> MysqlLab:

@@ -51,6 +51,7 @@ COM_BINLOG_DUMP_GTID = 0x1E
 COM_RESET_CONNECTION = 0x1F
 
 ER_UNKNOWN_COM_ERROR = 1047
+ER_UNKNOWN_ERROR = 1105
 ER_CLIENT_INTERACTION_TIMEOUT = 4031
 _IDLE_MESSAGE = (
     "The client was disconnected by the server because of inactivity. See wait_timeout and "
@@ -211,6 +212,10 @@ class LabServer:
             result = statements.answer(sql)
         except MysqlError as exc:
             channel.write_packet(exc.packet())
+            return True
+        except Exception:  # a bug of the lab's: the client sees an error, the log the traceback
+            log.exception("lab error on statement: %s", sql)
+            channel.write_packet(MysqlError(ER_UNKNOWN_ERROR, "HY000", f"lab error on statement: {sql[:200]}").packet())
             return True
         finally:
             session.set_command("Sleep")

@@ -388,7 +388,7 @@ def test_cdc_check_passes_against_the_lab(version, kafka, tmp_path):
         for name in ("connect", "log_bin", "binlog_format", "binlog_row_metadata", "replica_server_id",
                      "grant_replication_slave", "grant_replication_client", "table shop.outbox", "xa_undecided"):  # fmt: skip
             assert name in names, result.stdout
-        assert lab.unknown_statements() == []
+        assert lab.unknown_statements() == [] and lab.lab_errors() == []
 
 
 def _cdc_check(lab: MysqlLab, kafka, tmp_path: Path):
@@ -567,3 +567,15 @@ def test_kill_query_ends_a_get_lock_wait_with_null(lab):
     finally:
         holder.close()
         waiter.close()
+
+
+def test_a_restart_keeps_port_and_files_and_forgets_the_login_cache(lab):
+    lab.files.transaction("e1")
+    port = lab.port
+    connect(lab).close()
+    lab.restart()
+    assert lab.port == port
+    with connect(lab) as conn:
+        assert query(conn, "SHOW BINARY LOGS")[0][0] == "binlog.000001"
+    logins = [line for line in lab.log_lines() if "caching_sha2_password" in line]
+    assert "full authentication" in logins[-1], logins
