@@ -21,7 +21,8 @@ Layouts and exchanges, from MySQL's documentation and source:
                     the client sends RSA-OAEP(SHA1) of (pw + NUL) XOR nonce; a right password
                     is cached (the next login takes the fast path).
   mysql_native_password  SHA1(pw) XOR SHA1(nonce + SHA1(SHA1(pw))) (sql/auth/password.cc),
-                    accepted when a client names this plugin in its answer.
+                    accepted when a client names this plugin in its answer (8.x; 9.0 removed
+                    the plugin: such a client gets an AuthSwitchRequest to caching_sha2_password).
   A wrong password: ER_ACCESS_DENIED_ERROR 1045, SQLSTATE 28000, "Access denied for user
                     'u'@'host' (using password: YES)".
 """
@@ -216,13 +217,17 @@ def denied(user: str, host: str, with_password: bool) -> MysqlError:
     )
 
 
-def authenticate(channel: PacketChannel, accounts: Accounts, nonce: bytes, host: str) -> HandshakeResponse:
+def authenticate(
+    channel: PacketChannel, accounts: Accounts, nonce: bytes, host: str, native_available: bool = True
+) -> HandshakeResponse:
     """Read the client's answer to the greeting and run its plugin's exchange; send OK on
-    success. Raises MysqlError (the caller sends it and closes) on a refused login."""
+    success. Raises MysqlError (the caller sends it and closes) on a refused login.
+    `native_available=False` (MySQL 9, which removed mysql_native_password): a client that
+    answers with it is switched to caching_sha2_password."""
     answer = parse_handshake_response(channel.read_packet(CONNECT_TIMEOUT_S))
     if answer.user != accounts.user:
         raise denied(answer.user, host, bool(answer.auth_response))
-    if answer.plugin == NATIVE:
+    if answer.plugin == NATIVE and native_available:
         if not native_scramble_ok(accounts.password, nonce, answer.auth_response):
             raise denied(answer.user, host, bool(answer.auth_response))
         log.info("login %s@%s: mysql_native_password", answer.user, host)

@@ -66,6 +66,7 @@ GLOBAL_DEFAULTS: dict[str, Any] = {
     "version_compile_os": "Linux",
     "wait_timeout": 28800,
 }
+BOOLEAN_VARIABLES = {"autocommit", "log_bin", "binlog_transaction_compression", "log_replica_updates", "sql_log_bin"}
 SESSION_ONLY = {"autocommit", "sql_mode", "time_zone", "wait_timeout", "interactive_timeout", "net_read_timeout",
                 "net_write_timeout", "character_set_client", "character_set_connection", "character_set_results",
                 "collation_connection", "transaction_isolation", "sql_log_bin", "binlog_format",
@@ -290,7 +291,11 @@ class _Evaluator:
         if name == "port":
             return self.lab_port()
         if name in values:
-            return values[name]
+            value = values[name]
+            # Boolean variables select as 1 / 0 (SHOW VARIABLES prints them ON / OFF).
+            if name in BOOLEAN_VARIABLES and str(value).upper() in ("ON", "OFF"):
+                return 1 if str(value).upper() == "ON" else 0
+            return value
         raise MysqlError(ER_UNKNOWN_SYSTEM_VARIABLE, "HY000", f"Unknown system variable '{name}'")
 
     def lab_port(self) -> int:

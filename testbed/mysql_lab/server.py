@@ -35,7 +35,7 @@ from testbed.mysql_lab.protocol import (
     ok_packet,
     result_set_packets,
 )
-from testbed.mysql_lab.queries import DEFAULT_VERSION, Done, Statements, global_variables, version_of
+from testbed.mysql_lab.queries import DEFAULT_VERSION, Done, Statements, global_variables, version_of, version_tuple
 from testbed.mysql_lab.sessions import Replica, Session
 
 log = logging.getLogger("testbed.mysql_lab")
@@ -127,7 +127,8 @@ class LabServer:
         nonce = make_nonce()
         try:
             channel.write_packet(greeting(version_of(self), conn_id, nonce))
-            answer = authenticate(channel, self.accounts, nonce, addr[0])
+            native = version_tuple(version_of(self)) < (9, 0, 0)  # MySQL 9.0 removed mysql_native_password
+            answer = authenticate(channel, self.accounts, nonce, addr[0], native_available=native)
         except MysqlError as exc:
             self._send_error(channel, exc)
             channel.close()

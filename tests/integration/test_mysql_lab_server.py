@@ -579,3 +579,16 @@ def test_a_restart_keeps_port_and_files_and_forgets_the_login_cache(lab):
         assert query(conn, "SHOW BINARY LOGS")[0][0] == "binlog.000001"
     logins = [line for line in lab.log_lines() if "caching_sha2_password" in line]
     assert "full authentication" in logins[-1], logins
+
+
+def test_mysql_9_switches_a_native_password_client_to_caching_sha2(lab, monkeypatch):
+    import pymysql.connections
+
+    lab.update_state(server_version="9.1.0")
+    monkeypatch.setattr(pymysql.connections, "_DEFAULT_AUTH_PLUGIN", "mysql_native_password")
+    with connect(lab) as conn:
+        assert query(conn, "SELECT VERSION(), @@log_bin, @@autocommit") == [("9.1.0", 1, 1)]
+        with pytest.raises(pymysql.err.ProgrammingError):
+            query(conn, "SHOW MASTER STATUS")
+    assert not any("mysql_native_password" in line for line in lab.log_lines())
+    assert any("caching_sha2_password full authentication" in line for line in lab.log_lines())
