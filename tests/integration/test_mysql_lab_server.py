@@ -592,3 +592,22 @@ def test_mysql_9_switches_a_native_password_client_to_caching_sha2(lab, monkeypa
             query(conn, "SHOW MASTER STATUS")
     assert not any("mysql_native_password" in line for line in lab.log_lines())
     assert any("caching_sha2_password full authentication" in line for line in lab.log_lines())
+
+
+def test_the_verifiers_plan_of_the_lab(lab):
+    """spark_jobs/binlog_source.plan_binlog: the binlog end, the files, the server id and the
+    executed GTIDs (after @@gtid_binlog_pos, MariaDB's, is refused)."""
+    from spark_jobs.binlog_source import plan_binlog
+
+    files = lab.files
+    files.transaction("e1")
+    files.rotate()
+    files.transaction("e2")
+    plan = plan_binlog(lab.connection_settings(), server_id_base=7)
+    assert plan["server_id"] == 1 and plan["gtid_binlog_pos"] == f"{SERVER_UUID}:1-2"
+    first_end = (lab.datadir / "binlog.000001").stat().st_size
+    assert plan["files"] == [
+        {"file": "binlog.000001", "start": 4, "end": first_end},
+        {"file": "binlog.000002", "start": 4, "end": files.pos},
+    ]
+    assert plan["range_end"] == {"file": "binlog.000002", "pos": files.pos}
