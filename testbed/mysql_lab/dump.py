@@ -62,6 +62,14 @@ LOG_EVENT_ARTIFICIAL_F = 0x20
 FDE_CREATED_OFFSET = HEADER_LEN + 2 + 50  # binlog version 2, server version 50, created 4
 
 ER_SOURCE_FATAL_ERROR_READING_BINLOG = 1236
+REPLICA_HAS_MORE_GTIDS = (
+    "Replica has more GTIDs than the source has, using the source's SERVER_UUID. This may indicate that the end "
+    "of the binary log was truncated or that the last binary log file was lost, e.g., after a power or disk "
+    "failure when sync_binlog != 1. The source may or may not have rolled back transactions that were already "
+    "replicated to the replica. Suggest to replicate any transactions that source has rolled back from replica "
+    "to source, and/or commit empty transactions on source to account for transactions that have been committed "
+    "on source but are not included in GTID_EXECUTED."
+)
 POLL_S = 0.02
 READ_CHUNK = 1 << 20  # bytes of a file read (and sent) at a time
 
@@ -196,6 +204,13 @@ class BinlogSender:
         purged = GtidSet.parse(str(state.get("gtid_purged") or ""))
         if not purged.issubset(req.gtids):
             raise fatal(self._purged_message(purged))
+        # The replica has transactions of this server's uuid the server never executed
+        # (sql/rpl_binlog_sender.cc check_start_file: ER_REPLICA_HAS_MORE_GTIDS_THAN_SOURCE).
+        own = str(state.get("server_uuid") or "").lower()
+        executed = GtidSet.parse(str(state.get("gtid_executed") or ""))
+        mine = GtidSet({k: v for k, v in req.gtids.sets.items() if k[0] == own})
+        if not mine.issubset(executed):
+            raise fatal(REPLICA_HAS_MORE_GTIDS)
         for name in reversed(names):
             previous, txs = self.dir.sidecar(name)
             if GtidSet.parse(previous).issubset(req.gtids):

@@ -620,9 +620,11 @@ class Statements:
             end_tok = p.toks[b - 1] if alias is None else p.toks[a]
             names.append(alias or p.sql[p.toks[a].start : end_tok.end])
             row.append(value)
+        limit, _offset = self._limit(p)  # `SELECT @@version_comment LIMIT 1` (the mysql client)
         if not p.done():
             raise parse_error(p.rest())
-        return Result([_column_for(n, [v]) for n, v in zip(names, row, strict=True)], [tuple(row)])
+        rows = [tuple(row)] if limit != 0 else []
+        return Result([_column_for(n, [v]) for n, v in zip(names, row, strict=True)], rows)
 
     def _select_from(self, p: _Parser, items: list[tuple[int, int, str | None]], distinct: bool) -> Result:
         first = p.name()

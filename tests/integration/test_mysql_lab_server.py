@@ -611,3 +611,12 @@ def test_the_verifiers_plan_of_the_lab(lab):
         {"file": "binlog.000002", "start": 4, "end": files.pos},
     ]
     assert plan["range_end"] == {"file": "binlog.000002", "pos": files.pos}
+
+
+def test_a_gtid_dump_from_a_set_ahead_of_the_server_is_refused(lab):
+    lab.files.transaction("e1")
+    with relay_client(lab) as conn, pytest.raises(BinlogConnectionError) as err:
+        list(conn.dump_mysql_gtid(f"{SERVER_UUID}:1-5", blocking=False).events())
+    assert "Replica has more GTIDs than the source has" in str(err.value)
+    with connect(lab) as c:
+        assert query(c, "SELECT @@version_comment LIMIT 1") == [("MySQL Community Server - GPL",)]
