@@ -33,6 +33,7 @@ import hashlib
 import hmac
 import logging
 import os
+import ssl
 import struct
 import threading
 from dataclasses import dataclass, field
@@ -45,6 +46,7 @@ from testbed.mysql_lab.protocol import (
     CLIENT_CONNECT_WITH_DB,
     CLIENT_PLUGIN_AUTH,
     CLIENT_PLUGIN_AUTH_LENENC_CLIENT_DATA,
+    CLIENT_SSL,
     SERVER_CAPABILITIES,
     SERVER_STATUS_AUTOCOMMIT,
     UTF8MB4_0900_AI_CI,
@@ -77,9 +79,10 @@ def make_nonce() -> bytes:
     return bytes(out)
 
 
-def greeting(server_version: str, connection_id: int, nonce: bytes) -> bytes:
-    """Handshake v10 offering caching_sha2_password (MySQL 8's default)."""
-    caps = SERVER_CAPABILITIES
+def greeting(server_version: str, connection_id: int, nonce: bytes, tls: bool = False) -> bytes:
+    """Handshake v10 offering caching_sha2_password (MySQL 8's default), and TLS (CLIENT_SSL)
+    when the lab has a certificate."""
+    caps = SERVER_CAPABILITIES | (CLIENT_SSL if tls else 0)
     return (
         b"\x0a"
         + server_version.encode() + b"\x00"
@@ -218,13 +221,27 @@ def denied(user: str, host: str, with_password: bool) -> MysqlError:
 
 
 def authenticate(
-    channel: PacketChannel, accounts: Accounts, nonce: bytes, host: str, native_available: bool = True
+    channel: PacketChannel,
+    accounts: Accounts,
+    nonce: bytes,
+    host: str,
+    native_available: bool = True,
+    tls: ssl.SSLContext | None = None,
 ) -> HandshakeResponse:
     """Read the client's answer to the greeting and run its plugin's exchange; send OK on
     success. Raises MysqlError (the caller sends it and closes) on a refused login.
     `native_available=False` (MySQL 9, which removed mysql_native_password): a client that
-    answers with it is switched to caching_sha2_password."""
-    answer = parse_handshake_response(channel.read_packet(CONNECT_TIMEOUT_S))
+    answers with it is switched to caching_sha2_password. With `tls`, a client may first
+    send an SSLRequest (page_protocol_connection_phase_packets_protocol_ssl_request.html:
+    the first 32 bytes of a HandshakeResponse41, CLIENT_SSL set); the TLS handshake follows
+    and the HandshakeResponse41 comes over TLS."""
+    first = channel.read_packet(CONNECT_TIMEOUT_S)
+    secure = False
+    if tls is not None and len(first) == 32 and struct.unpack_from("<I", first, 0)[0] & CLIENT_SSL:
+        channel.start_tls(tls)
+        secure = True
+        first = channel.read_packet(CONNECT_TIMEOUT_S)
+    answer = parse_handshake_response(first)
     if answer.user != accounts.user:
         raise denied(answer.user, host, bool(answer.auth_response))
     if answer.plugin == NATIVE and native_available:
@@ -254,13 +271,17 @@ def authenticate(
         return answer
     channel.write_packet(b"\x01\x04")  # perform_full_authentication
     reply = channel.read_packet(CONNECT_TIMEOUT_S)
-    if reply == b"\x02":  # request_public_key
-        channel.write_packet(b"\x01" + accounts.public_pem)
-        reply = channel.read_packet(CONNECT_TIMEOUT_S)
-    password = accounts.decrypt(reply, nonce)
+    if secure:  # over TLS the client sends the password itself, NUL-terminated
+        password: bytes | None = reply[:-1] if reply.endswith(b"\x00") else reply
+    else:
+        if reply == b"\x02":  # request_public_key
+            channel.write_packet(b"\x01" + accounts.public_pem)
+            reply = channel.read_packet(CONNECT_TIMEOUT_S)
+        password = accounts.decrypt(reply, nonce)
     if password is None or not hmac.compare_digest(password, accounts.password.encode()):
         raise denied(answer.user, host, True)
     accounts.remember(answer.user)
-    log.info("login %s@%s: caching_sha2_password full authentication (RSA key exchange)", answer.user, host)
+    how = "over TLS" if secure else "RSA key exchange"
+    log.info("login %s@%s: caching_sha2_password full authentication (%s)", answer.user, host, how)
     channel.write_packet(ok_packet())
     return answer

@@ -98,7 +98,10 @@ def write_state(datadir: Path, state: dict[str, Any]) -> None:
 
 
 class MysqlLab:
-    def __init__(self, datadir: Path, owns_datadir: bool, version: str, user: str, password: str):
+    def __init__(
+        self, datadir: Path, owns_datadir: bool, version: str, user: str, password: str, tls: tuple[str, str] | None
+    ):
+        self.tls = tls  # (certificate, key) files: the server offers TLS
         self.datadir = datadir
         self.owns_datadir = owns_datadir
         self.version = version
@@ -116,13 +119,18 @@ class MysqlLab:
         server_id: int = 1,
         user: str = DEFAULT_USER,
         password: str = DEFAULT_PASSWORD,
+        tls_cert: str | os.PathLike[str] | None = None,
+        tls_key: str | os.PathLike[str] | None = None,
     ) -> MysqlLab:
+        """A running lab. `tls_cert` / `tls_key` (PEM files): the server offers TLS (without
+        them it does not, and caching_sha2_password's full login uses the RSA exchange)."""
         owns = datadir is None
         path = Path(tempfile.mkdtemp(prefix="cdc-mysql-lab-")) if datadir is None else Path(datadir)
         path.mkdir(parents=True, exist_ok=True)
         if not (path / STATE_FILE).exists():
             write_state(path, default_state(version, server_id, str(uuid.uuid4())))
-        lab = cls(path, owns, version, user, password)
+        tls = (str(tls_cert), str(tls_key or "")) if tls_cert else None
+        lab = cls(path, owns, version, user, password, tls)
         lab._spawn()
         return lab
 
@@ -132,6 +140,8 @@ class MysqlLab:
         env["PYTHONPATH"] = str(_ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         cmd = [sys.executable, "-m", "testbed.mysql_lab", "--datadir", str(self.datadir), "--port", str(self.port)]
         cmd += ["--user", self.user, "--version", self.version]
+        if self.tls:
+            cmd += ["--tls-cert", self.tls[0], "--tls-key", self.tls[1]]
         # stderr to a file: a pipe nobody reads would stall the server once full.
         with (self.datadir / ERR_FILE).open("ab") as err_file:
             proc = subprocess.Popen(

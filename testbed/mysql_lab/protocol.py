@@ -20,6 +20,7 @@ latest/, pages named next to each function) and sql/protocol_classic.cc:
 from __future__ import annotations
 
 import socket
+import ssl
 import struct
 import threading
 from collections.abc import Sequence
@@ -142,7 +143,8 @@ class PacketChannel:
     def _recv_exact(self, n: int) -> bytes:
         while len(self._buf) < n:
             try:
-                chunk = self.sock.recv(65536)
+                # Never more than the packet needs: the bytes after an SSLRequest belong to TLS.
+                chunk = self.sock.recv(min(n - len(self._buf), 1 << 20))
             except TimeoutError:
                 raise IdleTimeout() from None
             except OSError as exc:
@@ -196,6 +198,16 @@ class PacketChannel:
                 self.sock.sendall(data)
             except OSError as exc:
                 raise ConnectionClosed(str(exc)) from None
+
+    def start_tls(self, context: ssl.SSLContext) -> None:
+        """The server side of the TLS handshake after an SSLRequest."""
+        if self._buf:
+            raise ConnectionClosed("data after the SSLRequest before the TLS handshake")
+        try:
+            self.sock.settimeout(10)
+            self.sock = context.wrap_socket(self.sock, server_side=True)
+        except (OSError, ssl.SSLError) as exc:
+            raise ConnectionClosed(f"TLS handshake failed: {exc}") from None
 
     def close(self) -> None:
         try:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import ssl
 import struct
 import threading
 import time
@@ -63,7 +64,8 @@ class LabServer:
     """Listens on `host:port` (0: a free port; see `.port`) and serves `datadir`."""
 
     def __init__(self, datadir: str, user: str, password: str, host: str = "127.0.0.1", port: int = 0,
-                 version: str = DEFAULT_VERSION):  # fmt: skip
+                 version: str = DEFAULT_VERSION, tls: ssl.SSLContext | None = None):  # fmt: skip
+        self.tls = tls
         self.dir = BinlogDir(datadir)
         self.accounts = Accounts(user, password)
         self.locks = UserLocks()
@@ -126,9 +128,9 @@ class LabServer:
             self._next_id += 1
         nonce = make_nonce()
         try:
-            channel.write_packet(greeting(version_of(self), conn_id, nonce))
+            channel.write_packet(greeting(version_of(self), conn_id, nonce, tls=self.tls is not None))
             native = version_tuple(version_of(self)) < (9, 0, 0)  # MySQL 9.0 removed mysql_native_password
-            answer = authenticate(channel, self.accounts, nonce, addr[0], native_available=native)
+            answer = authenticate(channel, self.accounts, nonce, addr[0], native_available=native, tls=self.tls)
         except MysqlError as exc:
             self._send_error(channel, exc)
             channel.close()

@@ -620,3 +620,27 @@ def test_a_gtid_dump_from_a_set_ahead_of_the_server_is_refused(lab):
     assert "Replica has more GTIDs than the source has" in str(err.value)
     with connect(lab) as c:
         assert query(c, "SELECT @@version_comment LIMIT 1") == [("MySQL Community Server - GPL",)]
+
+
+def test_tls_when_the_lab_has_a_certificate(tmp_path):
+    """verify-identity against the lab's certificate; caching_sha2_password's full login then
+    sends the password over TLS (no RSA exchange); the relay's dump client reads over TLS."""
+    from cdc.tls import TlsConfig
+    from connectors.mysql_client import connect as connect_source
+    from connectors.mysql_client import negotiated
+    from tests.integration.tls_certs import make_tls_files
+
+    certs = make_tls_files(tmp_path / "tls")
+    files = LabFiles(tmp_path / "data")
+    files.transaction("e1")
+    with MysqlLab.start(datadir=tmp_path / "data", tls_cert=certs.server_cert, tls_key=certs.server_key) as lab:
+        tls = TlsConfig(mode="verify-identity", ca_file=str(certs.ca))
+        settings = {**lab.connection_settings(), **tls.settings()}
+        with connect_source(settings) as conn:
+            version, _cipher, verified = negotiated(conn)
+            assert version is not None and version.startswith("TLS") and verified
+            assert query(conn, "SELECT 1") == [(1,)]
+        assert "full authentication (over TLS)" in [line for line in lab.log_lines() if "login" in line][-1]
+        with BinlogConnection(lab.host, lab.port, lab.user, lab.password, 4747, read_timeout=10, tls=tls) as conn:
+            kinds = [header(e)[1] for e in conn.dump_file("binlog.000001", 4, blocking=False).events()]
+        assert conn.tls_version is not None and kinds == [4, 15, 35, 33, 2, 19, 30, 16]
