@@ -12,8 +12,8 @@ import ssl
 import sys
 import threading
 
-from testbed.mysql_lab.queries import DEFAULT_VERSION
 from testbed.mysql_lab.server import LabServer
+from testbed.mysql_lab.variables import DEFAULT_VERSION
 
 
 def main(argv: list[str] | None = None) -> int:

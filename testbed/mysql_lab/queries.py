@@ -13,85 +13,23 @@ Errors (share/messages_to_clients.txt): 1064 ER_PARSE_ERROR, 1146 ER_NO_SUCH_TAB
 from __future__ import annotations
 
 import logging
-import struct
 import time
 import uuid as uuidlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn, Protocol
 
+from testbed.mysql_lab import information_schema as i_s
 from testbed.mysql_lab.binlog_dir import HEADER_LEN, BinlogDir, EventHeader
-from testbed.mysql_lab.gtid_sets import GtidSet, GtidSetError
+from testbed.mysql_lab.binlog_event_info import EVENT_NAMES, event_info
 from testbed.mysql_lab.locks import UserLocks
 from testbed.mysql_lab.protocol import Column, MysqlError
 from testbed.mysql_lab.sessions import Session
-from testbed.mysql_lab.sql_text import SqlSyntaxError, Token, like_regex, tokenize
+from testbed.mysql_lab.sql_text import Parser, SqlSyntaxError, like_regex, parse_error, tokenize
+from testbed.mysql_lab.variables import BOOLEAN_VARIABLES, SESSION_ONLY, global_variables, server_version, version_tuple
 
 log = logging.getLogger("testbed.mysql_lab")
 
-DEFAULT_VERSION = "8.4.3"
-
-# MySQL 8.4's defaults for what the clients ask; lab_state.json's "variables" override.
-GLOBAL_DEFAULTS: dict[str, Any] = {
-    "autocommit": "ON",
-    "binlog_checksum": "CRC32",
-    "binlog_format": "ROW",
-    "binlog_row_image": "FULL",
-    "binlog_row_metadata": "MINIMAL",
-    "binlog_row_value_options": "",
-    "binlog_transaction_compression": "OFF",
-    "character_set_client": "utf8mb4",
-    "character_set_connection": "utf8mb4",
-    "character_set_results": "utf8mb4",
-    "character_set_server": "utf8mb4",
-    "collation_connection": "utf8mb4_0900_ai_ci",
-    "collation_server": "utf8mb4_0900_ai_ci",
-    "enforce_gtid_consistency": "OFF",
-    "gtid_mode": "OFF",
-    "hostname": "mysql-lab",
-    "interactive_timeout": 28800,
-    "log_bin": "ON",
-    "log_bin_basename": "",
-    "log_replica_updates": "ON",
-    "lower_case_table_names": 0,
-    "max_allowed_packet": 67108864,
-    "net_read_timeout": 30,
-    "net_write_timeout": 60,
-    "sql_mode": "ONLY_FULL_GROUP_BY,STRICT_TRANS_TABLES,NO_ZERO_IN_DATE,NO_ZERO_DATE,"
-    "ERROR_FOR_DIVISION_BY_ZERO,NO_ENGINE_SUBSTITUTION",
-    "system_time_zone": "UTC",
-    "time_zone": "SYSTEM",
-    "transaction_isolation": "REPEATABLE-READ",
-    "version_comment": "MySQL Community Server - GPL",
-    "version_compile_os": "Linux",
-    "wait_timeout": 28800,
-}
-BOOLEAN_VARIABLES = {"autocommit", "log_bin", "binlog_transaction_compression", "log_replica_updates", "sql_log_bin"}
-SESSION_ONLY = {"autocommit", "sql_mode", "time_zone", "wait_timeout", "interactive_timeout", "net_read_timeout",
-                "net_write_timeout", "character_set_client", "character_set_connection", "character_set_results",
-                "collation_connection", "transaction_isolation", "sql_log_bin", "binlog_format",
-                "max_execution_time", "lock_wait_timeout", "innodb_lock_wait_timeout"}  # fmt: skip
-
-# SHOW GRANTS of the lab's account: what the relay needs on MySQL 8 (REPLICATION SLAVE for
-# the dump, REPLICATION CLIENT for SHOW BINARY LOGS, XA_RECOVER_ADMIN for XA RECOVER).
-DEFAULT_GRANTS = (
-    "GRANT SELECT, RELOAD, PROCESS, REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO `{user}`@`%`",
-    "GRANT XA_RECOVER_ADMIN ON *.* TO `{user}`@`%`",
-)
-
-# Event type names of SHOW BINLOG EVENTS (libs/mysql/binlog/event/binlog_event.cpp,
-# get_event_type_str).
-EVENT_NAMES = {
-    1: "Start_v3", 2: "Query", 3: "Stop", 4: "Rotate", 5: "Intvar", 13: "RAND", 14: "User var",
-    15: "Format_desc", 16: "Xid", 17: "Begin_load_query", 18: "Execute_load_query", 19: "Table_map",
-    23: "Write_rows_v1", 24: "Update_rows_v1", 25: "Delete_rows_v1", 26: "Incident", 27: "Heartbeat",
-    28: "Ignorable", 29: "Rows_query", 30: "Write_rows", 31: "Update_rows", 32: "Delete_rows", 33: "Gtid",
-    34: "Anonymous_Gtid", 35: "Previous_gtids", 36: "Transaction_context", 37: "View_change",
-    38: "XA_prepare", 39: "Update_rows_partial", 40: "Transaction_payload", 41: "Heartbeat_v2",
-    42: "Gtid_tagged",
-}  # fmt: skip
-
-ER_PARSE_ERROR = 1064
 ER_NO_SUCH_TABLE = 1146
 ER_UNKNOWN_SYSTEM_VARIABLE = 1193
 ER_NO_SUCH_THREAD = 1094
@@ -100,15 +38,6 @@ ER_SPECIFIC_ACCESS_DENIED = 1227
 ER_SP_DOES_NOT_EXIST = 1305
 ER_BAD_DB = 1049
 ER_WRONG_ARGUMENTS = 1210
-
-
-def parse_error(near: str) -> MysqlError:
-    return MysqlError(
-        ER_PARSE_ERROR,
-        "42000",
-        "You have an error in your SQL syntax; check the manual that corresponds to your MySQL server "
-        f"version for the right syntax to use near '{near[:80]}' at line 1",
-    )
 
 
 @dataclass
@@ -124,6 +53,14 @@ class Done:
     affected: int = 0
 
 
+def version_of(lab: Lab) -> str:
+    return server_version(lab.dir, lab.default_version)
+
+
+def variables_of(lab: Lab) -> dict[str, Any]:
+    return global_variables(lab.dir, lab.default_version)
+
+
 class Lab(Protocol):
     """What the statements need of the server."""
 
@@ -137,97 +74,11 @@ class Lab(Protocol):
     def kill(self, conn_id: int, query_only: bool) -> bool: ...
 
 
-def version_of(lab: Lab) -> str:
-    return str(lab.dir.state().get("server_version") or lab.default_version)
-
-
-def version_tuple(version: str) -> tuple[int, int, int]:
-    nums = []
-    for part in version.split("-")[0].split(".")[:3]:
-        digits = "".join(c for c in part if c.isdigit())
-        nums.append(int(digits or 0))
-    while len(nums) < 3:
-        nums.append(0)
-    return nums[0], nums[1], nums[2]
-
-
-def global_variables(lab: Lab) -> dict[str, Any]:
-    state = lab.dir.state()
-    out = dict(GLOBAL_DEFAULTS)
-    out.update({k.lower(): v for k, v in (state.get("variables") or {}).items()})
-    server_uuid = state.get("server_uuid") or out.get("server_uuid") or ""
-    out.update(
-        {
-            "version": version_of(lab),
-            "server_id": int(state.get("server_id", out.get("server_id", 1))),
-            "server_uuid": server_uuid,
-            "gtid_executed": state.get("gtid_executed", out.get("gtid_executed", "")),
-            "gtid_purged": state.get("gtid_purged", out.get("gtid_purged", "")),
-            "log_bin_basename": str(lab.dir.path / "binlog"),
-            "log_bin_index": str(lab.dir.path / "binlog.index"),
-        }
-    )
-    return out
-
-
 def _text(value: Any) -> str:
     return str(value) if value is not None else ""
 
 
 # -- expressions ------------------------------------------------------------------------
-
-
-class _Parser:
-    def __init__(self, tokens: list[Token], sql: str):
-        self.toks = tokens
-        self.sql = sql
-        self.i = 0
-
-    def peek(self, k: int = 0) -> Token | None:
-        j = self.i + k
-        return self.toks[j] if j < len(self.toks) else None
-
-    def peek_kind(self) -> str:
-        tok = self.peek()
-        return tok.kind if tok is not None else ""
-
-    def next(self) -> Token:
-        tok = self.peek()
-        if tok is None:
-            raise parse_error("")
-        self.i += 1
-        return tok
-
-    def done(self) -> bool:
-        return self.i >= len(self.toks)
-
-    def accept_word(self, *words: str) -> bool:
-        tok = self.peek()
-        if tok is not None and tok.is_word(*words):
-            self.i += 1
-            return True
-        return False
-
-    def accept_op(self, op: str) -> bool:
-        tok = self.peek()
-        if tok is not None and tok.is_op(op):
-            self.i += 1
-            return True
-        return False
-
-    def expect_word(self, *words: str) -> None:
-        if not self.accept_word(*words):
-            raise parse_error(self.rest())
-
-    def rest(self) -> str:
-        tok = self.peek()
-        return self.sql[tok.start :] if tok else ""
-
-    def name(self) -> str:
-        tok = self.next()
-        if tok.kind not in ("id", "bq"):
-            raise parse_error(self.sql[tok.start :])
-        return tok.value
 
 
 class _Evaluator:
@@ -238,7 +89,7 @@ class _Evaluator:
         self.lab = lab
         self.session = session
 
-    def value(self, p: _Parser) -> Any:
+    def value(self, p: Parser) -> Any:
         tok = p.next()
         if tok.is_op("-"):
             v = self.value(p)
@@ -285,7 +136,7 @@ class _Evaluator:
         for prefix in ("global.", "session.", "local."):
             if name.startswith(prefix):
                 scope, name = prefix[:-1], name[len(prefix) :]
-        values = global_variables(self.lab)
+        values = variables_of(self.lab)
         if scope != "global" and name in self.session.session_vars:
             return self.session.session_vars[name]
         if name == "port":
@@ -374,96 +225,6 @@ def _like(pattern: str) -> Callable[[Any], bool]:
     return lambda v: v is not None and bool(rx.match(str(v)))
 
 
-# -- virtual tables ---------------------------------------------------------------------
-
-
-def _schemas(lab: Lab) -> list[str]:
-    tables = lab.dir.state().get("tables") or {}
-    return sorted({name.split(".", 1)[0] for name in tables})
-
-
-def _is_columns(lab: Lab) -> list[dict[str, Any]]:
-    rows = []
-    for qualified, columns in (lab.dir.state().get("tables") or {}).items():
-        schema, _, table = qualified.partition(".")
-        for i, c in enumerate(columns, 1):
-            rows.append(
-                {
-                    "TABLE_CATALOG": "def",
-                    "TABLE_SCHEMA": schema,
-                    "TABLE_NAME": table,
-                    "COLUMN_NAME": c.get("name"),
-                    "ORDINAL_POSITION": int(c.get("ordinal", i)),
-                    "COLUMN_DEFAULT": c.get("default"),
-                    "IS_NULLABLE": "YES" if c.get("nullable", True) else "NO",
-                    "DATA_TYPE": c.get("data_type") or str(c.get("column_type", "")).split("(")[0],
-                    "CHARACTER_SET_NAME": c.get("character_set"),
-                    "COLUMN_TYPE": c.get("column_type"),
-                    "COLUMN_KEY": c.get("key", ""),
-                    "EXTRA": c.get("extra", ""),
-                }
-            )
-    return rows
-
-
-def _is_tables(lab: Lab) -> list[dict[str, Any]]:
-    return [
-        {
-            "TABLE_CATALOG": "def",
-            "TABLE_SCHEMA": q.partition(".")[0],
-            "TABLE_NAME": q.partition(".")[2],
-            "TABLE_TYPE": "BASE TABLE",
-            "ENGINE": "InnoDB",
-        }
-        for q in (lab.dir.state().get("tables") or {})
-    ]
-
-
-def _is_processlist(lab: Lab) -> list[dict[str, Any]]:
-    now = time.monotonic()
-    return [
-        {
-            "ID": s.id,
-            "USER": s.user,
-            "HOST": f"{s.host}:{s.port}",
-            "DB": s.db,
-            "COMMAND": s.command,
-            "TIME": int(now - s.since),
-            "STATE": s.state,
-            "INFO": None,
-        }
-        for s in lab.sessions()
-    ]
-
-
-def _is_user_privileges(lab: Lab, session: Session) -> list[dict[str, Any]]:
-    rows = []
-    for line in _grants(lab, session):
-        head = line[len("GRANT ") : line.index(" ON *.*")]
-        for priv in head.split(","):
-            rows.append(
-                {
-                    "GRANTEE": f"'{session.user}'@'%'",
-                    "TABLE_CATALOG": "def",
-                    "PRIVILEGE_TYPE": priv.strip(),
-                    "IS_GRANTABLE": "NO",
-                }
-            )
-    return rows
-
-
-def _is_schemata(lab: Lab) -> list[dict[str, Any]]:
-    return [
-        {"CATALOG_NAME": "def", "SCHEMA_NAME": s, "DEFAULT_CHARACTER_SET_NAME": "utf8mb4"}
-        for s in ["information_schema", "mysql", "performance_schema", "sys", *_schemas(lab)]
-    ]
-
-
-def _grants(lab: Lab, session: Session) -> list[str]:
-    lines = lab.dir.state().get("grants") or DEFAULT_GRANTS
-    return [str(line).format(user=session.user) for line in lines]
-
-
 # -- the statements ---------------------------------------------------------------------
 
 
@@ -482,9 +243,9 @@ class Statements:
             raise parse_error(str(exc)) from None
         if not tokens:
             raise MysqlError(1065, "42000", "Query was empty")
-        p = _Parser(tokens, sql)
+        p = Parser(tokens, sql)
         first = tokens[0].value.upper() if tokens[0].kind == "id" else ""
-        handler: Callable[[_Parser], Result | Done] | None = getattr(self, "stmt_" + first.lower(), None)
+        handler: Callable[[Parser], Result | Done] | None = getattr(self, "stmt_" + first.lower(), None)
         if handler is None:
             return self.unknown(sql)
         p.next()
@@ -499,27 +260,27 @@ class Statements:
 
     # -- transactions and sessions -------------------------------------------------------
 
-    def stmt_begin(self, p: _Parser) -> Done:
+    def stmt_begin(self, p: Parser) -> Done:
         return Done()
 
     stmt_commit = stmt_rollback = stmt_begin
 
-    def stmt_start(self, p: _Parser) -> Done:
+    def stmt_start(self, p: Parser) -> Done:
         p.expect_word("TRANSACTION")
         return Done()
 
-    def stmt_use(self, p: _Parser) -> Done:
+    def stmt_use(self, p: Parser) -> Done:
         db = p.name()
         self.use(db)
         return Done()
 
     def use(self, db: str) -> None:
-        known = {"information_schema", "mysql", "performance_schema", "sys", *_schemas(self.lab)}
+        known = {"information_schema", "mysql", "performance_schema", "sys", *i_s.schemas(self.lab.dir.state())}
         if db.lower() not in {k.lower() for k in known}:
             raise MysqlError(ER_BAD_DB, "42000", f"Unknown database '{db}'")
         self.session.db = db
 
-    def stmt_kill(self, p: _Parser) -> Done:
+    def stmt_kill(self, p: Parser) -> Done:
         query_only = p.accept_word("QUERY")
         p.accept_word("CONNECTION")
         tok = p.next()
@@ -530,7 +291,7 @@ class Statements:
             raise MysqlError(ER_NO_SUCH_THREAD, "HY000", f"Unknown thread id: {target}")
         return Done()
 
-    def stmt_set(self, p: _Parser) -> Done:
+    def stmt_set(self, p: Parser) -> Done:
         if p.accept_word("NAMES"):
             p.next()
             if p.accept_word("COLLATE"):
@@ -573,7 +334,7 @@ class Statements:
                         "Access denied; you need (at least one of) the SUPER or SYSTEM_VARIABLES_ADMIN "
                         "privilege(s) for this operation",
                     )
-                if name not in SESSION_ONLY and name not in global_variables(self.lab):
+                if name not in SESSION_ONLY and name not in variables_of(self.lab):
                     raise MysqlError(ER_UNKNOWN_SYSTEM_VARIABLE, "HY000", f"Unknown system variable '{name}'")
                 self.session.session_vars[name] = value
             if not p.accept_op(","):
@@ -584,7 +345,7 @@ class Statements:
 
     # -- SELECT --------------------------------------------------------------------------
 
-    def stmt_select(self, p: _Parser) -> Result:
+    def stmt_select(self, p: Parser) -> Result:
         distinct = p.accept_word("DISTINCT")
         items: list[tuple[int, int, str | None]] = []  # token span and alias
         start = p.i
@@ -610,7 +371,7 @@ class Statements:
         row = []
         names = []
         for a, b, _ in items:
-            sub = _Parser(p.toks[a:b], p.sql)
+            sub = Parser(p.toks[a:b], p.sql)
             value = self.ev.value(sub)
             alias = None
             if sub.accept_word("AS") or sub.peek_kind() in ("id", "bq"):
@@ -626,7 +387,7 @@ class Statements:
         rows = [tuple(row)] if limit != 0 else []
         return Result([_column_for(n, [v]) for n, v in zip(names, row, strict=True)], rows)
 
-    def _select_from(self, p: _Parser, items: list[tuple[int, int, str | None]], distinct: bool) -> Result:
+    def _select_from(self, p: Parser, items: list[tuple[int, int, str | None]], distinct: bool) -> Result:
         first = p.name()
         table = p.name() if p.accept_op(".") else None
         schema = first if table is not None else self.session.db
@@ -669,18 +430,18 @@ class Statements:
 
     def _virtual_table(self, name: str) -> list[dict[str, Any]]:
         tables: dict[str, Callable[[], list[dict[str, Any]]]] = {
-            "COLUMNS": lambda: _is_columns(self.lab),
-            "TABLES": lambda: _is_tables(self.lab),
-            "PROCESSLIST": lambda: _is_processlist(self.lab),
-            "USER_PRIVILEGES": lambda: _is_user_privileges(self.lab, self.session),
-            "SCHEMATA": lambda: _is_schemata(self.lab),
+            "COLUMNS": lambda: i_s.columns(self.lab.dir.state()),
+            "TABLES": lambda: i_s.tables(self.lab.dir.state()),
+            "PROCESSLIST": lambda: i_s.processlist(self.lab.sessions()),
+            "USER_PRIVILEGES": lambda: i_s.user_privileges(self.lab.dir.state(), self.session.user),
+            "SCHEMATA": lambda: i_s.schemata(self.lab.dir.state()),
         }
         if name not in tables:
             raise MysqlError(ER_NO_SUCH_TABLE, "42S02", f"Table 'information_schema.{name.lower()}' doesn't exist")
         return tables[name]()
 
     def _select_user_table(
-        self, p: _Parser, schema: str | None, table: str, items: list[tuple[int, int, str | None]], limit: int | None
+        self, p: Parser, schema: str | None, table: str, items: list[tuple[int, int, str | None]], limit: int | None
     ) -> Result:
         tables = self.lab.dir.state().get("tables") or {}
         if schema is None:
@@ -692,7 +453,7 @@ class Statements:
         names = [p.sql[p.toks[a].start : p.toks[b - 1].end] for a, b, _ in items]
         return Result([Column(n) for n in names], [])
 
-    def _where(self, p: _Parser) -> list[tuple[str, Callable[[Any], bool]]]:
+    def _where(self, p: Parser) -> list[tuple[str, Callable[[Any], bool]]]:
         conds: list[tuple[str, Callable[[Any], bool]]] = []
         if not p.accept_word("WHERE"):
             return conds
@@ -718,7 +479,7 @@ class Statements:
             if not p.accept_word("AND"):
                 return conds
 
-    def _limit(self, p: _Parser) -> tuple[int | None, int]:
+    def _limit(self, p: Parser) -> tuple[int | None, int]:
         if not p.accept_word("LIMIT"):
             return None, 0
         a = int(p.next().value)
@@ -730,7 +491,7 @@ class Statements:
 
     # -- SHOW ----------------------------------------------------------------------------
 
-    def stmt_show(self, p: _Parser) -> Result:
+    def stmt_show(self, p: Parser) -> Result:
         v = self._version()
         if p.accept_word("GLOBAL", "SESSION", "LOCAL"):
             global_only = p.toks[p.i - 1].is_word("GLOBAL")
@@ -766,7 +527,7 @@ class Statements:
             p.expect_word("HOSTS")
             return self._show_replicas()
         if p.accept_word("GRANTS"):
-            lines = _grants(self.lab, self.session)
+            lines = i_s.grants(self.lab.dir.state(), self.session.user)
             return Result([Column(f"Grants for {self.session.user}@%")], [(line,) for line in lines])
         if p.accept_word("FULL"):
             p.expect_word("PROCESSLIST")
@@ -776,10 +537,10 @@ class Statements:
         if p.accept_word("WARNINGS", "ERRORS"):
             return Result([Column("Level"), Column("Code", integer=True), Column("Message")], [])
         if p.accept_word("DATABASES", "SCHEMAS"):
-            return Result([Column("Database")], [(r["SCHEMA_NAME"],) for r in _is_schemata(self.lab)])
+            return Result([Column("Database")], [(r["SCHEMA_NAME"],) for r in i_s.schemata(self.lab.dir.state())])
         return self.unknown(p.sql)
 
-    def _name_filter(self, p: _Parser) -> Callable[[str], bool]:
+    def _name_filter(self, p: Parser) -> Callable[[str], bool]:
         if p.accept_word("LIKE"):
             rx = like_regex(str(self.ev.value(p)))
             return lambda name: bool(rx.match(name))
@@ -788,18 +549,18 @@ class Statements:
             return lambda name: all(test(name) for _col, test in conds)
         return lambda name: True
 
-    def _show_variables(self, p: _Parser, global_only: bool) -> Result:
+    def _show_variables(self, p: Parser, global_only: bool) -> Result:
         keep = self._name_filter(p)
         if not p.done():
             raise parse_error(p.rest())
-        values = global_variables(self.lab)
+        values = variables_of(self.lab)
         values["port"] = self.ev.lab_port()
         if not global_only:
             values.update(self.session.session_vars)
         rows = [(k, _text(v)) for k, v in sorted(values.items()) if keep(k)]
         return Result([Column("Variable_name"), Column("Value")], rows)
 
-    def _show_status(self, p: _Parser) -> Result:
+    def _show_status(self, p: Parser) -> Result:
         keep = self._name_filter(p)
         status = {
             "Uptime": str(int(time.monotonic() - self.lab.started)),
@@ -811,8 +572,8 @@ class Statements:
     def _logs(self) -> list[tuple[str, int]]:
         return [(name, self.lab.dir.whole_end(name)) for name in self.lab.dir.names()]
 
-    def _show_binary_logs(self, p: _Parser) -> Result:
-        if global_variables(self.lab).get("log_bin") != "ON":
+    def _show_binary_logs(self, p: Parser) -> Result:
+        if variables_of(self.lab).get("log_bin") != "ON":
             raise MysqlError(1381, "HY000", "You are not using binary logging")
         return Result(
             [Column("Log_name"), Column("File_size", integer=True), Column("Encrypted")],
@@ -830,10 +591,10 @@ class Statements:
             Column("Executed_Gtid_Set"),
         ]
         logs = self._logs()
-        if not logs or global_variables(self.lab).get("log_bin") != "ON":
+        if not logs or variables_of(self.lab).get("log_bin") != "ON":
             return Result(columns, [])
         name, size = logs[-1]
-        return Result(columns, [(name, size, "", "", str(global_variables(self.lab).get("gtid_executed") or ""))])
+        return Result(columns, [(name, size, "", "", str(variables_of(self.lab).get("gtid_executed") or ""))])
 
     def _show_replicas(self) -> Result:
         """SHOW REPLICAS: Server_Id, Host, Port, Source_Id, Replica_UUID, one row per
@@ -857,13 +618,13 @@ class Statements:
     def _show_processlist(self) -> Result:
         rows = [
             (r["ID"], r["USER"], r["HOST"], r["DB"], r["COMMAND"], r["TIME"], r["STATE"], r["INFO"])
-            for r in _is_processlist(self.lab)
+            for r in i_s.processlist(self.lab.sessions())
         ]
         cols = [Column("Id", integer=True), Column("User"), Column("Host"), Column("db"), Column("Command")]
         cols += [Column("Time", integer=True), Column("State"), Column("Info")]
         return Result(cols, rows)
 
-    def _show_binlog_events(self, p: _Parser) -> Result:
+    def _show_binlog_events(self, p: Parser) -> Result:
         """SHOW BINLOG EVENTS [IN 'file'] [FROM pos] [LIMIT [offset,] count]: Log_name,
         Pos, Event_type, Server_id, End_log_pos, Info (sql/rpl_source.cc show_binlog_events,
         Log_event::pack_info per event)."""
@@ -910,14 +671,14 @@ class Statements:
             body = raw[HEADER_LEN : len(raw) - (4 if checksum and h.type != 15 else 0)]
             if h.type == 15:
                 body = raw[HEADER_LEN:-5] if checksum else raw[HEADER_LEN:]
-            info = _event_info(h.type, body, gtid_at.get(at))
+            info = event_info(h.type, body, gtid_at.get(at))
             rows.append((name, at, EVENT_NAMES.get(h.type, f"Unknown({h.type})"), h.server_id, h.log_pos, info))
         rows = rows[offset:] if limit is None else rows[offset : offset + limit]
         return Result(columns, rows)
 
     # -- XA ------------------------------------------------------------------------------
 
-    def stmt_xa(self, p: _Parser) -> Result:
+    def stmt_xa(self, p: Parser) -> Result:
         """XA RECOVER [CONVERT XID]: formatID, gtrid_length, bqual_length, data (gtrid then
         bqual, raw; CONVERT XID shows it as hex)."""
         p.expect_word("RECOVER")
@@ -941,48 +702,3 @@ class Statements:
             ],
             rows,
         )
-
-
-def _event_info(kind: int, body: bytes, gtid: str | None) -> str:
-    """The Info column of SHOW BINLOG EVENTS for the event kinds the lab's files hold."""
-    try:
-        if kind == 2:  # Query: thread 4, exec time 4, db length 1, error 2, status length 2
-            db_len = body[8]
-            status_len = struct.unpack_from("<H", body, 11)[0]
-            db_at = 13 + status_len
-            db = body[db_at : db_at + db_len].decode("utf-8", "replace")
-            query = body[db_at + db_len + 1 :].decode("utf-8", "replace")
-            plain = query.strip().upper().split(" ")[0] in ("BEGIN", "COMMIT", "ROLLBACK", "XA", "SAVEPOINT")
-            return query if plain or not db else f"use `{db}`; {query}"
-        if kind == 16:
-            return f"COMMIT /* xid={struct.unpack_from('<Q', body, 0)[0]} */"
-        if kind == 4:
-            return f"{body[8:].decode('utf-8', 'replace')};pos={struct.unpack_from('<Q', body, 0)[0]}"
-        if kind == 15:
-            version = body[2:52].split(b"\x00")[0].decode("ascii", "replace")
-            return f"Server ver: {version}, Binlog ver: {struct.unpack_from('<H', body, 0)[0]}"
-        if kind in (33, 42):
-            if gtid and gtid != "-":
-                return f"SET @@SESSION.GTID_NEXT= '{gtid}'"
-            if kind == 33:
-                sid = uuidlib.UUID(bytes=bytes(body[1:17]))
-                return f"SET @@SESSION.GTID_NEXT= '{sid}:{struct.unpack_from('<Q', body, 17)[0]}'"
-            return ""
-        if kind == 34:
-            return "SET @@SESSION.GTID_NEXT= 'ANONYMOUS'"
-        if kind == 35:
-            return str(GtidSet.decode(body)).replace("\n", "")
-        if kind == 19:
-            table_id = int.from_bytes(body[0:6], "little")
-            n = body[8]
-            schema = body[9 : 9 + n].decode("utf-8", "replace")
-            m = body[10 + n]
-            table = body[11 + n : 11 + n + m].decode("utf-8", "replace")
-            return f"table_id: {table_id} ({schema}.{table})"
-        if kind in (23, 24, 25, 30, 31, 32, 39):
-            table_id = int.from_bytes(body[0:6], "little")
-            flags = struct.unpack_from("<H", body, 6)[0]
-            return f"table_id: {table_id}" + (" flags: STMT_END_F" if flags & 1 else "")
-    except (IndexError, struct.error, ValueError, GtidSetError):
-        return ""
-    return ""

@@ -36,8 +36,9 @@ from testbed.mysql_lab.protocol import (
     ok_packet,
     result_set_packets,
 )
-from testbed.mysql_lab.queries import DEFAULT_VERSION, Done, Statements, global_variables, version_of, version_tuple
+from testbed.mysql_lab.queries import Done, Statements, variables_of, version_of
 from testbed.mysql_lab.sessions import Replica, Session
+from testbed.mysql_lab.variables import DEFAULT_VERSION, version_tuple
 
 log = logging.getLogger("testbed.mysql_lab")
 
@@ -193,7 +194,7 @@ class LabServer:
                 return
 
     def _wait_timeout(self, session: Session) -> float:
-        value = session.session_vars.get("wait_timeout", global_variables(self).get("wait_timeout", 28800))
+        value = session.session_vars.get("wait_timeout", variables_of(self).get("wait_timeout", 28800))
         try:
             return max(1.0, float(value))
         except (TypeError, ValueError):
@@ -280,7 +281,7 @@ class LabServer:
         if session.replica is None or session.replica.server_id != req.server_id:
             session.replica = Replica(req.server_id, "", 0, 0)
         session.set_command("Binlog Dump GTID" if gtid else "Binlog Dump", "Source has sent all binlog to replica")
-        server_id = int(global_variables(self).get("server_id", 1))
+        server_id = int(variables_of(self).get("server_id", 1))
         log.info("dump for replica %d from %s:%d (%s)", req.server_id, req.file, req.pos, "gtid" if gtid else "file")
         dump.BinlogSender(self.dir, session, channel, req, server_id).run()
         return False  # the session ends with its dump

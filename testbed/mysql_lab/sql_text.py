@@ -7,6 +7,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from testbed.mysql_lab.protocol import MysqlError
+
 _TOKEN = re.compile(
     r"""
     (?P<ws>\s+|/\*.*?\*/|--[ \t][^\n]*|\#[^\n]*)
@@ -101,3 +103,70 @@ def like_regex(pattern: str) -> re.Pattern[str]:
         out.append(".*" if c == "%" else "." if c == "_" else re.escape(c))
         i += 1
     return re.compile("^" + "".join(out) + "$", re.IGNORECASE | re.DOTALL)
+
+
+ER_PARSE_ERROR = 1064
+
+
+def parse_error(near: str) -> MysqlError:
+    return MysqlError(
+        ER_PARSE_ERROR,
+        "42000",
+        "You have an error in your SQL syntax; check the manual that corresponds to your MySQL server "
+        f"version for the right syntax to use near '{near[:80]}' at line 1",
+    )
+
+
+class Parser:
+    """A cursor over a statement's tokens."""
+
+    def __init__(self, tokens: list[Token], sql: str):
+        self.toks = tokens
+        self.sql = sql
+        self.i = 0
+
+    def peek(self, k: int = 0) -> Token | None:
+        j = self.i + k
+        return self.toks[j] if j < len(self.toks) else None
+
+    def peek_kind(self) -> str:
+        tok = self.peek()
+        return tok.kind if tok is not None else ""
+
+    def next(self) -> Token:
+        tok = self.peek()
+        if tok is None:
+            raise parse_error("")
+        self.i += 1
+        return tok
+
+    def done(self) -> bool:
+        return self.i >= len(self.toks)
+
+    def accept_word(self, *words: str) -> bool:
+        tok = self.peek()
+        if tok is not None and tok.is_word(*words):
+            self.i += 1
+            return True
+        return False
+
+    def accept_op(self, op: str) -> bool:
+        tok = self.peek()
+        if tok is not None and tok.is_op(op):
+            self.i += 1
+            return True
+        return False
+
+    def expect_word(self, *words: str) -> None:
+        if not self.accept_word(*words):
+            raise parse_error(self.rest())
+
+    def rest(self) -> str:
+        tok = self.peek()
+        return self.sql[tok.start :] if tok else ""
+
+    def name(self) -> str:
+        tok = self.next()
+        if tok.kind not in ("id", "bq"):
+            raise parse_error(self.sql[tok.start :])
+        return tok.value
