@@ -644,3 +644,38 @@ def test_tls_when_the_lab_has_a_certificate(tmp_path):
         with BinlogConnection(lab.host, lab.port, lab.user, lab.password, 4747, read_timeout=10, tls=tls) as conn:
             kinds = [header(e)[1] for e in conn.dump_file("binlog.000001", 4, blocking=False).events()]
         assert conn.tls_version is not None and kinds == [4, 15, 35, 33, 2, 19, 30, 16]
+
+
+def test_the_relay_publishes_from_the_lab_across_a_rotation(lab, kafka, topic_prefix):
+    """`run_relay` against the lab: its handshake, its dump and its checkpoint, with a
+    transaction appended while it streams and a rotation (the outbox columns mapped onto the
+    test table's: the aggregate type, id and event type are all the `id` column)."""
+    from cdc.config import load_config
+    from tests.integration.harness import RelayThread, read_topic
+
+    files = lab.files
+    files.transaction("e1")
+    raw = {
+        "source": {"name": f"src-{topic_prefix}", "host": lab.host, "port": lab.port, "user": lab.user,
+                   "password_env": "CDC_TEST_MYSQL_PASSWORD", "replica_server_id": 5125,
+                   "start": "binlog.000001:4", "heartbeat_s": 0.5},
+        "outbox": {"tables": [{"schema": "shop", "table": "outbox", "topic": f"{topic_prefix}.all",
+                               "aggregate_type_column": "id", "aggregate_id_column": "id", "type_column": "id"}]},
+        "kafka": {"bootstrap": kafka.bootstrap_servers, "dead_letter_topic": f"{topic_prefix}.dlq"},
+        "schema_registry": {"url": f"mock://{topic_prefix}"},
+        "checkpoint": {"store": "file", "path": str(lab.datadir / "cp.json"), "interval_s": 0.2},
+        "topics": {"missing": "auto"},
+    }  # fmt: skip
+    relay = RelayThread(load_config(raw, {"CDC_TEST_MYSQL_PASSWORD": lab.password}), check=False)
+    try:
+        relay.wait_delivered(1, timeout=60)
+        files.transaction("e2", "e3")
+        files.rotate()
+        files.transaction("e4")
+        relay.wait_delivered(4, timeout=60)
+    finally:
+        summary = relay.stop()
+    assert summary.events_published == 4 and summary.dead_lettered == 0
+    assert str(summary.position) == f"binlog.000002:{files.pos}"
+    assert sorted(r.key for r in read_topic(kafka.bootstrap_servers, f"{topic_prefix}.all")) == ["e1", "e2", "e3", "e4"]
+    assert lab.unknown_statements() == [] and lab.lab_errors() == []
