@@ -55,7 +55,7 @@ class BinlogDir:
         self.path = Path(path)
         self._scan: dict[str, tuple[int, int]] = {}  # name -> (scanned to, file size seen)
         self._lock = threading.Lock()
-        self._state: tuple[float, dict[str, Any]] | None = None
+        self._state: tuple[tuple[int, int, int], dict[str, Any]] | None = None
 
     # -- lab_state.json ------------------------------------------------------------------
 
@@ -63,17 +63,20 @@ class BinlogDir:
         """lab_state.json (re-read when it changed; {} before the writer made one)."""
         p = self.path / "lab_state.json"
         try:
-            mtime = p.stat().st_mtime_ns
+            st = p.stat()
         except OSError:
             return {}
+        # The writer replaces the file (a new inode each time): two writes within the
+        # clock's granularity still differ in inode.
+        key = (st.st_mtime_ns, st.st_ino, st.st_size)
         cached = self._state
-        if cached is not None and cached[0] == mtime:
+        if cached is not None and cached[0] == key:
             return cached[1]
         try:
             data = json.loads(p.read_text())
         except (OSError, ValueError):
             return cached[1] if cached else {}
-        self._state = (mtime, data)
+        self._state = (key, data)
         return data
 
     # -- files -------------------------------------------------------------------------

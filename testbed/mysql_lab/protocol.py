@@ -235,14 +235,15 @@ def err_packet(code: int, sqlstate: str, message: str) -> bytes:
     return b"\xff" + struct.pack("<H", code) + b"#" + sqlstate.encode()[:5] + message.encode("utf-8")
 
 
-@dataclass(frozen=True)
 class MysqlError(Exception):
     """An error the lab answers with an ERR packet: MySQL's code, SQLSTATE and message
     (share/messages_to_clients.txt)."""
 
-    code: int
-    sqlstate: str
-    message: str
+    def __init__(self, code: int, sqlstate: str, message: str):
+        super().__init__(code, message)
+        self.code = code
+        self.sqlstate = sqlstate
+        self.message = message
 
     def packet(self) -> bytes:
         return err_packet(self.code, self.sqlstate, self.message)
