@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 HEADER_LEN = 19
+MAX_EVENT_SIZE = 1 << 30  # max_log_event_size (libs/mysql/binlog/event/binlog_event.h)
 MAGIC = b"\xfebin"
 
 
@@ -134,7 +135,7 @@ class BinlogDir:
         if limit is not None and stop - start > limit:
             head = self.read(name, start, start + HEADER_LEN)
             first = struct.unpack_from("<I", head, 9)[0]
-            stop = start + max(limit, first)
+            stop = start + max(limit, min(first, MAX_EVENT_SIZE))
         data = self.read(name, start, stop)
         out = []
         p = 0

@@ -298,7 +298,15 @@ class BinlogSender:
             end = self.dir.whole_end(name)
             if pos < end:
                 run: list[bytes] = []
-                for at, raw in self.dir.events(name, pos, end, limit=READ_CHUNK):
+                events = self.dir.events(name, pos, end, limit=READ_CHUNK)
+                if not events or struct.unpack_from("<I", events[0][1], 13)[0] not in (0, pos + len(events[0][1])):
+                    # Not an event's start (a position inside an event): MySQL reads garbage
+                    # there and stops (Binlog_sender::read_event, LOG_READ_BOGUS).
+                    raise fatal(
+                        f"bogus data in log event; the first event '{self.req.file or name}' at {self.req.pos}, "
+                        f"the last event read from '{name}' at {pos}, the last byte read from '{name}' at {pos}."
+                    )
+                for at, raw in events:
                     pos = at + len(raw)
                     if at < skip_to:
                         continue

@@ -679,3 +679,10 @@ def test_the_relay_publishes_from_the_lab_across_a_rotation(lab, kafka, topic_pr
     assert str(summary.position) == f"binlog.000002:{files.pos}"
     assert sorted(r.key for r in read_topic(kafka.bootstrap_servers, f"{topic_prefix}.all")) == ["e1", "e2", "e3", "e4"]
     assert lab.unknown_statements() == [] and lab.lab_errors() == []
+
+
+def test_a_dump_from_inside_an_event_is_refused(lab):
+    lab.files.transaction("e1")
+    with relay_client(lab) as conn, pytest.raises(BinlogConnectionError) as err:
+        list(conn.dump_file("binlog.000001", lab.files.pos - 10, blocking=False).events())
+    assert "bogus data in log event" in str(err.value)
