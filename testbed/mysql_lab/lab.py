@@ -212,6 +212,13 @@ class MysqlLab:
     def connection_settings(self) -> dict[str, Any]:
         return {"host": self.host, "port": self.port, "user": self.user, "password": self.password}
 
+    def connect(self, database: str | None = None, *, autocommit: bool = False) -> Any:
+        """A PyMySQL connection to the lab, as `EmbeddedMariaDB.connect` gives one (the test
+        harness's helpers take either server)."""
+        import pymysql
+
+        return pymysql.connect(database=database, autocommit=autocommit, **self.connection_settings())
+
     # -- stopping --------------------------------------------------------------------------
 
     @property
