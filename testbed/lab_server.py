@@ -11,13 +11,14 @@ import os
 import shutil
 import signal
 import subprocess
+import tempfile
 import threading
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 from cdc.errors import ServerError
-from testbed.process import HOST
+from testbed.process import HOST, OWNER_FILE, owner_stamp, stale_roots
 
 _running: set[LabServer] = set()
 _running_lock = threading.Lock()
@@ -32,6 +33,16 @@ def _kill_all_at_exit() -> None:
             server.cleanup(graceful=False)
         except Exception:
             pass
+
+
+def new_root(prefix: str) -> Path:
+    """A new temporary directory `$TMPDIR/<prefix>*` stamped with its owner (this process),
+    after deleting those of owners that are gone (their servers died with them)."""
+    for stale in stale_roots(prefix):
+        shutil.rmtree(stale, ignore_errors=True)
+    root = Path(tempfile.mkdtemp(prefix=prefix))
+    (root / OWNER_FILE).write_text(owner_stamp(os.getpid()) or "")
+    return root
 
 
 def binary_override(env_var: str, label: str, hint: str, error: type[ServerError]) -> str | None:

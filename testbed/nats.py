@@ -24,14 +24,13 @@ import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 from cdc.errors import ServerError
 from connectors.process import die_with_parent
-from testbed.lab_server import LabServer, binary_override, log_excerpt
+from testbed.lab_server import LabServer, binary_override, log_excerpt, new_root
 from testbed.process import HOST, free_port
 
 __all__ = ["EmbeddedNats", "NatsServerError"]
@@ -84,7 +83,7 @@ class EmbeddedNats(LabServer):
             import nats  # noqa: F401  # the readiness probe is a client
         except ImportError:
             raise NatsServerError("nats-py is not installed: run ./run.sh setup (the nats extra)") from None
-        server = cls(Path(tempfile.mkdtemp(prefix=_ROOT_PREFIX)), binary, startup_timeout)
+        server = cls(new_root(_ROOT_PREFIX), binary, startup_timeout)
         try:
             server.timings["start"] = server._spawn_and_wait(startup_timeout)
         except BaseException:

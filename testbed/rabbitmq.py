@@ -44,7 +44,6 @@ import pwd
 import shutil
 import socket
 import subprocess
-import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -52,7 +51,7 @@ from typing import Any
 
 from cdc.errors import ServerError
 from connectors.process import die_with_parent
-from testbed.lab_server import LabServer, binary_override, log_excerpt
+from testbed.lab_server import LabServer, binary_override, log_excerpt, new_root
 from testbed.process import HOST, free_port
 
 __all__ = ["EmbeddedRabbitMQ", "RabbitMQServerError"]
@@ -151,7 +150,7 @@ class EmbeddedRabbitMQ(LabServer):
             import rstream  # noqa: F401  # the readiness probe speaks the stream protocol
         except ImportError:
             raise RabbitMQServerError("rstream is not installed: run ./run.sh setup (the rabbitmq extra)") from None
-        root = Path(tempfile.mkdtemp(prefix=_ROOT_PREFIX))
+        root = new_root(_ROOT_PREFIX)
         node = cls(root, server, epmd, startup_timeout)
         try:
             node._write_files()
@@ -288,6 +287,12 @@ class EmbeddedRabbitMQ(LabServer):
     def data_dir(self) -> Path:
         """The node's Mnesia directory: its metadata and the streams' segment files."""
         return self.root / "mnesia" / self.nodename
+
+    @property
+    def epmd_pid(self) -> int | None:
+        """The node's own epmd's process id while it runs."""
+        epmd = self._epmd_proc
+        return epmd.pid if epmd is not None and epmd.poll() is None else None
 
     def stream_settings(self) -> dict[str, Any]:
         """Keyword arguments for rstream's `Producer` / `Consumer` (stream protocol)."""

