@@ -337,3 +337,25 @@ def test_servers_die_with_their_parent_and_the_next_start_removes_their_director
     fresh = new_root(prefix)  # what the next start() does first
     shutil.rmtree(fresh)
     assert not root.exists()
+
+
+# ============================================================ the verifier's sources' errors
+
+
+def test_sources_refuse_a_wrong_password_in_one_line_without_it(rabbitmq, nats_server, caplog) -> None:
+    from spark_jobs.nats_source import plan_nats
+    from spark_jobs.rabbitmq_source import plan_rabbitmq
+
+    secret = "wrong-secret-4711"
+    with pytest.raises(RuntimeError) as info:
+        plan_rabbitmq({**rabbitmq.stream_settings(), "vhost": "/", "password": secret}, ["x"])
+    rabbit = str(info.value)
+    assert rabbit.startswith("cdc_rabbitmq: cannot connect to") and "check host, port, user and password" in rabbit
+    with pytest.raises(RuntimeError) as info:
+        plan_nats({**nats_server.connect_settings(), "password": secret}, ["x"])
+    nats = str(info.value)
+    assert nats.startswith("cdc_nats: cannot connect to") and "Authorization Violation" in nats
+    for message in (rabbit, nats):
+        assert "\n" not in message and secret not in message
+    # rstream logs a traceback for a closed connection: the verifier keeps it quiet
+    assert not [r for r in caplog.records if r.name.startswith("rstream") and r.exc_info]
