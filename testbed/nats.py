@@ -174,3 +174,12 @@ class EmbeddedNats(LabServer):
 
     def __repr__(self) -> str:
         return f"EmbeddedNats(url={self.url!r}, pid={self.pid}, store={str(self.store_dir)!r})"
+
+
+if __name__ == "__main__":  # a server for a manual run or a benchmark: prints its URL
+    import signal
+
+    with EmbeddedNats.start() as server:  # started before blocking: the server must not inherit the mask
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})  # for sigwait
+        print(f"{server.url} user={server.user}", flush=True)
+        signal.sigwait({signal.SIGINT, signal.SIGTERM})

@@ -306,3 +306,12 @@ class EmbeddedRabbitMQ(LabServer):
 
     def __repr__(self) -> str:
         return f"EmbeddedRabbitMQ(node={self.nodename!r}, stream_port={self.stream_port}, pid={self.pid})"
+
+
+if __name__ == "__main__":  # a node for a manual run or a benchmark: prints its stream address
+    import signal
+
+    with EmbeddedRabbitMQ.start() as node:  # started before blocking: the server must not inherit the mask
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})  # for sigwait
+        print(f"{HOST}:{node.stream_port} user={node.user} node={node.nodename}", flush=True)
+        signal.sigwait({signal.SIGINT, signal.SIGTERM})
