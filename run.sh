@@ -32,6 +32,10 @@ setup() {
     echo "run.sh: installing mariadb-server (mariadbd is missing) ..." >&2
     apt_install mariadb-server
   fi
+  if [ ! -x /usr/lib/rabbitmq/bin/rabbitmq-server ] && ! command -v rabbitmq-server >/dev/null; then
+    echo "run.sh: installing rabbitmq-server (the RabbitMQ Streams sink's tests start one) ..." >&2
+    apt_install rabbitmq-server
+  fi
   if ! command -v java >/dev/null; then
     echo "run.sh: installing a Java runtime for Spark ..." >&2
     apt_install openjdk-17-jre-headless
@@ -41,7 +45,7 @@ setup() {
     echo "run.sh: creating .venv and installing dependencies ..." >&2
     [ -x .venv/bin/python ] || "$PY" -m venv .venv
     .venv/bin/python -m pip install -q --upgrade pip >/dev/null
-    .venv/bin/python -m pip install -q -e '.[verify,test,debezium]'
+    .venv/bin/python -m pip install -q -e '.[verify,test,debezium,rabbitmq,nats]'
     rm -f .venv/.installed-*
     touch "$stamp"
   fi

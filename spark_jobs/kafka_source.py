@@ -225,7 +225,7 @@ def chunks(plan: Mapping[str, Any], chunk: int = DEFAULT_CHUNK) -> list[list[dic
         start = p["low"]
         while start < p["high"]:
             end = min(p["high"], start + chunk)
-            ranges.append({"topic": p["topic"], "partition": p["partition"], "low": start, "high": end})
+            ranges.append({**p, "low": start, "high": end})  # and what else a source's plan keeps per partition
             start = end
     tasks: list[list[dict[str, Any]]] = []
     size = 0

@@ -90,7 +90,7 @@ from typing import Any
 import pymysql
 
 from connectors.process import die_with_parent
-from testbed.process import free_port
+from testbed.process import OWNER_FILE, free_port, owner_stamp, stale_roots
 
 __all__ = ["EmbeddedMariaDB", "MariaDBServerError"]
 
@@ -105,7 +105,6 @@ _INSTALL_DB_DIRS = ("/usr/bin", "/usr/local/bin", "/usr/local/mysql/scripts", "/
 _INSTALL_HINT = "install it with 'apt-get install mariadb-server' (Debian/Ubuntu)"
 
 _ROOT_PREFIX = "cdc-mariadb-"
-_OWNER_FILE = "owner"
 _ERROR_LOG = "mariadbd.err"
 _PID_FILE = "mariadbd.pid"
 _SOCKET = "mariadbd.sock"
@@ -203,18 +202,6 @@ def _make_preexec(parent_pid: int) -> Callable[[], None]:
 # temporary datadirs left behind by parents that were killed
 
 
-def _owner_stamp(pid: int) -> str | None:
-    """``"<pid> <start time>"``: identifies a process even after its pid is reused."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = stat.rsplit(")", 1)[1].split()
-    if fields[0] in ("Z", "X"):
-        return None
-    return f"{pid} {fields[19]}"  # field 22 of stat: start time in clock ticks
-
-
 def _sweep_stale_roots() -> None:
     """Delete temporary roots whose owning process is gone.
 
@@ -222,21 +209,9 @@ def _sweep_stale_roots() -> None:
     mariadbd but the temporary datadir stays. Only roots carrying an owner stamp
     whose process no longer exists are removed; anything else is left alone.
     """
-    base = Path(tempfile.gettempdir())
-    try:
-        candidates = list(base.glob(f"{_ROOT_PREFIX}*"))
-    except OSError:
-        return
-    for root in candidates:
-        try:
-            stamp = (root / _OWNER_FILE).read_text().strip()
-            pid = int(stamp.split()[0])
-        except (OSError, ValueError, IndexError):
-            continue
-        if _owner_stamp(pid) == stamp:
-            continue  # owner alive
+    for root in stale_roots(_ROOT_PREFIX):
         server_pid = _read_pid(root / "data" / _PID_FILE)
-        if server_pid is not None and _owner_stamp(server_pid) is not None:
+        if server_pid is not None and owner_stamp(server_pid) is not None:
             continue  # a server still runs there: leave it to whoever owns it
         shutil.rmtree(root, ignore_errors=True)
 
@@ -364,7 +339,7 @@ class EmbeddedMariaDB:
         if datadir is None:
             _sweep_stale_roots()
             root = Path(tempfile.mkdtemp(prefix=_ROOT_PREFIX))
-            (root / _OWNER_FILE).write_text(_owner_stamp(os.getpid()) or "")
+            (root / OWNER_FILE).write_text(owner_stamp(os.getpid()) or "")
             data = root / "data"
         else:
             data = Path(datadir).resolve()

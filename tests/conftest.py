@@ -70,3 +70,23 @@ def noida_kafka():
 
     with NoidaKafka.start() as broker:
         yield broker
+
+
+@pytest.fixture(scope="session")
+def rabbitmq():
+    """One throwaway RabbitMQ 3.10 node with the stream plugin for the session (testbed/rabbitmq.py):
+    the RabbitMQ Streams sink's tests."""
+    from testbed.rabbitmq import EmbeddedRabbitMQ
+
+    with EmbeddedRabbitMQ.start() as node:
+        yield node
+
+
+@pytest.fixture(scope="session")
+def nats_server():
+    """One throwaway nats-server with JetStream for the session (testbed/nats.py): the NATS
+    JetStream sink's tests."""
+    from testbed.nats import EmbeddedNats
+
+    with EmbeddedNats.start() as server:
+        yield server
