@@ -37,9 +37,9 @@ from pymysql.protocol import MysqlPacket
 
 from connectors.mysql_client import Connection
 
-__all__ = ["CompressedEventError", "ExpandingConnection", "event_start", "expand_event"]
+__all__ = ["CompressedEventError", "ExpandingConnection", "event_start", "expand_event", "prepare_event"]
 
-_FDE, _QUERY, _PAYLOAD = 15, 2, 40
+_FDE, _QUERY, _PAYLOAD, _TABLE_MAP = 15, 2, 40, 19
 _MARIADB_QUERY_COMPRESSED = 165
 _MARIADB_ROWS = {166: 23, 167: 24, 168: 25, 169: 30, 170: 31, 171: 32}  # compressed -> plain type
 _EXPANDED_OR_LEARNED = frozenset({_FDE, _PAYLOAD, _MARIADB_QUERY_COMPRESSED, *_MARIADB_ROWS})
@@ -93,7 +93,8 @@ def _event(header: tuple, body: bytes, checksum: int, kind: int | None = None) -
     return raw
 
 
-def _net_int(data: bytes, at: int) -> tuple[int, int]:
+def lenenc_int(data: bytes, at: int) -> tuple[int, int]:
+    """A length-encoded integer (MySQL protocol) at `at`: (value, where it ends)."""
     first = data[at]
     if first < 0xFB:
         return first, at + 1
@@ -134,7 +135,7 @@ def _mariadb(ev: bytes, fmt: _Format) -> bytes:
     cut = fmt.post_header_len(kind, 10 if kind in _V2 else 8)
     if kind in _V2:
         cut += struct.unpack_from("<H", body, 8)[0] - 2
-    width, cut = _net_int(body, cut)
+    width, cut = lenenc_int(body, cut)
     cut += (width + 7) // 8 * (2 if kind in _UPDATES else 1)
     return _event(header, body[:cut] + _unzip(body[cut:]), fmt.checksum, _MARIADB_ROWS[kind])
 
@@ -145,11 +146,11 @@ def _payload_events(ev: bytes, fmt: _Format) -> list[bytes]:
     fields: dict[int, int] = {}
     at = 0
     while True:
-        code, at = _net_int(body, at)
+        code, at = lenenc_int(body, at)
         if code == 0:
             break
-        length, at = _net_int(body, at)
-        fields[code], _ = _net_int(body[at : at + length], 0)
+        length, at = lenenc_int(body, at)
+        fields[code], _ = lenenc_int(body[at : at + length], 0)
         at += length
     data = body[at:]
     if 1 in fields and fields[1] != len(data):
@@ -209,9 +210,11 @@ class ExpandingConnection(Connection):
     stand for. Other connections made with it (the library's control connection) are
     plain PyMySQL connections."""
 
-    def __init__(self, *args: Any, **kwargs: Any):
+    def __init__(self, *args: Any, table_maps: Any = None, **kwargs: Any):
         self._binlog_format: _Format | None = None
         self._expanded: deque = deque()
+        # spark_jobs/binlog_table_map.TableMapRewriter: Table_maps of watched tables as the library must read them
+        self._table_maps = table_maps
         super().__init__(*args, **kwargs)
 
     def _write_bytes(self, data: bytes) -> None:
@@ -227,13 +230,43 @@ class ExpandingConnection(Connection):
         if fmt is None:
             return packet
         data = packet.get_all_data()
-        if len(data) < 20 or data[0] != 0 or data[5] not in _EXPANDED_OR_LEARNED:
-            return packet  # not an event, or one that is neither compressed nor a format description
-        expanded = expand_event(bytes(data[1:]), fmt)
-        if expanded is None:
+        if len(data) < 20 or data[0] != 0:
+            return packet  # not an event
+        kind = data[5]
+        table_maps = self._table_maps
+        if kind not in _EXPANDED_OR_LEARNED and (kind != _TABLE_MAP or table_maps is None):
+            return packet  # neither compressed, a format description nor a Table_map to prepare
+        prepared = prepare_event(bytes(data[1:]), fmt, table_maps)
+        if prepared is None:
             return packet
-        for ev, start in expanded:
+        for ev, start in prepared:
             out = _Packet(b"\x00" + ev, self.encoding)
             out.stored_start = start
             self._expanded.append(out)
         return self._expanded.popleft()
+
+
+def prepare_event(raw: bytes, fmt: _Format, table_maps: Any = None) -> list[tuple[bytes, int]] | None:
+    """What the library gets for one event read: `expand_event`'s events, each Table_map
+    among them prepared by `table_maps` (a binlog_table_map.TableMapRewriter, optional);
+    None when the event goes to the library as it is."""
+    expanded = expand_event(raw, fmt)
+    if table_maps is None:
+        return expanded
+    if expanded is None:
+        if raw[4] != _TABLE_MAP:
+            return None
+        size, end = struct.unpack_from("<II", raw, 9)
+        expanded = [(raw, end - size)]
+    return [(_prepared_table_map(ev, fmt, table_maps) if ev[4] == _TABLE_MAP else ev, start) for ev, start in expanded]
+
+
+def _prepared_table_map(ev: bytes, fmt: _Format, table_maps: Any) -> bytes:
+    """A Table_map event as `table_maps` (binlog_table_map.TableMapRewriter) rewrites it,
+    its size and checksum made right."""
+    body = ev[19 : len(ev) - fmt.checksum]
+    table_maps.post_header = fmt.post_header_len(_TABLE_MAP, 8)
+    new = table_maps.rewrite(body)
+    if new == body:
+        return ev
+    return _event(_HEADER.unpack_from(ev), new, fmt.checksum)

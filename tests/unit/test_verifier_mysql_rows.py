@@ -1,0 +1,179 @@
+"""The verifier's default reader on rows as MySQL 8.4 / 9.x writes them (byte fixtures,
+tests/unit/mysql_row_bytes.py): what the verifier's connection hands
+python-mysql-replication (`binlog_compressed.prepare_event` with the Table_map
+preparation of `spark_jobs/binlog_table_map.py`), decoded by the library's own event
+classes, then the reader's `row_values` (JSON as MySQL's text, SET as its names).
+
+MySQL 9's Format_description (post-header length 0 for the removed v1 rows events);
+ENUM / SET / names without binlog_row_metadata=FULL (from information_schema); JSON
+columns as MySQL prints them; VECTOR as the bytes MySQL holds; a YEAR column before
+an unsigned one; a Table_map information_schema does not match (undecidable, named)."""
+
+from __future__ import annotations
+
+import struct
+from types import SimpleNamespace
+
+import pytest
+
+from spark_jobs.binlog_compressed import _Format, prepare_event
+from spark_jobs.binlog_source import TxAssembler, row_values
+from spark_jobs.binlog_table_map import ColumnInfo, TableMapRewriter, stream_reader_class
+from spark_jobs.mysql_json_text import Double, Opaque, to_binary
+from tests.unit import mysql_row_bytes as mb
+from tests.unit.binlog_bytes import Binlog, lenenc
+
+# id VARCHAR(64), payload JSON, kind ENUM('created','shipped'), tags SET('a','b','c'),
+# y YEAR, n INT UNSIGNED, vec VECTOR(2)
+COLUMNS = [(15, struct.pack("<H", 256)), (245, b"\x04"), (254, bytes([247, 1])), (254, bytes([248, 1])),
+           (13, b""), (3, b""), (242, b"\x04")]  # fmt: skip
+INFO = [
+    ColumnInfo("id", "varchar", "varchar(64)", 255),
+    ColumnInfo("payload", "json", "json", None),
+    ColumnInfo("kind", "enum", "enum('created','shipped')", 255),
+    ColumnInfo("tags", "set", "set('a','b','c')", 255),
+    ColumnInfo("y", "year", "year", None),
+    ColumnInfo("n", "int", "int unsigned", None),
+    ColumnInfo("vec", "vector", "vector(2)", 63),
+]
+NAMES = [c.name for c in INFO]
+# What MySQL writes under binlog_row_metadata=MINIMAL: signedness (n: unsigned; YEAR has
+# no bit), default charset 255 with the VECTOR (the 2nd character column) binary,
+# ENUM/SET default charset, and (MySQL 9) the VECTOR's dimensions.
+MINIMAL = (
+    mb.tlv(1, b"\x80")
+    + mb.tlv(2, lenenc(255) + lenenc(1) + lenenc(63))
+    + mb.tlv(10, lenenc(255))
+    + mb.tlv(13, lenenc(2))
+)
+FULL = (
+    MINIMAL
+    + mb.tlv(4, mb.strings(NAMES))
+    + mb.tlv(5, lenenc(3) + mb.strings(["a", "b", "c"]))
+    + mb.tlv(6, lenenc(2) + mb.strings(["created", "shipped"]))
+)
+DOC = {"amount": Opaque(246, bytes([10, 3]) + bytes.fromhex("8000007b01c8")), "n": 1, "f": Double(2.0)}
+DOC_TEXT = '{"amount": 123.456, "n": 1, "f": 2.0}'
+VECTOR = struct.pack("<2f", 1.5, -2.0)
+
+
+def image(doc: bytes = to_binary(DOC), kind: int = 2, tags: int = 0b101) -> bytes:
+    return (
+        b"\x00"
+        + struct.pack("<H", 3)
+        + b"e-1"
+        + struct.pack("<I", len(doc))
+        + doc
+        + bytes([kind, tags, 2024 - 1900])
+        + struct.pack("<I", 4294967295)
+        + struct.pack("<I", len(VECTOR))
+        + VECTOR
+    )
+
+
+def binlog(optional: bytes, rows: list[bytes], version: str = "9.0.1") -> list[bytes]:
+    log = Binlog()
+    log.add(15, mb.fde_body(version, 0 if version.startswith("9") else 8))
+    log.add(19, mb.table_map_body(COLUMNS, optional))
+    log.add(30, mb.write_rows_body(len(COLUMNS), rows))
+    return log.events
+
+
+class Lookup:
+    def __init__(self, columns: list[ColumnInfo]):
+        self.columns = columns
+        self.calls: list[tuple[str, str]] = []
+
+    def __call__(self, schema: str, table: str) -> list[ColumnInfo]:
+        self.calls.append((schema, table))
+        return self.columns
+
+
+def read(events: list[bytes], lookup: Lookup | None = None) -> tuple[list, TxAssembler]:
+    """Each event as the verifier's connection hands it to the library, decoded by the
+    library's classes (optional metadata read, as `stream_reader_class` makes it), the
+    rows of Write_rows through the reader's `row_values`."""
+    from pymysql.protocol import MysqlPacket
+    from pymysqlreplication.event import FormatDescriptionEvent
+    from pymysqlreplication.packet import BinLogPacketWrapper
+    from pymysqlreplication.row_event import TableMapEvent, WriteRowsEvent
+
+    allowed = frozenset([FormatDescriptionEvent, TableMapEvent, WriteRowsEvent])
+    ctl = SimpleNamespace(charset="utf8mb4", _get_dbms=lambda: "mysql")
+    rewriter = TableMapRewriter({(mb.SCHEMA, mb.TABLE)}, lookup or Lookup(INFO))
+    fmt, table_map, post_headers, rows = _Format(), {}, None, []
+    asm = TxAssembler(open=True)
+    for raw in events:
+        for ev, _start in prepare_event(raw, fmt, rewriter) or [(raw, 0)]:
+            wrapper = BinLogPacketWrapper(
+                MysqlPacket(b"\x00" + ev, "utf8"), table_map, ctl, (9, 0, 1), True, allowed,
+                None, None, None, None, True, False, True, True, False, False, post_headers,
+            )  # fmt: skip
+            event = wrapper.event
+            if isinstance(event, FormatDescriptionEvent):
+                post_headers = event.post_header_len
+            elif isinstance(event, TableMapEvent):
+                table_map[event.table_id] = event.get_table()
+            elif isinstance(event, WriteRowsEvent):
+                got = row_values(event, rewriter.shapes.get(event.table_id), asm, 4)
+                rows += list(got or [])
+    return rows, asm
+
+
+EXPECTED = {"id": "e-1", "payload": DOC_TEXT, "kind": "shipped", "tags": "a,c", "y": 2024, "n": 4294967295,
+            "vec": VECTOR}  # fmt: skip
+
+
+def test_mysql_9_full_metadata_rows_read_as_mysql_means_them():
+    """MySQL 9's Format_description (v1 rows post-headers 0), a Table_map with a VECTOR
+    and its VECTOR_DIMENSIONALITY field (unknown to the library: it raised), JSON with a
+    DECIMAL (the library made it a string), a YEAR before an unsigned INT (the library
+    shifted the signedness bits: n read as -1)."""
+    rows, asm = read(binlog(FULL, [image()]))
+    assert rows == [EXPECTED] and not asm.anomalies
+
+
+def test_mysql_8_4_layout_reads_alike():
+    rows, _ = read(binlog(FULL, [image()], version="8.4.3"))
+    assert rows == [EXPECTED]
+
+
+def test_minimal_metadata_takes_names_and_enum_set_values_from_information_schema():
+    """binlog_row_metadata=MINIMAL (MySQL's default): before, the library named the
+    columns UNKNOWN_COL<i> and gave None for the non-NULL ENUM and SET."""
+    lookup = Lookup(INFO)
+    rows, asm = read(binlog(MINIMAL, [image(), image(kind=1, tags=0)]), lookup)
+    assert rows == [EXPECTED, {**EXPECTED, "kind": "created", "tags": ""}]
+    assert lookup.calls == [(mb.SCHEMA, mb.TABLE)] and not asm.anomalies
+
+
+def test_no_optional_metadata_at_all_gets_every_field_from_information_schema():
+    """MariaDB's default (NO_LOG) or MySQL 5.7: no TLV; signedness and charsets too."""
+    rows, _ = read(binlog(b"", [image()]))
+    assert rows == [EXPECTED]
+
+
+def test_enum_index_0_is_the_empty_value_not_null():
+    rows, _ = read(binlog(MINIMAL, [image(kind=0)]))
+    assert rows[0]["kind"] == ""
+
+
+@pytest.mark.parametrize(
+    "columns, why",
+    [
+        (INFO[:-1], "6 column(s) there, 7 in the Table_map"),
+        ([*INFO[:2], ColumnInfo("kind", "varchar", "varchar(10)", 255), *INFO[3:]], "column 3 `kind` is varchar(10)"),
+    ],
+)
+def test_a_table_information_schema_does_not_match_is_undecidable_with_its_cause(columns, why):
+    rows, asm = read(binlog(MINIMAL, [image()]), Lookup(columns))
+    assert rows == []
+    (text,) = asm.anomalies
+    assert "undecidable" in text and why in text and "binlog_row_metadata" in text and "shop.outbox" in text
+
+
+def test_the_verifier_stream_always_reads_optional_metadata():
+    """The library reads a Table_map's optional metadata only when the server says FULL."""
+    reader = stream_reader_class()(connection_settings={"host": "127.0.0.1"}, server_id=5)
+    reader._BinLogStreamReader__check_optional_meta_data()
+    assert reader._BinLogStreamReader__optional_meta_data is True
