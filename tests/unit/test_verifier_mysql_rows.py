@@ -52,8 +52,14 @@ FULL = (
     + mb.tlv(5, lenenc(3) + mb.strings(["a", "b", "c"]))
     + mb.tlv(6, lenenc(2) + mb.strings(["created", "shipped"]))
 )
-DOC = {"amount": Opaque(246, bytes([10, 3]) + bytes.fromhex("8000007b01c8")), "n": 1, "f": Double(2.0)}
-DOC_TEXT = '{"amount": 123.456, "n": 1, "f": 2.0}'
+TIME_87H = struct.pack("<q", (((87 << 12) | (31 << 6) | 46) << 24) + 654321)  # 87:31:46.654321, packed
+DOC = {
+    "amount": Opaque(246, bytes([10, 3]) + bytes.fromhex("8000007b01c8")),  # DECIMAL(10,3) 123.456
+    "n": 1,
+    "f": Double(2.0),
+    "t": Opaque(11, TIME_87H),  # the library's JSON parser raised ValueError on it
+}
+DOC_TEXT = '{"amount": 123.456, "n": 1, "f": 2.0, "t": "87:31:46.654321"}'
 VECTOR = struct.pack("<2f", 1.5, -2.0)
 
 
