@@ -37,9 +37,13 @@ from pymysql.protocol import MysqlPacket
 
 from connectors.mysql_client import Connection
 
-__all__ = ["CompressedEventError", "ExpandingConnection", "event_start", "expand_event", "prepare_event"]
+__all__ = [
+    "CompressedEventError", "ExpandingConnection", "event_start", "expand_event", "lenenc_int", "prepare_event", "rebuilt_event",
+]  # fmt: skip
 
 _FDE, _QUERY, _PAYLOAD, _TABLE_MAP = 15, 2, 40, 19
+_PARTIAL_UPDATE_ROWS = 39
+_PREPARED = frozenset({_TABLE_MAP, _PARTIAL_UPDATE_ROWS})  # given to a TableMapRewriter's `prepare`
 _MARIADB_QUERY_COMPRESSED = 165
 _MARIADB_ROWS = {166: 23, 167: 24, 168: 25, 169: 30, 170: 31, 171: 32}  # compressed -> plain type
 _EXPANDED_OR_LEARNED = frozenset({_FDE, _PAYLOAD, _MARIADB_QUERY_COMPRESSED, *_MARIADB_ROWS})
@@ -213,7 +217,8 @@ class ExpandingConnection(Connection):
     def __init__(self, *args: Any, table_maps: Any = None, **kwargs: Any):
         self._binlog_format: _Format | None = None
         self._expanded: deque = deque()
-        # spark_jobs/binlog_table_map.TableMapRewriter: Table_maps of watched tables as the library must read them
+        # spark_jobs/binlog_table_map.TableMapRewriter: Table_maps and partial updates of
+        # watched tables as the library must read them
         self._table_maps = table_maps
         super().__init__(*args, **kwargs)
 
@@ -234,8 +239,8 @@ class ExpandingConnection(Connection):
             return packet  # not an event
         kind = data[5]
         table_maps = self._table_maps
-        if kind not in _EXPANDED_OR_LEARNED and (kind != _TABLE_MAP or table_maps is None):
-            return packet  # neither compressed, a format description nor a Table_map to prepare
+        if kind not in _EXPANDED_OR_LEARNED and (kind not in _PREPARED or table_maps is None):
+            return packet  # neither compressed, a format description nor an event to prepare
         prepared = prepare_event(bytes(data[1:]), fmt, table_maps)
         if prepared is None:
             return packet
@@ -248,25 +253,20 @@ class ExpandingConnection(Connection):
 
 def prepare_event(raw: bytes, fmt: _Format, table_maps: Any = None) -> list[tuple[bytes, int]] | None:
     """What the library gets for one event read: `expand_event`'s events, each Table_map
-    among them prepared by `table_maps` (a binlog_table_map.TableMapRewriter, optional);
-    None when the event goes to the library as it is."""
+    and partial update among them prepared by `table_maps` (a
+    binlog_table_map.TableMapRewriter, optional); None when the event goes to the library
+    as it is."""
     expanded = expand_event(raw, fmt)
     if table_maps is None:
         return expanded
     if expanded is None:
-        if raw[4] != _TABLE_MAP:
+        if raw[4] not in _PREPARED:
             return None
         size, end = struct.unpack_from("<II", raw, 9)
         expanded = [(raw, end - size)]
-    return [(_prepared_table_map(ev, fmt, table_maps) if ev[4] == _TABLE_MAP else ev, start) for ev, start in expanded]
+    return [(table_maps.prepare(ev, fmt) if ev[4] in _PREPARED else ev, start) for ev, start in expanded]
 
 
-def _prepared_table_map(ev: bytes, fmt: _Format, table_maps: Any) -> bytes:
-    """A Table_map event as `table_maps` (binlog_table_map.TableMapRewriter) rewrites it,
-    its size and checksum made right."""
-    body = ev[19 : len(ev) - fmt.checksum]
-    table_maps.post_header = fmt.post_header_len(_TABLE_MAP, 8)
-    new = table_maps.rewrite(body)
-    if new == body:
-        return ev
-    return _event(_HEADER.unpack_from(ev), new, fmt.checksum)
+def rebuilt_event(ev: bytes, body: bytes, checksum: int, kind: int | None = None) -> bytes:
+    """`ev` with a new body (and type), its size and checksum made right."""
+    return _event(_HEADER.unpack_from(ev), body, checksum, kind)

@@ -42,7 +42,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from spark_jobs.binlog_compressed import lenenc_int
+from spark_jobs.binlog_compressed import lenenc_int, rebuilt_event
+from spark_jobs.binlog_partial_json import (
+    PARTIAL_UPDATE_ROWS,
+    UPDATE_ROWS_V2,
+    PartialJsonError,
+    full_update_body,
+)
 
 __all__ = ["ColumnInfo", "TableMapRewriter", "TableShape", "lookup_columns"]
 
@@ -159,6 +165,9 @@ class TableMapRewriter:
         self.lookup = lookup
         self.post_header = post_header
         self.shapes: dict[int, TableShape] = {}
+        # table id -> (column types as the Table_map gives them, each column's metadata):
+        # how its rows events are laid out (binlog_partial_json.py walks them)
+        self.layouts: dict[int, tuple[list[int], list[bytes]]] = {}
         self._columns: dict[tuple[str, str], list[ColumnInfo]] = {}
 
     def _looked_up(self, schema: str, table: str) -> list[ColumnInfo]:
@@ -166,6 +175,25 @@ class TableMapRewriter:
         if key not in self._columns:
             self._columns[key] = self.lookup(schema, table)
         return self._columns[key]
+
+    def prepare(self, ev: bytes, fmt: Any) -> bytes:
+        """A Table_map (19) or PARTIAL_UPDATE_ROWS_EVENT (39) as the library must read it
+        (`fmt`: binlog_compressed's Format_description reading: checksum, post-headers)."""
+        body = ev[19 : len(ev) - fmt.checksum]
+        if ev[4] == TABLE_MAP:
+            self.post_header = fmt.post_header_len(TABLE_MAP, 8)
+            new = self.rewrite(body)
+            return ev if new == body else rebuilt_event(ev, new, fmt.checksum)
+        layout = self.layouts.get(int.from_bytes(body[:6], "little"))
+        if layout is None:
+            return ev  # not a watched table
+        try:
+            full = full_update_body(body, *layout, fmt.post_header_len(PARTIAL_UPDATE_ROWS, 10))
+        except (PartialJsonError, IndexError, struct.error, ValueError):
+            full = None
+        if full is None:
+            return ev  # left a type the verifier does not read, as it does not read Update_rows
+        return rebuilt_event(ev, full, fmt.checksum, UPDATE_ROWS_V2)
 
     def rewrite(self, body: bytes) -> bytes:
         """A Table_map event body (after the common header, without checksum) as the
@@ -185,7 +213,8 @@ class TableMapRewriter:
         types = bytearray(body[at : at + count])
         at += count
         meta_len, at = lenenc_int(body, at)
-        real = self._real_types(types, body[at : at + meta_len])
+        real, metas = self._layout(types, body[at : at + meta_len])
+        self.layouts[table_id] = (list(types), metas)
         at += meta_len + (count + 7) // 8
         fields = self._fields(body[at:])
         shape = TableShape(names=None)
@@ -216,21 +245,18 @@ class TableMapRewriter:
         return body[:types_at] + bytes(types) + body[types_at + count : at] + tlv
 
     @staticmethod
-    def _real_types(types: bytes | bytearray, meta: bytes) -> list[int]:
-        """Each column's type, ENUM / SET told apart from CHAR by their metadata's first byte."""
-        real = []
+    def _layout(types: bytes | bytearray, meta: bytes) -> tuple[list[int], list[bytes]]:
+        """Each column's type (ENUM / SET told apart from CHAR by their metadata's first
+        byte) and its metadata bytes."""
+        real: list[int] = []
+        metas: list[bytes] = []
         at = 0
         for t in types:
-            if t in _META_2:
-                if t == _STRING and meta[at] in (_ENUM, _SET):
-                    real.append(meta[at])
-                else:
-                    real.append(t)
-                at += 2
-            else:
-                real.append(t)
-                at += 1 if t in _META_1 else 0
-        return real
+            size = 2 if t in _META_2 else (1 if t in _META_1 else 0)
+            metas.append(meta[at : at + size])
+            real.append(meta[at] if t == _STRING and meta[at] in (_ENUM, _SET) else t)
+            at += size
+        return real, metas
 
     @staticmethod
     def _fields(data: bytes) -> dict[int, bytes]:

@@ -77,3 +77,20 @@ def write_rows_body(n_columns: int, images: list[bytes], table_id: int = TABLE_I
     """`images`: each row's null bitmap and values."""
     present = b"\xff" * ((n_columns + 7) // 8)
     return struct.pack("<Q", table_id)[:6] + b"\x01\x00\x02\x00" + lenenc(n_columns) + present + b"".join(images)
+
+
+def update_rows_body(
+    n_columns: int, pairs: list[tuple[bytes, bytes]], kind_39: bool, table_id: int = TABLE_ID
+) -> bytes:
+    """Update_rows v2 (31) or PARTIAL_UPDATE_ROWS_EVENT (39) body: both bitmaps all set;
+    `pairs`: (before image, after image), the after image of type 39 starting with its
+    value options (and partial bits)."""
+    present = b"\xff" * ((n_columns + 7) // 8)
+    head = struct.pack("<Q", table_id)[:6] + b"\x01\x00\x02\x00" + lenenc(n_columns) + present + present
+    return head + b"".join(before + after for before, after in pairs)
+
+
+def json_diff(op: int, path: str, value: bytes | None = None) -> bytes:
+    """One diff of a partial JSON value (sql/json_diff.cc Json_diff::write_binary)."""
+    out = bytes([op]) + lenenc(len(path.encode())) + path.encode()
+    return out if value is None else out + lenenc(len(value)) + value

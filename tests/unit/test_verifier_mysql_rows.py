@@ -95,20 +95,18 @@ class Lookup:
         return self.columns
 
 
-def read(events: list[bytes], lookup: Lookup | None = None) -> tuple[list, TxAssembler]:
-    """Each event as the verifier's connection hands it to the library, decoded by the
-    library's classes (optional metadata read, as `stream_reader_class` makes it), the
-    rows of Write_rows through the reader's `row_values`."""
+def library_events(events: list[bytes], rewriter: TableMapRewriter) -> list[tuple[int, object]]:
+    """(type, library event) for each event as the verifier's connection hands it to the
+    library (`prepare_event`), decoded by the library's own classes with the optional
+    metadata read (as `stream_reader_class` makes it)."""
     from pymysql.protocol import MysqlPacket
     from pymysqlreplication.event import FormatDescriptionEvent
     from pymysqlreplication.packet import BinLogPacketWrapper
-    from pymysqlreplication.row_event import TableMapEvent, WriteRowsEvent
+    from pymysqlreplication.row_event import TableMapEvent, UpdateRowsEvent, WriteRowsEvent
 
-    allowed = frozenset([FormatDescriptionEvent, TableMapEvent, WriteRowsEvent])
+    allowed = frozenset([FormatDescriptionEvent, TableMapEvent, WriteRowsEvent, UpdateRowsEvent])
     ctl = SimpleNamespace(charset="utf8mb4", _get_dbms=lambda: "mysql")
-    rewriter = TableMapRewriter({(mb.SCHEMA, mb.TABLE)}, lookup or Lookup(INFO))
-    fmt, table_map, post_headers, rows = _Format(), {}, None, []
-    asm = TxAssembler(open=True)
+    fmt, table_map, post_headers, out = _Format(), {}, None, []
     for raw in events:
         for ev, _start in prepare_event(raw, fmt, rewriter) or [(raw, 0)]:
             wrapper = BinLogPacketWrapper(
@@ -120,9 +118,20 @@ def read(events: list[bytes], lookup: Lookup | None = None) -> tuple[list, TxAss
                 post_headers = event.post_header_len
             elif isinstance(event, TableMapEvent):
                 table_map[event.table_id] = event.get_table()
-            elif isinstance(event, WriteRowsEvent):
-                got = row_values(event, rewriter.shapes.get(event.table_id), asm, 4)
-                rows += list(got or [])
+            out.append((ev[4], event))
+    return out
+
+
+def read(events: list[bytes], lookup: Lookup | None = None) -> tuple[list, TxAssembler]:
+    """The rows of the Write_rows events through the reader's `row_values`."""
+    from pymysqlreplication.row_event import WriteRowsEvent
+
+    rewriter = TableMapRewriter({(mb.SCHEMA, mb.TABLE)}, lookup or Lookup(INFO))
+    asm = TxAssembler(open=True)
+    rows: list = []
+    for _kind, event in library_events(events, rewriter):
+        if isinstance(event, WriteRowsEvent):
+            rows += list(row_values(event, rewriter.shapes.get(event.table_id), asm, 4) or [])
     return rows, asm
 
 
@@ -183,3 +192,83 @@ def test_the_verifier_stream_always_reads_optional_metadata():
     reader = stream_reader_class()(connection_settings={"host": "127.0.0.1"}, server_id=5)
     reader._BinLogStreamReader__check_optional_meta_data()
     assert reader._BinLogStreamReader__optional_meta_data is True
+
+
+# -- PARTIAL_UPDATE_ROWS_EVENT (binlog_row_value_options=PARTIAL_JSON) -------------------
+
+# id VARCHAR(64), payload JSON, n INT; names in the Table_map (FULL)
+SMALL = [(15, struct.pack("<H", 256)), (245, b"\x04"), (3, b"")]
+SMALL_FULL = mb.tlv(1, b"\x00") + mb.tlv(2, lenenc(255)) + mb.tlv(4, mb.strings(["id", "payload", "n"]))
+
+
+def small_image(doc: bytes | None, n: int = 5, options: bytes = b"") -> bytes:
+    nulls = 0 if doc is not None else 2
+    out = options + bytes([nulls]) + struct.pack("<H", 3) + b"e-1"
+    if doc is not None:
+        out += struct.pack("<I", len(doc)) + doc
+    return out + struct.pack("<i", n)
+
+
+def partial_log(before_doc: bytes | None, diffs: bytes) -> list[bytes]:
+    after = small_image(b"", n=6, options=b"\x01\x01")[: -4 - 4] + struct.pack("<I", len(diffs)) + diffs
+    after += struct.pack("<i", 6)
+    before = small_image(before_doc)
+    log = Binlog()
+    log.add(15, mb.fde_body("8.4.3", 8))
+    log.add(19, mb.table_map_body(SMALL, SMALL_FULL))
+    log.add(39, mb.update_rows_body(3, [(before, after)], kind_39=True))
+    return log.events
+
+
+def updates(events: list[bytes]) -> tuple[list[int], list]:
+    """(event types the library gets, the rows of its UpdateRowsEvents)."""
+    from pymysqlreplication.row_event import UpdateRowsEvent
+
+    got = library_events(events, TableMapRewriter({(mb.SCHEMA, mb.TABLE)}, Lookup([])))
+    return [kind for kind, _ in got], [r for _, e in got if type(e) is UpdateRowsEvent for r in e.rows]
+
+
+def test_partial_json_update_becomes_the_update_of_the_whole_document():
+    """Type 39: before, the library read the first diff only and applied none. Now the
+    verifier's connection hands it the Update_rows event (31) it stands for, the after
+    document made as MySQL applies the diffs: REPLACE, INSERT into an array, INSERT of a
+    member (into MySQL's key order: length, then bytes), REMOVE, a quoted member name."""
+    before = to_binary({"a": 1, "b": [1, 2]})
+    diffs = b"".join(
+        [
+            mb.json_diff(0, "$.a", to_binary(2)),
+            mb.json_diff(1, "$.b[1]", to_binary("x")),
+            mb.json_diff(1, '$."k y"', to_binary(None)),
+            mb.json_diff(1, "$.aa", to_binary(True)),
+            mb.json_diff(1, "$.c", to_binary({"d": DOC["amount"]})),
+            mb.json_diff(2, "$.b[0]"),
+            mb.json_diff(1, "$.b[last]", to_binary(Double(0.5))),
+        ]
+    )
+    kinds, rows = updates(partial_log(before, diffs))
+    assert kinds == [15, 19, 31]
+    (row,) = rows
+    assert row["before_values"]["n"] == 5 and row["after_values"]["n"] == 6
+    from spark_jobs.mysql_json_text import to_text
+
+    assert to_text(row["before_values"]["payload"]) == '{"a": 1, "b": [1, 2]}'
+    assert to_text(row["after_values"]["payload"]) == (
+        '{"a": 2, "b": ["x", 0.5, 2], "c": {"d": 123.456}, "aa": true, "k y": null}'
+    )
+
+
+def test_a_partial_update_without_its_document_in_the_before_image_stays_unread():
+    """binlog_row_image=MINIMAL: no document to apply the diffs to; the event stays a
+    type 39, which the verifier does not read (as it does not read Update_rows)."""
+    kinds, rows = updates(partial_log(None, mb.json_diff(0, "$.a", to_binary(2))))
+    assert kinds == [15, 19, 39] and rows == []
+
+
+@pytest.mark.parametrize(
+    "diff",
+    [mb.json_diff(0, "$.zz", to_binary(1)), mb.json_diff(1, "$.a", to_binary(1)), mb.json_diff(2, "$.b[5]")],
+    ids=["replace-missing", "insert-existing", "remove-out-of-range"],
+)
+def test_a_diff_mysql_would_reject_leaves_the_event_unread(diff):
+    kinds, _ = updates(partial_log(to_binary({"a": 1, "b": [1, 2]}), diff))
+    assert kinds[-1] == 39
