@@ -211,8 +211,10 @@ def expand_event(ev: bytes, fmt: _Format) -> list[tuple[bytes, int]] | None:
 class ExpandingConnection(Connection):
     """A PyMySQL connection (python-mysql-replication's `pymysql_wrapper`) that, once it
     has asked for a binlog dump, hands out compressed events as the plain events they
-    stand for. Other connections made with it (the library's control connection) are
-    plain PyMySQL connections."""
+    stand for, and (with `table_maps`, a binlog_table_map.TableMapRewriter) the Table_maps
+    and partial JSON updates of watched tables as the library must read them. Other
+    connections made with it (the library's control connection) are plain PyMySQL
+    connections."""
 
     def __init__(self, *args: Any, table_maps: Any = None, **kwargs: Any):
         self._binlog_format: _Format | None = None

@@ -26,7 +26,12 @@ Readers (`binlog_reader`): "default" decodes with python-mysql-replication - a s
 independent decoder, so a bug of the relay's decoder cannot hide itself. Compressed
 events (MariaDB's log_bin_compress, MySQL's Transaction_payload), which the library does
 not know, are expanded into the plain events they stand for by the verifier's own code
-(`spark_jobs/binlog_compressed.py`) before the library decodes them. "fast" uses the
+(`spark_jobs/binlog_compressed.py`) before the library decodes them, and what the
+library misreads of MySQL 8.4 / 9.x rows is prepared by the verifier's own code too:
+Table_maps without `binlog_row_metadata=FULL` get names and ENUM / SET values from
+information_schema, JSON reaches the payload as MySQL's own text, VECTOR as its bytes,
+a partial JSON update as the whole document (`spark_jobs/binlog_table_map.py`,
+`mysql_json_text.py`, `binlog_partial_json.py`; docs/DESIGN.md). "fast" uses the
 relay's own reader (`connectors.binlog_protocol` + `connectors.binlog_decoder`) and is
 several times faster, but a decoder bug would then be made by both sides: opt in only
 when that trade is acceptable. Either way the events go through the verifier's own
