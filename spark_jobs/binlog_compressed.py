@@ -70,13 +70,16 @@ def event_start(packet: Any) -> int:
 
 
 class _Format:
-    """What the Format_description event says: checksums, post-header lengths."""
+    """What the Format_description event says: checksums, post-header lengths, the
+    server's version (MariaDB's contains "MariaDB")."""
 
     def __init__(self) -> None:
         self.checksum = 4
         self.post_header = b""
+        self.server_version = ""
 
     def learn(self, ev: bytes) -> None:
+        self.server_version = ev[21:71].rstrip(b"\x00").decode("ascii", "replace")  # after binlog version (2)
         crc_ok = zlib.crc32(ev[:-4]) & 0xFFFFFFFF == struct.unpack("<I", ev[-4:])[0]
         self.checksum = 4 if crc_ok and ev[-5] == 1 else 0
         self.post_header = ev[19 + 57 : len(ev) - (5 if crc_ok else 0)]

@@ -164,6 +164,7 @@ class TableMapRewriter:
         self.watched = watched
         self.lookup = lookup
         self.post_header = post_header
+        self.mariadb = False  # MariaDB counts GEOMETRY among character columns (its is_character_type)
         self.shapes: dict[int, TableShape] = {}
         # table id -> (column types as the Table_map gives them, each column's metadata):
         # how its rows events are laid out (binlog_partial_json.py walks them)
@@ -182,6 +183,7 @@ class TableMapRewriter:
         body = ev[19 : len(ev) - fmt.checksum]
         if ev[4] == TABLE_MAP:
             self.post_header = fmt.post_header_len(TABLE_MAP, 8)
+            self.mariadb = "mariadb" in fmt.server_version.lower()
             new = self.rewrite(body)
             return ev if new == body else rebuilt_event(ev, new, fmt.checksum)
         layout = self.layouts.get(int.from_bytes(body[:6], "little"))
@@ -223,7 +225,7 @@ class TableMapRewriter:
             columns = self._looked_up(schema, table)
             problem = _mismatch(real, columns)
             if problem is None:
-                _add_missing(fields, real, columns)
+                _add_missing(fields, real, columns, self.mariadb)
             else:  # the reader reports this table id's rows; nothing is guessed
                 shape.undecidable = (
                     f"the Table_map of {schema}.{table} (table id {table_id}) names no columns "
@@ -305,7 +307,7 @@ def _mismatch(real: list[int], columns: list[ColumnInfo]) -> str | None:
     return None
 
 
-def _add_missing(fields: dict[int, bytes], real: list[int], columns: list[ColumnInfo]) -> None:
+def _add_missing(fields: dict[int, bytes], real: list[int], columns: list[ColumnInfo], mariadb: bool) -> None:
     """The optional-metadata fields binlog_row_metadata=FULL would have written, from
     information_schema, each only where the event has none of its kind."""
     fields[_COLUMN_NAME] = _strings([c.name for c in columns])
@@ -319,7 +321,8 @@ def _add_missing(fields: dict[int, bytes], real: list[int], columns: list[Column
         numeric = [c.unsigned for t, c in zip(real, columns, strict=True) if t in _MYSQL_NUMERIC]
         if numeric:
             fields[_SIGNEDNESS] = _bits(numeric)
-    text = [c for t, c in zip(real, columns, strict=True) if t in _CHARACTER or t == _VECTOR]
+    character = _CHARACTER | {_VECTOR} | ({_GEOMETRY} if mariadb else set())
+    text = [c for t, c in zip(real, columns, strict=True) if t in character]
     if text and _DEFAULT_CHARSET not in fields and _COLUMN_CHARSET not in fields:
         fields[_COLUMN_CHARSET] = b"".join(_lenenc(c.collation_id or _BINARY_COLLATION) for c in text)
     if (enums or sets) and _ENUM_SET_DEFAULT_CHARSET not in fields and _ENUM_SET_COLUMN_CHARSET not in fields:

@@ -97,7 +97,7 @@ class Lookup:
         return self.columns
 
 
-def library_events(events: list[bytes], rewriter: TableMapRewriter) -> list[tuple[int, object]]:
+def library_events(events: list[bytes], rewriter: TableMapRewriter, dbms: str = "mysql") -> list[tuple[int, object]]:
     """(type, library event) for each event as the verifier's connection hands it to the
     library (`prepare_event`), decoded by the library's own classes with the optional
     metadata read (as `stream_reader_class` makes it)."""
@@ -107,7 +107,7 @@ def library_events(events: list[bytes], rewriter: TableMapRewriter) -> list[tupl
     from pymysqlreplication.row_event import TableMapEvent, UpdateRowsEvent, WriteRowsEvent
 
     allowed = frozenset([FormatDescriptionEvent, TableMapEvent, WriteRowsEvent, UpdateRowsEvent])
-    ctl = SimpleNamespace(charset="utf8mb4", _get_dbms=lambda: "mysql")
+    ctl = SimpleNamespace(charset="utf8mb4", _get_dbms=lambda: dbms)
     fmt, table_map, post_headers, out = _Format(), {}, None, []
     for raw in events:
         for ev, _start in prepare_event(raw, fmt, rewriter) or [(raw, 0)]:
@@ -329,3 +329,23 @@ def test_insert_then_remove_gives_the_document_back(doc, value, data):
     assert at == value
     apply_diffs(doc, [(2, legs, None)])
     assert render(doc) == original
+
+
+def test_mariadb_without_metadata_counts_geometry_among_character_columns():
+    """MariaDB (binlog_row_metadata NO_LOG, its default): no TLV at all. MariaDB and the
+    library (for a MariaDB server) give GEOMETRY a charset entry; the injected
+    COLUMN_CHARSET does too, or the VARCHAR after it would have none (IndexError)."""
+    from pymysqlreplication.row_event import WriteRowsEvent
+
+    columns = [(15, struct.pack("<H", 256)), (255, b"\x04"), (15, struct.pack("<H", 40))]
+    info = [ColumnInfo("id", "varchar", "varchar(64)", 45), ColumnInfo("shape", "point", "point", None),
+            ColumnInfo("note", "varchar", "varchar(10)", 45)]  # fmt: skip
+    point = b"\x00" * 4 + b"\x01\x01\x00\x00\x00" + struct.pack("<2d", 1.0, 2.0)
+    row = b"\x00" + struct.pack("<H", 3) + b"e-1" + struct.pack("<I", len(point)) + point + b"\x02hi"
+    log = Binlog()
+    log.add(15, mb.fde_body("10.11.6-MariaDB-log", 8))
+    log.add(19, mb.table_map_body(columns, b""))
+    log.add(30, mb.write_rows_body(3, [row]))
+    rewriter = TableMapRewriter({(mb.SCHEMA, mb.TABLE)}, Lookup(info))
+    (event,) = [e for _, e in library_events(log.events, rewriter, dbms="mariadb") if isinstance(e, WriteRowsEvent)]
+    assert event.rows[0]["values"] == {"id": "e-1", "shape": point, "note": "hi"}
