@@ -170,6 +170,7 @@ class TableMapRewriter:
         # how its rows events are laid out (binlog_partial_json.py walks them)
         self.layouts: dict[int, tuple[list[int], list[bytes]]] = {}
         self._columns: dict[tuple[str, str], list[ColumnInfo]] = {}
+        self._done: dict[int, tuple[bytes, bytes]] = {}  # table id -> (last body, its rewrite)
 
     def _looked_up(self, schema: str, table: str) -> list[ColumnInfo]:
         key = (schema, table)
@@ -200,8 +201,16 @@ class TableMapRewriter:
     def rewrite(self, body: bytes) -> bytes:
         """A Table_map event body (after the common header, without checksum) as the
         library must read it. Bodies of tables not watched come back unchanged."""
-        at = self.post_header
         table_id = int.from_bytes(body[:6], "little")
+        done = self._done.get(table_id)
+        if done is not None and done[0] == body:
+            return done[1]  # the same table again (a Table_map precedes every transaction's rows)
+        new = self._rewrite(table_id, body)
+        self._done[table_id] = (body, new)
+        return new
+
+    def _rewrite(self, table_id: int, body: bytes) -> bytes:
+        at = self.post_header
         schema_len = body[at]
         schema = body[at + 1 : at + 1 + schema_len].decode("utf-8")
         at += 2 + schema_len

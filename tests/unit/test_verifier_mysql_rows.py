@@ -349,3 +349,13 @@ def test_mariadb_without_metadata_counts_geometry_among_character_columns():
     rewriter = TableMapRewriter({(mb.SCHEMA, mb.TABLE)}, Lookup(info))
     (event,) = [e for _, e in library_events(log.events, rewriter, dbms="mariadb") if isinstance(e, WriteRowsEvent)]
     assert event.rows[0]["values"] == {"id": "e-1", "shape": point, "note": "hi"}
+
+
+def test_a_table_map_seen_again_reads_alike_with_one_lookup():
+    """A Table_map precedes every transaction's rows: the same table id and bytes again
+    (its rewrite is reused) gives the same rows, and information_schema is asked once."""
+    lookup = Lookup(INFO)
+    log = binlog(MINIMAL, [image()])
+    log_again = [*log, log[1], log[2]]
+    rows, _ = read(log_again, lookup)
+    assert rows == [EXPECTED, EXPECTED] and lookup.calls == [(mb.SCHEMA, mb.TABLE)]
