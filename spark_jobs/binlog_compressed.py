@@ -42,9 +42,14 @@ from pymysql.protocol import MysqlPacket
 from connectors.mysql_client import Connection
 from spark_jobs.binlog_tagged_gtid import GTID_TAGGED_EVENT, TaggedGtidEventError, as_gtid_event_body, read_tagged
 
-__all__ = ["CompressedEventError", "ExpandingConnection", "event_start", "expand_event", "tagged_gtid"]
+__all__ = [
+    "CompressedEventError", "ExpandingConnection", "event_start", "expand_event", "lenenc_int", "prepare_event",
+    "rebuilt_event", "tagged_gtid",
+]  # fmt: skip
 
-_FDE, _QUERY, _PAYLOAD = 15, 2, 40
+_FDE, _QUERY, _PAYLOAD, _TABLE_MAP = 15, 2, 40, 19
+_PARTIAL_UPDATE_ROWS = 39
+_PREPARED = frozenset({_TABLE_MAP, _PARTIAL_UPDATE_ROWS})  # given to a TableMapRewriter's `prepare`
 _MARIADB_QUERY_COMPRESSED = 165
 _MARIADB_ROWS = {166: 23, 167: 24, 168: 25, 169: 30, 170: 31, 171: 32}  # compressed -> plain type
 _EXPANDED_OR_LEARNED = frozenset({_FDE, _PAYLOAD, _MARIADB_QUERY_COMPRESSED, *_MARIADB_ROWS, GTID_TAGGED_EVENT})
@@ -90,13 +95,16 @@ def event_start(packet: Any) -> int:
 
 
 class _Format:
-    """What the Format_description event says: checksums, post-header lengths."""
+    """What the Format_description event says: checksums, post-header lengths, the
+    server's version (MariaDB's contains "MariaDB")."""
 
     def __init__(self) -> None:
         self.checksum = 4
         self.post_header = b""
+        self.server_version = ""
 
     def learn(self, ev: bytes) -> None:
+        self.server_version = ev[21:71].rstrip(b"\x00").decode("ascii", "replace")  # after binlog version (2)
         crc_ok = zlib.crc32(ev[:-4]) & 0xFFFFFFFF == struct.unpack("<I", ev[-4:])[0]
         self.checksum = 4 if crc_ok and ev[-5] == 1 else 0
         self.post_header = ev[19 + 57 : len(ev) - (5 if crc_ok else 0)]
@@ -117,7 +125,8 @@ def _event(header: tuple, body: bytes, checksum: int, kind: int | None = None) -
     return raw
 
 
-def _net_int(data: bytes, at: int) -> tuple[int, int]:
+def lenenc_int(data: bytes, at: int) -> tuple[int, int]:
+    """A length-encoded integer (MySQL protocol) at `at`: (value, where it ends)."""
     first = data[at]
     if first < 0xFB:
         return first, at + 1
@@ -158,7 +167,7 @@ def _mariadb(ev: bytes, fmt: _Format) -> bytes:
     cut = fmt.post_header_len(kind, 10 if kind in _V2 else 8)
     if kind in _V2:
         cut += struct.unpack_from("<H", body, 8)[0] - 2
-    width, cut = _net_int(body, cut)
+    width, cut = lenenc_int(body, cut)
     cut += (width + 7) // 8 * (2 if kind in _UPDATES else 1)
     return _event(header, body[:cut] + _unzip(body[cut:]), fmt.checksum, _MARIADB_ROWS[kind])
 
@@ -169,11 +178,11 @@ def _payload_events(ev: bytes, fmt: _Format) -> list[bytes]:
     fields: dict[int, int] = {}
     at = 0
     while True:
-        code, at = _net_int(body, at)
+        code, at = lenenc_int(body, at)
         if code == 0:
             break
-        length, at = _net_int(body, at)
-        fields[code], _ = _net_int(body[at : at + length], 0)
+        length, at = lenenc_int(body, at)
+        fields[code], _ = lenenc_int(body[at : at + length], 0)
         at += length
     data = body[at:]
     if 1 in fields and fields[1] != len(data):
@@ -230,12 +239,19 @@ def expand_event(ev: bytes, fmt: _Format) -> list[tuple[bytes, int]] | None:
 class ExpandingConnection(Connection):
     """A PyMySQL connection (python-mysql-replication's `pymysql_wrapper`) that, once it
     has asked for a binlog dump, hands out compressed events as the plain events they
-    stand for. Other connections made with it (the library's control connection) are
-    plain PyMySQL connections."""
+    stand for, and (with `table_maps`, a binlog_table_map.TableMapRewriter) the Table_maps
+    and partial JSON updates of watched tables as the library must read them. Other
+    connections made with it (the library's control connection) are plain PyMySQL
+    connections."""
 
-    def __init__(self, *args: Any, **kwargs: Any):
+    _table_maps: Any = None  # set per connection below; None: nothing to prepare
+
+    def __init__(self, *args: Any, table_maps: Any = None, **kwargs: Any):
         self._binlog_format: _Format | None = None
         self._expanded: deque = deque()
+        # spark_jobs/binlog_table_map.TableMapRewriter: Table_maps and partial updates of
+        # watched tables as the library must read them
+        self._table_maps = table_maps
         super().__init__(*args, **kwargs)
 
     def _write_bytes(self, data: bytes) -> None:
@@ -251,20 +267,45 @@ class ExpandingConnection(Connection):
         if fmt is None:
             return packet
         data = packet.get_all_data()
-        if len(data) < 20 or data[0] != 0 or data[5] not in _EXPANDED_OR_LEARNED:
-            return packet  # not an event, or one that is neither compressed nor a format description
+        if len(data) < 20 or data[0] != 0:
+            return packet  # not an event
+        kind = data[5]
+        table_maps = self._table_maps
+        if kind not in _EXPANDED_OR_LEARNED and (kind not in _PREPARED or table_maps is None):
+            return packet  # neither compressed, a format description nor an event to prepare
         raw = bytes(data[1:])
-        if data[5] == GTID_TAGGED_EVENT:
+        if kind == GTID_TAGGED_EVENT:
             ev, gtid = tagged_as_gtid_event(raw, fmt)
             size, end = struct.unpack_from("<II", raw, 9)
             out = _Packet(b"\x00" + ev, self.encoding)
             out.stored_start, out.tagged_gtid = end - size, gtid
             return out
-        expanded = expand_event(raw, fmt)
-        if expanded is None:
+        prepared = prepare_event(raw, fmt, table_maps)
+        if prepared is None:
             return packet
-        for ev, start in expanded:
+        for ev, start in prepared:
             out = _Packet(b"\x00" + ev, self.encoding)
             out.stored_start, out.tagged_gtid = start, None
             self._expanded.append(out)
         return self._expanded.popleft()
+
+
+def prepare_event(raw: bytes, fmt: _Format, table_maps: Any = None) -> list[tuple[bytes, int]] | None:
+    """What the library gets for one event read: `expand_event`'s events, each Table_map
+    and partial update among them prepared by `table_maps` (a
+    binlog_table_map.TableMapRewriter, optional); None when the event goes to the library
+    as it is."""
+    expanded = expand_event(raw, fmt)
+    if table_maps is None:
+        return expanded
+    if expanded is None:
+        if raw[4] not in _PREPARED:
+            return None
+        size, end = struct.unpack_from("<II", raw, 9)
+        expanded = [(raw, end - size)]
+    return [(table_maps.prepare(ev, fmt) if ev[4] in _PREPARED else ev, start) for ev, start in expanded]
+
+
+def rebuilt_event(ev: bytes, body: bytes, checksum: int, kind: int | None = None) -> bytes:
+    """`ev` with a new body (and type), its size and checksum made right."""
+    return _event(_HEADER.unpack_from(ev), body, checksum, kind)

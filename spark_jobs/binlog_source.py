@@ -26,7 +26,12 @@ Readers (`binlog_reader`): "default" decodes with python-mysql-replication - a s
 independent decoder, so a bug of the relay's decoder cannot hide itself. Compressed
 events (MariaDB's log_bin_compress, MySQL's Transaction_payload), which the library does
 not know, are expanded into the plain events they stand for by the verifier's own code
-(`spark_jobs/binlog_compressed.py`) before the library decodes them. "fast" uses the
+(`spark_jobs/binlog_compressed.py`) before the library decodes them, and what the
+library misreads of MySQL 8.4 / 9.x rows is prepared by the verifier's own code too:
+Table_maps without `binlog_row_metadata=FULL` get names and ENUM / SET values from
+information_schema, JSON reaches the payload as MySQL's own text, VECTOR as its bytes,
+a partial JSON update as the whole document (`spark_jobs/binlog_table_map.py`,
+`mysql_json_text.py`, `binlog_partial_json.py`; docs/DESIGN.md). "fast" uses the
 relay's own reader (`connectors.binlog_protocol` + `connectors.binlog_decoder`) and is
 several times faster, but a decoder bug would then be made by both sides: opt in only
 when that trade is acceptable. Either way the events go through the verifier's own
@@ -68,6 +73,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import fnmatch
+import functools
 import json
 import random
 import re
@@ -891,7 +897,6 @@ def read_binlog_file(
 ) -> Iterator[CommittedTx]:
     """The committed transactions (with their outbox rows) of one binlog file, from
     `start` up to (not past) `end`; and the XA prepare and outcome groups (`xa` set)."""
-    from pymysqlreplication import BinLogStreamReader
     from pymysqlreplication.event import (
         ExecuteLoadQueryEvent,
         GtidEvent,
@@ -905,13 +910,19 @@ def read_binlog_file(
 
     from spark_jobs.binlog_compressed import ExpandingConnection, tagged_gtid
     from spark_jobs.binlog_compressed import event_start as event_start_of
+    from spark_jobs.binlog_table_map import TableMapRewriter, stream_reader_class
 
     wanted = {(t.schema, t.table) for t in tables}
     from connectors.mysql_client import pymysql_args
 
-    stream = BinLogStreamReader(
+    columns = _ColumnLookup(settings)
+    table_maps = TableMapRewriter(wanted, columns)
+    shapes = table_maps.shapes
+    stream = stream_reader_class()(
         connection_settings=pymysql_args(settings),  # TLS as the relay's config says
-        pymysql_wrapper=ExpandingConnection,  # compressed events reach the library as plain ones
+        # compressed events reach the library as plain ones, Table_maps of watched tables
+        # as it must read them (spark_jobs/binlog_table_map.py)
+        pymysql_wrapper=functools.partial(ExpandingConnection, table_maps=table_maps),
         server_id=server_id,
         resume_stream=True,
         log_file=file,
@@ -938,7 +949,12 @@ def read_binlog_file(
         freeze_schema=True,
     )
     asm = _assembler(tables)
-    with _reading(file, settings, asm, end, stream.close, on_anomaly):
+
+    def close() -> None:
+        stream.close()
+        columns.close()
+
+    with _reading(file, settings, asm, end, close, on_anomaly):
         for event in stream:
             packet = event.packet
             event_end = packet.log_pos
@@ -949,12 +965,16 @@ def read_binlog_file(
             if event_end and event_end > end:
                 break
             event_start = event_start_of(packet)
-            if isinstance(event, WriteRowsEvent):
-                if (event.schema, event.table) in wanted:
-                    asm.add_rows(event.schema, event.table, (r["values"] for r in event.rows), event_start)
-            elif isinstance(event, DeleteRowsEvent):
-                if (event.schema, event.table) in wanted:
-                    asm.delete_rows(event.schema, event.table, (r["values"] for r in event.rows))
+            if isinstance(event, (WriteRowsEvent, DeleteRowsEvent)):
+                if (event.schema, event.table) not in wanted:
+                    continue
+                rows = row_values(event, shapes.get(event.table_id), asm, event_start)
+                if rows is None:
+                    pass
+                elif isinstance(event, WriteRowsEvent):
+                    asm.add_rows(event.schema, event.table, rows, event_start)
+                else:
+                    asm.delete_rows(event.schema, event.table, rows)
             elif isinstance(event, XidEvent):
                 tx = asm.commit(event_end, event.timestamp)
                 if tx is not None:
@@ -995,6 +1015,61 @@ def read_binlog_file(
                 tx = _query(asm, query, schema, event_start, event_end, event.timestamp, packet.server_id, wanted)
                 if tx is not None:
                     yield tx
+
+
+class _ColumnLookup:
+    """information_schema.COLUMNS of a table (binlog_table_map.lookup_columns) over the
+    verifier's own connection, opened at the first look-up (most reads need none)."""
+
+    def __init__(self, settings: Mapping[str, Any]):
+        self.settings = settings
+        self.conn: Any = None
+
+    def __call__(self, schema: str, table: str) -> list[Any]:
+        from spark_jobs.binlog_table_map import lookup_columns
+
+        if self.conn is None:
+            self.conn = connect_mysql(self.settings)
+        with self.conn.cursor() as cur:
+            return lookup_columns(cur, schema, table)
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
+
+
+def row_values(event: Any, shape: Any, asm: TxAssembler, at: int) -> Iterable[dict[str, Any]] | None:
+    """The rows of a library rows event of a watched table, with MySQL's values where the
+    library has none of its own (`shape`: binlog_table_map.TableShape of its table id): a
+    JSON column as MySQL's JSON text (spark_jobs/mysql_json_text.py), a SET as its names
+    joined by commas in definition order (`SELECT set_col`; the empty set is ''). None,
+    with an anomaly naming the cause, for a table id whose columns cannot be known."""
+    if shape is None or not (shape.json or shape.sets or shape.undecidable):
+        return (r["values"] for r in event.rows)
+    if shape.undecidable:
+        asm.anomalies.append(f"the outbox row(s) of the rows event at {at} are undecidable: {shape.undecidable}")
+        return None
+    return (_mysql_values(r, shape) for r in event.rows)
+
+
+def _mysql_values(row: dict[str, Any], shape: Any) -> dict[str, Any]:
+    from spark_jobs.mysql_json_text import to_text
+
+    values = row["values"]
+    for i in shape.json:
+        name = shape.names[i]
+        raw = values.get(name)
+        if raw is not None:  # SQL NULL stays None
+            values[name] = to_text(raw)
+    for i, names in shape.sets.items():
+        name = shape.names[i]
+        value = values.get(name)
+        if value is None and row.get("none_sources", {}).get(name) == "empty set":
+            values[name] = ""  # the library's None for an empty SET; the value is ''
+        elif isinstance(value, (set, frozenset)):
+            values[name] = ",".join(n for n in names if n in value)
+    return values
 
 
 def _query(asm: TxAssembler, query: str, schema: str, start: int, end: int, timestamp: int, server_id: int,
