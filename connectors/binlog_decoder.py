@@ -164,6 +164,18 @@ _TYPE_NAMES = {
     254: "STRING",
     255: "GEOMETRY",
 }
+# post-header lengths this decoder reads: event type -> (name, length when the
+# Format_description's table is shorter, lengths read; 0 = the server has no such event)
+_ROWS_POST_HEADERS = {
+    TABLE_MAP_EVENT: ("Table_map", 8, (8,)),
+    WRITE_ROWS_V1: ("Write_rows_v1", 8, (0, 8)),
+    UPDATE_ROWS_V1: ("Update_rows_v1", 8, (0, 8)),
+    DELETE_ROWS_V1: ("Delete_rows_v1", 8, (0, 8)),
+    WRITE_ROWS_V2: ("Write_rows", 10, (0, 10)),
+    UPDATE_ROWS_V2: ("Update_rows", 10, (0, 10)),
+    DELETE_ROWS_V2: ("Delete_rows", 10, (0, 10)),
+    PARTIAL_UPDATE_ROWS_EVENT: ("Partial_update_rows", 10, (0, 10)),
+}
 _NUMERIC = {T_TINY, T_SHORT, T_INT24, T_LONG, T_LONGLONG, T_NEWDECIMAL, T_FLOAT, T_DOUBLE, T_YEAR}
 FL_STANDALONE = 0x01
 
@@ -983,11 +995,27 @@ class BinlogDecoder:
         self.post_header = ph = body[57:]
         self._ph_query = ph[QUERY_EVENT - 1] if len(ph) >= QUERY_EVENT else 13
         self._ph_load_query = ph[EXECUTE_LOAD_QUERY_EVENT - 1] if len(ph) >= EXECUTE_LOAD_QUERY_EVENT else 26
-        self._ph_table_map = ph[TABLE_MAP_EVENT - 1] if len(ph) >= TABLE_MAP_EVENT else 8
-        self._ph_rows_v1 = ph[WRITE_ROWS_V1 - 1] if len(ph) >= WRITE_ROWS_V1 else 8
-        self._ph_rows_v2 = ph[WRITE_ROWS_V2 - 1] if len(ph) >= WRITE_ROWS_V2 else 10
-        if self._ph_table_map != 8 or self._ph_rows_v1 < 8:
-            raise BinlogDecodeError(f"unsupported binlog layout from server {version} (table id size)")
+        # The table id size follows from the post-header lengths of the Table_map and rows
+        # events (MySQL's Table_map_event / Rows_event constructors: 6 = a 4-byte table id,
+        # servers before 5.1.4; otherwise 6 bytes). A length 0 means the server has no such
+        # event type: MySQL 9.0 removed the v1 rows events (23-25).
+        lengths = {}
+        for t, (name, default, readable) in _ROWS_POST_HEADERS.items():
+            n = ph[t - 1] if len(ph) >= t else default
+            if n not in readable and (t != PARTIAL_UPDATE_ROWS_EVENT or self.dbms == "mysql"):
+                why = (
+                    "4-byte table ids (servers before MySQL 5.1.4), which this decoder does not read"
+                    if n == 6
+                    else f"this decoder reads {' or '.join(str(r) for r in readable if r)}"
+                )
+                raise BinlogDecodeError(
+                    f"unsupported binlog layout from server {version}: its Format_description gives {name} "
+                    f"(event type {t}) post-header length {n}: {why}"
+                )
+            lengths[t] = n
+        self._ph_table_map = lengths[TABLE_MAP_EVENT]
+        self._ph_rows_v1 = lengths[WRITE_ROWS_V1]
+        self._ph_rows_v2 = lengths[WRITE_ROWS_V2] or 10
         self._ph_compressed_rows = {t: ph[t - 1] for t in MARIADB_ROWS_COMPRESSED if len(ph) >= t and ph[t - 1]}
 
     def _xid(self, ev: bytes, out: list) -> None:
@@ -1108,13 +1136,23 @@ class BinlogDecoder:
         if v2:
             extra = _U16(ev, 19 + 8)[0]
             return 19 + self._ph_rows_v2 + extra - 2
-        return 19 + self._ph_rows_v1
+        return self._v1_start(ev)
+
+    def _v1_start(self, ev: bytes) -> int:
+        """Where a v1 rows event's body starts; refused when the server has no v1 rows events."""
+        ph = self._ph_rows_v1
+        if not ph:
+            raise BinlogDecodeError(
+                f"a rows event of event type {ev[4]} ending at {self.file}:{_U32(ev, 13)[0]}, a type server "
+                f"{self.server_version} does not have (its Format_description gives it post-header length 0)"
+            )
+        return 19 + ph
 
     def _write_v1(self, ev: bytes, out: list) -> None:
         tbl = self._tables.get(ev[19:25])
         if tbl is None or tbl.columns is None:
             return
-        self._inserts(ev, out, tbl, 19 + self._ph_rows_v1)
+        self._inserts(ev, out, tbl, self._v1_start(ev))
 
     def _write_v2(self, ev: bytes, out: list) -> None:
         tbl = self._tables.get(ev[19:25])
@@ -1148,13 +1186,13 @@ class BinlogDecoder:
             append(row)
 
     def _update_v1(self, ev: bytes, out: list) -> None:
-        self._changes(ev, out, 19 + self._ph_rows_v1, True)
+        self._changes(ev, out, self._v1_start(ev), True)
 
     def _update_v2(self, ev: bytes, out: list) -> None:
         self._changes(ev, out, None, True)
 
     def _delete_v1(self, ev: bytes, out: list) -> None:
-        self._changes(ev, out, 19 + self._ph_rows_v1, False)
+        self._changes(ev, out, self._v1_start(ev), False)
 
     def _delete_v2(self, ev: bytes, out: list) -> None:
         self._changes(ev, out, None, False)
