@@ -42,16 +42,13 @@ from __future__ import annotations
 import codecs
 import datetime
 import decimal
-import json
 import struct
 import zlib
 from dataclasses import dataclass
 from typing import Any
 
-from pymysqlreplication.json_binary import parse_json
 from pymysqlreplication.row_event import RowsEvent, find_charset
 
-from cdc.outbox import json_plain
 from cdc.position import BinlogPosition, file_sequence
 from cdc.source_events import (
     Heartbeat,
@@ -67,6 +64,7 @@ from cdc.source_events import (
     xid_text,
 )
 from connectors import binlog_compression as _compression
+from connectors import mysql_json as _mysql_json
 
 __all__ = ["BinlogDecodeError", "BinlogDecoder", "UndecodableEvent", "UnsupportedColumnType"]
 
@@ -529,13 +527,21 @@ def _apply_optional_metadata(cols: list[_Column], buf: bytes, p: int, end: int, 
 # -- code generation for row images ----------------------------------------------------
 
 
-def mysql_json_text(kind: int, data: bytes) -> str:
-    """A MySQL binary JSON value (a JSON column, MySQL only: MariaDB's JSON is LONGTEXT)
-    as compact JSON text, keys in the order MySQL stores them; as the payload it is
-    published as that text. The binary format (type byte, then objects / arrays of key
-    and value entries, inlined small scalars, variable-length strings) is MySQL's
-    json_binary.h; python-mysql-replication's `parse_json` reads it."""
-    return json.dumps(json_plain(parse_json(kind, data)), separators=(",", ":"), default=str)
+def _json_reader(schema: str, table: str, column: str | None):
+    """f(value bytes) -> MySQL's JSON text of a JSON column (MySQL only: MariaDB's JSON is
+    LONGTEXT), as connectors/mysql_json.py prints it; malformed bytes raise
+    BinlogDecodeError naming the column."""
+
+    def read(data: bytes) -> str:
+        try:
+            return _mysql_json.document_text(data)
+        except _mysql_json.JsonDecodeError as exc:
+            raise BinlogDecodeError(
+                f"column {column!r} of {schema}.{table} holds a JSON value MySQL's binary JSON format cannot hold: "
+                f"{exc}"
+            ) from None
+
+    return read
 
 
 _GLOBALS_BASE = {
@@ -550,7 +556,6 @@ _GLOBALS_BASE = {
     "_be40": struct.Struct(">IB").unpack_from,
     "_from_bytes": int.from_bytes,
     "_datetime": _datetime,
-    "_parse_json": mysql_json_text,
     "_read_time2": _read_time2,
     "_read_date": _read_date,
     "_read_time_old": _read_time_old,
@@ -617,12 +622,8 @@ def _column_code(i: int, c: _Column, schema: str, table: str, g: dict[str, Any])
         return [f"n = {_uint_expr(size)}", f"p += {size}", f"{v} = b[p:p + n]", "p += n"]
     if t == T_JSON:
         size = m["length_size"]
-        return [
-            f"n = {_uint_expr(size)}",
-            f"p += {size}",
-            f"{v} = _parse_json(b[p], b[p + 1:p + n]) if n else None",
-            "p += n",
-        ]
+        g[f"_json{i}"] = _json_reader(schema, table, c.name)
+        return [f"n = {_uint_expr(size)}", f"p += {size}", f"{v} = _json{i}(b[p:p + n])", "p += n"]
     if t == T_NEWDECIMAL:
         size, reader = _decimal_reader(m["precision"], m["decimals"])
         g[f"_dec{i}"] = reader
