@@ -64,9 +64,10 @@ from cdc.source_events import (
     xid_text,
 )
 from connectors import binlog_compression as _compression
+from connectors import json_diff as _json_diff
 from connectors import mysql_json as _mysql_json
 
-__all__ = ["BinlogDecodeError", "BinlogDecoder", "UndecodableEvent", "UnsupportedColumnType"]
+__all__ = ["BinlogDecodeError", "BinlogDecoder", "ServerSettingRequired", "UndecodableEvent", "UnsupportedColumnType"]
 
 
 class BinlogDecodeError(Exception):
@@ -83,6 +84,12 @@ class UnsupportedColumnType(BinlogDecodeError):
             f"column {column!r} of {schema}.{table} has type {type_code} ({name}) which the fast binlog decoder "
             f"does not decode{': ' + detail if detail else ''}; use python-mysql-replication for this table"
         )
+
+
+class ServerSettingRequired(BinlogDecodeError):
+    """The binlog lacks what decoding a watched table needs (a before image without the
+    column a partial JSON update changes, ENUM/SET metadata that no longer matches the
+    table): a server setting must change; the message names it."""
 
 
 class UndecodableEvent(BinlogDecodeError):
@@ -376,14 +383,17 @@ class _Column:
 class _Table:
     """One Table_map layout. `columns is None` for tables that are not watched."""
 
-    __slots__ = ("columns", "names", "ncols", "readers", "schema", "table")
+    __slots__ = ("columns", "json_columns", "names", "ncols", "readers", "schema", "table")
 
     def __init__(self, schema: str, table: str):
         self.schema, self.table = schema, table
         self.columns: list[_Column] | None = None
         self.ncols = 0
         self.names: tuple[str | None, ...] = ()  # None: the server sent no name (no row metadata)
-        self.readers: dict[bytes, Any] = {}  # columns-present bitmap -> generated row reader
+        self.json_columns: tuple[int, ...] = ()  # indexes of the JSON columns (partial JSON updates)
+        # columns-present bitmap -> generated row reader; (bitmap, partial JSON columns) ->
+        # the reader of a Partial_update_rows image, whose JSON values are documents
+        self.readers: dict[Any, Any] = {}
 
 
 def _parse_column_meta(col: _Column, buf: bytes, p: int) -> int:
@@ -703,8 +713,49 @@ def _check_supported(tbl: _Table) -> None:
         _column_code(i, c, tbl.schema, tbl.table, {})
 
 
-def _make_reader(tbl: _Table, present: bytes):
-    """A function (b, p) -> (values dict, new p) for one row image with this bitmap."""
+def _json_doc_reader(schema: str, table: str, column: str | None):
+    """f(value bytes) -> the document (connectors/mysql_json.py), for a partial update."""
+
+    def read(data: bytes) -> Any:
+        try:
+            return _mysql_json.parse(data)
+        except _mysql_json.JsonDecodeError as exc:
+            raise BinlogDecodeError(
+                f"column {column!r} of {schema}.{table} holds a JSON value MySQL's binary JSON format cannot hold: "
+                f"{exc}"
+            ) from None
+
+    return read
+
+
+class _Diffs:
+    """A partial JSON column of a Partial_update_rows after image: its diffs."""
+
+    __slots__ = ("diffs",)
+
+    def __init__(self, diffs: list):
+        self.diffs = diffs
+
+
+def _diffs_reader(schema: str, table: str, column: str | None):
+    """f(b, p) -> (_Diffs, new p): a partial JSON column's diffs (connectors/json_diff.py)."""
+
+    def read(b: bytes, p: int) -> tuple[_Diffs, int]:
+        try:
+            diffs, p = _json_diff.read_diffs(b, p, len(b))
+        except _json_diff.JsonDiffError as exc:
+            raise BinlogDecodeError(
+                f"column {column!r} of {schema}.{table}: malformed partial JSON update: {exc}"
+            ) from None
+        return _Diffs(diffs), p
+
+    return read
+
+
+def _make_reader(tbl: _Table, present: bytes, partial: frozenset[int] | None = None):
+    """A function (b, p) -> (values dict, new p) for one row image with this bitmap.
+    `partial` (a Partial_update_rows image): JSON values as documents (mysql_json.parse),
+    and the columns in `partial` as their diffs."""
     cols = tbl.columns
     assert cols is not None
     g = dict(_GLOBALS_BASE)
@@ -722,7 +773,15 @@ def _make_reader(tbl: _Table, present: bytes):
         if i not in is_present:
             body.append(f"    v{i} = None")
             continue
-        code = _column_code(i, c, tbl.schema, tbl.table, g)
+        if partial is not None and i in partial:
+            g[f"_diffs{i}"] = _diffs_reader(tbl.schema, tbl.table, c.name)
+            code = [f"v{i}, p = _diffs{i}(b, p)"]
+        elif partial is not None and c.type == T_JSON:
+            g[f"_doc{i}"] = _json_doc_reader(tbl.schema, tbl.table, c.name)
+            size = c.meta["length_size"]
+            code = [f"n = {_uint_expr(size)}", f"p += {size}", f"v{i} = _doc{i}(b[p:p + n])", "p += n"]
+        else:
+            code = _column_code(i, c, tbl.schema, tbl.table, g)
         body.append(f"    if nulls & {1 << null_index}:")
         body.append(f"        v{i} = None")
         body.append("    else:")
@@ -865,6 +924,7 @@ class BinlogDecoder:
             UPDATE_ROWS_V2: self._update_v2,
             DELETE_ROWS_V1: self._delete_v1,
             DELETE_ROWS_V2: self._delete_v2,
+            PARTIAL_UPDATE_ROWS_EVENT: self._partial_update,
             HEARTBEAT_LOG_EVENT: self._heartbeat,
             GTID_LOG_EVENT: self._mysql_gtid,
             MARIADB_GTID_EVENT: self._mariadb_gtid,
@@ -1128,6 +1188,7 @@ class BinlogDecoder:
         tbl.columns = cols
         tbl.ncols = ncols
         tbl.names = tuple(c.name for c in cols)
+        tbl.json_columns = tuple(i for i, c in enumerate(cols) if c.type == T_JSON)
         _check_supported(tbl)
         return tbl
 
@@ -1228,3 +1289,70 @@ class BinlogDecoder:
             if update:
                 values, p = after(ev, p)
             out.append(RowChange(kind, schema, table, values, end))
+
+    def _partial_update(self, ev: bytes, out: list) -> None:
+        """Partial_update_rows (type 39, binlog_row_value_options=PARTIAL_JSON): as
+        Update_rows v2, but each after image starts with value_options (a packed integer:
+        1 = PARTIAL_JSON) and, when it is 1, one bit per JSON column of the table (in
+        column order, low bit first) saying whether that column's value is a list of diffs
+        (MySQL sql/rpl_record.cc pack_row / start_partial_bit_reader). The diffs are applied
+        to the before image's document (connectors/json_diff.py), so the row change is the
+        same UPDATE an Update_rows event with the whole document gives."""
+        tbl = self._tables.get(ev[19:25])
+        if tbl is None or tbl.columns is None:
+            return
+        p = self._rows_start(ev, True)
+        ncols, p = _lenenc(ev, p)
+        nb = (ncols + 7) >> 3
+        before_present, after_present = ev[p : p + nb], ev[p + nb : p + 2 * nb]
+        p += 2 * nb
+        readers = tbl.readers
+        no_partial: frozenset[int] = frozenset()
+        before_reader = readers.get((before_present, no_partial))
+        if before_reader is None:
+            before_reader = readers[(before_present, no_partial)] = _make_reader(tbl, before_present, no_partial)
+        json_columns = tbl.json_columns
+        stop = len(ev) - self.crc
+        end = _pos(self.file, _U32(ev, 13)[0])
+        while p < stop:
+            before, p = before_reader(ev, p)
+            options, p = _lenenc(ev, p)
+            if options > 1:
+                raise BinlogDecodeError(
+                    f"malformed Partial_update_rows event ending at {self.file}:{end.pos} (value options {options})"
+                )
+            partial = no_partial
+            if options:
+                jb = (len(json_columns) + 7) >> 3
+                bits = int.from_bytes(ev[p : p + jb], "little")
+                p += jb
+                partial = frozenset(i for k, i in enumerate(json_columns) if bits >> k & 1)
+            key = (after_present, partial)
+            after_reader = readers.get(key)
+            if after_reader is None:
+                after_reader = readers[key] = _make_reader(tbl, after_present, partial)
+            after, p = after_reader(ev, p)
+            for i in json_columns:
+                name = tbl.names[i]
+                value = after[name]
+                if type(value) is _Diffs:
+                    value = self._apply_diffs(tbl, i, before_present, before[name], value, end)
+                if value is not None:
+                    after[name] = _mysql_json.text(value)
+            out.append(RowChange("update", tbl.schema, tbl.table, after, end))
+
+    def _apply_diffs(self, tbl: _Table, i: int, before_present: bytes, doc: Any, diffs: _Diffs, end) -> Any:
+        name = tbl.names[i]
+        where = f"column {name!r} of {tbl.schema}.{tbl.table} in the Partial_update_rows event ending at {end}"
+        if not before_present[i >> 3] & (1 << (i & 7)):
+            raise ServerSettingRequired(
+                f"{where} changes a JSON document the before image does not hold, so its new value cannot be "
+                "rebuilt: set binlog_row_image=FULL on the server (or binlog_row_value_options='' to log whole "
+                "documents)"
+            )
+        if doc is None:
+            raise BinlogDecodeError(f"{where}: a partial update of a NULL document, which MySQL never writes")
+        try:
+            return _json_diff.apply_diffs(doc, diffs.diffs)
+        except _json_diff.JsonDiffError as exc:
+            raise BinlogDecodeError(f"{where}: {exc}") from None

@@ -159,10 +159,17 @@ class MySQLBinlogSource:
         ):
             raise PositionPurgedError(f"the server refused the start position: {error_text(item)}")
         # imported here: a relay whose reader process decodes never loads the decoder
-        from connectors.binlog_decoder import BinlogDecodeError, UndecodableEvent, UnsupportedColumnType
+        from connectors.binlog_decoder import (
+            BinlogDecodeError,
+            ServerSettingRequired,
+            UndecodableEvent,
+            UnsupportedColumnType,
+        )
 
         if isinstance(item, UnsupportedColumnType):
             raise ConfigError(f'{item}; set source.decoder = "library" to read it with python-mysql-replication')
+        if isinstance(item, ServerSettingRequired):
+            raise ConfigError(str(item)) from None
         if isinstance(item, UndecodableEvent):
             raise UndecodableEventError(str(item)) from None
         if isinstance(item, BinlogDecodeError):
