@@ -66,6 +66,7 @@ from cdc.source_events import (
 from connectors import binlog_compression as _compression
 from connectors import json_diff as _json_diff
 from connectors import mysql_json as _mysql_json
+from connectors import table_columns as _table_columns
 
 __all__ = ["BinlogDecodeError", "BinlogDecoder", "ServerSettingRequired", "UndecodableEvent", "UnsupportedColumnType"]
 
@@ -131,7 +132,7 @@ _TX_ENDS = (TxCommit, TxRollback, XaPrepare, XaCommit, XaRollback)
 T_DECIMAL, T_TINY, T_SHORT, T_LONG, T_FLOAT, T_DOUBLE, T_NULL, T_TIMESTAMP = 0, 1, 2, 3, 4, 5, 6, 7
 T_LONGLONG, T_INT24, T_DATE, T_TIME, T_DATETIME, T_YEAR, T_NEWDATE, T_VARCHAR = 8, 9, 10, 11, 12, 13, 14, 15
 T_BIT, T_TIMESTAMP2, T_DATETIME2, T_TIME2 = 16, 17, 18, 19
-T_JSON, T_NEWDECIMAL, T_ENUM, T_SET = 245, 246, 247, 248
+T_VECTOR, T_JSON, T_NEWDECIMAL, T_ENUM, T_SET = 242, 245, 246, 247, 248
 T_TINY_BLOB, T_MEDIUM_BLOB, T_LONG_BLOB, T_BLOB, T_VAR_STRING, T_STRING, T_GEOMETRY = 249, 250, 251, 252, 253, 254, 255
 
 _TYPE_NAMES = {
@@ -156,7 +157,9 @@ _TYPE_NAMES = {
     18: "DATETIME2",
     19: "TIME2",
     20: "TYPED_ARRAY",
-    243: "VECTOR",
+    242: "VECTOR",
+    243: "BOOL",
+    244: "INVALID",
     245: "JSON",
     246: "NEWDECIMAL",
     247: "ENUM",
@@ -383,10 +386,15 @@ class _Column:
 class _Table:
     """One Table_map layout. `columns is None` for tables that are not watched."""
 
-    __slots__ = ("columns", "json_columns", "names", "ncols", "readers", "schema", "table")
+    __slots__ = ("columns", "json_columns", "looked_up", "names", "ncols", "readers", "schema", "table", "table_id")
 
     def __init__(self, schema: str, table: str):
         self.schema, self.table = schema, table
+        # names / ENUM-SET values came from the table_columns port: valid for this table id
+        # only (an ALTER that keeps the Table_map's bytes, such as renamed ENUM values,
+        # gives the table a new id)
+        self.looked_up = False
+        self.table_id = b""
         self.columns: list[_Column] | None = None
         self.ncols = 0
         self.names: tuple[str | None, ...] = ()  # None: the server sent no name (no row metadata)
@@ -418,7 +426,9 @@ def _parse_column_meta(col: _Column, buf: bytes, p: int) -> int:
         else:
             m["max_length"] = (((metadata >> 4) & 0x300) ^ 0x300) + (metadata & 0xFF)
         return p + 2
-    if t in (T_BLOB, T_GEOMETRY, T_JSON):
+    if t in (T_BLOB, T_GEOMETRY, T_JSON, T_VECTOR):
+        # VECTOR (MySQL 9) is stored as a BLOB is: one metadata byte, the size of the
+        # value's length (libs/mysql/binlog/event/binary_log_funcs.cpp, calc_field_size)
         m["length_size"] = buf[p]
         return p + 1
     if t == T_NEWDECIMAL:
@@ -467,22 +477,32 @@ def _read_strings(buf: bytes, p: int, end: int) -> tuple[list[list[str]], int]:
     return result, p
 
 
-def _apply_optional_metadata(cols: list[_Column], buf: bytes, p: int, end: int, dbms: str) -> None:
-    """binlog_row_metadata TLV fields -> names, signedness, encodings, ENUM/SET values."""
+class _RowMetadata:
+    """The optional metadata of a Table_map (binlog_row_metadata); None = not in the event."""
+
+    __slots__ = ("charsets", "encodings", "enum_values", "names", "set_values", "unsigned")
+
+    def __init__(self) -> None:
+        self.unsigned: list[bool] | None = None
+        self.charsets: list[int] | None = None  # collation ids of the character columns
+        self.encodings: list[str | None] | None = None  # python codecs of the character columns (from a lookup)
+        self.names: list[str] | None = None
+        self.enum_values: list[list[str]] | None = None
+        self.set_values: list[list[str]] | None = None
+
+
+def _read_optional_metadata(cols: list[_Column], buf: bytes, p: int, end: int) -> _RowMetadata:
+    """binlog_row_metadata TLV fields (MySQL libs/mysql/binlog/event/rows_event.h,
+    Table_map_event::Optional_metadata_field_type): type 1 byte, length (lenenc), value."""
+    meta = _RowMetadata()
     n = len(cols)
-    unsigned: list[bool] | None = None
-    charsets: list[int] | None = None
-    names: list[str] = []
-    enum_values: list[list[str]] = []
-    set_values: list[list[str]] = []
-    char_idx = [i for i, c in enumerate(cols) if _is_character(c.type, dbms)]
     while p < end:
         kind = buf[p]
         length, p = _lenenc(buf, p + 1)
         stop = p + length
         if kind == 1:  # SIGNEDNESS: one bit per numeric column, most significant first
             numeric = [i for i, c in enumerate(cols) if c.type in _NUMERIC]
-            unsigned = [False] * n
+            meta.unsigned = unsigned = [False] * n
             for k, i in enumerate(numeric):
                 unsigned[i] = bool(buf[p + k // 8] & (0x80 >> (k % 8)))
         elif kind == 2:  # DEFAULT_CHARSET: default, then (char column index, collation) pairs
@@ -492,46 +512,120 @@ def _apply_optional_metadata(cols: list[_Column], buf: bytes, p: int, end: int, 
                 idx, q = _lenenc(buf, q)
                 coll, q = _lenenc(buf, q)
                 overrides[idx] = coll
-            charsets = [overrides.get(k, default) for k in range(len(char_idx))]
+            meta.charsets = [overrides.get(k, default) for k in range(n)]
         elif kind == 3:  # COLUMN_CHARSET
-            q, charsets = p, []
+            q, meta.charsets = p, []
             while q < stop:
                 coll, q = _lenenc(buf, q)
-                charsets.append(coll)
+                meta.charsets.append(coll)
         elif kind == 4:  # COLUMN_NAME
-            q = p
+            q, meta.names = p, []
             while q < stop:
                 ln, q = _lenenc(buf, q)
-                names.append(buf[q : q + ln].decode())
+                meta.names.append(buf[q : q + ln].decode())
                 q += ln
         elif kind == 5:  # SET_STR_VALUE
-            set_values, _ = _read_strings(buf, p, stop)
+            meta.set_values, _ = _read_strings(buf, p, stop)
         elif kind == 6:  # ENUM_STR_VALUE
-            enum_values, _ = _read_strings(buf, p, stop)
+            meta.enum_values, _ = _read_strings(buf, p, stop)
         # 7 geometry type, 8/9 primary key, 10/11 enum+set charsets, 12 visibility: unused
         p = stop
-    if not names:
+    return meta
+
+
+def _assign_metadata(cols: list[_Column], meta: _RowMetadata, dbms: str) -> None:
+    """Names, signedness, encodings and ENUM/SET values onto the columns."""
+    if not meta.names:
         # The library without column names: UNKNOWN_COLn keys, nothing unsigned, utf-8.
         for i, c in enumerate(cols):
             c.name = f"UNKNOWN_COL{i}"
             c.encoding = "utf-8"
         return
+    names, charsets, encodings = meta.names, meta.charsets, meta.encodings
+    enum_values, set_values = meta.enum_values or [], meta.set_values or []
     enum_pos = set_pos = 0
     char_pos = 0
     for i, c in enumerate(cols):
         c.name = names[i] if i < len(names) else f"UNKNOWN_COL{i}"
         if _is_character(c.type, dbms):
-            cs = charsets[char_pos] if charsets is not None and char_pos < len(charsets) else None
+            if encodings is not None and char_pos < len(encodings):
+                c.encoding = encodings[char_pos]
+            else:
+                cs = charsets[char_pos] if charsets is not None and char_pos < len(charsets) else None
+                c.encoding = _python_encoding(cs, dbms)
             char_pos += 1
-            c.encoding = _python_encoding(cs, dbms)
         if c.type == T_ENUM:
             c.enum_values = [""] + enum_values[enum_pos] if enum_pos < len(enum_values) else None
             enum_pos += 1
         elif c.type == T_SET:
             c.set_values = set_values[set_pos] if set_pos < len(set_values) else None
             set_pos += 1
-        if unsigned is not None and unsigned[i]:
+        if meta.unsigned is not None and meta.unsigned[i]:
             c.unsigned = True
+
+
+def _lacks_metadata(cols: list[_Column], meta: _RowMetadata) -> bool:
+    """Column names, or the value names of an ENUM / SET column, are not in the Table_map."""
+    if not meta.names:
+        return True
+    if meta.enum_values is None and any(c.type == T_ENUM for c in cols):
+        return True
+    return meta.set_values is None and any(c.type == T_SET for c in cols)
+
+
+# information_schema.COLUMNS.DATA_TYPE of each binlog column type (a DATA_TYPE not listed
+# here, such as MariaDB's inet6 or uuid, is not checked)
+_DATA_TYPES = {
+    T_TINY: {"tinyint"},
+    T_SHORT: {"smallint"},
+    T_INT24: {"mediumint"},
+    T_LONG: {"int"},
+    T_LONGLONG: {"bigint"},
+    T_FLOAT: {"float"},
+    T_DOUBLE: {"double"},
+    T_NEWDECIMAL: {"decimal"},
+    T_YEAR: {"year"},
+    T_DATE: {"date"},
+    T_NEWDATE: {"date"},
+    T_TIME: {"time"},
+    T_TIME2: {"time"},
+    T_DATETIME: {"datetime"},
+    T_DATETIME2: {"datetime"},
+    T_TIMESTAMP: {"timestamp"},
+    T_TIMESTAMP2: {"timestamp"},
+    T_VARCHAR: {"varchar", "varbinary"},
+    T_STRING: {"char", "binary"},
+    T_ENUM: {"enum"},
+    T_SET: {"set"},
+    T_BIT: {"bit"},
+    T_JSON: {"json"},
+    T_VECTOR: {"vector"},
+    T_BLOB: {"tinytext", "text", "mediumtext", "longtext", "tinyblob", "blob", "mediumblob", "longblob", "json"},
+    T_GEOMETRY: {
+        "geometry",
+        "point",
+        "linestring",
+        "polygon",
+        "multipoint",
+        "multilinestring",
+        "multipolygon",
+        "geometrycollection",
+        "geomcollection",
+    },
+}
+_KNOWN_DATA_TYPES = set().union(*_DATA_TYPES.values())
+
+
+def _charset_encoding(charset: str | None) -> str | None:
+    """A CHARACTER_SET_NAME -> the python codec the library would use; None = bytes."""
+    if charset is None:
+        return "utf-8"
+    name = RowsEvent.charset_to_encoding(charset)
+    try:
+        info = codecs.lookup(name)
+    except LookupError:
+        return None
+    return "utf-8" if info.name == "utf-8" else name
 
 
 # -- code generation for row images ----------------------------------------------------
@@ -627,7 +721,8 @@ def _column_code(i: int, c: _Column, schema: str, table: str, g: dict[str, Any])
         else:
             lines.append(f"{v} = b[p:p + n].decode({c.encoding!r})")
         return lines + ["p += n"]
-    if t == T_GEOMETRY:
+    if t in (T_GEOMETRY, T_VECTOR):
+        # a VECTOR's value is MySQL's own bytes: float32s, little-endian (published as bytes)
         size = m["length_size"]
         return [f"n = {_uint_expr(size)}", f"p += {size}", f"{v} = b[p:p + n]", "p += n"]
     if t == T_JSON:
@@ -688,15 +783,21 @@ def _column_code(i: int, c: _Column, schema: str, table: str, g: dict[str, Any])
         if size not in (1, 2, 3, 4, 5, 6, 7, 8):
             raise UnsupportedColumnType(schema, table, str(c.name), t, f"size {size}")
         if c.enum_values is None:
-            return [f"{v} = None", f"p += {size}"]
-        g[f"_enum{i}"] = c.enum_values
-        return [f"{v} = _enum{i}[{_uint_expr(size)}]", f"p += {size}"]
+            # no value names (binlog_row_metadata=MINIMAL and no column lookup): the index
+            return [f"{v} = {_uint_expr(size)}", f"p += {size}"]
+        g[f"_enum{i}"] = c.enum_values  # [""] + the names: index 0 is the empty (error) value
+        return [
+            f"{v} = {_uint_expr(size)}",
+            f"if {v} < {len(c.enum_values)}: {v} = _enum{i}[{v}]",
+            f"p += {size}",
+        ]
     if t == T_SET:
         size = m["size"]
         if size not in (1, 2, 3, 4, 5, 6, 7, 8):
             raise UnsupportedColumnType(schema, table, str(c.name), t, f"size {size}")
         if not c.set_values:
-            return [f"{v} = None", f"p += {size}"]
+            # no value names (binlog_row_metadata=MINIMAL and no column lookup): the bitmask
+            return [f"{v} = {_uint_expr(size)}", f"p += {size}"]
         g[f"_set{i}"] = tuple(enumerate(c.set_values))
         return [
             f"mask = {_uint_expr(size)}",
@@ -877,6 +978,10 @@ class BinlogDecoder:
     it). `flavor`: "mariadb" / "mysql" (charset tables differ); None = from the
     Format_description event. `legacy_begin_start`: reproduce `_Converter`'s TxBegin.start
     (see the module docstring). `verify_checksum`: check every event's CRC32.
+    `table_columns`: where a watched table's column names and ENUM/SET values come from
+    when its Table_map lacks them (binlog_row_metadata=MINIMAL; connectors/table_columns.py);
+    None: such a table's columns are named UNKNOWN_COLn, an ENUM is its index and a SET its
+    bitmask (ints).
     """
 
     TABLE_CACHE_LIMIT = 4096
@@ -889,8 +994,10 @@ class BinlogDecoder:
         flavor: str | None = None,
         legacy_begin_start: bool = False,
         verify_checksum: bool = False,
+        table_columns: _table_columns.TableColumns | None = None,
     ):
         self.watched = set(watched)
+        self.table_columns = table_columns
         self.file = ""  # "": not known until the stream's first Rotate event
         if start_file is not None:
             file_sequence(start_file)
@@ -1151,8 +1258,9 @@ class BinlogDecoder:
     def _table_map(self, ev: bytes, out: list) -> None:
         key = ev[25 : len(ev) - self.crc]
         tbl = self._layouts.get(key)
-        if tbl is None:
+        if tbl is None or (tbl.looked_up and tbl.table_id != ev[19:25]):
             tbl = self._parse_table_map(key)
+            tbl.table_id = ev[19:25]
             if len(self._layouts) >= self.TABLE_CACHE_LIMIT:
                 self._layouts.clear()
             self._layouts[key] = tbl
@@ -1184,13 +1292,57 @@ class BinlogDecoder:
         p += nbytes
         for i, c in enumerate(cols):
             c.nullable = bool(nullable & (1 << i))
-        _apply_optional_metadata(cols, body, p, len(body), self.dbms)
+        meta = _read_optional_metadata(cols, body, p, len(body))
+        if self.table_columns is not None and _lacks_metadata(cols, meta):
+            self._look_up(tbl, cols, meta)
+        _assign_metadata(cols, meta, self.dbms)
         tbl.columns = cols
         tbl.ncols = ncols
         tbl.names = tuple(c.name for c in cols)
         tbl.json_columns = tuple(i for i, c in enumerate(cols) if c.type == T_JSON)
         _check_supported(tbl)
         return tbl
+
+    def _look_up(self, tbl: _Table, cols: list[_Column], meta: _RowMetadata) -> None:
+        """Column names and ENUM/SET values the Table_map lacks (binlog_row_metadata=MINIMAL),
+        from the `table_columns` port (connectors/table_columns.py)."""
+        assert self.table_columns is not None
+        tbl.looked_up = True
+        try:
+            defs = list(self.table_columns(tbl.schema, tbl.table))
+        except _table_columns.TableColumnsError as exc:
+            raise BinlogDecodeError(str(exc)) from None
+        fix = (
+            "so the column names and ENUM/SET values of the binlog's rows cannot be known: set "
+            "binlog_row_metadata=FULL on the server (the binlog then carries them), then restart the relay"
+        )
+        where = f"{tbl.schema}.{tbl.table}"
+        if len(defs) != len(cols):
+            raise ServerSettingRequired(
+                f"{where} has {len(defs)} columns in information_schema.COLUMNS but {len(cols)} in the binlog's "
+                f"Table_map (the table was altered after the event was written), {fix}"
+            )
+        for c, d in zip(cols, defs, strict=True):
+            want = _DATA_TYPES.get(c.type)
+            if d.data_type in _KNOWN_DATA_TYPES and want is not None and d.data_type not in want:
+                raise ServerSettingRequired(
+                    f"column {d.name!r} of {where} is {d.data_type} in information_schema.COLUMNS but of binlog type "
+                    f"{c.type} ({_TYPE_NAMES.get(c.type, 'unknown')}) in the Table_map (the table was altered after "
+                    f"the event was written), {fix}"
+                )
+        meta.names = [d.name for d in defs]
+        if meta.enum_values is None:
+            meta.enum_values = [list(d.values or ()) for c, d in zip(cols, defs, strict=True) if c.type == T_ENUM]
+        if meta.set_values is None:
+            meta.set_values = [list(d.values or ()) for c, d in zip(cols, defs, strict=True) if c.type == T_SET]
+        if meta.unsigned is None:
+            meta.unsigned = [d.unsigned for d in defs]
+        if meta.charsets is None:
+            meta.encodings = [
+                _charset_encoding(d.charset)
+                for c, d in zip(cols, defs, strict=True)
+                if _is_character(c.type, self.dbms)
+            ]
 
     # -- rows ----------------------------------------------------------------------------
 

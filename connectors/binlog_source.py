@@ -360,10 +360,22 @@ class MySQLBinlogSourceFactory:
             conn.close()
             raise SourceError(f"cannot open the binlog stream: {exc}") from exc
         from connectors.binlog_decoder import BinlogDecoder
+        from connectors.table_columns import InformationSchemaColumns
 
-        decoder = BinlogDecoder(self._watched, file, flavor=flavor)
+        # A watched table's Table_map without column names or ENUM/SET value names
+        # (binlog_row_metadata=MINIMAL) is completed from information_schema.COLUMNS, over a
+        # connection of its own opened on first need (connectors/table_columns.py).
+        columns = InformationSchemaColumns(self._conn)
+        decoder = BinlogDecoder(self._watched, file, flavor=flavor, table_columns=columns)
         info = ServerInfo(server_id=server_id, flavor=flavor)
-        return MySQLBinlogSource(conn.events(), decoder.decode, conn.close, info, self._queue_events, self._threaded)
+
+        def close() -> None:
+            try:
+                conn.close()
+            finally:
+                columns.close()
+
+        return MySQLBinlogSource(conn.events(), decoder.decode, close, info, self._queue_events, self._threaded)
 
     def _open_library(self, start: BinlogPosition | GtidSet) -> MySQLBinlogSource:
         from connectors.binlog_library import LibraryConverter, open_library_stream
