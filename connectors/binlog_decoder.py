@@ -8,7 +8,8 @@ of the cost:
   repeated identical Table_maps — one before every row event — cost one dict lookup, and
   an ALTER TABLE, which changes the bytes, is decoded afresh. Column names, signedness,
   charsets and ENUM/SET values come from the optional metadata
-  (binlog_row_metadata=FULL).
+  (binlog_row_metadata=FULL); for a watched table whose Table_map lacks names or ENUM/SET
+  values (MINIMAL), from the optional `table_columns` port (connectors/table_columns.py).
 * Tables that are not watched keep only (schema, table); their row events are skipped
   after one dict lookup, their rows are never decoded.
 * For a watched table, one Python function per (table layout, columns-present bitmap) is
@@ -17,8 +18,13 @@ of the cost:
 
 Values follow python-mysql-replication 1.0.17 (the library's own conversions are reused
 for charsets, and its arithmetic is mirrored for DECIMAL, temporal types and BIT), so a
-row decodes to an equal dict. Types the library cannot decode raise
-`UnsupportedColumnType` (at the Table_map of a watched table).
+row decodes to an equal dict, with these exceptions, where the library loses or mangles a
+value: a MySQL JSON column is MySQL's own text of the document (connectors/mysql_json.py);
+Partial_update_rows (partial JSON updates, connectors/json_diff.py) is decoded; an ENUM or
+SET without value names is its index / bitmask, not None; a VECTOR is its bytes. Types the
+library cannot decode raise `UnsupportedColumnType` (at the Table_map of a watched table).
+The Format_description's post-header lengths say which events exist and how their
+post-headers are laid out (MySQL 9 has no v1 rows events).
 
 Compressed events (`connectors/binlog_compression.py`): a MariaDB *_COMPRESSED_* event is
 decompressed into the plain event it stands for (same header, so the same position) and

@@ -119,8 +119,8 @@ def parse_path(text: str) -> list:
             else:
                 m = _MEMBER_END.search(s, i)
                 j = m.start() if m else len(s)
-                if j == i:
-                    raise JsonDiffError(f"an empty member in the path {text!r}")
+                if j == i or "*" in s[i:j]:  # `.*` and `**` are wildcards, never in a diff
+                    raise JsonDiffError(f"a member MySQL's diffs do not hold in the path {text!r}")
                 legs.append(("member", s[i:j]))
                 i = j
         elif c == "[":
