@@ -637,14 +637,14 @@ def _charset_encoding(charset: str | None) -> str | None:
 # -- code generation for row images ----------------------------------------------------
 
 
-def _json_reader(schema: str, table: str, column: str | None):
+def _json_reader(schema: str, table: str, column: str | None, convert: Any = _mysql_json.document_text):
     """f(value bytes) -> MySQL's JSON text of a JSON column (MySQL only: MariaDB's JSON is
-    LONGTEXT), as connectors/mysql_json.py prints it; malformed bytes raise
-    BinlogDecodeError naming the column."""
+    LONGTEXT), as connectors/mysql_json.py prints it (`convert=mysql_json.parse`: the
+    document, for a partial update); malformed bytes raise BinlogDecodeError naming the column."""
 
-    def read(data: bytes) -> str:
+    def read(data: bytes) -> Any:
         try:
-            return _mysql_json.document_text(data)
+            return convert(data)
         except _mysql_json.JsonDecodeError as exc:
             raise BinlogDecodeError(
                 f"column {column!r} of {schema}.{table} holds a JSON value MySQL's binary JSON format cannot hold: "
@@ -820,21 +820,6 @@ def _check_supported(tbl: _Table) -> None:
         _column_code(i, c, tbl.schema, tbl.table, {})
 
 
-def _json_doc_reader(schema: str, table: str, column: str | None):
-    """f(value bytes) -> the document (connectors/mysql_json.py), for a partial update."""
-
-    def read(data: bytes) -> Any:
-        try:
-            return _mysql_json.parse(data)
-        except _mysql_json.JsonDecodeError as exc:
-            raise BinlogDecodeError(
-                f"column {column!r} of {schema}.{table} holds a JSON value MySQL's binary JSON format cannot hold: "
-                f"{exc}"
-            ) from None
-
-    return read
-
-
 class _Diffs:
     """A partial JSON column of a Partial_update_rows after image: its diffs."""
 
@@ -884,7 +869,7 @@ def _make_reader(tbl: _Table, present: bytes, partial: frozenset[int] | None = N
             g[f"_diffs{i}"] = _diffs_reader(tbl.schema, tbl.table, c.name)
             code = [f"v{i}, p = _diffs{i}(b, p)"]
         elif partial is not None and c.type == T_JSON:
-            g[f"_doc{i}"] = _json_doc_reader(tbl.schema, tbl.table, c.name)
+            g[f"_doc{i}"] = _json_reader(tbl.schema, tbl.table, c.name, _mysql_json.parse)
             size = c.meta["length_size"]
             code = [f"n = {_uint_expr(size)}", f"p += {size}", f"v{i} = _doc{i}(b[p:p + n])", "p += n"]
         else:
