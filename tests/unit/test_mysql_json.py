@@ -173,7 +173,7 @@ def test_every_double_reads_back_as_itself(d):
     assert float(text) == d and ("." in text or "e" in text)
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(st.binary(max_size=64))
 def test_any_bytes_give_a_document_or_a_json_decode_error(data):
     try:
