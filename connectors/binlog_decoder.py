@@ -8,7 +8,8 @@ of the cost:
   repeated identical Table_maps — one before every row event — cost one dict lookup, and
   an ALTER TABLE, which changes the bytes, is decoded afresh. Column names, signedness,
   charsets and ENUM/SET values come from the optional metadata
-  (binlog_row_metadata=FULL).
+  (binlog_row_metadata=FULL); for a watched table whose Table_map lacks names or ENUM/SET
+  values (MINIMAL), from the optional `table_columns` port (connectors/table_columns.py).
 * Tables that are not watched keep only (schema, table); their row events are skipped
   after one dict lookup, their rows are never decoded.
 * For a watched table, one Python function per (table layout, columns-present bitmap) is
@@ -17,8 +18,13 @@ of the cost:
 
 Values follow python-mysql-replication 1.0.17 (the library's own conversions are reused
 for charsets, and its arithmetic is mirrored for DECIMAL, temporal types and BIT), so a
-row decodes to an equal dict. Types the library cannot decode raise
-`UnsupportedColumnType` (at the Table_map of a watched table).
+row decodes to an equal dict, with these exceptions, where the library loses or mangles a
+value: a MySQL JSON column is MySQL's own text of the document (connectors/mysql_json.py);
+Partial_update_rows (partial JSON updates, connectors/json_diff.py) is decoded; an ENUM or
+SET without value names is its index / bitmask, not None; a VECTOR is its bytes. Types the
+library cannot decode raise `UnsupportedColumnType` (at the Table_map of a watched table).
+The Format_description's post-header lengths say which events exist and how their
+post-headers are laid out (MySQL 9 has no v1 rows events).
 
 Compressed events (`connectors/binlog_compression.py`): a MariaDB *_COMPRESSED_* event is
 decompressed into the plain event it stands for (same header, so the same position) and
@@ -42,16 +48,13 @@ from __future__ import annotations
 import codecs
 import datetime
 import decimal
-import json
 import struct
 import zlib
 from dataclasses import dataclass
 from typing import Any
 
-from pymysqlreplication.json_binary import parse_json
 from pymysqlreplication.row_event import RowsEvent, find_charset
 
-from cdc.outbox import json_plain
 from cdc.position import BinlogPosition, file_sequence
 from cdc.source_events import (
     Heartbeat,
@@ -67,9 +70,12 @@ from cdc.source_events import (
     xid_text,
 )
 from connectors import binlog_compression as _compression
+from connectors import json_diff as _json_diff
+from connectors import mysql_json as _mysql_json
+from connectors import table_columns as _table_columns
 from connectors.mysql_gtid_tagged import TaggedGtidError, read_tagged_gtid
 
-__all__ = ["BinlogDecodeError", "BinlogDecoder", "UndecodableEvent", "UnsupportedColumnType"]
+__all__ = ["BinlogDecodeError", "BinlogDecoder", "ServerSettingRequired", "UndecodableEvent", "UnsupportedColumnType"]
 
 
 class BinlogDecodeError(Exception):
@@ -86,6 +92,12 @@ class UnsupportedColumnType(BinlogDecodeError):
             f"column {column!r} of {schema}.{table} has type {type_code} ({name}) which the fast binlog decoder "
             f"does not decode{': ' + detail if detail else ''}; use python-mysql-replication for this table"
         )
+
+
+class ServerSettingRequired(BinlogDecodeError):
+    """The binlog lacks what decoding a watched table needs (a before image without the
+    column a partial JSON update changes, ENUM/SET metadata that no longer matches the
+    table): a server setting must change; the message names it."""
 
 
 class UndecodableEvent(BinlogDecodeError):
@@ -128,7 +140,7 @@ _TX_ENDS = (TxCommit, TxRollback, XaPrepare, XaCommit, XaRollback)
 T_DECIMAL, T_TINY, T_SHORT, T_LONG, T_FLOAT, T_DOUBLE, T_NULL, T_TIMESTAMP = 0, 1, 2, 3, 4, 5, 6, 7
 T_LONGLONG, T_INT24, T_DATE, T_TIME, T_DATETIME, T_YEAR, T_NEWDATE, T_VARCHAR = 8, 9, 10, 11, 12, 13, 14, 15
 T_BIT, T_TIMESTAMP2, T_DATETIME2, T_TIME2 = 16, 17, 18, 19
-T_JSON, T_NEWDECIMAL, T_ENUM, T_SET = 245, 246, 247, 248
+T_VECTOR, T_JSON, T_NEWDECIMAL, T_ENUM, T_SET = 242, 245, 246, 247, 248
 T_TINY_BLOB, T_MEDIUM_BLOB, T_LONG_BLOB, T_BLOB, T_VAR_STRING, T_STRING, T_GEOMETRY = 249, 250, 251, 252, 253, 254, 255
 
 _TYPE_NAMES = {
@@ -153,7 +165,9 @@ _TYPE_NAMES = {
     18: "DATETIME2",
     19: "TIME2",
     20: "TYPED_ARRAY",
-    243: "VECTOR",
+    242: "VECTOR",
+    243: "BOOL",
+    244: "INVALID",
     245: "JSON",
     246: "NEWDECIMAL",
     247: "ENUM",
@@ -165,6 +179,18 @@ _TYPE_NAMES = {
     253: "VAR_STRING",
     254: "STRING",
     255: "GEOMETRY",
+}
+# post-header lengths this decoder reads: event type -> (name, length when the
+# Format_description's table is shorter, lengths read; 0 = the server has no such event)
+_ROWS_POST_HEADERS = {
+    TABLE_MAP_EVENT: ("Table_map", 8, (8,)),
+    WRITE_ROWS_V1: ("Write_rows_v1", 8, (0, 8)),
+    UPDATE_ROWS_V1: ("Update_rows_v1", 8, (0, 8)),
+    DELETE_ROWS_V1: ("Delete_rows_v1", 8, (0, 8)),
+    WRITE_ROWS_V2: ("Write_rows", 10, (0, 10)),
+    UPDATE_ROWS_V2: ("Update_rows", 10, (0, 10)),
+    DELETE_ROWS_V2: ("Delete_rows", 10, (0, 10)),
+    PARTIAL_UPDATE_ROWS_EVENT: ("Partial_update_rows", 10, (0, 10)),
 }
 _NUMERIC = {T_TINY, T_SHORT, T_INT24, T_LONG, T_LONGLONG, T_NEWDECIMAL, T_FLOAT, T_DOUBLE, T_YEAR}
 FL_STANDALONE = 0x01
@@ -368,14 +394,22 @@ class _Column:
 class _Table:
     """One Table_map layout. `columns is None` for tables that are not watched."""
 
-    __slots__ = ("columns", "names", "ncols", "readers", "schema", "table")
+    __slots__ = ("columns", "json_columns", "looked_up", "names", "ncols", "readers", "schema", "table", "table_id")
 
     def __init__(self, schema: str, table: str):
         self.schema, self.table = schema, table
+        # names / ENUM-SET values came from the table_columns port: valid for this table id
+        # only (an ALTER that keeps the Table_map's bytes, such as renamed ENUM values,
+        # gives the table a new id)
+        self.looked_up = False
+        self.table_id = b""
         self.columns: list[_Column] | None = None
         self.ncols = 0
         self.names: tuple[str | None, ...] = ()  # None: the server sent no name (no row metadata)
-        self.readers: dict[bytes, Any] = {}  # columns-present bitmap -> generated row reader
+        self.json_columns: tuple[int, ...] = ()  # indexes of the JSON columns (partial JSON updates)
+        # columns-present bitmap -> generated row reader; (bitmap, partial JSON columns) ->
+        # the reader of a Partial_update_rows image, whose JSON values are documents
+        self.readers: dict[Any, Any] = {}
 
 
 def _parse_column_meta(col: _Column, buf: bytes, p: int) -> int:
@@ -400,7 +434,9 @@ def _parse_column_meta(col: _Column, buf: bytes, p: int) -> int:
         else:
             m["max_length"] = (((metadata >> 4) & 0x300) ^ 0x300) + (metadata & 0xFF)
         return p + 2
-    if t in (T_BLOB, T_GEOMETRY, T_JSON):
+    if t in (T_BLOB, T_GEOMETRY, T_JSON, T_VECTOR):
+        # VECTOR (MySQL 9) is stored as a BLOB is: one metadata byte, the size of the
+        # value's length (libs/mysql/binlog/event/binary_log_funcs.cpp, calc_field_size)
         m["length_size"] = buf[p]
         return p + 1
     if t == T_NEWDECIMAL:
@@ -449,22 +485,32 @@ def _read_strings(buf: bytes, p: int, end: int) -> tuple[list[list[str]], int]:
     return result, p
 
 
-def _apply_optional_metadata(cols: list[_Column], buf: bytes, p: int, end: int, dbms: str) -> None:
-    """binlog_row_metadata TLV fields -> names, signedness, encodings, ENUM/SET values."""
+class _RowMetadata:
+    """The optional metadata of a Table_map (binlog_row_metadata); None = not in the event."""
+
+    __slots__ = ("charsets", "encodings", "enum_values", "names", "set_values", "unsigned")
+
+    def __init__(self) -> None:
+        self.unsigned: list[bool] | None = None
+        self.charsets: list[int] | None = None  # collation ids of the character columns
+        self.encodings: list[str | None] | None = None  # python codecs of the character columns (from a lookup)
+        self.names: list[str] | None = None
+        self.enum_values: list[list[str]] | None = None
+        self.set_values: list[list[str]] | None = None
+
+
+def _read_optional_metadata(cols: list[_Column], buf: bytes, p: int, end: int) -> _RowMetadata:
+    """binlog_row_metadata TLV fields (MySQL libs/mysql/binlog/event/rows_event.h,
+    Table_map_event::Optional_metadata_field_type): type 1 byte, length (lenenc), value."""
+    meta = _RowMetadata()
     n = len(cols)
-    unsigned: list[bool] | None = None
-    charsets: list[int] | None = None
-    names: list[str] = []
-    enum_values: list[list[str]] = []
-    set_values: list[list[str]] = []
-    char_idx = [i for i, c in enumerate(cols) if _is_character(c.type, dbms)]
     while p < end:
         kind = buf[p]
         length, p = _lenenc(buf, p + 1)
         stop = p + length
         if kind == 1:  # SIGNEDNESS: one bit per numeric column, most significant first
             numeric = [i for i, c in enumerate(cols) if c.type in _NUMERIC]
-            unsigned = [False] * n
+            meta.unsigned = unsigned = [False] * n
             for k, i in enumerate(numeric):
                 unsigned[i] = bool(buf[p + k // 8] & (0x80 >> (k % 8)))
         elif kind == 2:  # DEFAULT_CHARSET: default, then (char column index, collation) pairs
@@ -474,58 +520,140 @@ def _apply_optional_metadata(cols: list[_Column], buf: bytes, p: int, end: int, 
                 idx, q = _lenenc(buf, q)
                 coll, q = _lenenc(buf, q)
                 overrides[idx] = coll
-            charsets = [overrides.get(k, default) for k in range(len(char_idx))]
+            meta.charsets = [overrides.get(k, default) for k in range(n)]
         elif kind == 3:  # COLUMN_CHARSET
-            q, charsets = p, []
+            q, meta.charsets = p, []
             while q < stop:
                 coll, q = _lenenc(buf, q)
-                charsets.append(coll)
+                meta.charsets.append(coll)
         elif kind == 4:  # COLUMN_NAME
-            q = p
+            q, meta.names = p, []
             while q < stop:
                 ln, q = _lenenc(buf, q)
-                names.append(buf[q : q + ln].decode())
+                meta.names.append(buf[q : q + ln].decode())
                 q += ln
         elif kind == 5:  # SET_STR_VALUE
-            set_values, _ = _read_strings(buf, p, stop)
+            meta.set_values, _ = _read_strings(buf, p, stop)
         elif kind == 6:  # ENUM_STR_VALUE
-            enum_values, _ = _read_strings(buf, p, stop)
+            meta.enum_values, _ = _read_strings(buf, p, stop)
         # 7 geometry type, 8/9 primary key, 10/11 enum+set charsets, 12 visibility: unused
         p = stop
-    if not names:
+    return meta
+
+
+def _assign_metadata(cols: list[_Column], meta: _RowMetadata, dbms: str) -> None:
+    """Names, signedness, encodings and ENUM/SET values onto the columns."""
+    if not meta.names:
         # The library without column names: UNKNOWN_COLn keys, nothing unsigned, utf-8.
         for i, c in enumerate(cols):
             c.name = f"UNKNOWN_COL{i}"
             c.encoding = "utf-8"
         return
+    names, charsets, encodings = meta.names, meta.charsets, meta.encodings
+    enum_values, set_values = meta.enum_values or [], meta.set_values or []
     enum_pos = set_pos = 0
     char_pos = 0
     for i, c in enumerate(cols):
         c.name = names[i] if i < len(names) else f"UNKNOWN_COL{i}"
         if _is_character(c.type, dbms):
-            cs = charsets[char_pos] if charsets is not None and char_pos < len(charsets) else None
+            if encodings is not None and char_pos < len(encodings):
+                c.encoding = encodings[char_pos]
+            else:
+                cs = charsets[char_pos] if charsets is not None and char_pos < len(charsets) else None
+                c.encoding = _python_encoding(cs, dbms)
             char_pos += 1
-            c.encoding = _python_encoding(cs, dbms)
         if c.type == T_ENUM:
             c.enum_values = [""] + enum_values[enum_pos] if enum_pos < len(enum_values) else None
             enum_pos += 1
         elif c.type == T_SET:
             c.set_values = set_values[set_pos] if set_pos < len(set_values) else None
             set_pos += 1
-        if unsigned is not None and unsigned[i]:
+        if meta.unsigned is not None and meta.unsigned[i]:
             c.unsigned = True
+
+
+def _lacks_metadata(cols: list[_Column], meta: _RowMetadata) -> bool:
+    """Column names, or the value names of an ENUM / SET column, are not in the Table_map."""
+    if not meta.names:
+        return True
+    if meta.enum_values is None and any(c.type == T_ENUM for c in cols):
+        return True
+    return meta.set_values is None and any(c.type == T_SET for c in cols)
+
+
+# information_schema.COLUMNS.DATA_TYPE of each binlog column type (a DATA_TYPE not listed
+# here, such as MariaDB's inet6 or uuid, is not checked)
+_DATA_TYPES = {
+    T_TINY: {"tinyint"},
+    T_SHORT: {"smallint"},
+    T_INT24: {"mediumint"},
+    T_LONG: {"int"},
+    T_LONGLONG: {"bigint"},
+    T_FLOAT: {"float"},
+    T_DOUBLE: {"double"},
+    T_NEWDECIMAL: {"decimal"},
+    T_YEAR: {"year"},
+    T_DATE: {"date"},
+    T_NEWDATE: {"date"},
+    T_TIME: {"time"},
+    T_TIME2: {"time"},
+    T_DATETIME: {"datetime"},
+    T_DATETIME2: {"datetime"},
+    T_TIMESTAMP: {"timestamp"},
+    T_TIMESTAMP2: {"timestamp"},
+    T_VARCHAR: {"varchar", "varbinary"},
+    T_STRING: {"char", "binary"},
+    T_ENUM: {"enum"},
+    T_SET: {"set"},
+    T_BIT: {"bit"},
+    T_JSON: {"json"},
+    T_VECTOR: {"vector"},
+    T_BLOB: {"tinytext", "text", "mediumtext", "longtext", "tinyblob", "blob", "mediumblob", "longblob", "json"},
+    T_GEOMETRY: {
+        "geometry",
+        "point",
+        "linestring",
+        "polygon",
+        "multipoint",
+        "multilinestring",
+        "multipolygon",
+        "geometrycollection",
+        "geomcollection",
+    },
+}
+_KNOWN_DATA_TYPES = set().union(*_DATA_TYPES.values())
+
+
+def _charset_encoding(charset: str | None) -> str | None:
+    """A CHARACTER_SET_NAME -> the python codec the library would use; None = bytes."""
+    if charset is None:
+        return "utf-8"
+    name = RowsEvent.charset_to_encoding(charset)
+    try:
+        info = codecs.lookup(name)
+    except LookupError:
+        return None
+    return "utf-8" if info.name == "utf-8" else name
 
 
 # -- code generation for row images ----------------------------------------------------
 
 
-def mysql_json_text(kind: int, data: bytes) -> str:
-    """A MySQL binary JSON value (a JSON column, MySQL only: MariaDB's JSON is LONGTEXT)
-    as compact JSON text, keys in the order MySQL stores them; as the payload it is
-    published as that text. The binary format (type byte, then objects / arrays of key
-    and value entries, inlined small scalars, variable-length strings) is MySQL's
-    json_binary.h; python-mysql-replication's `parse_json` reads it."""
-    return json.dumps(json_plain(parse_json(kind, data)), separators=(",", ":"), default=str)
+def _json_reader(schema: str, table: str, column: str | None, convert: Any = _mysql_json.document_text):
+    """f(value bytes) -> MySQL's JSON text of a JSON column (MySQL only: MariaDB's JSON is
+    LONGTEXT), as connectors/mysql_json.py prints it (`convert=mysql_json.parse`: the
+    document, for a partial update); malformed bytes raise BinlogDecodeError naming the column."""
+
+    def read(data: bytes) -> Any:
+        try:
+            return convert(data)
+        except _mysql_json.JsonDecodeError as exc:
+            raise BinlogDecodeError(
+                f"column {column!r} of {schema}.{table} holds a JSON value MySQL's binary JSON format cannot hold: "
+                f"{exc}"
+            ) from None
+
+    return read
 
 
 _GLOBALS_BASE = {
@@ -540,7 +668,6 @@ _GLOBALS_BASE = {
     "_be40": struct.Struct(">IB").unpack_from,
     "_from_bytes": int.from_bytes,
     "_datetime": _datetime,
-    "_parse_json": mysql_json_text,
     "_read_time2": _read_time2,
     "_read_date": _read_date,
     "_read_time_old": _read_time_old,
@@ -602,17 +729,14 @@ def _column_code(i: int, c: _Column, schema: str, table: str, g: dict[str, Any])
         else:
             lines.append(f"{v} = b[p:p + n].decode({c.encoding!r})")
         return lines + ["p += n"]
-    if t == T_GEOMETRY:
+    if t in (T_GEOMETRY, T_VECTOR):
+        # a VECTOR's value is MySQL's own bytes: float32s, little-endian (published as bytes)
         size = m["length_size"]
         return [f"n = {_uint_expr(size)}", f"p += {size}", f"{v} = b[p:p + n]", "p += n"]
     if t == T_JSON:
         size = m["length_size"]
-        return [
-            f"n = {_uint_expr(size)}",
-            f"p += {size}",
-            f"{v} = _parse_json(b[p], b[p + 1:p + n]) if n else None",
-            "p += n",
-        ]
+        g[f"_json{i}"] = _json_reader(schema, table, c.name)
+        return [f"n = {_uint_expr(size)}", f"p += {size}", f"{v} = _json{i}(b[p:p + n])", "p += n"]
     if t == T_NEWDECIMAL:
         size, reader = _decimal_reader(m["precision"], m["decimals"])
         g[f"_dec{i}"] = reader
@@ -667,15 +791,21 @@ def _column_code(i: int, c: _Column, schema: str, table: str, g: dict[str, Any])
         if size not in (1, 2, 3, 4, 5, 6, 7, 8):
             raise UnsupportedColumnType(schema, table, str(c.name), t, f"size {size}")
         if c.enum_values is None:
-            return [f"{v} = None", f"p += {size}"]
-        g[f"_enum{i}"] = c.enum_values
-        return [f"{v} = _enum{i}[{_uint_expr(size)}]", f"p += {size}"]
+            # no value names (binlog_row_metadata=MINIMAL and no column lookup): the index
+            return [f"{v} = {_uint_expr(size)}", f"p += {size}"]
+        g[f"_enum{i}"] = c.enum_values  # [""] + the names: index 0 is the empty (error) value
+        return [
+            f"{v} = {_uint_expr(size)}",
+            f"if {v} < {len(c.enum_values)}: {v} = _enum{i}[{v}]",
+            f"p += {size}",
+        ]
     if t == T_SET:
         size = m["size"]
         if size not in (1, 2, 3, 4, 5, 6, 7, 8):
             raise UnsupportedColumnType(schema, table, str(c.name), t, f"size {size}")
         if not c.set_values:
-            return [f"{v} = None", f"p += {size}"]
+            # no value names (binlog_row_metadata=MINIMAL and no column lookup): the bitmask
+            return [f"{v} = {_uint_expr(size)}", f"p += {size}"]
         g[f"_set{i}"] = tuple(enumerate(c.set_values))
         return [
             f"mask = {_uint_expr(size)}",
@@ -692,8 +822,34 @@ def _check_supported(tbl: _Table) -> None:
         _column_code(i, c, tbl.schema, tbl.table, {})
 
 
-def _make_reader(tbl: _Table, present: bytes):
-    """A function (b, p) -> (values dict, new p) for one row image with this bitmap."""
+class _Diffs:
+    """A partial JSON column of a Partial_update_rows after image: its diffs."""
+
+    __slots__ = ("diffs",)
+
+    def __init__(self, diffs: list):
+        self.diffs = diffs
+
+
+def _diffs_reader(schema: str, table: str, column: str | None):
+    """f(b, p) -> (_Diffs, new p): a partial JSON column's diffs (connectors/json_diff.py)."""
+
+    def read(b: bytes, p: int) -> tuple[_Diffs, int]:
+        try:
+            diffs, p = _json_diff.read_diffs(b, p, len(b))
+        except _json_diff.JsonDiffError as exc:
+            raise BinlogDecodeError(
+                f"column {column!r} of {schema}.{table}: malformed partial JSON update: {exc}"
+            ) from None
+        return _Diffs(diffs), p
+
+    return read
+
+
+def _make_reader(tbl: _Table, present: bytes, partial: frozenset[int] | None = None):
+    """A function (b, p) -> (values dict, new p) for one row image with this bitmap.
+    `partial` (a Partial_update_rows image): JSON values as documents (mysql_json.parse),
+    and the columns in `partial` as their diffs."""
     cols = tbl.columns
     assert cols is not None
     g = dict(_GLOBALS_BASE)
@@ -711,7 +867,15 @@ def _make_reader(tbl: _Table, present: bytes):
         if i not in is_present:
             body.append(f"    v{i} = None")
             continue
-        code = _column_code(i, c, tbl.schema, tbl.table, g)
+        if partial is not None and i in partial:
+            g[f"_diffs{i}"] = _diffs_reader(tbl.schema, tbl.table, c.name)
+            code = [f"v{i}, p = _diffs{i}(b, p)"]
+        elif partial is not None and c.type == T_JSON:
+            g[f"_doc{i}"] = _json_reader(tbl.schema, tbl.table, c.name, _mysql_json.parse)
+            size = c.meta["length_size"]
+            code = [f"n = {_uint_expr(size)}", f"p += {size}", f"v{i} = _doc{i}(b[p:p + n])", "p += n"]
+        else:
+            code = _column_code(i, c, tbl.schema, tbl.table, g)
         body.append(f"    if nulls & {1 << null_index}:")
         body.append(f"        v{i} = None")
         body.append("    else:")
@@ -807,6 +971,10 @@ class BinlogDecoder:
     it). `flavor`: "mariadb" / "mysql" (charset tables differ); None = from the
     Format_description event. `legacy_begin_start`: reproduce `_Converter`'s TxBegin.start
     (see the module docstring). `verify_checksum`: check every event's CRC32.
+    `table_columns`: where a watched table's column names and ENUM/SET values come from
+    when its Table_map lacks them (binlog_row_metadata=MINIMAL; connectors/table_columns.py);
+    None: such a table's columns are named UNKNOWN_COLn, an ENUM is its index and a SET its
+    bitmask (ints).
     """
 
     TABLE_CACHE_LIMIT = 4096
@@ -819,8 +987,10 @@ class BinlogDecoder:
         flavor: str | None = None,
         legacy_begin_start: bool = False,
         verify_checksum: bool = False,
+        table_columns: _table_columns.TableColumns | None = None,
     ):
         self.watched = set(watched)
+        self.table_columns = table_columns
         self.file = ""  # "": not known until the stream's first Rotate event
         if start_file is not None:
             file_sequence(start_file)
@@ -854,6 +1024,7 @@ class BinlogDecoder:
             UPDATE_ROWS_V2: self._update_v2,
             DELETE_ROWS_V1: self._delete_v1,
             DELETE_ROWS_V2: self._delete_v2,
+            PARTIAL_UPDATE_ROWS_EVENT: self._partial_update,
             HEARTBEAT_LOG_EVENT: self._heartbeat,
             GTID_LOG_EVENT: self._mysql_gtid,
             GTID_TAGGED_LOG_EVENT: self._mysql_tagged_gtid,
@@ -986,11 +1157,27 @@ class BinlogDecoder:
         self.post_header = ph = body[57:]
         self._ph_query = ph[QUERY_EVENT - 1] if len(ph) >= QUERY_EVENT else 13
         self._ph_load_query = ph[EXECUTE_LOAD_QUERY_EVENT - 1] if len(ph) >= EXECUTE_LOAD_QUERY_EVENT else 26
-        self._ph_table_map = ph[TABLE_MAP_EVENT - 1] if len(ph) >= TABLE_MAP_EVENT else 8
-        self._ph_rows_v1 = ph[WRITE_ROWS_V1 - 1] if len(ph) >= WRITE_ROWS_V1 else 8
-        self._ph_rows_v2 = ph[WRITE_ROWS_V2 - 1] if len(ph) >= WRITE_ROWS_V2 else 10
-        if self._ph_table_map != 8 or self._ph_rows_v1 < 8:
-            raise BinlogDecodeError(f"unsupported binlog layout from server {version} (table id size)")
+        # The table id size follows from the post-header lengths of the Table_map and rows
+        # events (MySQL's Table_map_event / Rows_event constructors: 6 = a 4-byte table id,
+        # servers before 5.1.4; otherwise 6 bytes). A length 0 means the server has no such
+        # event type: MySQL 9.0 removed the v1 rows events (23-25).
+        lengths = {}
+        for t, (name, default, readable) in _ROWS_POST_HEADERS.items():
+            n = ph[t - 1] if len(ph) >= t else default
+            if n not in readable and (t != PARTIAL_UPDATE_ROWS_EVENT or self.dbms == "mysql"):
+                why = (
+                    "4-byte table ids (servers before MySQL 5.1.4), which this decoder does not read"
+                    if n == 6
+                    else f"this decoder reads {' or '.join(str(r) for r in readable if r)}"
+                )
+                raise BinlogDecodeError(
+                    f"unsupported binlog layout from server {version}: its Format_description gives {name} "
+                    f"(event type {t}) post-header length {n}: {why}"
+                )
+            lengths[t] = n
+        self._ph_table_map = lengths[TABLE_MAP_EVENT]
+        self._ph_rows_v1 = lengths[WRITE_ROWS_V1]
+        self._ph_rows_v2 = lengths[WRITE_ROWS_V2] or 10
         self._ph_compressed_rows = {t: ph[t - 1] for t in MARIADB_ROWS_COMPRESSED if len(ph) >= t and ph[t - 1]}
 
     def _xid(self, ev: bytes, out: list) -> None:
@@ -1076,8 +1263,9 @@ class BinlogDecoder:
     def _table_map(self, ev: bytes, out: list) -> None:
         key = ev[25 : len(ev) - self.crc]
         tbl = self._layouts.get(key)
-        if tbl is None:
+        if tbl is None or (tbl.looked_up and tbl.table_id != ev[19:25]):
             tbl = self._parse_table_map(key)
+            tbl.table_id = ev[19:25]
             if len(self._layouts) >= self.TABLE_CACHE_LIMIT:
                 self._layouts.clear()
             self._layouts[key] = tbl
@@ -1109,12 +1297,57 @@ class BinlogDecoder:
         p += nbytes
         for i, c in enumerate(cols):
             c.nullable = bool(nullable & (1 << i))
-        _apply_optional_metadata(cols, body, p, len(body), self.dbms)
+        meta = _read_optional_metadata(cols, body, p, len(body))
+        if self.table_columns is not None and _lacks_metadata(cols, meta):
+            self._look_up(tbl, cols, meta)
+        _assign_metadata(cols, meta, self.dbms)
         tbl.columns = cols
         tbl.ncols = ncols
         tbl.names = tuple(c.name for c in cols)
+        tbl.json_columns = tuple(i for i, c in enumerate(cols) if c.type == T_JSON)
         _check_supported(tbl)
         return tbl
+
+    def _look_up(self, tbl: _Table, cols: list[_Column], meta: _RowMetadata) -> None:
+        """Column names and ENUM/SET values the Table_map lacks (binlog_row_metadata=MINIMAL),
+        from the `table_columns` port (connectors/table_columns.py)."""
+        assert self.table_columns is not None
+        tbl.looked_up = True
+        try:
+            defs = list(self.table_columns(tbl.schema, tbl.table))
+        except _table_columns.TableColumnsError as exc:
+            raise BinlogDecodeError(str(exc)) from None
+        fix = (
+            "so the column names and ENUM/SET values of the binlog's rows cannot be known: set "
+            "binlog_row_metadata=FULL on the server (the binlog then carries them), then restart the relay"
+        )
+        where = f"{tbl.schema}.{tbl.table}"
+        if len(defs) != len(cols):
+            raise ServerSettingRequired(
+                f"{where} has {len(defs)} columns in information_schema.COLUMNS but {len(cols)} in the binlog's "
+                f"Table_map (the table was altered after the event was written), {fix}"
+            )
+        for c, d in zip(cols, defs, strict=True):
+            want = _DATA_TYPES.get(c.type)
+            if d.data_type in _KNOWN_DATA_TYPES and want is not None and d.data_type not in want:
+                raise ServerSettingRequired(
+                    f"column {d.name!r} of {where} is {d.data_type} in information_schema.COLUMNS but of binlog type "
+                    f"{c.type} ({_TYPE_NAMES.get(c.type, 'unknown')}) in the Table_map (the table was altered after "
+                    f"the event was written), {fix}"
+                )
+        meta.names = [d.name for d in defs]
+        if meta.enum_values is None:
+            meta.enum_values = [list(d.values or ()) for c, d in zip(cols, defs, strict=True) if c.type == T_ENUM]
+        if meta.set_values is None:
+            meta.set_values = [list(d.values or ()) for c, d in zip(cols, defs, strict=True) if c.type == T_SET]
+        if meta.unsigned is None:
+            meta.unsigned = [d.unsigned for d in defs]
+        if meta.charsets is None:
+            meta.encodings = [
+                _charset_encoding(d.charset)
+                for c, d in zip(cols, defs, strict=True)
+                if _is_character(c.type, self.dbms)
+            ]
 
     # -- rows ----------------------------------------------------------------------------
 
@@ -1122,13 +1355,23 @@ class BinlogDecoder:
         if v2:
             extra = _U16(ev, 19 + 8)[0]
             return 19 + self._ph_rows_v2 + extra - 2
-        return 19 + self._ph_rows_v1
+        return self._v1_start(ev)
+
+    def _v1_start(self, ev: bytes) -> int:
+        """Where a v1 rows event's body starts; refused when the server has no v1 rows events."""
+        ph = self._ph_rows_v1
+        if not ph:
+            raise BinlogDecodeError(
+                f"a rows event of event type {ev[4]} ending at {self.file}:{_U32(ev, 13)[0]}, a type server "
+                f"{self.server_version} does not have (its Format_description gives it post-header length 0)"
+            )
+        return 19 + ph
 
     def _write_v1(self, ev: bytes, out: list) -> None:
         tbl = self._tables.get(ev[19:25])
         if tbl is None or tbl.columns is None:
             return
-        self._inserts(ev, out, tbl, 19 + self._ph_rows_v1)
+        self._inserts(ev, out, tbl, self._v1_start(ev))
 
     def _write_v2(self, ev: bytes, out: list) -> None:
         tbl = self._tables.get(ev[19:25])
@@ -1162,13 +1405,13 @@ class BinlogDecoder:
             append(row)
 
     def _update_v1(self, ev: bytes, out: list) -> None:
-        self._changes(ev, out, 19 + self._ph_rows_v1, True)
+        self._changes(ev, out, self._v1_start(ev), True)
 
     def _update_v2(self, ev: bytes, out: list) -> None:
         self._changes(ev, out, None, True)
 
     def _delete_v1(self, ev: bytes, out: list) -> None:
-        self._changes(ev, out, 19 + self._ph_rows_v1, False)
+        self._changes(ev, out, self._v1_start(ev), False)
 
     def _delete_v2(self, ev: bytes, out: list) -> None:
         self._changes(ev, out, None, False)
@@ -1203,3 +1446,70 @@ class BinlogDecoder:
             if update:
                 values, p = after(ev, p)
             out.append(RowChange(kind, schema, table, values, end))
+
+    def _partial_update(self, ev: bytes, out: list) -> None:
+        """Partial_update_rows (type 39, binlog_row_value_options=PARTIAL_JSON): as
+        Update_rows v2, but each after image starts with value_options (a packed integer:
+        1 = PARTIAL_JSON) and, when it is 1, one bit per JSON column of the table (in
+        column order, low bit first) saying whether that column's value is a list of diffs
+        (MySQL sql/rpl_record.cc pack_row / start_partial_bit_reader). The diffs are applied
+        to the before image's document (connectors/json_diff.py), so the row change is the
+        same UPDATE an Update_rows event with the whole document gives."""
+        tbl = self._tables.get(ev[19:25])
+        if tbl is None or tbl.columns is None:
+            return
+        p = self._rows_start(ev, True)
+        ncols, p = _lenenc(ev, p)
+        nb = (ncols + 7) >> 3
+        before_present, after_present = ev[p : p + nb], ev[p + nb : p + 2 * nb]
+        p += 2 * nb
+        readers = tbl.readers
+        no_partial: frozenset[int] = frozenset()
+        before_reader = readers.get((before_present, no_partial))
+        if before_reader is None:
+            before_reader = readers[(before_present, no_partial)] = _make_reader(tbl, before_present, no_partial)
+        json_columns = tbl.json_columns
+        stop = len(ev) - self.crc
+        end = _pos(self.file, _U32(ev, 13)[0])
+        while p < stop:
+            before, p = before_reader(ev, p)
+            options, p = _lenenc(ev, p)
+            if options > 1:
+                raise BinlogDecodeError(
+                    f"malformed Partial_update_rows event ending at {self.file}:{end.pos} (value options {options})"
+                )
+            partial = no_partial
+            if options:
+                jb = (len(json_columns) + 7) >> 3
+                bits = int.from_bytes(ev[p : p + jb], "little")
+                p += jb
+                partial = frozenset(i for k, i in enumerate(json_columns) if bits >> k & 1)
+            key = (after_present, partial)
+            after_reader = readers.get(key)
+            if after_reader is None:
+                after_reader = readers[key] = _make_reader(tbl, after_present, partial)
+            after, p = after_reader(ev, p)
+            for i in json_columns:
+                name = tbl.names[i]
+                value = after[name]
+                if type(value) is _Diffs:
+                    value = self._apply_diffs(tbl, i, before_present, before[name], value, end)
+                if value is not None:
+                    after[name] = _mysql_json.text(value)
+            out.append(RowChange("update", tbl.schema, tbl.table, after, end))
+
+    def _apply_diffs(self, tbl: _Table, i: int, before_present: bytes, doc: Any, diffs: _Diffs, end) -> Any:
+        name = tbl.names[i]
+        where = f"column {name!r} of {tbl.schema}.{tbl.table} in the Partial_update_rows event ending at {end}"
+        if not before_present[i >> 3] & (1 << (i & 7)):
+            raise ServerSettingRequired(
+                f"{where} changes a JSON document the before image does not hold, so its new value cannot be "
+                "rebuilt: set binlog_row_image=FULL on the server (or binlog_row_value_options='' to log whole "
+                "documents)"
+            )
+        if doc is None:
+            raise BinlogDecodeError(f"{where}: a partial update of a NULL document, which MySQL never writes")
+        try:
+            return _json_diff.apply_diffs(doc, diffs.diffs)
+        except _json_diff.JsonDiffError as exc:
+            raise BinlogDecodeError(f"{where}: {exc}") from None

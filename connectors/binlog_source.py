@@ -159,10 +159,17 @@ class MySQLBinlogSource:
         ):
             raise PositionPurgedError(f"the server refused the start position: {error_text(item)}")
         # imported here: a relay whose reader process decodes never loads the decoder
-        from connectors.binlog_decoder import BinlogDecodeError, UndecodableEvent, UnsupportedColumnType
+        from connectors.binlog_decoder import (
+            BinlogDecodeError,
+            ServerSettingRequired,
+            UndecodableEvent,
+            UnsupportedColumnType,
+        )
 
         if isinstance(item, UnsupportedColumnType):
             raise ConfigError(f'{item}; set source.decoder = "library" to read it with python-mysql-replication')
+        if isinstance(item, ServerSettingRequired):
+            raise ConfigError(str(item)) from None
         if isinstance(item, UndecodableEvent):
             raise UndecodableEventError(str(item)) from None
         if isinstance(item, BinlogDecodeError):
@@ -353,10 +360,22 @@ class MySQLBinlogSourceFactory:
             conn.close()
             raise SourceError(f"cannot open the binlog stream: {exc}") from exc
         from connectors.binlog_decoder import BinlogDecoder
+        from connectors.table_columns import InformationSchemaColumns
 
-        decoder = BinlogDecoder(self._watched, file, flavor=flavor)
+        # A watched table's Table_map without column names or ENUM/SET value names
+        # (binlog_row_metadata=MINIMAL) is completed from information_schema.COLUMNS, over a
+        # connection of its own opened on first need (connectors/table_columns.py).
+        columns = InformationSchemaColumns(self._conn)
+        decoder = BinlogDecoder(self._watched, file, flavor=flavor, table_columns=columns)
         info = ServerInfo(server_id=server_id, flavor=flavor)
-        return MySQLBinlogSource(conn.events(), decoder.decode, conn.close, info, self._queue_events, self._threaded)
+
+        def close() -> None:
+            try:
+                conn.close()
+            finally:
+                columns.close()
+
+        return MySQLBinlogSource(conn.events(), decoder.decode, close, info, self._queue_events, self._threaded)
 
     def _open_library(self, start: BinlogPosition | GtidSet) -> MySQLBinlogSource:
         from connectors.binlog_library import LibraryConverter, open_library_stream

@@ -578,3 +578,67 @@ def test_binlog_checksum_none_server():
         assert [e.values["id"] for e in events if isinstance(e, RowInsert)] == ["n1", "n2", "n3"]
         # from the start of the first file too (fake rotate, FDE, GTID list, checkpoint...)
         assert_same(db, {("nc", "outbox")}, "mysql-bin.000001", 4)
+
+
+# -- binlog_row_metadata=MINIMAL: names and ENUM/SET values from information_schema ------------
+
+MINIMAL_DDL = """CREATE TABLE tagged (
+  id INT PRIMARY KEY, name VARCHAR(20), e ENUM('a','b','c d','it''s'), s SET('x','y','z'), n INT UNSIGNED
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4"""
+
+
+def _write_tagged(mariadb, database: str, metadata: str, first_id: int) -> tuple[str, int]:
+    """Rows written by a session opened after SET GLOBAL binlog_row_metadata (a new session
+    takes the global value); the global is put back afterwards."""
+    with mariadb.connect(autocommit=True) as admin, admin.cursor() as cur:
+        cur.execute("SELECT @@GLOBAL.binlog_row_metadata")
+        (before,) = cur.fetchone()
+        cur.execute(f"SET GLOBAL binlog_row_metadata = '{metadata}'")
+        try:
+            file, pos = _status(mariadb)
+            with mariadb.connect(database, autocommit=False) as conn, conn.cursor() as w:
+                w.execute("SET SESSION sql_mode = ''")  # '' into an ENUM: index 0, the error value
+                w.execute(
+                    "INSERT INTO tagged VALUES (%s, 'ü', 'b', 'x,z', 4000000000), (%s, NULL, '', '', 0), "
+                    "(%s, 'c', 'it''s', 'y', NULL)",
+                    (first_id, first_id + 1, first_id + 2),
+                )
+                w.execute("UPDATE tagged SET e = 'c d', s = 'x,y,z' WHERE id = %s", (first_id,))
+                conn.commit()
+        finally:
+            cur.execute(f"SET GLOBAL binlog_row_metadata = '{before}'")
+    return file, pos
+
+
+def test_minimal_row_metadata_is_completed_from_information_schema(mariadb, database):
+    from connectors.table_columns import InformationSchemaColumns
+
+    _run(mariadb, database, [MINIMAL_DDL])
+    watched = {(database, "tagged")}
+    file, pos = _write_tagged(mariadb, database, "MINIMAL", 1)
+    columns = InformationSchemaColumns(mariadb.connection_settings())
+    try:
+        minimal = read_fast(mariadb, watched, file, pos, table_columns=columns)
+    finally:
+        columns.close()
+    bare = read_fast(mariadb, watched, file, pos)
+    full_file, full_pos = _write_tagged(mariadb, database, "FULL", 11)
+    full = read_fast(mariadb, watched, full_file, full_pos)
+
+    rows = [e.values for e in minimal if isinstance(e, (RowInsert, RowChange))]
+    assert rows == [
+        {"id": 1, "name": "ü", "e": "b", "s": {"x", "z"}, "n": 4000000000},
+        {"id": 2, "name": None, "e": "", "s": None, "n": 0},
+        {"id": 3, "name": "c", "e": "it's", "s": {"y"}, "n": None},
+        {"id": 1, "name": "ü", "e": "c d", "s": {"x", "y", "z"}, "n": 4000000000},
+    ]
+    full_rows = [e.values for e in full if isinstance(e, (RowInsert, RowChange))]
+    assert [dict(r, id=r["id"] - 10) for r in full_rows] == rows  # the same values as with FULL metadata
+    # without the lookup: no names, an ENUM is its index and a SET its bitmask, never NULL
+    assert next(e.values for e in bare if isinstance(e, RowInsert)) == {
+        "UNKNOWN_COL0": 1,
+        "UNKNOWN_COL1": "ü",
+        "UNKNOWN_COL2": 2,
+        "UNKNOWN_COL3": 0b101,
+        "UNKNOWN_COL4": -294967296,  # no signedness applied without names (python-mysql-replication's rule)
+    }

@@ -273,3 +273,37 @@ def library_event(raw: bytes, table_map: dict, allowed: frozenset, version: tupl
     if isinstance(event, TableMapEvent):
         table_map[event.table_id] = event.get_table()
     return wrapper
+
+
+# -- Format_description ------------------------------------------------------------------
+#
+# Format_description (15): binlog version 2, server version 50 (NUL-padded), create
+# timestamp 4, common header length 1 (19), one post-header length per event type from
+# type 1 on, checksum algorithm 1 (1 = CRC32); then the CRC. The lengths are MySQL's
+# `server_event_header_length` table (libs/mysql/binlog/event/control_events.cpp,
+# Format_description_event's constructor): Query 13, Rotate 8, Table_map 8, the v1 rows
+# events (23-25) 8 up to MySQL 8.x and 0 from 9.0 on (the events were removed), the v2 rows
+# events (30-32) and Partial_update_rows (39) 10, Gtid 42.
+
+
+def _post_header_lengths(v1_rows: int) -> bytes:
+    lengths = [0] * 41
+    for kind, n in {2: 13, 4: 8, 9: 4, 11: 4, 17: 4, 18: 26, 19: 8, 26: 2, 33: 42, 34: 42, 35: 0}.items():
+        lengths[kind - 1] = n
+    lengths[15 - 1] = 57 + len(lengths)  # its own: the fixed part and this table
+    for kind in (23, 24, 25):
+        lengths[kind - 1] = v1_rows
+    for kind in (30, 31, 32, 39):
+        lengths[kind - 1] = 10
+    lengths[36 - 1], lengths[37 - 1] = 18, 52  # Transaction_context, View_change
+    lengths[40 - 1] = 40  # Transaction_payload
+    return bytes(lengths)
+
+
+MYSQL_82_POST_HEADER = _post_header_lengths(8)
+MYSQL_90_POST_HEADER = _post_header_lengths(0)
+
+
+def fde_body(server_version: str = "9.0.1", post_header: bytes = MYSQL_90_POST_HEADER) -> bytes:
+    version = server_version.encode().ljust(50, b"\0")
+    return struct.pack("<H", 4) + version + struct.pack("<I", 0) + bytes([19]) + post_header + b"\x01"

@@ -202,11 +202,10 @@ def test_the_relay_reads_a_mysql_8_0_file(tmp_path):
         tx.insert("shop", "outbox", [{"id": "e1", "payload": {"a": 1}, "n": 7}])
     out = relay_decode(file_events(w.current_file))
     assert [type(e).__name__ for e in out] == ["TxBegin", "TxBegin", "RowInsert", "TxCommit"]
-    assert out[0].gtid == f"{UUID}:1" and out[2].values == {"id": "e1", "payload": '{"a":1}', "n": 7}
+    assert out[0].gtid == f"{UUID}:1" and out[2].values == {"id": "e1", "payload": '{"a": 1}', "n": 7}
 
 
 @pytest.mark.parametrize("version", ["8.4.3", "9.1.0"])
-@pytest.mark.xfail(strict=True, reason="relay decoder fix pending: MySQL 8.4/9 Format_description (v1 rows 0)")
 def test_the_relay_reads_a_mysql_8_4_and_9_file(tmp_path, version):
     w = simple_writer(tmp_path, version=version)
     with w.transaction() as tx:
@@ -375,7 +374,6 @@ def test_tagged_gtid_event_and_previous_gtids(tmp_path):
     assert fields[8] == varlen_uint(sum(len(e) for e in rest))
 
 
-@pytest.mark.xfail(strict=True, reason="relay decoder fix pending: tagged GTIDs (type 42) and the 8.4/9 FDE")
 def test_the_relay_names_a_tagged_gtid(tmp_path):
     w = simple_writer(tmp_path, version="8.4.3")
     with w.transaction(tag="blue") as tx:
@@ -784,9 +782,6 @@ def test_partial_json_update(tmp_path):
     )
 
 
-@pytest.mark.xfail(
-    strict=True, reason="relay decoder fix pending: PARTIAL_UPDATE_ROWS_EVENT applied to the before image"
-)
 def test_the_relay_applies_a_partial_json_update(tmp_path):
     w = simple_writer(tmp_path, version="8.0.40", partial_json=True)
     before = {"id": "e1", "payload": {"a": 1}, "n": 1}
@@ -872,7 +867,6 @@ def test_vector_on_mysql_9(tmp_path):
         MysqlBinlogWriter(tmp_path / "old", version="8.4.3").create_table("s", "t", [Column("v", "vector(3)")])
 
 
-@pytest.mark.xfail(strict=True, reason="relay decoder fix pending: JSON rendered as MySQL's JSON text (decimals, TIME)")
 def test_the_relay_renders_opaque_json_values_as_mysql(tmp_path):
     w = simple_writer(tmp_path, version="8.0.40")
     doc = {
@@ -888,9 +882,6 @@ def test_the_relay_renders_opaque_json_values_as_mysql(tmp_path):
     }
 
 
-@pytest.mark.xfail(
-    strict=True, reason="relay decoder fix pending: the MySQL 9 Format_description, VECTOR named as type 242"
-)
 def test_the_relay_names_or_publishes_a_vector(tmp_path):
     from connectors.binlog_decoder import UnsupportedColumnType
 

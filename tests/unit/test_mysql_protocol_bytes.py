@@ -457,8 +457,8 @@ _ARRAY = (
 @pytest.mark.parametrize(
     "jsonb, text",
     [
-        (_OBJECT, '{"n":1,"ok":true,"tag":"\\u00e9"}'),
-        (_ARRAY, '[1,null,[2],"x"]'),
+        (_OBJECT, '{"n": 1, "ok": true, "tag": "é"}'),  # MySQL's own text: ", " and ": ", utf8 as is
+        (_ARRAY, '[1, null, [2], "x"]'),
         (b"\x04\x02", "false"),  # a literal on its own
         (b"\x0b" + struct.pack("<d", 2.5), "2.5"),  # a double
     ],
@@ -476,6 +476,64 @@ def test_mysql_binary_json_is_published_as_json_text(jsonb, text):
     rows = [e for e in out if isinstance(e, RowInsert)]
     assert rows[0].values["payload"] == text
     assert json.loads(text) == json.loads(rows[0].values["payload"])
+
+
+@pytest.mark.parametrize(
+    "jsonb, text",
+    [
+        # {"t": TIME '87:31:46.654321'}: an opaque value (0x0f) of MySQL type TIME (11), its
+        # 8 bytes TIME_to_longlong_time_packed (mysys/my_time.cc): hms << 24 | microseconds
+        (
+            b"\x00"
+            + struct.pack("<HH", 1, 22)
+            + struct.pack("<HH", 11, 1)
+            + b"\x0f"
+            + struct.pack("<H", 12)
+            + b"t"
+            + b"\x0b\x08"
+            + struct.pack("<q", (((87 << 12) | (31 << 6) | 46) << 24) | 654321),
+            '{"t": "87:31:46.654321"}',
+        ),
+        # {"d": DECIMAL(6,3) 123.456}: opaque NEWDECIMAL (246): precision, scale, then the
+        # binary decimal (strings/decimal.cc decimal2bin: 3 integer digits in 2 bytes, big-endian,
+        # the sign bit flipped, then 3 fraction digits in 2 bytes)
+        (
+            b"\x00"
+            + struct.pack("<HH", 1, 20)
+            + struct.pack("<HH", 11, 1)
+            + b"\x0f"
+            + struct.pack("<H", 12)
+            + b"d"
+            + b"\xf6\x06\x06\x03"  # DECIMAL, 6 bytes: precision 6, scale 3
+            + struct.pack(">H", 0x8000 | 123)
+            + struct.pack(">H", 456),
+            '{"d": 123.456}',
+        ),
+    ],
+)
+def test_opaque_values_in_mysql_json_are_published_as_mysql_prints_them(jsonb, text):
+    """A TIME over 24 hours raised an untyped ValueError from python-mysql-replication's
+    parser; a DECIMAL came out as the string "123.456"."""
+    log = bb.Binlog()
+    log.add(2, bb.query_body("BEGIN"))
+    log.add(19, _json_table_map())
+    log.add(30, _json_row("e-1", jsonb))
+    dec = BinlogDecoder({(bb.SCHEMA, bb.TABLE)}, "binlog.000001", flavor="mysql")
+    out: list = []
+    for ev in log.events:
+        dec.decode(ev, out)
+    assert [e.values["payload"] for e in out if isinstance(e, RowInsert)] == [text]
+
+
+def test_a_malformed_json_value_is_refused_naming_its_column():
+    log = bb.Binlog()
+    log.add(2, bb.query_body("BEGIN"))
+    log.add(19, _json_table_map())
+    log.add(30, _json_row("e-1", b"\x0c\x09short"))
+    dec = BinlogDecoder({(bb.SCHEMA, bb.TABLE)}, "binlog.000001", flavor="mysql")
+    with pytest.raises(BinlogDecodeError, match=r"column 'payload' of shop\.outbox .*JSON"):
+        for ev in log.events:
+            dec.decode(ev, [])
 
 
 def test_a_json_structure_from_the_library_decoder_maps_to_text():
