@@ -26,6 +26,7 @@ import pytest
 
 from cdc.config import load_config
 from testbed.mysql_lab.binlog_writer import Column, JsonDiff, Xid
+from testbed.mysql_lab.json_binary import INSERT
 from tests.integration.harness import RelayProcess, env_for, relay_raw_config, wait_until
 from tests.integration.independent_checker import Committed, check, topic_records
 from tests.integration.test_faults import _checkpoint_reached, _server_end
@@ -150,7 +151,7 @@ class LabWorkload:
                     w.partial_json = True
                     with w.transaction() as tx:
                         tx.update_json_partial(
-                            DB, "outbox", [(old, new, {"payload": [JsonDiff("INSERT", "$.status", "sent")]})]
+                            DB, "outbox", [(old, new, {"payload": [JsonDiff(INSERT, "$.status", "sent")]})]
                         )
                     w.partial_json = False
                     self.rows[old["id"]] = new
@@ -189,7 +190,7 @@ class _Rollback(Exception):
 
 @pytest.fixture(params=VERSIONS)
 def lab(request):
-    from testbed.mysql_lab import MysqlLab
+    from testbed.mysql_lab.lab import MysqlLab
 
     with MysqlLab.start(version=request.param) as lab:
         yield lab
@@ -259,7 +260,7 @@ def test_the_relay_publishes_a_mysql_binlog_once_across_a_sigkill_and_verify_agr
 def test_the_relay_starts_at_a_gtid_set_and_restarts_from_a_tagged_gtid_checkpoint(kafka, topic_prefix, tmp_path):
     """`source.start` a MySQL GTID set with tags: what it holds is skipped; a checkpoint
     taken after tagged transactions restarts the relay exactly after them."""
-    from testbed.mysql_lab import MysqlLab
+    from testbed.mysql_lab.lab import MysqlLab
 
     with MysqlLab.start(version="9.1.0") as lab:
         work = LabWorkload(lab.writer(), seed=7)
@@ -297,7 +298,7 @@ def test_transactional_delivery_from_a_mysql_binlog_once_across_a_sigkill(noida_
     lab as MySQL 8.4: a SIGKILL mid-stream, a restart from the committed checkpoint alone."""
     from cdc.position import BinlogPosition
     from connectors.checkpoint_stores import KafkaCheckpointStore
-    from testbed.mysql_lab import MysqlLab
+    from testbed.mysql_lab.lab import MysqlLab
 
     with MysqlLab.start(version="8.4.3") as lab:
         work = LabWorkload(lab.writer(), seed=11)
