@@ -21,23 +21,21 @@ copied to headers `traceparent` / `tracestate`, and `tombstone_on_empty_payload`
 blank payload a tombstone (null value). Header `cdc.format` names the format; the identity
 headers (cdc/identity.py) are on every message in every format.
 
-How Debezium's expansion (EventRouterDelegate, SchemaBuilderUtil, StructBuilderUtil in
-debezium-core) shapes the JSON, and `debezium_json` follows: only a payload that starts with
-`{` or `[` is parsed; one that does not, or does not parse, or whose inferred schema does not
-hold its values, stays a string (the value is then a JSON string literal); object members whose
-value is null are dropped (a null has no schema); an array's element type is its first non-null
-element's, and an array mixing types (numbers of different kinds: int, long, double) is not
-expandable; a top-level array becomes `{}` (its schema is a struct without fields; observed:
-Debezium 3.6.3's JsonConverter fails the record, "Invalid type for ARRAY", for a top-level
-array of objects, so its consumers never saw one); integers
-beyond 64 bits are not expandable; doubles are written as Java's Double.toString does
-(`1.0E7`, `1.0E-4`); control characters as Jackson escapes them (`\\u001F`).
+How Debezium's expansion (EventRouterDelegate, JsonSchemaData) and JsonConverter (Jackson)
+shape the JSON, and `debezium_json` follows, is written down rule by rule in docs/DESIGN.md
+("The json format's bytes"): only a payload starting with `{` or `[` is parsed (its first
+value; what follows is ignored); one that does not parse or whose schema cannot be inferred
+stays a string (a JSON string literal); null and empty-array members are dropped; arrays are
+homogeneous; doubles are Java 17's Double.toString (cdc/java_double.py), an overflow the string
+`"Infinity"`; Jackson escapes control characters in upper-case hex and every character beyond
+the BMP (and a lone surrogate) as UTF-16 `\\uXXXX` escapes.
 
-Speed: the general rules are Python; an object whose shape makes json.dumps write exactly
-those bytes (`_compact_as_debezium`: no null member, 64-bit integers, doubles Python and Java
-both write in plain decimal, arrays of one kind or of objects with the same members) goes
-through orjson's reader and writer instead (differential property tests, on documents and on
-arbitrary texts, hold the two paths equal).
+Speed: the general rules are Python; an object whose shape makes orjson write exactly those
+bytes (`_compact_as_debezium`: no null or empty-array member, 64-bit integers, doubles Python
+and Java both write in plain decimal, arrays of one kind or of objects with the same members;
+no control character or character beyond the BMP in the output) goes through orjson's reader
+and writer instead (differential property tests, on documents and on arbitrary texts, hold
+the two paths equal).
 """
 
 from __future__ import annotations
