@@ -188,7 +188,8 @@ def test_switch_over_from_debezium_killed_mid_stream(dbz_db, kafka, tmp_path):
             assert not (work / "checkpoint.json").exists()
             report.append(
                 f"run {run} attempt {attempt}: Debezium killed inside its offset save after {by_debezium} "
-                f"records ({offsets_file.stat().st_size} bytes left): `cdc adopt` exit 2, {lines[0][:60]}...; again"
+                f"records ({offsets_file.stat().st_size} bytes left): `cdc adopt` exit 2, "
+                f"{lines[0].rsplit('offsets.dat', 1)[-1][:90]}...; again at another moment"
             )
         else:
             raise AssertionError(f"run {run}: every kill of {ATTEMPTS} landed inside the offset save: {report}")
