@@ -141,6 +141,10 @@ def test_json_at_jacksons_limits():
     long_number = '{"x":1' + "0" * 999 + ".5}"  # 1001 digits
     assert debezium_json_bytes(long_number) == json_string_literal(long_number)
     assert debezium_json_bytes('{"x":0.' + "1" * 999 + "}") == b'{"x":0.1111111111111111}'  # 1000 digits
+    name = "k" * 50_000  # Jackson reads names of up to 50,000 characters
+    assert debezium_json_bytes('{"' + name + '":1}') == b'{"' + name.encode() + b'":1}'
+    longer = '{"' + name + 'k":1}'
+    assert debezium_json_bytes(longer) == json_string_literal(longer)
 
 
 def json_string_literal(text: str) -> bytes:
