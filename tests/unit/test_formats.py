@@ -491,3 +491,15 @@ def test_the_verifier_matches_json_values_by_debeziums_bytes():
     assert payload_matches("json", None, b"  ")
     assert not payload_matches("json", b'{"a":"?"}', b'{"a":"\\ud800"}')
     assert payload_matches("json", b'{"a":"\\uD800"}', b'{"a":"\\ud800"}')
+
+
+def test_json_fast_path_agrees_with_the_general_rules_on_the_compat_corpus():
+    """The corpus the compatibility test runs through Debezium (tests/integration/
+    json_corpus.py, every class of DESIGN.md's "The json format's bytes"): on each payload
+    of a few seeds the fast path gives the general rules' bytes, and those are UTF-8."""
+    from tests.integration.json_corpus import FIXED, CorpusGenerator
+
+    for seed in (1, 2, 3):
+        for payload in FIXED + CorpusGenerator(seed).payloads(2000):
+            if payload is not None:
+                assert debezium_json_bytes(payload) == _expand_text(payload).encode(), payload
