@@ -44,6 +44,7 @@ import datetime as _dt
 import json
 import math
 import re
+import struct
 import sys
 import uuid as _uuid
 from dataclasses import dataclass
@@ -311,10 +312,60 @@ def _expand_text(payload: str) -> str:
     try:
         with _deep_enough(payload):
             # Jackson's readTree reads the first value and ignores whatever follows it
-            doc, _end = _DECODER.raw_decode(payload)
+            try:
+                doc, _end = _DECODER.raw_decode(payload)
+            except ValueError:
+                read_as_jackson = _jackson_hex_digits(payload)
+                if read_as_jackson is None:
+                    raise
+                doc, _end = _DECODER.raw_decode(read_as_jackson)
             return _expand(doc)
     except (ValueError, RecursionError, _NotExpandable):
         return _jstr(payload)
+
+
+_HEX_VALUES = {ord(c): int(c, 16) for c in "0123456789abcdefABCDEF"}
+
+
+def _jackson_hex_digits(text: str) -> str | None:
+    """Jackson reads the 4 hex digits of a `\\u` escape one UTF-16 unit at a time as
+    `sHexValues[ch & 0xFF]` (jackson-core CharTypes.charToHex), so a non-ASCII unit whose low
+    byte is a hex digit counts as that digit (`\\ud59` then U+1D11E, units D834 DD1E: the
+    escape is U+D594, and DD1E is left a lone surrogate). The text with every such escape
+    rewritten to the plain escape Jackson decodes it as, or None when it has none (JSON's
+    own reader then refuses the text for a reason Jackson shares)."""
+    if text.isascii() or "\\u" not in text:
+        return None
+    raw = text.encode("utf-16-le", "surrogatepass")
+    units = struct.unpack(f"<{len(raw) // 2}H", raw)
+    out: list[int] = []
+    changed = False
+    i, n = 0, len(units)
+    while i < n:
+        c = units[i]
+        if c != 0x5C or i + 1 >= n:  # not a backslash
+            out.append(c)
+            i += 1
+            continue
+        digits = units[i + 2 : i + 6]
+        if units[i + 1] == 0x75 and len(digits) == 4 and any(d >= 0x80 for d in digits):
+            values = [_HEX_VALUES.get(d & 0xFF) for d in digits]
+            if None not in values:
+                value = (values[0] << 12) | (values[1] << 8) | (values[2] << 4) | values[3]  # type: ignore[operator]  # no None, checked
+                out.extend(f"\\u{value:04x}".encode())
+                changed = True
+                i += 6
+                continue
+        out.extend(units[i : i + 2])  # any other escape, kept whole
+        i += 2
+    if not changed:
+        return None
+    # a surrogate left alone by the rewrite (the pair's other half taken as a digit) as an escape
+    rebuilt = struct.pack(f"<{len(out)}H", *out).decode("utf-16-le", "surrogatepass")
+    return _LONE_SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", rebuilt)
+
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class _deep_enough:

@@ -295,6 +295,7 @@ FIXED = [
     '{ "a" : 1 ,\n\t"b" :\r\n [ 1 , 2 ] }',
     '{"a":1} trailing text',
     '{"a":1}{"b":2}',
+    '{"q":"\\ud59𝄞x","r":"\\u011ж","s":"\\\\ud59𝄞"}',  # Jackson's hex digits: a unit's low byte
     '{"a":1}\n',
     ' {"a":1}',
     '{"a":1',

@@ -122,6 +122,10 @@ DEBEZIUM_OBSERVED = [
     (' {"a":1}', b'" {\\"a\\":1}"'),
     ('{ "a" :\n\t1 }\r\n', b'{"a":1}'),
     ("plain 🐢\x01", b'"plain \\uD83D\\uDC22\\u0001"'),
+    # Jackson takes a non-ASCII UTF-16 unit's low byte as a hex digit of a \u escape
+    ('{"q":"\\ud59𝄞x"}', b'{"q":"\xed\x96\x94\\uDD1Ex"}'),
+    ('{"b":"\\u011𝄞r"}', b'{"b":"\xc4\x94\\uDD1Er"}'),
+    ('{"q":"\\\\ud59𝄞x"}', b'{"q":"\\\\ud59\\uD834\\uDD1Ex"}'),
 ]
 
 
