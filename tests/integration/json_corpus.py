@@ -4,7 +4,8 @@ docs/DESIGN.md's "The json format's bytes".
 
 The generator covers what a JSON reader and writer can disagree on: strings with every kind
 of character (controls, `"` `\\` `/`, U+007F, U+2028/9, the BMP, beyond the BMP) written raw
-or as escapes (`\\u00e9`, `\\uD83D\\uDC22`, short forms, lone surrogates), member names with
+or as escapes (`\\u00e9`, `\\uD83D\\uDC22`, short forms, lone surrogates, an escape whose digits
+run into a non-ASCII character), member names with
 the same, duplicate names, numbers in every spelling and range (int32/int64 bounds, `-0`,
 exponents, many digits, subnormals, overflow to Infinity, underflow to 0.0), nulls and empty
 arrays (no schema), empty objects, arrays of one kind (with nulls), of arrays, of objects of
@@ -58,6 +59,9 @@ class CorpusGenerator:
             return self.rng.choice([f"\\u{hi:04x}\\u{lo:04x}", f"\\u{hi:04X}\\u{lo:04X}"])
         if r < 0.13:  # a lone surrogate escape
             return f"\\u{self.rng.randrange(0xD800, 0xE000):04x}"
+        if r < 0.132:  # a short escape ended by a non-ASCII character (Jackson reads its low byte)
+            digits = "".join(self.rng.choice("0123456789abcdef") for _ in range(self.rng.randint(1, 3)))
+            return "\\u" + digits + self.rng.choice(["𝄞", "ж", "Ė", "é", "中", "🐢"])
         if r < 0.17:  # any BMP character as an escape
             c = self.rng.choice([0x7F, 0xE9, 0x2028, 0x2029, 0xFEFF, 0x4E2D, 0x41, 0x2F])
             return f"\\u{c:04x}"
