@@ -12,7 +12,9 @@ with the class descriptor `[B`, a back-reference to it after the first) or null.
 
 The reader accepts exactly that (any field list and class descriptor flags, back-
 references, null keys or values) and refuses anything else with `OffsetFileError`: it
-never guesses at a file it does not understand. The writer produces what the JVM
+never guesses at a file it does not understand. `save` writes the file in place
+(`Files.newOutputStream` truncates it first), so a Debezium killed while saving leaves it
+empty or cut short: `OffsetFileCutShort` says so and what the operator can do instead. The writer produces what the JVM
 writes, so tests can seed a store that Debezium then reads (it does).
 """
 
@@ -38,6 +40,21 @@ class OffsetFileError(ConfigError):
     """The file is not a Kafka Connect FileOffsetBackingStore file this reader knows."""
 
 
+class OffsetFileCutShort(OffsetFileError):
+    """The file is empty, or a valid beginning of the stream that ends early: a save that
+    did not finish."""
+
+    def __init__(self, where: str, size: int):
+        state = "is empty" if size == 0 else f"is truncated after {size} bytes"
+        super().__init__(
+            f"{where} {state}: Debezium was stopped while saving it (its FileOffsetBackingStore rewrites "
+            "offset.storage.file.filename in place), so no position can be taken from it; adopt from the "
+            "Kafka Connect offsets topic with --debezium-offsets-topic if the connector also kept one there, "
+            'or start the relay at a position you choose: `cdc run` with source.start = "<file>:<pos>" (or a '
+            "GTID set) in its config and no checkpoint"
+        )
+
+
 class _Reader:
     def __init__(self, data: bytes, where: str):
         self.data, self.at, self.where = data, 0, where
@@ -52,7 +69,7 @@ class _Reader:
 
     def take(self, n: int) -> bytes:
         if self.at + n > len(self.data):
-            raise self.fail("the file ends early")
+            raise OffsetFileCutShort(self.where, len(self.data))
         out = self.data[self.at : self.at + n]
         self.at += n
         return out
@@ -130,8 +147,10 @@ class _Reader:
 def parse_offset_file(data: bytes, where: str = "the offset file") -> dict[bytes | None, bytes | None]:
     """The map a FileOffsetBackingStore file holds (key bytes -> value bytes)."""
     r = _Reader(data, where)
-    if len(data) < 4 or struct.unpack(">HH", r.take(4)) != (STREAM_MAGIC, STREAM_VERSION):
+    header = struct.pack(">HH", STREAM_MAGIC, STREAM_VERSION)
+    if data[:4] != header[: len(data)]:
         raise r.fail("no Java serialization stream header")
+    r.take(4)  # a beginning of the header only: cut short
     if r.u8() != TC_OBJECT:
         raise r.fail("no object")
     desc = r.classdesc()

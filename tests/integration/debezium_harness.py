@@ -13,7 +13,10 @@ SimpleHeaderConverter) and then either
   are processed, so its offset store never passes a record Kafka has not acknowledged
   (what a Connect worker guarantees); or
 * `sink="file"`: appends each record as a JSON line (bytes as base64) to a file, for the
-  compatibility test to compare with the relay's messages.
+  compatibility test to compare with the relay's messages. `also_converters` serialises
+  each value with more converters in the same run (the router's output is the same), and a
+  record a converter refuses is written with its error instead of a value (a Connect task
+  would stop there), so one bad record shows up named instead of ending the run.
 
 Offsets go to a FileOffsetBackingStore file (`offset.storage.file.filename`), flushed every
 `offset.flush.interval.ms`; `seed_offsets` writes its first offset (a binlog position),
@@ -143,6 +146,8 @@ class DebeziumRecord:
     value: bytes | None
     headers: tuple[tuple[str, bytes | None], ...]
     timestamp_ms: int
+    also: tuple[tuple[str, bytes | None], ...] = ()  # (converter, value) for `also_converters`
+    failed: str | None = None  # the converter's error, when it refused the record
 
 
 def read_collected(path: Path) -> list[DebeziumRecord]:
@@ -156,7 +161,13 @@ def read_collected(path: Path) -> list[DebeziumRecord]:
         dec = lambda s: None if s is None else base64.b64decode(s)
         out.append(
             DebeziumRecord(
-                d["topic"], dec(d["key"]), dec(d["value"]), tuple((n, dec(v)) for n, v in d["headers"]), d["timestamp"]
+                d["topic"],
+                dec(d["key"]),
+                dec(d["value"]),
+                tuple((n, dec(v)) for n, v in d["headers"]),
+                d["timestamp"],
+                tuple((n, dec(v)) for n, v in d.get("also", [])),
+                d.get("failed"),
             )
         )
     return out
@@ -176,6 +187,7 @@ class DebeziumProcess:
         value_converter: str = "string",
         registry_url: str | None = None,
         log_name: str = "debezium",
+        also_converters: tuple[str, ...] = (),
     ):
         workdir.mkdir(parents=True, exist_ok=True)
         self.workdir = workdir
@@ -186,6 +198,7 @@ class DebeziumProcess:
             "sink": sink,
             "bootstrap": bootstrap,
             "value_converter": value_converter,
+            "also_converters": list(also_converters),
             "registry_url": registry_url,
             "progress": str(self.progress_path),
             "collected": str(self.collected_path),
@@ -256,17 +269,20 @@ def _child(spec_path: str) -> None:  # pragma: no cover - runs in the Debezium p
         return c
 
     key_conv = converter("org.apache.kafka.connect.storage.StringConverter", True)
-    kind = spec["value_converter"]
-    if kind == "string":
-        value_conv = converter("org.apache.kafka.connect.storage.StringConverter", False)
-    elif kind == "json":
-        value_conv = converter("org.apache.kafka.connect.json.JsonConverter", False, **{"schemas.enable": "false"})
-    elif kind == "avro":
-        value_conv = converter(
-            "io.confluent.connect.avro.AvroConverter", False, **{"schema.registry.url": spec["registry_url"]}
-        )
-    else:
+
+    def value_converter(kind: str) -> Any:
+        if kind == "string":
+            return converter("org.apache.kafka.connect.storage.StringConverter", False)
+        if kind == "json":
+            return converter("org.apache.kafka.connect.json.JsonConverter", False, **{"schemas.enable": "false"})
+        if kind == "avro":
+            return converter(
+                "io.confluent.connect.avro.AvroConverter", False, **{"schema.registry.url": spec["registry_url"]}
+            )
         raise SystemExit(f"unknown value converter {kind!r}")
+
+    value_conv = value_converter(spec["value_converter"])
+    also_convs = [(kind, value_converter(kind)) for kind in spec.get("also_converters", [])]
     header_conv = converter("org.apache.kafka.connect.storage.SimpleHeaderConverter", None)
 
     producer = None
@@ -305,7 +321,14 @@ def _child(spec_path: str) -> None:  # pragma: no cover - runs in the Debezium p
                 rec = ev.record() if hasattr(ev, "record") else ev.sourceRecord()
                 topic = str(rec.topic())
                 key = b(key_conv.fromConnectData(topic, rec.keySchema(), rec.key()))
-                value = b(value_conv.fromConnectData(topic, rec.valueSchema(), rec.value()))
+                failed = None
+                try:
+                    value = b(value_conv.fromConnectData(topic, rec.valueSchema(), rec.value()))
+                except jpype.JException as exc:
+                    if producer is not None:
+                        raise
+                    value, failed = None, str(exc)
+                also = [(kind, b(c.fromConnectData(topic, rec.valueSchema(), rec.value()))) for kind, c in also_convs]
                 headers = []
                 for h in rec.headers():
                     name = str(h.key())
@@ -332,6 +355,8 @@ def _child(spec_path: str) -> None:  # pragma: no cover - runs in the Debezium p
                                 "value": enc(value),
                                 "headers": [(n, enc(v)) for n, v in headers],
                                 "timestamp": ts,
+                                "also": [(n, enc(v)) for n, v in also],
+                                "failed": failed,
                             }
                         )
                         + "\n"

@@ -16,12 +16,21 @@ envelope's `ts_ms`, the moment its connector processed the event, which nothing 
 reproduce; every comparison here therefore sets the timestamp column (the relay's default,
 the commit time, is what a Debezium user gets from `source.ts_ms`).
 
+The corpus tests run a generated corpus (tests/integration/json_corpus.py: at least 2,000
+payloads from a seed printed with the result, plus fixed cases per class of docs/DESIGN.md's
+"The json format's bytes") through both sides message by message for `json`, `string` and
+`avro`, printing every difference with its payload and bytes. `CDC_COMPAT_SEED=<n>` replays
+a seed.
+
 The server runs with `--version=5.7.19-log`, a test device only (see debezium_harness.py).
 """
 
 from __future__ import annotations
 
 import json
+import os
+import random
+import time
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -36,6 +45,7 @@ from debezium_harness import (
     seed_offsets,
 )
 from harness import OUTBOX_DDL, RelayThread, env_for, master_position, relay_raw_config, wait_until
+from json_corpus import FIXED, CorpusGenerator
 from registry_server import RegistryServer
 
 from cdc.config import load_config
@@ -115,28 +125,65 @@ def as_messages(records: list[DebeziumRecord]) -> list[Message]:
 
 
 @pytest.fixture(scope="module")
-def written():
-    """A Debezium-capable server (test device: --version=5.7.19-log) with the workload
-    committed, one event per transaction; yields (db, database, start file, start pos, ids)."""
+def dbz_server():
+    """A Debezium-capable server (test device: --version=5.7.19-log)."""
     with debezium_mariadb(server_id=31) as db:
-        database = f"compat_{uuid.uuid4().hex[:6]}"
-        db.create_database(database)
-        with db.connect(database, autocommit=True) as conn, conn.cursor() as cur:
-            cur.execute(OUTBOX_DDL.format(name="outbox"))
-        start = master_position(db)
-        ids = []
-        with db.connect(database) as conn, conn.cursor() as cur:
-            for aggregate_type, aggregate_id, type_, payload, created in WORKLOAD:
-                event_id = str(uuid.uuid4())
-                ids.append(event_id)
-                cur.execute(
-                    "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload, created_at) "
-                    "VALUES (%s,%s,%s,%s,%s,%s)",
-                    (event_id, aggregate_type, aggregate_id, type_, payload, created),
-                )
-                conn.commit()
-        file, pos = start.split(":")
-        yield db, database, file, int(pos), ids
+        yield db
+
+
+def commit_outbox(db, rows: list[tuple], per_transaction: int) -> tuple:
+    """`rows` (aggregatetype, aggregateid, type, payload, created_at) committed into a new
+    database's outbox, `per_transaction` rows per transaction; (db, database, start file,
+    start pos, ids)."""
+    database = f"compat_{uuid.uuid4().hex[:6]}"
+    db.create_database(database)
+    with db.connect(database, autocommit=True) as conn, conn.cursor() as cur:
+        cur.execute(OUTBOX_DDL.format(name="outbox"))
+    start = master_position(db)
+    ids = [str(uuid.uuid4()) for _ in rows]
+    with db.connect(database) as conn, conn.cursor() as cur:
+        for n in range(0, len(rows), per_transaction):
+            cur.executemany(
+                "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload, created_at) VALUES (%s,%s,%s,%s,%s,%s)",
+                [(i, *r) for i, r in zip(ids[n : n + per_transaction], rows[n : n + per_transaction])],
+            )
+            conn.commit()
+    file, pos = start.split(":")
+    return db, database, file, int(pos), ids
+
+
+@pytest.fixture(scope="module")
+def written(dbz_server):
+    """The workload committed, one event per transaction; yields (db, database, start file,
+    start pos, ids)."""
+    return commit_outbox(dbz_server, WORKLOAD, 1)
+
+
+CORPUS_SEED = int(os.environ.get("CDC_COMPAT_SEED") or random.SystemRandom().randrange(2**31))
+CORPUS_GENERATED = 2000
+
+
+@pytest.fixture(scope="module")
+def corpus(dbz_server):
+    """The fixed cases and CORPUS_GENERATED payloads from CORPUS_SEED, committed 100 per
+    transaction; yields (written tuple, payloads)."""
+    payloads = FIXED + CorpusGenerator(CORPUS_SEED).payloads(CORPUS_GENERATED)
+    base = datetime(2026, 3, 1, tzinfo=UTC)
+    rows = [
+        (
+            "corpus",
+            f"k{n % 7}",
+            "generated",
+            p,
+            (base + (n * 1013 + 7) * (datetime.resolution)).strftime("%Y-%m-%d %H:%M:%S.%f"),
+        )
+        for n, p in enumerate(payloads)
+    ]
+    print(
+        f"\ncorpus: seed {CORPUS_SEED} (CDC_COMPAT_SEED={CORPUS_SEED} replays it), {len(FIXED)} fixed + "
+        f"{CORPUS_GENERATED} generated payloads"
+    )
+    return commit_outbox(dbz_server, rows, 100), payloads
 
 
 @pytest.fixture(scope="module")
@@ -146,9 +193,15 @@ def registry():
 
 
 def collect(
-    written, tmp_path, converter: str, prefix: str, registry_url: str | None = None, **router: str
+    written,
+    tmp_path,
+    converter: str,
+    prefix: str,
+    registry_url: str | None = None,
+    also: tuple[str, ...] = (),
+    **router: str,
 ) -> list[DebeziumRecord]:
-    """Debezium's records for the workload, routed to `<prefix>.outbox.event.<aggregatetype>`."""
+    """Debezium's records for the committed rows, routed to `<prefix>.outbox.event.<aggregatetype>`."""
     db, database, file, pos, ids = written
     name = f"compat-{converter}-{uuid.uuid4().hex[:4]}"
     work = tmp_path / name
@@ -163,9 +216,11 @@ def collect(
         work,
         **{f"transforms.outbox.{k.replace('_', '.')}": v for k, v in router.items()},
     )
-    dbz = DebeziumProcess(props, work, sink="file", value_converter=converter, registry_url=registry_url)
+    dbz = DebeziumProcess(
+        props, work, sink="file", value_converter=converter, registry_url=registry_url, also_converters=also
+    )
     try:
-        wait_until(lambda: dbz.produced() >= len(WORKLOAD) or not dbz.alive(), 180, "Debezium's records")
+        wait_until(lambda: dbz.produced() >= len(ids) or not dbz.alive(), 180, "Debezium's records")
         assert dbz.alive(), dbz.log_text()[-3000:]
     finally:
         dbz.kill()
@@ -192,14 +247,14 @@ def relay_messages(
         raw["schema_registry"] = {"url": registry_url}
     relay = RelayThread(load_config(raw, env_for(db)), check=False)
     try:
-        relay.wait_delivered(len(WORKLOAD), timeout=120)
+        relay.wait_delivered(len(ids), timeout=120)
     finally:
         relay.stop()
     assert relay.metrics.dead_lettered_total == 0
     reader = KafkaTopicReader(kafka.bootstrap_servers)
     found = []
     try:
-        for kind in sorted({w[0] for w in WORKLOAD}):
+        for kind in sorted({w[0] for w in WORKLOAD} | {"corpus"}):
             name = f"{prefix}.outbox.event.{kind}"
             for partition in range(reader.partition_count(name) or 0):
                 low, high = reader.watermarks(name, partition)
@@ -346,3 +401,79 @@ def test_avro_payload_through_one_registry(written, kafka, registry, tmp_path):
     )
     assert compare_messages(as_messages(records), relay, header_names(records)) == []
     assert registry.subjects() == subjects  # the relay registered nothing Debezium had not
+
+
+# ---------------------------------------------------------------- the generated corpus
+
+
+def corpus_differences(debezium: list[Message], relay: list[Message], payloads: list, header: list[str]) -> list[str]:
+    """`compare_messages`, each difference with the payload it came from."""
+    out = []
+    for line in compare_messages(debezium, relay, header):
+        n = int(line.split(":")[0].split()[1]) if line.startswith("message ") else None
+        out.append(line if n is None else f"{line} (payload {payloads[n]!r})")
+    return out
+
+
+def report(fmt: str, differences: list[str], count: int, started: float) -> None:
+    print(
+        f"corpus {fmt}: {count} messages, {len(differences)} differences, seed {CORPUS_SEED}, "
+        f"{time.monotonic() - started:.1f} s"
+    )
+    for line in differences[:50]:
+        print("  " + line)
+
+
+def test_corpus_json_byte_for_byte(corpus, kafka, tmp_path):
+    """The corpus through JsonConverter + table.expand.json.payload and through the relay
+    with format = "json": every message's bytes equal (0 differences)."""
+    started = time.monotonic()
+    written, payloads = corpus
+    prefix = f"cj{uuid.uuid4().hex[:6]}"
+    records = collect(
+        written, tmp_path, "json", prefix, table_expand_json_payload="true", table_field_event_timestamp="created_at"
+    )
+    failed = [f"payload {payloads[n]!r}: {r.failed}" for n, r in enumerate(records) if r.failed]
+    assert not failed, f"Debezium's converter refused {len(failed)} corpus record(s): {failed[:5]}"
+    relay = relay_messages(written, kafka, tmp_path, prefix, format="json", timestamp_column="created_at")
+    differences = corpus_differences(as_messages(records), relay, payloads, header_names(records))
+    report("json", differences, len(records), started)
+    assert len(records) == len(payloads) and differences == []
+
+
+def test_corpus_string_and_avro_byte_for_byte(corpus, kafka, registry, tmp_path):
+    """The corpus through StringConverter and Confluent's AvroConverter (one Debezium run,
+    both converters on each record) and through the relay with format = "string" and
+    "avro": every message's bytes equal (0 differences)."""
+    started = time.monotonic()
+    written, payloads = corpus
+    prefix = f"cs{uuid.uuid4().hex[:6]}"
+    records = collect(
+        written,
+        tmp_path,
+        "string",
+        prefix,
+        registry_url=registry.url,
+        also=("avro",),
+        table_field_event_timestamp="created_at",
+    )
+    assert len(records) == len(payloads)
+    strings = as_messages(records)
+    relay = relay_messages(written, kafka, tmp_path, prefix, format="string", timestamp_column="created_at")
+    differences = corpus_differences(strings, relay, payloads, header_names(records))
+    report("string", differences, len(records), started)
+    assert differences == []
+
+    # Avro: the same records' values through AvroConverter, the relay into other topics of
+    # the same names' shape (its own prefix), registering in the same registry
+    avro_prefix = f"ca{uuid.uuid4().hex[:6]}"
+    avro = [
+        Message(m.topic.replace(prefix, avro_prefix, 1), m.key, dict(r.also)["avro"], m.headers, m.timestamp_ms)
+        for m, r in zip(strings, records)
+    ]
+    relay = relay_messages(
+        written, kafka, tmp_path, avro_prefix, registry_url=registry.url, format="avro", timestamp_column="created_at"
+    )
+    differences = corpus_differences(avro, relay, payloads, header_names(records))
+    report("avro", differences, len(records), started)
+    assert differences == []

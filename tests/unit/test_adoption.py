@@ -57,6 +57,20 @@ def test_a_damaged_or_foreign_file_is_refused_in_one_line(damage):
     assert "offsets.dat" in text and "\n" not in text and "offset.storage.file.filename" in text
 
 
+@pytest.mark.parametrize("cut", [0, 1, 4, 40, len(JVM_FILE) // 2, len(JVM_FILE) - 1])
+def test_an_empty_or_cut_short_file_is_a_save_debezium_did_not_finish(cut):
+    """FileOffsetBackingStore.save rewrites the file in place: a Debezium killed while
+    saving leaves it empty or cut short. One line says so, that no position can be taken
+    from it, and what the operator can do (the offsets topic, or a start position)."""
+    with pytest.raises(OffsetFileError) as err:
+        parse_offset_file(JVM_FILE[:cut], "offsets.dat")
+    text = str(err.value)
+    assert "\n" not in text
+    assert ("offsets.dat is empty" if cut == 0 else f"offsets.dat is truncated after {cut} bytes") in text
+    assert "stopped while saving it" in text and "no position can be taken from it" in text
+    assert "--debezium-offsets-topic" in text and "source.start" in text
+
+
 def test_parses_debezium_offsets_and_refuses_what_cannot_be_adopted():
     off = pick_offset({JVM_KEY: JVM_VALUE}, "eng1", None, "the file")
     assert (off.position, off.events_to_skip, off.rows_to_skip, off.server_id) == (
@@ -224,10 +238,14 @@ def test_cdc_adopt_refuses_bad_input_in_one_line_exit_2(tmp_path, capsys):
     )
     (tmp_path / "bad.dat").write_bytes(b"garbage")
     (tmp_path / "ok.dat").write_bytes(JVM_FILE)
+    (tmp_path / "empty.dat").write_bytes(b"")
+    (tmp_path / "cut.dat").write_bytes(JVM_FILE[:60])
     cases = [
         (["--debezium-offsets-file", str(tmp_path / "bad.dat")], "not a Kafka Connect FileOffsetBackingStore"),
         (["--debezium-offsets-file", str(tmp_path / "missing.dat")], "cannot read the Debezium offset file"),
         (["--debezium-offsets-file", str(tmp_path / "ok.dat")], "no offset of connector 'c'.*it holds: eng1"),
+        (["--debezium-offsets-file", str(tmp_path / "empty.dat")], "empty.dat is empty.*stopped while saving it"),
+        (["--debezium-offsets-file", str(tmp_path / "cut.dat")], "cut.dat is truncated after 60 bytes.*source.start"),
         ([], "give one of --debezium-offsets-file"),
     ]
     for extra, words in cases:

@@ -91,6 +91,72 @@ def test_json_follows_debeziums_schema_inference():
     assert debezium_json('{"c": "\\u001f\\n"}') == '{"c":"\\u001F\\n"}'
 
 
+# Observed: Debezium 3.6.3's expansion (JsonSchemaData) + JsonConverter on Java 17, one case
+# per class of docs/DESIGN.md's "The json format's bytes" (the compatibility corpus runs
+# thousands more through the embedded engine).
+DEBEZIUM_OBSERVED = [
+    ('{"s":"żółw 🐢"}', b'{"s":"\xc5\xbc\xc3\xb3\xc5\x82w \\uD83D\\uDC22"}'),
+    ('{"s":"\\ud83d\\udc22","k🐢":1}', b'{"s":"\\uD83D\\uDC22","k\\uD83D\\uDC22":1}'),
+    ('{"lone":"\\ud800","low":"\\udc00x"}', b'{"lone":"\\uD800","low":"\\uDC00x"}'),
+    ('{"c":"\\u0000\\u0007\\b\\t\\n\\u000b\\f\\r\\u001f"}', b'{"c":"\\u0000\\u0007\\b\\t\\n\\u000B\\f\\r\\u001F"}'),
+    ('{"e":"\\" \\\\ \\/ \\u007f \u2028 \u2029"}', b'{"e":"\\" \\\\ / \x7f \xe2\x80\xa8 \xe2\x80\xa9"}'),
+    (
+        '{"n":-0,"z":-0.0,"one":1.0,"e":1E2,"big":1e400,"nbig":-1e400,"small":1e-400}',
+        b'{"n":0,"z":-0.0,"one":1.0,"e":100.0,"big":"Infinity","nbig":"-Infinity","small":0.0}',
+    ),
+    (
+        '{"d":[5e-324,1e23,7e22,2.82879384806159E17]}',
+        b'{"d":[4.9E-324,9.999999999999999E22,7.0000000000000004E22,2.82879384806159008E17]}',
+    ),
+    ('{"digits":0.1234567890123456789012345}', b'{"digits":0.12345678901234568}'),
+    ('{"a":1,"a":2}', b'{"a":2}'),
+    ('{"a":null,"b":1,"a":2}', b'{"a":2,"b":1}'),
+    ('{"a":1,"b":2,"a":null}', b'{"b":2}'),
+    ('{"a":[],"b":{"c":[]},"d":[[1],[]]}', b'{"b":{},"d":[[1],[]]}'),
+    ("[]", b'"[]"'),
+    ('{"a":[[],[1]]}', b'"{\\"a\\":[[],[1]]}"'),
+    ('{"":1}', b'"{\\"\\":1}"'),
+    ('{"":null,"b":1}', b'{"b":1}'),
+    ('{"a":1} trailing', b'{"a":1}'),
+    ('{"a":1}{"b":2}', b'{"a":1}'),
+    (' {"a":1}', b'" {\\"a\\":1}"'),
+    ('{ "a" :\n\t1 }\r\n', b'{"a":1}'),
+    ("plain 🐢\x01", b'"plain \\uD83D\\uDC22\\u0001"'),
+    # Jackson takes a non-ASCII UTF-16 unit's low byte as a hex digit of a \u escape
+    ('{"q":"\\ud59𝄞x"}', b'{"q":"\xed\x96\x94\\uDD1Ex"}'),
+    ('{"b":"\\u011𝄞r"}', b'{"b":"\xc4\x94\\uDD1Er"}'),
+    ('{"q":"\\\\ud59𝄞x"}', b'{"q":"\\\\ud59\\uD834\\uDD1Ex"}'),
+]
+
+
+@pytest.mark.parametrize(("payload", "observed"), DEBEZIUM_OBSERVED)
+def test_json_writes_the_bytes_debezium_wrote(payload, observed):
+    assert debezium_json_bytes(payload) == observed
+    assert _expand_text(payload).encode() == observed  # the general rules, whatever the fast path did
+
+
+def test_json_at_jacksons_limits():
+    """Jackson 2.21 reads 1000 levels of nesting and numbers of 1000 digits, and no more: a
+    deeper or longer document stays a string (observed)."""
+    deep = '{"a":' * 1000 + "1" + "}" * 1000
+    assert debezium_json_bytes(deep) == deep.encode()
+    deeper = '{"a":' * 1001 + "1" + "}" * 1001
+    assert debezium_json_bytes(deeper) == json_string_literal(deeper)
+    long_number = '{"x":1' + "0" * 999 + ".5}"  # 1001 digits
+    assert debezium_json_bytes(long_number) == json_string_literal(long_number)
+    assert debezium_json_bytes('{"x":0.' + "1" * 999 + "}") == b'{"x":0.1111111111111111}'  # 1000 digits
+    name = "k" * 50_000  # Jackson reads names of up to 50,000 characters
+    assert debezium_json_bytes('{"' + name + '":1}') == b'{"' + name.encode() + b'":1}'
+    longer = '{"' + name + 'k":1}'
+    assert debezium_json_bytes(longer) == json_string_literal(longer)
+
+
+def json_string_literal(text: str) -> bytes:
+    import json
+
+    return json.dumps(text).encode()
+
+
 def test_java_double_matches_double_tostring():
     cases = {
         1.0: "1.0",
@@ -105,6 +171,14 @@ def test_java_double_matches_double_tostring():
         1e21: "1.0E21",
         0.0: "0.0",
         123.456: "123.456",
+        # Java 17's FloatingDecimal, observed: not always the shortest digits
+        5e-324: "4.9E-324",
+        1e23: "9.999999999999999E22",
+        7e22: "7.0000000000000004E22",
+        2.82879384806159e17: "2.82879384806159008E17",
+        2.0**60: "1.15292150460684698E18",
+        1e-05: "1.0E-5",
+        4.35e-321: "4.35E-321",
     }
     for value, text in cases.items():
         assert java_double(value) == text, value
@@ -349,6 +423,7 @@ _STRINGS = st.sampled_from(
         '"a"',
         '"\\u00e9"',
         '"\\ud83d\\ude00"',
+        '"🐢 \U0010ffff"',
         '"\\ud800"',
         '"\\u001f"',
         '"\\u007f"',
@@ -391,31 +466,26 @@ def test_json_fast_path_agrees_with_the_general_rules_on_any_text(body, tail):
     starting with `{` - valid or not - it gives the general rules' bytes."""
     text = body + tail
     assert debezium_json(text) == _expand_text(text)
-    try:
-        expected = _expand_text(text).encode()
-    except UnicodeEncodeError:  # a lone surrogate escape: the value cannot be UTF-8
-        with pytest.raises(ValueError, match="lone surrogate"):
-            debezium_json_bytes(text)
-    else:
-        assert debezium_json_bytes(text) == expected
+    assert debezium_json_bytes(text) == _expand_text(text).encode()
 
 
-def test_a_lone_surrogate_in_a_json_payload_is_dead_lettered_with_its_cause():
-    """Python's JSON reader (like Jackson's) accepts `"\\ud800"`, but no UTF-8 value can
-    carry it: the event is dead-lettered with the cause, not published garbled, not lost."""
+def test_a_lone_surrogate_in_a_json_payload_is_published_escaped_as_jackson_writes_it():
+    """Jackson reads `"\\ud800"` into a Java string and writes the lone UTF-16 unit back as
+    an escape (observed: Debezium 3.6.3 writes `{"a":"\\uD800"}`): the relay publishes the
+    same bytes (it used to dead-letter the event, as if UTF-8 could not carry it)."""
     from cdc.feed import prepare
     from cdc.outbox import DeadLetter
 
     event = mapped('{"a":"\\ud800"}', format="json")
-    dead = prepare(event, _avro(surrogate=1)[1], 1_000_000)
-    assert isinstance(dead, DeadLetter)
-    assert dead.cause == "encoding_failed" and "lone surrogate" in dead.error, dead
+    prepared = prepare(event, _avro(surrogate=1)[1], 1_000_000)
+    assert not isinstance(prepared, DeadLetter)
+    assert prepared.encoded == b'{"a":"\\uD800"}'
 
 
 def test_the_verifier_matches_json_values_by_debeziums_bytes():
     """`payload_matches` (the verifier's content check) takes the expanded form, the
-    envelope struct, a tombstone for a blank payload, and no value for a payload the relay
-    must dead-letter (a lone surrogate)."""
+    envelope struct, a tombstone for a blank payload, and a lone surrogate escaped as
+    Jackson writes it."""
     from cdc.formats import payload_matches
 
     stored = b'{"n": 1, "s": "caf\\u00e9"}'
@@ -424,3 +494,16 @@ def test_the_verifier_matches_json_values_by_debeziums_bytes():
     assert not payload_matches("json", b'{"n":2,"s":"caf\xc3\xa9"}', stored)
     assert payload_matches("json", None, b"  ")
     assert not payload_matches("json", b'{"a":"?"}', b'{"a":"\\ud800"}')
+    assert payload_matches("json", b'{"a":"\\uD800"}', b'{"a":"\\ud800"}')
+
+
+def test_json_fast_path_agrees_with_the_general_rules_on_the_compat_corpus():
+    """The corpus the compatibility test runs through Debezium (tests/integration/
+    json_corpus.py, every class of DESIGN.md's "The json format's bytes"): on each payload
+    of a few seeds the fast path gives the general rules' bytes, and those are UTF-8."""
+    from tests.integration.json_corpus import FIXED, CorpusGenerator
+
+    for seed in (1, 2, 3):
+        for payload in FIXED + CorpusGenerator(seed).payloads(2000):
+            if payload is not None:
+                assert debezium_json_bytes(payload) == _expand_text(payload).encode(), payload
