@@ -532,10 +532,11 @@ def _kind(v: Any) -> str:
 
 def _expand(doc: Any) -> str:
     if isinstance(doc, list):
-        # A top-level array whose schema can be inferred: Debezium's converter then fails
-        # the record ("Invalid type for ARRAY", DESIGN.md); the relay writes {}.
-        _array(doc, 1)
-        return "{}"
+        # A top-level array: Debezium's converter fails the record ("Invalid type for
+        # ARRAY", DESIGN.md), so there are no bytes to match; the relay keeps the data and
+        # writes the payload as a string, as for every payload it cannot expand (it wrote
+        # {}, an empty document where the array had values).
+        raise _NotExpandable
     return _object(doc, 1)
 
 
