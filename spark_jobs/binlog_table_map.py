@@ -101,16 +101,23 @@ class ColumnInfo:
 
 def lookup_columns(cursor: object, schema: str, table: str) -> list[ColumnInfo]:
     """A table's columns by ORDINAL_POSITION from information_schema (a DB-API cursor)."""
+    # Two plain queries rather than a join: each names only what it reads.
     cursor.execute(  # type: ignore[attr-defined]
-        "SELECT c.COLUMN_NAME, c.DATA_TYPE, c.COLUMN_TYPE, co.ID FROM information_schema.COLUMNS c "
-        "LEFT JOIN information_schema.COLLATIONS co ON co.COLLATION_NAME = c.COLLATION_NAME "
-        "WHERE c.TABLE_SCHEMA = %s AND c.TABLE_NAME = %s ORDER BY c.ORDINAL_POSITION",
+        "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, COLLATION_NAME FROM information_schema.COLUMNS "
+        "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s ORDER BY ORDINAL_POSITION",
         (schema, table),
     )
-    return [
-        ColumnInfo(_text(name), _text(data_type).lower(), _text(column_type), None if cid is None else int(cid))
-        for name, data_type, column_type, cid in cursor.fetchall()  # type: ignore[attr-defined]
-    ]
+    rows = [(_text(n), _text(d).lower(), _text(t), c and _text(c)) for n, d, t, c in cursor.fetchall()]  # type: ignore[attr-defined]
+    names = sorted({c for *_, c in rows if c})
+    ids: dict[str, int] = {}
+    if names:
+        cursor.execute(  # type: ignore[attr-defined]
+            "SELECT COLLATION_NAME, ID FROM information_schema.COLLATIONS WHERE COLLATION_NAME IN (%s)"
+            % ", ".join(["%s"] * len(names)),
+            names,
+        )
+        ids = {_text(n): int(i) for n, i in cursor.fetchall()}  # type: ignore[attr-defined]
+    return [ColumnInfo(n, d, t, ids.get(c) if c else None) for n, d, t, c in rows]
 
 
 def _text(value: object) -> str:

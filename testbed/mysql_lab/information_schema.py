@@ -1,5 +1,5 @@
 """The INFORMATION_SCHEMA tables the product reads, as rows (reference manual,
-"INFORMATION_SCHEMA Tables": COLUMNS, TABLES, PROCESSLIST, USER_PRIVILEGES, SCHEMATA; MySQL 8
+"INFORMATION_SCHEMA Tables": COLUMNS, COLLATIONS, TABLES, PROCESSLIST, USER_PRIVILEGES, SCHEMATA; MySQL 8
 names their columns in upper case), built from `lab_state.json` and the live sessions."""
 
 from __future__ import annotations
@@ -15,6 +15,30 @@ DEFAULT_GRANTS = (
     "GRANT SELECT, RELOAD, PROCESS, REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO `{user}`@`%`",
     "GRANT XA_RECOVER_ADMIN ON *.* TO `{user}`@`%`",
 )
+
+
+# information_schema.COLLATIONS as MySQL 8.4 / 9.x list them (ID, the number a Table_map's
+# charset metadata carries; strings/collations in MySQL's source: strings/ctype-*.cc), the
+# ones the lab's tables use; a character set's default collation in MySQL 8 first.
+COLLATIONS = (
+    ("utf8mb4_0900_ai_ci", "utf8mb4", 255, "Yes"),
+    ("utf8mb4_general_ci", "utf8mb4", 45, ""),
+    ("utf8mb4_bin", "utf8mb4", 46, ""),
+    ("utf8mb3_general_ci", "utf8mb3", 33, "Yes"),
+    ("utf8mb3_bin", "utf8mb3", 83, ""),
+    ("latin1_swedish_ci", "latin1", 8, "Yes"),
+    ("latin1_bin", "latin1", 47, ""),
+    ("ascii_general_ci", "ascii", 11, "Yes"),
+    ("binary", "binary", 63, "Yes"),
+)
+_DEFAULT_COLLATION = {charset: name for name, charset, _, default in COLLATIONS if default}
+
+
+def collations() -> list[dict[str, Any]]:
+    return [
+        {"COLLATION_NAME": name, "CHARACTER_SET_NAME": charset, "ID": cid, "IS_DEFAULT": default}
+        for name, charset, cid, default in COLLATIONS
+    ]
 
 
 def schemas(state: dict[str, Any]) -> list[str]:
@@ -38,7 +62,11 @@ def columns(state: dict[str, Any]) -> list[dict[str, Any]]:
                     "COLUMN_DEFAULT": c.get("default"),
                     "IS_NULLABLE": "YES" if c.get("nullable", True) else "NO",
                     "DATA_TYPE": c.get("data_type") or str(c.get("column_type", "")).split("(")[0],
-                    "CHARACTER_SET_NAME": c.get("character_set"),
+                    # BLOB / VARBINARY columns have neither (NULL), as in MySQL
+                    "CHARACTER_SET_NAME": None if c.get("character_set") == "binary" else c.get("character_set"),
+                    "COLLATION_NAME": c.get("collation") or _DEFAULT_COLLATION.get(c.get("character_set") or "")
+                    if c.get("character_set") not in (None, "binary")
+                    else None,
                     "COLUMN_TYPE": c.get("column_type"),
                     "COLUMN_KEY": c.get("key", ""),
                     "EXTRA": c.get("extra", ""),

@@ -431,6 +431,7 @@ class Statements:
     def _virtual_table(self, name: str) -> list[dict[str, Any]]:
         tables: dict[str, Callable[[], list[dict[str, Any]]]] = {
             "COLUMNS": lambda: i_s.columns(self.lab.dir.state()),
+            "COLLATIONS": i_s.collations,
             "TABLES": lambda: i_s.tables(self.lab.dir.state()),
             "PROCESSLIST": lambda: i_s.processlist(self.lab.sessions()),
             "USER_PRIVILEGES": lambda: i_s.user_privileges(self.lab.dir.state(), self.session.user),
