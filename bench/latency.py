@@ -158,7 +158,7 @@ def main() -> None:
         settings = db.connection_settings()
         # Warm-up, not measured: the first event to a topic makes the relay write a
         # checkpoint naming the topic with its partitions' end offsets (crash safety,
-        # cdc/relay.py _note_topic), a few hundred ms once per topic and run.
+        # cdc/delivery/ledger.py name_topic), a few hundred ms once per topic and run.
         with db.connect("lat") as conn, conn.cursor() as cur:
             cur.execute(
                 "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) "

@@ -13,7 +13,7 @@ transaction's outcome is delivered. A restart then reads the binlog from before 
 prepare; everything delivered since is recognised by the recovery scan of the topics
 from the copy's offsets (cdc/recovery.py), so nothing is published twice. The cost of an
 XA transaction left undecided is a longer re-read and scan at restart; the relay's
-check-back reports it (cdc/relay.py).
+check-back reports it (cdc/xa_check_back.py).
 """
 
 from __future__ import annotations

@@ -3,20 +3,19 @@ Kafka transaction the relay has open, and the errors of that mode.
 
 One Kafka transaction holds the messages of one or more *complete* database
 transactions, their dead letters, and the checkpoint record naming the position after
-them (docs/DESIGN.md, "Transactional delivery"). The relay loop (cdc/relay.py) opens one
-before the first message of a database transaction when none is open, and commits it
-once a whole database transaction is handed over and the open one is old enough
-(`transaction_max_s`) or large enough (`transaction_max_messages`), and at stop.
-
-In idempotent mode none of this exists: the relay holds `None` where it would hold a
-`TransactionState`, and its per-message path is the same as without this module.
+them (docs/DESIGN.md, "Transactional delivery"). The transactional delivery mode
+(cdc/delivery/transactional.py) opens one before the first message of a database
+transaction when none is open, and commits it once a whole database transaction is
+handed over and the open one is old enough (`transaction_max_s`) or large enough
+(`transaction_max_messages`), and at stop. The errors live here, apart from the mode,
+because the transactional producer (connectors/kafka_sink.py) raises them too.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from cdc.errors import Transient
+from cdc.delivery import ReadAgain
 from cdc.lease import LeaseLost
 
 # librdkafka's names for "a newer producer with this transactional.id exists".
@@ -42,7 +41,7 @@ class Fenced(LeaseLost):
         super().__init__(f"fenced by a newer instance of {txn_id}; this instance stops")
 
 
-class TransactionAborted(Transient):
+class TransactionAborted(ReadAgain):
     """The open Kafka transaction could not be committed (a produce error, a timeout):
     the relay aborts it and re-reads from the last committed checkpoint."""
 

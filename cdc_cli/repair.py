@@ -19,12 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from cdc.config import Config
+from cdc.dead_letters import dead_letter_value
 from cdc.errors import ConfigError, DeliveryError, SourceError
 from cdc.formats import H_FORMAT
 from cdc.identity import H_EVENT_ID, H_EVENT_TYPE, H_REPAIR, H_TABLE, identity_key_from_headers
 from cdc.outbox import DeadLetter, OutboxEvent, OutboxMapper
 from cdc.position import BinlogPosition
-from cdc.relay import dead_letter_value
 from cdc.source_events import ServerInfo
 from cdc.topics import TopicRouter
 from cdc.transaction import TransactionAssembler

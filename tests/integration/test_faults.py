@@ -438,7 +438,7 @@ def test_broker_faults(mariadb, database, topic_prefix, tmp_path):
         )
         result = _check_topics(kafka, topics, committed)
         # handed over twice is right only for a message Kafka acknowledged without an offset that
-        # its partition did not hold (the relay looked, cdc/relay.py `_confirm_unlocated`)
+        # its partition did not hold (the relay looked, cdc/unlocated.py)
         relay_made = {
             e: n
             for e, n in recorder.handed.items()

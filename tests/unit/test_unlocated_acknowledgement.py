@@ -1,5 +1,5 @@
-"""An acknowledgement without an offset is not taken on trust (cdc/relay.py
-`_confirm_unlocated`): librdkafka reports a retried batch the broker answered as already
+"""An acknowledgement without an offset is not taken on trust (cdc/unlocated.py,
+called from the hand-over): librdkafka reports a retried batch the broker answered as already
 written as a success with no offset; the Kafka stand-in was seen to give that answer for a
 message it never stored (tests/integration/test_faults.py::test_broker_faults under load lost
 one event in two runs of four before this). The relay looks for each such message in its

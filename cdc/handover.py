@@ -1,0 +1,275 @@
+"""The hand-over: a committed transaction's messages to the producer, in row order, and
+each acknowledgement into the run's in-flight window (cdc/delivery/ledger.py).
+
+    CommittedTransaction (from the feed)
+      -> recovery says "already delivered"?  skip (counts as delivered)
+      -> event: serializer.encode (unless the feed did), headers, topic checked
+         (cdc/missing_topics.py) and named in the ledger before its first message
+      -> publisher.publish(on_delivery)   (never fire and forget)
+    on_delivery: acknowledged -> window; too large / topic gone -> redirected to the
+      dead-letter topic (cdc/dead_letters.py); no offset -> looked for (cdc/unlocated.py);
+      any other failure -> the ledger's failure, for the delivery mode to act on.
+
+The delivery mode (cdc/delivery/) is told before a transaction's first message is handed
+over (`handing_over`: a transactional mode opens a Kafka transaction) and when a topic
+is named for the first time (`topic_named`). Messages are handed over in commit order
+and row order (the idempotent producer keeps that order per partition); a large
+transaction is handed over with acknowledgements served as it goes and at most
+`max_in_flight` outstanding, so memory stays bounded.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import cast
+
+from cdc import crashpoints
+from cdc.dead_letters import DeadLetterLog, dead_letter_headers, dead_letter_value
+from cdc.delivery import DeliveryMode
+from cdc.delivery.ledger import Ledger
+from cdc.feed import as_dead_letter, prepare
+from cdc.formats import H_FORMAT
+from cdc.identity import H_EVENT_ID, H_EVENT_TYPE, H_ROW, H_TABLE
+from cdc.inflight import PendingTx
+from cdc.lease_guard import LeaseGuard
+from cdc.log_limit import LogLimiter
+from cdc.metrics import RelayMetrics
+from cdc.missing_topics import MissingTopics
+from cdc.outbox import DeadLetter, OutboxEvent
+from cdc.ports import Delivery, Publisher, Serializer
+from cdc.relay_settings import RelaySettings
+from cdc.transaction import CommittedTransaction
+from cdc.unlocated import Unlocated, UnlocatedConfirmation
+
+# The relay's lines keep the relay's logger name: operators filter on it.
+log = logging.getLogger("cdc.relay")
+
+
+class Handover:
+    def __init__(
+        self,
+        settings: RelaySettings,
+        publisher: Publisher,
+        serializer: Serializer,
+        ledger: Ledger,
+        delivery: DeliveryMode,
+        missing: MissingTopics,
+        unlocated: UnlocatedConfirmation,
+        dead_letter_log: LogLimiter,
+        guard: LeaseGuard,
+        metrics: RelayMetrics,
+        clock: Callable[[], float],
+    ):
+        self._settings = settings
+        self._publisher = publisher
+        self._serializer = serializer
+        self._ledger = ledger
+        self._delivery = delivery
+        self._missing = missing
+        self._unlocated = unlocated
+        self._dead_letter_log = DeadLetterLog(settings.dead_letter_topic, dead_letter_log)
+        self._guard = guard
+        self.metrics = metrics
+        self._clock = clock
+        # Never rebound, only changed: looked at before every message.
+        self._named = ledger.partitions
+        self._absent = missing.absent
+        # Else Kafka's word is taken for an acknowledgement without an offset (cdc/unlocated.py).
+        self._locate = delivery.readable_when_acknowledged
+
+    def transaction(self, tx: CommittedTransaction) -> None:
+        """Hand every message of `tx` over (or skip what recovery found delivered)."""
+        ledger, metrics = self._ledger, self.metrics
+        window = ledger.window
+        metrics.transactions += 1
+        metrics.last_commit_ts = tx.identity.commit_ts_ms / 1000.0
+        xa = tx.xa
+        entry = window.begin(tx.end, tx.identity.gtid, ledger.server_id, xa, self._clock())
+        entry.commit_ts = metrics.last_commit_ts
+        handed = False  # a message of it went to Kafka (recovery may skip them all)
+        if xa is not None:
+            entry.prepared_ts = tx.identity.commit_ts_ms // 1000
+        if tx.size:
+            guard = self._guard
+            guard.check()
+            self._delivery.handing_over(tx)
+            ledger.tx_start = tx.identity.start
+            recovery = ledger.recovery
+            publisher, cap = self._publisher, self._settings.max_in_flight
+            tx_headers = tx.identity.headers()
+            for index, item in enumerate(tx.items()):
+                if index & 255 == 255:
+                    # A large transaction: serve acknowledgements as we go, and wait while
+                    # too many are outstanding, so memory stays bounded (the rows
+                    # themselves were spilled while the transaction was read).
+                    publisher.poll(0)
+                    while publisher.pending() > cap:
+                        publisher.poll(0.05)
+                    guard.check()
+                if recovery is not None and (
+                    recovery.already_delivered(item.identity.key())
+                    or (
+                        recovery.adopt_until is not None
+                        and type(item) is OutboxEvent
+                        and recovery.adopted_delivered(item.event_id)
+                    )
+                ):
+                    window.skipped(entry)
+                    metrics.events_skipped_recovery += 1
+                    if recovery.pending == 0:
+                        if recovery.adopt_until is not None:
+                            recovery.end_adoption()  # every message Debezium published is matched
+                        log.info(
+                            "recovery complete: %d events were already delivered and not sent again", recovery.skipped
+                        )
+                        ledger.recovery = recovery = None
+                    continue
+                if isinstance(item, OutboxEvent):
+                    self.event(entry, item, tx_headers)
+                else:
+                    self.dead_letter(entry, item)
+                handed = True
+                crashpoints.hit("after_produce")
+            if xa is not None:
+                crashpoints.hit("xa_outcome")
+            tx.release()
+        entry.sealed = True
+        recovery = ledger.recovery
+        if recovery is not None and recovery.adopt_until is not None and not tx.end < recovery.adopt_until:
+            recovery.end_adoption()  # past what Debezium can have read before it stopped
+            if recovery.pending == 0:
+                ledger.recovery = None
+        if tx.size and handed and not entry.remaining:  # acknowledged while it was being handed over
+            self._acknowledged_whole(entry)
+
+    def _acknowledged_whole(self, entry: PendingTx) -> None:
+        """Every message of `entry` is acknowledged: its commit -> acknowledgement latency."""
+        self.metrics.commit_to_ack.observe(max(0.0, self._clock() - entry.commit_ts))
+
+    def _name(self, topic: str) -> None:
+        if self._ledger.name_topic(topic):
+            self._delivery.topic_named()
+
+    def event(
+        self, entry: PendingTx, event: OutboxEvent, tx_headers: list[tuple[str, bytes]], again: bool = False
+    ) -> None:
+        """Publish `event` (`again`: a second time, its expectation already counted)."""
+        value = event.encoded
+        extras = event.extras
+        if value is None and (extras is None or not extras.null_value):
+            prepared = prepare(event, self._serializer, self._settings.max_message_bytes)
+            if isinstance(prepared, DeadLetter):
+                self.dead_letter(entry, prepared)
+                return
+            value = cast(bytes, prepared.encoded)  # prepare() set it
+        headers: list[tuple[str, bytes | None]] = [
+            *tx_headers,
+            (H_ROW, str(event.identity.row).encode()),
+            (H_EVENT_ID, event.event_id.encode()),
+            (H_EVENT_TYPE, event.event_type.encode()),
+            (H_TABLE, event.table.encode()),
+        ]
+        timestamp_ms = None
+        if extras is not None:  # a payload format (cdc/formats.py): its headers, the record timestamp
+            headers.append((H_FORMAT, extras.format.encode()))
+            headers += extras.headers
+            timestamp_ms = extras.timestamp_ms
+            if timestamp_ms is None:
+                timestamp_ms = event.identity.tx.commit_ts_ms
+        absent = self._absent
+        if event.topic not in self._named or (absent and event.topic in absent):
+            missing = self._missing.reason(event.topic)
+            if missing is not None:
+                self.dead_letter(entry, as_dead_letter(event, "topic_missing", missing), redirect=again)
+                return
+            self._name(event.topic)
+        ledger = self._ledger
+        window = ledger.window
+        if not again:
+            window.expect(entry)
+        metrics = self.metrics
+        size = len(value) if value is not None else 0
+        locate = self._locate
+
+        def on_delivery(delivery: Delivery) -> None:
+            if delivery.failure is None:
+                if delivery.offset < 0 and locate:
+                    ledger.unlocated.append(
+                        Unlocated(entry, event, tx_headers, delivery.topic, delivery.partition, size)
+                    )
+                    return
+                window.acknowledged(entry, delivery.topic, delivery.partition, delivery.offset)
+                metrics.events_published += 1
+                metrics.bytes_published += size
+                if not entry.remaining and entry.sealed:
+                    self._acknowledged_whole(entry)
+            elif delivery.failure.too_large:
+                # Still in flight: the dead-letter copy's acknowledgement completes it.
+                ledger.redirects.append(
+                    (entry, as_dead_letter(event, "too_large", f"{delivery.failure.code}: {delivery.failure.message}"))
+                )
+            elif delivery.failure.topic_missing:
+                why = self._missing.gone(event.topic, f"{delivery.failure.code}: {delivery.failure.message}")
+                ledger.redirects.append((entry, as_dead_letter(event, "topic_missing", why)))
+            else:
+                ledger.delivery_failed(delivery)
+
+        if timestamp_ms is None:
+            self._publisher.publish(event.topic, event.aggregate_id.encode(), value, headers, on_delivery)
+        else:
+            self._publisher.publish(event.topic, event.aggregate_id.encode(), value, headers, on_delivery, timestamp_ms)
+
+    def dead_letter(self, entry: PendingTx, dead: DeadLetter, redirect: bool = False) -> None:
+        """Send `dead` to the dead-letter topic. A `redirect` (a message Kafka refused as too
+        large, re-sent here) keeps the expectation of the original message, and its offset
+        is not recorded for the checkpoint: it was produced after messages of later
+        transactions, so its offset says nothing about where they sit."""
+        topic = self._settings.dead_letter_topic
+        headers = dead_letter_headers(dead)
+        if topic not in self._named and self._settings.topic_missing == "create":
+            self._missing.reason(topic)  # created now; if refused, its warning is logged and Kafka has the last word
+        self._name(topic)
+        ledger, metrics = self._ledger, self.metrics
+        window = ledger.window
+        if not redirect:
+            window.expect(entry)
+
+        def on_delivery(delivery: Delivery) -> None:
+            if delivery.failure is None:
+                if redirect:
+                    entry.remaining -= 1
+                else:
+                    window.acknowledged(entry, delivery.topic, delivery.partition, delivery.offset)
+                metrics.dead_lettered[dead.cause] += 1
+                if not entry.remaining and entry.sealed:
+                    self._acknowledged_whole(entry)
+                self._dead_letter_log.delivered(dead)
+            else:
+                ledger.delivery_failed(delivery)
+
+        key = dead.key.encode() if dead.key is not None else None
+        self._publisher.publish(topic, key, dead_letter_value(dead), headers, on_delivery)
+
+    def settle(self) -> None:
+        """On the loop's thread: send what Kafka refused to the dead-letter topic, and look
+        for what it acknowledged without an offset."""
+        ledger = self._ledger
+        if ledger.redirects:
+            redirects, ledger.redirects = ledger.redirects, []
+            for entry, dead in redirects:
+                self.dead_letter(entry, dead, redirect=True)
+        if ledger.unlocated:
+            todo, ledger.unlocated = ledger.unlocated, []
+            self._unlocated.confirm(todo, ledger.window, self._located, self.event_again)
+
+    def _located(self, entry: PendingTx, topic: str, partition: int, offset: int, size: int) -> None:
+        self._ledger.window.acknowledged(entry, topic, partition, offset)
+        metrics = self.metrics
+        metrics.events_published += 1
+        metrics.bytes_published += size
+        if not entry.remaining and entry.sealed:
+            self._acknowledged_whole(entry)
+
+    def event_again(self, entry: PendingTx, event: OutboxEvent, tx_headers: list[tuple[str, bytes]]) -> None:
+        self.event(entry, event, tx_headers, again=True)
