@@ -212,11 +212,14 @@ def _topics(kafka, prefix: str, partitions: int = 6) -> list[str]:
 def _run_to_end(lab, raw: dict, workdir: Path) -> RelayProcess:
     end = _server_end(lab)
     relay = RelayProcess(raw, env_for(lab), workdir)
-    wait_until(
-        lambda: _checkpoint_reached(Path(raw["checkpoint"]["path"]), end) or not relay.alive(),
-        240,
-        f"the relay to reach {end}",
-    )
+    try:
+        wait_until(
+            lambda: _checkpoint_reached(Path(raw["checkpoint"]["path"]), end) or not relay.alive(),
+            240,
+            f"the relay to reach {end}",
+        )
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; relay log:\n{relay.log_text()[-3000:]}") from None
     assert relay.alive(), relay.log_text()[-3000:]
     return relay
 
@@ -340,7 +343,12 @@ def test_transactional_delivery_from_a_mysql_binlog_once_across_a_sigkill(noida_
             work.finish()
             end = _server_end(lab)
             relay = RelayProcess(raw, env_for(lab), tmp_path / "run-2")
-            wait_until(lambda: reached(end) or not relay.alive(), 240, f"the relay to commit through {end}")
+            try:
+                wait_until(lambda: reached(end) or not relay.alive(), 240, f"the relay to commit through {end}")
+            except AssertionError as exc:
+                raise AssertionError(
+                    f"{exc}; checkpoint {store.load()}; relay log:\n{relay.log_text()[-3000:]}"
+                ) from None
             assert relay.alive(), relay.log_text()[-3000:]
             assert relay.terminate() == 0
         finally:
