@@ -18,7 +18,7 @@ import uuid as uuid_mod
 import zlib
 
 from testbed.mysql_lab.gtids import GtidInfo
-from testbed.mysql_lab.json_binary import net_field_length
+from testbed.mysql_lab.packed_int import net_field_length
 
 __all__ = [
     "ANONYMOUS_GTID",

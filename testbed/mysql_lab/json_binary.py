@@ -50,6 +50,8 @@ import decimal
 import struct
 from dataclasses import dataclass
 
+from testbed.mysql_lab.packed_int import net_field_length
+
 __all__ = [
     "JsonDecimal",
     "JsonDiff",
@@ -59,7 +61,6 @@ __all__ = [
     "decimal_binary",
     "encode_diffs",
     "encode_json",
-    "net_field_length",
 ]
 
 SMALL_OBJECT, LARGE_OBJECT, SMALL_ARRAY, LARGE_ARRAY = 0x00, 0x01, 0x02, 0x03
@@ -126,17 +127,6 @@ class JsonDiff:
     operation: int
     path: str
     value: object = None
-
-
-def net_field_length(n: int) -> bytes:
-    """MySQL's packed integer (mysys/pack.cc net_store_length)."""
-    if n < 251:
-        return bytes([n])
-    if n < 1 << 16:
-        return b"\xfc" + struct.pack("<H", n)
-    if n < 1 << 24:
-        return b"\xfd" + struct.pack("<I", n)[:3]
-    return b"\xfe" + struct.pack("<Q", n)
 
 
 def _data_length(n: int) -> bytes:

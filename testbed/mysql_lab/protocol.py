@@ -26,6 +26,8 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from testbed.mysql_lab.packed_int import net_field_length as lenenc_int  # the protocol's name for it
+
 MAX_PAYLOAD = 0xFFFFFF
 
 # Capability flags (include/mysql_com.h, page_protocol_basic_capabilities? "Capabilities Flags").
@@ -97,17 +99,6 @@ class ConnectionClosed(Exception):
 
 class IdleTimeout(Exception):
     """No command within the session's wait_timeout."""
-
-
-def lenenc_int(n: int) -> bytes:
-    """Length-encoded integer (page_protocol_basic_dt_integers.html)."""
-    if n < 251:
-        return bytes([n])
-    if n < 1 << 16:
-        return b"\xfc" + struct.pack("<H", n)
-    if n < 1 << 24:
-        return b"\xfd" + struct.pack("<I", n)[:3]
-    return b"\xfe" + struct.pack("<Q", n)
 
 
 def lenenc_str(data: bytes) -> bytes:

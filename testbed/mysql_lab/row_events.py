@@ -36,7 +36,8 @@ from collections import Counter
 
 from testbed.mysql_lab.column_values import COLLATIONS, T_JSON, T_VECTOR, Column, ColumnType, encode_value
 from testbed.mysql_lab.events import STMT_END_F, TM_BIT_LEN_EXACT_F
-from testbed.mysql_lab.json_binary import JsonDiff, encode_diffs, net_field_length
+from testbed.mysql_lab.json_binary import JsonDiff, encode_diffs
+from testbed.mysql_lab.packed_int import net_field_length
 
 __all__ = ["rows_events", "table_map_body"]
 
