@@ -112,6 +112,20 @@ Example `relay.toml`::
     check_interval_s = 30               # then checked with XA RECOVER this often
     max_checks = 15                     # after this many checks: an operator problem
 
+    [sink]                              # the broker the relay publishes to (docs/sinks.md)
+    kind = "kafka"                      # kafka (configured in [kafka]) | rabbitmq_stream | nats_jetstream
+    [sink.rabbitmq_stream]              # RabbitMQ's stream protocol
+    host = "127.0.0.1"
+    port = 5552
+    vhost = "/"
+    user = "cdc"
+    password_env = "RABBITMQ_PASSWORD"  # or password_file
+    [sink.nats_jetstream]               # NATS JetStream
+    servers = ["nats://127.0.0.1:4222"]
+    user = "cdc"
+    password_env = "NATS_PASSWORD"      # or password_file
+    token_env = "NATS_TOKEN"            # or token_file (instead of user and password)
+
 `[outbox]` also takes `on_change` (UPDATE/DELETE on an outbox table: "ignore" (default),
 "warn", "stop") and `on_statement` (an INSERT into an outbox table logged as a statement,
 which has no row image: "stop" (default: exit 2 naming the position and the fix) or
@@ -274,6 +288,40 @@ class XaConfig:
 
 
 @dataclass(frozen=True)
+class RabbitStreamConfig:
+    """`[sink.rabbitmq_stream]`: RabbitMQ's stream protocol (connectors/rabbitmq_sink.py)."""
+
+    host: str = "127.0.0.1"
+    port: int = 5552  # the stream plugin's port (5551 with TLS)
+    vhost: str = "/"
+    user: str = "guest"
+    password: Secret = field(default_factory=lambda: Secret(""))
+
+
+@dataclass(frozen=True)
+class NatsJetStreamConfig:
+    """`[sink.nats_jetstream]`: NATS JetStream (connectors/nats_sink.py)."""
+
+    servers: tuple[str, ...] = ("nats://127.0.0.1:4222",)
+    user: str = ""
+    password: Secret = field(default_factory=lambda: Secret(""))
+    token: Secret = field(default_factory=lambda: Secret(""))
+
+
+SINK_KINDS = ("kafka", "rabbitmq_stream", "nats_jetstream")
+
+
+@dataclass(frozen=True)
+class SinkConfig:
+    """`[sink]`: which kind of broker the relay publishes to. `kafka` (the default) is
+    configured in `[kafka]`; the others in `[sink.<kind>]`."""
+
+    kind: str = "kafka"  # kafka | rabbitmq_stream | nats_jetstream
+    rabbitmq_stream: RabbitStreamConfig = field(default_factory=RabbitStreamConfig)  # [sink.rabbitmq_stream]
+    nats_jetstream: NatsJetStreamConfig = field(default_factory=NatsJetStreamConfig)  # [sink.nats_jetstream]
+
+
+@dataclass(frozen=True)
 class Config:
     source: SourceConfig
     tables: tuple[OutboxTable, ...]
@@ -286,6 +334,7 @@ class Config:
     xa: XaConfig = XaConfig()
     lease: LeaseSettings = LeaseSettings()
     topics: TopicsConfig = TopicsConfig()
+    sink: SinkConfig = SinkConfig()
 
     def relay_settings(self) -> RelaySettings:
         return RelaySettings(
@@ -318,14 +367,21 @@ _SECTIONS: dict[str, type] = {
     "lease": LeaseSettings,
     "source.tls": TlsConfig,
     "topics": TopicsConfig,
+    "sink": SinkConfig,
+    "sink.rabbitmq_stream": RabbitStreamConfig,
+    "sink.nats_jetstream": NatsJetStreamConfig,
 }
-_SUBSECTIONS = {"source": "tls"}  # [source.tls] is read apart from [source]
+# [source.tls], [sink.rabbitmq_stream] ... are read apart from the section that holds them
+_SUBSECTIONS = {"source": ("tls",), "sink": ("rabbitmq_stream", "nats_jetstream")}
 _SECRETS = {
     ("source", "password"),
     ("schema_registry", "basic_auth"),
     ("schema_registry", "bearer_token"),
     ("schema_registry", "key_password"),
     ("source.tls", "key_password"),
+    ("sink.rabbitmq_stream", "password"),
+    ("sink.nats_jetstream", "password"),
+    ("sink.nats_jetstream", "token"),
 }
 _KAFKA_BLOCKS = ("client", "producer", "consumer")
 
@@ -388,13 +444,13 @@ def _section(
             )
     merged = dict(raw)
     for key in fields:
-        if name in _SUBSECTIONS and key == _SUBSECTIONS[name]:
+        if key in _SUBSECTIONS.get(name, ()):
             continue  # a section of its own
         env_value = env.get(f"CDC_{name.upper().replace('.', '_')}_{key.upper()}")
         if env_value is not None and (name, key) not in _SECRETS:
             merged[key] = env_value
     for key, f in fields.items():
-        if name in _SUBSECTIONS and key == _SUBSECTIONS[name]:
+        if key in _SUBSECTIONS.get(name, ()):
             continue
         if (name, key) in _SECRETS:
             values[key] = _secret(name, key, merged, env, read_file)
@@ -488,7 +544,7 @@ def load_config(
             if not isinstance(data, Mapping):
                 raise ConfigError(f"[{name}] must be a table of settings")
         elif top in _SUBSECTIONS:
-            data = {k: v for k, v in data.items() if k != _SUBSECTIONS[top]}
+            data = {k: v for k, v in data.items() if k not in _SUBSECTIONS[top]}
         return data
 
     sections = {name: _section(name, raw_section(name), env, read_file) for name in _SECTIONS}
@@ -496,6 +552,8 @@ def load_config(
         sections["source"]["tls"] = TlsConfig(**sections.pop("source.tls"))
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
+    sections["sink"]["rabbitmq_stream"] = RabbitStreamConfig(**sections.pop("sink.rabbitmq_stream"))
+    sections["sink"]["nats_jetstream"] = NatsJetStreamConfig(**sections.pop("sink.nats_jetstream"))
     for block in _KAFKA_BLOCKS:
         if block in sections["kafka"]:
             sections["kafka"][block] = _kafka_block(block, sections["kafka"][block], env, read_file)
@@ -523,12 +581,15 @@ def load_config(
         xa=XaConfig(**sections["xa"]),
         lease=LeaseSettings(**sections["lease"]),
         topics=TopicsConfig(**sections["topics"]),
+        sink=SinkConfig(**sections["sink"]),
     )
     _validate(cfg)
     return cfg
 
 
 def _validate(cfg: Config) -> None:
+    if cfg.sink.kind not in SINK_KINDS:
+        raise ConfigError(f"sink.kind must be one of {SINK_KINDS}, got {cfg.sink.kind!r}")
     if cfg.checkpoint.store not in ("kafka", "file"):
         raise ConfigError(f'checkpoint.store must be "kafka" or "file", got {cfg.checkpoint.store!r}')
     if cfg.checkpoint.store == "kafka" and topic_problem(cfg.checkpoint.topic):

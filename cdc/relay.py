@@ -33,13 +33,13 @@ import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
 from cdc.checkpoint import Checkpoint
 from cdc.delivery import DeliveryMode, ReadAgain
-from cdc.delivery.idempotent import IdempotentDelivery
+from cdc.delivery.kafka import kafka_delivery
 from cdc.delivery.ledger import Ledger
-from cdc.delivery.transactional import TransactionalDelivery
+from cdc.delivery.mode_factory import DeliveryModeFactory
 from cdc.errors import ConfigError, DeliveryError
 from cdc.feed import MORE, LocalFeed, assembler_for
 from cdc.gtid import parse_gtid_set
@@ -60,7 +60,6 @@ from cdc.ports import (
     Serializer,
     StartAt,
     TopicAdmin,
-    TransactionalPublisher,
 )
 from cdc.position import BinlogPosition
 from cdc.recovery import Recovery
@@ -124,10 +123,12 @@ class Relay:
         feeds: FeedFactory | None = None,
         monotonic: Callable[[], float] = time.monotonic,
         topics: TopicAdmin | None = None,
+        delivery_mode: DeliveryModeFactory | None = None,
     ):
         """`feeds`: where committed transactions come from (default: a `LocalFeed` over
         `sources` in this process); `sources` also answers the start-up questions.
-        `topics`: creates a missing topic (`topics.missing = "create"`). The parts of a
+        `topics`: creates a missing topic (`topics.missing = "create"`). `delivery_mode`:
+        builds the run's delivery mode (default: `kafka_delivery`). The parts of a
         run (ledger, delivery mode, hand-over) are built when `run` starts, from these."""
         self.settings = settings
         self._sources = sources
@@ -141,6 +142,7 @@ class Relay:
         self._sleep = sleep
         self._monotonic = monotonic
         self._topics = topics
+        self._delivery_mode = delivery_mode or kafka_delivery
         self._xa_check_back = XaCheckBack(settings, sources, self.metrics)
         self._dead_letter_log = LogLimiter(10.0, monotonic)
         self._feed_seen: dict[str, int] = {}
@@ -256,12 +258,7 @@ class Relay:
         guard = self._guard = LeaseGuard(lease, self._monotonic, publisher)
         metadata = TopicMetadata(self._delivered, publisher, guard, metrics, clock, settings.reconnect_timeout_s)
         ledger = Ledger(settings.source_name, settings.dead_letter_topic, metadata, self._delivered, metrics, clock)
-        delivery: IdempotentDelivery | TransactionalDelivery
-        if settings.delivery == "transactional":
-            txn_publisher = cast(TransactionalPublisher, publisher)  # the CLI builds one for this mode
-            delivery = TransactionalDelivery(settings, txn_publisher, self._store, ledger, guard, metrics, clock)
-        else:
-            delivery = IdempotentDelivery(settings, publisher, self._store, ledger, guard, clock)
+        delivery = self._delivery_mode(settings, publisher, self._store, ledger, guard, metrics, clock)
         self._ledger, self._delivery = ledger, delivery
         self._handover = Handover(
             settings,
@@ -378,7 +375,8 @@ class Relay:
 
     @property
     def _txn(self) -> TransactionState | None:
-        return self._delivery.state if isinstance(self._delivery, TransactionalDelivery) else None
+        state = getattr(self._delivery, "state", None)  # the transactional mode's
+        return state if isinstance(state, TransactionState) else None
 
     @property
     def _recovery_stats(self) -> Recovery | None:

@@ -1,6 +1,6 @@
 """Wiring: a `Config` becomes a relay with real adapters, and runs.
 
-    MySQLBinlogSourceFactory -> Relay -> KafkaPublisher
+    MySQLBinlogSourceFactory -> Relay -> the sink's publisher (cdc_cli/sinks.py: Kafka by default)
                                   |-> ConfluentAvroSerializer (schema registry)
                                   |-> File/KafkaCheckpointStore
                                   '-> KafkaTopicReader (recovery)
@@ -23,18 +23,14 @@ import pymysql
 
 from cdc.config import Config
 from cdc.errors import CdcError, PreflightError, SourceError
-from cdc.kafka_health import KafkaHealth
 from cdc.lease import lock_name, takeover_wait
 from cdc.metrics import RelayMetrics
 from cdc.ports import StartAt
 from cdc.relay import Relay, RunSummary, start_point
 from cdc.replica_session import source_mark
-from cdc.transactions import transactional_id
+from cdc_cli.sinks import checkpoint_store, sink_adapters
 from connectors.binlog_source import MySQLBinlogSourceFactory
-from connectors.checkpoint_stores import FileCheckpointStore, KafkaCheckpointStore, TransactionalCheckpointStore
 from connectors.http_endpoint import HttpEndpoint
-from connectors.kafka_reader import KafkaTopicReader
-from connectors.kafka_sink import KafkaPublisher, TransactionalKafkaPublisher, delivery_timeout_s
 from connectors.mysql_client import MySQLTlsError, connect
 from connectors.mysql_errors import error_text
 from connectors.mysql_lease import MySQLLease
@@ -43,12 +39,6 @@ from connectors.reader_process import ReaderProcessFeeds, ReaderSpec
 from connectors.replica_sessions import set_source, settle
 
 log = logging.getLogger(__name__)
-
-
-def checkpoint_store(cfg: Config):
-    if cfg.checkpoint.store == "file":
-        return FileCheckpointStore(cfg.checkpoint.path)
-    return KafkaCheckpointStore(cfg.kafka.clients(), cfg.checkpoint.topic, cfg.source.name)
 
 
 def start_position(cfg: Config, store) -> StartAt | str | None:
@@ -84,10 +74,12 @@ def preflight(cfg: Config, store=None, replica_id: bool = True) -> list:
 @dataclass
 class RelayHandle:
     relay: Relay
-    publisher: KafkaPublisher
-    reader: KafkaTopicReader
+    publisher: Any  # cdc.ports.Publisher (cdc_cli/sinks.py)
+    reader: Any  # cdc.ports.DeliveredLog
     store: Any
     feeds: ReaderProcessFeeds | None = None
+    sink: str = ""  # where it publishes, for the start line
+    queued_for_s: float = 0.0  # cdc_cli/sinks.py SinkAdapters.queued_for_s
 
     @property
     def metrics(self) -> RelayMetrics:
@@ -126,14 +118,8 @@ def build_relay(
     one is started here."""
     metrics = metrics or RelayMetrics()
     metrics.max_unacknowledged_age_s = cfg.relay.max_unacknowledged_age_s
-    health = KafkaHealth(metrics, cfg.kafka.bootstrap)
-    clients = cfg.kafka.clients()
-    publisher: KafkaPublisher
-    if cfg.kafka.delivery == "transactional":
-        publisher = TransactionalKafkaPublisher(clients, transactional_id(cfg.source.name), health)
-    else:
-        publisher = KafkaPublisher(clients, health)
-    reader = KafkaTopicReader(clients)
+    sink = sink_adapters(cfg, metrics)
+    publisher, reader = sink.publisher, sink.reader
     serializer = _LazySerializer(cfg)
     sources = MySQLBinlogSourceFactory(
         cfg.source.connection(),
@@ -157,17 +143,12 @@ def build_relay(
             cfg.schema_registry, settings,
         ))  # fmt: skip
     set_source(cfg.source.name)  # the tags of this process's binlog sessions name the source
-    if cfg.kafka.delivery == "transactional":  # written inside each Kafka transaction
-        store = TransactionalCheckpointStore(clients, cfg.checkpoint.topic, cfg.source.name, publisher)
-    else:
-        store = checkpoint_store(cfg)
-    topics = None
-    if cfg.topics.missing == "create":
-        from connectors.kafka_topics import KafkaTopicAdmin
-
-        topics = KafkaTopicAdmin.from_config(clients, cfg.topics)
-    relay = Relay(settings, sources, publisher, serializer, store, reader, metrics, feeds=feeds, topics=topics)
-    return RelayHandle(relay, publisher, reader, store, feeds)
+    store = sink.store
+    relay = Relay(
+        settings, sources, publisher, serializer, store, reader, metrics,
+        feeds=feeds, topics=sink.topics, delivery_mode=sink.delivery_mode,
+    )  # fmt: skip
+    return RelayHandle(relay, publisher, reader, store, feeds, sink.describe, sink.queued_for_s)
 
 
 class _BinlogBehindPoller:
@@ -241,10 +222,7 @@ def take_lease(cfg: Config, handle: RelayHandle, should_stop: Callable[[], bool]
 
         clock = lease.hold(newest_is_ours)
         m.role, m.ready, m.lease_held = "taking over", False, True
-        # Transactional delivery: init_transactions aborts whatever an older instance left
-        # open, and the broker refuses its later writes: no delivery timeout to wait out.
-        queued_for = 0.0 if cfg.kafka.delivery == "transactional" else delivery_timeout_s(cfg.kafka.clients())
-        wait, why = takeover_wait(lease.previous(before), cfg.lease, queued_for)
+        wait, why = takeover_wait(lease.previous(before), cfg.lease, handle.queued_for_s)
         log.info("holding the lease %r (connection %d): %s", lease.name, lease.conn_id, why)
         deadline = time.monotonic() + wait
         while time.monotonic() < deadline and not should_stop():
@@ -279,16 +257,16 @@ def take_lease(cfg: Config, handle: RelayHandle, should_stop: Callable[[], bool]
         raise
 
 
-def _log_start(cfg: Config, endpoint: HttpEndpoint | None) -> None:
+def _log_start(cfg: Config, handle: RelayHandle, endpoint: HttpEndpoint | None) -> None:
     """The one line that says what this relay streams, where to, and how it is watched."""
     src, store = cfg.source, cfg.checkpoint
     log.info(
-        "relay for source %r: MySQL %s:%d as replica %d, Kafka %s, checkpoint %s, lease %s, metrics and health %s",
+        "relay for source %r: MySQL %s:%d as replica %d, %s, checkpoint %s, lease %s, metrics and health %s",
         src.name,
         src.host,
         src.port,
         src.replica_server_id,
-        cfg.kafka.bootstrap,
+        handle.sink,
         store.path if store.store == "file" else f"topic {store.topic}",
         f"on (ttl {cfg.lease.ttl_s:g} s)" if cfg.lease.enabled else "off (lease.enabled = false)",
         f"on {endpoint.url}" if endpoint is not None else "off (http.port = 0)",
@@ -329,7 +307,7 @@ def run_relay(
             lease = take_lease(cfg, handle, should_stop)
             if lease is None:
                 return RunSummary(None, 0, 0, 0, "request")
-        _log_start(cfg, endpoint)
+        _log_start(cfg, handle, endpoint)
         if lease is not None:
             return handle.relay.run(should_stop, lease.lease, lease.holder_tag)
         return handle.relay.run(should_stop)

@@ -10,6 +10,8 @@ run ends. The relay loop (cdc/relay.py) sees only `DeliveryMode`.
                       of whole database transactions, the checkpoint record inside it; a
                       committed checkpoint is exact (no scan on restart); an abort makes
                       the loop read again from the last committed checkpoint.
+    kafka.py          the relay's default factory: one of the two above, by `kafka.delivery`
+    mode_factory.py   what builds a run's mode (each sink's adapters bring one)
     ledger.py         one run's account, shared by the loop, the hand-over and the mode:
                       the in-flight window, the last checkpoint, the next one's record.
 
@@ -33,7 +35,8 @@ What a mode is told, and when (each call on the loop's thread):
                          without delivering anything more
 
 A sink other than Kafka (a stream with its own de-duplication or transactions) is a
-further module here with the same calls, over its own publisher port.
+further module here with the same calls, over its own publisher port; the CLI hands the
+relay its `DeliveryModeFactory` (mode_factory.py, cdc_cli/sinks.py), the relay loop does not branch on it.
 """
 
 from __future__ import annotations

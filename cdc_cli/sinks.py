@@ -1,0 +1,66 @@
+"""The sink's adapters, by `sink.kind`: what the relay publishes with, reads back with
+(recovery, `cdc locate`), creates missing destinations with, stores its checkpoint in,
+and the delivery mode that proves a message delivered. Kafka's are the default; each
+other kind brings its own module in `connectors/` and, where its guarantees differ, its
+own delivery mode in `cdc/delivery/`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from cdc.config import Config
+from cdc.delivery.kafka import kafka_delivery
+from cdc.delivery.mode_factory import DeliveryModeFactory
+from cdc.kafka_health import KafkaHealth
+from cdc.metrics import RelayMetrics
+from cdc.transactions import transactional_id
+from connectors.checkpoint_stores import FileCheckpointStore, KafkaCheckpointStore, TransactionalCheckpointStore
+from connectors.kafka_reader import KafkaTopicReader
+from connectors.kafka_sink import KafkaPublisher, TransactionalKafkaPublisher, delivery_timeout_s
+
+
+@dataclass
+class SinkAdapters:
+    publisher: Any  # cdc.ports.Publisher, with `max_message_bytes`
+    reader: Any  # cdc.ports.DeliveredLog, with `close()`
+    store: Any  # cdc.ports.CheckpointStore
+    topics: Any  # cdc.ports.TopicAdmin | None (`topics.missing = "create"`)
+    delivery_mode: DeliveryModeFactory
+    describe: str  # where the relay publishes, for its start line (no secrets)
+    queued_for_s: float  # how long a message a previous holder queued may still reach the broker
+
+
+def checkpoint_store(cfg: Config):
+    if cfg.checkpoint.store == "file":
+        return FileCheckpointStore(cfg.checkpoint.path)
+    return KafkaCheckpointStore(cfg.kafka.clients(), cfg.checkpoint.topic, cfg.source.name)
+
+
+def kafka_adapters(cfg: Config, metrics: RelayMetrics) -> SinkAdapters:
+    health = KafkaHealth(metrics, cfg.kafka.bootstrap)
+    clients = cfg.kafka.clients()
+    publisher: KafkaPublisher
+    if cfg.kafka.delivery == "transactional":
+        publisher = TransactionalKafkaPublisher(clients, transactional_id(cfg.source.name), health)
+        store: Any = TransactionalCheckpointStore(clients, cfg.checkpoint.topic, cfg.source.name, publisher)
+    else:
+        publisher = KafkaPublisher(clients, health)
+        store = checkpoint_store(cfg)
+    topics = None
+    if cfg.topics.missing == "create":
+        from connectors.kafka_topics import KafkaTopicAdmin
+
+        topics = KafkaTopicAdmin.from_config(clients, cfg.topics)
+    # Transactional delivery: init_transactions aborts whatever an older instance left
+    # open, and the broker refuses its later writes: no delivery timeout to wait out.
+    queued_for = 0.0 if cfg.kafka.delivery == "transactional" else delivery_timeout_s(clients)
+    return SinkAdapters(
+        publisher, KafkaTopicReader(clients), store, topics, kafka_delivery, f"Kafka {cfg.kafka.bootstrap}", queued_for
+    )
+
+
+def sink_adapters(cfg: Config, metrics: RelayMetrics) -> SinkAdapters:
+    if cfg.sink.kind == "kafka":
+        return kafka_adapters(cfg, metrics)
+    raise NotImplementedError(f"sink.kind = {cfg.sink.kind!r} is not wired yet")
