@@ -440,6 +440,7 @@ class RabbitStreamPublisher:
         try:
             self._loop.call(self._reconnect(), _REQUEST_TIMEOUT_S)
         except Exception as exc:
+            self._ticker.cancel()
             self._loop.stop()
             raise _cannot(settings, "connect", exc) from exc
 
