@@ -81,20 +81,18 @@ def _rstream() -> Any:
     return rstream
 
 
-def murmur2_partition(key: bytes, count: int) -> int:
-    """Kafka's default partition of a key: murmur2 (org.apache.kafka.common.utils.Utils.murmur2,
-    seed 0x9747b28c) made positive, modulo the partition count."""
+def murmur2(key: bytes) -> int:
+    """Kafka's murmur2 of a key (org.apache.kafka.common.utils.Utils.murmur2, seed
+    0x9747b28c), as the signed 32-bit int Java returns."""
     m, r = 0x5BD1E995, 24
     length = len(key)
     h = (0x9747B28C ^ length) & 0xFFFFFFFF
     for i in range(0, length - length % 4, 4):
-        k = int.from_bytes(key[i : i + 4], "little")
-        k = (k * m) & 0xFFFFFFFF
+        k = (int.from_bytes(key[i : i + 4], "little") * m) & 0xFFFFFFFF
         k ^= k >> r
         k = (k * m) & 0xFFFFFFFF
         h = ((h * m) & 0xFFFFFFFF) ^ k
-    rest = length % 4
-    tail = length - rest
+    rest, tail = length % 4, length - length % 4
     if rest == 3:
         h ^= key[tail + 2] << 16
     if rest >= 2:
@@ -105,7 +103,12 @@ def murmur2_partition(key: bytes, count: int) -> int:
     h ^= h >> 13
     h = (h * m) & 0xFFFFFFFF
     h ^= h >> 15
-    return (h & 0x7FFFFFFF) % count
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def murmur2_partition(key: bytes, count: int) -> int:
+    """Kafka's default partition of a keyed record: Utils.toPositive(murmur2(key)) % count."""
+    return (murmur2(key) & 0x7FFFFFFF) % count
 
 
 @dataclass(frozen=True)
