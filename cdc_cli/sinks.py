@@ -101,3 +101,25 @@ def sink_adapters(cfg: Config, metrics: RelayMetrics) -> SinkAdapters:
     if cfg.sink.kind == "rabbitmq_stream":
         return rabbitmq_stream_adapters(cfg)
     raise NotImplementedError(f"sink.kind = {cfg.sink.kind!r} is not wired yet")
+
+
+def repair_reader(cfg: Config) -> Any:
+    """What `cdc repair` reads the sink with (cdc.ports.DeliveredLog, with `close()`)."""
+    if cfg.sink.kind == "rabbitmq_stream":
+        from connectors.rabbitmq_sink import RabbitStreamReader, StreamSettings
+
+        return RabbitStreamReader(StreamSettings.from_config(cfg.sink.rabbitmq_stream))
+    return KafkaTopicReader(cfg.kafka.clients())
+
+
+def repair_publisher(cfg: Config) -> Any:
+    """What `cdc repair` re-publishes with (cdc.ports.Publisher)."""
+    if cfg.sink.kind == "rabbitmq_stream":
+        from connectors.rabbitmq_sink import RabbitStreamPublisher, StreamSettings
+
+        # Not the relay's producer name: ids of its own, never above or below the relay's
+        # (a running relay's next ids would be dropped as duplicates of the repair's).
+        return RabbitStreamPublisher(
+            StreamSettings.from_config(cfg.sink.rabbitmq_stream), f"cdc-repair.{cfg.source.name}"
+        )
+    return KafkaPublisher(cfg.kafka.clients())
