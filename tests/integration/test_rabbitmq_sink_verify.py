@@ -14,7 +14,7 @@ import uuid
 import pytest
 
 from cdc.config import load_config
-from cdc.identity import H_EVENT_ID, H_POS, H_REPAIR
+from cdc.identity import H_EVENT_ID, H_GTID, H_POS, H_REPAIR
 from cdc.metrics import RelayMetrics
 from cdc.ports import Delivery
 from cdc_cli.app import build_relay
@@ -45,9 +45,8 @@ class _SeedingPublisher:
         if event_id == self._alter:
             key = b"tampered"
         if event_id == self._phantom:
-            ghost = [
-                (n, b"4" if n == H_POS else str(uuid.uuid4()).encode() if n == H_EVENT_ID else v) for n, v in headers
-            ]
+            fake = {H_POS: b"4", H_GTID: b"0-1-999999", H_EVENT_ID: str(uuid.uuid4()).encode()}  # no such insert
+            ghost = [(n, fake.get(n, v)) for n, v in headers]
             self._inner.publish(topic, key, value, ghost, lambda _d: None, timestamp_ms)
         self._inner.publish(topic, key, value, headers, on_delivery, timestamp_ms)
 
