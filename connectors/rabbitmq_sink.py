@@ -794,3 +794,30 @@ class RabbitStreamAdmin:
                 "relay's user the configure permission on the vhost, check [topics.configs], or create the stream)"
             )
         return None
+
+
+def check_rabbitmq(cfg: Any) -> list[Any]:
+    """`cdc check` for this sink: the node answers the stream protocol with these credentials,
+    and which of the dead-letter and the tables' fixed topics have their stream(s)."""
+    from connectors.preflight import CheckResult
+
+    settings = StreamSettings.from_config(cfg.sink.rabbitmq_stream)
+    topics = [cfg.kafka.dead_letter_topic] + [t.topic for t in cfg.tables if "{" not in t.topic]
+    loop = _Loop("rabbitmq-check")
+    reading = _Reading(settings, loop)
+    try:
+        counts = {t: reading.call(f"look up the streams of {t}", _stream_count(reading, t)) for t in topics}
+    except DeliveryError as exc:
+        return [CheckResult("rabbitmq", False, str(exc))]
+    finally:
+        reading.close()
+        loop.stop()
+    results = [CheckResult("rabbitmq", True, f"{settings.where()} answers as {settings.user}")]
+    for topic, count in counts.items():
+        if count:
+            results.append(CheckResult("rabbitmq_topic", True, f"{topic}: {count} stream(s)"))
+        else:
+            results.append(
+                CheckResult("rabbitmq_topic", True, f"{topic}: no stream yet (topics.missing decides)", warn=True)
+            )
+    return results

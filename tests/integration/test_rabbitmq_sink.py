@@ -136,3 +136,36 @@ def test_dead_letters_with_their_cause(mariadb, rabbitmq, database, topic_prefix
     assert causes == {"too_large": 2, "topic_missing": 3}, causes
     result = check(_committed(mariadb, database, raw), stream_records(rabbitmq, [order, dlq]))
     assert result.committed == 25 and result.clean, result.summary()
+
+
+def test_cdc_check_asks_the_node_and_names_a_wrong_password_in_one_line(
+    mariadb, rabbitmq, database, topic_prefix, tmp_path
+):
+    import os
+    import subprocess
+    import sys
+
+    from tests.integration.harness import ROOT, _to_toml
+
+    _start(mariadb, database)
+    create_topic(rabbitmq, f"{topic_prefix}.dlq")
+
+    def check_with(password: str) -> subprocess.CompletedProcess:
+        raw = rabbit_raw_config(mariadb, rabbitmq, database, topic_prefix, tmp_path / "cp.json")
+        path = tmp_path / "relay.toml"
+        path.write_text(_to_toml(raw))
+        env = {**os.environ, **rabbit_env(mariadb, rabbitmq), "CDC_TEST_RABBITMQ_PASSWORD": password}
+        return subprocess.run(
+            [sys.executable, "-m", "cdc_cli.main", "check", "--config", str(path)],
+            cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+
+    good = check_with(rabbitmq.password)
+    assert f"ok   rabbitmq: RabbitMQ stream 127.0.0.1:{rabbitmq.stream_port}" in good.stdout, good.stdout + good.stderr
+    assert f"ok   rabbitmq_topic: {topic_prefix}.dlq: 1 stream(s)" in good.stdout
+    assert "kafka" not in good.stdout.lower().replace("kafka.", "")
+    bad = check_with("wrong-" + rabbitmq.password)
+    assert bad.returncode == 2
+    lines = [ln for ln in bad.stdout.splitlines() if ln.startswith("FAIL rabbitmq:")]
+    assert len(lines) == 1 and "check sink.rabbitmq_stream" in lines[0], bad.stdout
+    assert rabbitmq.password not in bad.stdout + bad.stderr
