@@ -54,6 +54,7 @@ from typing import Any, TypeVar
 from cdc.errors import ConfigError, DeliveryError
 from cdc.ports import Delivery, DeliveryCallback, DeliveryFailure
 from cdc.sink_fields import message_properties, partition_stream
+from connectors import amqp_message
 
 T = TypeVar("T")
 log = logging.getLogger("cdc.rabbitmq")
@@ -365,16 +366,9 @@ def encode_message(
     key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes | None]], timestamp_ms: int | None
 ) -> bytes:
     """One record as the AMQP 1.0 message the stream stores (docs/sinks.md's mapping)."""
-    from rstream import AMQPMessage
-    from rstream._pyamqp.message import Properties  # type: ignore[attr-defined]  # not re-exported
-
     # A Kafka producer stamps a record without a timestamp with its create time: so does this.
     created = timestamp_ms if timestamp_ms is not None else int(time.time() * 1000)
-    properties = Properties(creation_time=created)
-    message = AMQPMessage(
-        body=value or b"", application_properties=message_properties(key, headers, value), properties=properties
-    )
-    return bytes(message)
+    return amqp_message.encode(message_properties(key, headers, value), value or b"", created)
 
 
 @dataclass
@@ -437,6 +431,8 @@ class RabbitStreamPublisher:
         self._broken: str | None = None  # a refusal that stops the relay
         # shared with the relay's thread
         self._lock = threading.Condition()
+        self._handoff: collections.deque[_Message] = collections.deque()  # relay's thread -> loop (deque: thread-safe)
+        self._wake = False
         self._done: list[tuple[DeliveryCallback, Delivery]] = []
         self._pending = 0
         self._ticker = asyncio.run_coroutine_threadsafe(self._tick(), self._loop.loop)
@@ -471,7 +467,10 @@ class RabbitStreamPublisher:
             return
         while self.pending() > self._max_in_flight:
             self.poll(0.05)  # wait for confirmations, never drop
-        self._loop.soon(self._enqueue, _Message(topic, key, data, on_delivery, time.monotonic() + self._timeout))
+        self._handoff.append(_Message(topic, key, data, on_delivery, time.monotonic() + self._timeout))
+        if not self._wake:  # one wake-up of the loop per burst, not per message
+            self._wake = True
+            self._loop.soon(self._take_handoff)
 
     def poll(self, timeout: float) -> None:
         with self._lock:
@@ -522,8 +521,11 @@ class RabbitStreamPublisher:
 
     # -- the loop's thread --------------------------------------------------------------
 
-    def _enqueue(self, message: _Message) -> None:
-        self._queue.append(message)
+    def _take_handoff(self) -> None:
+        self._wake = False  # first: a message handed over from now on wakes the loop again
+        handoff, queue = self._handoff, self._queue
+        while handoff:
+            queue.append(handoff.popleft())
         self._start_pump()
 
     def _start_pump(self) -> None:
@@ -748,6 +750,7 @@ class RabbitStreamPublisher:
                 self._fail(message, DeliveryFailure("TIMED_OUT", why))
 
     async def _purge(self) -> None:
+        self._handoff.clear()
         self._queue.clear()
         for stream in self._streams.values():
             stream.unconfirmed.clear()

@@ -73,3 +73,30 @@ def test_settings_that_cannot_work_are_refused_in_one_line(sections, says) -> No
     with pytest.raises(ConfigError) as info:
         _cfg(**sections)
     assert says in str(info.value) and "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "headers"),
+    [
+        (b"order-1", b"\x00\x01avro" * 3, [("cdc.source", b"shop"), ("id", "é-ü".encode()), ("cdc.binlog.pos", b"4")]),
+        (None, None, [("cdc.dlq.cause", b"too_large"), ("empty", b"")]),  # null key, tombstone
+        (b"k", b"v" * 70_000, [("h" * 300, b"x" * 300)]),  # lengths past one byte
+    ],
+)
+def test_the_amqp_message_decodes_as_the_verifier_reads_it(key, value, headers) -> None:
+    from rstream.amqp import amqp_decoder
+
+    from cdc.sink_fields import message_properties
+    from connectors.rabbitmq_sink import encode_message
+    from spark_jobs.rabbitmq_source import message_record
+
+    data = encode_message(key, value, headers, 1_700_000_000_123)
+    msg = amqp_decoder(data)
+    assert msg.properties.creation_time == 1_700_000_000_123
+    props = {k.decode() if isinstance(k, bytes) else k: v for k, v in msg.application_properties.items()}
+    assert {k: v.decode() if isinstance(v, bytes) else v for k, v in props.items()} == message_properties(
+        key, headers, value
+    )
+    record = message_record("t", 0, 5, 0, data)  # the verifier's own reading
+    assert record.key() == key and record.value() == value and record.timestamp() == (1, 1_700_000_000_123)
+    assert dict(record.headers()) == {n: v for n, v in headers}
