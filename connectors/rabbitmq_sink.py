@@ -67,6 +67,7 @@ _RECONNECT_EVERY_S = 1.0
 _TICK_S = 0.2
 _REQUEST_TIMEOUT_S = 30.0
 _BATCH_BYTES = 1_048_576 - 4096  # one Publish frame's messages (the frame holds 1 MiB)
+_FRAMES_IN_FLIGHT = 4  # Publish frames sent and not yet confirmed before the next waits
 
 
 def _rstream() -> Any:
@@ -425,6 +426,8 @@ class RabbitStreamPublisher:
         self._queue: collections.deque[_Message] = collections.deque()
         self._pumping = False
         self._pump_task: asyncio.Future[None] | None = None
+        self._frames_out: collections.deque[tuple[_Stream, int]] = collections.deque()  # (stream, last id) sent
+        self._confirmed = asyncio.Event()
         self._next_publisher = 0
         self._down_since: float | None = None
         self._last_attempt = 0.0
@@ -543,6 +546,15 @@ class RabbitStreamPublisher:
                 if self._broken is not None or not self._connected():
                     await asyncio.sleep(_TICK_S)  # the tick reconnects or fails what waits
                     continue
+                if self._frames_out_full():
+                    # Frames wait for the node's confirmations, so the queue fills the next
+                    # frame: a slow node gets fewer, fuller frames (its cost is per chunk).
+                    self._confirmed.clear()
+                    try:
+                        await asyncio.wait_for(self._confirmed.wait(), _TICK_S)
+                    except TimeoutError:
+                        pass
+                    continue
                 batch: list[_Message] = []
                 target: _Stream | None = None
                 size = 0
@@ -563,6 +575,7 @@ class RabbitStreamPublisher:
                     target = stream
                 if target is not None and self._connected():
                     await self._send(self._client, target, batch)
+                    self._frames_out.append((target, batch[-1].publishing_id))
                 # else: kept unconfirmed, sent again by the reconnection
         except Exception as exc:  # the connection broke mid-way: the tick takes over
             log.debug("publishing paused: %s", exc)
@@ -570,6 +583,12 @@ class RabbitStreamPublisher:
             self._pumping = False
             if self._queue and self._broken is None and self._connected():
                 self._start_pump()
+
+    def _frames_out_full(self) -> bool:
+        frames = self._frames_out
+        while frames and frames[0][1] not in frames[0][0].unconfirmed:  # confirmed (or failed)
+            frames.popleft()
+        return len(frames) >= _FRAMES_IN_FLIGHT
 
     @staticmethod
     async def _send(client: Any, stream: _Stream, batch: list[_Message]) -> None:
@@ -660,6 +679,7 @@ class RabbitStreamPublisher:
             if message is not None:
                 delivery = Delivery(message.topic, stream.partition, stream.offset(publishing_id))
                 self._report(message.on_delivery, delivery)
+        self._confirmed.set()
 
     def _on_error(self, frame: Any) -> None:
         stream = self._by_publisher(frame.publisher_id)
@@ -696,6 +716,7 @@ class RabbitStreamPublisher:
             except Exception:
                 pass
         client = await _connect(self._settings, "cdc-relay")
+        self._frames_out.clear()  # what is sent again below is not waited for
         client.add_stream("cdc-relay")  # rstream reports a closed connection only for clients with streams
         for stream in sorted(self._streams.values(), key=lambda s: s.publisher_id):
             await client.declare_publisher(stream=stream.name, reference=self._name, publisher_id=stream.publisher_id)
