@@ -5,6 +5,7 @@ parse rate of the same binlog measured in the same run.
     ./run.sh bench catchup [--events 200000] [--mixed] [--profile out.svg]   (with --format: the format's first run)
     ./run.sh bench catchup --compressed [--events 200000] [--pairs 2]
     ./run.sh bench catchup --delivery transactional [--events 100000]
+    ./run.sh bench catchup --sink rabbitmq_stream [--events 100000]   (then the same binlog into RabbitMQ streams)
 
 `--compressed` starts mariadbd with --log-bin-compress=ON --log-bin-compress-min-len=10
 and writes the same workload twice, into two databases: once with log_bin_compress
@@ -124,6 +125,7 @@ def run_relay(
     kill_at: float | None = None,
     kafka_store: bool = False,
     fmt: str = "envelope",
+    sink_toml: str = "",
 ) -> dict:
     """One relay over the range. `kill_at`: SIGKILL it once this share of the events is
     checkpointed, restart it and measure its start (to the "recovering from checkpoint" line)."""
@@ -164,7 +166,7 @@ table = "outbox"
 topic = "{prefix}.{{aggregate_type}}"
 {_format_settings(fmt)}
 [kafka]
-bootstrap = "{kafka.bootstrap_servers}"
+bootstrap = "{kafka.bootstrap_servers if kafka is not None else "unused:9"}"
 dead_letter_topic = "{prefix}.dlq"
 delivery = "{delivery}"
 [schema_registry]
@@ -176,6 +178,7 @@ interval_s = 0.5
 enabled = false
 [log]
 level = "{"INFO" if kill_at else "WARNING"}"
+{sink_toml}
 """)
     env = {**os.environ, "BENCH_MYSQL_PASSWORD": db.password}
     cmd = [sys.executable, "-m", "cdc_cli.main", "run", "--config", str(cfg), "--skip-check"]
@@ -225,15 +228,17 @@ level = "{"INFO" if kill_at else "WARNING"}"
         proc.kill()
         proc.wait()
         return {"restart": started, "line": line.split("cdc.relay: ", 1)[-1]}
-    watcher = Consumer({"bootstrap.servers": kafka.bootstrap_servers, "group.id": "bench-watch"})
+    bootstrap = kafka.bootstrap_servers if kafka is not None else "127.0.0.1:9"  # no Kafka: not asked
+    watcher = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-watch"})
     parts = [TopicPartition(f"{prefix}.order", p) for p in range(24)]
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     ps = psutil.Process(proc.pid)
     peak = 0
     first_event = None
-    # Time to the first acknowledged event: the first moment a partition's end moves.
-    while first_event is None and proc.poll() is None and time.perf_counter() - t0 < 30:
+    # Time to the first acknowledged event: the first moment a partition's end moves
+    # (Kafka's; another sink's run reports its rate only).
+    while not sink_toml and first_event is None and proc.poll() is None and time.perf_counter() - t0 < 30:
         if any(watcher.get_watermark_offsets(tp, timeout=1, cached=False)[1] > 0 for tp in parts[:24]):
             first_event = time.perf_counter() - t0
         else:
@@ -472,6 +477,12 @@ def main() -> None:
         help="an output format against the envelope, over the same binlog in alternating pairs (--pairs)",
     )
     ap.add_argument(
+        "--sink",
+        choices=("rabbitmq_stream",),
+        default=None,
+        help="also run the relay on that sink (a real node, testbed/) over the same binlog, after Kafka's run",
+    )
+    ap.add_argument(
         "--delivery",
         choices=("idempotent", "transactional"),
         default="idempotent",
@@ -529,6 +540,45 @@ def main() -> None:
         steady = args.events / (r["elapsed"] - r["first_event"])
         print(f"relay after its first event: {steady:,.0f} events/s")
         print(f"ratio relay / naive parse: {rate / naive:.2f}x (after the first event: {steady / naive:.2f}x)")
+        if args.sink == "rabbitmq_stream":
+            sink_rate = rabbitmq_run(args, db, database, f"{start_file}:{start_pos}", (end[0], int(end[1])), tmp)
+            print(f"ratio RabbitMQ Streams / Kafka stand-in: {sink_rate / rate:.2f} (events/s, same binlog, same run)")
+
+
+def rabbitmq_run(args: argparse.Namespace, db, database: str, start: str, end: tuple[str, int], tmp: str) -> float:
+    """The relay over the same range into a RabbitMQ 3.10 node's streams (testbed/rabbitmq.py):
+    `bench-rmq.order` one stream (the dead-letter stream made by the relay). Its events/s."""
+    import asyncio
+
+    from rstream import Producer
+
+    from testbed.rabbitmq import EmbeddedRabbitMQ
+
+    with EmbeddedRabbitMQ.start() as mq:
+
+        async def create() -> None:
+            async with Producer(**mq.stream_settings()) as producer:
+                await producer.create_stream("bench-rmq.order")
+
+        asyncio.run(create())
+        os.environ["BENCH_RABBITMQ_PASSWORD"] = mq.password
+        sink = f"""[sink]
+kind = "rabbitmq_stream"
+[sink.rabbitmq_stream]
+host = "{mq.host}"
+port = {mq.stream_port}
+user = "{mq.user}"
+password_env = "BENCH_RABBITMQ_PASSWORD"
+"""
+        r = run_relay(db, None, database, start, end, Path(tmp) / "rmq", None, prefix="bench-rmq", sink_toml=sink)
+    if r["events"] != args.events:
+        raise SystemExit(f"the relay delivered {r['events']} events to RabbitMQ, the workload wrote {args.events}")
+    rate = args.events / r["elapsed"]
+    print(
+        f"relay end to end, RabbitMQ Streams sink: {rate:,.0f} events/s ({args.events} events in "
+        f"{r['elapsed']:.1f}s, incl. start-up), CPU {r['cpu']:.1f}s ({r['cpu'] / r['elapsed']:.2f} cores)"
+    )
+    return rate
 
 
 if __name__ == "__main__":

@@ -114,12 +114,20 @@ Example `relay.toml`::
 
     [sink]                              # the broker the relay publishes to (docs/sinks.md)
     kind = "kafka"                      # kafka (configured in [kafka]) | rabbitmq_stream | nats_jetstream
-    [sink.rabbitmq_stream]              # RabbitMQ's stream protocol
-    host = "127.0.0.1"
-    port = 5552
+    [sink.rabbitmq_stream]              # RabbitMQ's stream protocol (docs/sinks.md)
+    host = "127.0.0.1"                  # the node that leads the relay's streams
+    port = 5552                         # the stream plugin's port (5551 with TLS)
     vhost = "/"
     user = "cdc"
     password_env = "RABBITMQ_PASSWORD"  # or password_file
+    tls = false                         # TLS to the stream port (a CA file or cert_file turns it on too)
+    ca_file = ""                        # PEM CA bundle to check the node's certificate (empty: the system's)
+    cert_file = ""                      # client certificate (PEM), with key_file
+    key_file = ""
+    producer_name = ""                  # the publishing ids' producer name (empty: cdc-relay.<source.name>)
+    publish_timeout_s = 60              # a message not confirmed this long stops the relay (exit 1)
+    max_in_flight = 20000               # messages handed over and not confirmed; publish waits above it
+    empty_wait_s = 2                    # a stream that delivers no chunk this long is taken as empty
     [sink.nats_jetstream]               # NATS JetStream
     servers = ["nats://127.0.0.1:4222"]
     user = "cdc"
@@ -296,6 +304,14 @@ class RabbitStreamConfig:
     vhost: str = "/"
     user: str = "guest"
     password: Secret = field(default_factory=lambda: Secret(""))
+    tls: bool = False  # TLS to the stream port (also on when ca_file or cert_file is set)
+    ca_file: str = ""  # PEM CA bundle for the node's certificate ("": the system's)
+    cert_file: str = ""  # client certificate (PEM), with key_file
+    key_file: str = ""
+    producer_name: str = ""  # "": cdc-relay.<source.name> (the broker de-duplicates by it)
+    publish_timeout_s: float = 60.0  # unconfirmed this long: the relay stops (exit 1)
+    max_in_flight: int = 20_000  # handed over, not confirmed: publish waits above it
+    empty_wait_s: float = 2.0  # no chunk delivered this long: the stream is empty (3.10 has no StreamStats)
 
 
 @dataclass(frozen=True)
@@ -590,6 +606,8 @@ def load_config(
 def _validate(cfg: Config) -> None:
     if cfg.sink.kind not in SINK_KINDS:
         raise ConfigError(f"sink.kind must be one of {SINK_KINDS}, got {cfg.sink.kind!r}")
+    if cfg.sink.kind == "rabbitmq_stream":
+        _validate_rabbitmq_stream(cfg)
     if cfg.checkpoint.store not in ("kafka", "file"):
         raise ConfigError(f'checkpoint.store must be "kafka" or "file", got {cfg.checkpoint.store!r}')
     if cfg.checkpoint.store == "kafka" and topic_problem(cfg.checkpoint.topic):
@@ -646,3 +664,23 @@ def _validate(cfg: Config) -> None:
     if cfg.checkpoint.interval_s <= 0:
         raise ConfigError("checkpoint.interval_s must be positive")
     cfg.relay_settings()  # RelaySettings checks the rest
+
+
+def _validate_rabbitmq_stream(cfg: Config) -> None:
+    rabbit = cfg.sink.rabbitmq_stream
+    if cfg.checkpoint.store != "file":
+        raise ConfigError(
+            'sink.kind = "rabbitmq_stream" keeps its checkpoint in a file: set checkpoint.store = "file" '
+            "(and checkpoint.path)"
+        )
+    if cfg.kafka.delivery != "idempotent":
+        raise ConfigError(
+            'kafka.delivery = "transactional" is for Kafka; sink.kind = "rabbitmq_stream" has no broker '
+            'transactions: remove kafka.delivery (or set it to "idempotent")'
+        )
+    if rabbit.publish_timeout_s <= 0 or rabbit.max_in_flight < 1 or rabbit.empty_wait_s <= 0:
+        raise ConfigError(
+            "sink.rabbitmq_stream: publish_timeout_s and empty_wait_s must be positive, max_in_flight at least 1"
+        )
+    if bool(rabbit.cert_file) != bool(rabbit.key_file):
+        raise ConfigError("sink.rabbitmq_stream: cert_file and key_file go together (the client certificate)")

@@ -91,7 +91,12 @@ def _cmd_check(args: argparse.Namespace) -> int:
     replica_id = not lease or "is free" in lease[0].message
     # Kafka first (at most kafka_check.TIMEOUT_S): a checkpoint kept in Kafka is read only
     # when Kafka answers; its lines are printed last.
-    kafka = check_kafka(cfg)
+    if cfg.sink.kind == "rabbitmq_stream":
+        from connectors.rabbitmq_sink import check_rabbitmq
+
+        kafka = check_rabbitmq(cfg)
+    else:
+        kafka = check_kafka(cfg)
     if cfg.checkpoint.store == "kafka" and not all(r.ok for r in kafka if r.name == "kafka"):
         results = run_checks(cfg, replica_id=replica_id)
         results.append(

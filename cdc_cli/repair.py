@@ -28,10 +28,9 @@ from cdc.position import BinlogPosition
 from cdc.source_events import ServerInfo
 from cdc.topics import TopicRouter
 from cdc.transaction import TransactionAssembler
+from cdc_cli.sinks import repair_publisher, repair_reader
 from connectors.avro_serializer import ConfluentAvroSerializer, registry_client
 from connectors.binlog_source import MySQLBinlogSourceFactory
-from connectors.kafka_reader import KafkaTopicReader
-from connectors.kafka_sink import KafkaPublisher
 
 
 @dataclass
@@ -49,7 +48,7 @@ def load_missing(report_dir: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def _present(reader: KafkaTopicReader, topics: set[str], wanted: set[tuple]) -> set[tuple]:
+def _present(reader: Any, topics: set[str], wanted: set[tuple]) -> set[tuple]:
     found: set[tuple] = set()
     for topic in topics:
         for partition in range(reader.partition_count(topic) or 0):
@@ -79,7 +78,7 @@ def repair(
 
     wanted = {key_of(m) for m in missing}
     topics = {m.get("expected_topic") or cfg.kafka.dead_letter_topic for m in missing} | {cfg.kafka.dead_letter_topic}
-    reader = KafkaTopicReader(cfg.kafka.clients())
+    reader = repair_reader(cfg)
     try:
         present = _present(reader, topics, wanted)
     finally:
@@ -94,7 +93,7 @@ def repair(
         replica_server_id or cfg.source.replica_server_id + 1,
         {(t.schema, t.table) for t in cfg.tables},
     )
-    publisher = KafkaPublisher(cfg.kafka.clients())
+    publisher = repair_publisher(cfg)
     serializer = ConfluentAvroSerializer(registry_client(cfg.schema_registry))
     mapper = OutboxMapper(TopicRouter(cfg.kafka.topic_allowlist))
     published = not_found = 0

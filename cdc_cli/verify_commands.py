@@ -32,7 +32,17 @@ def verify_config(
         start_file=start_file,
         topic_allowlist=tuple(cfg.kafka.topic_allowlist),
         consumer_conf=cfg.kafka.clients().settings("consumer"),  # [kafka.client] + [kafka.consumer], to executors too
+        sink=sink_source_options(cfg),
     )
+
+
+def sink_source_options(cfg: Config) -> dict[str, str]:
+    """The verifier's data source of a sink other than Kafka, with its options ({}: Kafka)."""
+    if cfg.sink.kind == "rabbitmq_stream":
+        mq = cfg.sink.rabbitmq_stream
+        return {"format": "cdc_rabbitmq", "host": mq.host, "port": str(mq.port), "vhost": mq.vhost, "user": mq.user,
+                "password": mq.password.reveal(), "empty_wait": str(mq.empty_wait_s)}  # fmt: skip
+    return {}
 
 
 def _require_spark() -> None:
@@ -139,6 +149,7 @@ def _cmd_locate(args: argparse.Namespace) -> int:
             args.partition,
             args.offset,
             consumer_conf=cfg.kafka.clients().settings("consumer"),
+            sink=sink_source_options(cfg),
         )
         if found is None:
             print(f"no record at {args.topic}[{args.partition}]@{args.offset}", file=sys.stderr)
@@ -159,6 +170,9 @@ def _cmd_locate(args: argparse.Namespace) -> int:
         pass
     pattern = template_pattern([t.topic for t in cfg.tables])
     topics = [cfg.kafka.dead_letter_topic]
+    sink = sink_source_options(cfg)
+    if sink:  # no stream listing (RabbitMQ 3.10): the topic named, or the tables' fixed topics
+        topics += [args.topic] if args.topic else [t.topic for t in cfg.tables if "{" not in t.topic]
     hits = locate_position(
         cfg.kafka.bootstrap,
         topics,
@@ -167,6 +181,7 @@ def _cmd_locate(args: argparse.Namespace) -> int:
         args.row,
         topic_pattern=pattern,
         consumer_conf=cfg.kafka.clients().settings("consumer"),
+        sink=sink,
     )
     for topic, partition, offset in hits:
         print(f"{topic}\t{partition}\t{offset}")

@@ -55,12 +55,18 @@ def locate_offset(
     offset: int,
     timeout: float = 30.0,
     consumer_conf: dict[str, Any] | None = None,
+    sink: dict[str, str] | None = None,
 ) -> dict[str, Any] | None:
     """The identity and binlog position of the record at `topic[partition]@offset`: a dict
     with `identity_key`, `source`, `position` ("file:pos" of the transaction start),
     `file`, `pos`, `row`, `gtid`, `commit_ts_ms`, `event_id`, `headers`, ... - or None when
     no record has that offset (a transaction marker, a compacted or deleted record, or
-    beyond the end)."""
+    beyond the end). `sink`: a sink other than Kafka (its verifier source's options,
+    cdc_cli.verify_commands.sink_source_options)."""
+    if sink:
+        for msg in _sink_records(sink, [topic], (partition, offset, offset + 1)):
+            return _identity_of(msg)
+        return None
     from confluent_kafka import TopicPartition
 
     consumer = kafka_consumer(kafka_bootstrap, consumer_conf)
@@ -114,6 +120,7 @@ def locate_position(
     row: int | None = None,
     topic_pattern: str | None = None,
     consumer_conf: dict[str, Any] | None = None,
+    sink: dict[str, str] | None = None,
 ) -> list[tuple[str, int, int]]:
     """Every (topic, partition, offset) whose headers name the transaction `where` of
     `source` - a binlog position `file:pos` (the transaction's start, as in the
@@ -124,9 +131,34 @@ def locate_position(
     if isinstance(topics, str):
         topics = [t.strip() for t in topics.split(",") if t.strip()]
     match = _matcher(source, where, row)
-    plan = plan_kafka(kafka_bootstrap, list(topics), topic_pattern, consumer_conf)
     found: list[tuple[str, int, int]] = []
-    for msg in scan_partitions(kafka_bootstrap, plan["partitions"], consumer_conf):
+    if sink:
+        messages: Any = _sink_records(sink, list(topics))  # the named topics (RabbitMQ 3.10 cannot list streams)
+    else:
+        plan = plan_kafka(kafka_bootstrap, list(topics), topic_pattern, consumer_conf)
+        messages = scan_partitions(kafka_bootstrap, plan["partitions"], consumer_conf)
+    for msg in messages:
         if match(hdr.header_dict(msg.headers())):
             found.append((msg.topic(), msg.partition(), msg.offset()))
     return sorted(found)
+
+
+def _sink_records(sink: dict[str, str], topics: list[str], only: tuple[int, int, int] | None = None) -> Any:
+    """The records of a sink other than Kafka: every one of `topics`, or of `only`
+    (partition, start, end) of the one topic."""
+    from spark_jobs.sink_read import sink_plan
+
+    fmt = sink["format"]
+    options = {k: v for k, v in sink.items() if k != "format"}
+    if fmt != "cdc_rabbitmq":
+        raise ValueError(f"cdc locate: no sink reader {fmt!r}")
+    from spark_jobs.rabbitmq_source import read_range, settings_from_options
+
+    settings = settings_from_options(options)
+    for part in sink_plan(fmt, options, topics)["partitions"]:
+        low, high = part["low"], part["high"]
+        if only is not None:
+            if part["partition"] != only[0]:
+                continue
+            low, high = max(low, only[1]), min(high, only[2])
+        yield from read_range(settings, part["topic"], part["partition"], part["stream"], low, high)

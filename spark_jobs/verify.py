@@ -59,6 +59,7 @@ from spark_jobs.kafka_source import aborted_records, plan_kafka
 from spark_jobs.reconcile import ReconcileContext, missing_entry, reconcile, summarize
 from spark_jobs.report import VerifyReport, write_outputs
 from spark_jobs.session import build_spark, register_sources
+from spark_jobs.sink_read import sink_read
 
 Progress = Callable[[str], None]
 MIN_SPLIT_BYTES = 4 << 20  # smaller binlog pieces cost more in task and connection set-up than they save
@@ -98,6 +99,9 @@ class VerifyConfig:
     # one Spark task each (more tasks than files: more cores finish sooner). None: about
     # three pieces per core; 0: one task per file.
     binlog_split_bytes: int | None = None
+    # A sink other than Kafka (docs/sinks.md): its Spark data source's format and options
+    # (`cdc_rabbitmq`: host, port, vhost, user, password); empty: the Kafka topics.
+    sink: Mapping[str, str] = field(default_factory=dict)
 
     def __repr__(self) -> str:
         return (
@@ -135,6 +139,7 @@ class VerifyConfig:
             "topic_allowlist": list(self.topic_allowlist),
             "partitioner": self.partitioner,
             "binlog_reader": self.binlog_reader,
+            "sink": self.sink.get("format", "cdc_kafka"),
         }
 
     @property
@@ -313,13 +318,16 @@ def run_verify(config: VerifyConfig, progress: Progress | None = None, spark: An
     settings_typed = {**settings, "port": int(settings["port"])}
     with _one_line_source_errors():
         bplan = plan_binlog(settings_typed, config.start_file, config.end_position, config.server_id_base)
-        say(f"kafka: planning (watermarks of {config.topics or config.effective_pattern()} + {config.dlq_topic})")
-        kplan = plan_kafka(
-            config.kafka_bootstrap,
-            list(config.topics) + [config.dlq_topic],
-            config.effective_pattern(),
-            config.consumer_conf,
-        )
+        if config.sink:
+            kplan = {}  # planned once the binlog names the topics (sink_read)
+        else:
+            say(f"kafka: planning (watermarks of {config.topics or config.effective_pattern()} + {config.dlq_topic})")
+            kplan = plan_kafka(
+                config.kafka_bootstrap,
+                list(config.topics) + [config.dlq_topic],
+                config.effective_pattern(),
+                config.consumer_conf,
+            )
     timings["plan"] = time.monotonic() - t
 
     def ranges(cores: int) -> dict[str, Any]:
@@ -352,16 +360,23 @@ def run_verify(config: VerifyConfig, progress: Progress | None = None, spark: An
             return ranges(spark.sparkContext.defaultParallelism)
 
         t = time.monotonic()
-        with _one_line_source_errors(), ThreadPoolExecutor(2, thread_name_prefix="cdc-read") as pool:
-            binlog_read = pool.submit(_read_binlog, spark, config, bplan, range_plan, say, timings)
-            kafka_read = pool.submit(_read_kafka, spark, config, kplan, binlog_read, say, timings)
-            try:
-                events_all, per_file, anomalies, expected_topics, has_xa = binlog_read.result()
-                records, per_partition = kafka_read.result()
-            except BaseException:
-                spark.sparkContext.cancelJobGroup(BINLOG_JOB_GROUP)
-                spark.sparkContext.cancelJobGroup(KAFKA_JOB_GROUP)
-                raise
+        if config.sink:
+            with _one_line_source_errors():
+                events_all, per_file, anomalies, expected_topics, has_xa = _read_binlog(
+                    spark, config, bplan, range_plan, say, timings
+                )
+                kplan, records, per_partition = sink_read(spark, config, expected_topics, say, timings)
+        else:
+            with _one_line_source_errors(), ThreadPoolExecutor(2, thread_name_prefix="cdc-read") as pool:
+                binlog_read = pool.submit(_read_binlog, spark, config, bplan, range_plan, say, timings)
+                kafka_read = pool.submit(_read_kafka, spark, config, kplan, binlog_read, say, timings)
+                try:
+                    events_all, per_file, anomalies, expected_topics, has_xa = binlog_read.result()
+                    records, per_partition = kafka_read.result()
+                except BaseException:
+                    spark.sparkContext.cancelJobGroup(BINLOG_JOB_GROUP)
+                    spark.sparkContext.cancelJobGroup(KAFKA_JOB_GROUP)
+                    raise
         timings["read"] = time.monotonic() - t
 
         read_topics = set(kplan["partition_counts"])
@@ -388,7 +403,7 @@ def run_verify(config: VerifyConfig, progress: Progress | None = None, spark: An
 
         if config.check_table:
             summary["outbox_table"] = _check_table(spark, settings, config, events_all)
-        if config.isolation == "read_committed":  # transactional delivery: what aborts left behind
+        if config.isolation == "read_committed" and not config.sink:  # Kafka transactions: what aborts left behind
             summary["aborted_records"] = aborted_records(
                 config.kafka_bootstrap,
                 kplan["partitions"],

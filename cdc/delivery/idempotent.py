@@ -28,6 +28,7 @@ from cdc.delivery.ledger import Ledger
 from cdc.errors import DeliveryError
 from cdc.lease import LeaseLost
 from cdc.lease_guard import LeaseGuard
+from cdc.metrics import RelayMetrics
 from cdc.ports import CheckpointStore, Publisher
 from cdc.relay_settings import RelaySettings
 from cdc.transaction import CommittedTransaction
@@ -107,3 +108,17 @@ class IdempotentDelivery:
 
     def abandon(self, exc: LeaseLost) -> None:
         pass  # what the producer queues is purged; no checkpoint after the lease ran out
+
+
+def idempotent_delivery(
+    settings: RelaySettings,
+    publisher: Publisher,
+    store: CheckpointStore,
+    ledger: Ledger,
+    guard: LeaseGuard,
+    metrics: RelayMetrics,
+    clock: Callable[[], float],
+) -> IdempotentDelivery:
+    """The DeliveryModeFactory of a sink whose exactly-once is the checkpoint and the
+    recovery scan alone (the RabbitMQ Streams sink, cdc_cli/sinks.py)."""
+    return IdempotentDelivery(settings, publisher, store, ledger, guard, clock)

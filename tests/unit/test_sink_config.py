@@ -8,7 +8,12 @@ import pytest
 from cdc.config import load_config
 from cdc.errors import ConfigError
 
-BASE = {"source": {"name": "shop"}, "outbox": {"tables": [{"schema": "s", "table": "outbox"}]}}
+# a sink other than Kafka keeps its checkpoint in a file (checkpoint.store = "kafka" is refused there)
+BASE = {
+    "source": {"name": "shop"},
+    "outbox": {"tables": [{"schema": "s", "table": "outbox"}]},
+    "checkpoint": {"store": "file", "path": "/tmp/cp.json"},
+}
 
 
 def _load(sink: dict | None, env: dict | None = None, files: dict | None = None):

@@ -1,0 +1,97 @@
+"""Helpers of the RabbitMQ Streams sink's tests: the relay's configuration for a node of
+`testbed/rabbitmq.py`, streams made ready, and everything the streams hold read back by the
+verifier's own reader (`spark_jobs/rabbitmq_source.py`, not the relay's
+`connectors/rabbitmq_sink.py`) as the independent checker's records."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import fastavro
+
+from cdc.sink_fields import partition_stream
+from connectors.avro_schemas import schema
+from tests.integration.harness import relay_raw_config
+from tests.integration.independent_checker import TopicRecord
+
+PASSWORD_ENV = "CDC_TEST_RABBITMQ_PASSWORD"
+
+
+def rabbit_raw_config(db, rabbitmq, database: str, prefix: str, checkpoint: Path, **overrides: Any) -> dict:
+    """harness.relay_raw_config with `[sink] kind = "rabbitmq_stream"` on `rabbitmq`."""
+    raw = relay_raw_config(db, SimpleNamespace(bootstrap_servers="unused:9"), database, prefix, checkpoint)
+    raw["sink"] = {
+        "kind": "rabbitmq_stream",
+        "rabbitmq_stream": {
+            "host": rabbitmq.host,
+            "port": rabbitmq.stream_port,
+            "user": rabbitmq.user,
+            "password_env": PASSWORD_ENV,
+            "empty_wait_s": 1.0,
+        },
+    }
+    for dotted, value in overrides.items():
+        section, _, key = dotted.partition("__")
+        sub, _, subkey = key.partition("__")
+        if subkey:
+            raw.setdefault(section, {}).setdefault(sub, {})[subkey] = value
+        elif key:
+            raw.setdefault(section, {})[key] = value
+        else:
+            raw[section] = value
+    return raw
+
+
+def rabbit_env(db, rabbitmq) -> dict[str, str]:
+    return {"CDC_TEST_MYSQL_PASSWORD": db.password or "", PASSWORD_ENV: rabbitmq.password}
+
+
+def create_streams(rabbitmq, streams: list[str]) -> None:
+    from rstream import Producer
+
+    async def go() -> None:
+        async with Producer(**rabbitmq.stream_settings()) as producer:
+            for stream in streams:
+                await producer.create_stream(stream)
+
+    asyncio.run(go())
+
+
+def create_topic(rabbitmq, topic: str, partitions: int = 1) -> None:
+    create_streams(rabbitmq, [topic] if partitions == 1 else [partition_stream(topic, n) for n in range(partitions)])
+
+
+def reader_settings(rabbitmq) -> dict[str, Any]:
+    return {**rabbitmq.stream_settings(), "vhost": "/"}
+
+
+def stream_messages(rabbitmq, topics: list[str]) -> list[Any]:
+    """Every message the topics' streams hold, as the verifier reads them (LogRecords)."""
+    from spark_jobs.rabbitmq_source import plan_rabbitmq, read_range
+
+    settings = reader_settings(rabbitmq)
+    out: list[Any] = []
+    for part in plan_rabbitmq(settings, topics, empty_wait=2.0)["partitions"]:
+        out.extend(read_range(settings, part["topic"], part["partition"], part["stream"], part["low"], part["high"]))
+    return out
+
+
+def stream_records(rabbitmq, topics: list[str]) -> list[TopicRecord]:
+    """The independent checker's records: event id from the Avro value (or, on the
+    dead-letter topic, from the JSON row), key as text."""
+    parsed = fastavro.parse_schema(schema())
+    out = []
+    for rec in stream_messages(rabbitmq, topics):
+        value = rec.value() or b""
+        if value[:1] == b"\x00":
+            event_id = fastavro.schemaless_reader(io.BytesIO(value[5:]), parsed, None)["id"]
+        else:
+            event_id = str(json.loads(value)["row"]["id"])
+        key = rec.key().decode() if rec.key() is not None else None
+        out.append(TopicRecord(rec.topic(), rec.partition(), rec.offset(), event_id, key))
+    return out

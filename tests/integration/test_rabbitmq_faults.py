@@ -1,0 +1,131 @@
+"""The fault suite's kinds on the RabbitMQ Streams sink, against a real RabbitMQ 3.10 node:
+while a workload of mixed transactions (1-5 or, long, 1-30 events, 5% rolled back, 10% XA)
+runs, the relay (`cdc run`, its own process) is killed with SIGKILL at random moments and at
+every named crash point, the node is SIGKILLed and restarted under a running relay, and cut
+off (SIGSTOP) and back. Then a clean relay reaches the binlog's end and the independent
+checker compares the committed outbox inserts with everything the streams hold, read by the
+verifier's own reader: 0 missing, 0 duplicates, per-key order kept.
+
+Short by default (about 3k events, 3 random kills, each crash point once, one node restart,
+one cut-off). The long run, over >= 50k events with 30 random kills, 2 rounds of crash points,
+2 node restarts and 2 cut-offs:
+
+    CDC_FAULT_LONG=1 .venv/bin/python -m pytest tests/integration/test_rabbitmq_faults.py -s
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from pathlib import Path
+
+import pytest
+
+from cdc import crashpoints
+from tests.integration.harness import OUTBOX_DDL, RelayProcess, wait_until
+from tests.integration.independent_checker import check, committed_outbox_events
+from tests.integration.rabbit_streams import create_topic, rabbit_env, rabbit_raw_config, stream_records
+from tests.integration.test_faults import LONG, Writer, _checkpoint_reached, _server_end
+
+pytestmark = [pytest.mark.integration, pytest.mark.fault, pytest.mark.slow]
+
+POINTS = ("mid_transaction", "after_produce", "after_ack_before_checkpoint", "recovery", "checkpoint_write",
+          "xa_prepared", "xa_outcome")  # fmt: skip
+
+
+def _crash_at(point: str, rng: random.Random) -> str:
+    nth = {"recovery": 1, "after_ack_before_checkpoint": 1}.get(point) or (
+        rng.randint(1, 10) if point in ("checkpoint_write", "xa_prepared", "xa_outcome") else rng.randint(1, 400)
+    )
+    return f"{point}@{nth}"
+
+
+def _wait_publishing(relay: RelayProcess, checkpoint: Path) -> None:
+    """Until the relay has written a checkpoint of its own (it started and publishes)."""
+    before = checkpoint.stat().st_mtime_ns if checkpoint.exists() else 0
+    wait_until(
+        lambda: (checkpoint.exists() and checkpoint.stat().st_mtime_ns > before) or not relay.alive(),
+        120,
+        "the relay to checkpoint",
+    )
+    assert relay.alive(), relay.log_text()[-3000:]
+
+
+def test_exactly_once_across_relay_kills_crash_points_and_node_faults(
+    mariadb, rabbitmq, database, topic_prefix, tmp_path
+):
+    assert set(POINTS) == set(crashpoints.POINTS) - {"txn_before_commit", "txn_after_commit"}
+    events, kills, rounds, node_faults = (50_000, 30, 2, 2) if LONG else (3_000, 3, 1, 1)
+    with mariadb.connect(database) as conn, conn.cursor() as cur:
+        cur.execute(OUTBOX_DDL.format(name="outbox"))
+    topics = [f"{topic_prefix}.order", f"{topic_prefix}.payment", f"{topic_prefix}.dlq"]
+    create_topic(rabbitmq, topics[0])
+    create_topic(rabbitmq, topics[1], partitions=3)
+    raw = rabbit_raw_config(
+        mariadb, rabbitmq, database, topic_prefix, tmp_path / "cp.json", topics__missing="dead_letter"
+    )
+    env = rabbit_env(mariadb, rabbitmq)
+    start = raw["source"]["start"]
+    rng = random.Random(29)
+    schedule = [p for _ in range(rounds) for p in POINTS] + ["kill"] * kills + ["restart", "pause"] * node_faults
+    rng.shuffle(schedule)
+    writer = Writer(lambda: mariadb.connect(database), 10**9, pause_s=0.002 if LONG else 0.004)
+    writer.start()
+    reached = dict.fromkeys(POINTS, 0)
+    t0 = time.monotonic()
+    try:
+        for kind in schedule:
+            if kind in POINTS:
+                relay = RelayProcess(raw, env, tmp_path, crash_at=_crash_at(kind, rng))
+                try:
+                    relay.wait(90)
+                    reached[kind] += 1  # it died by its own SIGKILL at the point
+                except Exception:
+                    relay.kill()
+                continue
+            relay = RelayProcess(raw, env, tmp_path)
+            if kind in ("restart", "pause"):  # the node's fault comes to a relay that publishes
+                _wait_publishing(relay, tmp_path / "cp.json")
+            time.sleep(rng.uniform(0.8, 3.0))  # the fault's timing, not a wait for a condition
+            if kind == "restart":
+                rabbitmq.restart(graceful=False)  # the node loses what it had not confirmed
+                time.sleep(rng.uniform(1.0, 3.0))
+                assert relay.alive(), f"the relay stopped on a node restart:\n{relay.log_text()[-3000:]}"
+            elif kind == "pause":
+                rabbitmq.pause()
+                time.sleep(rng.uniform(2.0, 6.0))
+                rabbitmq.resume()
+                time.sleep(rng.uniform(0.5, 2.0))
+                assert relay.alive(), f"the relay stopped on a cut-off:\n{relay.log_text()[-3000:]}"
+            relay.kill()
+        while writer.attempted < events:  # the rest of the workload, under random kills
+            relay = RelayProcess(raw, env, tmp_path)
+            time.sleep(rng.uniform(0.8, 3.0))
+            relay.kill()
+    finally:
+        writer.stop_flag.set()
+        writer.finish()
+    end = _server_end(mariadb)
+    final = RelayProcess(raw, env, tmp_path)
+    try:
+        wait_until(
+            lambda: _checkpoint_reached(tmp_path / "cp.json", end) or not final.alive(),
+            600 if LONG else 300,
+            f"the final relay to reach {end}",
+        )
+        assert final.alive(), f"final relay exited:\n{final.log_text()[-3000:]}"
+        assert final.terminate() == 0
+    finally:
+        if final.alive():
+            final.kill()
+    file, pos = start.split(":")
+    committed = committed_outbox_events(mariadb.connection_settings(), database, start_file=file, start_pos=int(pos))
+    result = check(committed, stream_records(rabbitmq, topics))
+    print(
+        f"\nRabbitMQ faults: {writer.attempted} attempted events ({writer.xa_prepared} XA prepared), schedule "
+        f"{len(schedule)} faults + random kills to the end, crash points reached {reached}, in "
+        f"{time.monotonic() - t0:.0f}s: {result.summary()}"
+    )
+    assert result.committed >= (events * 0.9 if LONG else 1000)
+    assert all(n == rounds for n in reached.values()), reached
+    assert result.clean, result.summary()

@@ -1,0 +1,102 @@
+"""The RabbitMQ Streams sink's pieces that need no server: Kafka's key hash (a key's stream
+is the partition a Kafka producer would pick), the offsets reported for confirmations, and
+`[sink.rabbitmq_stream]`'s validation. Against the real node: tests/integration/test_rabbitmq_sink.py."""
+
+from __future__ import annotations
+
+import pytest
+
+from cdc.config import load_config
+from cdc.errors import ConfigError
+from connectors.rabbitmq_sink import _Stream, murmur2, murmur2_partition
+
+BASE = {
+    "source": {"host": "db", "user": "u", "name": "src"},
+    "outbox": {"tables": [{"schema": "app", "table": "outbox"}]},
+    "sink": {"kind": "rabbitmq_stream"},
+    "checkpoint": {"store": "file", "path": "/tmp/cp.json"},
+}
+
+
+@pytest.mark.parametrize(
+    ("key", "expected"),
+    [  # Apache Kafka's UtilsTest.testMurmur2
+        ("21", -973932308),
+        ("foobar", -790332482),
+        ("a-little-bit-long-string", -985981536),
+        ("a-little-bit-longer-string", -1486304829),
+        ("lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8", -58897971),
+        ("abc", 479470107),
+    ],
+)
+def test_murmur2_is_kafkas(key: str, expected: int) -> None:
+    assert murmur2(key.encode()) == expected
+
+
+def test_a_keys_partition_is_kafkas_and_always_the_same() -> None:
+    assert murmur2_partition(b"21", 3) == (-973932308 & 0x7FFFFFFF) % 3
+    assert {murmur2_partition(f"k{n}".encode(), 3) for n in range(50)} == {0, 1, 2}
+    assert murmur2_partition(b"k7", 1) == 0
+
+
+def test_a_confirmed_id_is_reported_at_the_streams_end_plus_its_place_in_the_run() -> None:
+    # the broker held ids up to 40 and the stream ended at offset 1000 when the run declared it
+    stream = _Stream("s", "t", 0, publisher_id=0, highest=40, end=1000, next_id=41)
+    assert [stream.offset(i) for i in (41, 42, 50)] == [1000, 1001, 1009]
+
+
+def _cfg(**sections):
+    raw = {k: dict(v) if isinstance(v, dict) else v for k, v in BASE.items()}
+    for name, value in sections.items():
+        raw[name] = {**raw.get(name, {}), **value}
+    return load_config(raw, {"RABBIT": "secret"})
+
+
+def test_a_rabbitmq_sink_loads_with_its_settings() -> None:
+    cfg = _cfg(sink={"kind": "rabbitmq_stream", "rabbitmq_stream": {"port": 5551, "tls": True, "password_env": "RABBIT",
+                                                                      "producer_name": "p", "publish_timeout_s": 5}})  # fmt: skip
+    rabbit = cfg.sink.rabbitmq_stream
+    assert (rabbit.port, rabbit.tls, rabbit.producer_name, rabbit.publish_timeout_s) == (5551, True, "p", 5)
+    assert rabbit.password.reveal() == "secret" and "secret" not in repr(cfg)
+
+
+@pytest.mark.parametrize(
+    ("sections", "says"),
+    [
+        ({"checkpoint": {"store": "kafka"}}, 'set checkpoint.store = "file"'),
+        ({"kafka": {"delivery": "transactional"}}, "has no broker transactions"),
+        ({"sink": {"kind": "rabbitmq_stream", "rabbitmq_stream": {"publish_timeout_s": 0}}}, "must be positive"),
+        ({"sink": {"kind": "rabbitmq_stream", "rabbitmq_stream": {"cert_file": "c.pem"}}}, "cert_file and key_file"),
+    ],
+)
+def test_settings_that_cannot_work_are_refused_in_one_line(sections, says) -> None:
+    with pytest.raises(ConfigError) as info:
+        _cfg(**sections)
+    assert says in str(info.value) and "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "headers"),
+    [
+        (b"order-1", b"\x00\x01avro" * 3, [("cdc.source", b"shop"), ("id", "é-ü".encode()), ("cdc.binlog.pos", b"4")]),
+        (None, None, [("cdc.dlq.cause", b"too_large"), ("empty", b"")]),  # null key, tombstone
+        (b"k", b"v" * 70_000, [("h" * 300, b"x" * 300)]),  # lengths past one byte
+    ],
+)
+def test_the_amqp_message_decodes_as_the_verifier_reads_it(key, value, headers) -> None:
+    from rstream.amqp import amqp_decoder
+
+    from cdc.sink_fields import message_properties
+    from connectors.rabbitmq_sink import encode_message
+    from spark_jobs.rabbitmq_source import message_record
+
+    data = encode_message(key, value, headers, 1_700_000_000_123)
+    msg = amqp_decoder(data)
+    assert msg.properties.creation_time == 1_700_000_000_123
+    props = {k.decode() if isinstance(k, bytes) else k: v for k, v in msg.application_properties.items()}
+    assert {k: v.decode() if isinstance(v, bytes) else v for k, v in props.items()} == message_properties(
+        key, headers, value
+    )
+    record = message_record("t", 0, 5, 0, data)  # the verifier's own reading
+    assert record.key() == key and record.value() == value and record.timestamp() == (1, 1_700_000_000_123)
+    assert dict(record.headers()) == {n: v for n, v in headers}
