@@ -13,6 +13,7 @@ import datetime as _dt
 import json
 import uuid as _uuid
 from dataclasses import dataclass
+from sys import intern
 from typing import Any
 
 from cdc.errors import ConfigError
@@ -104,7 +105,8 @@ class OutboxTable:
 
     @property
     def qualified_name(self) -> str:
-        return self.schema + "." + self.table
+        # One object per name (see OutboxMapper.map): the pipe pickles it once per message.
+        return intern(self.schema + "." + self.table)
 
     @property
     def required_columns(self) -> tuple[str, ...]:
@@ -268,6 +270,10 @@ class OutboxMapper:
             aggregate_type = text_of(aggregate_type)
         if type(event_type) is not str:
             event_type = text_of(event_type)
+        # The same few texts on every row: one object each, so the reader process's pipe
+        # (connectors/reader_process.py) pickles each once per message, not once per event
+        # (pickle memoizes by identity), and the relay unpickles one object, not one per event.
+        aggregate_type, event_type = intern(aggregate_type), intern(event_type)
         route = self._router.route(table.topic, aggregate_type, event_type, table.schema, table.table)
         if route.problem is not None:
             return self._dead(table, row, identity, route.cause or "illegal_topic", route.problem, route.topic)

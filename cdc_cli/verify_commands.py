@@ -6,9 +6,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import TYPE_CHECKING
 
-from cdc.config import Config
 from cdc.position import BinlogPosition
+
+if TYPE_CHECKING:  # not at run time: `cdc run` builds this parser before it starts its reader process
+    from cdc.config import Config
 
 
 def verify_config(

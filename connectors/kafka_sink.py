@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer
@@ -130,34 +132,65 @@ class KafkaPublisher:
         on_delivery: DeliveryCallback,
         timestamp_ms: int | None = None,
     ) -> None:
-        health = self._health
-
-        def report(err: KafkaError | None, msg: Any) -> None:
-            if err is None:
-                if health is not None and health.down:
-                    health.reachable()
-                offset = msg.offset()  # None: acknowledged without an offset (a retried batch already written)
-                on_delivery(Delivery(topic, msg.partition(), -1 if offset is None else offset))
+        # A partial of a method, not a closure: this runs once per message (a closure's
+        # cells would make every local here a cell as well).
+        report = partial(self._report, topic, on_delivery)
+        try:
+            if timestamp_ms is None:
+                self._producer.produce(topic, value, key, on_delivery=report, headers=headers)  # type: ignore[arg-type]  # list invariance: bytes values are what it takes
             else:
-                on_delivery(Delivery(topic, msg.partition() if msg is not None else -1, -1, _failure(err)))
+                self._producer.produce(topic, value, key, on_delivery=report, headers=headers, timestamp=timestamp_ms)  # type: ignore[arg-type]  # as above
+        except BufferError:
+            self._producer.poll(0.05)  # queue full: wait for acknowledgements, never drop
+            self._produce_waiting(topic, key, value, headers, on_delivery, timestamp_ms, report)
+        except KafkaException as exc:
+            self._refused(topic, on_delivery, exc)
 
+    def _produce_waiting(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        headers: list[tuple[str, bytes | None]],
+        on_delivery: DeliveryCallback,
+        timestamp_ms: int | None,
+        report: Callable[[KafkaError | None, Any], None],
+    ) -> None:
+        """`publish` once the queue was full: try again, waiting while it stays full."""
         produce, poll = self._producer.produce, self._producer.poll
         while True:
             try:
                 if timestamp_ms is None:
-                    produce(topic, value, key, on_delivery=report, headers=headers)  # type: ignore[arg-type]  # list invariance: bytes values are what it takes
+                    produce(topic, value, key, on_delivery=report, headers=headers)  # type: ignore[arg-type]  # as in publish
                 else:
-                    produce(topic, value, key, on_delivery=report, headers=headers, timestamp=timestamp_ms)  # type: ignore[arg-type]  # as above
+                    produce(topic, value, key, on_delivery=report, headers=headers, timestamp=timestamp_ms)  # type: ignore[arg-type]  # as in publish
                 return
             except BufferError:
                 poll(0.05)  # queue full: wait for acknowledgements, never drop
             except KafkaException as exc:
-                err = exc.args[0]
-                if err.code() in _TOO_LARGE or err.code() in _NO_TOPIC:
-                    on_delivery(Delivery(topic, -1, -1, _failure(err)))
-                    return
-                self._raise_if_fenced(err)
-                raise DeliveryError(f"Kafka refused a message for {topic}: {err.name()}: {err.str()}") from exc
+                self._refused(topic, on_delivery, exc)
+                return
+
+    def _refused(self, topic: str, on_delivery: DeliveryCallback, exc: KafkaException) -> None:
+        """librdkafka refused to queue the message: too large or no such topic is the
+        message's delivery failure (reported at once); anything else stops the relay."""
+        err = exc.args[0]
+        if err.code() in _TOO_LARGE or err.code() in _NO_TOPIC:
+            on_delivery(Delivery(topic, -1, -1, _failure(err)))
+            return
+        self._raise_if_fenced(err)
+        raise DeliveryError(f"Kafka refused a message for {topic}: {err.name()}: {err.str()}") from exc
+
+    def _report(self, topic: str, on_delivery: DeliveryCallback, err: KafkaError | None, msg: Any) -> None:
+        """librdkafka's delivery report of one message, as the port's Delivery."""
+        if err is None:
+            health = self._health
+            if health is not None and health.down:
+                health.reachable()
+            offset = msg.offset()  # None: acknowledged without an offset (a retried batch already written)
+            on_delivery(Delivery(topic, msg.partition(), -1 if offset is None else offset))
+        else:
+            on_delivery(Delivery(topic, msg.partition() if msg is not None else -1, -1, _failure(err)))
 
     def poll(self, timeout: float) -> None:
         self._producer.poll(timeout)

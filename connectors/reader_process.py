@@ -31,7 +31,6 @@ Secrets travel in the spawn arguments (a pipe), never in argv or the environment
 from __future__ import annotations
 
 import importlib
-import os
 import signal
 import subprocess
 import sys
@@ -51,6 +50,7 @@ from cdc.position import BinlogPosition
 from cdc.relay_settings import RelaySettings
 from cdc.transaction import CommittedTransaction
 from connectors.process import die_with_parent
+from connectors.reader_spawn import SpawnedReader, spawn
 
 CHUNK = 256  # items per pipe message
 
@@ -72,27 +72,17 @@ class ReaderSpec:
 
 class ReaderProcessFeeds:
     """FeedFactory: spawns the reader process at once (its imports then overlap the
-    relay's start-up); `configure` hands it the spec, `open` starts its stream."""
+    relay's start-up), or takes one `cdc run` spawned earlier still (`spawned`,
+    connectors/reader_spawn.py); `configure` hands it the spec, `open` starts its stream."""
 
-    def __init__(self, spec: ReaderSpec | None = None):
-        self._spawn(spec)
+    def __init__(self, spec: ReaderSpec | None = None, spawned: SpawnedReader | None = None):
+        self._spawn(spec, spawned)
 
-    def _spawn(self, spec: ReaderSpec | None) -> None:
-        # Two one-way pipes: transactions child -> relay (enlarged, so the child can run a
-        # few transactions ahead instead of waiting for each to be taken), control back.
-        # A plain `python -m` child (not multiprocessing's spawn, which would start a
-        # resource-tracker process too and re-import the relay's main module).
-        data_r, data_w = os.pipe()
-        control_r, control_w = os.pipe()
-        _enlarge(data_r)
-        self._process = _Child(subprocess.Popen(
-            [sys.executable, "-m", "connectors.reader_process", str(data_w), str(control_r), str(os.getpid())],
-            pass_fds=(data_w, control_r), close_fds=True, cwd=os.getcwd(),
-        ))  # fmt: skip
-        os.close(data_w)
-        os.close(control_r)
-        self._data = Connection(data_r, writable=False)
-        self._control = Connection(control_w, readable=False)
+    def _spawn(self, spec: ReaderSpec | None, spawned: SpawnedReader | None = None) -> None:
+        spawned = spawned or spawn()
+        self._process = _Child(spawned.popen)
+        self._data = Connection(spawned.data_fd, writable=False)
+        self._control = Connection(spawned.control_fd, readable=False)
         self._configured = False
         self._spec: ReaderSpec | None = None
         self._opened = False
@@ -270,16 +260,6 @@ def _rebuild_error(module: str, name: str, message: str) -> BaseException:
 
 
 # ----------------------------------------------------------------------------- child
-
-
-def _enlarge(fd: int, size: int = 1 << 20) -> None:
-    """Grow a pipe's buffer (Linux F_SETPIPE_SZ; up to /proc/sys/fs/pipe-max-size)."""
-    try:
-        import fcntl
-
-        fcntl.fcntl(fd, 1031, size)
-    except (ImportError, OSError):
-        pass
 
 
 def _child_main(conn: Any, control: Any, parent_pid: int) -> None:
