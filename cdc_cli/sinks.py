@@ -60,7 +60,24 @@ def kafka_adapters(cfg: Config, metrics: RelayMetrics) -> SinkAdapters:
     )
 
 
+def nats_adapters(cfg: Config) -> SinkAdapters:
+    from connectors.nats_sink import NatsJetStreamPublisher, NatsStreamAdmin, NatsStreamReader
+
+    nats = cfg.sink.nats_jetstream
+    reader = NatsStreamReader(nats)
+    topics = NatsStreamAdmin(nats, reader) if cfg.topics.missing == "create" else None
+    # Idempotent delivery over JetStream: Nats-Msg-Id within the stream's duplicate window,
+    # the recovery scan after it (docs/DESIGN.md "NATS JetStream"). A previous holder's
+    # message can reach the server until its delivery timeout.
+    return SinkAdapters(
+        NatsJetStreamPublisher(nats, cfg.source.name), reader, checkpoint_store(cfg), topics, kafka_delivery,
+        f"NATS JetStream {','.join(nats.servers)}", nats.delivery_timeout_s,
+    )  # fmt: skip
+
+
 def sink_adapters(cfg: Config, metrics: RelayMetrics) -> SinkAdapters:
     if cfg.sink.kind == "kafka":
         return kafka_adapters(cfg, metrics)
+    if cfg.sink.kind == "nats_jetstream":
+        return nats_adapters(cfg)
     raise NotImplementedError(f"sink.kind = {cfg.sink.kind!r} is not wired yet")
