@@ -270,7 +270,9 @@ class NatsJetStreamPublisher:
 
     async def _reconnect(self, now: float) -> bool:
         old, self._nc = self._nc, None
-        if old is not None and not old.is_closed:
+        if old is not None and old.is_closed:
+            log.warning("NATS %s: connection lost; connecting again", self._name)
+        elif old is not None:
             log.warning("NATS %s: no answer for %g s; connecting again", self._name, self._cfg.ack_timeout_s)
             try:
                 await old.close()
