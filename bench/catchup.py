@@ -5,6 +5,7 @@ parse rate of the same binlog measured in the same run.
     ./run.sh bench catchup [--events 200000] [--mixed] [--profile out.svg]   (with --format: the format's first run)
     ./run.sh bench catchup --compressed [--events 200000] [--pairs 2]
     ./run.sh bench catchup --delivery transactional [--events 100000]
+    ./run.sh bench catchup --sink nats_jetstream [--events 200000]
 
 `--compressed` starts mariadbd with --log-bin-compress=ON --log-bin-compress-min-len=10
 and writes the same workload twice, into two databases: once with log_bin_compress
@@ -33,6 +34,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -124,6 +126,7 @@ def run_relay(
     kill_at: float | None = None,
     kafka_store: bool = False,
     fmt: str = "envelope",
+    sink: Any = None,
 ) -> dict:
     """One relay over the range. `kill_at`: SIGKILL it once this share of the events is
     checkpointed, restart it and measure its start (to the "recovering from checkpoint" line)."""
@@ -167,6 +170,7 @@ topic = "{prefix}.{{aggregate_type}}"
 bootstrap = "{kafka.bootstrap_servers}"
 dead_letter_topic = "{prefix}.dlq"
 delivery = "{delivery}"
+{sink.toml if sink is not None else ""}
 [schema_registry]
 url = "mock://bench"
 [checkpoint]
@@ -177,7 +181,7 @@ enabled = false
 [log]
 level = "{"INFO" if kill_at else "WARNING"}"
 """)
-    env = {**os.environ, "BENCH_MYSQL_PASSWORD": db.password}
+    env = {**os.environ, "BENCH_MYSQL_PASSWORD": db.password, **(sink.env if sink is not None else {})}
     cmd = [sys.executable, "-m", "cdc_cli.main", "run", "--config", str(cfg), "--skip-check"]
     if profile:
         fmt = "raw" if profile.endswith(".txt") else "flamegraph"
@@ -225,8 +229,16 @@ level = "{"INFO" if kill_at else "WARNING"}"
         proc.kill()
         proc.wait()
         return {"restart": started, "line": line.split("cdc.relay: ", 1)[-1]}
-    watcher = Consumer({"bootstrap.servers": kafka.bootstrap_servers, "group.id": "bench-watch"})
-    parts = [TopicPartition(f"{prefix}.order", p) for p in range(24)]
+    if sink is not None:
+        moved, done = sink.first_moved, sink.close
+    else:
+        watcher = Consumer({"bootstrap.servers": kafka.bootstrap_servers, "group.id": "bench-watch"})
+        parts = [TopicPartition(f"{prefix}.order", p) for p in range(24)]
+
+        def moved() -> bool:
+            return any(watcher.get_watermark_offsets(tp, timeout=1, cached=False)[1] > 0 for tp in parts)
+
+        done = watcher.close
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     ps = psutil.Process(proc.pid)
@@ -234,11 +246,11 @@ level = "{"INFO" if kill_at else "WARNING"}"
     first_event = None
     # Time to the first acknowledged event: the first moment a partition's end moves.
     while first_event is None and proc.poll() is None and time.perf_counter() - t0 < 30:
-        if any(watcher.get_watermark_offsets(tp, timeout=1, cached=False)[1] > 0 for tp in parts[:24]):
+        if moved():
             first_event = time.perf_counter() - t0
         else:
             time.sleep(0.005)
-    watcher.close()
+    done()
     peak_pss = 0
     cpu_by_pid: dict[int, float] = {}
     last_pss = 0.0
@@ -285,6 +297,30 @@ level = "{"INFO" if kill_at else "WARNING"}"
         "first_event": first_event,
         "events": data.get("events_delivered", 0),
     }
+
+
+def compare_sink(
+    args: argparse.Namespace, db, kafka, database: str, start: str, end: tuple[str, int], tmp: str
+) -> None:
+    """--sink NAME: the relay over the same binlog to the Kafka stand-in, then to NAME's
+    real server (bench/sink_servers.py), events/s of each."""
+    from bench.sink_servers import sink_server
+
+    rates = {}
+    with sink_server(args.sink, "bench") as sink:
+        for name in ("kafka", args.sink):
+            r = run_relay(
+                db, kafka, database, start, end, Path(tmp) / name, None, sink=sink if name != "kafka" else None
+            )
+            if r["events"] != args.events:
+                raise SystemExit(f"{name}: the relay delivered {r['events']} events, the workload wrote {args.events}")
+            rates[name] = args.events / r["elapsed"]
+            steady = args.events / (r["elapsed"] - r["first_event"])
+            print(
+                f"{name}: {rates[name]:,.0f} events/s end to end ({steady:,.0f}/s after the first event), "
+                f"CPU {r['cpu']:.1f}s, peak RSS {r['peak_rss'] / 2**20:.0f} MiB"
+            )
+    print(f"{args.sink} / kafka: {rates[args.sink] / rates['kafka']:.2f} (events/s, same binlog, same run)")
 
 
 def _status(db) -> tuple[str, int]:
@@ -472,6 +508,11 @@ def main() -> None:
         help="an output format against the envelope, over the same binlog in alternating pairs (--pairs)",
     )
     ap.add_argument(
+        "--sink",
+        default=None,
+        help="nats_jetstream: the relay on that sink (a real server) against the Kafka sink, same binlog, same run",
+    )
+    ap.add_argument(
         "--delivery",
         choices=("idempotent", "transactional"),
         default="idempotent",
@@ -513,6 +554,9 @@ def main() -> None:
             return
         if args.delivery == "transactional":
             compare_delivery(args, db, database, f"{start_file}:{start_pos}", (end[0], int(end[1])), tmp)
+            return
+        if args.sink:
+            compare_sink(args, db, kafka, database, f"{start_file}:{start_pos}", (end[0], int(end[1])), tmp)
             return
         naive, rows = naive_parse_rate(db, start_file, start_pos, database)
         print(f"naive python-mysql-replication parse: {naive:,.0f} outbox events/s ({rows} rows read)")

@@ -65,7 +65,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
-    from connectors.kafka_check import check_kafka
+    from cdc_cli.sinks import sink_check
     from connectors.preflight import CheckResult, run_checks
 
     cfg = read_config(args.config)
@@ -91,7 +91,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
     replica_id = not lease or "is free" in lease[0].message
     # Kafka first (at most kafka_check.TIMEOUT_S): a checkpoint kept in Kafka is read only
     # when Kafka answers; its lines are printed last.
-    kafka = check_kafka(cfg)
+    kafka = sink_check(cfg)
     if cfg.checkpoint.store == "kafka" and not all(r.ok for r in kafka if r.name == "kafka"):
         results = run_checks(cfg, replica_id=replica_id)
         results.append(

@@ -49,7 +49,7 @@ def load_missing(report_dir: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def _present(reader: KafkaTopicReader, topics: set[str], wanted: set[tuple]) -> set[tuple]:
+def _present(reader: Any, topics: set[str], wanted: set[tuple]) -> set[tuple]:
     found: set[tuple] = set()
     for topic in topics:
         for partition in range(reader.partition_count(topic) or 0):
@@ -59,6 +59,16 @@ def _present(reader: KafkaTopicReader, topics: set[str], wanted: set[tuple]) -> 
                 if key in wanted:
                     found.add(key)
     return found
+
+
+def _sink_clients(cfg: Config) -> tuple[Any, Callable[[], Any]]:
+    """The sink's reader (cdc.ports.DeliveredLog) and what makes its publisher."""
+    if cfg.sink.kind == "nats_jetstream":
+        from connectors.nats_sink import NatsJetStreamPublisher, NatsStreamReader
+
+        nats = cfg.sink.nats_jetstream
+        return NatsStreamReader(nats), lambda: NatsJetStreamPublisher(nats, "repair")
+    return KafkaTopicReader(cfg.kafka.clients()), lambda: KafkaPublisher(cfg.kafka.clients())
 
 
 def repair(
@@ -79,7 +89,7 @@ def repair(
 
     wanted = {key_of(m) for m in missing}
     topics = {m.get("expected_topic") or cfg.kafka.dead_letter_topic for m in missing} | {cfg.kafka.dead_letter_topic}
-    reader = KafkaTopicReader(cfg.kafka.clients())
+    reader, make_publisher = _sink_clients(cfg)
     try:
         present = _present(reader, topics, wanted)
     finally:
@@ -94,7 +104,7 @@ def repair(
         replica_server_id or cfg.source.replica_server_id + 1,
         {(t.schema, t.table) for t in cfg.tables},
     )
-    publisher = KafkaPublisher(cfg.kafka.clients())
+    publisher = make_publisher()
     serializer = ConfluentAvroSerializer(registry_client(cfg.schema_registry))
     mapper = OutboxMapper(TopicRouter(cfg.kafka.topic_allowlist))
     published = not_found = 0
@@ -139,7 +149,10 @@ def repair(
                     on_delivery,
                 )
         tx.release()
-    if publisher.flush(60) or failures:
+    unacknowledged = publisher.flush(60)
+    if cfg.sink.kind != "kafka":
+        publisher.close()
+    if unacknowledged or failures:
         raise DeliveryError(f"repair: {len(failures)} messages were not acknowledged ({'; '.join(failures[:3])})")
     return RepairResult(len(missing), published, len(present), not_found)
 

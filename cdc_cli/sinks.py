@@ -81,3 +81,14 @@ def sink_adapters(cfg: Config, metrics: RelayMetrics) -> SinkAdapters:
     if cfg.sink.kind == "nats_jetstream":
         return nats_adapters(cfg)
     raise NotImplementedError(f"sink.kind = {cfg.sink.kind!r} is not wired yet")
+
+
+def sink_check(cfg: Config) -> list:
+    """`cdc check`'s lines about the sink (Kafka's: connectors/kafka_check.py)."""
+    if cfg.sink.kind == "nats_jetstream":
+        from connectors.nats_sink import check_nats
+
+        return check_nats(cfg.sink.nats_jetstream, cfg.kafka.dead_letter_topic)
+    from connectors.kafka_check import check_kafka
+
+    return check_kafka(cfg)

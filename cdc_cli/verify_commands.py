@@ -32,7 +32,25 @@ def verify_config(
         start_file=start_file,
         topic_allowlist=tuple(cfg.kafka.topic_allowlist),
         consumer_conf=cfg.kafka.clients().settings("consumer"),  # [kafka.client] + [kafka.consumer], to executors too
+        sink_kind=cfg.sink.kind,
+        sink_options=sink_source_options(cfg),
     )
+
+
+def sink_source_options(cfg: Config) -> dict[str, str]:
+    """The connection options of the sink's Spark data source (none for Kafka's: those
+    are VerifyConfig's own fields)."""
+    if cfg.sink.kind == "nats_jetstream":
+        nats = cfg.sink.nats_jetstream
+        out = {"servers": ",".join(nats.servers), "user": nats.user, "password": nats.password.reveal()}
+        return {**out, "token": nats.token.reveal()} if nats.token.reveal() else out
+    return {}
+
+
+def _nats_settings(cfg: Config) -> dict:
+    from spark_jobs.nats_source import settings_from_options
+
+    return settings_from_options(sink_source_options(cfg))
 
 
 def _require_spark() -> None:
@@ -55,6 +73,12 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 
         vcfg = replace(vcfg, binlog_reader=args.binlog_reader)
     if args.follow:
+        if cfg.sink.kind != "kafka":
+            from cdc.errors import ConfigError
+
+            raise ConfigError(
+                f"cdc verify --follow reads Kafka only, and sink.kind = {cfg.sink.kind!r}: run cdc verify without --follow"
+            )
         return _follow(args, vcfg)
     report = run_verify(vcfg, progress=lambda m: print(f"  {m}", file=sys.stderr, flush=True))
     print(report.summary_text())  # its last line names the JSON and HTML reports
@@ -125,7 +149,7 @@ def _cmd_repair(args: argparse.Namespace) -> int:
 
 def _cmd_locate(args: argparse.Namespace) -> int:
     from cdc_cli.config_file import read_config
-    from spark_jobs.locate import locate_offset, locate_position
+    from spark_jobs.locate import locate_offset, locate_offset_nats, locate_position, locate_position_nats
     from spark_jobs.verify import template_pattern
 
     cfg = read_config(args.config)
@@ -133,13 +157,16 @@ def _cmd_locate(args: argparse.Namespace) -> int:
         if not args.topic or args.partition is None:
             print("cdc locate: --offset needs --topic and --partition", file=sys.stderr)
             return 2
-        found = locate_offset(
-            cfg.kafka.bootstrap,
-            args.topic,
-            args.partition,
-            args.offset,
-            consumer_conf=cfg.kafka.clients().settings("consumer"),
-        )
+        if cfg.sink.kind == "nats_jetstream":
+            found = locate_offset_nats(_nats_settings(cfg), args.topic, args.offset)
+        else:
+            found = locate_offset(
+                cfg.kafka.bootstrap,
+                args.topic,
+                args.partition,
+                args.offset,
+                consumer_conf=cfg.kafka.clients().settings("consumer"),
+            )
         if found is None:
             print(f"no record at {args.topic}[{args.partition}]@{args.offset}", file=sys.stderr)
             return 3
@@ -159,15 +186,18 @@ def _cmd_locate(args: argparse.Namespace) -> int:
         pass
     pattern = template_pattern([t.topic for t in cfg.tables])
     topics = [cfg.kafka.dead_letter_topic]
-    hits = locate_position(
-        cfg.kafka.bootstrap,
-        topics,
-        cfg.source.name,
-        where,
-        args.row,
-        topic_pattern=pattern,
-        consumer_conf=cfg.kafka.clients().settings("consumer"),
-    )
+    if cfg.sink.kind == "nats_jetstream":
+        hits = locate_position_nats(_nats_settings(cfg), topics, cfg.source.name, where, args.row, pattern)
+    else:
+        hits = locate_position(
+            cfg.kafka.bootstrap,
+            topics,
+            cfg.source.name,
+            where,
+            args.row,
+            topic_pattern=pattern,
+            consumer_conf=cfg.kafka.clients().settings("consumer"),
+        )
     for topic, partition, offset in hits:
         print(f"{topic}\t{partition}\t{offset}")
     return 0 if hits else 3

@@ -49,7 +49,7 @@ def connect_options(cfg: NatsJetStreamConfig) -> dict[str, Any]:
     return out
 
 
-async def connect(cfg: NatsJetStreamConfig, name: str, timeout: float = 5.0) -> Any:
+async def connect(cfg: NatsJetStreamConfig, name: str, timeout: float = 5.0, pending_size: int = 2 << 20) -> Any:
     """A new connection that does not reconnect by itself: a caller that needs to go on
     opens a new one (the publisher does, to control what is sent again and in which order)."""
 
@@ -62,6 +62,9 @@ async def connect(cfg: NatsJetStreamConfig, name: str, timeout: float = 5.0) -> 
         allow_reconnect=False,
         connect_timeout=max(1, int(timeout)),
         error_cb=on_error,
+        # nats-py buffers what it has not written yet up to this many bytes; above it a
+        # publish waits for the socket (without a deadline: a stopped server holds it).
+        pending_size=pending_size,
     )
 
 

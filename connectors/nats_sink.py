@@ -60,6 +60,11 @@ ERR_MESSAGE_TOO_LARGE = 10054  # JSStreamMessageExceedsMaximumErr
 HEADER_ROOM = 8192
 # Messages handed over and not yet reported, at most: then `publish` waits.
 QUEUE_LIMIT = 100_000
+# Bytes sent and not yet answered, at most (with max_in_flight messages). nats-py's own
+# buffer is larger, so a publish never waits on a socket that a stopped server does not
+# read: the pump stays free to notice the silence and move to a new connection.
+MAX_IN_FLIGHT_BYTES = 32 << 20
+CONNECTION_BUFFER = 256 << 20
 
 
 def msg_id(subject: str, headers: dict[str, str]) -> str | None:
@@ -119,6 +124,9 @@ class NatsJetStreamPublisher:
         self._reply_prefix = ""
         self._unsent: deque[_Out] = deque()
         self._unacked: dict[int, _Out] = {}  # in send order
+        self._unacked_bytes = 0
+        self._last_answer = 0.0  # loop time of the last answer on the current connection
+        self._closing_old: set[asyncio.Task] = set()  # connections left behind, closing
         self._failed: str | None = None
         self._retry_at = 0.0
         self._closing = False
@@ -220,22 +228,43 @@ class NatsJetStreamPublisher:
         return int(self._nc.max_payload)
 
     async def _connect(self) -> None:
-        nc = await connect(self._cfg, self._name, timeout=min(5.0, self._cfg.ack_timeout_s))
+        nc = await connect(
+            self._cfg, self._name, timeout=min(5.0, self._cfg.ack_timeout_s), pending_size=CONNECTION_BUFFER
+        )
         prefix = nc.new_inbox()
         await nc.subscribe(prefix + ".*", cb=self._on_reply)
         self._nc, self._reply_prefix = nc, prefix + "."
+        self._last_answer = asyncio.get_running_loop().time()
 
     async def _stop(self) -> None:
         self._closing = True
         self._wake.set()
         await self._pump_task
         if self._nc is not None and not self._nc.is_closed:
-            await self._nc.close()
+            self._leave(self._nc)
+        if self._closing_old:
+            await asyncio.wait(self._closing_old, timeout=10)
 
     def _drop_all(self) -> None:
         self._unsent.clear()
         self._unacked.clear()
+        self._unacked_bytes = 0
         self._inbox.clear()
+
+    def _leave(self, nc: Any) -> None:
+        """Close a connection without waiting for it: closing flushes what it buffered,
+        which waits as long as a stopped server does not read. What it still delivers is
+        an in-order run of messages, like any connection's (the module docstring)."""
+
+        async def close() -> None:
+            try:
+                await asyncio.wait_for(nc.close(), 30)
+            except Exception as exc:
+                log.debug("nats %s: close: %s", self._name, exc)
+
+        task = asyncio.get_running_loop().create_task(close())
+        self._closing_old.add(task)
+        task.add_done_callback(self._closing_old.discard)
 
     async def _pump(self) -> None:
         """The one sender: new messages in order, and everything unanswered again after
@@ -262,8 +291,14 @@ class NatsJetStreamPublisher:
                 )
                 self._fail(self._failed)
                 continue
-            stale = oldest is not None and now - oldest.last_sent >= self._cfg.ack_timeout_s
-            broken = self._nc is None or self._nc.is_closed or stale
+            # Silent, not slow: nothing answered for ack_timeout_s while a message waits
+            # (a loaded server answers late, and sending it all again would only add load).
+            wait = self._cfg.ack_timeout_s
+            stale = oldest is not None and now - oldest.last_sent >= wait and now - self._last_answer >= wait
+            # A connection is opened again when there is something to send (an idle
+            # publisher whose server went away stays quiet).
+            lost = self._nc is None or self._nc.is_closed
+            broken = stale or (lost and bool(self._unacked or self._unsent))
             if broken and (now < self._retry_at or not await self._reconnect(now)):
                 continue
             await self._send_new(now)
@@ -274,10 +309,7 @@ class NatsJetStreamPublisher:
             log.warning("NATS %s: connection lost; connecting again", self._name)
         elif old is not None:
             log.warning("NATS %s: no answer for %g s; connecting again", self._name, self._cfg.ack_timeout_s)
-            try:
-                await old.close()
-            except Exception as exc:
-                log.debug("nats %s: close: %s", self._name, exc)
+            self._leave(old)
         try:
             await self._connect()
         except Exception as exc:
@@ -293,9 +325,10 @@ class NatsJetStreamPublisher:
 
     async def _send_new(self, now: float) -> None:
         unsent, unacked, limit = self._unsent, self._unacked, self._cfg.max_in_flight
-        while unsent and len(unacked) < limit and self._nc is not None:
+        while unsent and len(unacked) < limit and self._unacked_bytes < MAX_IN_FLIGHT_BYTES and self._nc is not None:
             out = unsent.popleft()
             unacked[out.n] = out
+            self._unacked_bytes += len(out.payload)
             out.first_sent = now
             if not await self._send(out, now):
                 return
@@ -310,7 +343,7 @@ class NatsJetStreamPublisher:
             log.debug("nats %s: publish: %s", self._name, exc)
             self._nc = None
             if not nc.is_closed:
-                await nc.close()
+                self._leave(nc)
             return False
         return True
 
@@ -320,9 +353,12 @@ class NatsJetStreamPublisher:
         for out in [*self._unacked.values(), *self._unsent]:
             self._report(out, Delivery(out.subject, 0, -1, _failure("TIMED_OUT", why)))
         self._unacked.clear()
+        self._unacked_bytes = 0
         self._unsent.clear()
 
     async def _on_reply(self, msg: Any) -> None:
+        if msg.subject.startswith(self._reply_prefix):
+            self._last_answer = asyncio.get_running_loop().time()
         try:
             n = int(msg.subject.rsplit(".", 1)[1])
         except ValueError:
@@ -361,6 +397,7 @@ class NatsJetStreamPublisher:
 
     def _resolve(self, out: _Out, delivery: Delivery) -> None:
         if self._unacked.pop(out.n, None) is not None:
+            self._unacked_bytes -= len(out.payload)
             self._report(out, delivery)
             self._wake.set()
 
@@ -502,3 +539,32 @@ class NatsStreamAdmin:
                 return None  # someone else made one meanwhile
             return f"{exc}; create a stream for subject {topic!r} (nats stream add) or check the account's limits"
         return None
+
+
+def check_nats(cfg: NatsJetStreamConfig, dead_letter_subject: str) -> list[Any]:
+    """`cdc check` for the NATS sink: results named `nats` (a server answers with
+    JetStream) and `dead_letter_topic` (a stream takes the dead letters' subject)."""
+    from connectors.preflight import CheckResult
+
+    reader = NatsStreamReader(cfg, timeout_s=10.0)
+    try:
+        try:
+            stream = reader.stream_of(dead_letter_subject)
+        except DeliveryError as exc:
+            return [CheckResult("nats", False, str(exc))]
+        results = [CheckResult("nats", True, f"NATS JetStream answers at {','.join(cfg.servers)}")]
+        if stream is None:
+            results.append(
+                CheckResult(
+                    "dead_letter_topic",
+                    False,
+                    f"no JetStream stream takes the dead letters' subject {dead_letter_subject!r} "
+                    "(kafka.dead_letter_topic): add one, e.g. nats stream add --subjects "
+                    f"'{dead_letter_subject}'",
+                )
+            )
+        else:
+            results.append(CheckResult("dead_letter_topic", True, f"{dead_letter_subject!r} is in stream {stream!r}"))
+        return results
+    finally:
+        reader.close()

@@ -86,6 +86,11 @@ class VerifyConfig:
     isolation: str = "read_committed"
     consumer_conf: Mapping[str, Any] = field(default_factory=dict)
     spark_conf: Mapping[str, str] = field(default_factory=dict)
+    # The relay's sink (`[sink] kind`): "kafka" reads with cdc_kafka (kafka_bootstrap,
+    # consumer_conf); "nats_jetstream" with cdc_nats, `sink_options` its options (servers,
+    # user, password or token; never printed).
+    sink_kind: str = "kafka"
+    sink_options: Mapping[str, str] = field(default_factory=dict)
     server_id_base: int | None = None  # replication server ids used: base .. base + files - 1
     check_table: bool = False  # also read the outbox table (rows kept) and count rows not in the binlog
     # How the binlog is decoded. "default": python-mysql-replication - a decoder of its
@@ -126,6 +131,7 @@ class VerifyConfig:
             "source": self.source,
             "tables": [{"schema": t.schema, "table": t.table, "topic": t.topic} for t in self.tables],
             "kafka_bootstrap": self.kafka_bootstrap,
+            "sink": self.sink_kind,
             "topics": list(self.topics),
             "topic_pattern": self.effective_pattern(),
             "dlq_topic": self.dlq_topic,
@@ -188,7 +194,7 @@ class ReadFailed(NeedsOperator):
 
 def source_error(exc: BaseException) -> str | None:
     """The one-line error a cdc_* data source raised inside a Spark task, if it did."""
-    m = re.search(r"\b(cdc_(?:binlog|kafka|outbox_table): [^\n]*)", str(exc))
+    m = re.search(r"\b(cdc_(?:binlog|kafka|outbox_table|nats|rabbitmq): [^\n]*)", str(exc))
     return m.group(1).strip() if m else None
 
 
@@ -255,6 +261,28 @@ def _read_binlog(
     return events_all, per_file, anomalies, expected_topics, xa_rows > 0
 
 
+def _sink_reader(spark: Any, config: VerifyConfig) -> Any:
+    """The DataFrameReader of the sink's data source, with its connection options."""
+    if config.sink_kind == "nats_jetstream":
+        return spark.read.format("cdc_nats").options(**config.sink_options)
+    return (
+        spark.read.format("cdc_kafka")
+        .option("bootstrap", config.kafka_bootstrap)
+        .option("isolation", config.isolation)
+        .option("consumer_conf", json.dumps(dict(config.consumer_conf)))
+    )
+
+
+def _plan_sink(config: VerifyConfig) -> dict[str, Any]:
+    """The snapshot of what the sink holds: partitions as offset (sequence) ranges."""
+    topics = list(config.topics) + [config.dlq_topic]
+    if config.sink_kind == "nats_jetstream":
+        from spark_jobs.nats_source import plan_nats_matching, settings_from_options
+
+        return plan_nats_matching(settings_from_options(config.sink_options), topics, config.effective_pattern())
+    return plan_kafka(config.kafka_bootstrap, topics, config.effective_pattern(), config.consumer_conf)
+
+
 def _read_kafka(
     spark: Any,
     config: VerifyConfig,
@@ -270,15 +298,12 @@ def _read_kafka(
 
     t = time.monotonic()
     records = (
-        spark.read.format("cdc_kafka")
-        .option("bootstrap", config.kafka_bootstrap)
+        _sink_reader(spark, config)
         .option("plan", json.dumps(kplan))
         .option("dlq_topic", config.dlq_topic)
         .option("chunk", str(config.kafka_chunk))
         .option("include_raw", "false")
         .option("decode", "true")
-        .option("isolation", config.isolation)
-        .option("consumer_conf", json.dumps(dict(config.consumer_conf)))
         .load()
         .persist(StorageLevel.MEMORY_AND_DISK)
     )
@@ -314,12 +339,7 @@ def run_verify(config: VerifyConfig, progress: Progress | None = None, spark: An
     with _one_line_source_errors():
         bplan = plan_binlog(settings_typed, config.start_file, config.end_position, config.server_id_base)
         say(f"kafka: planning (watermarks of {config.topics or config.effective_pattern()} + {config.dlq_topic})")
-        kplan = plan_kafka(
-            config.kafka_bootstrap,
-            list(config.topics) + [config.dlq_topic],
-            config.effective_pattern(),
-            config.consumer_conf,
-        )
+        kplan = _plan_sink(config)
     timings["plan"] = time.monotonic() - t
 
     def ranges(cores: int) -> dict[str, Any]:
@@ -388,7 +408,7 @@ def run_verify(config: VerifyConfig, progress: Progress | None = None, spark: An
 
         if config.check_table:
             summary["outbox_table"] = _check_table(spark, settings, config, events_all)
-        if config.isolation == "read_committed":  # transactional delivery: what aborts left behind
+        if config.isolation == "read_committed" and config.sink_kind == "kafka":  # what aborts left behind
             summary["aborted_records"] = aborted_records(
                 config.kafka_bootstrap,
                 kplan["partitions"],

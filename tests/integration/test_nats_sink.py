@@ -103,3 +103,82 @@ def test_topics_missing_create_makes_a_stream_for_the_subject(mariadb, nats_serv
                                         start_pos=int(start.split(":")[1]))  # fmt: skip
     result = check(committed, stream_records(nats_server, [f"{prefix}.order", f"{prefix}.payment"]))
     assert result.committed == 5 and result.clean, result.summary()
+
+
+def test_check_names_the_server_and_a_dead_letter_subject_without_stream(nats_server, topic_prefix):
+    from cdc.config import NatsJetStreamConfig, Secret
+    from connectors.nats_sink import check_nats
+
+    s = nats_server.connect_settings()
+    cfg = NatsJetStreamConfig(servers=tuple(s["servers"]), user=s["user"], password=Secret(s["password"]))
+    server, dlq = check_nats(cfg, f"{topic_prefix}.dlq")
+    assert server.ok and not dlq.ok and f"{topic_prefix}.dlq" in dlq.message
+    create_streams(nats_server, {f"{topic_prefix}_dlq": [f"{topic_prefix}.dlq"]})
+    assert all(r.ok for r in check_nats(cfg, f"{topic_prefix}.dlq"))
+    wrong = NatsJetStreamConfig(servers=tuple(s["servers"]), user=s["user"], password=Secret("wrong-secret"))
+    [refused] = check_nats(wrong, f"{topic_prefix}.dlq")
+    assert not refused.ok and "cannot reach NATS" in refused.message and "wrong-secret" not in refused.message
+
+
+def test_the_publisher_keeps_order_and_stores_once_across_restarts_and_a_pause(topic_prefix):
+    """The publisher alone, publishing without pause while its server is restarted, killed
+    and cut off: the stream holds every message once, in publish order (the resend rule in
+    connectors/nats_sink.py)."""
+    import threading
+    import time
+
+    from cdc.config import NatsJetStreamConfig, Secret
+    from cdc.identity import H_FILE, H_POS, H_ROW, H_SOURCE
+    from connectors.nats_sink import NatsJetStreamPublisher
+    from testbed.nats import EmbeddedNats
+
+    subject = f"{topic_prefix}.order"
+    with EmbeddedNats.start() as server:
+        create_streams(server, {f"{topic_prefix}_events": [subject]})
+        s = server.connect_settings()
+        cfg = NatsJetStreamConfig(
+            servers=tuple(s["servers"]), user=s["user"], password=Secret(s["password"]), ack_timeout_s=1.0
+        )
+        publisher = NatsJetStreamPublisher(cfg)
+        reports: list = []
+        stop = threading.Event()
+        published = [0]
+        left = [-1]
+
+        # Publishing in a thread of its own: the faults come from the test's thread, since a
+        # server restarted from a thread dies with that thread (PR_SET_PDEATHSIG is per thread).
+        def publish() -> None:
+            n = 0
+            while not stop.is_set():
+                n += 1
+                headers = [(H_SOURCE, b"s"), (H_FILE, b"bin.000001"), (H_POS, str(n).encode()), (H_ROW, b"0")]
+                publisher.publish(subject, b"k", b"v%d" % n, headers, reports.append)
+                publisher.poll(0)
+            published[0] = n
+            left[0] = publisher.flush(120)
+
+        thread = threading.Thread(target=publish, daemon=True)
+        thread.start()
+        try:
+            for fault in ("restart", "kill", "pause"):
+                time.sleep(1.5)
+                if fault == "pause":
+                    server.pause()
+                    time.sleep(2.5)  # longer than ack_timeout_s
+                    server.resume()
+                else:
+                    server.restart(graceful=fault == "restart")
+            time.sleep(1.5)
+        finally:
+            stop.set()
+            thread.join(180)
+            publisher.close()
+        n = published[0]
+        assert left[0] == 0, f"{left[0]} of {n} messages not acknowledged"
+        assert publisher.reconnects >= 3 and len(reports) == n
+        assert not [r for r in reports if r.failure is not None]
+        [part] = plan_nats(s, [subject])["partitions"]
+        stored = [
+            int(dict(r.headers())[H_POS]) for r in read_range(s, subject, part["stream"], part["low"], part["high"])
+        ]
+        assert stored == list(range(1, n + 1)), f"{n} published; stored out of order or not once"
