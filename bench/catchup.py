@@ -5,7 +5,7 @@ parse rate of the same binlog measured in the same run.
     ./run.sh bench catchup [--events 200000] [--mixed] [--profile out.svg]   (with --format: the format's first run)
     ./run.sh bench catchup --compressed [--events 200000] [--pairs 2]
     ./run.sh bench catchup --delivery transactional [--events 100000]
-    ./run.sh bench catchup --sink rabbitmq_stream [--events 100000]   (then the same binlog into RabbitMQ streams)
+    ./run.sh bench catchup --sink rabbitmq_stream|nats_jetstream [--events 100000]   (the Kafka stand-in, then that sink's real server)
 
 `--compressed` starts mariadbd with --log-bin-compress=ON --log-bin-compress-min-len=10
 and writes the same workload twice, into two databases: once with log_bin_compress
@@ -34,6 +34,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -125,7 +126,7 @@ def run_relay(
     kill_at: float | None = None,
     kafka_store: bool = False,
     fmt: str = "envelope",
-    sink_toml: str = "",
+    sink: Any = None,
 ) -> dict:
     """One relay over the range. `kill_at`: SIGKILL it once this share of the events is
     checkpointed, restart it and measure its start (to the "recovering from checkpoint" line)."""
@@ -169,6 +170,7 @@ topic = "{prefix}.{{aggregate_type}}"
 bootstrap = "{kafka.bootstrap_servers if kafka is not None else "unused:9"}"
 dead_letter_topic = "{prefix}.dlq"
 delivery = "{delivery}"
+{sink.toml if sink is not None else ""}
 [schema_registry]
 url = "mock://bench"
 [checkpoint]
@@ -178,9 +180,8 @@ interval_s = 0.5
 enabled = false
 [log]
 level = "{"INFO" if kill_at else "WARNING"}"
-{sink_toml}
 """)
-    env = {**os.environ, "BENCH_MYSQL_PASSWORD": db.password}
+    env = {**os.environ, "BENCH_MYSQL_PASSWORD": db.password, **(sink.env if sink is not None else {})}
     cmd = [sys.executable, "-m", "cdc_cli.main", "run", "--config", str(cfg), "--skip-check"]
     if profile:
         fmt = "raw" if profile.endswith(".txt") else "flamegraph"
@@ -228,22 +229,29 @@ level = "{"INFO" if kill_at else "WARNING"}"
         proc.kill()
         proc.wait()
         return {"restart": started, "line": line.split("cdc.relay: ", 1)[-1]}
-    bootstrap = kafka.bootstrap_servers if kafka is not None else "127.0.0.1:9"  # no Kafka: not asked
-    watcher = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-watch"})
-    parts = [TopicPartition(f"{prefix}.order", p) for p in range(24)]
+    if sink is not None:
+        moved, done = sink.first_moved, sink.close
+    else:
+        watcher = Consumer({"bootstrap.servers": kafka.bootstrap_servers, "group.id": "bench-watch"})
+        parts = [TopicPartition(f"{prefix}.order", p) for p in range(24)]
+
+        def moved() -> bool:
+            return any(watcher.get_watermark_offsets(tp, timeout=1, cached=False)[1] > 0 for tp in parts)
+
+        done = watcher.close
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     ps = psutil.Process(proc.pid)
     peak = 0
     first_event = None
-    # Time to the first acknowledged event: the first moment a partition's end moves
-    # (Kafka's; another sink's run reports its rate only).
-    while not sink_toml and first_event is None and proc.poll() is None and time.perf_counter() - t0 < 30:
-        if any(watcher.get_watermark_offsets(tp, timeout=1, cached=False)[1] > 0 for tp in parts[:24]):
+    # Time to the first acknowledged event: the first moment a partition's end moves (a sink
+    # that cannot say so cheaply, RabbitMQ 3.10 without StreamStats, reports its rate only).
+    while moved is not None and first_event is None and proc.poll() is None and time.perf_counter() - t0 < 30:
+        if moved():
             first_event = time.perf_counter() - t0
         else:
             time.sleep(0.005)
-    watcher.close()
+    done()
     peak_pss = 0
     cpu_by_pid: dict[int, float] = {}
     last_pss = 0.0
@@ -290,6 +298,34 @@ level = "{"INFO" if kill_at else "WARNING"}"
         "first_event": first_event,
         "events": data.get("events_delivered", 0),
     }
+
+
+def compare_sink(
+    args: argparse.Namespace, db, kafka, database: str, start: str, end: tuple[str, int], tmp: str
+) -> None:
+    """--sink NAME: the relay over the same binlog to the Kafka stand-in, then to NAME's
+    real server (bench/sink_servers.py), events/s of each."""
+    from bench.sink_servers import sink_server
+
+    rates = {}
+    with sink_server(args.sink, "bench") as sink:
+        for name in ("kafka", args.sink):
+            r = run_relay(
+                db, kafka, database, start, end, Path(tmp) / name, None, sink=sink if name != "kafka" else None
+            )
+            if r["events"] != args.events:
+                raise SystemExit(f"{name}: the relay delivered {r['events']} events, the workload wrote {args.events}")
+            rates[name] = args.events / r["elapsed"]
+            steady = (
+                "not measured"
+                if r["first_event"] is None
+                else f"{args.events / (r['elapsed'] - r['first_event']):,.0f}/s"
+            )
+            print(
+                f"{name}: {rates[name]:,.0f} events/s end to end ({steady} after the first event), "
+                f"CPU {r['cpu']:.1f}s, peak RSS {r['peak_rss'] / 2**20:.0f} MiB"
+            )
+    print(f"{args.sink} / kafka: {rates[args.sink] / rates['kafka']:.2f} (events/s, same binlog, same run)")
 
 
 def _status(db) -> tuple[str, int]:
@@ -478,9 +514,9 @@ def main() -> None:
     )
     ap.add_argument(
         "--sink",
-        choices=("rabbitmq_stream",),
+        choices=("rabbitmq_stream", "nats_jetstream"),
         default=None,
-        help="also run the relay on that sink (a real node, testbed/) over the same binlog, after Kafka's run",
+        help="the relay on that sink (a real server, testbed/) against the Kafka sink, same binlog, same run",
     )
     ap.add_argument(
         "--delivery",
@@ -525,6 +561,9 @@ def main() -> None:
         if args.delivery == "transactional":
             compare_delivery(args, db, database, f"{start_file}:{start_pos}", (end[0], int(end[1])), tmp)
             return
+        if args.sink:
+            compare_sink(args, db, kafka, database, f"{start_file}:{start_pos}", (end[0], int(end[1])), tmp)
+            return
         naive, rows = naive_parse_rate(db, start_file, start_pos, database)
         print(f"naive python-mysql-replication parse: {naive:,.0f} outbox events/s ({rows} rows read)")
         r = run_relay(db, kafka, database, f"{start_file}:{start_pos}", (end[0], int(end[1])), Path(tmp), args.profile)
@@ -540,45 +579,6 @@ def main() -> None:
         steady = args.events / (r["elapsed"] - r["first_event"])
         print(f"relay after its first event: {steady:,.0f} events/s")
         print(f"ratio relay / naive parse: {rate / naive:.2f}x (after the first event: {steady / naive:.2f}x)")
-        if args.sink == "rabbitmq_stream":
-            sink_rate = rabbitmq_run(args, db, database, f"{start_file}:{start_pos}", (end[0], int(end[1])), tmp)
-            print(f"ratio RabbitMQ Streams / Kafka stand-in: {sink_rate / rate:.2f} (events/s, same binlog, same run)")
-
-
-def rabbitmq_run(args: argparse.Namespace, db, database: str, start: str, end: tuple[str, int], tmp: str) -> float:
-    """The relay over the same range into a RabbitMQ 3.10 node's streams (testbed/rabbitmq.py):
-    `bench-rmq.order` one stream (the dead-letter stream made by the relay). Its events/s."""
-    import asyncio
-
-    from rstream import Producer
-
-    from testbed.rabbitmq import EmbeddedRabbitMQ
-
-    with EmbeddedRabbitMQ.start() as mq:
-
-        async def create() -> None:
-            async with Producer(**mq.stream_settings()) as producer:
-                await producer.create_stream("bench-rmq.order")
-
-        asyncio.run(create())
-        os.environ["BENCH_RABBITMQ_PASSWORD"] = mq.password
-        sink = f"""[sink]
-kind = "rabbitmq_stream"
-[sink.rabbitmq_stream]
-host = "{mq.host}"
-port = {mq.stream_port}
-user = "{mq.user}"
-password_env = "BENCH_RABBITMQ_PASSWORD"
-"""
-        r = run_relay(db, None, database, start, end, Path(tmp) / "rmq", None, prefix="bench-rmq", sink_toml=sink)
-    if r["events"] != args.events:
-        raise SystemExit(f"the relay delivered {r['events']} events to RabbitMQ, the workload wrote {args.events}")
-    rate = args.events / r["elapsed"]
-    print(
-        f"relay end to end, RabbitMQ Streams sink: {rate:,.0f} events/s ({args.events} events in "
-        f"{r['elapsed']:.1f}s, incl. start-up), CPU {r['cpu']:.1f}s ({r['cpu'] / r['elapsed']:.2f} cores)"
-    )
-    return rate
 
 
 if __name__ == "__main__":

@@ -133,6 +133,14 @@ Example `relay.toml`::
     user = "cdc"
     password_env = "NATS_PASSWORD"      # or password_file
     token_env = "NATS_TOKEN"            # or token_file (instead of user and password)
+    creds_file = ""                     # a .creds file (JWT + NKey seed), instead of the above
+    ca_file = ""                        # TLS: the CA that signed the servers' certificates
+    cert_file = ""                      # TLS: a client certificate (with key_file)
+    key_file = ""
+    ack_timeout_s = 5                   # no acknowledgement this long: send the unacknowledged again
+    delivery_timeout_s = 60             # then fail (exit 1); keep it under every stream's duplicate_window
+    max_in_flight = 4096                # messages sent and not yet acknowledged
+    duplicate_window_s = 120            # the duplicate_window of a stream topics.missing = "create" makes
 
 `[outbox]` also takes `on_change` (UPDATE/DELETE on an outbox table: "ignore" (default),
 "warn", "stop") and `on_statement` (an INSERT into an outbox table logged as a statement,
@@ -322,6 +330,14 @@ class NatsJetStreamConfig:
     user: str = ""
     password: Secret = field(default_factory=lambda: Secret(""))
     token: Secret = field(default_factory=lambda: Secret(""))
+    creds_file: str = ""  # a NATS credentials file (JWT and NKey seed): the user's identity
+    ca_file: str = ""  # TLS: the CA of the servers' certificates ("": the system's)
+    cert_file: str = ""  # TLS: a client certificate, with key_file
+    key_file: str = ""
+    ack_timeout_s: float = 5.0  # unacknowledged this long: sent again, in order, under the same Nats-Msg-Id
+    delivery_timeout_s: float = 60.0  # unacknowledged this long: the message fails (the relay exits 1)
+    max_in_flight: int = 4096  # messages sent and not yet acknowledged
+    duplicate_window_s: float = 120.0  # for the streams the relay creates (topics.missing = "create")
 
 
 SINK_KINDS = ("kafka", "rabbitmq_stream", "nats_jetstream")
@@ -603,11 +619,39 @@ def load_config(
     return cfg
 
 
+def _validate_nats(cfg: Config) -> None:
+    nats = cfg.sink.nats_jetstream
+    if cfg.checkpoint.store != "file":
+        raise ConfigError(
+            'sink.kind = "nats_jetstream" keeps its checkpoint in a file: set checkpoint.store = "file" '
+            f"(and checkpoint.path), got checkpoint.store = {cfg.checkpoint.store!r}"
+        )
+    if cfg.kafka.delivery != "idempotent":
+        raise ConfigError(
+            'kafka.delivery = "transactional" needs Kafka; sink.kind = "nats_jetstream" delivers with '
+            "Nats-Msg-Id and the recovery scan: remove kafka.delivery"
+        )
+    if not nats.servers:
+        raise ConfigError('sink.nats_jetstream.servers must name at least one server, e.g. ["nats://host:4222"]')
+    if bool(nats.cert_file) != bool(nats.key_file):
+        raise ConfigError("sink.nats_jetstream.cert_file and key_file go together: set both or neither")
+    if not 0 < nats.ack_timeout_s < nats.delivery_timeout_s < nats.duplicate_window_s:
+        raise ConfigError(
+            "sink.nats_jetstream needs 0 < ack_timeout_s < delivery_timeout_s < duplicate_window_s (a message "
+            "sent again must still be recognised by its Nats-Msg-Id), got "
+            f"{nats.ack_timeout_s:g} / {nats.delivery_timeout_s:g} / {nats.duplicate_window_s:g}"
+        )
+    if nats.max_in_flight < 1:
+        raise ConfigError(f"sink.nats_jetstream.max_in_flight must be at least 1, got {nats.max_in_flight}")
+
+
 def _validate(cfg: Config) -> None:
     if cfg.sink.kind not in SINK_KINDS:
         raise ConfigError(f"sink.kind must be one of {SINK_KINDS}, got {cfg.sink.kind!r}")
     if cfg.sink.kind == "rabbitmq_stream":
         _validate_rabbitmq_stream(cfg)
+    if cfg.sink.kind == "nats_jetstream":
+        _validate_nats(cfg)
     if cfg.checkpoint.store not in ("kafka", "file"):
         raise ConfigError(f'checkpoint.store must be "kafka" or "file", got {cfg.checkpoint.store!r}')
     if cfg.checkpoint.store == "kafka" and topic_problem(cfg.checkpoint.topic):

@@ -79,7 +79,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 def _cmd_check(args: argparse.Namespace) -> int:
     from cdc_cli.config_file import read_config
-    from connectors.kafka_check import check_kafka
+    from cdc_cli.sinks import sink_check
     from connectors.preflight import CheckResult, run_checks
 
     cfg = read_config(args.config)
@@ -105,12 +105,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
     replica_id = not lease or "is free" in lease[0].message
     # Kafka first (at most kafka_check.TIMEOUT_S): a checkpoint kept in Kafka is read only
     # when Kafka answers; its lines are printed last.
-    if cfg.sink.kind == "rabbitmq_stream":
-        from connectors.rabbitmq_sink import check_rabbitmq
-
-        kafka = check_rabbitmq(cfg)
-    else:
-        kafka = check_kafka(cfg)
+    kafka = sink_check(cfg)
     if cfg.checkpoint.store == "kafka" and not all(r.ok for r in kafka if r.name == "kafka"):
         results = run_checks(cfg, replica_id=replica_id)
         results.append(

@@ -138,7 +138,10 @@ def repair(
                     on_delivery,
                 )
         tx.release()
-    if publisher.flush(60) or failures:
+    unacknowledged = publisher.flush(60)
+    if cfg.sink.kind != "kafka":
+        publisher.close()
+    if unacknowledged or failures:
         raise DeliveryError(f"repair: {len(failures)} messages were not acknowledged ({'; '.join(failures[:3])})")
     return RepairResult(len(missing), published, len(present), not_found)
 

@@ -95,11 +95,29 @@ def rabbitmq_stream_adapters(cfg: Config) -> SinkAdapters:
     )
 
 
+def nats_adapters(cfg: Config) -> SinkAdapters:
+    from cdc.delivery.idempotent import idempotent_delivery
+    from connectors.nats_sink import NatsJetStreamPublisher, NatsStreamAdmin, NatsStreamReader
+
+    nats = cfg.sink.nats_jetstream
+    reader = NatsStreamReader(nats)
+    topics = NatsStreamAdmin(nats, reader) if cfg.topics.missing == "create" else None
+    # Idempotent delivery over JetStream: Nats-Msg-Id within the stream's duplicate window,
+    # the recovery scan after it (docs/DESIGN.md "NATS JetStream"). A previous holder's
+    # message can reach the server until its delivery timeout.
+    return SinkAdapters(
+        NatsJetStreamPublisher(nats, cfg.source.name), reader, checkpoint_store(cfg), topics, idempotent_delivery,
+        f"NATS JetStream {','.join(nats.servers)}", nats.delivery_timeout_s,
+    )  # fmt: skip
+
+
 def sink_adapters(cfg: Config, metrics: RelayMetrics) -> SinkAdapters:
     if cfg.sink.kind == "kafka":
         return kafka_adapters(cfg, metrics)
     if cfg.sink.kind == "rabbitmq_stream":
         return rabbitmq_stream_adapters(cfg)
+    if cfg.sink.kind == "nats_jetstream":
+        return nats_adapters(cfg)
     raise NotImplementedError(f"sink.kind = {cfg.sink.kind!r} is not wired yet")
 
 
@@ -109,6 +127,10 @@ def repair_reader(cfg: Config) -> Any:
         from connectors.rabbitmq_sink import RabbitStreamReader, StreamSettings
 
         return RabbitStreamReader(StreamSettings.from_config(cfg.sink.rabbitmq_stream))
+    if cfg.sink.kind == "nats_jetstream":
+        from connectors.nats_sink import NatsStreamReader
+
+        return NatsStreamReader(cfg.sink.nats_jetstream)
     return KafkaTopicReader(cfg.kafka.clients())
 
 
@@ -122,4 +144,23 @@ def repair_publisher(cfg: Config) -> Any:
         return RabbitStreamPublisher(
             StreamSettings.from_config(cfg.sink.rabbitmq_stream), f"cdc-repair.{cfg.source.name}"
         )
+    if cfg.sink.kind == "nats_jetstream":
+        from connectors.nats_sink import NatsJetStreamPublisher
+
+        return NatsJetStreamPublisher(cfg.sink.nats_jetstream, "repair")
     return KafkaPublisher(cfg.kafka.clients())
+
+
+def sink_check(cfg: Config) -> list:
+    """`cdc check`'s lines about the sink (Kafka's: connectors/kafka_check.py)."""
+    if cfg.sink.kind == "rabbitmq_stream":
+        from connectors.rabbitmq_sink import check_rabbitmq
+
+        return check_rabbitmq(cfg)
+    if cfg.sink.kind == "nats_jetstream":
+        from connectors.nats_sink import check_nats
+
+        return check_nats(cfg.sink.nats_jetstream, cfg.kafka.dead_letter_topic)
+    from connectors.kafka_check import check_kafka
+
+    return check_kafka(cfg)

@@ -45,7 +45,18 @@ def sink_source_options(cfg: Config) -> dict[str, str]:
         mq = cfg.sink.rabbitmq_stream
         return {"format": "cdc_rabbitmq", "host": mq.host, "port": str(mq.port), "vhost": mq.vhost, "user": mq.user,
                 "password": mq.password.reveal(), "empty_wait": str(mq.empty_wait_s)}  # fmt: skip
+    if cfg.sink.kind == "nats_jetstream":
+        nats = cfg.sink.nats_jetstream
+        out = {"format": "cdc_nats", "servers": ",".join(nats.servers), "user": nats.user,
+               "password": nats.password.reveal()}  # fmt: skip
+        return {**out, "token": nats.token.reveal()} if nats.token.reveal() else out
     return {}
+
+
+def _nats_settings(cfg: Config) -> dict:
+    from spark_jobs.nats_source import settings_from_options
+
+    return settings_from_options({k: v for k, v in sink_source_options(cfg).items() if k != "format"})
 
 
 def _require_spark() -> None:
@@ -68,6 +79,12 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 
         vcfg = replace(vcfg, binlog_reader=args.binlog_reader)
     if args.follow:
+        if cfg.sink.kind != "kafka":
+            from cdc.errors import ConfigError
+
+            raise ConfigError(
+                f"cdc verify --follow reads Kafka only, and sink.kind = {cfg.sink.kind!r}: run cdc verify without --follow"
+            )
         return _follow(args, vcfg)
     report = run_verify(vcfg, progress=lambda m: print(f"  {m}", file=sys.stderr, flush=True))
     print(report.summary_text())  # its last line names the JSON and HTML reports
@@ -138,7 +155,7 @@ def _cmd_repair(args: argparse.Namespace) -> int:
 
 def _cmd_locate(args: argparse.Namespace) -> int:
     from cdc_cli.config_file import read_config
-    from spark_jobs.locate import locate_offset, locate_position
+    from spark_jobs.locate import locate_offset, locate_offset_nats, locate_position, locate_position_nats
     from spark_jobs.verify import template_pattern
 
     cfg = read_config(args.config)
@@ -146,14 +163,17 @@ def _cmd_locate(args: argparse.Namespace) -> int:
         if not args.topic or args.partition is None:
             print("cdc locate: --offset needs --topic and --partition", file=sys.stderr)
             return 2
-        found = locate_offset(
-            cfg.kafka.bootstrap,
-            args.topic,
-            args.partition,
-            args.offset,
-            consumer_conf=cfg.kafka.clients().settings("consumer"),
-            sink=sink_source_options(cfg),
-        )
+        if cfg.sink.kind == "nats_jetstream":
+            found = locate_offset_nats(_nats_settings(cfg), args.topic, args.offset)
+        else:
+            found = locate_offset(
+                cfg.kafka.bootstrap,
+                args.topic,
+                args.partition,
+                args.offset,
+                consumer_conf=cfg.kafka.clients().settings("consumer"),
+                sink=sink_source_options(cfg),
+            )
         if found is None:
             print(f"no record at {args.topic}[{args.partition}]@{args.offset}", file=sys.stderr)
             return 3
@@ -174,18 +194,21 @@ def _cmd_locate(args: argparse.Namespace) -> int:
     pattern = template_pattern([t.topic for t in cfg.tables])
     topics = [cfg.kafka.dead_letter_topic]
     sink = sink_source_options(cfg)
-    if sink:  # no stream listing (RabbitMQ 3.10): the topic named, or the tables' fixed topics
-        topics += [args.topic] if args.topic else [t.topic for t in cfg.tables if "{" not in t.topic]
-    hits = locate_position(
-        cfg.kafka.bootstrap,
-        topics,
-        cfg.source.name,
-        where,
-        args.row,
-        topic_pattern=pattern,
-        consumer_conf=cfg.kafka.clients().settings("consumer"),
-        sink=sink,
-    )
+    if cfg.sink.kind == "nats_jetstream":
+        hits = locate_position_nats(_nats_settings(cfg), topics, cfg.source.name, where, args.row, pattern)
+    else:
+        if sink:  # no stream listing (RabbitMQ 3.10): the topic named, or the tables' fixed topics
+            topics += [args.topic] if args.topic else [t.topic for t in cfg.tables if "{" not in t.topic]
+        hits = locate_position(
+            cfg.kafka.bootstrap,
+            topics,
+            cfg.source.name,
+            where,
+            args.row,
+            topic_pattern=pattern,
+            consumer_conf=cfg.kafka.clients().settings("consumer"),
+            sink=sink,
+        )
     for topic, partition, offset in hits:
         print(f"{topic}\t{partition}\t{offset}")
     return 0 if hits else 3

@@ -1,5 +1,7 @@
 """`cdc locate`: from a Kafka offset to the binlog event it carries, and from a binlog
 position or GTID to the Kafka records that carry it (a header scan; no Spark needed).
+The same on NATS JetStream (`*_nats`): a subject is the topic, the stream sequence the
+offset, read with the verifier's reader (spark_jobs/nats_source.py).
 """
 
 from __future__ import annotations
@@ -162,3 +164,35 @@ def _sink_records(sink: dict[str, str], topics: list[str], only: tuple[int, int,
                 continue
             low, high = max(low, only[1]), min(high, only[2])
         yield from read_range(settings, part["topic"], part["partition"], part["stream"], low, high)
+
+
+def locate_offset_nats(settings: dict[str, Any], subject: str, sequence: int) -> dict[str, Any] | None:
+    """`locate_offset` on NATS JetStream: the message of `subject` at stream `sequence`."""
+    from spark_jobs.nats_source import plan_nats, read_range
+
+    for part in plan_nats(settings, [subject])["partitions"]:
+        for msg in read_range(settings, subject, part["stream"], sequence, sequence + 1):
+            if msg.offset() == sequence:
+                return _identity_of(msg)
+    return None
+
+
+def locate_position_nats(
+    settings: dict[str, Any],
+    subjects: Sequence[str],
+    source: str,
+    where: str | BinlogPosition,
+    row: int | None = None,
+    subject_pattern: str | None = None,
+) -> list[tuple[str, int, int]]:
+    """`locate_position` on NATS JetStream: (subject, 0, sequence) of each message of the
+    subjects (and of those matching `subject_pattern`) that carries the transaction."""
+    from spark_jobs.nats_source import plan_nats_matching, read_range
+
+    match = _matcher(source, where, row)
+    found: list[tuple[str, int, int]] = []
+    for part in plan_nats_matching(settings, list(subjects), subject_pattern)["partitions"]:
+        for msg in read_range(settings, part["topic"], part["stream"], part["low"], part["high"]):
+            if match(hdr.header_dict(msg.headers())):
+                found.append((msg.topic(), 0, msg.offset()))
+    return sorted(found)

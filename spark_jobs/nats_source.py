@@ -4,7 +4,7 @@ nothing on the server, and the consumer goes away by itself).
 
     spark.read.format("cdc_nats")
         .option("servers", "nats://127.0.0.1:4222")
-        .option("user", "...").option("password", "...")
+        .option("user", "...").option("password", "...")     # or .option("token", "...")
         .option("topics", "outbox.event.order,outbox.dlq")   # subjects
         .option("dlq_topic", "outbox.dlq")
         .option("chunk", "100000")                            # sequences per Spark partition
@@ -60,6 +60,8 @@ def settings_from_options(options: Mapping[str, str]) -> dict[str, Any]:
     if options.get("user"):
         out["user"] = options["user"]
         out["password"] = options.get("password") or ""
+    elif options.get("token"):
+        out["token"] = options["token"]
     return out
 
 
@@ -134,6 +136,24 @@ def plan_nats(settings: Mapping[str, Any], topics: Sequence[str]) -> dict[str, A
         "missing_topics": missing,
         "at_ms": int(time.time() * 1000),
     }
+
+
+def plan_nats_matching(settings: Mapping[str, Any], topics: Sequence[str], pattern: str | None) -> dict[str, Any]:
+    """`plan_nats` of `topics` and of every subject a stream holds messages of that
+    matches `pattern` (a Python regex, fullmatch): what `cdc verify` reads."""
+    import re
+
+    subjects = set(topics)
+    if pattern:
+        conn = _Connection(settings).open()
+        try:
+            js = conn.nc.jetstream()
+            for stream in conn.run(js.streams_info(), 30):
+                info = conn.run(js.stream_info(stream.config.name, subjects_filter=">"), 30)
+                subjects.update(s for s in (info.state.subjects or {}) if re.fullmatch(pattern, s))
+        finally:
+            conn.close()
+    return plan_nats(settings, sorted(subjects))
 
 
 def message_record(topic: str, msg: Any) -> LogRecord:

@@ -4,7 +4,8 @@ so reconcile reads every sink alike.
 
 Unlike Kafka's, these brokers' topics are planned after the binlog is read: RabbitMQ 3.10's
 stream protocol cannot list streams, so the topics to read are those the binlog's events
-name, the configured ones and the dead-letter topic.
+name, the configured ones and the dead-letter topic (JetStream adds the subjects its streams
+hold that match the tables' topic templates).
 """
 
 from __future__ import annotations
@@ -15,9 +16,15 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 
-def sink_plan(fmt: str, options: Mapping[str, str], topics: list[str]) -> dict[str, Any]:
+def sink_plan(fmt: str, options: Mapping[str, str], topics: list[str], pattern: str | None = None) -> dict[str, Any]:
     """The snapshot of what `fmt`'s source reads: partitions with [low, high) ranges,
-    partition counts, missing topics (as `kafka_source.plan_kafka`)."""
+    partition counts, missing topics (as `kafka_source.plan_kafka`). `pattern`: also the
+    subjects matching it (JetStream can list its streams' subjects; RabbitMQ 3.10 cannot)."""
+    if fmt == "cdc_nats":
+        from spark_jobs.nats_source import plan_nats_matching
+        from spark_jobs.nats_source import settings_from_options as nats_settings
+
+        return plan_nats_matching(nats_settings(options), topics, pattern)
     if fmt == "cdc_rabbitmq":
         from spark_jobs.rabbitmq_source import DEFAULT_EMPTY_WAIT, plan_rabbitmq, settings_from_options
 
@@ -39,7 +46,7 @@ def sink_read(
     options = {k: v for k, v in config.sink.items() if k != "format"}
     topics = sorted(set(config.topics) | set(expected_topics) | {config.dlq_topic})
     say(f"{fmt}: planning {len(topics)} topic(s)")
-    plan = sink_plan(fmt, options, topics)
+    plan = sink_plan(fmt, options, topics, config.effective_pattern())
     records = (
         spark.read.format(fmt)
         .options(**options)

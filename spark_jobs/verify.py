@@ -100,7 +100,8 @@ class VerifyConfig:
     # three pieces per core; 0: one task per file.
     binlog_split_bytes: int | None = None
     # A sink other than Kafka (docs/sinks.md): its Spark data source's format and options
-    # (`cdc_rabbitmq`: host, port, vhost, user, password); empty: the Kafka topics.
+    # (`cdc_rabbitmq`: host, port, vhost, user, password; `cdc_nats`: servers, user,
+    # password or token; never printed); empty: the Kafka topics.
     sink: Mapping[str, str] = field(default_factory=dict)
 
     def __repr__(self) -> str:
@@ -193,7 +194,7 @@ class ReadFailed(NeedsOperator):
 
 def source_error(exc: BaseException) -> str | None:
     """The one-line error a cdc_* data source raised inside a Spark task, if it did."""
-    m = re.search(r"\b(cdc_(?:binlog|kafka|outbox_table): [^\n]*)", str(exc))
+    m = re.search(r"\b(cdc_(?:binlog|kafka|outbox_table|nats|rabbitmq): [^\n]*)", str(exc))
     return m.group(1).strip() if m else None
 
 
@@ -277,13 +278,13 @@ def _read_kafka(
     records = (
         spark.read.format("cdc_kafka")
         .option("bootstrap", config.kafka_bootstrap)
+        .option("isolation", config.isolation)
+        .option("consumer_conf", json.dumps(dict(config.consumer_conf)))
         .option("plan", json.dumps(kplan))
         .option("dlq_topic", config.dlq_topic)
         .option("chunk", str(config.kafka_chunk))
         .option("include_raw", "false")
         .option("decode", "true")
-        .option("isolation", config.isolation)
-        .option("consumer_conf", json.dumps(dict(config.consumer_conf)))
         .load()
         .persist(StorageLevel.MEMORY_AND_DISK)
     )

@@ -1,0 +1,91 @@
+"""The sinks beyond Kafka for the benchmarks: a real server started for the run, the
+`[sink]` TOML a relay config needs for it, and a check that its first message arrived.
+
+    with sink_server("nats_jetstream", "bench") as sink:   # topics bench.order, bench.dlq
+        sink.toml, sink.env, sink.first_moved(), ...
+
+`first_moved` is None for RabbitMQ 3.10: it has no command that says where a stream ends
+(StreamStats came with 3.11), and subscribing to find out takes seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+
+@dataclass
+class SinkServer:
+    toml: str  # the [sink] section (and its [sink.<kind>] table) for the relay's config
+    env: dict[str, str]  # the secrets the section names by _env
+    first_moved: Callable[[], bool] | None  # has the first event reached the topic? (None: not asked)
+    close: Callable[[], None]  # after the watch
+
+
+@contextmanager
+def sink_server(kind: str, prefix: str) -> Iterator[SinkServer]:
+    if kind == "rabbitmq_stream":
+        with _rabbitmq(prefix) as sink:
+            yield sink
+        return
+    if kind != "nats_jetstream":
+        raise SystemExit(f"--sink {kind}: not one of: rabbitmq_stream, nats_jetstream")
+    import nats
+    from nats.js.api import StreamConfig
+
+    from testbed.nats import EmbeddedNats
+
+    with EmbeddedNats.start() as server:
+
+        async def stream_last() -> int:
+            nc = await nats.connect(**server.connect_settings())
+            try:
+                js = nc.jetstream()
+                if not await js.streams_info():
+                    await js.add_stream(StreamConfig(name=f"{prefix}_events", subjects=[f"{prefix}.order"]))
+                    await js.add_stream(StreamConfig(name=f"{prefix}_dlq", subjects=[f"{prefix}.dlq"]))
+                return int((await js.stream_info(f"{prefix}_events")).state.last_seq)
+            finally:
+                await nc.close()
+
+        asyncio.run(stream_last())
+        toml = f"""
+[sink]
+kind = "nats_jetstream"
+[sink.nats_jetstream]
+servers = ["{server.url}"]
+user = "{server.user}"
+password_env = "BENCH_NATS_PASSWORD"
+"""
+        yield SinkServer(
+            toml, {"BENCH_NATS_PASSWORD": server.password}, lambda: asyncio.run(stream_last()) > 0, lambda: None
+        )
+
+
+@contextmanager
+def _rabbitmq(prefix: str) -> Iterator[SinkServer]:
+    """A RabbitMQ 3.10 node (testbed/rabbitmq.py) with the stream `<prefix>.order` (the
+    dead-letter stream is made by the relay)."""
+    from rstream import Producer
+
+    from testbed.rabbitmq import EmbeddedRabbitMQ
+
+    with EmbeddedRabbitMQ.start() as mq:
+
+        async def create() -> None:
+            async with Producer(**mq.stream_settings()) as producer:
+                await producer.create_stream(f"{prefix}.order", exists_ok=True)
+
+        asyncio.run(create())
+        toml = f"""
+[sink]
+kind = "rabbitmq_stream"
+[sink.rabbitmq_stream]
+host = "{mq.host}"
+port = {mq.stream_port}
+user = "{mq.user}"
+password_env = "BENCH_RABBITMQ_PASSWORD"
+"""
+        yield SinkServer(toml, {"BENCH_RABBITMQ_PASSWORD": mq.password}, None, lambda: None)

@@ -1,0 +1,100 @@
+"""A NATS connection for synchronous callers: nats-py is asyncio-only, so each
+connection runs its own event loop in a daemon thread and the relay's thread hands it
+coroutines (`run`) or plain callbacks (`call_soon`). The relay's ports stay synchronous
+(cdc/ports.py), as they are over confluent-kafka.
+
+`connect_options` turns `[sink.nats_jetstream]` into `nats.connect` keyword arguments:
+user and password, a token, or a credentials file (JWT + NKey seed); TLS from ca_file /
+cert_file / key_file. Secrets go to the client only, never into a message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+import threading
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import nats
+
+from cdc.config import NatsJetStreamConfig
+from cdc.errors import ConfigError, DeliveryError
+
+log = logging.getLogger("cdc.nats")
+
+
+def connect_options(cfg: NatsJetStreamConfig) -> dict[str, Any]:
+    """`nats.connect` keyword arguments for `cfg` (without callbacks)."""
+    out: dict[str, Any] = {"servers": list(cfg.servers)}
+    if cfg.creds_file:
+        out["user_credentials"] = cfg.creds_file
+    elif cfg.token.reveal():
+        out["token"] = cfg.token.reveal()
+    elif cfg.user:
+        out["user"] = cfg.user
+        out["password"] = cfg.password.reveal()
+    if cfg.ca_file or cfg.cert_file or any(s.startswith("tls://") for s in cfg.servers):
+        try:
+            context = ssl.create_default_context(cafile=cfg.ca_file or None)
+            if cfg.cert_file:
+                context.load_cert_chain(cfg.cert_file, cfg.key_file)
+        except (OSError, ssl.SSLError) as exc:
+            raise ConfigError(
+                f"sink.nats_jetstream TLS files cannot be used ({type(exc).__name__}: {exc}): "
+                "check ca_file, cert_file and key_file"
+            ) from None
+        out["tls"] = context
+    return out
+
+
+async def connect(cfg: NatsJetStreamConfig, name: str, timeout: float = 5.0, pending_size: int = 2 << 20) -> Any:
+    """A new connection that does not reconnect by itself: a caller that needs to go on
+    opens a new one (the publisher does, to control what is sent again and in which order)."""
+
+    async def on_error(exc: Exception) -> None:  # nats-py would print each one
+        log.debug("nats %s: %s: %s", name, type(exc).__name__, exc)
+
+    return await nats.connect(
+        **connect_options(cfg),
+        name=f"cdc-relay {name}",
+        allow_reconnect=False,
+        connect_timeout=max(1, int(timeout)),
+        error_cb=on_error,
+        # nats-py buffers what it has not written yet up to this many bytes; above it a
+        # publish waits for the socket (without a deadline: a stopped server holds it).
+        pending_size=pending_size,
+    )
+
+
+def unreachable(cfg: NatsJetStreamConfig, exc: BaseException) -> DeliveryError:
+    """The one line for a NATS server that cannot be reached (no secrets in it)."""
+    return DeliveryError(
+        f"cannot reach NATS {','.join(cfg.servers)} (sink.nats_jetstream.servers): {type(exc).__name__}: {exc}; "
+        "check the address, that the server runs with JetStream (-js) and the credentials"
+    )
+
+
+class EventLoopThread:
+    """An asyncio event loop running in a daemon thread, for synchronous callers."""
+
+    def __init__(self, name: str):
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name=f"nats-{name}", daemon=True)
+        self._thread.start()
+
+    def run(self, coro: Coroutine[Any, Any, Any], timeout: float) -> Any:
+        """Run `coro` on the loop and wait for its result (raises what it raises)."""
+        future = asyncio.run_coroutine_threadsafe(asyncio.wait_for(coro, timeout), self.loop)
+        return future.result()
+
+    def call_soon(self, fn: Callable[..., None], *args: Any) -> None:
+        self.loop.call_soon_threadsafe(fn, *args)
+
+    def stop(self) -> None:
+        if self.loop.is_running():
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self._thread.join(5)
+        if not self.loop.is_running():
+            self.loop.close()
