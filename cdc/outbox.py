@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cdc.errors import ConfigError
-from cdc.formats import FORMATS, MessageExtras, epoch_ms, header_value, parse_placement
+from cdc.formats import FORMATS, MessageExtras, epoch_ms, epoch_us, header_value, parse_placement
 from cdc.identity import EventIdentity
 from cdc.topics import TopicRouter, check_template
 
@@ -232,17 +232,11 @@ def _payload_of(value: Any) -> str | bytes | None:
     return str(value)
 
 
-_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)
-_ONE_US = _dt.timedelta(microseconds=1)
-
-
 def _micros_of(value: Any) -> int | None:
     if value is None:
         return None
     if isinstance(value, _dt.datetime):
-        if value.tzinfo is None:
-            value = value.replace(tzinfo=_dt.UTC)
-        return (value - _EPOCH) // _ONE_US  # exact: timestamp() * 1e6 goes through a float
+        return epoch_us(value)
     if isinstance(value, (int, float)):
         return int(value)
     return None
