@@ -381,6 +381,9 @@ def test_json_fast_path_is_taken_for_the_common_shapes():
         {"a": [[1]]},
         {"a": [{"x": 1}, {"y": 1}]},
         {"a": [{"x": 1}, {"x": "s"}]},
+        {"a": [{"x": 1}, {"x": 2**40}]},  # int32 then int64: two Connect types
+        {"a": [{"x": {"y": 1}}, {"x": {"y": None}}]},
+        {"a": [{"x": [1]}, {"x": [1, "s"]}]},
         {"a": 2**64},
         {"a": [None]},
     ):
