@@ -150,7 +150,7 @@ class OutboxEvent:
             self.topic,
             self.table,
             self.encoded,
-            self.extras,
+            None if self.extras is None else self.extras.to_wire(),
         )
 
     @staticmethod
@@ -169,7 +169,7 @@ class OutboxEvent:
             table,
             identity,
             encoded,
-            extras,
+            None if extras is None else MessageExtras(*extras),
         )
 
 
