@@ -171,18 +171,23 @@ def header_value(value: Any) -> bytes | None:
     return str(value).encode()
 
 
-def epoch_ms(value: Any) -> int | None:
+def epoch_ms(value: Any, micros: int | None = None) -> int | None:
     """An event-time column as a record timestamp: DATETIME (read as UTC, as the binlog
     holds it) -> epoch milliseconds, truncated toward zero like Debezium's `micros / 1000`;
-    an integer column is taken as epoch milliseconds; NULL or anything else: None."""
+    an integer column is taken as epoch milliseconds; NULL or anything else: None.
+    `micros`: the DATETIME's `epoch_us` when the caller has it already (the outbox mapper
+    does, as the event's timestamp_us; converting twice cost 0.3 us per event)."""
     if value is None:
         return None
     if isinstance(value, _dt.datetime):
-        micros = epoch_us(value)
-        return micros // 1000 if micros >= 0 else -((-micros) // 1000)
+        return _ms_of_us(epoch_us(value) if micros is None else micros)
     if isinstance(value, int) and not isinstance(value, bool):
         return value
     return None
+
+
+def _ms_of_us(micros: int) -> int:
+    return micros // 1000 if micros >= 0 else -((-micros) // 1000)  # toward zero, as Java's `/`
 
 
 def epoch_us(value: _dt.datetime) -> int:
@@ -730,4 +735,4 @@ def expected_timestamp_ms(timestamp_us: int | None, commit_ts_ms: int | None) ->
     toward zero to milliseconds), else the commit time."""
     if timestamp_us is None:
         return commit_ts_ms
-    return timestamp_us // 1000 if timestamp_us >= 0 else -((-timestamp_us) // 1000)
+    return _ms_of_us(timestamp_us)

@@ -308,13 +308,14 @@ class OutboxMapper:
                 if value is not None:
                     headers.append((name, header_value(value)))
         stamp = row.get(table.timestamp_column) if table.timestamp_column else None
+        micros = _micros_of(stamp)
         return OutboxEvent(
             event_id if type(event_id) is str else text_of(event_id),
             aggregate_type,
             aggregate_id if type(aggregate_id) is str else text_of(aggregate_id),
             event_type,
             _payload_of(row.get(table.payload_column)),
-            _micros_of(stamp) if table.timestamp_column else None,
+            micros,
             topic,
             table.qualified_name,
             identity,
@@ -322,7 +323,7 @@ class OutboxMapper:
             MessageExtras(
                 table.format,
                 headers,
-                epoch_ms(stamp),
+                epoch_ms(stamp, micros),
                 tuple(envelope),
                 table.tombstone_on_empty_payload,
                 table.payload_nullable,
