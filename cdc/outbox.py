@@ -17,7 +17,7 @@ from sys import intern
 from typing import Any
 
 from cdc.errors import ConfigError
-from cdc.formats import FORMATS, MessageExtras, epoch_ms, header_value, parse_placement
+from cdc.formats import FORMATS, MessageExtras, epoch_ms, epoch_us, header_value, parse_placement
 from cdc.identity import EventIdentity
 from cdc.topics import TopicRouter, check_template
 
@@ -152,7 +152,7 @@ class OutboxEvent:
             self.topic,
             self.table,
             self.encoded,
-            self.extras,
+            None if self.extras is None else self.extras.to_wire(),
         )
 
     @staticmethod
@@ -171,7 +171,7 @@ class OutboxEvent:
             table,
             identity,
             encoded,
-            extras,
+            None if extras is None else MessageExtras(*extras),
         )
 
 
@@ -234,17 +234,11 @@ def _payload_of(value: Any) -> str | bytes | None:
     return str(value)
 
 
-_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)
-_ONE_US = _dt.timedelta(microseconds=1)
-
-
 def _micros_of(value: Any) -> int | None:
     if value is None:
         return None
     if isinstance(value, _dt.datetime):
-        if value.tzinfo is None:
-            value = value.replace(tzinfo=_dt.UTC)
-        return (value - _EPOCH) // _ONE_US  # exact: timestamp() * 1e6 goes through a float
+        return epoch_us(value)
     if isinstance(value, (int, float)):
         return int(value)
     return None
@@ -320,13 +314,14 @@ class OutboxMapper:
                 if value is not None:
                     headers.append((name, header_value(value)))
         stamp = row.get(table.timestamp_column) if table.timestamp_column else None
+        micros = _micros_of(stamp)
         return OutboxEvent(
             event_id if type(event_id) is str else text_of(event_id),
             aggregate_type,
             aggregate_id if type(aggregate_id) is str else text_of(aggregate_id),
             event_type,
             _payload_of(row.get(table.payload_column)),
-            _micros_of(stamp) if table.timestamp_column else None,
+            micros,
             topic,
             table.qualified_name,
             identity,
@@ -334,7 +329,7 @@ class OutboxMapper:
             MessageExtras(
                 table.format,
                 headers,
-                epoch_ms(stamp),
+                epoch_ms(stamp, micros),
                 tuple(envelope),
                 table.tombstone_on_empty_payload,
                 table.payload_nullable,

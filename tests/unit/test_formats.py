@@ -291,6 +291,15 @@ def test_extras_survive_the_pipe_to_the_relay_process():
 
     extras = MessageExtras("json", [("a", b"1"), ("b", None)], 5, (("x", 1),), True, False, True)
     assert pickle.loads(pickle.dumps(extras)) == extras
+    # as the reader process sends them: inside an event's wire tuple, as a plain tuple
+    from cdc.identity import EventIdentity, TxIdentity
+    from cdc.outbox import OutboxEvent
+    from cdc.position import BinlogPosition
+
+    identity = EventIdentity(TxIdentity("s", BinlogPosition("b.000001", 4), None, 1, 0), 0)
+    event = OutboxEvent("i", "t", "k", "e", "{}", 1, "topic", "db.outbox", identity, b"{}", extras)
+    back = OutboxEvent.from_wire(pickle.loads(pickle.dumps(event.to_wire())), identity)
+    assert back == event and back.extras == extras and back.extras.null_value is True
 
 
 @pytest.mark.parametrize(
@@ -381,6 +390,9 @@ def test_json_fast_path_is_taken_for_the_common_shapes():
         {"a": [[1]]},
         {"a": [{"x": 1}, {"y": 1}]},
         {"a": [{"x": 1}, {"x": "s"}]},
+        {"a": [{"x": 1}, {"x": 2**40}]},  # int32 then int64: two Connect types
+        {"a": [{"x": {"y": 1}}, {"x": {"y": None}}]},
+        {"a": [{"x": [1]}, {"x": [1, "s"]}]},
         {"a": 2**64},
         {"a": [None]},
     ):
