@@ -79,7 +79,9 @@ def _in_batches(events: list[bytes], size: int) -> tuple[list, BaseException | N
 
 
 @pytest.mark.parametrize(
-    "post_header, version", [(bb.MYSQL_82_POST_HEADER, "8.2.0"), (bb.MYSQL_90_POST_HEADER, "9.0.1")]
+    "post_header, version",
+    [(bb.MYSQL_82_POST_HEADER, "8.2.0"), (bb.MYSQL_90_POST_HEADER, "9.0.1")],
+    ids=["8.2.0", "9.0.1"],
 )
 def test_batches_of_any_size_decode_as_the_events_one_by_one(post_header, version):
     events = _mixed_log(post_header, version).events
