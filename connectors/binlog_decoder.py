@@ -69,11 +69,13 @@ from cdc.source_events import (
     query_event,
     xid_text,
 )
-from connectors import binlog_compression as _compression
-from connectors import json_diff as _json_diff
-from connectors import mysql_json as _mysql_json
 from connectors import table_columns as _table_columns
-from connectors.mysql_gtid_tagged import TaggedGtidError, read_tagged_gtid
+
+# Imported where first needed, not here: what only MySQL JSON columns, partial JSON updates,
+# tagged GTIDs and compressed events use (connectors/mysql_json.py, json_diff.py,
+# mysql_gtid_tagged.py, binlog_compression.py). The reader process imports this module on
+# the way to its first event, and those four were a third of its import time (14 of 41 ms
+# CPU, python -X importtime, on a loaded machine).
 
 __all__ = ["BinlogDecodeError", "BinlogDecoder", "ServerSettingRequired", "UndecodableEvent", "UnsupportedColumnType"]
 
@@ -639,10 +641,14 @@ def _charset_encoding(charset: str | None) -> str | None:
 # -- code generation for row images ----------------------------------------------------
 
 
-def _json_reader(schema: str, table: str, column: str | None, convert: Any = _mysql_json.document_text):
+def _json_reader(schema: str, table: str, column: str | None, document: bool = False):
     """f(value bytes) -> MySQL's JSON text of a JSON column (MySQL only: MariaDB's JSON is
-    LONGTEXT), as connectors/mysql_json.py prints it (`convert=mysql_json.parse`: the
-    document, for a partial update); malformed bytes raise BinlogDecodeError naming the column."""
+    LONGTEXT), as connectors/mysql_json.py prints it (`document=True`: the document, as
+    mysql_json.parse returns it, for a partial update); malformed bytes raise
+    BinlogDecodeError naming the column."""
+    from connectors import mysql_json as _mysql_json
+
+    convert = _mysql_json.parse if document else _mysql_json.document_text
 
     def read(data: bytes) -> Any:
         try:
@@ -834,6 +840,8 @@ class _Diffs:
 def _diffs_reader(schema: str, table: str, column: str | None):
     """f(b, p) -> (_Diffs, new p): a partial JSON column's diffs (connectors/json_diff.py)."""
 
+    from connectors import json_diff as _json_diff
+
     def read(b: bytes, p: int) -> tuple[_Diffs, int]:
         try:
             diffs, p = _json_diff.read_diffs(b, p, len(b))
@@ -871,7 +879,7 @@ def _make_reader(tbl: _Table, present: bytes, partial: frozenset[int] | None = N
             g[f"_diffs{i}"] = _diffs_reader(tbl.schema, tbl.table, c.name)
             code = [f"v{i}, p = _diffs{i}(b, p)"]
         elif partial is not None and c.type == T_JSON:
-            g[f"_doc{i}"] = _json_reader(tbl.schema, tbl.table, c.name, _mysql_json.parse)
+            g[f"_doc{i}"] = _json_reader(tbl.schema, tbl.table, c.name, document=True)
             size = c.meta["length_size"]
             code = [f"n = {_uint_expr(size)}", f"p += {size}", f"v{i} = _doc{i}(b[p:p + n])", "p += n"]
         else:
@@ -1119,6 +1127,8 @@ class BinlogDecoder:
         return ph[t - 1] if len(ph) >= t and ph[t - 1] else default
 
     def _query_compressed(self, ev: bytes, out: list) -> None:
+        from connectors import binlog_compression as _compression
+
         ph = self._post_header(MARIADB_QUERY_COMPRESSED, self._ph_query)
         try:
             plain = _compression.mariadb_query(ev, ph, self.crc)
@@ -1137,6 +1147,8 @@ class BinlogDecoder:
         ph = self._ph_rows_v1 if t < 169 else self._ph_rows_v2
         if self._ph_compressed_rows.get(t, ph) != ph:
             raise self._undecodable(ev, "its post-header length differs from the plain rows event's")
+        from connectors import binlog_compression as _compression
+
         try:
             plain = _compression.mariadb_rows(ev, ph, self.crc)
         except _compression.CompressedEventError as exc:
@@ -1148,6 +1160,8 @@ class BinlogDecoder:
 
     def _payload(self, ev: bytes, out: list) -> None:
         """MySQL Transaction_payload: its events, each placed where the payload is."""
+        from connectors import binlog_compression as _compression
+
         try:
             inner = _compression.transaction_payload(ev, self.crc)
         except _compression.CompressedEventError as exc:
@@ -1267,6 +1281,8 @@ class BinlogDecoder:
     def _mysql_tagged_gtid(self, ev: bytes, out: list) -> None:
         """A tagged transaction's GTID event: the same TxBegin as a Gtid_log_event's, its
         GTID `uuid:tag:gno`."""
+        from connectors.mysql_gtid_tagged import TaggedGtidError, read_tagged_gtid
+
         _, _, _, size, log_pos, _ = _HDR.unpack_from(ev)
         start = _pos(self.file, self._begin_start(size, log_pos))
         try:
@@ -1505,6 +1521,8 @@ class BinlogDecoder:
         tbl = self._tables.get(ev[19:25])
         if tbl is None or tbl.columns is None:
             return
+        from connectors import mysql_json as _mysql_json
+
         p = self._rows_start(ev, True)
         ncols, p = _lenenc(ev, p)
         nb = (ncols + 7) >> 3
@@ -1546,6 +1564,8 @@ class BinlogDecoder:
             out.append(RowChange("update", tbl.schema, tbl.table, after, end))
 
     def _apply_diffs(self, tbl: _Table, i: int, before_present: bytes, doc: Any, diffs: _Diffs, end) -> Any:
+        from connectors import json_diff as _json_diff
+
         name = tbl.names[i]
         where = f"column {name!r} of {tbl.schema}.{tbl.table} in the Partial_update_rows event ending at {end}"
         if not before_present[i >> 3] & (1 << (i & 7)):
