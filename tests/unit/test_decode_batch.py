@@ -28,7 +28,8 @@ def _rows(table_id: int, rows: list, v2: bool = True, update: bool = False) -> b
 def _mixed_log(post_header: bytes = bb.MYSQL_82_POST_HEADER, version: str = "8.2.0") -> bb.Binlog:
     """Two transactions over the watched table and another one, with every rows event
     kind the batch loop skips for the other table, repeated Table_maps (the cached
-    layout) and a Table_map of the other table under the watched table's earlier id."""
+    layout), a rotate between them (after which a table id means nothing until its next
+    Table_map) and a Table_map of the other table under the watched table's earlier id."""
     log = bb.Binlog()
     log.add(15, bb.fde_body(version, post_header))
     log.add(2, bb.query_body("BEGIN"))
@@ -43,7 +44,9 @@ def _mixed_log(post_header: bytes = bb.MYSQL_82_POST_HEADER, version: str = "8.2
     log.add(19, bb.table_map_body())
     log.add(31, _rows(bb.TABLE_ID, [(("e-1", b"{}", 1), ("e-1", b"{}", 5))], update=True))
     log.add(16, bb.xid_body(7))
+    log.add(4, struct.pack("<Q", 4) + b"binlog.000002")  # a real rotate: table ids are forgotten
     log.add(2, bb.query_body("BEGIN"))
+    log.add(30, _rows(bb.TABLE_ID, [("forgotten", b"{}", 0)]))  # no Table_map since the rotate: skipped
     if post_header[23 - 1]:
         log.add(19, bb.table_map_body(OTHER_ID, table="other"))
         log.add(23, _rows(OTHER_ID, [("o-3", b"{}", 3)], v2=False))
@@ -89,6 +92,8 @@ def test_batches_of_any_size_decode_as_the_events_one_by_one(post_header, versio
     assert error is None
     inserts = [e.values["id"] for e in expected if isinstance(e, RowInsert)]
     assert inserts == ["e-0", "f-0", "e-1", "f-1", "e-2", "f-2"] + (["e-9"] if version == "8.2.0" else [])
+    files = {e.values["id"]: e.end.file for e in expected if isinstance(e, RowInsert)}
+    assert files["e-0"] == "binlog.000001" and files.get("e-9", "binlog.000002") == "binlog.000002"
     assert [e.values["n"] for e in expected if isinstance(e, RowChange)] == [5]
     for size in (1, 2, 3, 7, len(events)):
         assert _in_batches(events, size) == (expected, None), size
