@@ -69,11 +69,13 @@ from cdc.source_events import (
     query_event,
     xid_text,
 )
-from connectors import binlog_compression as _compression
-from connectors import json_diff as _json_diff
-from connectors import mysql_json as _mysql_json
 from connectors import table_columns as _table_columns
-from connectors.mysql_gtid_tagged import TaggedGtidError, read_tagged_gtid
+
+# Imported where first needed, not here: what only MySQL JSON columns, partial JSON updates,
+# tagged GTIDs and compressed events use (connectors/mysql_json.py, json_diff.py,
+# mysql_gtid_tagged.py, binlog_compression.py). The reader process imports this module on
+# the way to its first event, and those four were a third of its import time (14 of 41 ms
+# CPU, python -X importtime, on a loaded machine).
 
 __all__ = ["BinlogDecodeError", "BinlogDecoder", "ServerSettingRequired", "UndecodableEvent", "UnsupportedColumnType"]
 
@@ -639,10 +641,14 @@ def _charset_encoding(charset: str | None) -> str | None:
 # -- code generation for row images ----------------------------------------------------
 
 
-def _json_reader(schema: str, table: str, column: str | None, convert: Any = _mysql_json.document_text):
+def _json_reader(schema: str, table: str, column: str | None, document: bool = False):
     """f(value bytes) -> MySQL's JSON text of a JSON column (MySQL only: MariaDB's JSON is
-    LONGTEXT), as connectors/mysql_json.py prints it (`convert=mysql_json.parse`: the
-    document, for a partial update); malformed bytes raise BinlogDecodeError naming the column."""
+    LONGTEXT), as connectors/mysql_json.py prints it (`document=True`: the document, as
+    mysql_json.parse returns it, for a partial update); malformed bytes raise
+    BinlogDecodeError naming the column."""
+    from connectors import mysql_json as _mysql_json
+
+    convert = _mysql_json.parse if document else _mysql_json.document_text
 
     def read(data: bytes) -> Any:
         try:
@@ -834,6 +840,8 @@ class _Diffs:
 def _diffs_reader(schema: str, table: str, column: str | None):
     """f(b, p) -> (_Diffs, new p): a partial JSON column's diffs (connectors/json_diff.py)."""
 
+    from connectors import json_diff as _json_diff
+
     def read(b: bytes, p: int) -> tuple[_Diffs, int]:
         try:
             diffs, p = _json_diff.read_diffs(b, p, len(b))
@@ -871,7 +879,7 @@ def _make_reader(tbl: _Table, present: bytes, partial: frozenset[int] | None = N
             g[f"_diffs{i}"] = _diffs_reader(tbl.schema, tbl.table, c.name)
             code = [f"v{i}, p = _diffs{i}(b, p)"]
         elif partial is not None and c.type == T_JSON:
-            g[f"_doc{i}"] = _json_reader(tbl.schema, tbl.table, c.name, _mysql_json.parse)
+            g[f"_doc{i}"] = _json_reader(tbl.schema, tbl.table, c.name, document=True)
             size = c.meta["length_size"]
             code = [f"n = {_uint_expr(size)}", f"p += {size}", f"v{i} = _doc{i}(b[p:p + n])", "p += n"]
         else:
@@ -963,6 +971,18 @@ def parse_mysql_gtid(ev: bytes, crc: int = 4) -> MysqlGtid:
 # -- the decoder -----------------------------------------------------------------------
 
 
+def _skippable_rows(ph_rows_v1: int) -> frozenset[int]:
+    """The rows event types whose handler's first act, for a table that is not watched, is
+    to return: every one but Update_rows_v1 / Delete_rows_v1 on a server without v1 rows
+    events, whose handlers refuse them first (`_v1_start`)."""
+    v1_changes = {UPDATE_ROWS_V1, DELETE_ROWS_V1} if ph_rows_v1 else set()
+    return frozenset(
+        {WRITE_ROWS_V1, WRITE_ROWS_V2, UPDATE_ROWS_V2, DELETE_ROWS_V2, PARTIAL_UPDATE_ROWS_EVENT}
+        | v1_changes
+        | set(MARIADB_ROWS_COMPRESSED)
+    )
+
+
 class BinlogDecoder:
     """Turns raw binlog events into `cdc.source_events`; keeps the current file name.
 
@@ -1008,6 +1028,7 @@ class BinlogDecoder:
         self._ph_rows_v1 = 8
         self._ph_rows_v2 = 10
         self._ph_compressed_rows: dict[int, int] = {}  # MariaDB's compressed rows types, from the FDE
+        self._skippable_rows = _skippable_rows(self._ph_rows_v1)
         self.server_version: str | None = None
         self._tables: dict[bytes, _Table] = {}  # 6-byte table id -> layout
         self._layouts: dict[bytes, _Table] = {}  # Table_map body after the table id -> layout
@@ -1041,6 +1062,39 @@ class BinlogDecoder:
 
     # -- entry point ----------------------------------------------------------------
 
+    def decode_batch(self, events: list[bytes], out: list) -> None:
+        """`decode` for each event of `events` (a list of `bytes`, as
+        `BinlogConnection.event_batches` yields them), in one loop.
+
+        The events that do nothing on most binlogs are handled in the loop itself, without
+        a call: a rows event of a table that is not watched (the Table_map said which table
+        its id is) and a Table_map whose layout is cached. On a binlog of mostly other
+        tables' rows (bench/workloads.py, mixed) that is two events in three, and the calls
+        were most of the decoder's time. Everything else goes to the same handlers as
+        `decode`, so the two give the same source events."""
+        if self.verify_checksum:
+            for ev in events:
+                self.decode(ev, out)
+            return
+        get = self._get_handler
+        skippable = self._skippable_rows
+        tables, layouts = self._tables, self._layouts  # changed in place only
+        for ev in events:
+            t = ev[4]
+            if t in skippable:
+                tbl = tables.get(ev[19:25])
+                if tbl is None or tbl.columns is None:
+                    continue  # what the handler would do first
+            elif t == TABLE_MAP_EVENT:
+                tbl = layouts.get(ev[25 : len(ev) - self.crc])
+                if tbl is not None and not tbl.looked_up:
+                    tables[ev[19:25]] = tbl  # _table_map's cache hit
+                    continue
+            handler = get(t)
+            if handler is not None:
+                handler(ev, out)
+                skippable = self._skippable_rows  # a Format_description may change it
+
     def decode(self, event: bytes, out: list) -> None:
         """Append the source events of one raw binlog event (header + body [+ CRC])."""
         handler = self._get_handler(event[4])
@@ -1073,6 +1127,8 @@ class BinlogDecoder:
         return ph[t - 1] if len(ph) >= t and ph[t - 1] else default
 
     def _query_compressed(self, ev: bytes, out: list) -> None:
+        from connectors import binlog_compression as _compression
+
         ph = self._post_header(MARIADB_QUERY_COMPRESSED, self._ph_query)
         try:
             plain = _compression.mariadb_query(ev, ph, self.crc)
@@ -1091,6 +1147,8 @@ class BinlogDecoder:
         ph = self._ph_rows_v1 if t < 169 else self._ph_rows_v2
         if self._ph_compressed_rows.get(t, ph) != ph:
             raise self._undecodable(ev, "its post-header length differs from the plain rows event's")
+        from connectors import binlog_compression as _compression
+
         try:
             plain = _compression.mariadb_rows(ev, ph, self.crc)
         except _compression.CompressedEventError as exc:
@@ -1102,6 +1160,8 @@ class BinlogDecoder:
 
     def _payload(self, ev: bytes, out: list) -> None:
         """MySQL Transaction_payload: its events, each placed where the payload is."""
+        from connectors import binlog_compression as _compression
+
         try:
             inner = _compression.transaction_payload(ev, self.crc)
         except _compression.CompressedEventError as exc:
@@ -1143,7 +1203,7 @@ class BinlogDecoder:
         file_sequence(name)
         self.file = name
         if _U32(ev, 0)[0] != 0:
-            self._tables = {}  # a real rotate: table ids may be reused (the library does the same)
+            self._tables.clear()  # a real rotate: table ids may be reused (the library does the same)
 
     def _fde(self, ev: bytes, out: list) -> None:
         has_crc = zlib.crc32(ev[:-4]) == _U32(ev, len(ev) - 4)[0]
@@ -1179,6 +1239,7 @@ class BinlogDecoder:
         self._ph_rows_v1 = lengths[WRITE_ROWS_V1]
         self._ph_rows_v2 = lengths[WRITE_ROWS_V2] or 10
         self._ph_compressed_rows = {t: ph[t - 1] for t in MARIADB_ROWS_COMPRESSED if len(ph) >= t and ph[t - 1]}
+        self._skippable_rows = _skippable_rows(self._ph_rows_v1)
 
     def _xid(self, ev: bytes, out: list) -> None:
         ts, _, _, _, log_pos, _ = _HDR.unpack_from(ev)
@@ -1220,6 +1281,8 @@ class BinlogDecoder:
     def _mysql_tagged_gtid(self, ev: bytes, out: list) -> None:
         """A tagged transaction's GTID event: the same TxBegin as a Gtid_log_event's, its
         GTID `uuid:tag:gno`."""
+        from connectors.mysql_gtid_tagged import TaggedGtidError, read_tagged_gtid
+
         _, _, _, size, log_pos, _ = _HDR.unpack_from(ev)
         start = _pos(self.file, self._begin_start(size, log_pos))
         try:
@@ -1458,6 +1521,8 @@ class BinlogDecoder:
         tbl = self._tables.get(ev[19:25])
         if tbl is None or tbl.columns is None:
             return
+        from connectors import mysql_json as _mysql_json
+
         p = self._rows_start(ev, True)
         ncols, p = _lenenc(ev, p)
         nb = (ncols + 7) >> 3
@@ -1499,6 +1564,8 @@ class BinlogDecoder:
             out.append(RowChange("update", tbl.schema, tbl.table, after, end))
 
     def _apply_diffs(self, tbl: _Table, i: int, before_present: bytes, doc: Any, diffs: _Diffs, end) -> Any:
+        from connectors import json_diff as _json_diff
+
         name = tbl.names[i]
         where = f"column {name!r} of {tbl.schema}.{tbl.table} in the Partial_update_rows event ending at {end}"
         if not before_present[i >> 3] & (1 << (i & 7)):

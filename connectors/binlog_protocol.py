@@ -385,6 +385,16 @@ class BinlogConnection:
     def events(self) -> Iterator[bytes]:
         """Raw binlog events (header + body [+ CRC32]) until EOF (non-blocking dump), a
         `close()` (the iterator ends) or an error (BinlogConnectionError)."""
+        for batch in self.event_batches():
+            yield from batch
+
+    def event_batches(self) -> Iterator[list[bytes]]:
+        """The events of `events()`, a list at a time: the complete events of each read
+        from the socket (the decoder then loops over a list instead of resuming a
+        generator per event: on a binlog of mostly unwatched rows that resume was a fifth
+        of the reader's time). A list is yielded as soon as a read completes an event, so
+        a live stream's events wait for nothing; the events before an error packet or the
+        end are yielded before it."""
         if not self._streaming:
             raise RuntimeError("start a dump first (dump_file / dump_mariadb_gtid / dump_mysql_gtid)")
         sock = self._sock
@@ -394,10 +404,16 @@ class BinlogConnection:
         data = b""
         p = 0
         size = 0
+        batch: list[bytes] = []
+        append = batch.append
         try:
             while True:
                 # -- one logical packet: data[p:] holds the buffered bytes --------------
                 if size - p < 4:
+                    if batch:
+                        yield batch
+                        batch = []
+                        append = batch.append
                     data = data[p:] + self._recv(recv, closed)
                     p = 0
                     size = len(data)
@@ -407,19 +423,48 @@ class BinlogConnection:
                 if end <= size and n != _MAX_PACKET:
                     first = data[p + 4] if n else 0xFE
                     if first == 0:
-                        ev = data[p + 5 : end]
+                        append(data[p + 5 : end])
                         p = end
-                        yield ev
                         continue
                     payload = data[p + 4 : end]
                     p = end
+                elif n != _MAX_PACKET:
+                    # the packet continues in the next reads: read up to its end and join its
+                    # bytes alone; the buffer goes on in the last read (joining the whole
+                    # read to the buffer's tail copied 256 KiB per read: 4% of the reader)
+                    if batch:
+                        yield batch
+                        batch = []
+                        append = batch.append
+                    parts = [data[p:]]
+                    missing = end - size
+                    while missing > 0:
+                        data = self._recv(recv, closed)
+                        parts.append(data if len(data) <= missing else data[:missing])
+                        missing -= len(data)
+                    size = len(data)
+                    p = size + missing  # where the packet ends in the last read
+                    packet = b"".join(parts)
+                    first = packet[4] if n else 0xFE
+                    if first == 0:
+                        append(packet[5:])
+                        continue
+                    payload = packet[4:]
                 else:
+                    if batch:
+                        yield batch
+                        batch = []
+                        append = batch.append
                     payload, data, p = self._read_large(recv, closed, data, p)
                     size = len(data)
                     first = payload[0] if payload else 0xFE
                     if first == 0:
-                        yield payload[1:]
+                        append(payload[1:])
                         continue
+                if batch:
+                    yield batch
+                    batch = []
+                    append = batch.append
                 if first == 0xFE and len(payload) < 9:
                     self._streaming = self._live = False
                     return  # EOF: end of the binlog in a non-blocking dump

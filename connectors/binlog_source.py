@@ -71,8 +71,9 @@ class MySQLBinlogSource:
     """One open binlog stream (implements cdc.ports.BinlogSource).
 
     `events` yields the stream's raw items and `convert(item, out)` appends source events
-    for each: python-mysql-replication's event objects with `binlog_library.LibraryConverter`, or raw event
-    bytes with `BinlogDecoder` (the default, see connectors/binlog_decoder.py)."""
+    for each: python-mysql-replication's event objects with `binlog_library.LibraryConverter`, or
+    lists of raw events with `BinlogDecoder.decode_batch` (the default, see
+    connectors/binlog_decoder.py)."""
 
     def __init__(self, events, convert, close, info: ServerInfo, queue_events: int, threaded: bool = True):
         """`threaded=False`: no reader thread; `read` reads the socket itself and blocks
@@ -375,7 +376,10 @@ class MySQLBinlogSourceFactory:
             finally:
                 columns.close()
 
-        return MySQLBinlogSource(conn.events(), decoder.decode, close, info, self._queue_events, self._threaded)
+        # a list of events at a time (see BinlogConnection.event_batches)
+        return MySQLBinlogSource(
+            conn.event_batches(), decoder.decode_batch, close, info, self._queue_events, self._threaded
+        )
 
     def _open_library(self, start: BinlogPosition | GtidSet) -> MySQLBinlogSource:
         from connectors.binlog_library import LibraryConverter, open_library_stream

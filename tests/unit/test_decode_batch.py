@@ -1,0 +1,198 @@
+"""The reader's batch path: `BinlogConnection.event_batches` (the events of each socket
+read as one list) and `BinlogDecoder.decode_batch` (a list decoded in one loop, the
+events of tables that are not watched skipped in the loop itself) give what the
+event-at-a-time path gives: the same events, the same source events, the same errors
+after the same output."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+
+from cdc.source_events import RowChange, RowInsert
+from connectors.binlog_decoder import BinlogDecodeError, BinlogDecoder
+from connectors.binlog_protocol import BinlogConnection, BinlogConnectionError
+from tests.unit import binlog_bytes as bb
+
+OTHER_ID = 78  # a table that is not watched
+
+
+def _rows(table_id: int, rows: list, v2: bool = True, update: bool = False) -> bytes:
+    head = bb.rows_head(table_id, v2, update)
+    if update:
+        return head + b"".join(bb.row_image(*a) + bb.row_image(*b) for a, b in rows)
+    return head + b"".join(bb.row_image(*r) for r in rows)
+
+
+def _mixed_log(post_header: bytes = bb.MYSQL_82_POST_HEADER, version: str = "8.2.0") -> bb.Binlog:
+    """Two transactions over the watched table and another one, with every rows event
+    kind the batch loop skips for the other table, repeated Table_maps (the cached
+    layout), a rotate between them (after which a table id means nothing until its next
+    Table_map) and a Table_map of the other table under the watched table's earlier id."""
+    log = bb.Binlog()
+    log.add(15, bb.fde_body(version, post_header))
+    log.add(2, bb.query_body("BEGIN"))
+    for i in range(3):
+        log.add(19, bb.table_map_body(OTHER_ID, table="other"))
+        log.add(30, _rows(OTHER_ID, [(f"o-{i}", b"{}", i)]))
+        log.add(19, bb.table_map_body())
+        log.add(30, _rows(bb.TABLE_ID, [(f"e-{i}", b'{"a":1}', i), (f"f-{i}", None, None)]))
+    log.add(19, bb.table_map_body(OTHER_ID, table="other"))
+    log.add(31, _rows(OTHER_ID, [(("o-1", b"{}", 1), ("o-1", b"{}", 2))], update=True))
+    log.add(32, _rows(OTHER_ID, [("o-2", b"{}", 2)]))
+    log.add(19, bb.table_map_body())
+    log.add(31, _rows(bb.TABLE_ID, [(("e-1", b"{}", 1), ("e-1", b"{}", 5))], update=True))
+    log.add(16, bb.xid_body(7))
+    log.add(4, struct.pack("<Q", 4) + b"binlog.000002")  # a real rotate: table ids are forgotten
+    log.add(2, bb.query_body("BEGIN"))
+    log.add(30, _rows(bb.TABLE_ID, [("forgotten", b"{}", 0)]))  # no Table_map since the rotate: skipped
+    if post_header[23 - 1]:
+        log.add(19, bb.table_map_body(OTHER_ID, table="other"))
+        log.add(23, _rows(OTHER_ID, [("o-3", b"{}", 3)], v2=False))
+        log.add(24, _rows(OTHER_ID, [(("o-3", b"{}", 3), ("o-3", b"{}", 4))], v2=False, update=True))
+        log.add(25, _rows(OTHER_ID, [("o-3", b"{}", 4)], v2=False))
+        log.add(19, bb.table_map_body())
+        log.add(23, _rows(bb.TABLE_ID, [("e-9", b"{}", 9)], v2=False))
+    log.add(30, _rows(99, [("lost", b"{}", 0)]))  # a table id without a Table_map: skipped
+    log.add(19, bb.table_map_body(bb.TABLE_ID, table="other"))  # the id now names another table
+    log.add(30, _rows(bb.TABLE_ID, [("o-4", b"{}", 4)]))
+    log.add(16, bb.xid_body(8))
+    return log
+
+
+def _one_by_one(events: list[bytes]) -> tuple[list, BaseException | None]:
+    dec, out = BinlogDecoder({(bb.SCHEMA, bb.TABLE)}, "binlog.000001"), []
+    try:
+        for ev in events:
+            dec.decode(ev, out)
+    except BinlogDecodeError as exc:
+        return out, exc
+    return out, None
+
+
+def _in_batches(events: list[bytes], size: int) -> tuple[list, BaseException | None]:
+    dec, out = BinlogDecoder({(bb.SCHEMA, bb.TABLE)}, "binlog.000001"), []
+    try:
+        for i in range(0, len(events), size):
+            dec.decode_batch(events[i : i + size], out)
+    except BinlogDecodeError as exc:
+        return out, exc
+    return out, None
+
+
+@pytest.mark.parametrize(
+    "post_header, version",
+    [(bb.MYSQL_82_POST_HEADER, "8.2.0"), (bb.MYSQL_90_POST_HEADER, "9.0.1")],
+    ids=["8.2.0", "9.0.1"],
+)
+def test_batches_of_any_size_decode_as_the_events_one_by_one(post_header, version):
+    events = _mixed_log(post_header, version).events
+    expected, error = _one_by_one(events)
+    assert error is None
+    inserts = [e.values["id"] for e in expected if isinstance(e, RowInsert)]
+    assert inserts == ["e-0", "f-0", "e-1", "f-1", "e-2", "f-2"] + (["e-9"] if version == "8.2.0" else [])
+    files = {e.values["id"]: e.end.file for e in expected if isinstance(e, RowInsert)}
+    assert files["e-0"] == "binlog.000001" and files.get("e-9", "binlog.000002") == "binlog.000002"
+    assert [e.values["n"] for e in expected if isinstance(e, RowChange)] == [5]
+    for size in (1, 2, 3, 7, len(events)):
+        assert _in_batches(events, size) == (expected, None), size
+
+
+def test_a_removed_v1_rows_event_of_another_table_is_refused_as_one_by_one():
+    """MySQL 9 has no v1 rows events: an Update_rows_v1 is refused even for a table that is
+    not watched (its handler reads the post-header first), in a batch too."""
+    log = _mixed_log(bb.MYSQL_90_POST_HEADER, "9.0.1")
+    log.add(19, bb.table_map_body(OTHER_ID, table="other"))
+    log.add(24, _rows(OTHER_ID, [(("o-3", b"{}", 3), ("o-3", b"{}", 4))], v2=False, update=True))
+    log.add(16, bb.xid_body(9))
+    expected, error = _one_by_one(log.events)
+    assert error is not None and "post-header length 0" in str(error)
+    out, batch_error = _in_batches(log.events, len(log.events))
+    assert out == expected
+    assert str(batch_error) == str(error)
+
+
+def test_a_checksum_verifying_decoder_checks_every_event_of_a_batch():
+    log = _mixed_log()
+    bad = bytearray(log.events[3])  # the other table's rows event, skipped without a call
+    bad[-1] ^= 0xFF
+    events = [*log.events[:3], bytes(bad), *log.events[4:]]
+    dec = BinlogDecoder({(bb.SCHEMA, bb.TABLE)}, "binlog.000001", verify_checksum=True)
+    out: list = []
+    with pytest.raises(BinlogDecodeError, match="CRC32 mismatch in an event of type 30"):
+        dec.decode_batch(events, out)
+
+
+# -- framing ----------------------------------------------------------------------------
+
+
+class _Socket:
+    """Hands out the stream in the given pieces, then closes the connection."""
+
+    def __init__(self, pieces: list[bytes], conn: BinlogConnection):
+        self._pieces, self._conn = iter(pieces), conn
+
+    def recv(self, _n: int) -> bytes:
+        for piece in self._pieces:
+            return piece
+        self._conn._closed.set()  # close(): the iterator ends quietly
+        return b""
+
+
+def _streaming(pieces: list[bytes]) -> BinlogConnection:
+    conn = BinlogConnection("localhost", 3306, "u", "", server_id=5)
+    conn._streaming = conn._live = True  # as after a dump's start
+    conn._sock = _Socket(pieces, conn)  # type: ignore[assignment]
+    return conn
+
+
+def _packet(payload: bytes, seq: int = 1) -> bytes:
+    out = b""
+    while True:  # a payload of 16 MiB - 1 or more: physical packets of 16 MiB - 1, then the rest
+        part, payload = payload[:0xFFFFFF], payload[0xFFFFFF:]
+        out += struct.pack("<I", len(part))[:3] + bytes([seq & 0xFF]) + part
+        seq += 1
+        if len(part) < 0xFFFFFF:
+            return out
+
+
+EOF_PACKET = _packet(b"\xfe\x00\x00\x02\x00")
+
+
+def test_event_batches_yield_the_events_wherever_the_reads_split_the_stream():
+    events = _mixed_log().events + [bb.event(30, b"x" * 300_000, 0)]  # longer than one read
+    stream = b"".join(_packet(b"\x00" + ev) for ev in events) + EOF_PACKET
+    cuts = sorted({1, 3, 4, 5, 40, 41, len(stream) // 2, len(stream) - 300_000, len(stream) - 3})
+    for cut in cuts:
+        for pieces in ([stream[:cut], stream[cut:]], [stream[i : i + cut] for i in range(0, len(stream), cut)]):
+            conn = _streaming(pieces)
+            batches = list(conn.event_batches())
+            assert all(batches), cut
+            assert [ev for batch in batches for ev in batch] == events, cut
+            assert not conn._live  # the EOF ended the dump
+    assert list(_streaming([stream]).events()) == events
+
+
+def test_a_packet_of_16_mib_and_more_is_reassembled():
+    big = bb.event(30, b"y" * 0xFFFFFF, 0)
+    stream = _packet(b"\x00" + big) + _packet(b"\x00" + bb.xid_body(1)) + EOF_PACKET
+    pieces = [stream[i : i + (1 << 18)] for i in range(0, len(stream), 1 << 18)]
+    assert [ev for batch in _streaming(pieces).event_batches() for ev in batch] == [big, bb.xid_body(1)]
+
+
+def test_the_events_before_an_error_packet_are_yielded_before_the_error():
+    events = _mixed_log().events[:4]
+    error = _packet(b"\xff" + struct.pack("<H", 1236) + b"#HY000" + b"Could not find first log file name")
+    conn = _streaming([b"".join(_packet(b"\x00" + ev) for ev in events) + error])
+    got: list[bytes] = []
+    with pytest.raises(BinlogConnectionError, match="1236"):
+        for batch in conn.event_batches():
+            got += batch
+    assert got == events
+
+
+def test_a_closed_stream_ends_after_the_events_it_read():
+    events = _mixed_log().events[:5]
+    conn = _streaming([b"".join(_packet(b"\x00" + ev) for ev in events)])
+    assert [ev for batch in conn.event_batches() for ev in batch] == events

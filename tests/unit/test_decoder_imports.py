@@ -1,0 +1,24 @@
+"""The reader process imports the binlog decoder on the way to its first event: what only
+MySQL JSON columns, partial JSON updates, tagged GTIDs and compressed events need is
+imported when such an event first comes, not with the decoder."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+LATER = (
+    "connectors.json_diff",
+    "connectors.mysql_json",
+    "connectors.mysql_gtid_tagged",
+    "connectors.binlog_compression",
+)
+
+
+def test_importing_the_decoder_leaves_the_rare_features_modules_unloaded():
+    code = (
+        "import sys, connectors.binlog_decoder, connectors.binlog_source\n"
+        f"print(sorted(m for m in {LATER!r} if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
