@@ -4,7 +4,8 @@
   fsync, rename, fsync the directory), so a crash leaves the old or the new checkpoint,
   never a torn one. Used by the embedded demo. A save whose lease epoch is older than
   the file's is refused (LeaseLost): a newer relay holds the source (cdc/lease.py); an
-  advisory lock on a side file makes the compare and the replace one step.
+  advisory lock on a side file, held for the compare and the rename only (not the
+  fsyncs), makes them one step.
 * `KafkaCheckpointStore`: the default for deployments: a compacted topic keyed by the
   source name. The record with the newest lease epoch wins, the last of those if
   several: a relay that lost its lease may still append one, and it is ignored. `save`
@@ -25,6 +26,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import threading
 from pathlib import Path
 
 from confluent_kafka import KafkaError, Producer
@@ -61,27 +63,31 @@ class FileCheckpointStore:
 
     def save(self, checkpoint: Checkpoint) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.path.with_name(self.path.name + ".lock"), "a") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
-            if checkpoint.epoch:
-                current = self._read()
-                if current is not None and current.epoch > checkpoint.epoch:
-                    raise LeaseLost(
-                        f"checkpoint file {self.path} was written by a relay of lease epoch "
-                        f"{current.epoch}, this relay's is {checkpoint.epoch}: a newer relay holds "
-                        "the source"
-                    )
-            self._replace(checkpoint)
-
-    def _replace(self, checkpoint: Checkpoint) -> None:
-        tmp = self.path.with_name(self.path.name + ".tmp")
+        # Written and fsynced before the lock is taken, under a name of this writer's own:
+        # a relay frozen (SIGSTOP, a paused VM) in the slow part of a save must not hold
+        # up its successor's checkpoints, and two writers never share a temporary file (one
+        # killed before its rename leaves its own behind; nothing reads it).
+        tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
         data = json.dumps(checkpoint.to_dict(), sort_keys=True).encode()
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        crashpoints.hit("checkpoint_write")
-        os.replace(tmp, self.path)
+        try:
+            with open(tmp, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+            crashpoints.hit("checkpoint_write")
+            with open(self.path.with_name(self.path.name + ".lock"), "a") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+                if checkpoint.epoch:
+                    current = self._read()
+                    if current is not None and current.epoch > checkpoint.epoch:
+                        raise LeaseLost(
+                            f"checkpoint file {self.path} was written by a relay of lease epoch "
+                            f"{current.epoch}, this relay's is {checkpoint.epoch}: a newer relay holds "
+                            "the source"
+                        )
+                os.replace(tmp, self.path)
+        finally:
+            tmp.unlink(missing_ok=True)  # refused, or failed before the replace
         dir_fd = os.open(self.path.parent, os.O_RDONLY)
         try:
             os.fsync(dir_fd)

@@ -24,7 +24,7 @@ import json
 import logging
 from collections.abc import Callable
 from functools import partial
-from typing import Any
+from typing import Any, NoReturn
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
@@ -283,16 +283,26 @@ class TransactionalKafkaPublisher(KafkaPublisher):
     def poll(self, timeout: float) -> None:
         try:
             self._producer.poll(timeout)
-        except KafkaException as exc:  # a transactional producer's fatal state
-            self._raise_if_fenced(exc.args[0])
-            raise TransactionAborted(f"{exc.args[0].name()}: {exc.args[0].str()}") from exc
+        except (KafkaException, SystemError) as exc:  # a transactional producer's fatal state
+            self._fatal(exc)
 
     def flush(self, timeout: float) -> int:
         try:
             return self._producer.flush(timeout)
-        except KafkaException as exc:
-            self._raise_if_fenced(exc.args[0])
-            raise TransactionAborted(f"{exc.args[0].name()}: {exc.args[0].str()}") from exc
+        except (KafkaException, SystemError) as exc:
+            self._fatal(exc)
+
+    def _fatal(self, exc: KafkaException | SystemError) -> NoReturn:
+        """poll / flush met the producer's fatal error. confluent-kafka raises it as a
+        KafkaException; when the same call then serves a delivery report (the purged
+        messages'), the report's first call into the library fails with a SystemError
+        ("returned a result with an exception set") whose cause is that KafkaException."""
+        kafka_exc = exc if isinstance(exc, KafkaException) else exc.__cause__
+        if not isinstance(kafka_exc, KafkaException):
+            raise exc
+        err = kafka_exc.args[0]
+        self._raise_if_fenced(err)
+        raise TransactionAborted(f"{err.name()}: {err.str()}") from exc
 
     def produce_record(self, topic: str, key: bytes, value: bytes) -> None:
         """One record in the open transaction; a failure shows at the commit."""

@@ -405,6 +405,7 @@ class EmbeddedMariaDB:
             "--skip-name-resolve",
             f"--extra-file={user_sql}",
             *self._user_args(),
+            *self._tmpdir_args(),
             *_SIZE_ARGS,
         ]
         log_path = self.install_log
@@ -435,6 +436,17 @@ class EmbeddedMariaDB:
     def _user_args() -> list[str]:
         return ["--user=root"] if os.geteuid() == 0 else []
 
+    def _tmpdir_args(self) -> list[str]:
+        """Temporary tables in the server's own root, not the machine's /tmp: a fresh-clone
+        run beside other suites failed twice in mariadb-install-db with "Unknown table
+        'mysql.tmp_user_nopasswd,mysql.tmp_user_socket'" (the bootstrap's temporary tables,
+        created moments before, were gone from /tmp when it dropped them)."""
+        if not self.owns_datadir:
+            return []  # a given datadir's parent is not ours to write into
+        tmp = self.root / "tmp"
+        tmp.mkdir(exist_ok=True)
+        return [f"--tmpdir={tmp}"]
+
     def _socket_path(self) -> str:
         path = str(self._datadir / _SOCKET)
         if len(path.encode()) <= _SOCKET_PATH_MAX:
@@ -455,6 +467,7 @@ class EmbeddedMariaDB:
             f"--port={self._port}",
             "--skip-name-resolve",
             *self._user_args(),
+            *self._tmpdir_args(),
             "--log-bin=mysql-bin",
             "--binlog-format=ROW",
             "--binlog-row-image=FULL",

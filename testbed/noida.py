@@ -22,7 +22,12 @@ Its limits, measured here (tests must respect them; docs/limits.md repeats them)
 * a read_committed fetch that starts after an aborted transaction's marker, or a consumer
   that waited at a transaction that was then aborted, skips every later committed record
   of the same producer id: read_committed readers in tests start at each partition's
-  beginning.
+  beginning;
+* it grants an epoch bump requested with an older epoch (InitProducerId with producer id
+  and epoch, KIP-360: Kafka answers PRODUCER_FENCED), so a zombie producer could fence its
+  successor; librdkafka asks for one when it aborts a transaction with a failed message
+  and no partition added yet. The relay never aborts after losing its lease when a message
+  failed (cdc/delivery/transactional.py `abandon`).
 """
 
 from __future__ import annotations

@@ -215,11 +215,28 @@ class TransactionalDelivery:
         the last checkpoint is written once more in a transaction of its own, which is
         aborted too: if a successor already ran init_transactions, the broker refuses the
         write (Fenced: the one line); otherwise nothing of it is ever visible to
-        read_committed readers. Fenced already: nothing more is written."""
+        read_committed readers. Fenced already, or a message of the open transaction
+        failed (below): nothing more is written."""
         if isinstance(exc, Fenced):
             return
         publisher, timeout = self._publisher, min(5.0, self._timeout)
         self.state.open = False
+        try:
+            publisher.poll(0)  # the reports of what failed while the relay was frozen
+        except TransactionAborted:
+            return
+        failure = self._ledger.failure
+        if failure is not None:
+            if failure.failure is not None and failure.failure.code in FENCED_CODES:
+                raise Fenced(self.txn_id)
+            # A message of the open transaction failed: a frozen relay's timed out (its
+            # successor waits the delivery timeout out before taking over). librdkafka aborts
+            # such a transaction by asking the coordinator to bump this producer id's epoch
+            # (InitProducerId with the id and epoch, KIP-360): a take-over request, which a
+            # relay without its lease does not make. Kafka refuses it from an older epoch;
+            # noida-db granted it and fenced the successor. What is open is aborted by the
+            # successor's init_transactions.
+            return
         self._abort_quietly(timeout)  # whatever is open, in whatever state
         last = self._ledger.last
         if last is None:

@@ -171,7 +171,7 @@ def test_following_verifier_on_the_standalone_cluster(mariadb, database, publish
     try:
         wait_until(lambda: _metrics(port), 120, "the follow job's metrics endpoint")
         writer = Writer(mariadb, database, interval=0.1)
-        time.sleep(15)
+        time.sleep(5)  # the workload's length: some 50 transactions for the cluster to follow
         writer.stop()
         total = len(writer.ids)
         wait_until(

@@ -165,6 +165,26 @@ def test_a_relay_whose_lease_ran_out_asks_the_broker_and_leaves_nothing_visible(
     assert fenced.publisher.aborts == 0, "fenced: nothing more is written"
 
 
+def test_a_relay_whose_lease_ran_out_with_a_failed_message_in_its_transaction_sends_no_abort():
+    """A zombie's messages time out while it is frozen (the successor waits the delivery
+    timeout out before it takes over). librdkafka aborts such a transaction by asking the
+    coordinator for an epoch bump of this producer id (KIP-360): a take-over request, which
+    a relay without its lease must not make. noida-db granted it and fenced the successor
+    (test_transactional.py's zombie, 1 run in 40)."""
+    timed_out = DeliveryFailure("_MSG_TIMED_OUT", "Local: Message timed out")
+    p = _started(publisher={"fail": lambda m: timed_out})
+    p.hand_over(committed(_binlog(1))[0])  # queued; its report is served by abandon's poll
+    p.mode.abandon(LeaseLost("lost the lease"))
+    assert p.publisher.aborts == 0, "no abort: it would ask the broker for a new epoch"
+    assert _visible_ids(p.kafka) == [] and p.store.current is None
+
+    fenced = _started(publisher={"fail": lambda m: FENCED})
+    fenced.hand_over(committed(_binlog(1))[0])
+    with pytest.raises(Fenced):  # a fenced report found there is the one line
+        fenced.mode.abandon(LeaseLost("lost the lease"))
+    assert fenced.publisher.aborts == 0
+
+
 def test_handing_over_opens_one_kafka_transaction_and_counts_its_messages():
     p = _started()
     p.mode.handing_over(SimpleNamespace(size=3))

@@ -157,6 +157,56 @@ def test_a_file_store_refuses_a_checkpoint_of_an_older_epoch(tmp_path):
     assert store.load().epoch == 3
 
 
+def test_a_relay_frozen_while_writing_its_file_checkpoint_holds_up_no_successor(tmp_path, monkeypatch):
+    """Found by test_lease.py's freeze test under load (2 failures in 2 runs): the relay
+    SIGSTOPped inside its checkpoint's save, in the fsync that takes long on a busy disk,
+    held the store's lock, so its successor's first checkpoint (the new lease epoch, written
+    before anything is published) waited for the frozen relay to wake: it never published.
+    Woken later, the frozen relay's write is refused: its epoch is older."""
+    import os
+    import threading
+
+    from connectors import checkpoint_stores
+
+    path = tmp_path / "cp.json"
+    FileCheckpointStore(path).save(Checkpoint("s", BinlogPosition("mysql-bin.000001", 4), epoch=1))
+    frozen, wake = threading.Event(), threading.Event()
+    fsync = os.fsync
+
+    def freezing_fsync(fd: int) -> None:
+        if threading.current_thread().name == "frozen relay" and not wake.is_set():
+            frozen.set()
+            wake.wait(30)
+        fsync(fd)
+
+    monkeypatch.setattr(checkpoint_stores.os, "fsync", freezing_fsync)
+    outcome: dict = {}
+
+    def save(name: str, checkpoint: Checkpoint) -> None:
+        try:
+            FileCheckpointStore(path).save(checkpoint)
+            outcome[name] = "saved"
+        except LeaseLost as exc:
+            outcome[name] = exc
+
+    old = threading.Thread(
+        target=save, args=("old", Checkpoint("s", BinlogPosition("mysql-bin.000001", 50), epoch=1)), name="frozen relay"
+    )
+    old.start()
+    assert frozen.wait(10)
+    new = threading.Thread(target=save, args=("new", Checkpoint("s", BinlogPosition("mysql-bin.000001", 60), epoch=2)))
+    new.start()
+    new.join(5)
+    waited = new.is_alive()
+    wake.set()
+    old.join(10)
+    new.join(10)
+    assert not waited, "the successor's checkpoint waited for the frozen relay"
+    assert outcome["new"] == "saved" and isinstance(outcome["old"], LeaseLost), outcome
+    assert FileCheckpointStore(path).load() == Checkpoint("s", BinlogPosition("mysql-bin.000001", 60), epoch=2)
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == [], "no temporary file left"
+
+
 def test_a_relay_that_stops_on_another_error_after_its_lease_ran_out_drops_what_is_queued_and_says_lease_lost():
     """Woken from a freeze, a relay may find a delivery failure (messages that timed out
     while it was frozen) as well as its lease gone: it must not drain (send) what is
