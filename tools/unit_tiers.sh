@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The unit tier (tests/unit, which starts nothing: no servers, no Spark) on the other
 # Python versions the relay supports, each in a virtualenv of its own kept between runs
-# (.venv-3.12, .venv-3.13: git-ignored), with the relay and its test tools only (`.[test]`,
+# (.venv-3.12, .venv-3.13: git-ignored), with the relay, its sink clients and its test tools (`.[test,rabbitmq,nats]`,
 # not the verifier's PySpark/PyArrow: tests marked verifier_deps are left out). A version that is not installed is reported, not
 # skipped silently.
 #   tools/unit_tiers.sh [pytest args]        CDC_PYTHONS="3.12 3.13" by default
@@ -22,7 +22,7 @@ for version in ${CDC_PYTHONS:-3.12 3.13}; do
     echo "unit_tiers: building $venv with $py ..." >&2
     [ -x "$venv/bin/python" ] || "$py" -m venv "$venv"
     "$venv/bin/python" -m pip install -q --upgrade pip >/dev/null
-    "$venv/bin/python" -m pip install -q -e '.[test]'
+    "$venv/bin/python" -m pip install -q -e '.[test,rabbitmq,nats]'
     rm -f "$venv"/.installed-*
     touch "$stamp"
   fi
