@@ -147,6 +147,59 @@ class MessageExtras:
         return f"MessageExtras({self.format!r}, headers={self.headers!r}, timestamp_ms={self.timestamp_ms!r})"
 
 
+class ExtrasPlan:
+    """How one payload-format table's rows become their MessageExtras, resolved once per
+    table (OutboxMapper keeps one per table): the placement parsed, the header and envelope
+    columns with their names, the trace columns. Per event it only reads the columns.
+
+    A header of a text column (the usual `type:header:eventType`) is one (name, bytes)
+    object per distinct text: the events of a chunk share it, so the reader process's pipe
+    pickles it once per chunk (pickle memoizes by identity) and the relay unpickles one
+    object; and the text is encoded once. Measured against building them per event (the
+    placement looked up, every header made and encoded; 5,000 rows of `bench catchup
+    --format json`'s settings, min of 15 rounds in one process): the extras 1.13 -> 0.94
+    us/event, their pickling in 100-event chunks 0.55 -> 0.38, unpickling 0.53 -> 0.46."""
+
+    __slots__ = ("envelope", "format", "headers", "nullable", "table", "tombstone", "trace")
+
+    _SEEN_MAX = 1024  # distinct texts kept per header column (an unbounded column would grow)
+
+    def __init__(self, table: Any):
+        self.table = table  # the OutboxTable this plan is for (the mapper checks identity)
+        self.format: str = table.format
+        fields = parse_placement(table.additional_placement)
+        self.headers: tuple[tuple[str, str, dict[str, tuple[str, bytes | None]]], ...] = tuple(
+            (f.column, f.alias, {}) for f in fields if f.placement == "header"
+        )
+        self.envelope = tuple((f.column, f.alias) for f in fields if f.placement != "header")
+        traced = ((table.traceparent_column, H_TRACEPARENT), (table.tracestate_column, H_TRACESTATE))
+        self.trace = tuple((column, name) for column, name in traced if column)
+        self.tombstone: bool = table.tombstone_on_empty_payload
+        self.nullable: bool = table.payload_nullable
+
+    def extras(self, row: dict[str, Any], timestamp_ms: int | None) -> MessageExtras:
+        """The extras of one row: its header columns (in placement order, then the trace
+        columns that are not NULL), its envelope fields, the record timestamp given."""
+        headers: list[tuple[str, bytes | None]] = []
+        for column, alias, seen in self.headers:
+            value = row.get(column)
+            if type(value) is str:
+                header = seen.get(value)
+                if header is None:
+                    if len(seen) >= self._SEEN_MAX:
+                        seen.clear()
+                    header = seen[value] = (alias, value.encode())
+                headers.append(header)
+            else:
+                headers.append((alias, header_value(value)))
+        for column, name in self.trace:
+            value = row.get(column)
+            if value is not None:
+                headers.append((name, header_value(value)))
+        envelope = tuple((alias, row.get(column)) for column, alias in self.envelope) if self.envelope else ()
+        return MessageExtras(self.format, headers, timestamp_ms, envelope, self.tombstone, self.nullable)
+
+
 # ------------------------------------------------------------------------ column values
 
 

@@ -17,7 +17,7 @@ from sys import intern
 from typing import Any
 
 from cdc.errors import ConfigError
-from cdc.formats import FORMATS, MessageExtras, epoch_ms, epoch_us, header_value, parse_placement
+from cdc.formats import FORMATS, ExtrasPlan, MessageExtras, epoch_ms, epoch_us, parse_placement
 from cdc.identity import EventIdentity
 from cdc.topics import TopicRouter, check_template
 
@@ -247,6 +247,10 @@ def _micros_of(value: Any) -> int | None:
 class OutboxMapper:
     def __init__(self, router: TopicRouter):
         self._router = router
+        # a payload format's table -> its ExtrasPlan, by identity (hashing the frozen
+        # OutboxTable hashes every field, per event); the plan holds its table, so an id
+        # is never reused while its entry is here
+        self._plans: dict[int, ExtrasPlan] = {}
 
     def map(self, table: OutboxTable, row: dict[str, Any], identity: EventIdentity) -> OutboxEvent | DeadLetter:
         try:
@@ -273,7 +277,7 @@ class OutboxMapper:
             return self._dead(table, row, identity, route.cause or "illegal_topic", route.problem, route.topic)
         if table.format != "envelope":
             return self._formatted(
-                table, row, identity, event_id, aggregate_type, aggregate_id, event_type, route.topic
+                self._plans, table, row, identity, event_id, aggregate_type, aggregate_id, event_type, route.topic
             )
         return OutboxEvent(
             event_id if type(event_id) is str else text_of(event_id),
@@ -289,6 +293,7 @@ class OutboxMapper:
 
     @staticmethod
     def _formatted(
+        plans: dict[int, ExtrasPlan],
         table: OutboxTable,
         row: dict[str, Any],
         identity: EventIdentity,
@@ -300,19 +305,9 @@ class OutboxMapper:
     ) -> OutboxEvent:
         """An event of a payload format: the row's extra columns become headers (and, for
         json, envelope fields), its event-time column the record timestamp."""
-        headers: list[tuple[str, bytes | None]] = []
-        envelope: list[tuple[str, Any]] = []
-        for f in parse_placement(table.additional_placement):
-            value = row.get(f.column)
-            if f.placement == "header":
-                headers.append((f.alias, header_value(value)))
-            else:
-                envelope.append((f.alias, value))
-        for column, name in ((table.traceparent_column, "traceparent"), (table.tracestate_column, "tracestate")):
-            if column:
-                value = row.get(column)
-                if value is not None:
-                    headers.append((name, header_value(value)))
+        plan = plans.get(id(table))
+        if plan is None or plan.table is not table:
+            plan = plans[id(table)] = ExtrasPlan(table)
         stamp = row.get(table.timestamp_column) if table.timestamp_column else None
         micros = _micros_of(stamp)
         return OutboxEvent(
@@ -326,14 +321,7 @@ class OutboxMapper:
             table.qualified_name,
             identity,
             None,
-            MessageExtras(
-                table.format,
-                headers,
-                epoch_ms(stamp, micros),
-                tuple(envelope),
-                table.tombstone_on_empty_payload,
-                table.payload_nullable,
-            ),
+            plan.extras(row, epoch_ms(stamp, micros)),
         )
 
     @staticmethod

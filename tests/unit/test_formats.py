@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from cdc.errors import ConfigError
 from cdc.formats import (
     H_FORMAT,
+    ExtrasPlan,
     MessageExtras,
     _compact_as_debezium,
     _expand_text,
@@ -254,6 +255,29 @@ def test_mapping_headers_timestamp_and_trace_context():
     # DATETIME(6) 2024-05-03 10:11:12.345678 (UTC) -> epoch milliseconds, truncated
     assert extras.timestamp_ms == 1714731072345
     assert event.aggregate_id == "1" and event.event_id == "4d47e190-0402-4048-bc2c-89dd54343cdc"
+
+
+def test_a_text_header_is_one_object_per_distinct_text_across_events():
+    """What the pipe's pickling relies on (ExtrasPlan): the same header of two events is the
+    same object (pickled once per chunk); another text is another header; the mapper keeps
+    one plan per table, and a second table gets its own."""
+    mapper = OutboxMapper(TopicRouter())
+    t = OutboxTable("shop", "outbox", format="json", additional_placement="type:header:eventType,tenant:header")
+    first, second = (mapper.map(t, row("{}", tenant="acme"), IDENTITY) for _ in range(2))
+    assert first.extras.headers == [("eventType", b"OrderCreated"), ("tenant", b"acme")]
+    assert all(a is b for a, b in zip(first.extras.headers, second.extras.headers, strict=True))
+    other = mapper.map(t, row("{}", type="OrderShipped", tenant=None), IDENTITY)
+    assert other.extras.headers == [("eventType", b"OrderShipped"), ("tenant", None)]
+    renamed = OutboxTable("shop", "outbox", format="json", additional_placement="type:header:kind")
+    assert mapper.map(renamed, row("{}"), IDENTITY).extras.headers == [("kind", b"OrderCreated")]
+    assert mapper.map(t, row("{}", tenant="acme"), IDENTITY).extras.headers == first.extras.headers
+
+
+def test_a_header_column_of_many_distinct_texts_keeps_a_bounded_cache():
+    plan = ExtrasPlan(OutboxTable("shop", "outbox", format="string", additional_placement="tenant:header"))
+    for n in range(3 * ExtrasPlan._SEEN_MAX):
+        assert plan.extras({"tenant": f"t{n}"}, None).headers == [("tenant", f"t{n}".encode())]
+    assert len(plan.headers[0][2]) <= ExtrasPlan._SEEN_MAX
 
 
 def test_envelope_placement_wraps_the_payload_as_debeziums_struct():
