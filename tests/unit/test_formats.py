@@ -423,6 +423,21 @@ def test_json_fast_path_is_taken_for_the_common_shapes():
         assert not _compact_as_debezium(odd), odd
 
 
+def test_json_fast_path_drops_null_and_empty_array_members_as_debezium_does():
+    """An optional member left null (or an empty list) no longer sends the payload to the
+    general rules: the fast path drops it as Debezium does, nested objects included; inside
+    an array's objects (where Debezium writes the null) the general path still decides."""
+    for text, expected in (
+        ('{"a":null,"b":1}', b'{"b":1}'),
+        ('{"a": [], "b": {"c": null, "d": "x"}, "e": {"f": null}}', b'{"b":{"d":"x"},"e":{}}'),
+        ('{"":null,"n":1.5}', b'{"n":1.5}'),
+        ('{"a":1,"a":null}', b"{}"),
+    ):
+        assert _fast_json(text) == expected == _expand_text(text).encode(), text
+    for text in ('{"a":[{"x":1},{"x":null}]}', '{"a":[{"x":[]}]}', '{"a":[null]}', '{"":1,"b":null}'):
+        assert _fast_json(text) is None, text
+
+
 # JSON texts as applications store them, with what a parser may read differently: whitespace
 # anywhere JSON allows it, \u escapes (surrogate pairs, lone surrogates, control characters),
 # duplicate members, integers at and beyond the 64-bit bounds, numbers in every spelling, NaN,
