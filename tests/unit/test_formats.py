@@ -257,6 +257,17 @@ def test_mapping_headers_timestamp_and_trace_context():
     assert event.aggregate_id == "1" and event.event_id == "4d47e190-0402-4048-bc2c-89dd54343cdc"
 
 
+def test_the_record_timestamp_of_a_datetime_before_1970_is_truncated_toward_zero():
+    before = dt.datetime(1969, 12, 31, 23, 59, 59, 999500)  # -500 us: Debezium's micros / 1000 is 0
+    t = OutboxTable("shop", "outbox", format="json", timestamp_column="created_at")
+    event = OutboxMapper(TopicRouter()).map(t, row("{}", created_at=before), IDENTITY)
+    assert (event.timestamp_us, event.extras.timestamp_ms) == (-500, 0)
+    earlier = OutboxMapper(TopicRouter()).map(t, row("{}", created_at=before - dt.timedelta(seconds=1)), IDENTITY)
+    assert (earlier.timestamp_us, earlier.extras.timestamp_ms) == (-1_000_500, -1000)
+    as_ms = OutboxMapper(TopicRouter()).map(t, row("{}", created_at=1714731072345), IDENTITY)  # an epoch-ms column
+    assert as_ms.extras.timestamp_ms == 1714731072345
+
+
 def test_a_text_header_is_one_object_per_distinct_text_across_events():
     """What the pipe's pickling relies on (ExtrasPlan): the same header of two events is the
     same object (pickled once per chunk); another text is another header; the mapper keeps
