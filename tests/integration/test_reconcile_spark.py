@@ -141,8 +141,8 @@ def test_spark_truncation_and_unread_topics_match_reference(spark: Any) -> None:
 @pytest.mark.parametrize("rounds", [1, pytest.param(3, marks=pytest.mark.extended)])
 def test_spark_random_histories_match_reference(spark: Any, rounds: int) -> None:
     """Random relay histories with random faults: Spark and the reference agree. One
-    history (about 8 s of Spark) in the README's test command, three with
-    `./run.sh test -m extended` (the first is the same history: one seed)."""
+    history in the README's test command, three with `./run.sh test -m extended` (the
+    first is the same history: one seed)."""
     rng = random.Random(20240601)
     for _round in range(rounds):
         events: list[dict] = []
