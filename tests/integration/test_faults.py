@@ -497,7 +497,8 @@ def test_full_producer_queue(mariadb, database, topic_prefix, tmp_path):
     relay's memory stays bounded."""
     from testbed.kafka_standin import KafkaStandin
 
-    events = 100_000 if LONG else 4_000  # 20 times the queue's cap: it stays full for most of the run
+    # 10 times the queue's cap by default (500 in the long run): it stays full for most of the run
+    events = 100_000 if LONG else 2_000
     with KafkaStandin.start(brokers=1, group_initial_rebalance_delay_ms=0) as kafka:
         topics = _setup(mariadb, kafka, database, topic_prefix)
         raw = relay_raw_config(

@@ -196,14 +196,14 @@ def test_rolling_restart_the_new_relay_starts_while_the_old_one_publishes(
     assert result.committed > 0 and result.clean, result.summary()
 
 
-@pytest.mark.parametrize("freezes", [4, pytest.param(10, marks=pytest.mark.extended)])
+@pytest.mark.parametrize("freezes", [2, pytest.param(10, marks=pytest.mark.extended)])
 def test_a_frozen_relay_wakes_after_the_takeover_and_exits(mariadb, kafka, database, topic_prefix, tmp_path, freezes):
     """SIGSTOP the active relay past its lease; the standby takes over after the lease
     time (the server ends the silent session) plus the delivery timeout; SIGCONT: the
     woken relay must notice and exit 1. What its producer still sent on waking is counted:
     duplicates here are the window docs/operating.md states, and they must be few.
 
-    About 17 s a freeze: 4 in the README's test command, the 10 issue 12 measures with
+    About 17 s a freeze: 2 in the README's test command, the 10 issue 12 measures with
     `./run.sh test -m extended`."""
     takeovers = []
     with Lab(mariadb, kafka, database, topic_prefix, tmp_path) as lab:

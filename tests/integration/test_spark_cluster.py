@@ -105,8 +105,8 @@ def _apps(ui: int) -> list[str]:
     return [a["name"] for a in state.get("activeapps", []) + state.get("completedapps", [])]
 
 
-def test_batch_verify_on_the_standalone_cluster(mariadb, database, published, cluster, tmp_path) -> None:
-    raw, cfg, path = published
+def _publish_60(mariadb, database, cfg) -> None:
+    """60 events written in 6 transactions and published by the real relay, stopped after."""
     relay = Relay(cfg)
     try:
         with mariadb.connect(database) as conn:
@@ -120,6 +120,11 @@ def test_batch_verify_on_the_standalone_cluster(mariadb, database, published, cl
         wait_until(lambda: relay.handle.metrics.events_published >= 60, 60, "60 events published")
     finally:
         relay.stop()
+
+
+def test_batch_verify_on_the_standalone_cluster(mariadb, database, published, cluster, tmp_path) -> None:
+    raw, cfg, path = published
+    _publish_60(mariadb, database, cfg)
     env = {**os.environ, **env_for(mariadb)}
     start_file = raw["source"]["start"].split(":")[0]
     apps_before = len(_apps(cluster["ui"]))
@@ -134,7 +139,20 @@ def test_batch_verify_on_the_standalone_cluster(mariadb, database, published, cl
     assert report["config"]["spark_master"] == cluster["master"]
     assert len(_apps(cluster["ui"])) == apps_before + 1  # it ran as an application of the cluster
 
-    # the same job through spark-submit to the existing cluster (its --master wins)
+
+@pytest.mark.extended
+def test_spark_submit_of_the_batch_verifier_to_the_standalone_cluster(
+    mariadb, database, published, cluster, tmp_path
+) -> None:
+    """The job above through spark-submit to the existing cluster (its --master wins): a
+    further variant of two kinds the default run proves, the batch verifier on the cluster
+    (`cdc verify --master`, above) and `spark_jobs/verify.py` through spark-submit
+    (`test_verifier.py::test_spark_submit_entry_point`, local); `./run.sh test -m extended`."""
+    raw, cfg, _path = published
+    _publish_60(mariadb, database, cfg)
+    env = {**os.environ, **env_for(mariadb)}
+    start_file = raw["source"]["start"].split(":")[0]
+    apps_before = len(_apps(cluster["ui"]))
     s = mariadb.connection_settings()
     vconf = {
         "source": cfg.source.name, "dlq_topic": raw["kafka"]["dead_letter_topic"], "output_dir": str(tmp_path / "out2"),
@@ -152,7 +170,7 @@ def test_batch_verify_on_the_standalone_cluster(mariadb, database, published, cl
     assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-2000:]
     report2 = json.loads((tmp_path / "out2" / "report.json").read_text())
     assert report2["ok"] and report2["counts"]["delivered"] == 60
-    assert len(_apps(cluster["ui"])) == apps_before + 2
+    assert len(_apps(cluster["ui"])) == apps_before + 1
     assert (mariadb.password or "\0") not in proc.stdout + proc.stderr
 
 

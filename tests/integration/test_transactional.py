@@ -298,10 +298,13 @@ def _final_run(raw, mariadb, tmp_path, writer: TxWriter, watcher: CommittedWatch
 
 
 @pytest.mark.fault
+@pytest.mark.parametrize("kills_wanted", [24, pytest.param(50, marks=pytest.mark.extended)])
 def test_sigkills_inside_kafka_transactions_never_show_a_database_transaction_in_part(
-    mariadb, noida_kafka, database, topic_prefix, tmp_path
+    mariadb, noida_kafka, database, topic_prefix, tmp_path, kills_wanted
 ):
-    kills_wanted = 50  # the issue's figure; about 2 minutes
+    """24 kills in the README's test command (8 at each crash point, 8 at random moments:
+    the >= 5 a point below with a margin); the 50 of issue 20's figure with
+    `./run.sh test -m extended`."""
     raw, topics = _setup(mariadb, noida_kafka, database, topic_prefix, tmp_path)
     start = raw["source"]["start"]
     writer = TxWriter(lambda: mariadb.connect(database), pause_s=0.03)
