@@ -167,7 +167,7 @@ table = "outbox"
 topic = "{prefix}.{{aggregate_type}}"
 {_format_settings(fmt)}
 [kafka]
-bootstrap = "{kafka.bootstrap_servers if kafka is not None else "unused:9"}"
+bootstrap = "{kafka.bootstrap_servers}"
 dead_letter_topic = "{prefix}.dlq"
 delivery = "{delivery}"
 {sink.toml if sink is not None else ""}

@@ -28,7 +28,7 @@ from cdc.metrics import RelayMetrics
 from cdc.ports import StartAt
 from cdc.relay import Relay, RunSummary, start_point
 from cdc.replica_session import source_mark
-from cdc_cli.sinks import checkpoint_store, sink_adapters
+from cdc_cli.sinks import SinkAdapters, checkpoint_store, sink_adapters
 from connectors.binlog_source import MySQLBinlogSourceFactory
 from connectors.http_endpoint import HttpEndpoint
 from connectors.mysql_client import MySQLTlsError, connect
@@ -74,16 +74,24 @@ def preflight(cfg: Config, store=None, replica_id: bool = True) -> list:
 @dataclass
 class RelayHandle:
     relay: Relay
-    publisher: Any  # cdc.ports.Publisher (cdc_cli/sinks.py)
-    reader: Any  # cdc.ports.DeliveredLog
-    store: Any
+    adapters: SinkAdapters  # the sink's publisher, reader, store, its description and queued_for_s
     feeds: ReaderProcessFeeds | None = None
-    sink: str = ""  # where it publishes, for the start line
-    queued_for_s: float = 0.0  # cdc_cli/sinks.py SinkAdapters.queued_for_s
 
     @property
     def metrics(self) -> RelayMetrics:
         return self.relay.metrics
+
+    @property
+    def publisher(self) -> Any:
+        return self.adapters.publisher
+
+    @property
+    def reader(self) -> Any:
+        return self.adapters.reader
+
+    @property
+    def store(self) -> Any:
+        return self.adapters.store
 
     def close(self) -> None:
         self.reader.close()
@@ -148,7 +156,7 @@ def build_relay(
         settings, sources, publisher, serializer, store, reader, metrics,
         feeds=feeds, topics=sink.topics, delivery_mode=sink.delivery_mode,
     )  # fmt: skip
-    return RelayHandle(relay, publisher, reader, store, feeds, sink.describe, sink.queued_for_s)
+    return RelayHandle(relay, sink, feeds)
 
 
 class _BinlogBehindPoller:
@@ -222,7 +230,7 @@ def take_lease(cfg: Config, handle: RelayHandle, should_stop: Callable[[], bool]
 
         clock = lease.hold(newest_is_ours)
         m.role, m.ready, m.lease_held = "taking over", False, True
-        wait, why = takeover_wait(lease.previous(before), cfg.lease, handle.queued_for_s)
+        wait, why = takeover_wait(lease.previous(before), cfg.lease, handle.adapters.queued_for_s)
         log.info("holding the lease %r (connection %d): %s", lease.name, lease.conn_id, why)
         deadline = time.monotonic() + wait
         while time.monotonic() < deadline and not should_stop():
@@ -266,7 +274,7 @@ def _log_start(cfg: Config, handle: RelayHandle, endpoint: HttpEndpoint | None) 
         src.host,
         src.port,
         src.replica_server_id,
-        handle.sink,
+        handle.adapters.describe,
         store.path if store.store == "file" else f"topic {store.topic}",
         f"on (ttl {cfg.lease.ttl_s:g} s)" if cfg.lease.enabled else "off (lease.enabled = false)",
         f"on {endpoint.url}" if endpoint is not None else "off (http.port = 0)",

@@ -53,12 +53,6 @@ def sink_source_options(cfg: Config) -> dict[str, str]:
     return {}
 
 
-def _nats_settings(cfg: Config) -> dict:
-    from spark_jobs.nats_source import settings_from_options
-
-    return settings_from_options({k: v for k, v in sink_source_options(cfg).items() if k != "format"})
-
-
 def _require_spark() -> None:
     """Before any work: without the `verify` extra, cdc_cli.main says so in one line."""
     import pyarrow  # noqa: F401  # imported for the check only
@@ -155,7 +149,7 @@ def _cmd_repair(args: argparse.Namespace) -> int:
 
 def _cmd_locate(args: argparse.Namespace) -> int:
     from cdc_cli.config_file import read_config
-    from spark_jobs.locate import locate_offset, locate_offset_nats, locate_position, locate_position_nats
+    from spark_jobs.locate import locate_offset, locate_position
     from spark_jobs.verify import template_pattern
 
     cfg = read_config(args.config)
@@ -163,17 +157,14 @@ def _cmd_locate(args: argparse.Namespace) -> int:
         if not args.topic or args.partition is None:
             print("cdc locate: --offset needs --topic and --partition", file=sys.stderr)
             return 2
-        if cfg.sink.kind == "nats_jetstream":
-            found = locate_offset_nats(_nats_settings(cfg), args.topic, args.offset)
-        else:
-            found = locate_offset(
-                cfg.kafka.bootstrap,
-                args.topic,
-                args.partition,
-                args.offset,
-                consumer_conf=cfg.kafka.clients().settings("consumer"),
-                sink=sink_source_options(cfg),
-            )
+        found = locate_offset(
+            cfg.kafka.bootstrap,
+            args.topic,
+            args.partition,
+            args.offset,
+            consumer_conf=cfg.kafka.clients().settings("consumer"),
+            sink=sink_source_options(cfg),
+        )
         if found is None:
             print(f"no record at {args.topic}[{args.partition}]@{args.offset}", file=sys.stderr)
             return 3
@@ -193,22 +184,18 @@ def _cmd_locate(args: argparse.Namespace) -> int:
         pass
     pattern = template_pattern([t.topic for t in cfg.tables])
     topics = [cfg.kafka.dead_letter_topic]
-    sink = sink_source_options(cfg)
-    if cfg.sink.kind == "nats_jetstream":
-        hits = locate_position_nats(_nats_settings(cfg), topics, cfg.source.name, where, args.row, pattern)
-    else:
-        if sink:  # no stream listing (RabbitMQ 3.10): the topic named, or the tables' fixed topics
-            topics += [args.topic] if args.topic else [t.topic for t in cfg.tables if "{" not in t.topic]
-        hits = locate_position(
-            cfg.kafka.bootstrap,
-            topics,
-            cfg.source.name,
-            where,
-            args.row,
-            topic_pattern=pattern,
-            consumer_conf=cfg.kafka.clients().settings("consumer"),
-            sink=sink,
-        )
+    if cfg.sink.kind == "rabbitmq_stream":  # no stream listing (3.10): the topic named, or the tables' fixed topics
+        topics += [args.topic] if args.topic else [t.topic for t in cfg.tables if "{" not in t.topic]
+    hits = locate_position(
+        cfg.kafka.bootstrap,
+        topics,
+        cfg.source.name,
+        where,
+        args.row,
+        topic_pattern=pattern,
+        consumer_conf=cfg.kafka.clients().settings("consumer"),
+        sink=sink_source_options(cfg),
+    )
     for topic, partition, offset in hits:
         print(f"{topic}\t{partition}\t{offset}")
     return 0 if hits else 3

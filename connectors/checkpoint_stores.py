@@ -5,7 +5,9 @@
   never a torn one. Used by the embedded demo. A save whose lease epoch is older than
   the file's is refused (LeaseLost): a newer relay holds the source (cdc/lease.py); an
   advisory lock on a side file, held for the compare and the rename only (not the
-  fsyncs), makes them one step.
+  fsyncs), makes them one step. A writer killed inside its save leaves its temporary
+  file (`<name>.<pid>.<thread>.tmp`); a load or save removes those of processes no
+  longer running on this machine, never one of a live writer.
 * `KafkaCheckpointStore`: the default for deployments: a compacted topic keyed by the
   source name. The record with the newest lease epoch wins, the last of those if
   several: a relay that lost its lease may still append one, and it is ignored. `save`
@@ -45,7 +47,25 @@ class FileCheckpointStore:
         self.path = Path(path)
 
     def load(self) -> Checkpoint | None:
+        self._remove_dead_writers_files()
         return self._read()
+
+    def _remove_dead_writers_files(self) -> None:
+        """Delete the temporary files that writers killed inside `save` left behind: those
+        named after a pid with no process now. A live pid keeps its file, whoever it is
+        (a reused pid errs on keeping); so does every thread of this process."""
+        prefix = self.path.name + "."
+        try:
+            names = os.listdir(self.path.parent)
+        except FileNotFoundError:
+            return
+        for name in names:
+            if not (name.startswith(prefix) and name.endswith(".tmp")):
+                continue
+            pid, _, thread = name[len(prefix) : -len(".tmp")].partition(".")
+            if not (pid.isdigit() and thread.isdigit()) or _process_exists(int(pid)):
+                continue
+            (self.path.parent / name).unlink(missing_ok=True)
 
     def _read(self) -> Checkpoint | None:
         try:
@@ -63,10 +83,11 @@ class FileCheckpointStore:
 
     def save(self, checkpoint: Checkpoint) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._remove_dead_writers_files()
         # Written and fsynced before the lock is taken, under a name of this writer's own:
         # a relay frozen (SIGSTOP, a paused VM) in the slow part of a save must not hold
         # up its successor's checkpoints, and two writers never share a temporary file (one
-        # killed before its rename leaves its own behind; nothing reads it).
+        # killed before its rename leaves its own behind, which the next load or save removes).
         tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
         data = json.dumps(checkpoint.to_dict(), sort_keys=True).encode()
         try:
@@ -93,6 +114,16 @@ class FileCheckpointStore:
             os.fsync(dir_fd)
         finally:
             os.close(dir_fd)
+
+
+def _process_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)  # signal 0: the existence and permission checks only (kill(2))
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process
+    return True
 
 
 # The checkpoint producer: [kafka.client] and [kafka.producer] apply, but a checkpoint

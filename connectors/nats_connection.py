@@ -18,6 +18,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 import nats
+from nats.errors import NoServersError
 
 from cdc.config import NatsJetStreamConfig
 from cdc.errors import ConfigError, DeliveryError
@@ -51,21 +52,35 @@ def connect_options(cfg: NatsJetStreamConfig) -> dict[str, Any]:
 
 async def connect(cfg: NatsJetStreamConfig, name: str, timeout: float = 5.0, pending_size: int = 2 << 20) -> Any:
     """A new connection that does not reconnect by itself: a caller that needs to go on
-    opens a new one (the publisher does, to control what is sent again and in which order)."""
+    opens a new one (the publisher does, to control what is sent again and in which order).
+
+    The wait is bounded: each server is tried twice, without a pause, each attempt within
+    `timeout`. `allow_reconnect=False` alone does not do it: nats-py's first connect only
+    gives up at once on a failed handshake; a refused TCP connection (a server down) is
+    tried again every `reconnect_time_wait` (2 s) up to `max_reconnect_attempts` (60) times
+    per server, two minutes in which the publisher's pump could not notice its
+    `delivery_timeout_s` (nats/aio/client.py `_select_next_server`)."""
 
     async def on_error(exc: Exception) -> None:  # nats-py would print each one
         log.debug("nats %s: %s: %s", name, type(exc).__name__, exc)
 
-    return await nats.connect(
-        **connect_options(cfg),
-        name=f"cdc-relay {name}",
-        allow_reconnect=False,
-        connect_timeout=max(1, int(timeout)),
-        error_cb=on_error,
-        # nats-py buffers what it has not written yet up to this many bytes; above it a
-        # publish waits for the socket (without a deadline: a stopped server holds it).
-        pending_size=pending_size,
-    )
+    nc = nats.NATS()
+    try:
+        await nc.connect(
+            **connect_options(cfg),
+            name=f"cdc-relay {name}",
+            allow_reconnect=False,
+            max_reconnect_attempts=1,  # 0 would be "no limit"; 1 is two attempts
+            reconnect_time_wait=0,
+            connect_timeout=max(1, int(timeout)),
+            error_cb=on_error,
+            # nats-py buffers what it has not written yet up to this many bytes; above it a
+            # publish waits for the socket (without a deadline: a stopped server holds it).
+            pending_size=pending_size,
+        )
+    except NoServersError:
+        raise nc.last_error or NoServersError() from None  # the cause, not "no servers available"
+    return nc
 
 
 def unreachable(cfg: NatsJetStreamConfig, exc: BaseException) -> DeliveryError:

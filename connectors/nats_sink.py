@@ -126,6 +126,7 @@ class NatsJetStreamPublisher:
         self._unacked: dict[int, _Out] = {}  # in send order
         self._unacked_bytes = 0
         self._last_answer = 0.0  # loop time of the last answer on the current connection
+        self._down_since: float | None = None  # loop time since when no connection could be had
         self._closing_old: set[asyncio.Task] = set()  # connections left behind, closing
         self._failed: str | None = None
         self._retry_at = 0.0
@@ -235,6 +236,7 @@ class NatsJetStreamPublisher:
         await nc.subscribe(prefix + ".*", cb=self._on_reply)
         self._nc, self._reply_prefix = nc, prefix + "."
         self._last_answer = asyncio.get_running_loop().time()
+        self._down_since = None
 
     async def _stop(self) -> None:
         self._closing = True
@@ -284,9 +286,13 @@ class NatsJetStreamPublisher:
                 continue
             now = loop.time()
             oldest = next(iter(self._unacked.values()), None)
-            if oldest is not None and now - oldest.first_sent >= self._cfg.delivery_timeout_s:
+            # The oldest message waiting: sent and unanswered, or, with nothing sent, kept
+            # unsent for want of a connection (a server down since then).
+            waiting = oldest or (self._unsent[0] if self._unsent and self._down_since is not None else None)
+            since = oldest.first_sent if oldest is not None else self._down_since
+            if waiting is not None and since is not None and now - since >= self._cfg.delivery_timeout_s:
                 self._failed = (
-                    f"no acknowledgement from NATS {','.join(self._cfg.servers)} for {oldest.subject} within "
+                    f"no acknowledgement from NATS {','.join(self._cfg.servers)} for {waiting.subject} within "
                     f"{self._cfg.delivery_timeout_s:g} s (sink.nats_jetstream.delivery_timeout_s)"
                 )
                 self._fail(self._failed)
@@ -299,6 +305,8 @@ class NatsJetStreamPublisher:
             # publisher whose server went away stays quiet).
             lost = self._nc is None or self._nc.is_closed
             broken = stale or (lost and bool(self._unacked or self._unsent))
+            if broken and self._down_since is None:
+                self._down_since = now
             if broken and (now < self._retry_at or not await self._reconnect(now)):
                 continue
             await self._send_new(now)

@@ -55,6 +55,7 @@ from cdc.errors import ConfigError, DeliveryError
 from cdc.ports import Delivery, DeliveryCallback, DeliveryFailure
 from cdc.sink_fields import message_properties, partition_stream
 from connectors import amqp_message
+from connectors.rstream_client import load_rstream
 
 T = TypeVar("T")
 log = logging.getLogger("cdc.rabbitmq")
@@ -71,16 +72,7 @@ _FRAMES_IN_FLIGHT = 4  # Publish frames sent and not yet confirmed before the ne
 
 
 def _rstream() -> Any:
-    # rstream logs a traceback for every connection it sees closed; the relay says what
-    # matters in its own lines
-    logging.getLogger("rstream").setLevel(logging.CRITICAL)
-    try:
-        import rstream
-    except ImportError:
-        raise ConfigError(
-            "sink.kind = \"rabbitmq_stream\" needs the rstream package: pip install 'cdc-outbox-relay[rabbitmq]'"
-        ) from None
-    return rstream
+    return load_rstream(lambda fix: ConfigError(f'sink.kind = "rabbitmq_stream" needs the rstream package: {fix}'))
 
 
 def murmur2(key: bytes) -> int:

@@ -1,7 +1,9 @@
 """`cdc locate`: from a Kafka offset to the binlog event it carries, and from a binlog
 position or GTID to the Kafka records that carry it (a header scan; no Spark needed).
-The same on NATS JetStream (`*_nats`): a subject is the topic, the stream sequence the
-offset, read with the verifier's reader (spark_jobs/nats_source.py).
+The same on a sink other than Kafka (`sink=`, the options of its verifier source,
+cdc_cli.verify_commands.sink_source_options), read with the verifier's own readers
+(spark_jobs/rabbitmq_source.py, spark_jobs/nats_source.py): on NATS JetStream a subject is
+the topic and the stream sequence the offset.
 """
 
 from __future__ import annotations
@@ -66,8 +68,9 @@ def locate_offset(
     beyond the end). `sink`: a sink other than Kafka (its verifier source's options,
     cdc_cli.verify_commands.sink_source_options)."""
     if sink:
-        for msg in _sink_records(sink, [topic], (partition, offset, offset + 1)):
-            return _identity_of(msg)
+        for msg in _sink_records(sink, [topic], only=(partition, offset, offset + 1)):
+            if msg.offset() == offset:  # a JetStream subject's sequences have gaps
+                return _identity_of(msg)
         return None
     from confluent_kafka import TopicPartition
 
@@ -135,7 +138,9 @@ def locate_position(
     match = _matcher(source, where, row)
     found: list[tuple[str, int, int]] = []
     if sink:
-        messages: Any = _sink_records(sink, list(topics))  # the named topics (RabbitMQ 3.10 cannot list streams)
+        # the named topics, and on JetStream the subjects matching the pattern (RabbitMQ
+        # 3.10 cannot list streams)
+        messages: Any = _sink_records(sink, list(topics), pattern=topic_pattern)
     else:
         plan = plan_kafka(kafka_bootstrap, list(topics), topic_pattern, consumer_conf)
         messages = scan_partitions(kafka_bootstrap, plan["partitions"], consumer_conf)
@@ -145,54 +150,36 @@ def locate_position(
     return sorted(found)
 
 
-def _sink_records(sink: dict[str, str], topics: list[str], only: tuple[int, int, int] | None = None) -> Any:
-    """The records of a sink other than Kafka: every one of `topics`, or of `only`
-    (partition, start, end) of the one topic."""
+def _sink_records(
+    sink: dict[str, str], topics: list[str], only: tuple[int, int, int] | None = None, pattern: str | None = None
+) -> Any:
+    """The records of a sink other than Kafka: every one of `topics` (and of the topics
+    matching `pattern` where the sink can list them), or of `only` (partition, start, end)
+    of the one topic."""
     from spark_jobs.sink_read import sink_plan
 
     fmt = sink["format"]
     options = {k: v for k, v in sink.items() if k != "format"}
-    if fmt != "cdc_rabbitmq":
-        raise ValueError(f"cdc locate: no sink reader {fmt!r}")
-    from spark_jobs.rabbitmq_source import read_range, settings_from_options
+    if fmt == "cdc_rabbitmq":
+        from spark_jobs import rabbitmq_source
 
-    settings = settings_from_options(options)
-    for part in sink_plan(fmt, options, topics)["partitions"]:
+        settings = rabbitmq_source.settings_from_options(options)
+
+        def read(part: dict[str, Any], low: int, high: int) -> Any:
+            return rabbitmq_source.read_range(settings, part["topic"], part["partition"], part["stream"], low, high)
+    elif fmt == "cdc_nats":
+        from spark_jobs import nats_source
+
+        settings = nats_source.settings_from_options(options)
+
+        def read(part: dict[str, Any], low: int, high: int) -> Any:
+            return nats_source.read_range(settings, part["topic"], part["stream"], low, high)
+    else:
+        raise ValueError(f"cdc locate: no sink reader {fmt!r}")
+    for part in sink_plan(fmt, options, topics, pattern)["partitions"]:
         low, high = part["low"], part["high"]
         if only is not None:
             if part["partition"] != only[0]:
                 continue
             low, high = max(low, only[1]), min(high, only[2])
-        yield from read_range(settings, part["topic"], part["partition"], part["stream"], low, high)
-
-
-def locate_offset_nats(settings: dict[str, Any], subject: str, sequence: int) -> dict[str, Any] | None:
-    """`locate_offset` on NATS JetStream: the message of `subject` at stream `sequence`."""
-    from spark_jobs.nats_source import plan_nats, read_range
-
-    for part in plan_nats(settings, [subject])["partitions"]:
-        for msg in read_range(settings, subject, part["stream"], sequence, sequence + 1):
-            if msg.offset() == sequence:
-                return _identity_of(msg)
-    return None
-
-
-def locate_position_nats(
-    settings: dict[str, Any],
-    subjects: Sequence[str],
-    source: str,
-    where: str | BinlogPosition,
-    row: int | None = None,
-    subject_pattern: str | None = None,
-) -> list[tuple[str, int, int]]:
-    """`locate_position` on NATS JetStream: (subject, 0, sequence) of each message of the
-    subjects (and of those matching `subject_pattern`) that carries the transaction."""
-    from spark_jobs.nats_source import plan_nats_matching, read_range
-
-    match = _matcher(source, where, row)
-    found: list[tuple[str, int, int]] = []
-    for part in plan_nats_matching(settings, list(subjects), subject_pattern)["partitions"]:
-        for msg in read_range(settings, part["topic"], part["stream"], part["low"], part["high"]):
-            if match(hdr.header_dict(msg.headers())):
-                found.append((msg.topic(), 0, msg.offset()))
-    return sorted(found)
+        yield from read(part, low, high)

@@ -34,12 +34,12 @@ message (a chunk of another kind) are simply absent.
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from cdc.sink_fields import partition_stream
+from connectors.rstream_client import load_rstream
 from spark_jobs.log_record import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME, LogRecord, from_properties
 from spark_jobs.log_source import RangeDataSource, RangeReader, topics_option
 
@@ -49,16 +49,7 @@ _CREDIT = 10  # chunks the broker may send ahead of the reader
 
 
 def _client_module() -> Any:
-    # rstream logs a traceback for every connection it sees closed (a refused login too);
-    # every failure that matters reaches the verifier as an exception and is said in one line
-    logging.getLogger("rstream").setLevel(logging.CRITICAL)
-    try:
-        import rstream
-    except ImportError:
-        raise RuntimeError(
-            "cdc_rabbitmq: the rstream package is not installed: pip install 'cdc-outbox-relay[rabbitmq]'"
-        ) from None
-    return rstream
+    return load_rstream(lambda fix: RuntimeError(f"cdc_rabbitmq: the rstream package is not installed: {fix}"))
 
 
 def settings_from_options(options: Mapping[str, str]) -> dict[str, Any]:

@@ -198,9 +198,9 @@ class Ledger:
         delivery = self.failure
         failure = delivery.failure if delivery else None
         if delivery is None or failure is None:
-            return "Kafka refused a message"
+            return "the sink refused a message"
         return (
-            f"Kafka refused a message for {delivery.topic}: {failure.code}: {failure.message}; "
+            f"the sink refused a message for {delivery.topic}: {failure.code}: {failure.message}; "
             "the checkpoint stops before it: fix the cause and restart the relay"
         )
 

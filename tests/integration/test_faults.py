@@ -29,7 +29,9 @@ from cdc import crashpoints
 from cdc.config import load_config
 from cdc.identity import H_EVENT_ID
 from cdc.metrics import RelayMetrics
-from connectors.mysql_client import binlog_end
+from tests.integration.final_relay import catch_up_and_check
+from tests.integration.final_relay import checkpoint_reached as _checkpoint_reached
+from tests.integration.final_relay import server_end as _server_end
 from tests.integration.harness import (
     OUTBOX_DDL,
     RelayProcess,
@@ -200,23 +202,6 @@ def _setup(db, kafka, database: str, prefix: str, partitions: int = 24 if LONG e
     return topics + [f"{prefix}.dlq"]
 
 
-def _server_end(db) -> tuple[str, int]:
-    with db.connect() as conn, conn.cursor() as cur:
-        return binlog_end(cur)
-
-
-def _checkpoint_reached(path: Path, end: tuple[str, int]) -> bool:
-    import json
-
-    from cdc.position import BinlogPosition
-
-    try:
-        data = json.loads(path.read_text())
-    except (FileNotFoundError, ValueError):
-        return False
-    return BinlogPosition(data["file"], data["pos"]) >= BinlogPosition(*end)
-
-
 def _delivered_past_checkpoint(kafka, path: Path) -> bool:
     """Do the topics hold messages after the offsets the checkpoint at `path` records (what
     a restarted relay's recovery scan reads)?"""
@@ -240,22 +225,11 @@ def _finish_and_check(
     db, kafka, database: str, raw: dict, topics: list[str], workdir: Path, start: str, timeout: float = 300
 ):
     """Run a clean relay until its checkpoint reaches the server's end, then check."""
-    end = _server_end(db)
-    final = RelayProcess(raw, env_for(db), workdir)
-    try:
-        wait_until(
-            lambda: _checkpoint_reached(Path(raw["checkpoint"]["path"]), end) or not final.alive(),
-            timeout,
-            f"the final relay to reach {end}",
-        )
-        assert final.alive(), f"final relay exited:\n{final.log_text()[-3000:]}"
-        assert final.terminate() == 0
-    finally:
-        if final.alive():
-            final.kill()
-    file, pos = start.split(":")
-    committed = committed_outbox_events(db.connection_settings(), database, start_file=file, start_pos=int(pos))
-    return _check_topics(kafka, topics, committed)
+    truncated: list = []
+    return catch_up_and_check(
+        db, database, raw, env_for(db), workdir,
+        lambda: topic_records(kafka.bootstrap_servers, topics, truncated), timeout, truncated, start,
+    )  # fmt: skip
 
 
 def _check_topics(kafka, topics: list[str], committed):

@@ -22,10 +22,10 @@ from pathlib import Path
 import pytest
 
 from cdc import crashpoints
+from tests.integration.final_relay import catch_up_and_check
 from tests.integration.harness import OUTBOX_DDL, RelayProcess, wait_until
-from tests.integration.independent_checker import check, committed_outbox_events
 from tests.integration.nats_harness import create_streams, nats_env, nats_raw_config, stream_records
-from tests.integration.test_faults import AGGREGATES, Writer, _checkpoint_reached, _server_end
+from tests.integration.test_faults import AGGREGATES, Writer
 
 pytestmark = [pytest.mark.integration, pytest.mark.fault]
 EVENTS = int(os.environ.get("CDC_NATS_FAULT_EVENTS", "3000"))
@@ -70,7 +70,6 @@ def test_exactly_once_across_relay_kills_and_broker_faults(mariadb, nats_own, da
     create_streams(server, {f"{prefix}_events": subjects, f"{prefix}_dlq": [f"{prefix}.dlq"]})
     raw = nats_raw_config(mariadb, server, database, prefix, tmp_path / "cp.json")
     env = nats_env(mariadb, server)
-    start = raw["source"]["start"]
     # Writes through every phase (a crash point needs new events to reach); the long run in
     # larger transactions (1-30 rows: 50k events in minutes, not an hour of commits).
     writer = Writer(lambda: mariadb.connect(database), 10**9, pause_s=0.002, max_rows=30 if LONG else 5)
@@ -119,22 +118,10 @@ def test_exactly_once_across_relay_kills_and_broker_faults(mariadb, nats_own, da
     finally:
         writer.stop_flag.set()
         writer.finish()
-    end = _server_end(mariadb)
-    final = RelayProcess(raw, env, tmp_path)
-    try:
-        wait_until(
-            lambda: _checkpoint_reached(Path(raw["checkpoint"]["path"]), end) or not final.alive(),
-            600 if LONG else 240,
-            f"the final relay to reach {end}",
-        )
-        assert final.alive(), f"final relay exited:\n{final.log_text()[-3000:]}"
-        assert final.terminate() == 0
-    finally:
-        if final.alive():
-            final.kill()
-    file, pos = start.split(":")
-    committed = committed_outbox_events(mariadb.connection_settings(), database, start_file=file, start_pos=int(pos))
-    result = check(committed, stream_records(server, [*subjects, f"{prefix}.dlq"]))
+    result = catch_up_and_check(
+        mariadb, database, raw, env, tmp_path, lambda: stream_records(server, [*subjects, f"{prefix}.dlq"]),
+        600 if LONG else 240,
+    )  # fmt: skip
     print(
         f"\nNATS faults: {kills} random SIGKILLs, crash points reached {reached}, "
         f"{broker_faults} broker faults (restart, kill, pause) over {writer.attempted} attempted events "

@@ -16,8 +16,8 @@ from cdc.config import load_config
 from cdc.identity import H_EVENT_ID, H_FILE, H_GTID, H_POS, H_REPAIR, H_SOURCE
 from cdc.sink_fields import H_KEY
 from cdc_cli.repair import load_missing, repair
-from cdc_cli.verify_commands import verify_config
-from spark_jobs.locate import locate_offset_nats, locate_position_nats
+from cdc_cli.verify_commands import sink_source_options, verify_config
+from spark_jobs.locate import locate_offset, locate_position
 from spark_jobs.nats_source import plan_nats, read_range
 from spark_jobs.verify import run_verify
 from tests.integration.harness import OUTBOX_DDL, RelayThread, insert_events
@@ -117,10 +117,9 @@ def test_verify_repair_and_locate_on_jetstream(mariadb, nats_server, database, t
     assert repair(cfg, missing).published == 0  # found there now: nothing twice
 
     # locate: a sequence to its binlog event, and that event's position back to its sequence
-    found = locate_offset_nats(nats_server.connect_settings(), subject, by_id[events[20][0]].offset())
+    sink = sink_source_options(cfg)
+    found = locate_offset("", subject, 0, by_id[events[20][0]].offset(), sink=sink)
     assert found is not None and found["event_id"] == events[20][0] and found["source"] == cfg.source.name
-    hits = locate_position_nats(
-        nats_server.connect_settings(), [subject], found["headers"][H_SOURCE], found["position"], found["row"]
-    )
+    hits = locate_position("", [subject], found["headers"][H_SOURCE], found["position"], found["row"], sink=sink)
     assert hits == [(subject, 0, by_id[events[20][0]].offset())]
     assert found["headers"][H_FILE] == found["file"]

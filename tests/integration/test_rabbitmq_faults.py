@@ -22,10 +22,10 @@ from pathlib import Path
 import pytest
 
 from cdc import crashpoints
+from tests.integration.final_relay import catch_up_and_check
 from tests.integration.harness import OUTBOX_DDL, RelayProcess, wait_until
-from tests.integration.independent_checker import check, committed_outbox_events
 from tests.integration.rabbit_streams import create_topic, rabbit_env, rabbit_raw_config, stream_records
-from tests.integration.test_faults import LONG, Writer, _checkpoint_reached, _server_end
+from tests.integration.test_faults import LONG, Writer
 
 pytestmark = [pytest.mark.integration, pytest.mark.fault, pytest.mark.slow]
 
@@ -65,7 +65,6 @@ def test_exactly_once_across_relay_kills_crash_points_and_node_faults(
         mariadb, rabbitmq, database, topic_prefix, tmp_path / "cp.json", topics__missing="dead_letter"
     )
     env = rabbit_env(mariadb, rabbitmq)
-    start = raw["source"]["start"]
     rng = random.Random(29)
     schedule = [p for _ in range(rounds) for p in POINTS] + ["kill"] * kills + ["restart", "pause"] * node_faults
     rng.shuffle(schedule)
@@ -105,22 +104,9 @@ def test_exactly_once_across_relay_kills_crash_points_and_node_faults(
     finally:
         writer.stop_flag.set()
         writer.finish()
-    end = _server_end(mariadb)
-    final = RelayProcess(raw, env, tmp_path)
-    try:
-        wait_until(
-            lambda: _checkpoint_reached(tmp_path / "cp.json", end) or not final.alive(),
-            600 if LONG else 300,
-            f"the final relay to reach {end}",
-        )
-        assert final.alive(), f"final relay exited:\n{final.log_text()[-3000:]}"
-        assert final.terminate() == 0
-    finally:
-        if final.alive():
-            final.kill()
-    file, pos = start.split(":")
-    committed = committed_outbox_events(mariadb.connection_settings(), database, start_file=file, start_pos=int(pos))
-    result = check(committed, stream_records(rabbitmq, topics))
+    result = catch_up_and_check(
+        mariadb, database, raw, env, tmp_path, lambda: stream_records(rabbitmq, topics), 600 if LONG else 300
+    )
     print(
         f"\nRabbitMQ faults: {writer.attempted} attempted events ({writer.xa_prepared} XA prepared), schedule "
         f"{len(schedule)} faults + random kills to the end, crash points reached {reached}, in "
