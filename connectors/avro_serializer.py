@@ -4,7 +4,7 @@ cdc.ports.Serializer).
 Wire format: magic byte 0, the schema id as 4 big-endian bytes, then the Avro binary
 body. The envelope schema is `avro/outbox_event.avsc`; it is registered once per topic
 under the subject `<topic>-value` (Confluent's TopicNameStrategy) in any registry that
-speaks the Confluent REST API (`mock://` for tests, an in-process fake); the registry is
+speaks the Confluent REST API (connectors/schema_registry.py; `mock://` for tests, an in-process fake); the registry is
 asked once per topic, not per event. The envelope's body is written by `_envelope_body`
 (its six fields in their fixed order, the shapes the outbox mapping produces); an event
 outside those shapes, and every other schema, goes through fastavro on a pre-parsed schema.
@@ -18,13 +18,12 @@ import struct
 from typing import Any
 
 import fastavro
-from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
-from confluent_kafka.schema_registry.error import SchemaRegistryError
 
 from cdc.errors import ConfigError, RegistryError
 from cdc.formats import blank, payload_value
 from cdc.outbox import OutboxEvent
 from connectors.avro_schemas import OUTBOX_EVENT, schema, schema_text
+from connectors.schema_registry import MockRegistry, RestRegistry, SchemaRegistryError, new_client
 
 MAGIC = b"\x00"
 # format = "avro": the payload's own schema, as Debezium's AvroConverter registers it for
@@ -72,12 +71,12 @@ def _scrubbed(text: str, conf: dict[str, Any]) -> str:
     return text
 
 
-def registry_client(reg: Any) -> SchemaRegistryClient:
+def registry_client(reg: Any) -> MockRegistry | RestRegistry:
     """The schema registry client of `[schema_registry]` (a cdc.config.RegistryConfig)."""
     conf = registry_conf(reg)
     try:
         # new_client gives the in-process fake for mock:// URLs, the REST client otherwise.
-        return SchemaRegistryClient.new_client(conf)
+        return new_client(conf)
     except FileNotFoundError as exc:
         raise ConfigError(
             f"schema registry TLS file not found: {exc.filename} (schema_registry.ca_file / cert_file / key_file)"
@@ -105,7 +104,7 @@ def _tls_reason(exc: BaseException | None) -> str:
 
 
 class ConfluentAvroSerializer:
-    def __init__(self, client: SchemaRegistryClient, schema_name: str = OUTBOX_EVENT):
+    def __init__(self, client: MockRegistry | RestRegistry, schema_name: str = OUTBOX_EVENT):
         self._client = client
         self._text = schema_text(schema_name)
         self._parsed = fastavro.parse_schema(schema(schema_name))
@@ -121,13 +120,13 @@ class ConfluentAvroSerializer:
         if header is None:
             subject = f"{topic}-value"
             try:
-                schema_id = self._client.register_schema(subject, Schema(text or self._text, "AVRO"))
+                schema_id = self._client.register_schema(subject, text or self._text)
             except SchemaRegistryError as exc:
                 hint = ""
                 if exc.http_status_code in (401, 403):
                     hint = " (check schema_registry.basic_auth / bearer_token)"
                 raise RegistryError(f"the schema registry refused subject {subject!r}: {exc}{hint}") from exc
-            except Exception as exc:  # httpx/requests connection errors vary by version
+            except Exception as exc:  # urllib's URLError, an OSError, an answer that is not JSON
                 why = _tls_reason(exc)
                 raise RegistryError(
                     f"the schema registry is unreachable ({why or type(exc).__name__}); "

@@ -268,6 +268,9 @@ def _child_main(conn: Any, control: Any, parent_pid: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     # imports first: they run while the relay starts and builds the spec
+    from connectors.mysql_driver import import_deferring_rsa
+
+    import_deferring_rsa()  # before anything imports PyMySQL: 10 MiB less (connectors/mysql_driver.py)
     import connectors.binlog_decoder  # noqa: F401  # imported for its start-up cost, before the spec arrives
     from connectors.avro_serializer import ConfluentAvroSerializer, registry_client
     from connectors.binlog_source import MySQLBinlogSourceFactory
