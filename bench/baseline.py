@@ -19,6 +19,8 @@ round 1"). The working tree's uncommitted changes are part of "now".
 from __future__ import annotations
 
 import argparse
+import compileall
+import os
 import re
 import statistics
 import subprocess
@@ -52,7 +54,13 @@ def run_catchup(checkout: Path, args: argparse.Namespace) -> dict[str, float]:
     cmd = [sys.executable, str(checkout / "bench" / "catchup.py"), "--events", str(args.events)]
     if args.mixed:
         cmd.append("--mixed")
-    done = subprocess.run(cmd, cwd=checkout, capture_output=True, text=True, timeout=3600)
+    # Both trees' relays run from compiled bytecode, as an installed relay does (see
+    # bench/catchup.py's relay_environment): an older catchup.py passes its environment on.
+    for package in ("cdc", "connectors", "cdc_cli", "avro"):
+        if (checkout / package).is_dir():
+            compileall.compile_dir(str(checkout / package), quiet=1)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    done = subprocess.run(cmd, cwd=checkout, env=env, capture_output=True, text=True, timeout=3600)
     if done.returncode != 0:
         raise SystemExit(f"bench baseline: catch-up in {checkout} failed:\n{(done.stdout + done.stderr)[-3000:]}")
     return figures(done.stdout)
