@@ -26,7 +26,7 @@ from cdc.outbox import DeadLetter, OutboxEvent, OutboxMapper
 from cdc.ports import BinlogSource, BinlogSourceFactory, Serializer, StartAt
 from cdc.position import BinlogPosition
 from cdc.relay_settings import RelaySettings
-from cdc.source_events import Heartbeat, RowInsert, ServerInfo
+from cdc.source_events import Heartbeat, RowInsert, ServerInfo, ServerStarted
 from cdc.topics import TopicRouter
 from cdc.transaction import CommittedTransaction, TransactionAssembler
 
@@ -114,6 +114,9 @@ class LocalFeed:
         self._lost: dict[str, BinlogPosition] = {}
         self._next_lost_check = 0.0
         self._server_started: float | None = None  # learnt once per connection (a restart cuts it)
+        # The latest binlog file read that a server start opened (ServerStarted): kept across
+        # reconnects, it is a fact of the binlog, not of the connection.
+        self._started_file: BinlogPosition | None = None
 
     @property
     def discarded_rows(self) -> int:
@@ -145,6 +148,10 @@ class LocalFeed:
         if isinstance(event, ServerInfo):
             assembler.server_id = event.server_id
             return event
+        if isinstance(event, ServerStarted):
+            if self._started_file is None or event.end > self._started_file:
+                self._started_file = event.end
+            return MORE
         tx = assembler.feed(event)
         if tx is not None:
             if tx.xa is not None and tx.xa.kind == "prepare":
@@ -161,7 +168,10 @@ class LocalFeed:
         Proof that it is lost: it was prepared before the server's current start, XA RECOVER
         (asked after that start) does not list it, and the feed has read up to the binlog end
         taken after XA RECOVER without finding its outcome (a decided transaction leaves the
-        engine's prepared list only after its outcome is in the binlog)."""
+        engine's prepared list only after its outcome is in the binlog). "Before a start":
+        its timestamp is over a second before the server's start time (both whole seconds),
+        or it lies in a binlog file before one a server start opened (ServerStarted): a
+        server restarted within the second of the prepare is told by the binlog only."""
         assembler = self._assembler
         at = assembler.resume_point
         if self._lost and at is not None:
@@ -183,16 +193,18 @@ class LocalFeed:
             return None
         self._next_lost_check = now + LOST_PREPARE_CHECK_S
         started_at = getattr(self._sources, "server_started_at", None)
-        if started_at is None:
+        restarted = self._started_file
+        if started_at is None and restarted is None:
             return None
         try:
-            if self._server_started is None:
+            if self._server_started is None and started_at is not None:
                 self._server_started = started_at()
             since = self._server_started
             older = [
                 xid
-                for xid, _at, ts in assembler.prepared()
-                if since is not None and ts < since - 1 and xid not in self._lost
+                for xid, at, ts in assembler.prepared()
+                if xid not in self._lost
+                and ((since is not None and ts < since - 1) or (restarted is not None and at < restarted))
             ]
             if not older:
                 return None

@@ -153,6 +153,15 @@ class ServerInfo:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True, slots=True)
+class ServerStarted:
+    """The binlog file `end.file` was opened by a server start: everything in earlier files
+    was written before that start (the decoder reads it off the file's Format_description,
+    connectors/binlog_decoder.py). `end`: that file's first position (4)."""
+
+    end: BinlogPosition
+
+
 SourceEvent = (
     TxBegin
     | RowInsert
@@ -168,6 +177,7 @@ SourceEvent = (
     | XaRollback
     | Heartbeat
     | ServerInfo
+    | ServerStarted
 )
 
 

@@ -60,6 +60,7 @@ from cdc.source_events import (
     Heartbeat,
     RowChange,
     RowInsert,
+    ServerStarted,
     TxBegin,
     TxCommit,
     TxRollback,
@@ -1212,6 +1213,14 @@ class BinlogDecoder:
         body = ev[19:]
         version = body[2:52].rstrip(b"\0").decode("ascii", "replace")
         self.server_version = version
+        # `created` (4 bytes after the 50-byte server version) is set only in the binlog a
+        # server opens at its start; a rotation writes 0, and the dump thread zeroes it when
+        # a stream starts inside the file (MySQL libbinlogevents control_events.h
+        # Format_description_event::created, sql/rpl_binlog_sender.cc
+        # send_format_description_event; MariaDB sql/sql_repl.cc). Non-zero: every earlier
+        # file predates a server start (cdc/feed.py's proof of a prepare lost in a crash).
+        if len(body) >= 56 and _U32(body, 52)[0] and self.file:
+            out.append(ServerStarted(_pos(self.file, 4)))
         if not self._flavor_fixed:
             self.dbms = "mariadb" if "mariadb" in version.lower() else "mysql"
         self.post_header = ph = body[57:]

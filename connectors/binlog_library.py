@@ -39,6 +39,7 @@ from cdc.source_events import (
     Heartbeat,
     RowChange,
     RowInsert,
+    ServerStarted,
     SourceEvent,
     TxBegin,
     TxCommit,
@@ -153,6 +154,10 @@ class LibraryConverter:
             return
         if kind is RotateEvent:
             self.file = ev.next_binlog
+            return
+        if kind is FormatDescriptionEvent:
+            if ev.created and self.file:  # opened by a server start: see BinlogDecoder._fde
+                out.append(ServerStarted(BinlogPosition(self.file, 4)))
             return
         if kind is UpdateRowsEvent or kind is DeleteRowsEvent:
             if (ev.schema, ev.table) in self.watched:

@@ -27,7 +27,7 @@ from pymysqlreplication.event import (
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
 from cdc.position import BinlogPosition
-from cdc.source_events import Heartbeat, RowChange, RowInsert, TxBegin, TxCommit
+from cdc.source_events import Heartbeat, RowChange, RowInsert, ServerStarted, TxBegin, TxCommit
 from connectors.binlog_decoder import BinlogDecoder, UndecodableEvent
 from connectors.binlog_library import LibraryConverter as _Converter
 from connectors.binlog_protocol import BinlogConnection, BinlogConnectionError, BinlogPositionError
@@ -642,3 +642,29 @@ def test_minimal_row_metadata_is_completed_from_information_schema(mariadb, data
         "UNKNOWN_COL3": 0b101,
         "UNKNOWN_COL4": -294967296,  # no signedness applied without names (python-mysql-replication's rule)
     }
+
+
+def test_a_server_restart_is_read_off_the_binlog_its_start_opened():
+    """Killed and restarted, the server opens a new binlog whose Format_description has
+    `created` set; the dump thread sends it as written when the stream enters that file, and
+    zeroes it in the file the stream starts inside: one ServerStarted, for the new file (what
+    proves an XA prepare in an earlier file older than the start, cdc/feed.py)."""
+    from testbed.mariadb import EmbeddedMariaDB
+
+    with EmbeddedMariaDB.start(server_id=7) as db:
+        db.create_database("rs")
+        _run(db, "rs", [OUTBOX, "INSERT INTO outbox (id, aggregatetype, aggregateid, type) VALUES ('r1','t','k','T')"])
+        file, pos = _status(db)
+        db.kill()
+        db.restart()
+        _run(db, "rs", ["INSERT INTO outbox (id, aggregatetype, aggregateid, type) VALUES ('r2','t','k','T')"])
+        after, _ = _status(db)
+        assert after != file
+        events = read_fast(db, {("rs", "outbox")}, file, 4)
+        assert [e for e in events if isinstance(e, ServerStarted)] == [
+            ServerStarted(BinlogPosition(file, 4)),
+            ServerStarted(BinlogPosition(after, 4)),
+        ]
+        events = read_fast(db, {("rs", "outbox")}, file, pos)
+        assert [e for e in events if isinstance(e, ServerStarted)] == [ServerStarted(BinlogPosition(after, 4))]
+        assert [e.values["id"] for e in events if isinstance(e, RowInsert)] == ["r2"]

@@ -304,6 +304,7 @@ MYSQL_82_POST_HEADER = _post_header_lengths(8)
 MYSQL_90_POST_HEADER = _post_header_lengths(0)
 
 
-def fde_body(server_version: str = "9.0.1", post_header: bytes = MYSQL_90_POST_HEADER) -> bytes:
+def fde_body(server_version: str = "9.0.1", post_header: bytes = MYSQL_90_POST_HEADER, created: int = 0) -> bytes:
+    """`created`: non-zero only in the binlog a server opens at its start (a rotation writes 0)."""
     version = server_version.encode().ljust(50, b"\0")
-    return struct.pack("<H", 4) + version + struct.pack("<I", 0) + bytes([19]) + post_header + b"\x01"
+    return struct.pack("<H", 4) + version + struct.pack("<I", created) + bytes([19]) + post_header + b"\x01"

@@ -49,6 +49,7 @@ from cdc.source_events import (
     RowInsert,
     Savepoint,
     ServerInfo,
+    ServerStarted,
     Statement,
     TxBegin,
     TxCommit,
@@ -141,6 +142,12 @@ class Binlog:
         base, _, seq = self.file.rpartition(".")
         self.file = f"{base}.{int(seq) + 1:06d}"
         self.pos = 4
+
+    def server_start(self) -> None:
+        """The server (re)started: it opened a new binlog, whose Format_description says so."""
+        self.rotate()
+        self.events.append(ServerStarted(self.end))
+        self.starts.append(self.end)
 
     # transactions
     def begin(self, gtid: str | None = None, begin_query: bool = True, standalone: bool = False) -> TxInfo:

@@ -9,7 +9,8 @@ import struct
 
 import pytest
 
-from cdc.source_events import RowChange, RowInsert, TxCommit
+from cdc.position import BinlogPosition
+from cdc.source_events import RowChange, RowInsert, ServerStarted, TxCommit
 from connectors.binlog_decoder import BinlogDecodeError, BinlogDecoder, ServerSettingRequired
 from tests.unit import binlog_bytes as bb
 from tests.unit import mysql_json_bytes as jb
@@ -244,3 +245,14 @@ def test_a_diff_that_does_not_apply_is_refused(diff, why):
     body = _rows_head() + _image("e-1", BEFORE, 1, None) + _partial_after("e-1", _diffs(diff), 1, None)
     with pytest.raises(BinlogDecodeError, match=why):
         _decode_docs((39, body))
+
+
+def test_a_format_description_written_at_a_server_start_says_so():
+    """`created` is set only in the binlog a server opens at its start: the relay learns
+    from it that everything in earlier files predates a server start (cdc/feed.py's proof
+    of an XA prepare the server lost in a crash)."""
+    started, rotated = bb.Binlog(), bb.Binlog()
+    started.add(15, bb.fde_body("8.4.0", bb.MYSQL_82_POST_HEADER, created=1_795_719_178))
+    rotated.add(15, bb.fde_body("8.4.0", bb.MYSQL_82_POST_HEADER, created=0))
+    assert _decode(started) == [ServerStarted(BinlogPosition("binlog.000001", 4))]
+    assert _decode(rotated) == []
