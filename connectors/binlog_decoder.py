@@ -672,6 +672,7 @@ _GLOBALS_BASE = {
     "_f32": struct.Struct("<f").unpack_from,
     "_f64": struct.Struct("<d").unpack_from,
     "_be40": struct.Struct(">IB").unpack_from,
+    "_be64": struct.Struct(">Q").unpack_from,
     "_from_bytes": int.from_bytes,
     "_datetime": _datetime,
     "_read_time2": _read_time2,
@@ -732,6 +733,11 @@ def _column_code(i: int, c: _Column, schema: str, table: str, g: dict[str, Any])
             # bytes on LookupError, but bytes.decode() of b"" never looks the codec up:
             # an empty binary value comes out as "" (mirrored).
             lines.append(f"{v} = b[p:p + n] if n else ''")
+        elif c.encoding == "utf-8":
+            # bytes.decode() with no argument is UTF-8 (strict) as well, and skips parsing
+            # the codec argument: 195 -> 113 ns a value (36 bytes, timeit on this machine),
+            # about 0.4 us on an outbox row of five text columns.
+            lines.append(f"{v} = b[p:p + n].decode()")
         else:
             lines.append(f"{v} = b[p:p + n].decode({c.encoding!r})")
         return lines + ["p += n"]
@@ -750,7 +756,28 @@ def _column_code(i: int, c: _Column, schema: str, table: str, g: dict[str, Any])
     if t == T_DATETIME2:
         fsp = m["fsp"]
         fs = _fsp_size(fsp)
-        if fsp in (0, 2, 4, 6):  # fast path: even fsp needs no /10 rounding
+        if fsp == 6:
+            # The 5 bytes of date and time and the 3 of the fraction as one big-endian
+            # 64-bit read (the general path below slices the fraction out and calls
+            # int.from_bytes with keywords): 1.40 -> 0.73 us a value (timeit, loaded
+            # machine); the usual outbox `created_at DATETIME(6)` is one a row. The fraction
+            # is signed (0x800000 and up: negative, ignored as below); 1000000..0x7FFFFF
+            # raises as the library's replace(microsecond=) does.
+            return [
+                "d = _be64(b, p)[0]",
+                "us = d & 0xFFFFFF",
+                "if us > 999999:",
+                "    if us < 0x800000: raise ValueError('microsecond must be in 0..999999')",
+                "    us = 0",
+                "d >>= 24",
+                "ym = (d >> 22) & 0x1FFFF",
+                "try:",
+                f"    {v} = _datetime(ym // 13, ym % 13, (d >> 17) & 0x1F, (d >> 12) & 0x1F, (d >> 6) & 0x3F, d & 0x3F, us)",
+                "except ValueError:",
+                f"    {v} = None",
+                "p += 8",
+            ]
+        if fsp in (0, 2, 4):  # fast path: even fsp needs no /10 rounding
             scale = 10 ** (6 - fsp)
             lines = ["hi, lo = _be40(b, p)", "d = (hi << 8) | lo", "ym = (d >> 22) & 0x1FFFF"]
             if fs:
@@ -758,8 +785,6 @@ def _column_code(i: int, c: _Column, schema: str, table: str, g: dict[str, Any])
                 lines.append(f"us = {us}{f' * {scale}' if scale != 1 else ''}")
             else:
                 lines.append("us = 0")
-            if fsp == 6:  # the library's replace(microsecond=) raises on a corrupt fraction
-                lines.append("if us > 999999: raise ValueError('microsecond must be in 0..999999')")
             # One constructor call instead of the library's datetime(...).replace(microsecond=)
             # (5x cheaper); a negative fraction is ignored as the library does.
             lines += [
