@@ -113,6 +113,36 @@ def test_a_removed_v1_rows_event_of_another_table_is_refused_as_one_by_one():
     assert str(batch_error) == str(error)
 
 
+@pytest.mark.parametrize("v2", [False, True])
+def test_the_watched_tables_inserts_v1_and_v2_decode_as_one_by_one(v2):
+    """The loop hands a watched table's Write_rows to _inserts itself (v1: MariaDB's,
+    v2: MySQL's): the same source events as its handler gives."""
+    log = bb.Binlog()
+    log.add(15, bb.fde_body("8.2.0", bb.MYSQL_82_POST_HEADER))
+    log.add(2, bb.query_body("BEGIN"))
+    log.add(19, bb.table_map_body())
+    log.add(30 if v2 else 23, _rows(bb.TABLE_ID, [("e-1", b'{"a":1}', 1), ("e-2", None, None)], v2=v2))
+    log.add(16, bb.xid_body(5))
+    expected, error = _one_by_one(log.events)
+    assert error is None and [e.values["id"] for e in expected if isinstance(e, RowInsert)] == ["e-1", "e-2"]
+    assert _in_batches(log.events, len(log.events)) == (expected, None)
+
+
+def test_a_removed_v1_insert_of_the_watched_table_is_refused_as_one_by_one():
+    """MySQL 9 has no v1 rows events: a Write_rows_v1 of the watched table is refused in a
+    batch too (the loop leaves it to its handler)."""
+    log = bb.Binlog()
+    log.add(15, bb.fde_body("9.0.1", bb.MYSQL_90_POST_HEADER))
+    log.add(2, bb.query_body("BEGIN"))
+    log.add(19, bb.table_map_body())
+    log.add(23, _rows(bb.TABLE_ID, [("e-1", b"{}", 7)], v2=False))
+    expected, error = _one_by_one(log.events)
+    assert error is not None and "post-header length 0" in str(error)
+    out, batch_error = _in_batches(log.events, len(log.events))
+    assert out == expected
+    assert str(batch_error) == str(error)
+
+
 def test_a_checksum_verifying_decoder_checks_every_event_of_a_batch():
     log = _mixed_log()
     bad = bytearray(log.events[3])  # the other table's rows event, skipped without a call
