@@ -124,8 +124,10 @@ class RestRegistry:
             raise TypeError(f"url must be a str, not {type(url)}")
         self.base_urls = [u.strip().rstrip("/") for u in url.split(",")]
         for u in self.base_urls:
-            if not u.startswith("http"):
-                raise ValueError(f"Invalid url {u}")
+            if not u.startswith("http"):  # named without user:password@ (never a secret in an error)
+                raise ValueError(
+                    f"Invalid url {urlunsplit(urlsplit(u)._replace(netloc=urlsplit(u).netloc.rpartition('@')[2]))}"
+                )
         self._context = _tls_context(
             conf.pop("ssl.ca.location", None),
             conf.pop("ssl.certificate.location", None),

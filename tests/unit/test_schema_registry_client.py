@@ -131,3 +131,9 @@ def test_mock_ids_count_new_subject_schema_pairs_as_confluents_mock():
     with pytest.raises(SchemaRegistryError, match="Schema Not Found"):
         client.get_latest_version("c-value")
     assert new_client({"url": "mock://m"}).register_schema("b-value", SCHEMA) == 1  # per client
+
+
+def test_a_refused_url_never_shows_its_password():
+    with pytest.raises(ValueError, match="Invalid url") as refused:
+        RestRegistry({"url": "https://ok.example, ftp://alice:s3cr3t-pw@reg.example:8081"})
+    assert "s3cr3t-pw" not in str(refused.value) and "reg.example:8081" in str(refused.value)
