@@ -281,10 +281,19 @@ def test_nats_restart_keeps_the_store_and_pause_cuts_off(nats_server) -> None:
         nc = await nats.connect(**nats_server.connect_settings(), allow_reconnect=False, connect_timeout=2)
         await nc.close()
 
+    # Paused: a new connection waits in the listen backlog and the server's INFO never comes.
+    # Read off a plain socket: nats-py's connect inside asyncio.wait_for(..., 5) once returned
+    # normally during the pause (a fresh-clone run; the cause inside nats-py is not found, a
+    # cancellation its retry loop absorbs is the likely one); the socket shows the pause itself.
+    import socket
+
+    host, port = nats_server.url.removeprefix("nats://").rsplit(":", 1)
     nats_server.pause()
     try:
-        with pytest.raises(Exception):  # noqa: B017  # nats-py raises its own timeout or NoServersError
-            asyncio.run(asyncio.wait_for(connect(), 5))
+        with socket.create_connection((host, int(port)), timeout=5) as sock:
+            sock.settimeout(3)
+            with pytest.raises(TimeoutError):
+                sock.recv(1)
     finally:
         nats_server.resume()
     asyncio.run(connect())
