@@ -125,9 +125,7 @@ class RestRegistry:
         self.base_urls = [u.strip().rstrip("/") for u in url.split(",")]
         for u in self.base_urls:
             if not u.startswith("http"):  # named without user:password@ (never a secret in an error)
-                raise ValueError(
-                    f"Invalid url {urlunsplit(urlsplit(u)._replace(netloc=urlsplit(u).netloc.rpartition('@')[2]))}"
-                )
+                raise ValueError(f"Invalid url {_without_userinfo(u)}")
         self._context = _tls_context(
             conf.pop("ssl.ca.location", None),
             conf.pop("ssl.certificate.location", None),
@@ -137,9 +135,7 @@ class RestRegistry:
         parts = urlsplit(self.base_urls[0])
         user_info = (unquote(parts.username or ""), unquote(parts.password or ""))
         # user:password@ in a URL is sent as basic auth, never as part of the host (httpx's rule)
-        self.base_urls = [
-            urlunsplit(p._replace(netloc=p.netloc.rpartition("@")[2])) for p in map(urlsplit, self.base_urls)
-        ]
+        self.base_urls = [_without_userinfo(u) for u in self.base_urls]
         self._headers: dict[str, str] = {"Confluent-Client-Version": CLIENT_VERSION}
         if "basic.auth.user.info" in conf:
             if user_info != ("", ""):
@@ -240,6 +236,12 @@ def _body(schema_text: str) -> dict[str, Any]:
 
 def _full_jitter(attempt: int) -> float:
     return random.random() * min(RETRY_WAIT_MS * 2.0**attempt, RETRY_MAX_WAIT_MS) / 1000
+
+
+def _without_userinfo(url: str) -> str:
+    """`url` without its `user:password@`."""
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
 
 
 def _tls_context(ca: Any, cert: str | None, key: str | None, password: str | None) -> ssl.SSLContext:
