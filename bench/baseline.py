@@ -19,8 +19,6 @@ round 1"). The working tree's uncommitted changes are part of "now".
 from __future__ import annotations
 
 import argparse
-import compileall
-import os
 import re
 import statistics
 import subprocess
@@ -29,6 +27,8 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from bench.catchup import compiled_environment  # noqa: E402  # after the sys.path entry above
 
 _FIGURES = {
     "rate": re.compile(r"relay end to end: ([\d,]+) events/s"),
@@ -56,10 +56,7 @@ def run_catchup(checkout: Path, args: argparse.Namespace) -> dict[str, float]:
         cmd.append("--mixed")
     # Both trees' relays run from compiled bytecode, as an installed relay does (see
     # bench/catchup.py's relay_environment): an older catchup.py passes its environment on.
-    for package in ("cdc", "connectors", "cdc_cli", "avro"):
-        if (checkout / package).is_dir():
-            compileall.compile_dir(str(checkout / package), quiet=1)
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env = compiled_environment(checkout)
     done = subprocess.run(cmd, cwd=checkout, env=env, capture_output=True, text=True, timeout=3600)
     if done.returncode != 0:
         raise SystemExit(f"bench baseline: catch-up in {checkout} failed:\n{(done.stdout + done.stderr)[-3000:]}")

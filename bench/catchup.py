@@ -119,14 +119,18 @@ def relay_environment() -> dict[str, str]:
     with PYTHONDONTWRITEBYTECODE set (as on the build machine) compiles every module from
     source at each start, about 0.4 s of the reader's start (measured in issue 28's work)
     that no user pays. Compiling is skipped for modules whose `.pyc` is current."""
+    return compiled_environment(ROOT)
+
+
+def compiled_environment(root: Path) -> dict[str, str]:
+    """Compile the relay's packages under `root` and return this process's environment
+    without PYTHONDONTWRITEBYTECODE (`relay_environment`; `bench baseline` for an older tree)."""
     import compileall
 
     for package in ("cdc", "connectors", "cdc_cli", "avro"):
-        if (ROOT / package).is_dir():
-            compileall.compile_dir(str(ROOT / package), quiet=1)
-    env = dict(os.environ)
-    env.pop("PYTHONDONTWRITEBYTECODE", None)
-    return env
+        if (root / package).is_dir():
+            compileall.compile_dir(str(root / package), quiet=1)
+    return {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
 
 
 def run_relay(
