@@ -360,7 +360,10 @@ def _fast_json(payload: str | bytes | None) -> bytes | None:
             if _member_kinds(doc) is None:
                 return None
         out = _orjson_dumps(doc)
-        if b"\\u00" not in out and (out.isascii() or not _FOUR_BYTE_UTF8.search(out)):
+        # A control character is an escape `\u00XX` in orjson's bytes: looked for only when
+        # they hold a backslash at all (one memchr), since the 5-byte search walks the whole
+        # text (0.67 -> 0.35 us for both checks on the bench's payload, in-process, min of 40)
+        if (b"\\" not in out or b"\\u00" not in out) and (out.isascii() or not _FOUR_BYTE_UTF8.search(out)):
             return out
     except (ValueError, TypeError, RecursionError):  # orjson.JSONDecodeError is a ValueError
         pass

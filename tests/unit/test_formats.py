@@ -434,6 +434,16 @@ def test_json_fast_path_is_taken_for_the_common_shapes():
         assert not _compact_as_debezium(odd), odd
 
 
+def test_json_fast_path_looks_for_control_character_escapes_only_behind_a_backslash():
+    """orjson writes a control character as a lower-case `\\u00xx` escape, which Jackson writes
+    in upper case: such a document takes the general path, found through the backslash gate;
+    other escapes (`\\"`, `\\\\`, `\\n`) are the same in both and stay on the fast path."""
+    assert _fast_json('{"a":"x\\u001fy"}') is None
+    assert _expand_text('{"a":"x\\u001fy"}') == '{"a":"x\\u001Fy"}'
+    for text in ('{"a":"x\\"y\\\\z\\n"}', '{"a":"plain"}'):
+        assert _fast_json(text) == _expand_text(text).encode(), text
+
+
 def test_json_fast_path_drops_null_and_empty_array_members_as_debezium_does():
     """An optional member left null (or an empty list) no longer sends the payload to the
     general rules: the fast path drops it as Debezium does, nested objects included; inside
