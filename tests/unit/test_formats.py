@@ -289,6 +289,32 @@ def test_a_header_column_of_many_distinct_texts_keeps_a_bounded_cache():
     for n in range(3 * ExtrasPlan._SEEN_MAX):
         assert plan.extras({"tenant": f"t{n}"}, None).headers == [("tenant", f"t{n}".encode())]
     assert len(plan.headers[0][2]) <= ExtrasPlan._SEEN_MAX
+    assert plan.shared is not None and len(plan.shared[1]) <= ExtrasPlan._SEEN_MAX
+
+
+def test_one_text_header_column_shares_the_whole_header_list_across_events():
+    """With one header column and no trace column, the header list itself is one object per
+    distinct text (the pipe pickles it once per chunk); a value that is not text, or a plan
+    with trace columns, gets a list of its own per event, with the same contents as before."""
+    mapper = OutboxMapper(TopicRouter())
+    t = OutboxTable("shop", "outbox", format="json", additional_placement="type:header:eventType")
+    first, second = (mapper.map(t, row("{}"), IDENTITY) for _ in range(2))
+    assert first.extras.headers == [("eventType", b"OrderCreated")]
+    assert first.extras.headers is second.extras.headers
+    other = mapper.map(t, row("{}", type="OrderShipped"), IDENTITY)
+    assert other.extras.headers == [("eventType", b"OrderShipped")]
+    assert first.extras.headers == [("eventType", b"OrderCreated")]  # not changed by the other text
+    plan = ExtrasPlan(t)
+    assert plan.extras({"type": 7}, None).headers == [("eventType", b"7")]
+    assert plan.extras({"type": 7}, None).headers is not plan.extras({"type": 7}, None).headers
+    traced = ExtrasPlan(
+        OutboxTable(
+            "shop", "outbox", format="json", additional_placement="type:header:eventType", traceparent_column="tp"
+        )
+    )
+    assert traced.shared is None
+    one, two = (traced.extras({"type": "X", "tp": "00-ab"}, None) for _ in range(2))
+    assert one.headers == [("eventType", b"X"), ("traceparent", b"00-ab")] and one.headers is not two.headers
 
 
 def test_envelope_placement_wraps_the_payload_as_debeziums_struct():
