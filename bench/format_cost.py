@@ -7,9 +7,13 @@ sets them: eventType header, created_at as the record timestamp).
 
     ./run.sh bench format_cost [--formats envelope,json] [--events 10000] [--rounds 5]
     ./run.sh bench format_cost --commit 3eb7e5a      # an older commit's figures, alternating
+    ./run.sh bench format_cost --equal-settings      # the envelope with created_at as its timestamp too
 
 CPU is far steadier than a catch-up's events/s on a shared machine: each figure is the
-minimum over the rounds. With `--commit` the older commit is checked out into a temporary
+minimum over the rounds. `--equal-settings` gives the envelope's table `timestamp_column =
+"created_at"` too (its Avro `timestamp` field), so the payload formats no longer pay alone for
+converting the DATETIME; `additional_placement` has no envelope counterpart (the relay refuses
+it there). With `--commit` the older commit is checked out into a temporary
 directory and this script runs there too (its `cdc` first on the path), alternating.
 """
 
@@ -38,7 +42,7 @@ class _Registry:
         return 1
 
 
-def measure(fmt: str, events: int, rounds: int) -> dict[str, float]:
+def measure(fmt: str, events: int, rounds: int, equal_settings: bool = False) -> dict[str, float]:
     """Microseconds per event of each phase (the minimum over `rounds`)."""
     from multiprocessing.reduction import ForkingPickler
 
@@ -53,7 +57,7 @@ def measure(fmt: str, events: int, rounds: int) -> dict[str, float]:
     from bench.workloads import _payload
 
     if fmt == "envelope":
-        table = OutboxTable("bench", "outbox")
+        table = OutboxTable("bench", "outbox", timestamp_column="created_at" if equal_settings else None)
     else:
         table = OutboxTable(
             "bench", "outbox", format=fmt, additional_placement="type:header:eventType", timestamp_column="created_at"
@@ -106,12 +110,13 @@ def main() -> None:
     ap.add_argument("--events", type=int, default=10_000)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--commit", default=None, help="an older commit to measure too, alternating")
+    ap.add_argument("--equal-settings", action="store_true", help="the envelope with timestamp_column too")
     ap.add_argument("--label", default="", help=argparse.SUPPRESS)
     args = ap.parse_args()
     formats = [f.strip() for f in args.formats.split(",") if f.strip()]
     if args.commit is None:
         for fmt in formats:
-            print(line(args.label, fmt, measure(fmt, args.events, args.rounds)), flush=True)
+            print(line(args.label, fmt, measure(fmt, args.events, args.rounds, args.equal_settings)), flush=True)
         return
     with tempfile.TemporaryDirectory(prefix="format-cost-") as tmp:
         old = Path(tmp) / "old"
@@ -122,6 +127,7 @@ def main() -> None:
                 for label, checkout in sides if i % 2 == 0 else sides[::-1]:
                     cmd = [sys.executable, str(Path(__file__).resolve()), "--formats", args.formats]
                     cmd += ["--events", str(args.events), "--rounds", str(args.rounds), "--label", label]
+                    cmd += ["--equal-settings"] if args.equal_settings else []
                     subprocess.run(cmd, cwd=checkout, env={**os.environ, "PYTHONPATH": str(checkout)}, check=True)
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(old)], cwd=ROOT, check=False)

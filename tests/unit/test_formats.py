@@ -289,6 +289,32 @@ def test_a_header_column_of_many_distinct_texts_keeps_a_bounded_cache():
     for n in range(3 * ExtrasPlan._SEEN_MAX):
         assert plan.extras({"tenant": f"t{n}"}, None).headers == [("tenant", f"t{n}".encode())]
     assert len(plan.headers[0][2]) <= ExtrasPlan._SEEN_MAX
+    assert plan.shared is not None and len(plan.shared[1]) <= ExtrasPlan._SEEN_MAX
+
+
+def test_one_text_header_column_shares_the_whole_header_list_across_events():
+    """With one header column and no trace column, the header list itself is one object per
+    distinct text (the pipe pickles it once per chunk); a value that is not text, or a plan
+    with trace columns, gets a list of its own per event, with the same contents as before."""
+    mapper = OutboxMapper(TopicRouter())
+    t = OutboxTable("shop", "outbox", format="json", additional_placement="type:header:eventType")
+    first, second = (mapper.map(t, row("{}"), IDENTITY) for _ in range(2))
+    assert first.extras.headers == [("eventType", b"OrderCreated")]
+    assert first.extras.headers is second.extras.headers
+    other = mapper.map(t, row("{}", type="OrderShipped"), IDENTITY)
+    assert other.extras.headers == [("eventType", b"OrderShipped")]
+    assert first.extras.headers == [("eventType", b"OrderCreated")]  # not changed by the other text
+    plan = ExtrasPlan(t)
+    assert plan.extras({"type": 7}, None).headers == [("eventType", b"7")]
+    assert plan.extras({"type": 7}, None).headers is not plan.extras({"type": 7}, None).headers
+    traced = ExtrasPlan(
+        OutboxTable(
+            "shop", "outbox", format="json", additional_placement="type:header:eventType", traceparent_column="tp"
+        )
+    )
+    assert traced.shared is None
+    one, two = (traced.extras({"type": "X", "tp": "00-ab"}, None) for _ in range(2))
+    assert one.headers == [("eventType", b"X"), ("traceparent", b"00-ab")] and one.headers is not two.headers
 
 
 def test_envelope_placement_wraps_the_payload_as_debeziums_struct():
@@ -432,6 +458,16 @@ def test_json_fast_path_is_taken_for_the_common_shapes():
         {"a": [None]},
     ):
         assert not _compact_as_debezium(odd), odd
+
+
+def test_json_fast_path_looks_for_control_character_escapes_only_behind_a_backslash():
+    """orjson writes a control character as a lower-case `\\u00xx` escape, which Jackson writes
+    in upper case: such a document takes the general path, found through the backslash gate;
+    other escapes (`\\"`, `\\\\`, `\\n`) are the same in both and stay on the fast path."""
+    assert _fast_json('{"a":"x\\u001fy"}') is None
+    assert _expand_text('{"a":"x\\u001fy"}') == '{"a":"x\\u001Fy"}'
+    for text in ('{"a":"x\\"y\\\\z\\n"}', '{"a":"plain"}'):
+        assert _fast_json(text) == _expand_text(text).encode(), text
 
 
 def test_json_fast_path_drops_null_and_empty_array_members_as_debezium_does():
