@@ -46,6 +46,12 @@ if hasattr(KafkaError, "_MSG_SIZE_TOO_LARGE"):
 # The topic does not exist: the broker's answer, or librdkafka's once metadata said so
 # (after topic.metadata.propagation.max.ms): the relay dead-letters such a message.
 _NO_TOPIC = {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC}
+# Producer.produce's arguments by position, as confluent-kafka's Producer.c parses them
+# ("s|z#z#iOOLO": topic, value, key, partition, callback, on_delivery (callback's alias),
+# timestamp, headers): partition RD_KAFKA_PARTITION_UA (-1: the partitioner picks) and
+# timestamp 0 (librdkafka stamps the current time) are its own defaults, so the message
+# is the one the keyword form makes.
+_ANY_PARTITION = -1
 
 
 def producer_settings(clients: KafkaClientConfig | str, txn_id: str | None = None) -> dict[str, Any]:
@@ -136,10 +142,9 @@ class KafkaPublisher:
         # cells would make every local here a cell as well).
         report = partial(self._report, topic, on_delivery)
         try:
-            if timestamp_ms is None:
-                self._producer.produce(topic, value, key, on_delivery=report, headers=headers)  # type: ignore[arg-type]  # list invariance: bytes values are what it takes
-            else:
-                self._producer.produce(topic, value, key, on_delivery=report, headers=headers, timestamp=timestamp_ms)  # type: ignore[arg-type]  # as above
+            # Every argument by position (see _ANY_PARTITION): on_delivery=/headers= by keyword
+            # cost 0.6-0.8 us more a message (a keyword dict, matched by name in C).
+            self._producer.produce(topic, value, key, _ANY_PARTITION, report, None, timestamp_ms or 0, headers)  # type: ignore[arg-type]  # list invariance: bytes values are what it takes
         except BufferError:
             self._producer.poll(0.05)  # queue full: wait for acknowledgements, never drop
             self._produce_waiting(topic, key, value, headers, on_delivery, timestamp_ms, report)
@@ -160,10 +165,7 @@ class KafkaPublisher:
         produce, poll = self._producer.produce, self._producer.poll
         while True:
             try:
-                if timestamp_ms is None:
-                    produce(topic, value, key, on_delivery=report, headers=headers)  # type: ignore[arg-type]  # as in publish
-                else:
-                    produce(topic, value, key, on_delivery=report, headers=headers, timestamp=timestamp_ms)  # type: ignore[arg-type]  # as in publish
+                produce(topic, value, key, _ANY_PARTITION, report, None, timestamp_ms or 0, headers)  # type: ignore[arg-type]  # as in publish
                 return
             except BufferError:
                 poll(0.05)  # queue full: wait for acknowledgements, never drop

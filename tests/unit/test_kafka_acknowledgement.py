@@ -28,8 +28,18 @@ class _AcknowledgingProducer:
     def __init__(self, offsets: list[int | None]):
         self._offsets = offsets
 
-    def produce(self, topic: str, value: bytes, key: bytes, on_delivery: Any, **_kw: Any) -> None:
-        on_delivery(None, _Msg(0, self._offsets.pop(0)))
+    def produce(  # confluent-kafka's parameters, in its order
+        self,
+        topic: str,
+        value: bytes | None = None,
+        key: bytes | None = None,
+        partition: int = -1,
+        callback: Any = None,
+        on_delivery: Any = None,
+        timestamp: int = 0,
+        headers: Any = None,
+    ) -> None:
+        (callback or on_delivery)(None, _Msg(0, self._offsets.pop(0)))
 
     def poll(self, _timeout: float) -> int:
         return 0

@@ -1,6 +1,7 @@
 """The relay loop over the in-memory fakes: what is published, in which order, what the
 checkpoint says, and what a restart does."""
 
+import gc
 import json
 import random
 from collections import Counter, defaultdict
@@ -11,6 +12,7 @@ from cdc.checkpoint import Checkpoint
 from cdc.errors import ConfigError, DeliveryError, PositionPurgedError, RecoveryError, SourceError
 from cdc.gtid import MysqlGtidSet
 from cdc.position import BinlogPosition
+from cdc.relay import YOUNG_GENERATION
 from cdc.source_events import XaPrepare
 from cdc.transaction import OutboxChangeRefused
 from fakes import (
@@ -95,6 +97,21 @@ def test_publishes_each_committed_outbox_insert_once_in_order():
     assert h.store.current.position == b.txs[-1].end
     assert h.relay.metrics.transactions == 4  # the rolled-back one is not a transaction read
     assert h.publisher.published and all(m.record is not None for m in h.publisher.published)
+
+
+def test_the_loop_runs_with_a_young_generation_of_ten_thousand_allocations():
+    # Messages in flight outlive CPython's default young generation (700) and were walked
+    # again by the older ones: ~2 us an event of collector time (cdc/relay.py).
+    before = gc.get_threshold()
+    try:
+        gc.set_threshold(700, *before[1:])
+        RelayHarness(workload()).run()
+        assert gc.get_threshold() == (YOUNG_GENERATION, *before[1:])
+        gc.set_threshold(50_000, *before[1:])
+        RelayHarness(workload()).run()
+        assert gc.get_threshold()[0] == 50_000  # raised, never lowered
+    finally:
+        gc.set_threshold(*before)
 
 
 def test_message_carries_key_headers_and_value():
