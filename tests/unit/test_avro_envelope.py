@@ -5,6 +5,8 @@ the shapes it knows to fastavro, which then behaves as it always did."""
 from __future__ import annotations
 
 import io
+import subprocess
+import sys
 
 import fastavro
 import pytest
@@ -114,3 +116,19 @@ def test_the_timestamps_varint_is_the_loops_at_every_group_boundary(bits):
     for n in {(1 << bits) - 1, 1 << bits, (1 << bits) + 1}:
         if n < 1 << 64:
             assert _varint(n) == _zigzag(n, zigzagged=True)
+
+
+def test_the_envelope_is_encoded_without_importing_fastavro():
+    # the reader process imports the serializer on its way to its first event; fastavro is
+    # imported for the events the hand-written body leaves to it (the test above), not before
+    code = (
+        "import sys\n"
+        "from connectors.avro_serializer import ConfluentAvroSerializer, registry_client\n"
+        "from cdc.outbox import OutboxEvent\n"
+        "s = ConfluentAvroSerializer(registry_client('mock://test-avro-lazy'))\n"
+        "e = OutboxEvent('e1', 'order', 'order-1', 'Created', '{}', 1, 't', 'db.outbox', None)\n"
+        "assert s.encode(e, 'orders')\n"
+        "print('fastavro' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
