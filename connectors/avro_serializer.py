@@ -8,6 +8,10 @@ speaks the Confluent REST API (connectors/schema_registry.py; `mock://` for test
 asked once per topic, not per event. The envelope's body is written by `_envelope_body`
 (its six fields in their fixed order, the shapes the outbox mapping produces); an event
 outside those shapes, and every other schema, goes through fastavro on a pre-parsed schema.
+
+fastavro is imported when first needed (`_parsed`): the reader process imports this
+module on its way to its first event, and the envelope's events never need fastavro
+(its import was about a third of this module's: 13 of 40 ms, `python -X importtime`).
 """
 
 from __future__ import annotations
@@ -16,8 +20,6 @@ import io
 import ssl
 import struct
 from typing import Any
-
-import fastavro
 
 from cdc.errors import ConfigError, RegistryError
 from cdc.formats import blank, payload_value
@@ -107,7 +109,7 @@ class ConfluentAvroSerializer:
     def __init__(self, client: MockRegistry | RestRegistry, schema_name: str = OUTBOX_EVENT):
         self._client = client
         self._text = schema_text(schema_name)
-        self._parsed = fastavro.parse_schema(schema(schema_name))
+        self._name = schema_name
         self._envelope = schema_name == OUTBOX_EVENT  # the body _envelope_body writes
         self._headers: dict[Any, bytes] = {}
 
@@ -152,9 +154,11 @@ class ConfluentAvroSerializer:
                 return self._header(topic) + body
         out = io.BytesIO()
         out.write(self._header(topic))
+        import fastavro
+
         fastavro.schemaless_writer(
             out,
-            self._parsed,
+            _parsed(self._name),
             {
                 "id": event.event_id,
                 "aggregate_type": event.aggregate_type,
@@ -192,40 +196,74 @@ _LONG_MIN, _LONG_MAX = -(1 << 63), (1 << 63) - 1
 def _envelope_body(event: OutboxEvent) -> bytes | None:
     """The envelope's Avro body of `event`, or None when a field is not of the shape the
     mapping produces (not exactly str, a timestamp not an int in Avro's long range): fastavro
-    then writes it, and raises what it raises for a value the schema cannot hold."""
-    parts = []
-    for text in (event.event_id, event.aggregate_type, event.aggregate_id, event.event_type):
-        if type(text) is not str:
-            return None
-        data = text.encode()
-        n = len(data)
-        parts.append(_SHORT_LONGS[n] if n < 2048 else _zigzag(n))
-        parts.append(data)
+    then writes it, and raises what it raises for a value the schema cannot hold.
+
+    Written out field by field and joined once (no loop, no list of parts): 2.56 -> 1.88 us
+    an event with the timestamp's `_varint` (process CPU, 30k bench-shaped events, best of 15
+    alternating), on the reader process's path of every outbox event."""
+    event_id, aggregate_type, aggregate_id, event_type = (
+        event.event_id,
+        event.aggregate_type,
+        event.aggregate_id,
+        event.event_type,
+    )
+    if type(event_id) is not str or type(aggregate_type) is not str:
+        return None
+    if type(aggregate_id) is not str or type(event_type) is not str:
+        return None
     payload = event.payload
-    if payload is None:
-        parts.append(b"\x00")
-    else:
-        kind = type(payload)
-        if kind is str:
-            data = payload.encode()  # type: ignore[union-attr]  # a str, by the check above
-            parts.append(b"\x02")
-        elif kind is bytes:
-            data = payload  # type: ignore[assignment]  # bytes, by the check above
-            parts.append(b"\x04")
-        else:
-            return None
-        n = len(data)
-        parts.append(_SHORT_LONGS[n] if n < 2048 else _zigzag(n))
-        parts.append(data)
-    timestamp = event.timestamp_us
-    if timestamp is None:
-        parts.append(b"\x00")
-    elif type(timestamp) is int and _LONG_MIN <= timestamp <= _LONG_MAX:
-        parts.append(b"\x02")
-        parts.append(_zigzag((timestamp << 1) ^ (timestamp >> 63), zigzagged=True))
+    kind = type(payload)
+    if kind is str:
+        data = payload.encode()  # type: ignore[union-attr]  # a str, by the check above
+        branch = b"\x02"
+    elif kind is bytes:
+        data = payload
+        branch = b"\x04"
+    elif payload is None:
+        data, branch = b"", b"\x00"
     else:
         return None
-    return b"".join(parts)
+    timestamp = event.timestamp_us
+    if type(timestamp) is int and _LONG_MIN <= timestamp <= _LONG_MAX:
+        stamp = b"\x02" + _varint((timestamp << 1) ^ (timestamp >> 63))
+    elif timestamp is None:
+        stamp = b"\x00"
+    else:
+        return None
+    a, b, c, d = event_id.encode(), aggregate_type.encode(), aggregate_id.encode(), event_type.encode()
+    na, nb, nc, nd = len(a), len(b), len(c), len(d)
+    short = _SHORT_LONGS
+    if payload is not None:
+        n = len(data)
+        branch += short[n] if n < 2048 else _zigzag(n)
+    if (na | nb | nc | nd) < 2048:  # all four below 2048 (a power of two): the table's prefixes
+        return b"".join((short[na], a, short[nb], b, short[nc], c, short[nd], d, branch, data, stamp))
+    return b"".join((_length(na), a, _length(nb), b, _length(nc), c, _length(nd), d, branch, data, stamp))
+
+
+def _length(n: int) -> bytes:
+    """A string's or bytes' length as an Avro long (n >= 0)."""
+    return _SHORT_LONGS[n] if n < 2048 else _zigzag(n)
+
+
+# An Avro long's varint for a zig-zagged value below 2**56 (eight groups of 7 bits; a
+# timestamp in microseconds, 2**51 today, is one) without a loop: the three steps spread
+# 28-bit halves to 32-bit slots, 14-bit quarters to 16-bit slots and 7-bit groups to bytes
+# (each group's high bit left 0), then the continuation bits of all but the last byte are
+# set and the int is written little-endian, low group first as Avro's varint is. 0.89 ->
+# 0.53 us for a timestamp (process CPU, best of 15): the loop in `_zigzag` runs 8 times.
+_VARINT_CONTINUE = [0] + [int.from_bytes(b"\x80" * (k - 1), "little") for k in range(1, 9)]
+
+
+def _varint(n: int) -> bytes:
+    """The varint of a zig-zagged long `n` (0 <= n < 2**64)."""
+    if n >> 56:
+        return _zigzag(n, zigzagged=True)
+    size = (n.bit_length() + 6) // 7 or 1
+    n = ((n & 0xFFFFFFF0000000) << 4) | (n & 0xFFFFFFF)
+    n = ((n & 0x0FFFC0000FFFC000) << 2) | (n & 0x00003FFF00003FFF)
+    n = ((n & 0x3F803F803F803F80) << 1) | (n & 0x007F007F007F007F)
+    return (n | _VARINT_CONTINUE[size]).to_bytes(size, "little")
 
 
 def _zigzag(n: int, zigzagged: bool = False) -> bytes:
@@ -246,6 +284,8 @@ def decode(value: bytes, schema_name: str = OUTBOX_EVENT) -> tuple[int, dict[str
     if len(value) < 5 or value[:1] != MAGIC:
         raise ValueError("not in the Confluent wire format (magic byte 0 and a schema id expected)")
     schema_id = struct.unpack(">I", value[1:5])[0]
+    import fastavro
+
     record = fastavro.schemaless_reader(io.BytesIO(value[5:]), _parsed(schema_name), None)
     if not isinstance(record, dict):  # the envelope schemas are records
         raise ValueError(f"not a {schema_name} record")
@@ -257,5 +297,7 @@ _PARSED: dict[str, Any] = {}
 
 def _parsed(name: str) -> Any:
     if name not in _PARSED:
+        import fastavro
+
         _PARSED[name] = fastavro.parse_schema(schema(name))
     return _PARSED[name]

@@ -1105,6 +1105,7 @@ class BinlogDecoder:
         get = self._get_handler
         skippable = self._skippable_rows
         tables, layouts = self._tables, self._layouts  # changed in place only
+        body_end = -self.crc or None  # a Table_map's layout ends before the CRC: ev[25:body_end]
         for ev in events:
             t = ev[4]
             if t in skippable:
@@ -1123,14 +1124,15 @@ class BinlogDecoder:
                     self._inserts(ev, out, tbl, 19 + self._ph_rows_v1)
                     continue
             elif t == TABLE_MAP_EVENT:
-                tbl = layouts.get(ev[25 : len(ev) - self.crc])
+                tbl = layouts.get(ev[25:body_end])
                 if tbl is not None and not tbl.looked_up:
                     tables[ev[19:25]] = tbl  # _table_map's cache hit
                     continue
             handler = get(t)
             if handler is not None:
                 handler(ev, out)
-                skippable = self._skippable_rows  # a Format_description may change it
+                skippable = self._skippable_rows  # a Format_description may change it,
+                body_end = -self.crc or None  # and the CRC's presence
 
     def decode(self, event: bytes, out: list) -> None:
         """Append the source events of one raw binlog event (header + body [+ CRC])."""

@@ -5,6 +5,8 @@ the shapes it knows to fastavro, which then behaves as it always did."""
 from __future__ import annotations
 
 import io
+import subprocess
+import sys
 
 import fastavro
 import pytest
@@ -15,7 +17,14 @@ from cdc.identity import EventIdentity, TxIdentity
 from cdc.outbox import OutboxEvent
 from cdc.position import BinlogPosition
 from connectors.avro_schemas import OUTBOX_EVENT, schema
-from connectors.avro_serializer import ConfluentAvroSerializer, _envelope_body, decode, registry_client
+from connectors.avro_serializer import (
+    ConfluentAvroSerializer,
+    _envelope_body,
+    _varint,
+    _zigzag,
+    decode,
+    registry_client,
+)
 
 _PARSED = fastavro.parse_schema(schema(OUTBOX_EVENT))
 _IDENTITY = EventIdentity(TxIdentity("s", BinlogPosition("mysql-bin.000001", 4), None, 1, 0), 0)
@@ -98,3 +107,28 @@ def test_the_serializer_writes_the_wire_format_either_way():
     assert record["timestamp"] is not None
     with pytest.raises((ValueError, TypeError, OverflowError)):  # fastavro's refusal, as before
         serializer.encode(_event("e1", "order", "order-1", "Created", "{}", 1 << 64), "orders")
+
+
+@pytest.mark.parametrize("bits", range(0, 65))
+def test_the_timestamps_varint_is_the_loops_at_every_group_boundary(bits):
+    # _varint spreads the groups without a loop below 2**56 and hands larger values to
+    # _zigzag's loop: both sides of each 7-bit group boundary, and of 2**56
+    for n in {(1 << bits) - 1, 1 << bits, (1 << bits) + 1}:
+        if n < 1 << 64:
+            assert _varint(n) == _zigzag(n, zigzagged=True)
+
+
+def test_the_envelope_is_encoded_without_importing_fastavro():
+    # the reader process imports the serializer on its way to its first event; fastavro is
+    # imported for the events the hand-written body leaves to it (the test above), not before
+    code = (
+        "import sys\n"
+        "from connectors.avro_serializer import ConfluentAvroSerializer, registry_client\n"
+        "from cdc.outbox import OutboxEvent\n"
+        "s = ConfluentAvroSerializer(registry_client('mock://test-avro-lazy'))\n"
+        "e = OutboxEvent('e1', 'order', 'order-1', 'Created', '{}', 1, 't', 'db.outbox', None)\n"
+        "assert s.encode(e, 'orders')\n"
+        "print('fastavro' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
