@@ -49,6 +49,13 @@ setup() {
     rm -f .venv/.installed-*
     touch "$stamp"
   fi
+  # the json format's optional compiled proof walk (docs/DESIGN.md, "The compiled walk"): built
+  # again whenever cdc/json_kinds.py changes; without a C compiler one line, and the pure-Python
+  # walk runs (the loader also refuses a build stamped with another digest of the source)
+  local kinds=".venv/.json-kinds-$(sha1sum cdc/json_kinds.py | cut -c1-12)"
+  if [ ! -f "$kinds" ] || { command -v "${CC:-gcc}" >/dev/null && ! ls cdc/_json_kinds_compiled.*.so >/dev/null 2>&1; }; then
+    if .venv/bin/python tools/build_json_kinds.py >&2; then rm -f .venv/.json-kinds-*; touch "$kinds"; fi
+  fi
   export PATH="$ROOT/.venv/bin:$PATH"
   export PYSPARK_PYTHON="$ROOT/.venv/bin/python" PYSPARK_DRIVER_PYTHON="$ROOT/.venv/bin/python"
   export SPARK_LOCAL_IP="${SPARK_LOCAL_IP:-127.0.0.1}"  # Spark in local mode: loopback, no hostname look-up

@@ -119,7 +119,23 @@ def relay_environment() -> dict[str, str]:
     with PYTHONDONTWRITEBYTECODE set (as on the build machine) compiles every module from
     source at each start, about 0.4 s of the reader's start (measured in issue 28's work)
     that no user pays. Compiling is skipped for modules whose `.pyc` is current."""
-    return compiled_environment(ROOT)
+    env = compiled_environment(ROOT)
+    if not _json_walk_reported:
+        _json_walk_reported.append(_json_walk(env))
+        print(f"bench: the relay's json walk: {_json_walk_reported[0]}", flush=True)
+    return env
+
+
+_json_walk_reported: list[str] = []  # said once a run
+
+
+def _json_walk(env: dict[str, str]) -> str:
+    """The file of the json format's proof walk the relay child loads (the compiled build
+    that `./run.sh setup` makes, or the pure-Python fallback), asked of the child's own
+    interpreter and environment."""
+    probe = "from cdc import json_kinds_native as n; print(n.WALK.__file__)"
+    loaded = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, env=env, capture_output=True, text=True)
+    return loaded.stdout.strip() or loaded.stderr.strip()[-200:]
 
 
 def compiled_environment(root: Path) -> dict[str, str]:

@@ -48,6 +48,7 @@ import re
 import struct
 import sys
 import uuid as _uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -57,6 +58,7 @@ from orjson import loads as _orjson_loads
 
 from cdc.errors import ConfigError
 from cdc.java_double import java_double
+from cdc.json_kinds_native import WALK
 
 ENVELOPE = "envelope"
 FORMATS = (ENVELOPE, "string", "json", "bytes", "avro")
@@ -360,6 +362,9 @@ def _general_json(payload: str | bytes | None) -> str:
     return _expand_text(payload)
 
 
+# the proof walk, compiled when built and current (cdc/json_kinds_native.py), else pure Python
+_member_kinds: Callable[[dict], list[type] | None] = WALK.member_kinds
+
 _FOUR_BYTE_UTF8 = re.compile(rb"[\xf0-\xf4]")  # the lead byte of a character beyond the BMP
 _LONG_NUMBER = re.compile(r"[0-9][0-9.eE+-]{1000}")  # may hold more digits than Jackson reads
 
@@ -531,99 +536,11 @@ def _refuse_constant(name: str) -> Any:
 
 _DECODER = json.JSONDecoder(parse_float=_parse_float, parse_constant=_refuse_constant)
 
-_I32_LO, _I32_HI, _I64_LO, _I64_HI = -(2**31), 2**31 - 1, -(2**63), 2**63 - 1
-
-
-def _plain_double(v: float) -> bool:
-    """Python's repr of `v` is Java 17's Double.toString: zero, or 10^-3 <= |v| < 10^7,
-    where both write plain decimal with the shortest digits (Java's digit generation can
-    only differ from the shortest when a neighbour's midpoint is the shorter decimal, and
-    in this range a midpoint has more than 17 significant digits; NaN and infinities fail
-    every comparison). `_member_kinds` has the same test inline."""
-    return 1e-3 <= v < 1e7 or -1e7 < v <= -1e-3 or v == 0
-
-
-class _Int64:
-    """The kind of an integer beyond 32 bits (`_member_kinds`: int32 and int64 are two
-    Connect types, so an array's objects must agree on which one a member is)."""
-
 
 def _compact_as_debezium(obj: dict) -> bool:
     """Whether `json.dumps(obj)` (compact) is Debezium's expansion of `obj` byte for byte
-    (`_member_kinds`). False only means "take the general path", never "not expandable"."""
+    (`cdc/json_kinds.py`'s `member_kinds`). False only means "take the general path", never "not expandable"."""
     return _member_kinds(obj) is not None
-
-
-def _member_kinds(obj: dict) -> list[type] | None:
-    """The Connect kind of each member of `obj` (its type; `_Int64` for an integer beyond
-    32 bits), or None unless `json.dumps(obj)` is Debezium's expansion of it byte for byte:
-    no null or empty-array member (Debezium drops them), no empty name (Connect refuses the
-    field), integers within 64 bits, doubles that Python and Java write alike, and arrays
-    whose elements share one kind (`_array_as_debezium`).
-
-    One pass over the members that both checks them and lists their kinds, because an array
-    of objects needs both of each element; it used to be two (a check, then a `_member_kind`
-    call per member): 2.0 -> 1.4 us for the bench's payload (`bench/workloads.py`: six
-    members, two objects in an array), the largest share of the json format's conversion."""
-    if "" in obj:
-        return None
-    kinds: list[type] = []
-    add = kinds.append
-    for v in obj.values():
-        t = type(v)
-        if t is str or t is bool:
-            add(t)
-        elif t is int:
-            if _I32_LO <= v <= _I32_HI:
-                add(t)
-            elif _I64_LO <= v <= _I64_HI:
-                add(_Int64)
-            else:
-                return None
-        elif t is float:
-            if not (1e-3 <= v < 1e7 or -1e7 < v <= -1e-3 or v == 0):  # _plain_double, inline: one call less
-                return None
-            add(t)
-        elif t is dict:
-            if _member_kinds(v) is None:
-                return None
-            add(t)
-        elif t is list:
-            if not v or not _array_as_debezium(v):
-                return None
-            add(t)
-        else:
-            return None  # None
-    return kinds
-
-
-def _array_as_debezium(items: list) -> bool:
-    """An array Debezium writes as json.dumps does: scalars of one kind (int32, int64,
-    double, string, boolean; no null); or objects with the same members in the same order,
-    each member of one kind across the elements (one schema: nothing to merge). Arrays of
-    arrays take the general path."""
-    first = items[0]
-    t = type(first)
-    if t is str or t is bool:
-        return all(type(x) is t for x in items)
-    if t is int:
-        if not all(type(x) is int for x in items):
-            return False
-        if all(_I32_LO <= x <= _I32_HI for x in items):
-            return True
-        return all(_I64_LO <= x <= _I64_HI and not _I32_LO <= x <= _I32_HI for x in items)
-    if t is float:
-        return all(type(x) is float and _plain_double(x) for x in items)
-    if t is dict:
-        keys = list(first)
-        kinds = _member_kinds(first)
-        if kinds is None:
-            return False
-        for x in items:
-            if x is not first and (type(x) is not dict or list(x) != keys or _member_kinds(x) != kinds):
-                return False
-        return True
-    return False
 
 
 def json_envelope(payload: str | bytes | None, fields: tuple[tuple[str, Any], ...]) -> str:

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from cdc import formats, json_kinds, json_kinds_native
 from cdc.errors import ConfigError
 from cdc.formats import (
     H_FORMAT,
@@ -413,9 +414,25 @@ _DOCS = st.recursive(
 )
 
 
+# The fast-path tests run on each build of the proof walk (cdc/json_kinds.py): the pure-Python
+# module, and the mypyc-compiled one when it is built and current (cdc/json_kinds_native.py).
+# Module-scoped (hypothesis refuses function-scoped fixtures): pytest runs the tests of one
+# build, then those of the other, and the walk `formats` loaded is back after the module.
+WALKS = {"python": json_kinds} | ({"compiled": json_kinds_native.WALK} if json_kinds_native.COMPILED else {})
+
+
+@pytest.fixture(scope="module", params=list(WALKS))
+def walk(request):
+    """`formats` with the walk `request.param` in place of the one it loaded."""
+    loaded = formats._member_kinds
+    formats._member_kinds = WALKS[request.param].member_kinds
+    yield request.param
+    formats._member_kinds = loaded
+
+
 @settings(max_examples=600, deadline=None)
 @given(doc=st.dictionaries(_KEYS, _DOCS, max_size=5), spaced=st.booleans())
-def test_json_fast_path_writes_exactly_what_the_general_rules_write(doc, spaced):
+def test_json_fast_path_writes_exactly_what_the_general_rules_write(doc, spaced, walk):
     """debezium_json's C-speed path (json.loads/dumps when `_compact_as_debezium` proves the
     output equal) never differs from the general rules (`_expand_text`), whatever the shape."""
     import json
@@ -424,7 +441,7 @@ def test_json_fast_path_writes_exactly_what_the_general_rules_write(doc, spaced)
     assert debezium_json(text) == _expand_text(text)
 
 
-def test_json_fast_path_is_taken_for_the_common_shapes():
+def test_json_fast_path_is_taken_for_the_common_shapes(walk):
     """The shapes an outbox payload usually has go through the fast path (json.dumps), and
     the ones it must not handle do not."""
     import json
@@ -460,7 +477,7 @@ def test_json_fast_path_is_taken_for_the_common_shapes():
         assert not _compact_as_debezium(odd), odd
 
 
-def test_json_fast_path_looks_for_control_character_escapes_only_behind_a_backslash():
+def test_json_fast_path_looks_for_control_character_escapes_only_behind_a_backslash(walk):
     """orjson writes a control character as a lower-case `\\u00xx` escape, which Jackson writes
     in upper case: such a document takes the general path, found through the backslash gate;
     other escapes (`\\"`, `\\\\`, `\\n`) are the same in both and stay on the fast path."""
@@ -470,7 +487,7 @@ def test_json_fast_path_looks_for_control_character_escapes_only_behind_a_backsl
         assert _fast_json(text) == _expand_text(text).encode(), text
 
 
-def test_json_fast_path_drops_null_and_empty_array_members_as_debezium_does():
+def test_json_fast_path_drops_null_and_empty_array_members_as_debezium_does(walk):
     """An optional member left null (or an empty list) no longer sends the payload to the
     general rules: the fast path drops it as Debezium does, nested objects included; inside
     an array's objects (where Debezium writes the null) the general path still decides."""
@@ -560,7 +577,7 @@ def _json_object(draw, depth):
 @given(
     body=st.composite(lambda draw: _json_object(draw, 0))(), tail=st.sampled_from(["", " ", "\n", " x", "}", "\x0c"])
 )
-def test_json_fast_path_agrees_with_the_general_rules_on_any_text(body, tail):
+def test_json_fast_path_agrees_with_the_general_rules_on_any_text(body, tail, walk):
     """The fast path (orjson) reads what Python's json reads and nothing else: for any text
     starting with `{` - valid or not - it gives the general rules' bytes."""
     text = body + tail
@@ -596,7 +613,7 @@ def test_the_verifier_matches_json_values_by_debeziums_bytes():
     assert payload_matches("json", b'{"a":"\\uD800"}', b'{"a":"\\ud800"}')
 
 
-def test_json_fast_path_agrees_with_the_general_rules_on_the_compat_corpus():
+def test_json_fast_path_agrees_with_the_general_rules_on_the_compat_corpus(walk):
     """The corpus the compatibility test runs through Debezium (tests/integration/
     json_corpus.py, every class of DESIGN.md's "The json format's bytes"): on each payload
     of a few seeds the fast path gives the general rules' bytes, and those are UTF-8."""
