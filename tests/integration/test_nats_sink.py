@@ -14,7 +14,7 @@ import pytest
 from cdc.config import load_config
 from cdc.identity import H_DLQ_CAUSE
 from spark_jobs.nats_source import plan_nats, read_range
-from tests.integration.harness import OUTBOX_DDL, RelayThread, insert_events
+from tests.integration.harness import OUTBOX_DDL, RelayThread, insert_events, wait_until
 from tests.integration.independent_checker import check, committed_outbox_events
 from tests.integration.nats_harness import create_streams, nats_env, nats_raw_config, stream_records
 
@@ -165,12 +165,17 @@ def test_the_publisher_keeps_order_and_stores_once_across_restarts_and_a_pause(t
         try:
             for fault in ("restart", "kill", "pause"):
                 time.sleep(1.5)
+                before = publisher.reconnects
                 if fault == "pause":
                     server.pause()
                     time.sleep(2.5)  # longer than ack_timeout_s
                     server.resume()
                 else:
                     server.restart(graceful=fault == "restart")
+                # Each fault meets a publisher on a connection of its own: the next waits for
+                # this one's reconnect (on a loaded machine the reconnect after a restart took
+                # longer than the 1.5 s between faults, and one reconnect covered two: 2 of 3).
+                wait_until(lambda before=before: publisher.reconnects > before, 60, f"a reconnect after the {fault}")
             time.sleep(1.5)
         finally:
             stop.set()

@@ -204,7 +204,12 @@ def test_restart_at_once_after_sigkill_20_times_and_its_start_up_time(
         if i > 0:
             times.append(took)
             ended += "ended this relay's previous session" in log
-    assert ended >= RESTARTS // 2, f"only {ended} starts found the killed relay's session to end"
+    # Whether a start still finds the killed relay's session depends on the server: its dump
+    # thread ends the session itself once a write to the dead socket fails (the next event or
+    # heartbeat, one or two heartbeat periods). A start quicker than that ends it; a slower one
+    # (a loaded machine: 2 of 19 under a suite on two workers at load 17) finds it gone. The
+    # count is printed; that a start ends the session it finds is
+    # test_a_start_ends_its_killed_predecessors_session_the_server_still_holds's.
     median = statistics.median(times[:10])
     print(
         f"\nstart-up after SIGKILL (process start -> event published), heartbeat {heartbeat} s: median of 10 "
@@ -214,6 +219,44 @@ def test_restart_at_once_after_sigkill_20_times_and_its_start_up_time(
     assert median < heartbeat + 2.0, times
     records = read_topic(kafka.bootstrap_servers, topic)
     assert sorted(r.value["id"] for r in records) == sorted(f"e-{i}" for i in range(RESTARTS))
+
+
+@pytest.mark.fault
+def test_a_start_ends_its_killed_predecessors_session_the_server_still_holds(
+    mariadb, kafka, database, topic_prefix, tmp_path, setup
+):
+    """A relay SIGKILLed while the server is quiet leaves its binlog session on the server
+    (no event and, with a 30 s heartbeat, no heartbeat writes to the dead socket for the dump
+    thread to fail on); the next start of the same relay proves the session its own and dead,
+    ends it and publishes."""
+    topic, published = setup
+    raw = relay_raw_config(mariadb, kafka, database, topic_prefix, tmp_path / "cp.json", source__heartbeat_s=30.0)
+    rid = raw["source"]["replica_server_id"]
+    insert_one(mariadb, database, "e-0")
+    first = CdcRun(raw, env_for(mariadb), tmp_path / "first")
+    try:
+        wait_until(lambda: not first.alive() or published() >= 1, 60, "the first start to publish")
+        assert first.alive(), first.log_text()[-3000:]
+    finally:
+        first.stop(signal.SIGKILL)
+    assert sessions_with(mariadb, rid), "the killed relay's session should still be on the server"
+    second = CdcRun(raw, env_for(mariadb), tmp_path / "second")
+    try:
+        wait_until(
+            lambda: not second.alive() or "ended this relay's previous session" in second.log_text(),
+            60,
+            "the second start to end the killed relay's session",
+        )
+        assert second.alive(), second.log_text()[-3000:]
+        insert_one(mariadb, database, "e-1")
+        wait_until(lambda: not second.alive() or published() >= 2, 60, "the second start to publish")
+        assert second.alive(), second.log_text()[-3000:]
+    finally:
+        code = second.stop(signal.SIGTERM)
+    log = second.log_text()
+    assert code == 0 and "another replica" not in log and "Traceback" not in log, log[-3000:]
+    records = read_topic(kafka.bootstrap_servers, topic)
+    assert sorted(r.value["id"] for r in records) == ["e-0", "e-1"]
 
 
 def test_a_second_relay_with_the_same_server_id_is_refused_naming_its_session(
