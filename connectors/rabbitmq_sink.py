@@ -19,8 +19,10 @@ broker keeps the highest id stored per name and stream and confirms, without sto
 id not above it (pinned in tests/integration/test_sink_servers.py). Ids are given in
 publishing order per stream, from the highest the broker holds when the run first publishes
 to the stream (`query_publisher_sequence`). While a message is unconfirmed the publisher
-keeps it; when the connection is lost (the node restarted, or cut off) it connects again
-and sends every unconfirmed message again, in order, with its own id: what the node had
+keeps it; when the connection is lost (the node restarted, or cut off), or the node drops
+a stream's publisher on a live connection (the stream's leader restarted: a MetadataUpdate,
+then PublishError 18 for what is sent to it), it connects again, declares every publisher
+again and sends every unconfirmed message again, in order, with its own id: what the node had
 stored is confirmed and dropped, the rest is stored. So a broker restart inside a run
 neither loses nor repeats a message and does not stop the relay. Across a relay restart the
 ids start above the old ones: the checkpoint and the recovery scan of identity headers
@@ -69,6 +71,10 @@ _TICK_S = 0.2
 _REQUEST_TIMEOUT_S = 30.0
 _BATCH_BYTES = 1_048_576 - 4096  # one Publish frame's messages (the frame holds 1 MiB)
 _FRAMES_IN_FLIGHT = 4  # Publish frames sent and not yet confirmed before the next waits
+# PublishError's response code for a publisher id the connection has not declared, or whose
+# declaration the node dropped when the stream's leader changed (PROTOCOL.adoc, "Response
+# codes": 0x12, publisher does not exist)
+_PUBLISHER_DOES_NOT_EXIST = 18
 
 
 def _rstream() -> Any:
@@ -424,6 +430,10 @@ class RabbitStreamPublisher:
         self._down_since: float | None = None
         self._last_attempt = 0.0
         self._broken: str | None = None  # a refusal that stops the relay
+        # A stream's publisher the node dropped on a live connection (`_on_metadata_update`,
+        # `_on_error`'s code 18): the connection is made again, which declares every publisher
+        # again and sends the unconfirmed again, as after a broken connection.
+        self._stale: str | None = None
         # shared with the relay's thread
         self._lock = threading.Condition()
         self._handoff: collections.deque[_Message] = collections.deque()  # relay's thread -> loop (deque: thread-safe)
@@ -655,6 +665,7 @@ class RabbitStreamPublisher:
 
         client.add_handler(schema.PublishConfirm, self._on_confirm, name=str(publisher_id))
         client.add_handler(schema.PublishError, self._on_error, name=str(publisher_id))
+        client.add_handler(schema.MetadataUpdate, self._on_metadata_update, name=str(publisher_id))
 
     def _by_publisher(self, publisher_id: int) -> _Stream | None:
         for stream in self._streams.values():
@@ -682,6 +693,12 @@ class RabbitStreamPublisher:
             if message is None:
                 continue
             code = int(error.response_code)
+            if code == _PUBLISHER_DOES_NOT_EXIST:
+                # the node dropped this publisher (its stream's member restarted): the
+                # message stays unconfirmed and is sent again after the publisher is declared
+                stream.unconfirmed[error.publishing_id] = message
+                self._mark_stale(f"the node no longer knows the publisher of stream {stream.name}")
+                continue
             # response code 2: stream does not exist (PROTOCOL.adoc, "Response codes")
             missing = code == 2
             failure = DeliveryFailure(
@@ -695,13 +712,24 @@ class RabbitStreamPublisher:
             self._broken = self._broken or failure.message
             self._fail(message, failure)
 
+    def _on_metadata_update(self, frame: Any) -> None:
+        name = frame.metadata_info.stream
+        if name in self._streams:
+            self._mark_stale(f"stream {name} changed its leader or went away (a MetadataUpdate)")
+
+    def _mark_stale(self, why: str) -> None:
+        if self._stale is None:
+            log.warning("%s: connecting again to declare its publishers again", why)
+            self._stale = why
+
     def _connected(self) -> bool:
-        return self._client is not None and self._client.is_connection_alive()
+        return self._client is not None and self._stale is None and self._client.is_connection_alive()
 
     async def _reconnect(self) -> None:
         """A new connection: every stream's publisher declared again, every unconfirmed
         message sent again with its own id, in order (module docstring)."""
         old, self._client = self._client, None
+        self._stale = None  # a MetadataUpdate on the new connection marks it again
         if old is not None:
             try:
                 await asyncio.wait_for(old.close(), 2)
@@ -737,7 +765,8 @@ class RabbitStreamPublisher:
         if down and waiting:  # idle, the connection is made again when a message comes
             if self._down_since is None:
                 self._down_since = now
-                log.warning("lost the connection to %s; connecting again", self._settings.where())
+                if self._stale is None:  # else said by _mark_stale
+                    log.warning("lost the connection to %s; connecting again", self._settings.where())
             if now - self._last_attempt >= _RECONNECT_EVERY_S:
                 self._last_attempt = now
                 try:

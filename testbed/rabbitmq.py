@@ -298,6 +298,42 @@ class EmbeddedRabbitMQ(LabServer):
         """Keyword arguments for rstream's `Producer` / `Consumer` (stream protocol)."""
         return {"host": HOST, "port": self.stream_port, "username": self.user, "password": self.password}
 
+    def ctl_eval(self, expression: str, timeout: float = 60.0) -> str:
+        """`rabbitmqctl eval <expression>` on this node (its environment, cookie and user):
+        the Erlang term it prints. RabbitMQ's CLI, https://www.rabbitmq.com/rabbitmqctl.8.html"""
+        user: dict[str, Any] = {}
+        if self._ids is not None:
+            user = {"user": self._ids[0], "group": self._ids[1], "extra_groups": []}
+        ctl = str(Path(self._server).with_name("rabbitmqctl"))
+        done = subprocess.run(
+            [ctl, "-n", self.nodename, "eval", expression],
+            env=self._env(),
+            cwd=self.root,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            **user,
+        )
+        if done.returncode != 0:
+            raise self.error(f"rabbitmqctl eval failed ({done.returncode}): {(done.stderr or done.stdout)[-500:]}")
+        return done.stdout.strip()
+
+    def kill_stream_leader(self, stream: str, vhost: str = "/") -> None:
+        """Kill the stream's leader (its osiris writer process, the queue record's pid): the
+        stream coordinator starts it again, and every connection with a publisher on the
+        stream gets a MetadataUpdate and loses that publisher (rabbit_stream_reader: a
+        leader change), without the connection itself breaking. What a node does to a
+        stream's publishers when the stream's member restarts after a failure."""
+        for ch in stream + vhost:
+            if ch in '"\\':
+                raise ValueError(f"a stream or vhost name with {ch!r}")
+        said = self.ctl_eval(
+            f'{{ok, Q}} = rabbit_amqqueue:lookup(rabbit_misc:r(<<"{vhost}">>, queue, <<"{stream}">>)), '
+            "P = amqqueue:get_pid(Q), exit(P, kill), node(P)."
+        )
+        if "@" not in said:
+            raise self.error(f"no leader to kill for stream {stream!r}: {said}")
+
     def _stop_helpers(self) -> None:
         epmd = self._epmd_proc
         if epmd is not None and epmd.poll() is None:

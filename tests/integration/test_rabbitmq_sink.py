@@ -110,6 +110,32 @@ def test_a_restart_of_the_node_under_a_running_relay_loses_and_repeats_nothing(
     assert result.committed == 800 and result.clean, result.summary()
 
 
+def test_a_streams_leader_restarted_under_a_running_relay_loses_and_repeats_nothing(
+    mariadb, rabbitmq, database, topic_prefix, tmp_path
+):
+    """A stream's member restarts while the node and the relay's connection stay up (its
+    leader killed): the node drops the relay's publisher of that stream (a MetadataUpdate,
+    then PublishError 18, publisher does not exist, for what is sent to it). Seen once on a
+    loaded machine after a node restart, where the stream's member came back after the relay
+    had connected again; the relay stopped. It declares the publisher again and sends what
+    was unconfirmed again: nothing lost, nothing twice, no stop."""
+    _start(mariadb, database)
+    topics = [f"{topic_prefix}.order", f"{topic_prefix}.payment", f"{topic_prefix}.dlq"]
+    raw = rabbit_raw_config(mariadb, rabbitmq, database, topic_prefix, tmp_path / "cp.json")  # "auto": created
+    relay = RelayThread(load_config(raw, rabbit_env(mariadb, rabbitmq)))
+    rng = random.Random(7)
+    _write(mariadb, database, _events(400, rng))
+    relay.wait_delivered(200, timeout=120)
+    for stream in topics[:2]:
+        rabbitmq.kill_stream_leader(stream)
+    _write(mariadb, database, _events(400, rng))
+    relay.wait_delivered(800, timeout=180)
+    assert relay.alive, "the relay stopped on a stream's leader restart"
+    relay.stop()
+    result = check(_committed(mariadb, database, raw), stream_records(rabbitmq, topics))
+    assert result.committed == 800 and result.clean, result.summary()
+
+
 def test_dead_letters_with_their_cause(mariadb, rabbitmq, database, topic_prefix, tmp_path):
     _start(mariadb, database)
     order, dlq = f"{topic_prefix}.order", f"{topic_prefix}.dlq"
