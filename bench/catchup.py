@@ -344,12 +344,13 @@ level = "{"INFO" if kill_at else "WARNING"}"
 
 def _cpu_by_role(relay: Any) -> dict[str, float]:
     """CPU seconds (user + system) so far of the relay's process ("relay") and of its
-    Python children (the reader process, "reader")."""
+    Python children (the reader process, "reader"). Under --profile `relay` is py-spy's
+    process: the relay is then the Python process whose parent is not Python."""
     out: dict[str, float] = {}
     try:
         for p in [relay] + relay.children(recursive=True):
             if "python" in p.name():
-                role = "relay" if p.pid == relay.pid else "reader"
+                role = "reader" if "python" in p.parent().name() else "relay"
                 out[role] = out.get(role, 0.0) + sum(p.cpu_times()[:2])
     except psutil.Error:
         pass
