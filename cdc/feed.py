@@ -49,7 +49,7 @@ def as_dead_letter(event: OutboxEvent, cause: str, error: str) -> DeadLetter:
     """`event` kept whole as a dead letter with its cause."""
     row = {
         "id": event.event_id, "aggregatetype": event.aggregate_type, "aggregateid": event.aggregate_id,
-        "type": event.event_type, "payload": event.payload, "timestamp_us": event.timestamp_us,
+        "type": event.event_type, "payload": event.original_payload(), "timestamp_us": event.timestamp_us,
     }  # fmt: skip
     return DeadLetter(cause, error, event.topic, event.aggregate_id, row, event.table, event.identity)
 
