@@ -282,6 +282,11 @@ class OutboxMapper:
         # OutboxTable hashes every field, per event); the plan holds its table, so an id
         # is never reused while its entry is here
         self._plans: dict[int, ExtrasPlan] = {}
+        # an envelope table's qualified name by the table's identity: the property joins
+        # and interns it on each call, 350-500 ns an event against ~60 for this look-up
+        # (timeit, bench.outbox); `_named` keeps each table, so its id is never reused
+        self._names: dict[int, str] = {}
+        self._named: list[OutboxTable] = []
 
     def map(self, table: OutboxTable, row: dict[str, Any], identity: EventIdentity) -> OutboxEvent | DeadLetter:
         try:
@@ -318,9 +323,14 @@ class OutboxMapper:
             _payload_of(row.get(table.payload_column)),
             _micros_of(row.get(table.timestamp_column)) if table.timestamp_column else None,
             route.topic,
-            table.qualified_name,
+            self._names.get(id(table)) or self._name(table),
             identity,
         )
+
+    def _name(self, table: OutboxTable) -> str:
+        self._named.append(table)
+        name = self._names[id(table)] = table.qualified_name
+        return name
 
     @staticmethod
     def _formatted(
