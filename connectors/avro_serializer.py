@@ -152,9 +152,13 @@ class ConfluentAvroSerializer:
                 return payload_value(extras.format, payload, extras)
             return self._encode_payload(payload, topic, extras.nullable)
         if self._envelope:
-            body = _envelope_body(event)
-            if body is not None:
-                return self._header(topic) + body
+            # the header joined with the body's parts, not added to the joined body (one
+            # copy of the value less), and looked up here before the registering call:
+            # encode 1.90 -> 1.79 us (median; min 1.69 -> 1.62) for a bench-shaped event
+            # (in-process A/B, 40 alternating rounds, a loaded machine)
+            value = _envelope_body(event, self._headers.get(topic) or self._header(topic))
+            if value is not None:
+                return value
         out = io.BytesIO()
         out.write(self._header(topic))
         import fastavro
@@ -196,10 +200,11 @@ _SHORT_LONGS = [bytes((n << 1,)) if n < 64 else bytes((((n << 1) & 0x7F) | 0x80,
 _LONG_MIN, _LONG_MAX = -(1 << 63), (1 << 63) - 1
 
 
-def _envelope_body(event: OutboxEvent) -> bytes | None:
-    """The envelope's Avro body of `event`, or None when a field is not of the shape the
-    mapping produces (not exactly str, a timestamp not an int in Avro's long range): fastavro
-    then writes it, and raises what it raises for a value the schema cannot hold.
+def _envelope_body(event: OutboxEvent, head: bytes = b"") -> bytes | None:
+    """The envelope's Avro body of `event` after `head` (the wire format's header), or None
+    when a field is not of the shape the mapping produces (not exactly str, a timestamp not
+    an int in Avro's long range): fastavro then writes it, and raises what it raises for a
+    value the schema cannot hold.
 
     Written out field by field and joined once (no loop, no list of parts): 2.56 -> 1.88 us
     an event with the timestamp's `_varint` (process CPU, 30k bench-shaped events, best of 15
@@ -240,8 +245,8 @@ def _envelope_body(event: OutboxEvent) -> bytes | None:
         n = len(data)
         branch += short[n] if n < 2048 else _zigzag(n)
     if (na | nb | nc | nd) < 2048:  # all four below 2048 (a power of two): the table's prefixes
-        return b"".join((short[na], a, short[nb], b, short[nc], c, short[nd], d, branch, data, stamp))
-    return b"".join((_length(na), a, _length(nb), b, _length(nc), c, _length(nd), d, branch, data, stamp))
+        return b"".join((head, short[na], a, short[nb], b, short[nc], c, short[nd], d, branch, data, stamp))
+    return b"".join((head, _length(na), a, _length(nb), b, _length(nc), c, _length(nd), d, branch, data, stamp))
 
 
 def _length(n: int) -> bytes:
