@@ -345,12 +345,12 @@ level = "{"INFO" if kill_at else "WARNING"}"
 def _cpu_by_role(relay: Any) -> dict[str, float]:
     """CPU seconds (user + system) so far of the relay's process ("relay") and of its
     Python children (the reader process, "reader"). Under --profile `relay` is py-spy's
-    process: the relay is then the Python process whose parent is not Python."""
+    process: the relay is then its Python child (whose parent is not Python)."""
     out: dict[str, float] = {}
     try:
         for p in [relay] + relay.children(recursive=True):
             if "python" in p.name():
-                role = "reader" if "python" in p.parent().name() else "relay"
+                role = "relay" if p.pid == relay.pid or "python" not in p.parent().name() else "reader"
                 out[role] = out.get(role, 0.0) + sum(p.cpu_times()[:2])
     except psutil.Error:
         pass
