@@ -287,6 +287,9 @@ level = "{"INFO" if kill_at else "WARNING"}"
             first_event = time.perf_counter() - t0
         else:
             time.sleep(0.005)
+    # Each process's CPU at the first event: what it spends after it is the steady window's
+    # (which process bounds the rate: the relay's, or its reader child's).
+    cpu_at_first = _cpu_by_role(ps)
     done()
     peak_pss = 0
     cpu_by_pid: dict[int, float] = {}
@@ -318,6 +321,8 @@ level = "{"INFO" if kill_at else "WARNING"}"
         cpu_by_pid[p.pid] = sum(p.cpu_times()[:2])
     cpu = sum(cpu_by_pid.values())
     processes = len(cpu_by_pid)
+    cpu_at_end = _cpu_by_role(ps)
+    steady_cpu = {role: cpu_at_end[role] - cpu_at_first.get(role, 0.0) for role in cpu_at_end}
     if profile:
         procs[0].send_signal(15)  # the relay drains and exits; py-spy then writes its profile
     else:
@@ -333,7 +338,29 @@ level = "{"INFO" if kill_at else "WARNING"}"
         "processes": processes,
         "first_event": first_event,
         "events": data.get("events_delivered", 0),
+        "steady_cpu": steady_cpu,
     }
+
+
+def _cpu_by_role(relay: Any) -> dict[str, float]:
+    """CPU seconds (user + system) so far of the relay's process ("relay") and of its
+    Python children (the reader process, "reader"). Under --profile `relay` is py-spy's
+    process: the relay is then its Python child (whose parent is not Python)."""
+    out: dict[str, float] = {}
+    try:
+        for p in [relay] + relay.children(recursive=True):
+            if "python" in p.name():
+                role = "relay" if p.pid == relay.pid or "python" not in p.parent().name() else "reader"
+                out[role] = out.get(role, 0.0) + sum(p.cpu_times()[:2])
+    except psutil.Error:
+        pass
+    return out
+
+
+def steady_cpu_line(r: dict, events: int) -> str:
+    """Each process's CPU after the first event, per event (the steady window)."""
+    parts = [f"{role} {cpu:.1f}s ({cpu / events * 1e6:.1f} us/event)" for role, cpu in sorted(r["steady_cpu"].items())]
+    return "CPU after the first event by process: " + ", ".join(parts)
 
 
 def compare_sink(
@@ -614,6 +641,7 @@ def main() -> None:
         )
         steady = args.events / (r["elapsed"] - r["first_event"])
         print(f"relay after its first event: {steady:,.0f} events/s")
+        print(steady_cpu_line(r, args.events))
         print(f"ratio relay / naive parse: {rate / naive:.2f}x (after the first event: {steady / naive:.2f}x)")
 
 

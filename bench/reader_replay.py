@@ -13,6 +13,8 @@ relay's own classes and a socket that hands out the recorded reads:
   decode  framing + BinlogDecoder (decode_batch, or decode() per event in older trees)
   feed    + MySQLBinlogSource, LocalFeed and the transaction assembly, each transaction's
           items mapped (what the reader does before the Avro encoding and the pipe)
+  ship    the whole reader: `connectors.reader_process._ship` over the feed, each event
+          Avro-encoded and each pipe message pickled as `Connection.send` does (not sent)
 
 and prints the best CPU seconds. `--against PATH`: a checkout of another commit (e.g.
 `git worktree add --detach /tmp/old 3eb7e5a`) replays the same capture too, alternating
@@ -117,6 +119,24 @@ def replay(path: Path, stage: str, repeat: int) -> float:
             self.opened = True
             return source()
 
+    def ship(feed: Any) -> None:
+        from multiprocessing.reduction import ForkingPickler
+
+        from connectors.avro_serializer import ConfluentAvroSerializer, registry_client
+        from connectors.reader_process import _ship
+
+        class Pipe:  # Connection.send's pickling; the bytes go nowhere
+            def send(self, obj: Any) -> None:
+                ForkingPickler.dumps(obj)
+
+            def poll(self, _timeout: float) -> bool:
+                return False
+
+        spec: Any = type("Spec", (), {"settings": settings})
+        _ship(Pipe(), Pipe(), feed, ConfluentAvroSerializer(registry_client("mock://replay")), spec)
+
+    settings = RelaySettings("bench", (OutboxTable("bench", "outbox"),))
+
     def run() -> None:
         if stage == "frame":
             for _ in connection().events():
@@ -129,11 +149,12 @@ def replay(path: Path, stage: str, repeat: int) -> float:
             except SourceError:
                 pass
         else:
-            settings = RelaySettings("bench", (OutboxTable("bench", "outbox"),))
             start = BinlogPosition(cap["file"], cap["pos"])
             sources: Any = Sources()  # the factory's open() is all LocalFeed uses here
             feed = LocalFeed(sources, assembler_for(settings, 1), start, 0, time.time, time.sleep, time.sleep)
             try:
+                if stage == "ship":
+                    ship(feed)
                 while True:
                     item = feed.read(1)
                     if item is MORE or item is None:
@@ -159,7 +180,7 @@ def main() -> None:
     ap.add_argument("--mixed", action="store_true", help="10 other tables; outbox = 1/11 of the rows")
     ap.add_argument("--capture", default=None, help="the capture file (written when missing)")
     ap.add_argument("--repeat", type=int, default=5)
-    ap.add_argument("--stage", choices=("frame", "decode", "feed"), default="feed")
+    ap.add_argument("--stage", choices=("frame", "decode", "feed", "ship"), default="feed")
     ap.add_argument("--against", default=None, help="another checkout replaying the same capture")
     ap.add_argument("--rounds", type=int, default=2, help="with --against: alternating pairs")
     ap.add_argument("--replay", default=None, help=argparse.SUPPRESS)  # one tree's run (internal)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import uuid as _uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from sys import intern
 from typing import Any
@@ -136,18 +137,32 @@ class OutboxEvent:
     identity: EventIdentity
     encoded: bytes | None = None  # the message value, once encoded (see cdc.feed.prepare)
     extras: MessageExtras | None = None  # a payload format's headers and timestamp (None: the envelope)
+    # Set when `payload` stayed behind in the reader process because `encoded` holds it
+    # (see to_wire): reads it back from the value, for a dead letter (`original_payload`).
+    payload_from_value: Callable[[bytes], str | bytes | None] | None = None
+
+    def original_payload(self) -> str | bytes | None:
+        """The payload as the row held it (read back from the value when it did not cross
+        the reader process's pipe)."""
+        if self.payload_from_value is not None and self.encoded is not None:
+            return self.payload_from_value(self.encoded)
+        return self.payload
 
     # The reader process's pipe (connectors/reader_process.py) carries an item as a plain
     # tuple, cheaper to pickle than the object; its identity is rebuilt on the other side
-    # from the transaction's and the item's place in it. Tag 0: an event; 1: a dead letter.
-    def to_wire(self) -> tuple[Any, ...]:
+    # from the transaction's and the item's place in it. Tag 0: an event; 1: a dead letter;
+    # 2: an envelope event without its payload (`payload_in_value`: the serializer's value
+    # holds the payload whole, and the relay needs it only for a dead letter). The payload
+    # was about 40% of an event's pickled bytes, pickled, sent and unpickled twice.
+    def to_wire(self, payload_in_value: bool = False) -> tuple[Any, ...]:
+        lean = payload_in_value and self.extras is None and self.encoded is not None
         return (
-            0,
+            2 if lean else 0,
             self.event_id,
             self.aggregate_type,
             self.aggregate_id,
             self.event_type,
-            self.payload,
+            None if lean else self.payload,
             self.timestamp_us,
             self.topic,
             self.table,
@@ -156,7 +171,16 @@ class OutboxEvent:
         )
 
     @staticmethod
-    def from_wire(wire: tuple[Any, ...], identity: EventIdentity) -> OutboxEvent:
+    def from_wire(
+        wire: tuple[Any, ...],
+        identity: EventIdentity,
+        payload_from_value: Callable[[bytes], str | bytes | None] | None = None,
+    ) -> OutboxEvent:
+        """`payload_from_value`: how to read a tag-2 event's payload back from its value."""
+        if wire[0] != 2:
+            payload_from_value = None
+        elif payload_from_value is None:
+            raise ValueError("an event whose payload is in its value needs payload_from_value to read it back")
         _, event_id, aggregate_type, aggregate_id, event_type, payload, timestamp_us, topic, table, encoded, extras = (
             wire
         )
@@ -172,6 +196,7 @@ class OutboxEvent:
             identity,
             encoded,
             None if extras is None else MessageExtras(*extras),
+            payload_from_value,
         )
 
 
@@ -200,9 +225,15 @@ class DeadLetter:
         return DeadLetter(cause, error, intended_topic, key, row, table, identity)
 
 
-def item_from_wire(wire: tuple[Any, ...], identity: EventIdentity) -> OutboxEvent | DeadLetter:
+def item_from_wire(
+    wire: tuple[Any, ...],
+    identity: EventIdentity,
+    payload_from_value: Callable[[bytes], str | bytes | None] | None = None,
+) -> OutboxEvent | DeadLetter:
     """An item a `to_wire` made, back as its object."""
-    return OutboxEvent.from_wire(wire, identity) if wire[0] == 0 else DeadLetter.from_wire(wire, identity)
+    if wire[0] == 1:
+        return DeadLetter.from_wire(wire, identity)
+    return OutboxEvent.from_wire(wire, identity, payload_from_value)
 
 
 def text_of(value: Any) -> str:
@@ -251,6 +282,11 @@ class OutboxMapper:
         # OutboxTable hashes every field, per event); the plan holds its table, so an id
         # is never reused while its entry is here
         self._plans: dict[int, ExtrasPlan] = {}
+        # an envelope table's qualified name by the table's identity: the property joins
+        # and interns it on each call, 350-500 ns an event against ~60 for this look-up
+        # (timeit, bench.outbox); `_named` keeps each table, so its id is never reused
+        self._names: dict[int, str] = {}
+        self._named: list[OutboxTable] = []
 
     def map(self, table: OutboxTable, row: dict[str, Any], identity: EventIdentity) -> OutboxEvent | DeadLetter:
         try:
@@ -287,9 +323,14 @@ class OutboxMapper:
             _payload_of(row.get(table.payload_column)),
             _micros_of(row.get(table.timestamp_column)) if table.timestamp_column else None,
             route.topic,
-            table.qualified_name,
+            self._names.get(id(table)) or self._name(table),
             identity,
         )
+
+    def _name(self, table: OutboxTable) -> str:
+        self._named.append(table)
+        name = self._names[id(table)] = table.qualified_name
+        return name
 
     @staticmethod
     def _formatted(

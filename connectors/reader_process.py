@@ -14,7 +14,9 @@ what it returns over a pipe:
 
 `items` are plain tuples (cheaper to pickle than objects), made by `OutboxEvent.to_wire` /
 `DeadLetter.to_wire` and read back by `cdc.outbox.item_from_wire` (cdc/outbox.py, next to
-the types); the row index is the item's place in the transaction. Only committed transactions are sent,
+the types); the row index is the item's place in the transaction. An envelope event's
+payload stays here: its Avro value holds it, and the relay reads it back from there
+(`connectors.avro_serializer.envelope_payload`) only for a dead letter. Only committed transactions are sent,
 in binlog order, their items in row order: what the relay receives is what `LocalFeed`
 would have returned in its own process. The pipe is the back-pressure: a child ahead of
 the relay blocks in `send`.
@@ -49,6 +51,7 @@ from cdc.ports import StartAt
 from cdc.position import BinlogPosition
 from cdc.relay_settings import RelaySettings
 from cdc.transaction import CommittedTransaction
+from connectors.avro_serializer import envelope_payload
 from connectors.process import die_with_parent
 from connectors.reader_spawn import SpawnedReader, spawn
 
@@ -157,8 +160,8 @@ class ShippedTransaction:
         event_from_wire, dead_letter_from_wire = OutboxEvent.from_wire, DeadLetter.from_wire
         while True:
             for t in chunk:
-                if t[0] == 0:
-                    yield event_from_wire(t, EventIdentity(identity, row))
+                if t[0] != 1:
+                    yield event_from_wire(t, EventIdentity(identity, row), envelope_payload)
                 else:
                     yield dead_letter_from_wire(t, EventIdentity(identity, row))
                 row += 1
@@ -319,6 +322,7 @@ def _ship(conn: Any, control: Any, feed: LocalFeed, serializer: Any, spec: Reade
     send, poll = conn.send, control.poll
     max_bytes = spec.settings.max_message_bytes
     timeout = max(spec.settings.read_timeout_s, 0.05)
+    payload_in_value = bool(getattr(serializer, "payload_in_value", False))  # see OutboxEvent.to_wire
     while True:
         item = feed.read(timeout)
         if item is MORE:
@@ -336,7 +340,7 @@ def _ship(conn: Any, control: Any, feed: LocalFeed, serializer: Any, spec: Reade
         for it in item.items():
             if isinstance(it, OutboxEvent):
                 it = prepare(it, serializer, max_bytes)
-            chunk.append(it.to_wire())
+            chunk.append(it.to_wire(payload_in_value) if type(it) is OutboxEvent else it.to_wire())
             if len(chunk) >= CHUNK:
                 if head:
                     send(("tx", item.identity, item.end, item.size, chunk, True, counters, item.xa))

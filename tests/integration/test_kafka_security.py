@@ -172,6 +172,9 @@ def test_a_missing_topic_is_dead_lettered_the_relay_goes_on_and_no_secret_shows_
         assert sorted(d.headers["id"] for d in dead) == sorted(invoices)
         assert {d.headers["cdc.dlq.cause"] for d in dead} == {"topic_missing"}
         assert {d.headers["cdc.dlq.topic"] for d in dead} == {invoice}
+        # each keeps its row whole, payload included: the reader process sent the relay the
+        # event's Avro value without the payload beside it, and the relay read it back
+        assert [json.loads(d.raw_value)["row"]["payload"] for d in dead] == ["{}"] * 5
         assert sorted(r.headers["id"] for r in read_topic(kafka.bootstrap_servers, order)) == sorted(orders)
         metrics = _metrics(port)
         assert _metric(metrics, "cdc_events_dead_lettered_total", 'cause="topic_missing"') == 5.0, metrics

@@ -96,10 +96,13 @@ class ModeParts:
             self.publisher.poll(0)
 
 
-def committed(binlog: Binlog, start: BinlogPosition = START) -> list[CommittedTransaction]:
-    """The committed transactions of `binlog` from `start`, as the feed gives them."""
+def committed(
+    binlog: Binlog, start: BinlogPosition = START, factory: FakeSourceFactory | None = None
+) -> list[CommittedTransaction]:
+    """The committed transactions of `binlog` from `start`, as the feed gives them
+    (`factory`: another source of the same binlog)."""
     settings = RelaySettings(source_name=SOURCE_NAME, tables=(OutboxTable(SCHEMA, OUTBOX),), start=str(start))
-    factory = FakeSourceFactory(binlog)
+    factory = factory or FakeSourceFactory(binlog)
     clock = TickingClock()
     feed = LocalFeed(factory, assembler_for(settings, 1), start, 5.0, clock, clock.sleep, lambda _t: None)
     out = []

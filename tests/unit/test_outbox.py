@@ -60,6 +60,13 @@ def test_row_maps_to_event():
     assert ev.timestamp_us is None
 
 
+def test_one_mapper_names_each_tables_events_after_their_table():
+    # the mapper keeps each table's qualified name by the table's identity
+    m, tables = mapper(), [OutboxTable("shop", "outbox"), OutboxTable("shop", "outbox2"), OutboxTable("b", "outbox")]
+    for _ in range(2):
+        assert [m.map(t, row(), IDENTITY).table for t in tables] == ["shop.outbox", "shop.outbox2", "b.outbox"]
+
+
 def test_custom_columns_and_template():
     t = OutboxTable(
         "app",
