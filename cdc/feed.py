@@ -72,6 +72,18 @@ def prepare(event: OutboxEvent, serializer: Serializer, max_message_bytes: int) 
     return event
 
 
+def wire_of(
+    item: OutboxEvent | DeadLetter, serializer: Serializer, max_message_bytes: int, payload_in_value: bool
+) -> tuple[Any, ...]:
+    """What the reader process's pipe carries for `item` (connectors/reader_process.py): an
+    event `prepare`d, then its `to_wire` (see OutboxEvent.to_wire for `payload_in_value`)."""
+    if type(item) is OutboxEvent:
+        item = prepare(item, serializer, max_message_bytes)
+        if type(item) is OutboxEvent:
+            return item.to_wire(payload_in_value)
+    return item.to_wire()
+
+
 def assembler_for(
     settings: RelaySettings, server_id: int, on_ignored_change: Callable[[Any], None] | None = None
 ) -> TransactionAssembler:

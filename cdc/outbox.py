@@ -14,6 +14,7 @@ import json
 import uuid as _uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from operator import itemgetter
 from sys import intern
 from typing import Any
 
@@ -287,6 +288,9 @@ class OutboxMapper:
         # (timeit, bench.outbox); `_named` keeps each table, so its id is never reused
         self._names: dict[int, str] = {}
         self._named: list[OutboxTable] = []
+        # envelope_wire's per-table constants by the table's identity (False: a payload
+        # format's table, which that path does not take); `_named` keeps the tables alive
+        self._wire_plans: dict[int, tuple[Any, ...] | bool] = {}
 
     def map(self, table: OutboxTable, row: dict[str, Any], identity: EventIdentity) -> OutboxEvent | DeadLetter:
         try:
@@ -326,6 +330,74 @@ class OutboxMapper:
             self._names.get(id(table)) or self._name(table),
             identity,
         )
+
+    def envelope_wire(
+        self,
+        table: OutboxTable,
+        row: dict[str, Any],
+        encode: Callable[[str, str, str, str, str, Any, int | None], bytes | None],
+        max_message_bytes: int,
+    ) -> tuple[Any, ...] | None:
+        """The common envelope row as the reader process's pipe carries its event, straight
+        from the row: what `map`, `cdc.feed.prepare` and `OutboxEvent.to_wire(True)` give
+        together (tag 2, the payload in the value), without the event, its identity or the
+        calls between them (connectors/reader_process.py; docs/DESIGN.md, "The hot path's
+        cost per event"). `encode(topic, id, aggregate type, aggregate id, type, payload,
+        timestamp)`: the envelope's value, or None for a field it does not write
+        (`ConfluentAvroSerializer.envelope_value`).
+
+        None for anything else, to be taken through `map` and `prepare`, which give the same
+        item: a payload format's table, a row that is a dead letter (a column missing or NULL,
+        a topic refused, a value too large or that cannot be encoded), a type or event type
+        that is not text."""
+        plan = self._wire_plans.get(id(table))
+        if plan is None:
+            plan = self._wire_plan(table)
+        if plan is False:
+            return None
+        fields, payload_column, timestamp_column, name, template, schema, table_name = plan  # type: ignore[misc]
+        try:
+            event_id, aggregate_type, aggregate_id, event_type = fields(row)
+        except KeyError:
+            return None
+        if type(aggregate_type) is not str or type(event_type) is not str:
+            return None
+        if type(event_id) is not str:
+            if event_id is None:
+                return None
+            event_id = text_of(event_id)
+        if type(aggregate_id) is not str:
+            if aggregate_id is None:
+                return None
+            aggregate_id = text_of(aggregate_id)
+        aggregate_type, event_type = intern(aggregate_type), intern(event_type)  # see map
+        route = self._router.route(template, aggregate_type, event_type, schema, table_name)
+        if route.problem is not None:
+            return None
+        payload = row.get(payload_column)
+        if payload is not None and type(payload) is not str and type(payload) is not bytes:
+            payload = _payload_of(payload)
+        timestamp = _micros_of(row.get(timestamp_column)) if timestamp_column else None
+        topic = route.topic
+        try:
+            value = encode(topic, event_id, aggregate_type, aggregate_id, event_type, payload, timestamp)
+        except (ValueError, TypeError):  # prepare's encoding_failed: its dead letter is made there
+            return None
+        if value is None or len(value) > max_message_bytes:
+            return None
+        return (2, event_id, aggregate_type, aggregate_id, event_type, None, timestamp, topic, name, value, None)
+
+    def _wire_plan(self, table: OutboxTable) -> tuple[Any, ...] | bool:
+        plan: tuple[Any, ...] | bool = False
+        if table.format == "envelope":
+            fields = itemgetter(
+                table.id_column, table.aggregate_type_column, table.aggregate_id_column, table.type_column
+            )
+            name = self._names.get(id(table)) or self._name(table)
+            plan = (fields, table.payload_column, table.timestamp_column, name, table.topic, table.schema, table.table)
+        self._named.append(table)
+        self._wire_plans[id(table)] = plan
+        return plan
 
     def _name(self, table: OutboxTable) -> str:
         self._named.append(table)

@@ -100,22 +100,47 @@ class CommittedTransaction:
         A row held as text is a statement-logged write (`on_statement = "dead_letter"`)."""
         if not self.size or self._rows is None or self._mapper is None or self._tables is None:
             return
-        mapper, tables = self._mapper, self._tables
+        item, tables = self._item, self._tables
+        for row_index, (table_key, values) in enumerate(self._rows):
+            yield item(row_index, tables[table_key], values)
+
+    def wire_items(
+        self,
+        encode_envelope: Callable[[str, str, str, str, str, Any, int | None], bytes | None] | None,
+        max_message_bytes: int,
+        slow: Callable[[OutboxEvent | DeadLetter], tuple[Any, ...]],
+    ) -> Iterator[tuple[Any, ...]]:
+        """The items as the reader process's pipe carries them (`OutboxEvent.to_wire`), in
+        row order: a common envelope row straight to its tuple (`OutboxMapper.envelope_wire`
+        with `encode_envelope`, the serializer's; None: never), every other row as the item
+        `items` gives, made a tuple by `slow` (encoded or dead-lettered, then `to_wire`)."""
+        if not self.size or self._rows is None or self._mapper is None or self._tables is None:
+            return
+        item, tables = self._item, self._tables
+        wire = self._mapper.envelope_wire
         for row_index, (table_key, values) in enumerate(self._rows):
             table = tables[table_key]
-            identity = EventIdentity(self.identity, row_index)
-            if type(values) is str:
-                yield DeadLetter(
-                    STATEMENT_FORMAT,
-                    "DML logged as a statement: the binlog holds no row image to publish",
-                    None,
-                    None,
-                    {"sql": values},
-                    table.qualified_name,
-                    identity,
-                )
-            else:
-                yield mapper.map(table, values, identity)
+            if encode_envelope is not None and type(values) is dict:
+                fast = wire(table, values, encode_envelope, max_message_bytes)
+                if fast is not None:
+                    yield fast
+                    continue
+            yield slow(item(row_index, table, values))
+
+    def _item(self, row_index: int, table: OutboxTable, values: dict[str, Any] | str) -> OutboxEvent | DeadLetter:
+        identity = EventIdentity(self.identity, row_index)
+        if type(values) is str:
+            return DeadLetter(
+                STATEMENT_FORMAT,
+                "DML logged as a statement: the binlog holds no row image to publish",
+                None,
+                None,
+                {"sql": values},
+                table.qualified_name,
+                identity,
+            )
+        assert self._mapper is not None  # items / wire_items checked it
+        return self._mapper.map(table, values, identity)  # type: ignore[arg-type]  # a dict, by the check above
 
     def release(self) -> None:
         """Free the held rows (and the spill file) once they are handed on."""

@@ -14,7 +14,8 @@ what it returns over a pipe:
 
 `items` are plain tuples (cheaper to pickle than objects), made by `OutboxEvent.to_wire` /
 `DeadLetter.to_wire` and read back by `cdc.outbox.item_from_wire` (cdc/outbox.py, next to
-the types); the row index is the item's place in the transaction. An envelope event's
+the types); the common envelope row becomes its tuple without the event object
+(`CommittedTransaction.wire_items`, `OutboxMapper.envelope_wire`: the same tuple); the row index is the item's place in the transaction. An envelope event's
 payload stays here: its Avro value holds it, and the relay reads it back from there
 (`connectors.avro_serializer.envelope_payload`) only for a dead letter. Only committed transactions are sent,
 in binlog order, their items in row order: what the relay receives is what `LocalFeed`
@@ -39,12 +40,13 @@ import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import partial
 from multiprocessing.connection import Connection
 from typing import Any
 
 from cdc import crashpoints
 from cdc.errors import CdcError, SourceError
-from cdc.feed import MORE, LocalFeed, assembler_for, prepare
+from cdc.feed import MORE, LocalFeed, assembler_for, wire_of
 from cdc.identity import EventIdentity, TxIdentity
 from cdc.outbox import DeadLetter, OutboxEvent
 from cdc.ports import StartAt
@@ -323,6 +325,11 @@ def _ship(conn: Any, control: Any, feed: LocalFeed, serializer: Any, spec: Reade
     max_bytes = spec.settings.max_message_bytes
     timeout = max(spec.settings.read_timeout_s, 0.05)
     payload_in_value = bool(getattr(serializer, "payload_in_value", False))  # see OutboxEvent.to_wire
+    # The common envelope row goes from its values to its tuple without an OutboxEvent
+    # (CommittedTransaction.wire_items); anything else is the item, prepared, to_wire'd.
+    encode_envelope = getattr(serializer, "envelope_value", None) if payload_in_value else None
+    slow = partial(wire_of, serializer=serializer, max_message_bytes=max_bytes, payload_in_value=payload_in_value)
+
     while True:
         item = feed.read(timeout)
         if item is MORE:
@@ -337,10 +344,8 @@ def _ship(conn: Any, control: Any, feed: LocalFeed, serializer: Any, spec: Reade
             continue
         chunk: list[tuple[Any, ...]] = []
         head = True
-        for it in item.items():
-            if isinstance(it, OutboxEvent):
-                it = prepare(it, serializer, max_bytes)
-            chunk.append(it.to_wire(payload_in_value) if type(it) is OutboxEvent else it.to_wire())
+        for wire in item.wire_items(encode_envelope, max_bytes, slow):
+            chunk.append(wire)
             if len(chunk) >= CHUNK:
                 if head:
                     send(("tx", item.identity, item.end, item.size, chunk, True, counters, item.xa))
