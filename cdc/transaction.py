@@ -31,13 +31,13 @@ as one item of its transaction, at its place among the transaction's rows.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from cdc.errors import ConfigError, NeedsOperator
 from cdc.identity import EventIdentity, TxIdentity
-from cdc.outbox import DeadLetter, OutboxEvent, OutboxMapper, OutboxTable
+from cdc.outbox import DeadLetter, EnvelopeEncoder, OutboxEvent, OutboxMapper, OutboxTable
 from cdc.position import BinlogPosition
 from cdc.source_events import (
     RollbackToSavepoint,
@@ -106,13 +106,13 @@ class CommittedTransaction:
 
     def wire_items(
         self,
-        encode_envelope: Callable[[str, str, str, str, str, Any, int | None], bytes | None] | None,
+        envelope: EnvelopeEncoder | None,
         max_message_bytes: int,
         slow: Callable[[OutboxEvent | DeadLetter], tuple[Any, ...]],
     ) -> Iterator[tuple[Any, ...]]:
         """The items as the reader process's pipe carries them (`OutboxEvent.to_wire`), in
         row order: a common envelope row straight to its tuple (`OutboxMapper.envelope_wire`
-        with `encode_envelope`, the serializer's; None: never), every other row as the item
+        with `envelope`, the serializer; None: never), every other row as the item
         `items` gives, made a tuple by `slow` (encoded or dead-lettered, then `to_wire`)."""
         if not self.size or self._rows is None or self._mapper is None or self._tables is None:
             return
@@ -120,8 +120,8 @@ class CommittedTransaction:
         wire = self._mapper.envelope_wire
         for row_index, (table_key, values) in enumerate(self._rows):
             table = tables[table_key]
-            if encode_envelope is not None and type(values) is dict:
-                fast = wire(table, values, encode_envelope, max_message_bytes)
+            if envelope is not None and type(values) is dict:
+                fast = wire(table, values, envelope, max_message_bytes)
                 if fast is not None:
                     yield fast
                     continue
@@ -252,16 +252,7 @@ class TransactionAssembler:
         # `event` in each branch; the source events are final slotted dataclasses.
         match event:
             case RowInsert():
-                if self._start is None:
-                    return None
-                key = (event.schema, event.table)
-                if key in self._tables:
-                    if self._deleted and (key, event.values.get(self._tables[key].id_column)) in self._deleted:
-                        # the second half of a REPLACE written as delete + insert: the event id
-                        # exists already, this is a change of it, never a second event
-                        self._outbox_change(RowChange("update", event.schema, event.table, event.values, event.end))
-                        return None
-                    self._rows.append((key, event.values))
+                self.feed_inserts((event,))
                 return None
             case TxBegin():
                 if self._start is not None and event.gtid is None and not self._explicit and not len(self._rows):
@@ -316,6 +307,23 @@ class TransactionAssembler:
             case XaRollback():
                 return self._xa_rollback(event)
         return None  # XaEnd, heartbeats, server info: nothing to assemble
+
+    def feed_inserts(self, rows: Iterable[RowInsert]) -> None:
+        """`feed` of each of `rows` (none completes a transaction) in one call: a run of row
+        inserts the source has read already (cdc/feed.py, `LocalFeed.read`), without a call,
+        the `match` and the caller's checks per row."""
+        if self._start is None:
+            return
+        tables, deleted, append = self._tables, self._deleted, self._rows.append
+        for event in rows:
+            key = (event.schema, event.table)
+            if key in tables:
+                if deleted and (key, event.values.get(tables[key].id_column)) in deleted:
+                    # the second half of a REPLACE written as delete + insert: the event id
+                    # exists already, this is a change of it, never a second event
+                    self._outbox_change(RowChange("update", event.schema, event.table, event.values, event.end))
+                    continue
+                append((key, event.values))
 
     # -- XA -------------------------------------------------------------------------
 

@@ -327,7 +327,7 @@ def _ship(conn: Any, control: Any, feed: LocalFeed, serializer: Any, spec: Reade
     payload_in_value = bool(getattr(serializer, "payload_in_value", False))  # see OutboxEvent.to_wire
     # The common envelope row goes from its values to its tuple without an OutboxEvent
     # (CommittedTransaction.wire_items); anything else is the item, prepared, to_wire'd.
-    encode_envelope = getattr(serializer, "envelope_value", None) if payload_in_value else None
+    envelope = serializer if payload_in_value and hasattr(serializer, "envelope_body") else None
     slow = partial(wire_of, serializer=serializer, max_message_bytes=max_bytes, payload_in_value=payload_in_value)
 
     while True:
@@ -344,7 +344,7 @@ def _ship(conn: Any, control: Any, feed: LocalFeed, serializer: Any, spec: Reade
             continue
         chunk: list[tuple[Any, ...]] = []
         head = True
-        for wire in item.wire_items(encode_envelope, max_bytes, slow):
+        for wire in item.wire_items(envelope, max_bytes, slow):
             chunk.append(wire)
             if len(chunk) >= CHUNK:
                 if head:

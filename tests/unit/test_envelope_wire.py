@@ -1,5 +1,5 @@
 """The reader process's short way for the common envelope row (`CommittedTransaction.wire_items`,
-`OutboxMapper.envelope_wire`, `ConfluentAvroSerializer.envelope_value`): each row's tuple is
+`OutboxMapper.envelope_wire`, `ConfluentAvroSerializer.envelope_head` / `envelope_body`): each row's tuple is
 the one the object path gives (`map`, then `cdc.feed.wire_of`: `prepare` and `to_wire`),
 whatever the row holds, and the common row does not build an event on its way."""
 
@@ -85,7 +85,7 @@ def _object_path(tx: CommittedTransaction, max_bytes: int) -> list[tuple]:
 
 def _short_way(tx: CommittedTransaction, max_bytes: int) -> list[tuple]:
     slow = lambda item: wire_of(item, _SERIALIZER, max_bytes, True)
-    return list(tx.wire_items(_SERIALIZER.envelope_value, max_bytes, slow))
+    return list(tx.wire_items(_SERIALIZER, max_bytes, slow))
 
 
 @settings(max_examples=300, deadline=None)
@@ -113,7 +113,7 @@ def test_the_common_row_builds_no_event(monkeypatch: pytest.MonkeyPatch):
 
     monkeypatch.setattr(mapper, "map", no_map)
     tx = _transaction(rows, mapper)
-    got = list(tx.wire_items(_SERIALIZER.envelope_value, 1 << 20, no_map))
+    got = list(tx.wire_items(_SERIALIZER, 1 << 20, no_map))
     assert got == expected
     assert [w[0] for w in got] == [2, 2] and got[1][6] is not None and got[0][6] is None
 
@@ -129,3 +129,22 @@ def test_without_an_envelope_encoder_every_row_takes_the_object_path():
 
     got = list(_transaction(rows, OutboxMapper(TopicRouter())).wire_items(None, 1 << 20, slow))
     assert len(seen) == 1 and got[0][0] == 0 and got[0][5] == "{}"  # the payload crosses: no value holds it
+
+
+def test_a_row_that_is_a_dead_letter_registers_no_schema():
+    # the object path never encodes a dead letter's row, so never asks the registry for its
+    # topic; the short way asks for a topic's header only once a row is on its way there
+    asked: list[str] = []
+
+    class Counting(ConfluentAvroSerializer):
+        def envelope_head(self, topic: str) -> bytes:
+            asked.append(topic)
+            return super().envelope_head(topic)
+
+    serializer = Counting(registry_client("mock://test-envelope-wire-dead"))
+    row = {"id": None, "aggregatetype": "lonely", "aggregateid": "o-1", "type": "Created", "payload": "{}"}
+    slow = lambda item: wire_of(item, serializer, 1 << 20, True)
+    got = list(
+        _transaction([(("db", "outbox"), row)], OutboxMapper(TopicRouter())).wire_items(serializer, 1 << 20, slow)
+    )
+    assert got[0][0] == 1 and got[0][1] == "null_column" and asked == []
