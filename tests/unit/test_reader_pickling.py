@@ -1,18 +1,18 @@
-"""The reader process pickles what each "tx" message carries, a TxIdentity and positions, by
-their fields (connectors/reader_process.py, `register_reductions`), not through the
-dataclasses' per-field state: the relay unpickles the same objects."""
+"""The reader process pickles its messages with one pickler (connectors/reader_process.py,
+`MessagePickler`), a TxIdentity and positions by their fields, not through the dataclasses'
+per-field state: the relay's `Connection.recv` unpickles the same objects, message after
+message (the memo and buffer start afresh each time)."""
 
 from __future__ import annotations
 
 import pickle
-from multiprocessing.reduction import ForkingPickler
 
 import pytest
 
 from cdc.identity import TxIdentity
 from cdc.position import BinlogPosition
 from cdc.transaction import XA_COMMIT, XaMark
-from connectors.reader_process import register_reductions
+from connectors.reader_process import MessagePickler
 
 _START = BinlogPosition("mysql-bin.000007", 4)
 
@@ -26,10 +26,13 @@ _START = BinlogPosition("mysql-bin.000007", 4)
     ],
 )
 def test_a_tx_message_unpickles_to_the_same_objects(identity: TxIdentity):
-    register_reductions()
     end = BinlogPosition("mysql-bin.000007", 1234)
-    message = ("tx", identity, end, 1, [], False, (0, 0, 0), XaMark(XA_COMMIT, "x1", _START))
-    data = bytes(ForkingPickler.dumps(message))
+    message = ("tx", identity, end, 1, [(2, "e1", "order")], False, (0, 0, 0), XaMark(XA_COMMIT, "x1", _START))
+    dumps = MessagePickler().dumps
+    data = dumps(message)
+    for _ in range(3):  # the same pickler, message after message: the same bytes, read back alone
+        again = dumps(message)
+        assert again == data and pickle.loads(again) == message
     back = pickle.loads(data)
     assert back == message
     assert type(back[1]) is TxIdentity and type(back[2]) is BinlogPosition and type(back[1].start) is BinlogPosition
