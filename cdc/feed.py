@@ -84,21 +84,6 @@ def wire_of(
     return item.to_wire()
 
 
-_new = object.__new__
-_position_file = vars(BinlogPosition)["file"].__set__
-_position_pos = vars(BinlogPosition)["pos"].__set__
-
-
-def unchecked_position(file: str, pos: int) -> BinlogPosition:
-    """A position as the reader process pickled it (connectors/reader_process.py,
-    `register_reductions`), without the file name's check `__init__` makes: the reader
-    made it from a checked one. Equal to the one built through `__init__`."""
-    position = _new(BinlogPosition)
-    _position_file(position, file)
-    _position_pos(position, pos)
-    return position
-
-
 def assembler_for(
     settings: RelaySettings, server_id: int, on_ignored_change: Callable[[Any], None] | None = None
 ) -> TransactionAssembler:

@@ -11,7 +11,7 @@ import pytest
 
 from cdc.identity import TxIdentity
 from cdc.position import BinlogPosition
-from cdc.transaction import XA_COMMIT, XaMark
+from cdc.transaction import XA_COMMIT, XaMark, tx_identity, unchecked_position
 from connectors.reader_process import MessagePickler
 
 _START = BinlogPosition("mysql-bin.000007", 4)
@@ -37,7 +37,19 @@ def test_a_tx_message_unpickles_to_the_same_objects(identity: TxIdentity):
     assert back == message
     assert type(back[1]) is TxIdentity and type(back[2]) is BinlogPosition and type(back[1].start) is BinlogPosition
     assert back[2] > _START and hash(back[2]) == hash(end)  # a position that orders and hashes as built
-    assert b"unchecked_position" in data and b"__setstate__" not in data  # the fields, not the dataclass's state
+    assert (
+        b"unchecked_position" in data and b"tx_identity" in data and b"__setstate__" not in data
+    )  # the fields, not the dataclass's state
     # nothing named by the reader process's module: in the child it is `__main__`, which the
     # relay cannot import from (python -m connectors.reader_process, connectors/reader_spawn.py)
     assert b"reader_process" not in data and b"__main__" not in data
+
+
+def test_an_identity_built_without_its_init_is_the_same():
+    for args in [("s", _START, None, 1, 2), ("s", _START, "0-1-2", 3, 4, BinlogPosition("mysql-bin.000001", 9))]:
+        fast, plain = tx_identity(*args), TxIdentity(*args)
+        assert fast == plain and hash(fast) == hash(plain) and repr(fast) == repr(plain)
+    position = unchecked_position("mysql-bin.000003", 77)
+    assert position == BinlogPosition("mysql-bin.000003", 77) and hash(position) == hash(
+        BinlogPosition("mysql-bin.000003", 77)
+    )
