@@ -15,8 +15,8 @@ what it returns over a pipe:
 `items` are plain tuples (cheaper to pickle than objects), made by `OutboxEvent.to_wire` /
 `DeadLetter.to_wire` and read back by `cdc.outbox.item_from_wire` (cdc/outbox.py, next to
 the types); the common envelope row becomes its tuple without the event object
-(`CommittedTransaction.wire_items`, `OutboxMapper.envelope_wire`: the same tuple); the row index is the item's place in the transaction. An envelope event's
-payload stays here: its Avro value holds it, and the relay reads it back from there
+(`CommittedTransaction.wire_items`, `OutboxMapper.envelope_wire`: the same tuple). The row
+index is the item's place in the transaction. An envelope event's payload stays here: its Avro value holds it, and the relay reads it back from there
 (`connectors.avro_serializer.envelope_payload`) only for a dead letter. Only committed transactions are sent,
 in binlog order, their items in row order: what the relay receives is what `LocalFeed`
 would have returned in its own process. The pipe is the back-pressure: a child ahead of
@@ -343,11 +343,11 @@ class MessagePickler:
       their fields: pickle's default for a slotted dataclass is its `__getstate__` /
       `__setstate__` (dataclasses.py), which calls `fields()` and sets each field in a loop,
       on both sides. They are rebuilt by `cdc.transaction.tx_identity` and
-      `cdc.transaction.unchecked_position`, by name: this module is `__main__` in the child, which
-      the relay cannot import from.
+      `cdc.transaction.unchecked_position`, by name: this module is `__main__` in the
+      child, which the relay cannot import from.
 
-    A one-row transaction's message: 13.6 -> 6.7 us pickled and 12.1 -> 6.8 us unpickled
-    with the reductions alone (a loaded machine)."""
+    A one-row transaction's message: 12.0 -> 3.6 us pickled, 8.7 -> 4.7 us unpickled by the
+    relay (min of 3 x 20k, a loaded machine; docs/DESIGN.md, "The hot path's cost per event")."""
 
     def __init__(self) -> None:
         self._buffer = io.BytesIO()
