@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -570,6 +571,13 @@ def main() -> None:
     )
     ap.add_argument("--pairs", type=int, default=2, help="with --compressed or --format: pairs of runs")
     ap.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="the relay's catch-up this many times over the same binlog, and the medians (the host's speed "
+        "varies between runs)",
+    )
+    ap.add_argument(
         "--format",
         choices=("string", "json", "bytes", "avro", "envelope"),
         default=None,
@@ -629,20 +637,47 @@ def main() -> None:
             return
         naive, rows = naive_parse_rate(db, start_file, start_pos, database)
         print(f"naive python-mysql-replication parse: {naive:,.0f} outbox events/s ({rows} rows read)")
-        r = run_relay(db, kafka, database, f"{start_file}:{start_pos}", (end[0], int(end[1])), Path(tmp), args.profile)
-        rate = args.events / r["elapsed"]
-        if r["events"] != args.events:
-            raise SystemExit(f"the relay delivered {r['events']} events, the workload wrote {args.events}")
-        print(
-            f"relay end to end: {rate:,.0f} events/s ({args.events} events in {r['elapsed']:.1f}s, "
-            f"incl. start-up), CPU {r['cpu']:.1f}s ({r['cpu'] / r['elapsed']:.2f} cores), "
-            f"peak RSS {r['peak_rss'] / 2**20:.0f} MiB (PSS {r['peak_pss'] / 2**20:.0f} MiB) over {r['processes']} "
-            f"process(es), first event after {r['first_event']:.2f}s"
-        )
-        steady = args.events / (r["elapsed"] - r["first_event"])
-        print(f"relay after its first event: {steady:,.0f} events/s")
-        print(steady_cpu_line(r, args.events))
-        print(f"ratio relay / naive parse: {rate / naive:.2f}x (after the first event: {steady / naive:.2f}x)")
+        rates: list[float] = []
+        steadies: list[float] = []
+        for i in range(args.rounds):
+            # Each round a relay of its own (own checkpoint, own topics) over the same binlog.
+            prefix = "bench" if i == 0 else f"r{i}"
+            if i:
+                kafka.create_topic(f"{prefix}.order", 24)
+                kafka.create_topic(f"{prefix}.dlq", 1)
+                print(f"round {i + 1}:")
+            r = run_relay(
+                db,
+                kafka,
+                database,
+                f"{start_file}:{start_pos}",
+                (end[0], int(end[1])),
+                Path(tmp) / prefix,
+                args.profile if i == 0 else None,
+                prefix=prefix,
+            )
+            rate = args.events / r["elapsed"]
+            if r["events"] != args.events:
+                raise SystemExit(f"the relay delivered {r['events']} events, the workload wrote {args.events}")
+            print(
+                f"relay end to end: {rate:,.0f} events/s ({args.events} events in {r['elapsed']:.1f}s, "
+                f"incl. start-up), CPU {r['cpu']:.1f}s ({r['cpu'] / r['elapsed']:.2f} cores), "
+                f"peak RSS {r['peak_rss'] / 2**20:.0f} MiB (PSS {r['peak_pss'] / 2**20:.0f} MiB) over "
+                f"{r['processes']} process(es), first event after {r['first_event']:.2f}s"
+            )
+            steady = args.events / (r["elapsed"] - r["first_event"])
+            print(f"relay after its first event: {steady:,.0f} events/s")
+            print(steady_cpu_line(r, args.events))
+            print(f"ratio relay / naive parse: {rate / naive:.2f}x (after the first event: {steady / naive:.2f}x)")
+            rates.append(rate)
+            steadies.append(steady)
+        if args.rounds > 1:
+            rate, steady = statistics.median(rates), statistics.median(steadies)
+            print(
+                f"median of {args.rounds} rounds: {rate:,.0f} events/s incl. start-up, {steady:,.0f} after the "
+                f"first event (rounds: {', '.join(f'{s:,.0f}' for s in steadies)}); ratio to the naive parse "
+                f"{rate / naive:.2f}x ({steady / naive:.2f}x)"
+            )
 
 
 if __name__ == "__main__":
