@@ -5,7 +5,8 @@ each acknowledgement into the run's in-flight window (cdc/delivery/ledger.py).
       -> recovery says "already delivered"?  skip (counts as delivered)
       -> event: serializer.encode (unless the feed did), headers, topic checked
          (cdc/missing_topics.py) and named in the ledger before its first message
-      -> publisher.publish(on_delivery)   (never fire and forget)
+      -> publisher.publish(on_delivery)   (never fire and forget; the Kafka publisher's
+         publish_reported: the client calls the hand-over's own report)
     on_delivery: acknowledged -> window; too large / topic gone -> redirected to the
       dead-letter topic (cdc/dead_letters.py); no offset -> looked for (cdc/unlocated.py);
       any other failure -> the ledger's failure, for the delivery mode to act on.
@@ -23,7 +24,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from functools import partial
-from typing import cast
+from typing import Any, cast
 
 from cdc import crashpoints
 from cdc.dead_letters import DeadLetterLog, dead_letter_headers, dead_letter_value
@@ -38,7 +39,7 @@ from cdc.log_limit import LogLimiter
 from cdc.metrics import RelayMetrics
 from cdc.missing_topics import MissingTopics
 from cdc.outbox import DeadLetter, OutboxEvent
-from cdc.ports import Delivery, Publisher, Serializer
+from cdc.ports import Delivery, Publisher, ReportingPublisher, Serializer
 from cdc.relay_settings import RelaySettings
 from cdc.transaction import CommittedTransaction
 from cdc.unlocated import Unlocated, UnlocatedConfirmation
@@ -78,6 +79,13 @@ class Handover:
         self._absent = missing.absent
         # Else Kafka's word is taken for an acknowledgement without an offset (cdc/unlocated.py).
         self._locate = delivery.readable_when_acknowledged
+        # A publisher whose client calls each message's report itself (the Kafka publisher)
+        # is given `_event_reported` as that report: one callable per message, no Delivery
+        # on success. Looked up on the class: a wrapper that delegates by __getattr__ (a
+        # test's, a bench's) keeps its own `publish`.
+        self._reporting: ReportingPublisher | None = (
+            cast(ReportingPublisher, publisher) if hasattr(type(publisher), "publish_reported") else None
+        )
 
     def transaction(self, tx: CommittedTransaction) -> None:
         """Hand every message of `tx` over (or skip what recovery found delivered)."""
@@ -190,11 +198,49 @@ class Handover:
         # A partial of a method, not a closure: a closure's cells would make every local of
         # this method a cell too, and this runs once per event (measured in-process, the
         # hand-over and its acknowledgements: 5.9 -> 3.6 us an event).
-        on_delivery = partial(self._event_delivered, entry, event, tx_headers, len(value) if value is not None else 0)
-        if timestamp_ms is None:
-            self._publisher.publish(event.topic, event.aggregate_id.encode(), value, headers, on_delivery)
+        size = len(value) if value is not None else 0
+        reporting = self._reporting
+        if reporting is not None:
+            reporting.publish_reported(
+                event.topic,
+                event.aggregate_id.encode(),
+                value,
+                headers,
+                partial(self._event_reported, entry, event, tx_headers, size),
+                timestamp_ms,
+            )
         else:
+            on_delivery = partial(self._event_delivered, entry, event, tx_headers, size)
             self._publisher.publish(event.topic, event.aggregate_id.encode(), value, headers, on_delivery, timestamp_ms)
+
+    def _event_reported(
+        self,
+        entry: PendingTx,
+        event: OutboxEvent,
+        tx_headers: list[tuple[str, bytes]],
+        size: int,
+        error: Any,
+        message: Any,
+    ) -> None:
+        """The client's own report of `event` (cdc.ports.ReportingPublisher). Acknowledged
+        at a known offset, the common case, is `_event_delivered`'s first branch without a
+        Delivery (and `InflightWindow.acknowledged` inline: this runs once per event);
+        anything else goes there as the port's Delivery."""
+        if error is None:
+            offset = message.offset()  # None, never below 0 (confluent-kafka's Message_offset)
+            if offset is not None:
+                entry.remaining -= 1
+                offsets, key = entry.offsets, (event.topic, message.partition())
+                if offset > offsets.get(key, -1):
+                    offsets[key] = offset
+                metrics = self.metrics
+                metrics.events_published += 1
+                metrics.bytes_published += size
+                if not entry.remaining and entry.sealed:
+                    self._acknowledged_whole(entry)
+                return
+        reporting = cast(ReportingPublisher, self._reporting)
+        self._event_delivered(entry, event, tx_headers, size, reporting.delivery(event.topic, error, message))
 
     def _event_delivered(
         self, entry: PendingTx, event: OutboxEvent, tx_headers: list[tuple[str, bytes]], size: int, delivery: Delivery
