@@ -47,6 +47,20 @@ from cdc.unlocated import Unlocated, UnlocatedConfirmation
 # The relay's lines keep the relay's logger name: operators filter on it.
 log = logging.getLogger("cdc.relay")
 
+# The row header (cdc/identity.py: the row's index in its transaction, as text) of the
+# first rows, made once: a look-up instead of str(), encode() and a tuple per event.
+_ROW_HEADERS = tuple((H_ROW, str(row).encode()) for row in range(1024))
+# Event types and tables whose headers are kept by their text; past this many, the cache
+# starts over (a mapping that makes a new event type per row costs an encode, no memory).
+_TEXT_HEADERS_KEPT = 4096
+
+
+def _text_header(cache: dict[str, tuple[str, bytes]], name: str, text: str) -> tuple[str, bytes]:
+    if len(cache) >= _TEXT_HEADERS_KEPT:
+        cache.clear()
+    header = cache[text] = (name, text.encode())
+    return header
+
 
 class Handover:
     def __init__(
@@ -86,6 +100,10 @@ class Handover:
         self._reporting: ReportingPublisher | None = (
             cast(ReportingPublisher, publisher) if hasattr(type(publisher), "publish_reported") else None
         )
+        self._reported = self._event_reported  # bound once, not per message
+        # The event-type and table headers by their text: a few texts, on every event.
+        self._type_headers: dict[str, tuple[str, bytes]] = {}
+        self._table_headers: dict[str, tuple[str, bytes]] = {}
 
     def transaction(self, tx: CommittedTransaction) -> None:
         """Hand every message of `tx` over (or skip what recovery found delivered)."""
@@ -172,12 +190,13 @@ class Handover:
                 self.dead_letter(entry, prepared)
                 return
             value = cast(bytes, prepared.encoded)  # prepare() set it
+        row, event_type, table = event.identity.row, event.event_type, event.table
         headers: list[tuple[str, bytes | None]] = [
             *tx_headers,
-            (H_ROW, str(event.identity.row).encode()),
+            _ROW_HEADERS[row] if row < 1024 else (H_ROW, str(row).encode()),
             (H_EVENT_ID, event.event_id.encode()),
-            (H_EVENT_TYPE, event.event_type.encode()),
-            (H_TABLE, event.table.encode()),
+            self._type_headers.get(event_type) or _text_header(self._type_headers, H_EVENT_TYPE, event_type),
+            self._table_headers.get(table) or _text_header(self._table_headers, H_TABLE, table),
         ]
         timestamp_ms = None
         if extras is not None:  # a payload format (cdc/formats.py): its headers, the record timestamp
@@ -193,8 +212,9 @@ class Handover:
                 self.dead_letter(entry, as_dead_letter(event, "topic_missing", missing), redirect=again)
                 return
             self._name(event.topic)
-        if not again:
-            self._ledger.window.expect(entry)
+        if not again:  # InflightWindow.expect, inline: once per event
+            entry.remaining += 1
+            entry.events += 1
         # A partial of a method, not a closure: a closure's cells would make every local of
         # this method a cell too, and this runs once per event (measured in-process, the
         # hand-over and its acknowledgements: 5.9 -> 3.6 us an event).
@@ -206,7 +226,7 @@ class Handover:
                 event.aggregate_id.encode(),
                 value,
                 headers,
-                partial(self._event_reported, entry, event, tx_headers, size),
+                partial(self._reported, entry, event, tx_headers, size),
                 timestamp_ms,
             )
         else:
