@@ -29,10 +29,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -163,6 +165,7 @@ def run_relay(
     kafka_store: bool = False,
     fmt: str = "envelope",
     sink: Any = None,
+    events: int | None = None,
 ) -> dict:
     """One relay over the range. `kill_at`: SIGKILL it once this share of the events is
     checkpointed, restart it and measure its start (to the "recovering from checkpoint" line)."""
@@ -291,6 +294,21 @@ level = "{"INFO" if kill_at else "WARNING"}"
     # (which process bounds the rate: the relay's, or its reader child's).
     cpu_at_first = _cpu_by_role(ps)
     done()
+    # `events`: also the moment the last of them is in Kafka (the topic's partitions' ends add
+    # up to it), one ListOffsets request a poll. The loop below ends at the first checkpoint
+    # past the workload's end, which comes up to checkpoint.interval_s (0.5 s here) later.
+    in_kafka: Callable[[], int] | None = None
+    expected = events or 0
+    if expected and sink is None and delivery == "idempotent":
+        from confluent_kafka.admin import AdminClient, OffsetSpec
+
+        admin = AdminClient({"bootstrap.servers": kafka.bootstrap_servers})
+        latest = {TopicPartition(f"{prefix}.order", p): OffsetSpec.latest() for p in range(24)}
+
+        def in_kafka() -> int:
+            return sum(f.result().offset for f in admin.list_offsets(latest, request_timeout=5).values())
+
+    last_event = None
     peak_pss = 0
     cpu_by_pid: dict[int, float] = {}
     last_pss = 0.0
@@ -305,6 +323,8 @@ level = "{"INFO" if kill_at else "WARNING"}"
                 last_pss = time.perf_counter()
         except psutil.Error:
             pass
+        if in_kafka is not None and last_event is None and in_kafka() >= expected:
+            last_event = time.perf_counter() - t0
         try:
             data = progress()
             pos = BinlogPosition(data["file"], data["pos"])
@@ -337,6 +357,7 @@ level = "{"INFO" if kill_at else "WARNING"}"
         "peak_pss": peak_pss,
         "processes": processes,
         "first_event": first_event,
+        "last_event": last_event,
         "events": data.get("events_delivered", 0),
         "steady_cpu": steady_cpu,
     }
@@ -570,6 +591,13 @@ def main() -> None:
     )
     ap.add_argument("--pairs", type=int, default=2, help="with --compressed or --format: pairs of runs")
     ap.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="the relay's catch-up this many times over the same binlog, and the medians (the host's speed "
+        "varies between runs)",
+    )
+    ap.add_argument(
         "--format",
         choices=("string", "json", "bytes", "avro", "envelope"),
         default=None,
@@ -629,20 +657,56 @@ def main() -> None:
             return
         naive, rows = naive_parse_rate(db, start_file, start_pos, database)
         print(f"naive python-mysql-replication parse: {naive:,.0f} outbox events/s ({rows} rows read)")
-        r = run_relay(db, kafka, database, f"{start_file}:{start_pos}", (end[0], int(end[1])), Path(tmp), args.profile)
-        rate = args.events / r["elapsed"]
-        if r["events"] != args.events:
-            raise SystemExit(f"the relay delivered {r['events']} events, the workload wrote {args.events}")
-        print(
-            f"relay end to end: {rate:,.0f} events/s ({args.events} events in {r['elapsed']:.1f}s, "
-            f"incl. start-up), CPU {r['cpu']:.1f}s ({r['cpu'] / r['elapsed']:.2f} cores), "
-            f"peak RSS {r['peak_rss'] / 2**20:.0f} MiB (PSS {r['peak_pss'] / 2**20:.0f} MiB) over {r['processes']} "
-            f"process(es), first event after {r['first_event']:.2f}s"
-        )
-        steady = args.events / (r["elapsed"] - r["first_event"])
-        print(f"relay after its first event: {steady:,.0f} events/s")
-        print(steady_cpu_line(r, args.events))
-        print(f"ratio relay / naive parse: {rate / naive:.2f}x (after the first event: {steady / naive:.2f}x)")
+        rates: list[float] = []
+        steadies: list[float] = []
+        arrivals: list[float] = []
+        for i in range(args.rounds):
+            # Each round a relay of its own (own checkpoint, own topics) over the same binlog.
+            prefix = "bench" if i == 0 else f"r{i}"
+            if i:
+                kafka.create_topic(f"{prefix}.order", 24)
+                kafka.create_topic(f"{prefix}.dlq", 1)
+                print(f"round {i + 1}:")
+            r = run_relay(
+                db,
+                kafka,
+                database,
+                f"{start_file}:{start_pos}",
+                (end[0], int(end[1])),
+                Path(tmp) / prefix,
+                args.profile if i == 0 else None,
+                prefix=prefix,
+                events=args.events,
+            )
+            rate = args.events / r["elapsed"]
+            if r["events"] != args.events:
+                raise SystemExit(f"the relay delivered {r['events']} events, the workload wrote {args.events}")
+            print(
+                f"relay end to end: {rate:,.0f} events/s ({args.events} events in {r['elapsed']:.1f}s, "
+                f"incl. start-up), CPU {r['cpu']:.1f}s ({r['cpu'] / r['elapsed']:.2f} cores), "
+                f"peak RSS {r['peak_rss'] / 2**20:.0f} MiB (PSS {r['peak_pss'] / 2**20:.0f} MiB) over "
+                f"{r['processes']} process(es), first event after {r['first_event']:.2f}s"
+            )
+            steady = args.events / (r["elapsed"] - r["first_event"])
+            print(f"relay after its first event: {steady:,.0f} events/s")
+            in_kafka_rate = args.events / (r["last_event"] - r["first_event"])
+            print(
+                f"relay after its first event, to the last event in Kafka: {in_kafka_rate:,.0f} events/s (the line "
+                "above ends at the first checkpoint past the workload's end, written every 0.5 s)"
+            )
+            print(steady_cpu_line(r, args.events))
+            print(f"ratio relay / naive parse: {rate / naive:.2f}x (after the first event: {steady / naive:.2f}x)")
+            rates.append(rate)
+            steadies.append(steady)
+            arrivals.append(in_kafka_rate)
+        if args.rounds > 1:
+            rate, steady = statistics.median(rates), statistics.median(steadies)
+            print(
+                f"median of {args.rounds} rounds: {rate:,.0f} events/s incl. start-up, {steady:,.0f} after the "
+                f"first event (rounds: {', '.join(f'{s:,.0f}' for s in steadies)}); ratio to the naive parse "
+                f"{rate / naive:.2f}x ({steady / naive:.2f}x); to the last event in Kafka "
+                f"{statistics.median(arrivals):,.0f} (rounds: {', '.join(f'{s:,.0f}' for s in arrivals)})"
+            )
 
 
 if __name__ == "__main__":

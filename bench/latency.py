@@ -81,6 +81,19 @@ class _AckClock:
 
         self._inner.publish(topic, key, value, headers, timed, timestamp_ms)
 
+    def publish_reported(self, topic, key, value, headers, report, timestamp_ms=None):
+        """The Kafka publisher's own report path (cdc.ports.ReportingPublisher), the one the
+        relay takes for every event: without it the hand-over would use `publish` here."""
+        event_id = dict(headers)["id"].decode()
+        acks = self.acks
+
+        def timed(err, msg):
+            if err is None:
+                acks[event_id] = time.time()
+            report(err, msg)
+
+        self._inner.publish_reported(topic, key, value, headers, timed, timestamp_ms)
+
     def __getattr__(self, name):
         return getattr(self._inner, name)
 

@@ -5,7 +5,8 @@ each acknowledgement into the run's in-flight window (cdc/delivery/ledger.py).
       -> recovery says "already delivered"?  skip (counts as delivered)
       -> event: serializer.encode (unless the feed did), headers, topic checked
          (cdc/missing_topics.py) and named in the ledger before its first message
-      -> publisher.publish(on_delivery)   (never fire and forget)
+      -> publisher.publish(on_delivery)   (never fire and forget; the Kafka publisher's
+         publish_reported: the client calls the hand-over's own report)
     on_delivery: acknowledged -> window; too large / topic gone -> redirected to the
       dead-letter topic (cdc/dead_letters.py); no offset -> looked for (cdc/unlocated.py);
       any other failure -> the ledger's failure, for the delivery mode to act on.
@@ -23,7 +24,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from functools import partial
-from typing import cast
+from typing import Any, cast
 
 from cdc import crashpoints
 from cdc.dead_letters import DeadLetterLog, dead_letter_headers, dead_letter_value
@@ -38,13 +39,27 @@ from cdc.log_limit import LogLimiter
 from cdc.metrics import RelayMetrics
 from cdc.missing_topics import MissingTopics
 from cdc.outbox import DeadLetter, OutboxEvent
-from cdc.ports import Delivery, Publisher, Serializer
+from cdc.ports import Delivery, Publisher, ReportingPublisher, Serializer
 from cdc.relay_settings import RelaySettings
 from cdc.transaction import CommittedTransaction
 from cdc.unlocated import Unlocated, UnlocatedConfirmation
 
 # The relay's lines keep the relay's logger name: operators filter on it.
 log = logging.getLogger("cdc.relay")
+
+# The row header (cdc/identity.py: the row's index in its transaction, as text) of the
+# first rows, made once: a look-up instead of str(), encode() and a tuple per event.
+_ROW_HEADERS = tuple((H_ROW, str(row).encode()) for row in range(1024))
+# Event types and tables whose headers are kept by their text; past this many, the cache
+# starts over (a mapping that makes a new event type per row costs an encode, no memory).
+_TEXT_HEADERS_KEPT = 4096
+
+
+def _text_header(cache: dict[str, tuple[str, bytes]], name: str, text: str) -> tuple[str, bytes]:
+    if len(cache) >= _TEXT_HEADERS_KEPT:
+        cache.clear()
+    header = cache[text] = (name, text.encode())
+    return header
 
 
 class Handover:
@@ -78,6 +93,17 @@ class Handover:
         self._absent = missing.absent
         # Else Kafka's word is taken for an acknowledgement without an offset (cdc/unlocated.py).
         self._locate = delivery.readable_when_acknowledged
+        # A publisher whose client calls each message's report itself (the Kafka publisher)
+        # is given `_event_reported` as that report: one callable per message, no Delivery
+        # on success. Looked up on the class: a wrapper that delegates by __getattr__ (a
+        # test's, a bench's) keeps its own `publish`.
+        self._reporting: ReportingPublisher | None = (
+            cast(ReportingPublisher, publisher) if hasattr(type(publisher), "publish_reported") else None
+        )
+        self._reported = self._event_reported  # bound once, not per message
+        # The event-type and table headers by their text: a few texts, on every event.
+        self._type_headers: dict[str, tuple[str, bytes]] = {}
+        self._table_headers: dict[str, tuple[str, bytes]] = {}
 
     def transaction(self, tx: CommittedTransaction) -> None:
         """Hand every message of `tx` over (or skip what recovery found delivered)."""
@@ -164,12 +190,13 @@ class Handover:
                 self.dead_letter(entry, prepared)
                 return
             value = cast(bytes, prepared.encoded)  # prepare() set it
+        row, event_type, table = event.identity.row, event.event_type, event.table
         headers: list[tuple[str, bytes | None]] = [
             *tx_headers,
-            (H_ROW, str(event.identity.row).encode()),
+            _ROW_HEADERS[row] if row < 1024 else (H_ROW, str(row).encode()),
             (H_EVENT_ID, event.event_id.encode()),
-            (H_EVENT_TYPE, event.event_type.encode()),
-            (H_TABLE, event.table.encode()),
+            self._type_headers.get(event_type) or _text_header(self._type_headers, H_EVENT_TYPE, event_type),
+            self._table_headers.get(table) or _text_header(self._table_headers, H_TABLE, table),
         ]
         timestamp_ms = None
         if extras is not None:  # a payload format (cdc/formats.py): its headers, the record timestamp
@@ -185,16 +212,55 @@ class Handover:
                 self.dead_letter(entry, as_dead_letter(event, "topic_missing", missing), redirect=again)
                 return
             self._name(event.topic)
-        if not again:
-            self._ledger.window.expect(entry)
+        if not again:  # InflightWindow.expect, inline: once per event
+            entry.remaining += 1
+            entry.events += 1
         # A partial of a method, not a closure: a closure's cells would make every local of
         # this method a cell too, and this runs once per event (measured in-process, the
         # hand-over and its acknowledgements: 5.9 -> 3.6 us an event).
-        on_delivery = partial(self._event_delivered, entry, event, tx_headers, len(value) if value is not None else 0)
-        if timestamp_ms is None:
-            self._publisher.publish(event.topic, event.aggregate_id.encode(), value, headers, on_delivery)
+        size = len(value) if value is not None else 0
+        reporting = self._reporting
+        if reporting is not None:
+            reporting.publish_reported(
+                event.topic,
+                event.aggregate_id.encode(),
+                value,
+                headers,
+                partial(self._reported, entry, event, tx_headers, size),
+                timestamp_ms,
+            )
         else:
+            on_delivery = partial(self._event_delivered, entry, event, tx_headers, size)
             self._publisher.publish(event.topic, event.aggregate_id.encode(), value, headers, on_delivery, timestamp_ms)
+
+    def _event_reported(
+        self,
+        entry: PendingTx,
+        event: OutboxEvent,
+        tx_headers: list[tuple[str, bytes]],
+        size: int,
+        error: Any,
+        message: Any,
+    ) -> None:
+        """The client's own report of `event` (cdc.ports.ReportingPublisher). Acknowledged
+        at a known offset, the common case, is `_event_delivered`'s first branch without a
+        Delivery (and `InflightWindow.acknowledged` inline: this runs once per event);
+        anything else goes there as the port's Delivery."""
+        if error is None:
+            offset = message.offset()  # None, never below 0 (confluent-kafka's Message_offset)
+            if offset is not None:
+                entry.remaining -= 1
+                offsets, key = entry.offsets, (event.topic, message.partition())
+                if offset > offsets.get(key, -1):
+                    offsets[key] = offset
+                metrics = self.metrics
+                metrics.events_published += 1
+                metrics.bytes_published += size
+                if not entry.remaining and entry.sealed:
+                    self._acknowledged_whole(entry)
+                return
+        reporting = cast(ReportingPublisher, self._reporting)
+        self._event_delivered(entry, event, tx_headers, size, reporting.delivery(event.topic, error, message))
 
     def _event_delivered(
         self, entry: PendingTx, event: OutboxEvent, tx_headers: list[tuple[str, bytes]], size: int, delivery: Delivery

@@ -89,6 +89,9 @@ class Delivery:
 
 
 DeliveryCallback = Callable[[Delivery], None]
+# A client library's own per-message report, as it calls it: (error or None, its message or
+# None). confluent-kafka's on_delivery(err, msg) is this shape (see ReportingPublisher).
+Report = Callable[[Any, Any], None]
 
 
 class Publisher(Protocol):
@@ -117,6 +120,30 @@ class Publisher(Protocol):
         (the relay lost its lease: nothing more of it may reach Kafka)."""
 
     def close(self) -> None: ...
+
+
+class ReportingPublisher(Publisher, Protocol):
+    """A publisher whose client library calls a report per message itself (the Kafka
+    publisher: confluent-kafka's `on_delivery(err, msg)`). The hand-over (cdc/handover.py)
+    gives it its own method as that report: no adapter callable and no `Delivery` per
+    message on the hot path. The port's `publish` stays, for every other caller."""
+
+    def publish_reported(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        headers: list[tuple[str, bytes | None]],
+        report: Report,
+        timestamp_ms: int | None = None,
+    ) -> None:
+        """`publish`, with `report(error, message)` called exactly once, from `poll` or
+        `flush` (or at once when the client refuses the message): acknowledged when
+        `error` is None, at `message.partition()`, `message.offset()` (None: not known).
+        `delivery` reads any report as the port's Delivery."""
+
+    def delivery(self, topic: str, error: Any, message: Any) -> Delivery:
+        """The report `publish_reported` got, as the port's Delivery of a message to `topic`."""
 
 
 class TransactionalPublisher(Publisher, Protocol):

@@ -1,4 +1,4 @@
-"""The Kafka publisher over confluent-kafka (implements cdc.ports.Publisher).
+"""The Kafka publisher over confluent-kafka (implements cdc.ports.ReportingPublisher).
 
 Settings the relay's guarantees rest on, not left to the user's dict:
 * `enable.idempotence=true` (implies acks=all, retries, and max 5 in flight): the
@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
 from functools import partial
 from typing import Any, NoReturn
 
@@ -31,7 +30,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from cdc.errors import ConfigError, DeliveryError
 from cdc.kafka_client import KafkaClientConfig, redact
 from cdc.kafka_health import KafkaHealth
-from cdc.ports import Delivery, DeliveryCallback, DeliveryFailure
+from cdc.ports import Delivery, DeliveryCallback, DeliveryFailure, Report
 from cdc.transactions import FENCED_CODES, Fenced, TransactionAborted
 from connectors.kafka_logging import client_logging
 
@@ -138,18 +137,34 @@ class KafkaPublisher:
         on_delivery: DeliveryCallback,
         timestamp_ms: int | None = None,
     ) -> None:
-        # A partial of a method, not a closure: this runs once per message (a closure's
-        # cells would make every local here a cell as well).
-        report = partial(self._report, topic, on_delivery)
+        # A partial of a method, not a closure: a closure's cells would make every local
+        # here a cell as well.
+        self.publish_reported(topic, key, value, headers, partial(self._report, topic, on_delivery), timestamp_ms)
+
+    def publish_reported(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        headers: list[tuple[str, bytes | None]],
+        report: Report,
+        timestamp_ms: int | None = None,
+    ) -> None:
+        """cdc.ports.ReportingPublisher: `report` is librdkafka's delivery report itself."""
+        health = self._health
+        if health is not None and health.down:
+            # While Kafka is unreachable, an acknowledgement says it is back (the
+            # statistics say it too, within statistics.interval.ms).
+            report = partial(self._reachable_first, report)
         try:
             # Every argument by position (see _ANY_PARTITION): on_delivery=/headers= by keyword
             # cost 0.6-0.8 us more a message (a keyword dict, matched by name in C).
             self._producer.produce(topic, value, key, _ANY_PARTITION, report, None, timestamp_ms or 0, headers)  # type: ignore[arg-type]  # list invariance: bytes values are what it takes
         except BufferError:
             self._producer.poll(0.05)  # queue full: wait for acknowledgements, never drop
-            self._produce_waiting(topic, key, value, headers, on_delivery, timestamp_ms, report)
+            self._produce_waiting(topic, key, value, headers, report, timestamp_ms)
         except KafkaException as exc:
-            self._refused(topic, on_delivery, exc)
+            self._refused(topic, report, exc)
 
     def _produce_waiting(
         self,
@@ -157,42 +172,46 @@ class KafkaPublisher:
         key: bytes | None,
         value: bytes | None,
         headers: list[tuple[str, bytes | None]],
-        on_delivery: DeliveryCallback,
+        report: Report,
         timestamp_ms: int | None,
-        report: Callable[[KafkaError | None, Any], None],
     ) -> None:
-        """`publish` once the queue was full: try again, waiting while it stays full."""
+        """`publish_reported` once the queue was full: try again, waiting while it stays full."""
         produce, poll = self._producer.produce, self._producer.poll
         while True:
             try:
-                produce(topic, value, key, _ANY_PARTITION, report, None, timestamp_ms or 0, headers)  # type: ignore[arg-type]  # as in publish
+                produce(topic, value, key, _ANY_PARTITION, report, None, timestamp_ms or 0, headers)  # type: ignore[arg-type]  # as in publish_reported
                 return
             except BufferError:
                 poll(0.05)  # queue full: wait for acknowledgements, never drop
             except KafkaException as exc:
-                self._refused(topic, on_delivery, exc)
+                self._refused(topic, report, exc)
                 return
 
-    def _refused(self, topic: str, on_delivery: DeliveryCallback, exc: KafkaException) -> None:
+    def _refused(self, topic: str, report: Report, exc: KafkaException) -> None:
         """librdkafka refused to queue the message: too large or no such topic is the
         message's delivery failure (reported at once); anything else stops the relay."""
         err = exc.args[0]
         if err.code() in _TOO_LARGE or err.code() in _NO_TOPIC:
-            on_delivery(Delivery(topic, -1, -1, _failure(err)))
+            report(err, None)
             return
         self._raise_if_fenced(err)
         raise DeliveryError(f"Kafka refused a message for {topic}: {err.name()}: {err.str()}") from exc
 
+    def _reachable_first(self, report: Report, err: KafkaError | None, msg: Any) -> None:
+        if err is None and self._health is not None:
+            self._health.reachable()
+        report(err, msg)
+
     def _report(self, topic: str, on_delivery: DeliveryCallback, err: KafkaError | None, msg: Any) -> None:
-        """librdkafka's delivery report of one message, as the port's Delivery."""
-        if err is None:
-            health = self._health
-            if health is not None and health.down:
-                health.reachable()
-            offset = msg.offset()  # None: acknowledged without an offset (a retried batch already written)
-            on_delivery(Delivery(topic, msg.partition(), -1 if offset is None else offset))
-        else:
-            on_delivery(Delivery(topic, msg.partition() if msg is not None else -1, -1, _failure(err)))
+        """librdkafka's delivery report of one message, to a port's callback."""
+        on_delivery(self.delivery(topic, err, msg))
+
+    def delivery(self, topic: str, error: KafkaError | None, message: Any) -> Delivery:
+        """librdkafka's delivery report of one message to `topic`, as the port's Delivery."""
+        if error is None:
+            offset = message.offset()  # None: acknowledged without an offset (a retried batch already written)
+            return Delivery(topic, message.partition(), -1 if offset is None else offset)
+        return Delivery(topic, message.partition() if message is not None else -1, -1, _failure(error))
 
     def poll(self, timeout: float) -> None:
         self._producer.poll(timeout)

@@ -377,15 +377,30 @@ class _RecordingPublisher:
         self.handed: dict[str, int] = {}
         self.reports: dict[str, list] = {}  # event id -> its delivery reports (the evidence of a loss)
 
-    def publish(self, topic, key, value, headers, on_delivery, timestamp_ms=None):
+    def _handed_over(self, headers) -> str:
         event_id = dict(headers).get(H_EVENT_ID, b"").decode()
         self.handed[event_id] = self.handed.get(event_id, 0) + 1
+        return event_id
+
+    def publish(self, topic, key, value, headers, on_delivery, timestamp_ms=None):
+        event_id = self._handed_over(headers)
 
         def reported(delivery):
             self.reports.setdefault(event_id, []).append(delivery)
             on_delivery(delivery)
 
         self._inner.publish(topic, key, value, headers, reported, timestamp_ms)
+
+    def publish_reported(self, topic, key, value, headers, report, timestamp_ms=None):
+        """The Kafka publisher's own report path (cdc.ports.ReportingPublisher), which the
+        hand-over takes for every event: recorded the same way."""
+        event_id = self._handed_over(headers)
+
+        def reported(err, msg):
+            self.reports.setdefault(event_id, []).append(self._inner.delivery(topic, err, msg))
+            report(err, msg)
+
+        self._inner.publish_reported(topic, key, value, headers, reported, timestamp_ms)
 
     def __getattr__(self, name):
         return getattr(self._inner, name)

@@ -13,6 +13,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -54,6 +55,11 @@ class CdcRun:
 
     def alive(self) -> bool:
         return self.proc.poll() is None
+
+    def running_until(self, condition: Callable[[], bool], timeout: float, what: str) -> None:
+        """Wait for `condition` while the process runs; it must still run then (its log otherwise)."""
+        wait_until(lambda: not self.alive() or condition(), timeout, what)
+        assert self.alive(), f"exited {self.proc.returncode} before {what}: {self.log_text()[-3000:]}"
 
     def stop(self, sig: int, timeout: float = 60.0) -> int:
         if self.alive():
@@ -144,12 +150,7 @@ def test_restart_at_once_after_sigterm(
         before = {r[0] for r in dump_connections(mariadb)}
         relay = CdcRun(raw, env_for(mariadb), tmp_path / f"run-{i}")
         try:
-            wait_until(
-                lambda relay=relay, i=i: not relay.alive() or published() >= i + 1,
-                60,
-                f"event e-{i} published by start {i}",
-            )
-            assert relay.alive(), f"start {i} exited {relay.proc.returncode}: {relay.log_text()[-3000:]}"
+            relay.running_until(lambda i=i: published() >= i + 1, 60, f"event e-{i} published by start {i}")
             # (python-mysql-replication registers no report host: not in SHOW SLAVE HOSTS)
             assert decoder == "library" or sessions_with(mariadb, raw_rid), "the relay should be listed"
             mine = {r[0] for r in dump_connections(mariadb)} - before
@@ -189,12 +190,7 @@ def test_restart_at_once_after_sigkill_20_times_and_its_start_up_time(
         insert_one(mariadb, database, f"e-{i}")
         relay = CdcRun(raw, env_for(mariadb), tmp_path / f"run-{i}")
         try:
-            wait_until(
-                lambda relay=relay, i=i: not relay.alive() or published() >= i + 1,
-                60,
-                f"event e-{i} published by start {i}",
-            )
-            assert relay.alive(), f"start {i} exited {relay.proc.returncode}: {relay.log_text()[-3000:]}"
+            relay.running_until(lambda i=i: published() >= i + 1, 60, f"event e-{i} published by start {i}")
             took = time.monotonic() - relay.started
             assert sessions_with(mariadb, rid), "the running relay should be listed with its server id"
         finally:
@@ -235,22 +231,19 @@ def test_a_start_ends_its_killed_predecessors_session_the_server_still_holds(
     insert_one(mariadb, database, "e-0")
     first = CdcRun(raw, env_for(mariadb), tmp_path / "first")
     try:
-        wait_until(lambda: not first.alive() or published() >= 1, 60, "the first start to publish")
-        assert first.alive(), first.log_text()[-3000:]
+        first.running_until(lambda: published() >= 1, 60, "the first start to publish")
     finally:
         first.stop(signal.SIGKILL)
     assert sessions_with(mariadb, rid), "the killed relay's session should still be on the server"
     second = CdcRun(raw, env_for(mariadb), tmp_path / "second")
     try:
-        wait_until(
-            lambda: not second.alive() or "ended this relay's previous session" in second.log_text(),
+        second.running_until(
+            lambda: "ended this relay's previous session" in second.log_text(),
             60,
             "the second start to end the killed relay's session",
         )
-        assert second.alive(), second.log_text()[-3000:]
         insert_one(mariadb, database, "e-1")
-        wait_until(lambda: not second.alive() or published() >= 2, 60, "the second start to publish")
-        assert second.alive(), second.log_text()[-3000:]
+        second.running_until(lambda: published() >= 2, 60, "the second start to publish")
     finally:
         code = second.stop(signal.SIGTERM)
     log = second.log_text()
@@ -268,8 +261,7 @@ def test_a_second_relay_with_the_same_server_id_is_refused_naming_its_session(
     insert_one(mariadb, database, "first")
     first = CdcRun(raw, env_for(mariadb), tmp_path / "first")
     try:
-        wait_until(lambda: not first.alive() or published() >= 1, 60, "the first relay to publish")
-        assert first.alive(), first.log_text()[-3000:]
+        first.running_until(lambda: published() >= 1, 60, "the first relay to publish")
         [(_, tag, *_)] = sessions_with(mariadb, rid)
         [(conn_id, host)] = [r for r in dump_connections(mariadb) if tag.startswith(f"cdc;c={r[0]};")]
         # Another source (a relay of the same config would be a standby: test_lease.py)

@@ -34,13 +34,14 @@ import random
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from cdc.checkpoint import Checkpoint
 from cdc.errors import PositionPurgedError, SourceError
 from cdc.gtid import MariadbGtidPosition, MysqlGtidSet
 from cdc.identity import header_dict
-from cdc.ports import Delivery, DeliveryCallback, DeliveryFailure
+from cdc.ports import Delivery, DeliveryCallback, DeliveryFailure, Report
 from cdc.position import BinlogPosition
 from cdc.source_events import (
     Heartbeat,
@@ -719,6 +720,63 @@ class FakeTxnPublisher(FakePublisher):
 FENCED = DeliveryFailure("_FENCED", "Local: This instance has been fenced by a newer instance", fatal=True)
 
 
+@dataclass(frozen=True)
+class _Written:
+    """What librdkafka's report carries of a message (confluent-kafka's Message)."""
+
+    where: int
+    at: int | None  # None: acknowledged without an offset
+
+    def partition(self) -> int:
+        return self.where
+
+    def offset(self) -> int | None:
+        return self.at
+
+
+def _as_report(report: Report, delivery: Delivery) -> None:
+    """A fake's Delivery as librdkafka's report: (None, message) or (error, message); the
+    error here is the DeliveryFailure itself."""
+    if delivery.failure is None:
+        report(None, _Written(delivery.partition, None if delivery.offset < 0 else delivery.offset))
+    else:
+        report(delivery.failure, _Written(delivery.partition, None))
+
+
+class ReportsLikeKafka:
+    """cdc.ports.ReportingPublisher over a fake's `publish`: the hand-over's report is
+    called as librdkafka calls it, as with connectors/kafka_sink.py (what RelayHarness
+    uses unless `reporting=False`, the port of the other sinks)."""
+
+    publish: Callable[..., None]
+
+    def publish_reported(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes,
+        headers: list[tuple[str, bytes]],
+        report: Report,
+        timestamp_ms: int | None = None,
+    ) -> None:
+        self.publish(topic, key, value, headers, partial(_as_report, report), timestamp_ms)
+
+    def delivery(self, topic: str, error: DeliveryFailure | None, message: _Written | None) -> Delivery:
+        if error is None:
+            assert message is not None
+            offset = message.offset()
+            return Delivery(topic, message.partition(), -1 if offset is None else offset)
+        return Delivery(topic, message.partition() if message is not None else -1, -1, error)
+
+
+class KafkaShapedPublisher(ReportsLikeKafka, FakePublisher):
+    pass
+
+
+class KafkaShapedTxnPublisher(ReportsLikeKafka, FakeTxnPublisher):
+    pass
+
+
 class FakeTxnCheckpointStore:
     """The Kafka checkpoint store in transactional mode: a save is staged in the
     publisher's open transaction and becomes what `load` returns when it commits."""
@@ -869,8 +927,11 @@ class RelayHarness:
         serializer: Any = None,
         transactional: bool = False,
         topics: Any = None,
+        reporting: bool = True,
         **settings: Any,
     ):
+        """`reporting`: the publisher takes the hand-over's own report, as the Kafka
+        publisher does (cdc.ports.ReportingPublisher); False: the port's `publish` alone."""
         from cdc.outbox import OutboxTable
         from cdc.relay import Relay
         from cdc.relay_settings import RelaySettings
@@ -880,13 +941,14 @@ class RelayHarness:
         self.factory = FakeSourceFactory(binlog, **(factory or {}))
         if transactional:
             settings.setdefault("delivery", "transactional")
-            self.publisher = FakeTxnPublisher(self.kafka, **(publisher or {}))
+            txn_class = KafkaShapedTxnPublisher if reporting else FakeTxnPublisher
+            self.publisher = txn_class(self.kafka, **(publisher or {}))
             if store is None:
                 store = FakeTxnCheckpointStore(self.publisher)
             else:
                 store.attach(self.publisher)
         else:
-            self.publisher = FakePublisher(self.kafka, **(publisher or {}))
+            self.publisher = (KafkaShapedPublisher if reporting else FakePublisher)(self.kafka, **(publisher or {}))
         self.store = store if store is not None else FakeCheckpointStore()
         self.delivered = FakeDeliveredLog(self.kafka)
         self.serializer = serializer or JsonSerializer()

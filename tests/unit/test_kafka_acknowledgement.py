@@ -6,9 +6,17 @@ message in its partition before it counts it delivered (test_unlocated_acknowled
 
 from typing import Any
 
+from confluent_kafka import KafkaError, KafkaException
+
 from cdc.inflight import InflightWindow
+from cdc.kafka_health import KafkaHealth
+from cdc.metrics import RelayMetrics
+from cdc.ports import Delivery
 from cdc.position import BinlogPosition
 from connectors.kafka_sink import KafkaPublisher
+from fakes import TOO_LARGE, Binlog, RelayHarness, message_id, outbox_row
+
+DLQ = "outbox.dlq"
 
 
 class _Msg:
@@ -64,3 +72,77 @@ def test_an_acknowledgement_without_an_offset_is_a_delivery_at_an_unknown_offset
     entry.sealed = True
     assert window.advance()
     assert window.offsets == {"t": {0: 8}}  # the recovery scan starts after the last offset known
+
+
+# The hand-over's own report (cdc.ports.ReportingPublisher): librdkafka calls it itself.
+
+
+class _KeepingProducer(_AcknowledgingProducer):
+    """Keeps each message's delivery callback instead of calling it."""
+
+    def __init__(self) -> None:
+        super().__init__([])
+        self.callbacks: list[Any] = []
+
+    def produce(self, topic: str, *args: Any) -> None:  # confluent-kafka's parameters, by position
+        self.callbacks.append(args[3])  # callback (value, key, partition, callback, ...)
+
+
+class _RefusingProducer(_AcknowledgingProducer):
+    """librdkafka refuses to queue the message (too large for message.max.bytes)."""
+
+    def produce(self, *args: Any, **kwargs: Any) -> None:
+        raise KafkaException(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE))
+
+
+def test_the_report_handed_over_is_librdkafkas_delivery_callback_itself():
+    publisher = KafkaPublisher("127.0.0.1:9")
+    publisher._producer = producer = _KeepingProducer()  # type: ignore[assignment]  # a fake of the client library
+
+    def report(err: Any, msg: Any) -> None:
+        pass
+
+    publisher.publish_reported("t", b"k", b"v", [], report)
+    assert producer.callbacks == [report]  # no adapter between librdkafka and the hand-over
+
+
+def test_while_kafka_is_unreachable_an_acknowledgement_says_it_is_back():
+    metrics = RelayMetrics()
+    health = KafkaHealth(metrics, "127.0.0.1:9")
+    publisher = KafkaPublisher("127.0.0.1:9", health)
+    publisher._producer = _AcknowledgingProducer([5])  # type: ignore[assignment]  # a fake of the client library
+    health.unreachable("1/1 brokers are down", 1)
+    got = []
+    publisher.publish_reported("t", b"k", b"v", [], lambda err, msg: got.append((err, msg.offset())))
+    assert got == [(None, 5)]
+    assert metrics.kafka_reachable and not health.down
+
+
+def test_a_message_librdkafka_refuses_to_queue_is_reported_at_once_and_read_as_a_failed_delivery():
+    publisher = KafkaPublisher("127.0.0.1:9")
+    publisher._producer = _RefusingProducer([])  # type: ignore[assignment]  # a fake of the client library
+    got = []
+    publisher.publish_reported("t", b"k", b"v", [], lambda err, msg: got.append(publisher.delivery("t", err, msg)))
+    [d] = got
+    assert (d.topic, d.partition, d.offset) == ("t", -1, -1)
+    assert d.failure is not None and d.failure.too_large and d.failure.code == "MSG_SIZE_TOO_LARGE"
+
+
+def test_the_hand_over_reads_a_report_as_a_delivery_only_when_it_is_not_an_acknowledgement_at_an_offset():
+    b = Binlog()
+    b.transaction([outbox_row("e1", "order", "k1"), outbox_row("big", "order", "k2")])
+    b.transaction([outbox_row("e2", "order", "k1")])
+    h = RelayHarness(b, publisher=dict(fail=lambda m: TOO_LARGE if message_id(m) == "big" and m.topic != DLQ else None))
+    publisher = h.publisher
+    read: list[Any] = []
+    delivery = publisher.delivery
+
+    def reading(topic: str, error: Any, message: Any) -> Delivery:
+        read.append(error)
+        return delivery(topic, error, message)
+
+    publisher.delivery = reading  # type: ignore[method-assign]
+    h.run()
+    assert read == [TOO_LARGE]  # the two acknowledged events took no Delivery, the refused one did
+    assert h.relay.metrics.events_published == 2 and h.relay.metrics.dead_lettered["too_large"] == 1
+    assert h.store.current.position == b.end

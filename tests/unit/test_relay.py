@@ -132,6 +132,24 @@ def test_message_carries_key_headers_and_value():
     assert json.loads(rec.value)["id"] == "e4"
 
 
+def test_row_type_and_table_headers_past_the_hand_overs_tables_and_caches(monkeypatch):
+    """The hand-over keeps the first rows' headers in a table and the event types' and
+    tables' by their text (cdc/handover.py); past the table, and when its cache of texts
+    starts over, each message's headers are still its own."""
+    import cdc.handover
+
+    monkeypatch.setattr(cdc.handover, "_TEXT_HEADERS_KEPT", 2)
+    b = Binlog()
+    b.transaction([outbox_row(f"r{n}", type=f"type{n % 3}") for n in range(1030)])
+    h = RelayHarness(b, max_in_flight=100_000)
+    h.run()
+    records = {r.header_text["id"]: r.header_text for r in h.kafka.records()}
+    assert len(records) == 1030
+    for n in (0, 1, 2, 3, 1022, 1023, 1024, 1025, 1029):
+        hd = records[f"r{n}"]
+        assert (hd["cdc.binlog.row"], hd["cdc.event.type"], hd["cdc.table"]) == (str(n), f"type{n % 3}", "shop.outbox")
+
+
 def test_gtid_header_when_the_transaction_has_one():
     b = workload(gtids=True)
     h = RelayHarness(b)

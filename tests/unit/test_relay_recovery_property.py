@@ -121,6 +121,7 @@ def _tx(*rows, rollback=False, other=0, after="", xa="", xa_delay=0):
     crashes=st.lists(runs, max_size=3),
     final=runs,
     too_large_key=st.sampled_from([None, None, b"k3"]),
+    reporting=st.booleans(),
 )
 @example(  # found by this test: a late too-large redirect let the checkpoint's dead-letter
     # offset pass a later transaction's dead letter, which a restart then published again
@@ -133,12 +134,14 @@ def _tx(*rows, rollback=False, other=0, after="", xa="", xa_delay=0):
     crashes=[_plan(), _plan(kill_after=11, per_poll=2, seed=299), _plan(kill_after=11, per_poll=1)],
     final=_plan(),
     too_large_key=b"k3",
+    reporting=True,
 )
 def test_kill_and_restart_delivers_every_committed_event_exactly_once_in_order(
-    workload, gtids, crashes, final, too_large_key
+    workload, gtids, crashes, final, too_large_key, reporting
 ):
     """`too_large_key`: the broker refuses every message of that key as too large (the
-    relay must redirect each to the dead-letter topic)."""
+    relay must redirect each to the dead-letter topic). `reporting`: acknowledgements
+    reach the hand-over as the Kafka publisher's own reports, or as the port's Delivery."""
     b = build(workload, gtids)
     kafka = FakeKafka(TOPICS)
     losses = []
@@ -171,6 +174,7 @@ def test_kill_and_restart_delivers_every_committed_event_exactly_once_in_order(
             factory=dict(fail_at=fail_at),
             publisher=dict(per_poll=plan["per_poll"], ack_order=plan["ack_order"], fail=fail),
             checkpoint_interval_s=plan["interval"],
+            reporting=reporting,
         )
 
     for plan in crashes:

@@ -5,8 +5,19 @@ message it never stored (tests/integration/test_faults.py::test_broker_faults un
 one event in two runs of four before this). The relay looks for each such message in its
 partition: there, it is delivered at the offset found; not there, it is published again."""
 
+import pytest
+
 from cdc.ports import Delivery
-from fakes import Binlog, FakePublisher, RelayHarness, delivered_events, expected_events, message_id, outbox_row
+from fakes import (
+    Binlog,
+    FakePublisher,
+    RelayHarness,
+    ReportsLikeKafka,
+    delivered_events,
+    expected_events,
+    message_id,
+    outbox_row,
+)
 
 
 class _Unlocating(FakePublisher):
@@ -33,27 +44,38 @@ class _Unlocating(FakePublisher):
             self.unacked.append(msg)
 
 
-def _run(store: bool):
+class _KafkaShapedUnlocating(ReportsLikeKafka, _Unlocating):
+    """The same, with the hand-over's report called as librdkafka calls it (offset None)."""
+
+
+# Both ways an acknowledgement reaches the hand-over: the port's Delivery (the other
+# sinks) and the Kafka publisher's own report (cdc.ports.ReportingPublisher).
+both_shapes = pytest.mark.parametrize("shape", [_Unlocating, _KafkaShapedUnlocating], ids=["port", "kafka_report"])
+
+
+def _run(store: bool, shape: type[_Unlocating]):
     b = Binlog()
     for n in range(6):
         b.transaction([outbox_row(f"e{n}a", "order", f"k{n % 2}"), outbox_row(f"e{n}b", "order", f"k{n % 2}")])
     h = RelayHarness(b)
-    h.publisher = _Unlocating(h.kafka, {"e1a", "e4b"}, store)
+    h.publisher = shape(h.kafka, {"e1a", "e4b"}, store)
     h.relay._publisher = h.publisher
     h.run()
     return b, h
 
 
-def test_a_message_acknowledged_without_an_offset_and_not_written_is_published_again():
-    b, h = _run(store=False)
+@both_shapes
+def test_a_message_acknowledged_without_an_offset_and_not_written_is_published_again(shape):
+    b, h = _run(store=False, shape=shape)
     assert sorted(h.publisher.answered) == ["e1a", "e4b"]
     assert sorted(delivered_events(h.kafka)) == sorted(expected_events(b))  # every event once
     assert h.relay.metrics.republished_unlocated == 2
     assert h.store.current.position == b.end
 
 
-def test_a_message_acknowledged_without_an_offset_and_written_is_found_and_not_sent_again():
-    b, h = _run(store=True)
+@both_shapes
+def test_a_message_acknowledged_without_an_offset_and_written_is_found_and_not_sent_again(shape):
+    b, h = _run(store=True, shape=shape)
     assert sorted(h.publisher.answered) == ["e1a", "e4b"]
     assert sorted(delivered_events(h.kafka)) == sorted(expected_events(b))
     assert h.relay.metrics.republished_unlocated == 0
