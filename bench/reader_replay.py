@@ -1,8 +1,8 @@
 """The reader process's pipeline replayed over a captured binlog stream: CPU seconds per
 stage, without a server, a broker or neighbours' noise in the figure.
 
-    ./run.sh bench reader_replay [--mixed] [--events 30000] [--capture FILE] [--repeat 5]
-                                 [--stage feed] [--against PATH]
+    ./run.sh bench reader_replay [--mixed] [--events 30000] [--per-tx 100] [--capture FILE]
+                                 [--repeat 5] [--stage feed] [--against PATH]
 
 Writes `bench/workloads.py`'s workload to a throwaway MariaDB once and records the socket
 bytes of a non-blocking dump of its range (`--capture FILE`: kept, and reused when it
@@ -14,7 +14,7 @@ relay's own classes and a socket that hands out the recorded reads:
   feed    + MySQLBinlogSource, LocalFeed and the transaction assembly, each transaction's
           items mapped (what the reader does before the Avro encoding and the pipe)
   ship    the whole reader: `connectors.reader_process._ship` over the feed, each event
-          Avro-encoded and each pipe message pickled as `Connection.send` does (not sent)
+          Avro-encoded and each pipe message pickled as the reader pickles it (not sent)
 
 and prints the best CPU seconds. `--against PATH`: a checkout of another commit (e.g.
 `git worktree add --detach /tmp/old 3eb7e5a`) replays the same capture too, alternating
@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parent.parent
 WATCHED = {("bench", "outbox")}
 
 
-def capture(path: Path, events: int, mixed: bool) -> None:
+def capture(path: Path, events: int, mixed: bool, per_tx: int = 100) -> None:
     sys.path.insert(0, str(ROOT))
     from bench.workloads import bench_server, create_schema, write
     from connectors.binlog_protocol import BinlogConnection
@@ -47,7 +47,7 @@ def capture(path: Path, events: int, mixed: bool) -> None:
         with db.connect(autocommit=True) as conn, conn.cursor() as cur:
             cur.execute("SHOW MASTER STATUS")
             file, pos = cur.fetchone()[:2]
-        write(db, "bench", events, mixed=mixed)
+        write(db, "bench", events, per_tx=per_tx, mixed=mixed)
         s = db.connection_settings()
         bc = BinlogConnection(s["host"], s["port"], s["user"], s["password"], server_id=904)
         bc.dump_file(file, pos, blocking=False)
@@ -125,9 +125,12 @@ def replay(path: Path, stage: str, repeat: int) -> float:
         from connectors.avro_serializer import ConfluentAvroSerializer, registry_client
         from connectors.reader_process import _ship
 
-        class Pipe:  # Connection.send's pickling; the bytes go nowhere
+        class Pipe:  # the bytes go nowhere (older trees: Connection.send's pickling here)
             def send(self, obj: Any) -> None:
                 ForkingPickler.dumps(obj)
+
+            def send_bytes(self, data: bytes) -> None:  # _ship pickles itself (reader5)
+                pass
 
             def poll(self, _timeout: float) -> bool:
                 return False
@@ -178,6 +181,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--events", type=int, default=30_000)
     ap.add_argument("--mixed", action="store_true", help="10 other tables; outbox = 1/11 of the rows")
+    ap.add_argument("--per-tx", type=int, default=100, help="outbox events per transaction (1: per-transaction costs)")
     ap.add_argument("--capture", default=None, help="the capture file (written when missing)")
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--stage", choices=("frame", "decode", "feed", "ship"), default="feed")
@@ -189,12 +193,13 @@ def main() -> None:
         print(f"{replay(Path(args.replay), args.stage, args.repeat):.4f}")
         return
     kind = "mixed" if args.mixed else "outbox"
+    kind += "" if args.per_tx == 100 else f"-{args.per_tx}-per-tx"
     path = Path(args.capture or f"/tmp/cdc-reader-replay-{kind}-{args.events}.pkl")
     if not path.exists():
         import logging
 
         logging.disable(logging.WARNING)
-        capture(path, args.events, args.mixed)
+        capture(path, args.events, args.mixed, args.per_tx)
     trees = [("now", ROOT)] + ([("against", Path(args.against).resolve())] if args.against else [])
     results: dict[str, list[float]] = {name: [] for name, _ in trees}
     for i in range(args.rounds if args.against else 1):

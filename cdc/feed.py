@@ -72,6 +72,18 @@ def prepare(event: OutboxEvent, serializer: Serializer, max_message_bytes: int) 
     return event
 
 
+def wire_of(
+    item: OutboxEvent | DeadLetter, serializer: Serializer, max_message_bytes: int, payload_in_value: bool
+) -> tuple[Any, ...]:
+    """What the reader process's pipe carries for `item` (connectors/reader_process.py): an
+    event `prepare`d, then its `to_wire` (see OutboxEvent.to_wire for `payload_in_value`)."""
+    if type(item) is OutboxEvent:
+        item = prepare(item, serializer, max_message_bytes)
+        if type(item) is OutboxEvent:
+            return item.to_wire(payload_in_value)
+    return item.to_wire()
+
+
 def assembler_for(
     settings: RelaySettings, server_id: int, on_ignored_change: Callable[[Any], None] | None = None
 ) -> TransactionAssembler:
@@ -164,13 +176,17 @@ class LocalFeed:
             # call (a source that offers `ready_rows`), not one `read` each through this
             # method's checks and the caller's loop: see docs/DESIGN.md, "The reader's
             # decoding loop". A row insert never completes a transaction.
+            # The assembler takes the run in one call too (`feed_inserts`); the crash point
+            # is still passed once per row, as each row read inside a transaction passes it.
             ready_rows = getattr(self._source, "ready_rows", None)
             if ready_rows is not None:
-                feed = assembler.feed
-                for row in ready_rows():
-                    feed(row)
+                rows = ready_rows()
+                if rows:
+                    assembler.feed_inserts(rows)
                     if assembler.in_transaction:
-                        crashpoints.hit("mid_transaction")
+                        hit = crashpoints.hit
+                        for _ in rows:
+                            hit("mid_transaction")
         return MORE
 
     def _lost_prepare(self) -> CommittedTransaction | None:

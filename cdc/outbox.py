@@ -14,8 +14,9 @@ import json
 import uuid as _uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from operator import itemgetter
 from sys import intern
-from typing import Any
+from typing import Any, Protocol
 
 from cdc.errors import ConfigError
 from cdc.formats import FORMATS, ExtrasPlan, MessageExtras, epoch_ms, epoch_us, parse_placement
@@ -33,6 +34,28 @@ DEAD_LETTER_CAUSES = (
     "statement_format",
     "topic_missing",
 )
+
+
+class EnvelopeEncoder(Protocol):
+    """How the envelope's value is written from its fields, for `OutboxMapper.envelope_wire`
+    (connectors.avro_serializer.ConfluentAvroSerializer)."""
+
+    def envelope_head(self, topic: str) -> bytes:
+        """The value's header for `topic` (the wire format's magic byte and schema id)."""
+        ...
+
+    def envelope_body(
+        self,
+        head: bytes,
+        event_id: str,
+        aggregate_type: str,
+        aggregate_id: str,
+        event_type: str,
+        payload: str | bytes | None,
+        timestamp_us: int | None,
+    ) -> bytes | None:
+        """The value (`head` and the body), or None for a field outside what it writes."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -287,6 +310,9 @@ class OutboxMapper:
         # (timeit, bench.outbox); `_named` keeps each table, so its id is never reused
         self._names: dict[int, str] = {}
         self._named: list[OutboxTable] = []
+        # envelope_wire's per-table constants by the table's identity (False: a payload
+        # format's table, which that path does not take); `_named` keeps the tables alive
+        self._wire_plans: dict[int, tuple[Any, ...] | bool] = {}
 
     def map(self, table: OutboxTable, row: dict[str, Any], identity: EventIdentity) -> OutboxEvent | DeadLetter:
         try:
@@ -326,6 +352,90 @@ class OutboxMapper:
             self._names.get(id(table)) or self._name(table),
             identity,
         )
+
+    def envelope_wire(
+        self, table: OutboxTable, row: dict[str, Any], encoder: EnvelopeEncoder, max_message_bytes: int
+    ) -> tuple[Any, ...] | None:
+        """The common envelope row as the reader process's pipe carries its event, straight
+        from the row: what `map`, `cdc.feed.prepare` and `OutboxEvent.to_wire(True)` give
+        together (tag 2, the payload in the value), without the event, its identity or the
+        calls between them (connectors/reader_process.py; docs/DESIGN.md, "The hot path's
+        cost per event"). A table's topic, interned texts and value header are kept per
+        (aggregate type, event type): one dict look-up instead of the router's per event.
+
+        None for anything else, to be taken through `map` and `prepare`, which give the same
+        item: a payload format's table, a row that is a dead letter (a column missing or NULL,
+        a topic refused, a value too large or that cannot be encoded), a type or event type
+        that is not text, a field the encoder does not write."""
+        plan = self._wire_plans.get(id(table))
+        if plan is None:
+            plan = self._wire_plan(table)
+        if plan is False:
+            return None
+        fields, payload_column, timestamp_column, name, routes = plan  # type: ignore[misc]
+        try:
+            event_id, aggregate_type, aggregate_id, event_type = fields(row)
+            route = routes.get((aggregate_type, event_type))  # TypeError: a JSON column's dict
+        except (KeyError, TypeError):
+            return None
+        if type(event_id) is not str:
+            if event_id is None:
+                return None
+            event_id = text_of(event_id)
+        if type(aggregate_id) is not str:
+            if aggregate_id is None:
+                return None
+            aggregate_id = text_of(aggregate_id)
+        if route is None:
+            route = self._wire_route(table, routes, aggregate_type, event_type, encoder)
+            if route is None:
+                return None
+        aggregate_type, event_type, topic, head = route
+        payload = row.get(payload_column)
+        if payload is not None and type(payload) is not str and type(payload) is not bytes:
+            payload = _payload_of(payload)
+        timestamp = _micros_of(row.get(timestamp_column)) if timestamp_column else None
+        try:
+            value = encoder.envelope_body(head, event_id, aggregate_type, aggregate_id, event_type, payload, timestamp)
+        except (ValueError, TypeError):  # prepare's encoding_failed: its dead letter is made there
+            return None
+        if value is None or len(value) > max_message_bytes:
+            return None
+        return (2, event_id, aggregate_type, aggregate_id, event_type, None, timestamp, topic, name, value, None)
+
+    def _wire_plan(self, table: OutboxTable) -> tuple[Any, ...] | bool:
+        plan: tuple[Any, ...] | bool = False
+        if table.format == "envelope":
+            fields = itemgetter(
+                table.id_column, table.aggregate_type_column, table.aggregate_id_column, table.type_column
+            )
+            name = self._names.get(id(table)) or self._name(table)
+            plan = (fields, table.payload_column, table.timestamp_column, name, {})
+        self._named.append(table)
+        self._wire_plans[id(table)] = plan
+        return plan
+
+    def _wire_route(
+        self,
+        table: OutboxTable,
+        routes: dict[tuple[str, str], tuple[str, str, str, bytes]],
+        aggregate_type: Any,
+        event_type: Any,
+        encoder: EnvelopeEncoder,
+    ) -> tuple[str, str, str, bytes] | None:
+        """(interned aggregate type, interned event type, topic, value header) of a route
+        `map` would take (both texts, the topic allowed), kept for the next rows (as many
+        as the router keeps); None otherwise."""
+        if type(aggregate_type) is not str or type(event_type) is not str:
+            return None
+        aggregate_type, event_type = intern(aggregate_type), intern(event_type)  # see map
+        route = self._router.route(table.topic, aggregate_type, event_type, table.schema, table.table)
+        if route.problem is not None:
+            return None
+        entry = (aggregate_type, event_type, route.topic, encoder.envelope_head(route.topic))
+        if len(routes) < 10_000:
+            routes[(aggregate_type, event_type)] = entry
+        return entry
 
     def _name(self, table: OutboxTable) -> str:
         self._named.append(table)

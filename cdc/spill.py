@@ -61,8 +61,12 @@ class SpillBuffer:
 
     def __iter__(self) -> Iterator[Any]:
         if self._file is None:
-            yield from self._items
-            return
+            # the list's own iterator, not a generator over it: a generator's frame resumed
+            # per item, on every outbox row of every transaction
+            return iter(self._items)
+        return self._spilled()
+
+    def _spilled(self) -> Iterator[Any]:
         count = len(self._offsets)
         self._file.flush()
         self._file.seek(0)

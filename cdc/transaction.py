@@ -31,13 +31,13 @@ as one item of its transaction, at its place among the transaction's rows.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from cdc.errors import ConfigError, NeedsOperator
 from cdc.identity import EventIdentity, TxIdentity
-from cdc.outbox import DeadLetter, OutboxEvent, OutboxMapper, OutboxTable
+from cdc.outbox import DeadLetter, EnvelopeEncoder, OutboxEvent, OutboxMapper, OutboxTable
 from cdc.position import BinlogPosition
 from cdc.source_events import (
     RollbackToSavepoint,
@@ -64,6 +64,51 @@ STATEMENT_FORMAT = "statement_format"  # the dead-letter cause of a statement-lo
 
 # What an XA group did, in CommittedTransaction.xa.
 XA_PREPARE, XA_COMMIT, XA_ROLLBACK = "prepare", "commit", "rollback"
+
+
+# A frozen slotted dataclass's __init__ sets each field through object.__setattr__; its slot
+# descriptors set them for a third of that (1.62 -> 0.56 us, timeit): once per transaction
+# here, and once per transaction the relay unpickles from the reader process
+# (connectors/reader_process.py, `MessagePickler`). Read from the class's namespace (as the
+# decoder does for RowInsert): attribute access on the class means the field to mypy.
+_new = object.__new__
+_id_source = vars(TxIdentity)["source"].__set__
+_id_start = vars(TxIdentity)["start"].__set__
+_id_gtid = vars(TxIdentity)["gtid"].__set__
+_id_server_id = vars(TxIdentity)["server_id"].__set__
+_id_commit_ts_ms = vars(TxIdentity)["commit_ts_ms"].__set__
+_id_xa_prepared_at = vars(TxIdentity)["xa_prepared_at"].__set__
+_position_file = vars(BinlogPosition)["file"].__set__
+_position_pos = vars(BinlogPosition)["pos"].__set__
+
+
+def tx_identity(
+    source: str,
+    start: BinlogPosition,
+    gtid: str | None,
+    server_id: int,
+    commit_ts_ms: int,
+    xa_prepared_at: BinlogPosition | None = None,
+) -> TxIdentity:
+    """`TxIdentity(...)`, equal to it, built without its __init__ (see above)."""
+    identity = _new(TxIdentity)
+    _id_source(identity, source)
+    _id_start(identity, start)
+    _id_gtid(identity, gtid)
+    _id_server_id(identity, server_id)
+    _id_commit_ts_ms(identity, commit_ts_ms)
+    _id_xa_prepared_at(identity, xa_prepared_at)
+    return identity
+
+
+def unchecked_position(file: str, pos: int) -> BinlogPosition:
+    """A position as the reader process pickled it (connectors/reader_process.py,
+    `MessagePickler`), without the file name's check `__init__` makes: the reader made it
+    from a checked one. Equal to the one built through `__init__`."""
+    position = _new(BinlogPosition)
+    _position_file(position, file)
+    _position_pos(position, pos)
+    return position
 
 
 class OutboxChangeRefused(ConfigError):
@@ -100,22 +145,47 @@ class CommittedTransaction:
         A row held as text is a statement-logged write (`on_statement = "dead_letter"`)."""
         if not self.size or self._rows is None or self._mapper is None or self._tables is None:
             return
-        mapper, tables = self._mapper, self._tables
+        item, tables = self._item, self._tables
+        for row_index, (table_key, values) in enumerate(self._rows):
+            yield item(row_index, tables[table_key], values)
+
+    def wire_items(
+        self,
+        envelope: EnvelopeEncoder | None,
+        max_message_bytes: int,
+        slow: Callable[[OutboxEvent | DeadLetter], tuple[Any, ...]],
+    ) -> Iterator[tuple[Any, ...]]:
+        """The items as the reader process's pipe carries them (`OutboxEvent.to_wire`), in
+        row order: a common envelope row straight to its tuple (`OutboxMapper.envelope_wire`
+        with `envelope`, the serializer; None: never), every other row as the item
+        `items` gives, made a tuple by `slow` (encoded or dead-lettered, then `to_wire`)."""
+        if not self.size or self._rows is None or self._mapper is None or self._tables is None:
+            return
+        item, tables = self._item, self._tables
+        wire = self._mapper.envelope_wire
         for row_index, (table_key, values) in enumerate(self._rows):
             table = tables[table_key]
-            identity = EventIdentity(self.identity, row_index)
-            if type(values) is str:
-                yield DeadLetter(
-                    STATEMENT_FORMAT,
-                    "DML logged as a statement: the binlog holds no row image to publish",
-                    None,
-                    None,
-                    {"sql": values},
-                    table.qualified_name,
-                    identity,
-                )
-            else:
-                yield mapper.map(table, values, identity)
+            if envelope is not None and type(values) is dict:
+                fast = wire(table, values, envelope, max_message_bytes)
+                if fast is not None:
+                    yield fast
+                    continue
+            yield slow(item(row_index, table, values))
+
+    def _item(self, row_index: int, table: OutboxTable, values: dict[str, Any] | str) -> OutboxEvent | DeadLetter:
+        identity = EventIdentity(self.identity, row_index)
+        if type(values) is str:
+            return DeadLetter(
+                STATEMENT_FORMAT,
+                "DML logged as a statement: the binlog holds no row image to publish",
+                None,
+                None,
+                {"sql": values},
+                table.qualified_name,
+                identity,
+            )
+        assert self._mapper is not None  # items / wire_items checked it
+        return self._mapper.map(table, values, identity)  # type: ignore[arg-type]  # a dict, by the check above
 
     def release(self) -> None:
         """Free the held rows (and the spill file) once they are handed on."""
@@ -227,16 +297,7 @@ class TransactionAssembler:
         # `event` in each branch; the source events are final slotted dataclasses.
         match event:
             case RowInsert():
-                if self._start is None:
-                    return None
-                key = (event.schema, event.table)
-                if key in self._tables:
-                    if self._deleted and (key, event.values.get(self._tables[key].id_column)) in self._deleted:
-                        # the second half of a REPLACE written as delete + insert: the event id
-                        # exists already, this is a change of it, never a second event
-                        self._outbox_change(RowChange("update", event.schema, event.table, event.values, event.end))
-                        return None
-                    self._rows.append((key, event.values))
+                self.feed_inserts((event,))
                 return None
             case TxBegin():
                 if self._start is not None and event.gtid is None and not self._explicit and not len(self._rows):
@@ -291,6 +352,23 @@ class TransactionAssembler:
             case XaRollback():
                 return self._xa_rollback(event)
         return None  # XaEnd, heartbeats, server info: nothing to assemble
+
+    def feed_inserts(self, rows: Iterable[RowInsert]) -> None:
+        """`feed` of each of `rows` (none completes a transaction) in one call: a run of row
+        inserts the source has read already (cdc/feed.py, `LocalFeed.read`), without a call,
+        the `match` and the caller's checks per row."""
+        if self._start is None:
+            return
+        tables, deleted, append = self._tables, self._deleted, self._rows.append
+        for event in rows:
+            key = (event.schema, event.table)
+            if key in tables:
+                if deleted and (key, event.values.get(tables[key].id_column)) in deleted:
+                    # the second half of a REPLACE written as delete + insert: the event id
+                    # exists already, this is a change of it, never a second event
+                    self._outbox_change(RowChange("update", event.schema, event.table, event.values, event.end))
+                    continue
+                append((key, event.values))
 
     # -- XA -------------------------------------------------------------------------
 
@@ -388,7 +466,7 @@ class TransactionAssembler:
         if self._refusal is not None and (xa is None or xa.kind == XA_COMMIT):
             raise StatementFormatRefused(self._refusal[1])
         start = self._start if self._start is not None else end
-        identity = TxIdentity(
+        identity = tx_identity(
             self._source,
             start,
             self._gtid,
