@@ -16,11 +16,12 @@ what it returns over a pipe:
 `DeadLetter.to_wire` and read back by `cdc.outbox.item_from_wire` (cdc/outbox.py, next to
 the types); the common envelope row becomes its tuple without the event object
 (`CommittedTransaction.wire_items`, `OutboxMapper.envelope_wire`: the same tuple). The row
-index is the item's place in the transaction. An envelope event's payload stays here: its Avro value holds it, and the relay reads it back from there
-(`connectors.avro_serializer.envelope_payload`) only for a dead letter. Only committed transactions are sent,
-in binlog order, their items in row order: what the relay receives is what `LocalFeed`
-would have returned in its own process. The pipe is the back-pressure: a child ahead of
-the relay blocks in `send`.
+index is the item's place in the transaction. An envelope event's payload stays here: its
+Avro value holds it, and the relay reads it back from there
+(`connectors.avro_serializer.envelope_payload`) only for a dead letter. Only committed
+transactions are sent, in binlog order, their items in row order: what the relay receives
+is what `LocalFeed` would have returned in its own process. The pipe is the back-pressure:
+a child ahead of the relay blocks in `send`.
 
 Life cycle: the child is spawned as early as possible (`cdc run` starts it before its own
 imports; `build_relay` otherwise), so that its imports overlap the relay's start-up, checkpoint
