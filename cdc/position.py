@@ -66,3 +66,21 @@ class BinlogPosition:
 
     def __str__(self) -> str:
         return f"{self.file}:{self.pos}"
+
+
+# A frozen slotted dataclass's slot descriptors set its fields without __init__'s
+# per-field object.__setattr__ and its regex check of the file name. Read from the class's
+# namespace: attribute access on the class means the field to a type checker.
+_new = object.__new__
+_set_file = vars(BinlogPosition)["file"].__set__
+_set_pos = vars(BinlogPosition)["pos"].__set__
+
+
+def unchecked_position(file: str, pos: int) -> BinlogPosition:
+    """`BinlogPosition(file, pos)`, equal to it, without the file name's check: for a file
+    name checked already (the decoder checks it once per Rotate; the reader process pickles
+    positions it made from checked ones, connectors/reader_process.py `MessagePickler`)."""
+    position = _new(BinlogPosition)
+    _set_file(position, file)
+    _set_pos(position, pos)
+    return position

@@ -78,8 +78,6 @@ _id_gtid = vars(TxIdentity)["gtid"].__set__
 _id_server_id = vars(TxIdentity)["server_id"].__set__
 _id_commit_ts_ms = vars(TxIdentity)["commit_ts_ms"].__set__
 _id_xa_prepared_at = vars(TxIdentity)["xa_prepared_at"].__set__
-_position_file = vars(BinlogPosition)["file"].__set__
-_position_pos = vars(BinlogPosition)["pos"].__set__
 
 
 def tx_identity(
@@ -99,16 +97,6 @@ def tx_identity(
     _id_commit_ts_ms(identity, commit_ts_ms)
     _id_xa_prepared_at(identity, xa_prepared_at)
     return identity
-
-
-def unchecked_position(file: str, pos: int) -> BinlogPosition:
-    """A position as the reader process pickled it (connectors/reader_process.py,
-    `MessagePickler`), without the file name's check `__init__` makes: the reader made it
-    from a checked one. Equal to the one built through `__init__`."""
-    position = _new(BinlogPosition)
-    _position_file(position, file)
-    _position_pos(position, pos)
-    return position
 
 
 class OutboxChangeRefused(ConfigError):

@@ -55,7 +55,7 @@ from typing import Any
 
 from pymysqlreplication.row_event import RowsEvent, find_charset
 
-from cdc.position import BinlogPosition, file_sequence
+from cdc.position import BinlogPosition, file_sequence, unchecked_position
 from cdc.source_events import (
     Heartbeat,
     RowChange,
@@ -215,13 +215,7 @@ _ins_table = vars(RowInsert)["table"].__set__
 _ins_values = vars(RowInsert)["values"].__set__
 _ins_end = vars(RowInsert)["end"].__set__
 
-
-def _pos(file: str, pos: int) -> BinlogPosition:
-    """BinlogPosition without re-validating the file name (validated once per Rotate)."""
-    p = _new(BinlogPosition)
-    _pos_file(p, file)
-    _pos_pos(p, pos)
-    return p
+_pos = unchecked_position  # the file name is validated once per Rotate
 
 
 def _lenenc(buf: bytes, p: int) -> tuple[int, int]:

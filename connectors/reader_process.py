@@ -54,9 +54,9 @@ from cdc.feed import MORE, LocalFeed, assembler_for, wire_of
 from cdc.identity import EventIdentity, TxIdentity
 from cdc.outbox import DeadLetter, OutboxEvent
 from cdc.ports import StartAt
-from cdc.position import BinlogPosition
+from cdc.position import BinlogPosition, unchecked_position
 from cdc.relay_settings import RelaySettings
-from cdc.transaction import CommittedTransaction, tx_identity, unchecked_position
+from cdc.transaction import CommittedTransaction, tx_identity
 from connectors.avro_serializer import envelope_payload
 from connectors.process import die_with_parent
 from connectors.reader_spawn import SpawnedReader, spawn
@@ -344,7 +344,7 @@ class MessagePickler:
       their fields: pickle's default for a slotted dataclass is its `__getstate__` /
       `__setstate__` (dataclasses.py), which calls `fields()` and sets each field in a loop,
       on both sides. They are rebuilt by `cdc.transaction.tx_identity` and
-      `cdc.transaction.unchecked_position`, by name: this module is `__main__` in the
+      `cdc.position.unchecked_position`, by name: this module is `__main__` in the
       child, which the relay cannot import from.
 
     A one-row transaction's message: 12.0 -> 3.6 us pickled, 8.7 -> 4.7 us unpickled by the

@@ -10,8 +10,8 @@ import pickle
 import pytest
 
 from cdc.identity import TxIdentity
-from cdc.position import BinlogPosition
-from cdc.transaction import XA_COMMIT, XaMark, tx_identity, unchecked_position
+from cdc.position import BinlogPosition, unchecked_position
+from cdc.transaction import XA_COMMIT, XaMark, tx_identity
 from connectors.reader_process import MessagePickler
 
 _START = BinlogPosition("mysql-bin.000007", 4)
