@@ -62,6 +62,10 @@ def _text_header(cache: dict[str, tuple[str, bytes]], name: str, text: str) -> t
     return header
 
 
+def _never(*_args: Any) -> None:
+    raise AssertionError("a message of the tuple way without a reporting publisher")
+
+
 class Handover:
     def __init__(
         self,
@@ -101,6 +105,8 @@ class Handover:
             cast(ReportingPublisher, publisher) if hasattr(type(publisher), "publish_reported") else None
         )
         self._reported = self._event_reported  # bound once, not per message
+        # `_wire_event`'s produce (used only with a reporting publisher), bound once.
+        self._publish_reported: Callable[..., None] = getattr(self._reporting, "publish_reported", _never)
         # The event-type and table headers by their text: a few texts, on every event.
         self._type_headers: dict[str, tuple[str, bytes]] = {}
         self._table_headers: dict[str, tuple[str, bytes]] = {}
@@ -264,11 +270,17 @@ class Handover:
         _, event_id, _, aggregate_id, event_type, _, _, topic, table, value, _ = wire
         entry.remaining += 1  # InflightWindow.expect, inline
         entry.events += 1
-        cast(ReportingPublisher, self._reporting).publish_reported(
+        self._publish_reported(
             topic,
             aggregate_id.encode(),
             value,
-            self._headers(tx_headers, row, event_id, event_type, table),
+            [
+                *tx_headers,
+                _ROW_HEADERS[row] if row < 1024 else (H_ROW, str(row).encode()),
+                (H_EVENT_ID, event_id.encode()),
+                self._type_headers.get(event_type) or _text_header(self._type_headers, H_EVENT_TYPE, event_type),
+                self._table_headers.get(table) or _text_header(self._table_headers, H_TABLE, table),
+            ],
             partial(self._wire_reported, entry, tx, wire, row),
             None,
         )
@@ -280,8 +292,16 @@ class Handover:
         when the report is not an acknowledgement at a known offset."""
         if error is None:
             offset = message.offset()
-            if offset is not None:
-                self._acknowledged_at(entry, wire[7], message.partition(), offset, len(wire[9]))
+            if offset is not None:  # _acknowledged_at, inline
+                entry.remaining -= 1
+                offsets, key = entry.offsets, (wire[7], message.partition())
+                if offset > offsets.get(key, -1):
+                    offsets[key] = offset
+                metrics = self.metrics
+                metrics.events_published += 1
+                metrics.bytes_published += len(wire[9])
+                if not entry.remaining and entry.sealed:
+                    self._acknowledged_whole(entry)
                 return
         reporting = cast(ReportingPublisher, self._reporting)
         delivery = reporting.delivery(wire[7], error, message)
