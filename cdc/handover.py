@@ -105,6 +105,7 @@ class Handover:
             cast(ReportingPublisher, publisher) if hasattr(type(publisher), "publish_reported") else None
         )
         self._reported = self._event_reported  # bound once, not per message
+        self._wire_report = self._wire_reported  # likewise
         # `_wire_event`'s produce (used only with a reporting publisher), bound once.
         self._publish_reported: Callable[..., None] = getattr(self._reporting, "publish_reported", _never)
         # The event-type and table headers by their text: a few texts, on every event.
@@ -281,7 +282,7 @@ class Handover:
                 self._type_headers.get(event_type) or _text_header(self._type_headers, H_EVENT_TYPE, event_type),
                 self._table_headers.get(table) or _text_header(self._table_headers, H_TABLE, table),
             ],
-            partial(self._wire_reported, entry, tx, wire, row),
+            partial(self._wire_report, entry, tx, wire, row),
             None,
         )
 
