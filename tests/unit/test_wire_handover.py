@@ -44,11 +44,15 @@ class _Recording:
         self.produced: list[tuple[Any, ...]] = []
         self.reports: list[Any] = []
 
-    def publish(self, topic, key, value, headers, on_delivery, timestamp_ms=None) -> None:  # type: ignore[no-untyped-def]
+    def publish(
+        self, topic: str, key: bytes, value: bytes, headers: list, on_delivery: Any, timestamp_ms: int | None = None
+    ) -> None:
         self.produced.append((topic, key, value, list(headers), timestamp_ms))
         self.reports.append(lambda error, message: on_delivery(self.delivery(topic, error, message)))
 
-    def publish_reported(self, topic, key, value, headers, report, timestamp_ms=None) -> None:  # type: ignore[no-untyped-def]
+    def publish_reported(
+        self, topic: str, key: bytes, value: bytes, headers: list, report: Any, timestamp_ms: int | None = None
+    ) -> None:
         self.produced.append((topic, key, value, list(headers), timestamp_ms))
         self.reports.append(report)
 
@@ -90,6 +94,7 @@ def _handover() -> tuple[Handover, _Recording, Ledger]:
         publisher,
         _SERIALIZER,
         ledger,
+        # The delivery mode's three hooks only; every topic named, so no metadata is asked.
         SimpleNamespace(readable_when_acknowledged=True, handing_over=lambda tx: None, topic_named=lambda: None),  # type: ignore[arg-type]
         MissingTopics(settings, None, None, time.monotonic),  # type: ignore[arg-type]
         None,  # type: ignore[arg-type]  # no unlocated acknowledgement is confirmed here
@@ -127,6 +132,7 @@ def _wires(draw: Any) -> tuple[Any, ...]:
 def _hand_over(wires: list[tuple[Any, ...]], objects: bool, reports: list[Any]) -> tuple[Any, ...]:
     """Hand `wires` over one way; Kafka answers each message with the matching report."""
     handover, publisher, ledger = _handover()
+    # No feed (the whole transaction is its first chunk); the transactions are duck-typed.
     shipped = ShippedTransaction(None, _TX, _END, len(wires), list(wires), False)  # type: ignore[arg-type]
     handover.transaction(_ObjectsOnly(shipped) if objects else shipped)  # type: ignore[arg-type]
     for n, report in enumerate(publisher.reports):
