@@ -22,7 +22,7 @@ transaction is handed over with acknowledgements served as it goes and at most
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from functools import partial
 from typing import Any, cast
 
@@ -39,7 +39,7 @@ from cdc.log_limit import LogLimiter
 from cdc.metrics import RelayMetrics
 from cdc.missing_topics import MissingTopics
 from cdc.outbox import DeadLetter, OutboxEvent
-from cdc.ports import Delivery, Publisher, ReportingPublisher, Serializer
+from cdc.ports import Delivery, Publisher, ReportingPublisher, Serializer, WireTransaction
 from cdc.relay_settings import RelaySettings
 from cdc.transaction import CommittedTransaction
 from cdc.unlocated import Unlocated, UnlocatedConfirmation
@@ -60,6 +60,10 @@ def _text_header(cache: dict[str, tuple[str, bytes]], name: str, text: str) -> t
         cache.clear()
     header = cache[text] = (name, text.encode())
     return header
+
+
+def _never(*_args: Any) -> None:
+    raise AssertionError("a message of the tuple way without a reporting publisher")
 
 
 class Handover:
@@ -101,6 +105,9 @@ class Handover:
             cast(ReportingPublisher, publisher) if hasattr(type(publisher), "publish_reported") else None
         )
         self._reported = self._event_reported  # bound once, not per message
+        self._wire_report = self._wire_reported  # likewise
+        # `_wire_event`'s produce (used only with a reporting publisher), bound once.
+        self._publish_reported: Callable[..., None] = getattr(self._reporting, "publish_reported", _never)
         # The event-type and table headers by their text: a few texts, on every event.
         self._type_headers: dict[str, tuple[str, bytes]] = {}
         self._table_headers: dict[str, tuple[str, bytes]] = {}
@@ -125,7 +132,13 @@ class Handover:
             recovery = ledger.recovery
             publisher, cap = self._publisher, self._settings.max_in_flight
             tx_headers = tx.identity.headers()
-            for index, item in enumerate(tx.items()):
+            # A transaction from the reader process gives its items as the pipe's tuples:
+            # the common envelope event goes from its tuple to produce() (`_wire_event`),
+            # anything else becomes its object first (`wired.item`), as `items` would give it.
+            wired = cast(WireTransaction, tx) if self._reporting is not None and hasattr(type(tx), "wire") else None
+            named, absent = self._named, self._absent
+            rows: Iterator[Any] = wired.wire() if wired is not None else tx.items()
+            for index, got in enumerate(rows):
                 if index & 255 == 255:
                     # A large transaction: serve acknowledgements as we go, and wait while
                     # too many are outstanding, so memory stays bounded (the rows
@@ -134,6 +147,16 @@ class Handover:
                     while publisher.pending() > cap:
                         publisher.poll(0.05)
                     guard.check()
+                if wired is not None:
+                    # Tag 2: an envelope event, its value made (OutboxEvent.to_wire); on a
+                    # topic already named and not missing, it needs no object.
+                    if got[0] == 2 and recovery is None and got[7] in named and not (absent and got[7] in absent):
+                        self._wire_event(entry, wired, got, index, tx_headers)
+                        handed = True
+                        crashpoints.hit("after_produce")
+                        continue
+                    got = wired.item(got, index)
+                item: OutboxEvent | DeadLetter = got
                 if recovery is not None and (
                     recovery.already_delivered(item.identity.key())
                     or (
@@ -190,14 +213,7 @@ class Handover:
                 self.dead_letter(entry, prepared)
                 return
             value = cast(bytes, prepared.encoded)  # prepare() set it
-        row, event_type, table = event.identity.row, event.event_type, event.table
-        headers: list[tuple[str, bytes | None]] = [
-            *tx_headers,
-            _ROW_HEADERS[row] if row < 1024 else (H_ROW, str(row).encode()),
-            (H_EVENT_ID, event.event_id.encode()),
-            self._type_headers.get(event_type) or _text_header(self._type_headers, H_EVENT_TYPE, event_type),
-            self._table_headers.get(table) or _text_header(self._table_headers, H_TABLE, table),
-        ]
+        headers = self._headers(tx_headers, event.identity.row, event.event_id, event.event_type, event.table)
         timestamp_ms = None
         if extras is not None:  # a payload format (cdc/formats.py): its headers, the record timestamp
             headers.append((H_FORMAT, extras.format.encode()))
@@ -233,6 +249,77 @@ class Handover:
             on_delivery = partial(self._event_delivered, entry, event, tx_headers, size)
             self._publisher.publish(event.topic, event.aggregate_id.encode(), value, headers, on_delivery, timestamp_ms)
 
+    def _headers(
+        self, tx_headers: list[tuple[str, bytes]], row: int, event_id: str, event_type: str, table: str
+    ) -> list[tuple[str, bytes | None]]:
+        """An event's identity headers (cdc/identity.py): its transaction's, then its own."""
+        return [
+            *tx_headers,
+            _ROW_HEADERS[row] if row < 1024 else (H_ROW, str(row).encode()),
+            (H_EVENT_ID, event_id.encode()),
+            self._type_headers.get(event_type) or _text_header(self._type_headers, H_EVENT_TYPE, event_type),
+            self._table_headers.get(table) or _text_header(self._table_headers, H_TABLE, table),
+        ]
+
+    def _wire_event(
+        self, entry: PendingTx, tx: WireTransaction, wire: tuple, row: int, tx_headers: list[tuple[str, bytes]]
+    ) -> None:
+        """`event` of an envelope event from its pipe tuple (tag 2: its value made, no
+        payload format) on a topic named and not missing: the same message, headers and
+        report, without the OutboxEvent and its EventIdentity. Its report builds the
+        object from the tuple (`tx.item`) only for anything but an acknowledgement."""
+        _, event_id, _, aggregate_id, event_type, _, _, topic, table, value, _ = wire
+        entry.remaining += 1  # InflightWindow.expect, inline
+        entry.events += 1
+        self._publish_reported(
+            topic,
+            aggregate_id.encode(),
+            value,
+            [
+                *tx_headers,
+                _ROW_HEADERS[row] if row < 1024 else (H_ROW, str(row).encode()),
+                (H_EVENT_ID, event_id.encode()),
+                self._type_headers.get(event_type) or _text_header(self._type_headers, H_EVENT_TYPE, event_type),
+                self._table_headers.get(table) or _text_header(self._table_headers, H_TABLE, table),
+            ],
+            partial(self._wire_report, entry, tx, wire, row),
+            None,
+        )
+
+    def _wire_reported(
+        self, entry: PendingTx, tx: WireTransaction, wire: tuple, row: int, error: Any, message: Any
+    ) -> None:
+        """`_event_reported` of a `_wire_event` message: the event object is made only
+        when the report is not an acknowledgement at a known offset."""
+        if error is None:
+            offset = message.offset()
+            if offset is not None:  # _acknowledged_at, inline
+                entry.remaining -= 1
+                offsets, key = entry.offsets, (wire[7], message.partition())
+                if offset > offsets.get(key, -1):
+                    offsets[key] = offset
+                metrics = self.metrics
+                metrics.events_published += 1
+                metrics.bytes_published += len(wire[9])
+                if not entry.remaining and entry.sealed:
+                    self._acknowledged_whole(entry)
+                return
+        reporting = cast(ReportingPublisher, self._reporting)
+        delivery = reporting.delivery(wire[7], error, message)
+        self._event_delivered(entry, tx.item(wire, row), tx.identity.headers(), len(wire[9]), delivery)
+
+    def _acknowledged_at(self, entry: PendingTx, topic: str, partition: int, offset: int, size: int) -> None:
+        """InflightWindow.acknowledged, inline (once per event), and the metrics."""
+        entry.remaining -= 1
+        offsets, key = entry.offsets, (topic, partition)
+        if offset > offsets.get(key, -1):
+            offsets[key] = offset
+        metrics = self.metrics
+        metrics.events_published += 1
+        metrics.bytes_published += size
+        if not entry.remaining and entry.sealed:
+            self._acknowledged_whole(entry)
+
     def _event_reported(
         self,
         entry: PendingTx,
@@ -249,15 +336,7 @@ class Handover:
         if error is None:
             offset = message.offset()  # None, never below 0 (confluent-kafka's Message_offset)
             if offset is not None:
-                entry.remaining -= 1
-                offsets, key = entry.offsets, (event.topic, message.partition())
-                if offset > offsets.get(key, -1):
-                    offsets[key] = offset
-                metrics = self.metrics
-                metrics.events_published += 1
-                metrics.bytes_published += size
-                if not entry.remaining and entry.sealed:
-                    self._acknowledged_whole(entry)
+                self._acknowledged_at(entry, event.topic, message.partition(), offset, size)
                 return
         reporting = cast(ReportingPublisher, self._reporting)
         self._event_delivered(entry, event, tx_headers, size, reporting.delivery(event.topic, error, message))

@@ -64,6 +64,21 @@ class Feed(Protocol):
         """Leave at once, without ending the stream politely (the relay lost its lease)."""
 
 
+class WireTransaction(Protocol):
+    """A committed transaction that also gives its items as the reader process's pipe
+    carried them (connectors/reader_process.py, `ShippedTransaction`; the tuples of
+    `cdc.outbox.OutboxEvent.to_wire`): the hand-over publishes the common envelope event
+    from its tuple and asks for the object only when it needs one."""
+
+    identity: Any  # cdc.identity.TxIdentity
+
+    def wire(self) -> Iterator[tuple]:
+        """The items' tuples in row order (a tuple's place is its row), in place of `items`."""
+
+    def item(self, wire: tuple, row: int) -> Any:
+        """The OutboxEvent or DeadLetter that `wire`, at `row`, stands for (as `items` gives it)."""
+
+
 class FeedFactory(Protocol):
     def open(self, start: StartAt, server_id: int) -> Feed: ...
 

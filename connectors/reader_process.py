@@ -159,18 +159,14 @@ class ShippedTransaction:
         self.identity, self.end, self.size, self.xa = identity, end, size, xa
         self._feed, self._first, self._more = feed, first, more
 
-    def items(self) -> Iterator[OutboxEvent | DeadLetter]:
-        identity, row = self.identity, 0
+    def wire(self) -> Iterator[tuple]:
+        """The items as they crossed the pipe, in row order (the row index is the place):
+        the hand-over reads the common envelope event's produce arguments from its tuple
+        and asks `item` for the object only when it needs one (cdc/handover.py)."""
         chunk, more = self._first, self._more
         self._first = []
-        event_from_wire, dead_letter_from_wire = OutboxEvent.from_wire, DeadLetter.from_wire
         while True:
-            for t in chunk:
-                if t[0] != 1:
-                    yield event_from_wire(t, EventIdentity(identity, row), envelope_payload)
-                else:
-                    yield dead_letter_from_wire(t, EventIdentity(identity, row))
-                row += 1
+            yield from chunk
             if not more:
                 self._more = False
                 return
@@ -179,9 +175,20 @@ class ShippedTransaction:
                 raise SourceError(f"binlog reader process: expected the rest of a transaction, got {msg[0]!r}")
             chunk, more = msg[1], msg[2]
 
+    def item(self, wire: tuple, row: int) -> OutboxEvent | DeadLetter:
+        """The item a `wire` tuple at `row` stands for, as `items` gives it."""
+        if wire[0] != 1:
+            return OutboxEvent.from_wire(wire, EventIdentity(self.identity, row), envelope_payload)
+        return DeadLetter.from_wire(wire, EventIdentity(self.identity, row))
+
+    def items(self) -> Iterator[OutboxEvent | DeadLetter]:
+        item = self.item
+        for row, wire in enumerate(self.wire()):
+            yield item(wire, row)
+
     def release(self) -> None:
         while self._more:  # a transaction not read to its end: drop the rest of it
-            for _ in self.items():
+            for _ in self.wire():
                 pass
 
 
