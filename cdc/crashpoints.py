@@ -54,6 +54,12 @@ def arm(spec: str | None) -> None:
     _armed, _remaining = name, int(count or 1)
 
 
+def armed(name: str) -> bool:
+    """Whether `name` is the armed point: a loop that would pass a point once per row asks
+    once per run of rows, and passes it only when armed (cdc/feed.py)."""
+    return _armed == name
+
+
 def hit(name: str) -> None:
     global _remaining
     if _armed is None or name != _armed:

@@ -170,7 +170,10 @@ class LocalFeed:
                 crashpoints.hit("xa_prepared")
             return tx
         if type(event) is RowInsert:
-            if assembler.in_transaction:
+            # Unarmed (always, outside the fault tests), the crash point costs one call per
+            # run of rows, not one per row: `hit` was about 0.1 us a row.
+            crash = assembler.in_transaction and crashpoints.armed("mid_transaction")
+            if crash:
                 crashpoints.hit("mid_transaction")
             # The rows that follow it in what the source has read already, taken here in one
             # call (a source that offers `ready_rows`), not one `read` each through this
@@ -183,7 +186,7 @@ class LocalFeed:
                 rows = ready_rows()
                 if rows:
                     assembler.feed_inserts(rows)
-                    if assembler.in_transaction:
+                    if crash:
                         hit = crashpoints.hit
                         for _ in rows:
                             hit("mid_transaction")

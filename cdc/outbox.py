@@ -298,6 +298,11 @@ def _micros_of(value: Any) -> int | None:
     return None
 
 
+def _no_wire(row: dict[str, Any]) -> None:
+    """`OutboxMapper.envelope_writer` of a payload format's table: every row takes `map`."""
+    return None
+
+
 class OutboxMapper:
     def __init__(self, router: TopicRouter):
         self._router = router
@@ -310,9 +315,8 @@ class OutboxMapper:
         # (timeit, bench.outbox); `_named` keeps each table, so its id is never reused
         self._names: dict[int, str] = {}
         self._named: list[OutboxTable] = []
-        # envelope_wire's per-table constants by the table's identity (False: a payload
-        # format's table, which that path does not take); `_named` keeps the tables alive
-        self._wire_plans: dict[int, tuple[Any, ...] | bool] = {}
+        # envelope_wire's writer per (table, encoder, limit) by identity (`envelope_writer`)
+        self._wire_writers: dict[tuple[int, int, int], Callable[[dict[str, Any]], tuple[Any, ...] | None]] = {}
 
     def map(self, table: OutboxTable, row: dict[str, Any], identity: EventIdentity) -> OutboxEvent | DeadLetter:
         try:
@@ -367,53 +371,65 @@ class OutboxMapper:
         item: a payload format's table, a row that is a dead letter (a column missing or NULL,
         a topic refused, a value too large or that cannot be encoded), a type or event type
         that is not text, a field the encoder does not write."""
-        plan = self._wire_plans.get(id(table))
-        if plan is None:
-            plan = self._wire_plan(table)
-        if plan is False:
-            return None
-        fields, payload_column, timestamp_column, name, routes = plan  # type: ignore[misc]
-        try:
-            event_id, aggregate_type, aggregate_id, event_type = fields(row)
-            route = routes.get((aggregate_type, event_type))  # TypeError: a JSON column's dict
-        except (KeyError, TypeError):
-            return None
-        if type(event_id) is not str:
-            if event_id is None:
-                return None
-            event_id = text_of(event_id)
-        if type(aggregate_id) is not str:
-            if aggregate_id is None:
-                return None
-            aggregate_id = text_of(aggregate_id)
-        if route is None:
-            route = self._wire_route(table, routes, aggregate_type, event_type, encoder)
-            if route is None:
-                return None
-        aggregate_type, event_type, topic, head = route
-        payload = row.get(payload_column)
-        if payload is not None and type(payload) is not str and type(payload) is not bytes:
-            payload = _payload_of(payload)
-        timestamp = _micros_of(row.get(timestamp_column)) if timestamp_column else None
-        try:
-            value = encoder.envelope_body(head, event_id, aggregate_type, aggregate_id, event_type, payload, timestamp)
-        except (ValueError, TypeError):  # prepare's encoding_failed: its dead letter is made there
-            return None
-        if value is None or len(value) > max_message_bytes:
-            return None
-        return (2, event_id, aggregate_type, aggregate_id, event_type, None, timestamp, topic, name, value, None)
+        return self.envelope_writer(table, encoder, max_message_bytes)(row)
 
-    def _wire_plan(self, table: OutboxTable) -> tuple[Any, ...] | bool:
-        plan: tuple[Any, ...] | bool = False
-        if table.format == "envelope":
-            fields = itemgetter(
-                table.id_column, table.aggregate_type_column, table.aggregate_id_column, table.type_column
-            )
-            name = self._names.get(id(table)) or self._name(table)
-            plan = (fields, table.payload_column, table.timestamp_column, name, {})
-        self._named.append(table)
-        self._wire_plans[id(table)] = plan
-        return plan
+    def envelope_writer(
+        self, table: OutboxTable, encoder: EnvelopeEncoder, max_message_bytes: int
+    ) -> Callable[[dict[str, Any]], tuple[Any, ...] | None]:
+        """`envelope_wire` for `table`'s rows, its per-table constants looked up once: a
+        transaction's rows (`CommittedTransaction.wire_items`) call it without the look-up
+        of the table's plan and its unpacking per row. Kept per table, encoder and limit."""
+        key = (id(table), id(encoder), max_message_bytes)
+        writer = self._wire_writers.get(key)
+        if writer is None:
+            writer = self._wire_writers[key] = self._envelope_writer(table, encoder, max_message_bytes)
+            self._named.append(table)  # its id is never reused while the writer is kept
+        return writer
+
+    def _envelope_writer(
+        self, table: OutboxTable, encoder: EnvelopeEncoder, max_message_bytes: int
+    ) -> Callable[[dict[str, Any]], tuple[Any, ...] | None]:
+        # an envelope writer holds its encoder: the encoder's id is never reused while it is kept
+        if table.format != "envelope":
+            return _no_wire
+        fields = itemgetter(table.id_column, table.aggregate_type_column, table.aggregate_id_column, table.type_column)
+        payload_column, timestamp_column = table.payload_column, table.timestamp_column
+        name = self._names.get(id(table)) or self._name(table)
+        routes: dict[tuple[str, str], tuple[str, str, str, bytes]] = {}
+        wire_route, body = self._wire_route, encoder.envelope_body
+
+        def write(row: dict[str, Any]) -> tuple[Any, ...] | None:
+            try:
+                event_id, aggregate_type, aggregate_id, event_type = fields(row)
+                route = routes.get((aggregate_type, event_type))  # TypeError: a JSON column's dict
+            except (KeyError, TypeError):
+                return None
+            if type(event_id) is not str:
+                if event_id is None:
+                    return None
+                event_id = text_of(event_id)
+            if type(aggregate_id) is not str:
+                if aggregate_id is None:
+                    return None
+                aggregate_id = text_of(aggregate_id)
+            if route is None:
+                route = wire_route(table, routes, aggregate_type, event_type, encoder)
+                if route is None:
+                    return None
+            aggregate_type, event_type, topic, head = route
+            payload = row.get(payload_column)
+            if payload is not None and type(payload) is not str and type(payload) is not bytes:
+                payload = _payload_of(payload)
+            timestamp = _micros_of(row.get(timestamp_column)) if timestamp_column else None
+            try:
+                value = body(head, event_id, aggregate_type, aggregate_id, event_type, payload, timestamp)
+            except (ValueError, TypeError):  # prepare's encoding_failed: its dead letter is made there
+                return None
+            if value is None or len(value) > max_message_bytes:
+                return None
+            return (2, event_id, aggregate_type, aggregate_id, event_type, None, timestamp, topic, name, value, None)
+
+        return write
 
     def _wire_route(
         self,

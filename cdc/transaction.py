@@ -150,11 +150,18 @@ class CommittedTransaction:
         if not self.size or self._rows is None or self._mapper is None or self._tables is None:
             return
         item, tables = self._item, self._tables
-        wire = self._mapper.envelope_wire
+        writer = self._mapper.envelope_writer
+        # A run of rows of one table shares its key object (`TransactionAssembler.feed_inserts`):
+        # the table and its writer are looked up when the key changes, not per row.
+        last_key: Any = None
+        table: Any = None
+        write: Any = None
         for row_index, (table_key, values) in enumerate(self._rows):
-            table = tables[table_key]
-            if envelope is not None and type(values) is dict:
-                fast = wire(table, values, envelope, max_message_bytes)
+            if table_key is not last_key:
+                last_key, table = table_key, tables[table_key]
+                write = None if envelope is None else writer(table, envelope, max_message_bytes)
+            if write is not None and type(values) is dict:
+                fast = write(values)
                 if fast is not None:
                     yield fast
                     continue
@@ -348,9 +355,17 @@ class TransactionAssembler:
         if self._start is None:
             return
         tables, deleted, append = self._tables, self._deleted, self._rows.append
+        schema: Any = None
+        table: Any = None
+        key: Any = None
+        watched = False
         for event in rows:
-            key = (event.schema, event.table)
-            if key in tables:
+            # the decoder gives a rows event's rows the same schema and table objects: one
+            # key object for the run (and `wire_items` looks the table up once for it)
+            if event.schema is not schema or event.table is not table:
+                schema, table, key = event.schema, event.table, (event.schema, event.table)
+                watched = key in tables
+            if watched:
                 if deleted and (key, event.values.get(tables[key].id_column)) in deleted:
                     # the second half of a REPLACE written as delete + insert: the event id
                     # exists already, this is a change of it, never a second event

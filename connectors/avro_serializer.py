@@ -260,15 +260,36 @@ def _envelope_fields(
         stamp = b"\x00"
     else:
         return None
-    a, b, c, d = event_id.encode(), aggregate_type.encode(), aggregate_id.encode(), event_type.encode()
-    na, nb, nc, nd = len(a), len(b), len(c), len(d)
+    a, c = event_id.encode(), aggregate_id.encode()
+    na, nc = len(a), len(c)
     short = _SHORT_LONGS
     if payload is not None:
         n = len(data)
         branch += short[n] if n < 2048 else _zigzag(n)
-    if (na | nb | nc | nd) < 2048:  # all four below 2048 (a power of two): the table's prefixes
-        return b"".join((head, short[na], a, short[nb], b, short[nc], c, short[nd], d, branch, data, stamp))
-    return b"".join((head, _length(na), a, _length(nb), b, _length(nc), c, _length(nd), d, branch, data, stamp))
+    # The aggregate type and the event type repeat on nearly every event: their encoded
+    # strings (length and UTF-8 bytes) are kept per text (`_text_field`).
+    b = _TEXT_FIELDS.get(aggregate_type) or _text_field(aggregate_type)
+    d = _TEXT_FIELDS.get(event_type) or _text_field(event_type)
+    if (na | nc) < 2048:  # both below 2048 (a power of two): the table's prefixes
+        return b"".join((head, short[na], a, b, short[nc], c, d, branch, data, stamp))
+    return b"".join((head, _length(na), a, b, _length(nc), c, d, branch, data, stamp))
+
+
+# An Avro string as written (its length as a long, then its UTF-8 bytes), per text, for the
+# envelope's aggregate type and event type: a few distinct texts on every event. One dict
+# look-up instead of encode, len and the length's look-up, twice: `_envelope_fields` 1122
+# -> 887 ns an event (bench-shaped fields, min of 21 alternating x 30k, in-process). Bounded:
+# past `_TEXT_FIELDS_LIMIT` texts, a new one is encoded each time.
+_TEXT_FIELDS: dict[str, bytes] = {}
+_TEXT_FIELDS_LIMIT = 4096
+
+
+def _text_field(text: str) -> bytes:
+    data = text.encode()
+    field = _length(len(data)) + data
+    if len(_TEXT_FIELDS) < _TEXT_FIELDS_LIMIT:
+        _TEXT_FIELDS[text] = field
+    return field
 
 
 def _length(n: int) -> bytes:

@@ -73,6 +73,21 @@ def test_every_length_prefix_is_what_fastavro_writes(length):
         assert _envelope_body(event) == _fastavro(event)
 
 
+@pytest.mark.parametrize("length", [0, 63, 64, 2047, 2048, 70000])
+def test_the_kept_aggregate_and_event_types_are_what_fastavro_writes(length, monkeypatch: pytest.MonkeyPatch):
+    """The aggregate type's and event type's encoded strings are kept per text
+    (`_TEXT_FIELDS`): the first event and the next, and past the limit of kept texts."""
+    from connectors import avro_serializer
+
+    event = _event("id", "t" * length, "order-1", "é" * length, "{}", None)
+    assert _envelope_body(event) == _envelope_body(event) == _fastavro(event)
+    monkeypatch.setattr(avro_serializer, "_TEXT_FIELDS", {})
+    monkeypatch.setattr(avro_serializer, "_TEXT_FIELDS_LIMIT", 1)
+    other = _event("id", "order", "order-1", "x" * length, "{}", 5)
+    assert _envelope_body(other) == _envelope_body(other) == _fastavro(other)
+    assert list(avro_serializer._TEXT_FIELDS) == ["order"]
+
+
 class _Text(str):
     pass
 

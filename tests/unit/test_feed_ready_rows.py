@@ -66,6 +66,7 @@ def _committed(factory: FakeSourceFactory) -> list[tuple]:
 def test_a_run_of_rows_taken_at_once_gives_the_same_transactions(monkeypatch: pytest.MonkeyPatch):
     hits: list[str] = []
     monkeypatch.setattr(feed_module.crashpoints, "hit", hits.append)
+    monkeypatch.setattr(feed_module.crashpoints, "_armed", "mid_transaction")  # as CDC_CRASH_AT does
     plain, ready = FakeSourceFactory(_binlog()), ReadyRowsFactory(_binlog())
     expected = _committed(plain)
     plain_hits, hits[:] = list(hits), []
@@ -73,3 +74,16 @@ def test_a_run_of_rows_taken_at_once_gives_the_same_transactions(monkeypatch: py
     assert [tx[2] for tx in expected] == [7, 5, 7, 7]  # the savepoint's two rows rolled back
     assert hits == plain_hits and hits.count("mid_transaction") == 4 * 8 + 1  # one per row
     assert plain.reads - ready.reads >= 20  # most rows did not go through read()
+
+
+def test_an_unarmed_crash_point_is_not_passed_per_row(monkeypatch: pytest.MonkeyPatch):
+    """Unarmed (every run outside the fault tests), the feed does not call `hit` per row."""
+    hits: list[str] = []
+    monkeypatch.setattr(feed_module.crashpoints, "hit", hits.append)
+    monkeypatch.setattr(feed_module.crashpoints, "_armed", None)
+    ready = ReadyRowsFactory(_binlog())
+    assert [tx[2] for tx in _committed(ready)] == [7, 5, 7, 7]
+    assert hits.count("mid_transaction") == 0
+    monkeypatch.setattr(feed_module.crashpoints, "_armed", "xa_outcome")  # another point armed
+    assert [tx[2] for tx in _committed(ReadyRowsFactory(_binlog()))] == [7, 5, 7, 7]
+    assert hits.count("mid_transaction") == 0
