@@ -204,12 +204,9 @@ _U32 = struct.Struct("<I").unpack_from
 _U64 = struct.Struct("<Q").unpack_from
 
 _new = object.__new__
-# Frozen slotted dataclasses: their slot descriptors set fields without __init__'s
-# per-field object.__setattr__ (and BinlogPosition's regex check of the file name, done
-# once per Rotate here); the objects are equal to ones built through __init__. (Read from
-# the class's namespace: attribute access on the class means the field to a type checker.)
-_pos_file = vars(BinlogPosition)["file"].__set__
-_pos_pos = vars(BinlogPosition)["pos"].__set__
+# A frozen slotted dataclass: its slot descriptors set fields without __init__'s per-field
+# object.__setattr__; the rows are equal to ones built through __init__. (Read from the
+# class's namespace: attribute access on the class means the field to a type checker.)
 _ins_schema = vars(RowInsert)["schema"].__set__
 _ins_table = vars(RowInsert)["table"].__set__
 _ins_values = vars(RowInsert)["values"].__set__
@@ -1496,9 +1493,7 @@ class BinlogDecoder:
         if reader is None:
             reader = tbl.readers[present] = _make_reader(tbl, present)
         stop = len(ev) - self.crc
-        end = _new(BinlogPosition)  # _pos(), inlined: once per rows event
-        _pos_file(end, self.file)
-        _pos_pos(end, _U32(ev, 13)[0])
+        end = _pos(self.file, _U32(ev, 13)[0])  # once per rows event, shared by its rows
         schema, table = tbl.schema, tbl.table
         append = out.append
         while p < stop:
