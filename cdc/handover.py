@@ -275,13 +275,7 @@ class Handover:
             topic,
             aggregate_id.encode(),
             value,
-            [
-                *tx_headers,
-                _ROW_HEADERS[row] if row < 1024 else (H_ROW, str(row).encode()),
-                (H_EVENT_ID, event_id.encode()),
-                self._type_headers.get(event_type) or _text_header(self._type_headers, H_EVENT_TYPE, event_type),
-                self._table_headers.get(table) or _text_header(self._table_headers, H_TABLE, table),
-            ],
+            self._headers(tx_headers, row, event_id, event_type, table),
             partial(self._wire_report, entry, tx, wire, row),
             None,
         )
@@ -293,23 +287,16 @@ class Handover:
         when the report is not an acknowledgement at a known offset."""
         if error is None:
             offset = message.offset()
-            if offset is not None:  # _acknowledged_at, inline
-                entry.remaining -= 1
-                offsets, key = entry.offsets, (wire[7], message.partition())
-                if offset > offsets.get(key, -1):
-                    offsets[key] = offset
-                metrics = self.metrics
-                metrics.events_published += 1
-                metrics.bytes_published += len(wire[9])
-                if not entry.remaining and entry.sealed:
-                    self._acknowledged_whole(entry)
+            if offset is not None:
+                self._acknowledged_at(entry, wire[7], message.partition(), offset, len(wire[9]))
                 return
         reporting = cast(ReportingPublisher, self._reporting)
         delivery = reporting.delivery(wire[7], error, message)
         self._event_delivered(entry, tx.item(wire, row), tx.identity.headers(), len(wire[9]), delivery)
 
     def _acknowledged_at(self, entry: PendingTx, topic: str, partition: int, offset: int, size: int) -> None:
-        """InflightWindow.acknowledged, inline (once per event), and the metrics."""
+        """InflightWindow.acknowledged, inline (once per event), and the metrics: an
+        acknowledgement at an offset, of either way's message."""
         entry.remaining -= 1
         offsets, key = entry.offsets, (topic, partition)
         if offset > offsets.get(key, -1):
