@@ -55,7 +55,7 @@ from typing import Any
 
 from pymysqlreplication.row_event import RowsEvent, find_charset
 
-from cdc.position import BinlogPosition, file_sequence, unchecked_position
+from cdc.position import file_sequence, unchecked_position
 from cdc.source_events import (
     Heartbeat,
     RowChange,
