@@ -200,6 +200,16 @@ FL_STANDALONE = 0x01
 
 _HDR = struct.Struct("<IBIIIH")  # timestamp, type, server_id, event_size, log_pos, flags
 _U16 = struct.Struct("<H").unpack_from
+# `decode_reads` frames the binlog stream's event packets itself (MySQL Client/Server
+# Protocol, "MySQL Packets": 3-byte payload length, 1-byte sequence id; COM_BINLOG_DUMP's
+# reply packets: the OK byte 0x00, then the event). One unpack reads all a dropped event
+# needs: the length and sequence id, the OK byte, the event type (header offset 4) and the
+# 6 bytes at event offset 19, a rows event's or Table_map's table id (post-header, MySQL
+# libbinlogevents rows_event.h / Table_map_event).
+_RUN_HEAD = struct.Struct("<IB4xB14x6s").unpack_from
+_RUN_HEAD_SIZE = 30
+_RUN_MIN = 1 + 25  # an OK byte and an event long enough to hold a table id
+_MAX_PACKET = 0xFFFFFF  # a payload this long continues in the next physical packet
 _U32 = struct.Struct("<I").unpack_from
 _U64 = struct.Struct("<Q").unpack_from
 
@@ -1124,6 +1134,75 @@ class BinlogDecoder:
                 handler(ev, out)
                 skippable = self._skippable_rows  # a Format_description may change it,
                 body_end = -self.crc or None  # and the CRC's presence
+
+    def decode_reads(self, item: Any, out: list) -> None:
+        """`decode` for the events of one item of `BinlogConnection.event_runs`: a list of
+        events (`decode_batch`), or a socket read's buffer (`PacketRun`), whose complete
+        event packets this loop frames itself from `item.pos` on, leaving `item.pos` at
+        the first one it does not take (the connection hands that one over as a list).
+
+        A rows event of a table that is not watched and a Table_map of a cached layout
+        are read in the buffer and never become a bytes object (on the mixed binlog of
+        bench/workloads.py, 20 events in 22); every other event reaches its handler as
+        the same bytes `event_batches` gives: the packet's payload after the OK byte."""
+        if type(item) is list:
+            self.decode_batch(item, out)
+            return
+        data, p = item.data, item.pos
+        size = len(data)
+        last = size - _RUN_HEAD_SIZE
+        head = _RUN_HEAD
+        if self.verify_checksum:  # every event checked: no skipping
+            while p <= last:
+                n, ok, t, tid = head(data, p)
+                n &= 0xFFFFFF
+                end = p + 4 + n
+                if ok or end > size or not _RUN_MIN <= n < _MAX_PACKET:
+                    break
+                self.decode(data[p + 5 : end], out)
+                p = end
+            item.pos = p
+            return
+        get = self._get_handler
+        skippable = self._skippable_rows
+        tables, layouts = self._tables, self._layouts  # changed in place only
+        crc = self.crc
+        while p <= last:
+            n, ok, t, tid = head(data, p)
+            n &= 0xFFFFFF
+            end = p + 4 + n
+            if ok or end > size or not _RUN_MIN <= n < _MAX_PACKET:
+                break  # not an event packet, not complete, or shorter than a table id
+            # from here as decode_batch's loop, the event being data[p + 5 : end]
+            if t in skippable:
+                tbl = tables.get(tid)
+                if tbl is None or tbl.columns is None:
+                    p = end
+                    continue
+                if t == WRITE_ROWS_V2:
+                    ev = data[p + 5 : end]
+                    p = end
+                    self._inserts(ev, out, tbl, self._rows_start(ev, True))
+                    continue
+                if t == WRITE_ROWS_V1 and self._ph_rows_v1:
+                    p, ev = end, data[p + 5 : end]
+                    self._inserts(ev, out, tbl, 19 + self._ph_rows_v1)
+                    continue
+            elif t == TABLE_MAP_EVENT:
+                tbl = layouts.get(data[p + 30 : end - crc])  # the event's [25 : -crc]
+                if tbl is not None and not tbl.looked_up:
+                    tables[tid] = tbl
+                    p = end
+                    continue
+            handler = get(t)
+            if handler is not None:
+                ev, p = data[p + 5 : end], end
+                handler(ev, out)
+                skippable = self._skippable_rows  # a Format_description may change it,
+                crc = self.crc  # and the CRC's presence
+            else:
+                p = end
+        item.pos = p
 
     def decode(self, event: bytes, out: list) -> None:
         """Append the source events of one raw binlog event (header + body [+ CRC])."""

@@ -226,3 +226,92 @@ def test_a_closed_stream_ends_after_the_events_it_read():
     events = _mixed_log().events[:5]
     conn = _streaming([b"".join(_packet(b"\x00" + ev) for ev in events)])
     assert [ev for batch in conn.event_batches() for ev in batch] == events
+
+
+# -- the reader's path: event_runs + decode_reads (the decoder frames the packets) -------
+
+
+def _log_with_every_shape(crc: bool) -> list[bytes]:
+    """The mixed log (checksums on or off) with the events the run loop leaves to the
+    framing: a Stop event too short to hold a table id, the stream's last event one; an
+    event longer than a read (it reaches the decoder as a list of one); a heartbeat."""
+    events = _mixed_log().events
+    if not crc:
+        plain = bb.Binlog()
+        plain.add(15, bb.fde_body("8.2.0", bb.MYSQL_82_POST_HEADER)[:-1] + b"\x00", crc=False)
+        for ev in events[1:]:
+            plain.add(ev[4], ev[19:-4], crc=False)
+        events = plain.events
+    return [
+        *events[:6],
+        bb.event(3, b"", 0, crc),  # Stop: 19 (+4) bytes, shorter than a table id's end
+        bb.event(27, b"binlog.000001", 0, crc),  # a heartbeat
+        *events[6:9],
+        bb.event(30, b"x" * 300_000, 0, crc),  # longer than one read; table id 0x787878787878
+        *events[9:],
+        bb.event(3, b"", 0, crc),
+    ]
+
+
+def _stream(events: list[bytes]) -> bytes:
+    return b"".join(_packet(b"\x00" + ev) for ev in events)
+
+
+def _read_runs(conn: BinlogConnection, verify: bool = False) -> tuple[list, BaseException | None]:
+    dec, out = BinlogDecoder({(bb.SCHEMA, bb.TABLE)}, "binlog.000001", verify_checksum=verify), []
+    try:
+        for item in conn.event_runs():
+            dec.decode_reads(item, out)
+    except (BinlogDecodeError, BinlogConnectionError) as exc:
+        return out, exc
+    return out, None
+
+
+@pytest.mark.parametrize("crc", [True, False], ids=["crc32", "no-checksum"])
+def test_decode_reads_gives_what_the_events_one_by_one_give_wherever_the_reads_split(crc):
+    events = _log_with_every_shape(crc)
+    expected, error = _one_by_one(events)
+    assert error is None and len([e for e in expected if isinstance(e, RowInsert)]) == 7
+    stream = _stream(events) + EOF_PACKET
+    cuts = sorted({1, 3, 4, 5, 29, 30, 31, 40, 41, len(stream) // 2, len(stream) - 300_000, len(stream) - 3})
+    for cut in cuts:
+        for pieces in ([stream[:cut], stream[cut:]], [stream[i : i + cut] for i in range(0, len(stream), cut)]):
+            conn = _streaming(pieces)
+            assert _read_runs(conn) == (expected, None), cut
+            assert not conn._live  # the EOF ended the dump
+
+
+def test_a_consumer_that_takes_nothing_still_gets_every_event_from_event_runs():
+    events = _log_with_every_shape(True)
+    got = []
+    for item in _streaming([_stream(events)]).event_runs():
+        if type(item) is list:
+            got += item  # item.pos left where it was: every packet comes as a list
+    assert got == events
+
+
+def test_decode_reads_verifies_every_event_in_checksum_mode():
+    events = _log_with_every_shape(True)
+    bad = bytearray(events[3])  # the other table's rows event, skipped without a bytes object otherwise
+    bad[-1] ^= 0xFF
+    out, error = _read_runs(_streaming([_stream([*events[:3], bytes(bad), *events[4:]])]), verify=True)
+    assert isinstance(error, BinlogDecodeError) and "CRC32 mismatch in an event of type 30" in str(error)
+    assert _read_runs(_streaming([_stream(events)]), verify=True) == _one_by_one(events)
+
+
+def test_decode_reads_takes_a_packet_of_16_mib_and_more_from_the_framing():
+    big = bb.event(30, b"y" * 0xFFFFFF, 0)
+    head = _mixed_log().events[:4]
+    stream = _stream([*head, big, bb.event(16, bb.xid_body(1), 0)]) + EOF_PACKET
+    for pieces in ([stream], [stream[i : i + (1 << 18)] for i in range(0, len(stream), 1 << 18)]):
+        assert _read_runs(_streaming(pieces)) == _one_by_one([*head, big, bb.event(16, bb.xid_body(1), 0)])
+
+
+def test_decode_reads_decodes_the_events_before_an_error_packet_then_raises_it():
+    events = _mixed_log().events[:8]
+    expected, _ = _one_by_one(events)
+    assert any(isinstance(e, RowInsert) for e in expected)
+    error = _packet(b"\xff" + struct.pack("<H", 1236) + b"#HY000" + b"Could not find first log file name")
+    out, exc = _read_runs(_streaming([_stream(events) + error]))
+    assert out == expected
+    assert isinstance(exc, BinlogConnectionError) and exc.code == 1236
