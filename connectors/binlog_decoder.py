@@ -1149,7 +1149,9 @@ class BinlogDecoder:
             self.decode_batch(item, out)
             return
         data, p = item.data, item.pos
-        size = len(data)
+        # a packet of 16 MiB - 1 continues in the next physical packet: ending past `size`,
+        # it is left to the framing like a packet the read has not completed
+        size = min(len(data), _MAX_PACKET)
         last = size - _RUN_HEAD_SIZE
         head = _RUN_HEAD
         if self.verify_checksum:  # every event checked: no skipping
@@ -1157,7 +1159,7 @@ class BinlogDecoder:
                 n, ok, t, tid = head(data, p)
                 n &= 0xFFFFFF
                 end = p + 4 + n
-                if ok or end > size or not _RUN_MIN <= n < _MAX_PACKET:
+                if ok or end > size or n < _RUN_MIN:
                     break
                 self.decode(data[p + 5 : end], out)
                 p = end
@@ -1171,10 +1173,28 @@ class BinlogDecoder:
             n, ok, t, tid = head(data, p)
             n &= 0xFFFFFF
             end = p + 4 + n
-            if ok or end > size or not _RUN_MIN <= n < _MAX_PACKET:
+            if ok or end > size or n < _RUN_MIN:
                 break  # not an event packet, not complete, or shorter than a table id
-            # from here as decode_batch's loop, the event being data[p + 5 : end]
-            if t in skippable:
+            # from here as decode_batch's loop (the event is data[p + 5 : end]), the
+            # Table_map first: on a mixed binlog it is every other event
+            if t == TABLE_MAP_EVENT:
+                tbl = layouts.get(data[p + 30 : end - crc])  # the event's [25 : -crc]
+                if tbl is not None and not tbl.looked_up:
+                    tables[tid] = tbl
+                    p = end
+                    if tbl.columns is None and p <= last:
+                        # A table that is not watched: the next event is most often this
+                        # Table_map's rows event (one per statement), dropped here when it
+                        # is (what the loop's next turn would decide, one table look-up
+                        # and one turn fewer: 7% of this loop on the mixed capture).
+                        n, ok, t, rows_tid = head(data, p)
+                        n &= 0xFFFFFF
+                        end = p + 4 + n
+                        # (a rows event too short to hold a table id is dropped either way)
+                        if rows_tid == tid and not ok and end <= size and t in skippable:
+                            p = end
+                    continue
+            elif t in skippable:
                 tbl = tables.get(tid)
                 if tbl is None or tbl.columns is None:
                     p = end
@@ -1187,12 +1207,6 @@ class BinlogDecoder:
                 if t == WRITE_ROWS_V1 and self._ph_rows_v1:
                     p, ev = end, data[p + 5 : end]
                     self._inserts(ev, out, tbl, 19 + self._ph_rows_v1)
-                    continue
-            elif t == TABLE_MAP_EVENT:
-                tbl = layouts.get(data[p + 30 : end - crc])  # the event's [25 : -crc]
-                if tbl is not None and not tbl.looked_up:
-                    tables[tid] = tbl
-                    p = end
                     continue
             handler = get(t)
             if handler is not None:

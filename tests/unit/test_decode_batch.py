@@ -315,3 +315,53 @@ def test_decode_reads_decodes_the_events_before_an_error_packet_then_raises_it()
     out, exc = _read_runs(_streaming([_stream(events) + error]))
     assert out == expected
     assert isinstance(exc, BinlogConnectionError) and exc.code == 1236
+
+
+def _other_table_map_then(*rest: bytes) -> list[bytes]:
+    head = bb.Binlog()
+    head.add(15, bb.fde_body("8.2.0", bb.MYSQL_82_POST_HEADER))
+    head.add(2, bb.query_body("BEGIN"))
+    head.add(19, bb.table_map_body(OTHER_ID, table="other"))
+    head.add(30, _rows(OTHER_ID, [("o-0", b"{}", 0)]))
+    head.add(19, bb.table_map_body())
+    head.add(19, bb.table_map_body(OTHER_ID, table="other"))  # a cached layout: the loop's own
+    return [*head.events, *rest]
+
+
+def test_after_another_tables_table_map_only_its_own_rows_event_is_dropped_with_it():
+    """decode_reads drops the rows event right after a Table_map of a table that is not
+    watched in the same turn: only when it is a complete event packet of that table id."""
+    watched_rows = bb.event(30, _rows(bb.TABLE_ID, [("e-1", b"{}", 1)]), 0)
+    cases = [
+        [watched_rows],  # another table id: decoded
+        [bb.event(19, bb.table_map_body(), 0), watched_rows],  # not a rows event
+        [bb.event(3, b"", 0), watched_rows],  # too short to hold a table id
+        [bb.event(30, _rows(OTHER_ID, [("o-1", b"{}", 1)]), 0), watched_rows],  # dropped
+        # the same table id given to the watched table: a Table_map, not dropped
+        [bb.event(19, bb.table_map_body(OTHER_ID), 0), bb.event(30, _rows(OTHER_ID, [("e-1", b"{}", 1)]), 0)],
+    ]
+    for rest in cases:
+        events = _other_table_map_then(*rest)
+        expected, error = _one_by_one(events)
+        assert error is None and [e.values["id"] for e in expected if isinstance(e, RowInsert)] == ["e-1"]
+        stream = _stream(events) + EOF_PACKET
+        after_map = len(_stream(events[:6]))  # where the packet after the cached Table_map starts
+        for pieces in (
+            [stream],
+            [stream[: after_map + 40], stream[after_map + 40 :]],  # that packet split across reads
+            [stream[i : i + 50] for i in range(0, len(stream), 50)],
+        ):
+            assert _read_runs(_streaming(pieces)) == (expected, None), rest
+
+
+def test_an_error_packet_after_another_tables_table_map_is_raised_whatever_its_bytes():
+    """An error packet whose bytes at the event type and table id offsets read as the
+    other table's rows event is still the framing's: the loop checks the OK byte."""
+    events = _other_table_map_then()
+    expected, _ = _one_by_one(events)
+    message = b"Could not  N\0\0\0\0\0 find the log"  # message[11:17]: the other table's id
+    error = _packet(b"\xff" + struct.pack("<H", 1236) + b"#H\x1e000" + message)  # byte 9: type 30
+    assert error[9] == 30 and error[24:30] == struct.pack("<Q", OTHER_ID)[:6]
+    out, exc = _read_runs(_streaming([_stream(events) + error]))
+    assert out == expected
+    assert isinstance(exc, BinlogConnectionError) and exc.code == 1236
