@@ -13,7 +13,9 @@ than PyMySQL's `_read_packet()`.
 `events()` yields each binlog event as `bytes`: the 19-byte event header, the body and,
 when the server's binlog_checksum is CRC32, the 4 checksum bytes (the OK byte that
 prefixes every event packet is removed). The decoder (`connectors.binlog_decoder`) strips
-the checksum.
+the checksum. The relay's source reads `event_runs()` instead: each read's buffer, whose
+event packets the decoder frames itself (`BinlogDecoder.decode_reads`), so that the
+events it drops never become objects.
 
 Errors. Everything that ends the stream other than `close()` or the end of a non-blocking
 dump raises `BinlogConnectionError` (a `ConnectionError`) carrying the MySQL error code
