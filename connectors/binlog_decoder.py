@@ -55,7 +55,7 @@ from typing import Any
 
 from pymysqlreplication.row_event import RowsEvent, find_charset
 
-from cdc.position import BinlogPosition, file_sequence, unchecked_position
+from cdc.position import file_sequence, unchecked_position
 from cdc.source_events import (
     Heartbeat,
     RowChange,
@@ -204,18 +204,8 @@ _U32 = struct.Struct("<I").unpack_from
 _U64 = struct.Struct("<Q").unpack_from
 
 _new = object.__new__
-# A frozen slotted dataclass: its slot descriptors set fields without __init__'s per-field
-# object.__setattr__; the rows are equal to ones built through __init__. (Read from the
-# class's namespace: attribute access on the class means the field to a type checker.)
-_ins_schema = vars(RowInsert)["schema"].__set__
-_ins_table = vars(RowInsert)["table"].__set__
-_ins_values = vars(RowInsert)["values"].__set__
-_ins_end = vars(RowInsert)["end"].__set__
 
 _pos = unchecked_position  # the file name is validated once per Rotate
-# unchecked_position's steps, for the one position of each Write_rows event (`_inserts`)
-_set_file = vars(BinlogPosition)["file"].__set__
-_set_pos = vars(BinlogPosition)["pos"].__set__
 
 
 def _lenenc(buf: bytes, p: int) -> tuple[int, int]:
@@ -952,22 +942,23 @@ def _make_reader(tbl: _Table, present: bytes, partial: frozenset[int] | None = N
 
 
 def _make_inserter(tbl: _Table, present: bytes):
-    """A function (b, p, stop, end, append) that appends the `RowInsert` of each row image
-    in b[p:stop] (a Write_rows event's rows, this columns-present bitmap), all ending at
-    `end`. The row reader of `_make_reader` inside the loop, and the rows built there with
-    the table's names as constants: no call, no (values, p) tuple and no locals to load per
-    row (outbox-only `decode_batch`: one row per Write_rows event)."""
+    """A function (b, p, stop, file, pos, append) that appends the `RowInsert` of each row
+    image in b[p:stop] (a Write_rows event's rows, this columns-present bitmap), all ending
+    at file:pos. The row reader of `_make_reader` inside the loop, and the rows built there
+    with the table's names as constants: no call and no (values, p) tuple per row
+    (outbox-only `decode_batch`: one row per Write_rows event). A row's slots are set by
+    plain stores, its end as the file and offset it keeps (cdc/source_events.py)."""
     g = dict(_GLOBALS_BASE)
     g.update(_schema=tbl.schema, _table=tbl.table, _RowInsert=RowInsert, _new=_new)
-    g.update(_ins_schema=_ins_schema, _ins_table=_ins_table, _ins_values=_ins_values, _ins_end=_ins_end)
-    body = ["def _read_inserts(b, p, stop, end, append):", "    while p < stop:"]
+    body = ["def _read_inserts(b, p, stop, file, pos, append):", "    while p < stop:"]
     body.extend("        " + line for line in _image_code(tbl, present, None, g))
     body += [
         "        row = _new(_RowInsert)",
-        "        _ins_schema(row, _schema)",
-        "        _ins_table(row, _table)",
-        f"        _ins_values(row, {_values_code(tbl)})",
-        "        _ins_end(row, end)",
+        "        row.schema = _schema",
+        "        row.table = _table",
+        f"        row.values = {_values_code(tbl)}",
+        "        row._end_file = file",
+        "        row._end_pos = pos",
         "        append(row)",
     ]
     return _compiled(tbl, "\n".join(body) + "\n", "_read_inserts", g)
@@ -1550,11 +1541,7 @@ class BinlogDecoder:
             insert, p = self._inserter(ev, tbl, p)
         else:
             p += head
-        # once per rows event, shared by its rows: unchecked_position without the call
-        end = _new(BinlogPosition)
-        _set_file(end, self.file)
-        _set_pos(end, _U32(ev, 13)[0])
-        insert(ev, p, len(ev) - self.crc, end, out.append)
+        insert(ev, p, len(ev) - self.crc, self.file, _U32(ev, 13)[0], out.append)
 
     def _inserter(self, ev: bytes, tbl: _Table, p: int) -> tuple[Any, int]:
         """The inserter of a Write_rows event's bitmap at ev[p:], and where its rows start."""
