@@ -1146,6 +1146,7 @@ class BinlogDecoder:
         skippable = self._skippable_rows
         tables, layouts = self._tables, self._layouts  # changed in place only
         body_end = -self.crc or None  # a Table_map's layout ends before the CRC: ev[25:body_end]
+        append = out.append
         for ev in events:
             t = ev[4]
             if t in skippable:
@@ -1158,10 +1159,19 @@ class BinlogDecoder:
                 # Write_rows_v1 on a server without v1 rows events goes to its handler,
                 # which refuses it.
                 if t == WRITE_ROWS_V2:
-                    self._inserts(ev, out, tbl, self._rows_start(ev, True))
-                    continue
-                if t == WRITE_ROWS_V1 and self._ph_rows_v1:
-                    self._inserts(ev, out, tbl, 19 + self._ph_rows_v1)
+                    p = self._rows_start(ev, True)
+                elif t == WRITE_ROWS_V1 and self._ph_rows_v1:
+                    p = 19 + self._ph_rows_v1
+                else:
+                    p = 0
+                if p:
+                    # _inserts without its call when the inserter is kept: 3.85 -> 3.69 us a
+                    # one-row event (decode_batch, outbox-only capture, in-process A/B)
+                    insert = tbl.inserters.get(ev[p : p + tbl.head])
+                    if insert is None:
+                        self._inserts(ev, out, tbl, p)
+                    else:
+                        insert(ev, p + tbl.head, len(ev) - self.crc, self.file, _U32(ev, 13)[0], append)
                     continue
             elif t == TABLE_MAP_EVENT:
                 tbl = layouts.get(ev[25:body_end])
@@ -1535,12 +1545,11 @@ class BinlogDecoder:
         # "m_width" as a packed integer, then "m_cols") are the same bytes on every rows event
         # of a table in practice: those bytes, sliced by the Table_map's count, name the
         # inserter (`_Table.inserters`), one look-up instead of parsing them per event.
-        head = tbl.head
-        insert = tbl.inserters.get(ev[p : p + head])
+        insert = tbl.inserters.get(ev[p : p + tbl.head])
         if insert is None:
             insert, p = self._inserter(ev, tbl, p)
         else:
-            p += head
+            p += tbl.head
         insert(ev, p, len(ev) - self.crc, self.file, _U32(ev, 13)[0], out.append)
 
     def _inserter(self, ev: bytes, tbl: _Table, p: int) -> tuple[Any, int]:
