@@ -10,9 +10,12 @@ What runs, for each tree: the reader process's "tx" pipe messages (pickled, 100 
 events each, the payload inside the value) -> `ShippedTransaction` -> `Handover` ->
 `KafkaPublisher` against the Kafka stand-in (24 partitions), `poll(0)` after each
 transaction as the relay loop does, the window advanced every 10 transactions. Figures:
-main-thread CPU per event (thread_time: librdkafka's threads are not in it), per round
-and the median of the per-chunk ratios; the collector's time apart. An A/A run (a tree
-against itself) shows the noise: per-round ratios within about 3% on this machine.
+main-thread CPU per event (thread_time), per round and the median of the per-chunk ratios;
+the CPU of each tree's own librdkafka threads (its producer's broker and main threads,
+found as the threads its producer started, read from /proc/self/task/TID/schedstat over
+the round: they run beside both trees' chunks, so only per round) and main + those per
+event, the figure the relay pays; the collector's time apart. An A/A run (a tree against
+itself) shows the noise: per-round ratios within about 3% on this machine.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from __future__ import annotations
 import argparse
 import gc
 import importlib
+import os
 import pickle
 import random
 import statistics
@@ -56,6 +60,22 @@ def _collector_timer(phase: str, info: dict[str, Any]) -> None:
     elif _collector["tree"] is not None:
         spent = _collector["spent"]
         spent[_collector["tree"]] = spent.get(_collector["tree"], 0.0) + time.thread_time() - _collector["t0"]
+
+
+def _threads() -> set[str]:
+    return set(os.listdir("/proc/self/task"))
+
+
+def _thread_cpu(tids: set[str]) -> float:
+    """CPU seconds of these threads of this process (schedstat's first field: ns on a CPU)."""
+    total = 0
+    for tid in tids:
+        try:
+            with open(f"/proc/self/task/{tid}/schedstat") as f:
+                total += int(f.read().split()[0])
+        except FileNotFoundError:  # a thread librdkafka ended (a broker thread decommissioned)
+            pass
+    return total / 1e9
 
 
 def load(tree: Path) -> dict[str, Any]:
@@ -96,6 +116,7 @@ class Run:
             source_name="bench", tables=(space["OutboxTable"]("bench", "outbox"),), dead_letter_topic="bench.dlq"
         )
         self.metrics = metrics = space["RelayMetrics"]()
+        before = _threads()
         self.publisher = publisher = space["KafkaPublisher"](bootstrap)
         self.ledger = ledger = space["Ledger"]("bench", "bench.dlq", None, None, metrics, time.time)
         ledger.partitions[topic] = 24  # named: the hand-over asks no metadata
@@ -118,6 +139,10 @@ class Run:
         publisher.flush(10)
         ledger.window.advance()
         self.next = 1
+        # The producer's threads, its broker threads too (started once metadata named
+        # the broker): those that appeared since it was made, its first message delivered.
+        self.threads = _threads() - before
+        self.threads_cpu = _thread_cpu(self.threads)
 
     def _one(self, message: bytes) -> None:
         _, identity, end, size, items, more, _counters, xa = pickle.loads(message)
@@ -139,8 +164,9 @@ class Run:
         self.events += count * 100
         return spent / (count * 100)
 
-    def finish(self) -> float:
-        """Serve the last acknowledgements; CPU seconds per event over the run."""
+    def finish(self) -> tuple[float, float]:
+        """Serve the last acknowledgements; CPU seconds per event over the run, of the
+        main thread and of this tree's librdkafka threads."""
         t0 = time.thread_time()
         while self.publisher.pending():
             self.publisher.poll(0.05)
@@ -151,7 +177,8 @@ class Run:
         if self.metrics.events_published != handed or window.events_delivered != handed or len(window):
             raise SystemExit(f"{self.metrics.events_published} of {handed} events acknowledged")
         self.publisher.close()
-        return self.cpu / self.events
+        # The warm-up's events are not in self.events: their threads' CPU was read after it.
+        return self.cpu / self.events, (_thread_cpu(self.threads) - self.threads_cpu) / self.events
 
 
 def _messages(space: dict[str, Any], topic: str, count: int) -> list[bytes]:
@@ -184,6 +211,7 @@ def compare(trees: list[Path], names: list[str], events: int, rounds: int, chunk
     gc.set_threshold(10_000, *gc.get_threshold()[1:])  # as Relay.run does
     gc.callbacks.append(_collector_timer)
     per_tree: list[list[float]] = [[], []]
+    totals: list[list[float]] = [[], []]
     transactions = events // 100
     with KafkaStandin.start(brokers=1) as kafka:
         for r in range(rounds):
@@ -201,19 +229,30 @@ def compare(trees: list[Path], names: list[str], events: int, rounds: int, chunk
                     figures[i] = runs[i].chunk(chunk)
                     _collector["tree"] = None
                 ratios.append(figures[0] / figures[1])
-            us = [run.finish() * 1e6 for run in runs]
+            finished = [run.finish() for run in runs]
+            us = [main * 1e6 for main, _ in finished]
+            rdk = [threads * 1e6 for _, threads in finished]
             collector = [_collector["spent"].get(i, 0.0) / runs[i].events * 1e6 for i in (0, 1)]
             _collector["spent"] = {}
             for i in (0, 1):
                 per_tree[i].append(us[i])
+                totals[i].append(us[i] + rdk[i])
             print(
                 f"round {r}: {names[0]} {us[0]:.2f} us an event, {names[1]} {us[1]:.2f} ({us[0] / us[1]:.3f}); "
-                f"median chunk ratio {statistics.median(ratios):.3f}; collector {collector[0]:.2f} / {collector[1]:.2f} us",
+                f"median chunk ratio {statistics.median(ratios):.3f}; collector {collector[0]:.2f} / {collector[1]:.2f} us; "
+                f"librdkafka's threads {rdk[0]:.2f} / {rdk[1]:.2f} us, main + those {totals[0][-1]:.2f} / "
+                f"{totals[1][-1]:.2f} ({totals[0][-1] / totals[1][-1]:.3f})",
                 flush=True,
             )
     a, b = statistics.median(per_tree[0]), statistics.median(per_tree[1])
     print(
         f"medians of {rounds} rounds: {names[0]} {a:.2f} us an event, {names[1]} {b:.2f} ({a / b:.3f}, {a - b:+.2f} us)"
+    )
+    ta, tb = statistics.median(totals[0]), statistics.median(totals[1])
+    ratio = statistics.median(x / y for x, y in zip(totals[0], totals[1], strict=True))
+    print(
+        f"main thread + librdkafka's threads, medians: {names[0]} {ta:.2f} us an event, {names[1]} {tb:.2f} "
+        f"(median of the rounds' ratios {ratio:.3f}, {ta - tb:+.2f} us)"
     )
 
 

@@ -66,6 +66,31 @@ def _never(*_args: Any) -> None:
     raise AssertionError("a message of the tuple way without a reporting publisher")
 
 
+class _WireReports:
+    """The reports of one transaction's messages of the tuple way: librdkafka calls
+    `partial(reported, wire, row)` with (error, message). The transaction's parts are this
+    object's, so the partial holds two arguments, not four: CPython 3.11 calls a partial
+    (partial_vectorcall) with its arguments and the caller's in an array on the C stack
+    when they are at most five, and a bound method (method_vectorcall) with `self` added
+    when they are at most four; beyond, each allocates one (PyMem_Malloc), twice a report
+    with four. An acknowledgement at an offset is taken here; anything else is
+    `Handover._wire_failed`."""
+
+    __slots__ = ("_acknowledged_at", "_entry", "_failed", "_tx")
+
+    def __init__(self, handover: Handover, entry: PendingTx, tx: WireTransaction):
+        self._acknowledged_at, self._failed = handover._acknowledged_at, handover._wire_failed
+        self._entry, self._tx = entry, tx
+
+    def reported(self, wire: tuple, row: int, error: Any, message: Any) -> None:
+        if error is None:
+            offset = message.offset()  # None, never below 0 (confluent-kafka's Message_offset)
+            if offset is not None:
+                self._acknowledged_at(self._entry, wire[7], message.partition(), offset, len(wire[9]))
+                return
+        self._failed(self._entry, self._tx, wire, row, error, message)
+
+
 class Handover:
     def __init__(
         self,
@@ -105,8 +130,7 @@ class Handover:
             cast(ReportingPublisher, publisher) if hasattr(type(publisher), "publish_reported") else None
         )
         self._reported = self._event_reported  # bound once, not per message
-        self._wire_report = self._wire_reported  # likewise
-        # `_wire_event`'s produce (used only with a reporting publisher), bound once.
+        # The tuple way's produce (used only with a reporting publisher), bound once.
         self._publish_reported: Callable[..., None] = getattr(self._reporting, "publish_reported", _never)
         # The event-type and table headers by their text: a few texts, on every event.
         self._type_headers: dict[str, tuple[str, bytes]] = {}
@@ -133,11 +157,15 @@ class Handover:
             publisher, cap = self._publisher, self._settings.max_in_flight
             tx_headers = tx.identity.headers()
             # A transaction from the reader process gives its items as the pipe's tuples:
-            # the common envelope event goes from its tuple to produce() (`_wire_event`),
+            # the common envelope event goes from its tuple to produce() (the tuple way below),
             # anything else becomes its object first (`wired.item`), as `items` would give it.
             wired = cast(WireTransaction, tx) if self._reporting is not None and hasattr(type(tx), "wire") else None
             named, absent = self._named, self._absent
             rows: Iterator[Any] = wired.wire() if wired is not None else tx.items()
+            if wired is not None:
+                produce, headers = self._publish_reported, self._headers
+                report = _WireReports(self, entry, wired).reported
+            crash = crashpoints.armed("after_produce")  # else its call is left out, once per event
             for index, got in enumerate(rows):
                 if index & 255 == 255:
                     # A large transaction: serve acknowledgements as we go, and wait while
@@ -151,9 +179,22 @@ class Handover:
                     # Tag 2: an envelope event, its value made (OutboxEvent.to_wire); on a
                     # topic already named and not missing, it needs no object.
                     if got[0] == 2 and recovery is None and got[7] in named and not (absent and got[7] in absent):
-                        self._wire_event(entry, wired, got, index, tx_headers)
+                        # `event` of the tuple (event_id, aggregate_id, event_type, topic,
+                        # table, value at 1, 3, 4, 7, 8, 9): the same message, headers and
+                        # report, without the OutboxEvent and its EventIdentity.
+                        entry.remaining += 1  # InflightWindow.expect, inline
+                        entry.events += 1
+                        produce(
+                            got[7],
+                            got[3].encode(),
+                            got[9],
+                            headers(tx_headers, index, got[1], got[4], got[8]),
+                            partial(report, got, index),
+                            None,
+                        )
                         handed = True
-                        crashpoints.hit("after_produce")
+                        if crash:
+                            crashpoints.hit("after_produce")
                         continue
                     got = wired.item(got, index)
                 item: OutboxEvent | DeadLetter = got
@@ -180,7 +221,8 @@ class Handover:
                 else:
                     self.dead_letter(entry, item)
                 handed = True
-                crashpoints.hit("after_produce")
+                if crash:
+                    crashpoints.hit("after_produce")
             if xa is not None:
                 crashpoints.hit("xa_outcome")
             tx.release()
@@ -261,35 +303,11 @@ class Handover:
             self._table_headers.get(table) or _text_header(self._table_headers, H_TABLE, table),
         ]
 
-    def _wire_event(
-        self, entry: PendingTx, tx: WireTransaction, wire: tuple, row: int, tx_headers: list[tuple[str, bytes]]
-    ) -> None:
-        """`event` of an envelope event from its pipe tuple (tag 2: its value made, no
-        payload format) on a topic named and not missing: the same message, headers and
-        report, without the OutboxEvent and its EventIdentity. Its report builds the
-        object from the tuple (`tx.item`) only for anything but an acknowledgement."""
-        _, event_id, _, aggregate_id, event_type, _, _, topic, table, value, _ = wire
-        entry.remaining += 1  # InflightWindow.expect, inline
-        entry.events += 1
-        self._publish_reported(
-            topic,
-            aggregate_id.encode(),
-            value,
-            self._headers(tx_headers, row, event_id, event_type, table),
-            partial(self._wire_report, entry, tx, wire, row),
-            None,
-        )
-
-    def _wire_reported(
+    def _wire_failed(
         self, entry: PendingTx, tx: WireTransaction, wire: tuple, row: int, error: Any, message: Any
     ) -> None:
-        """`_event_reported` of a `_wire_event` message: the event object is made only
-        when the report is not an acknowledgement at a known offset."""
-        if error is None:
-            offset = message.offset()
-            if offset is not None:
-                self._acknowledged_at(entry, wire[7], message.partition(), offset, len(wire[9]))
-                return
+        """`_event_reported`'s other cases for a message of the tuple way (a failure, an
+        acknowledgement without an offset): the event object is made from its tuple."""
         reporting = cast(ReportingPublisher, self._reporting)
         delivery = reporting.delivery(wire[7], error, message)
         self._event_delivered(entry, tx.item(wire, row), tx.identity.headers(), len(wire[9]), delivery)

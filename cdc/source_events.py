@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from cdc.position import BinlogPosition
+from cdc.position import BinlogPosition, unchecked_position
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,14 +31,47 @@ class TxBegin:
     opens: bool = False
 
 
-@dataclass(frozen=True, slots=True)
 class RowInsert:
-    """One inserted row image of a table (a Write_rows event holds one or more)."""
+    """One inserted row image of a table (a Write_rows event holds one or more).
+
+    `RowInsert(schema, table, values, end)`, equal and printed as the frozen dataclass it
+    was; `end` is the position after its rows event. Written out rather than a dataclass
+    because the decoder makes one per row of the binlog: it sets the slots by plain stores
+    (a frozen dataclass's fields can only be set through their descriptors' calls) and
+    keeps `end` as its file and offset, made a `BinlogPosition` when read (the assembler
+    reads it only for the second half of a REPLACE): about 0.5 us a row (docs/DESIGN.md,
+    "The hot path's cost per event"). Nothing sets a row's fields after it is made."""
+
+    __slots__ = ("_end_file", "_end_pos", "schema", "table", "values")
+    __match_args__ = ("schema", "table", "values", "end")
 
     schema: str
     table: str
     values: dict[str, Any]
-    end: BinlogPosition
+
+    def __init__(self, schema: str, table: str, values: dict[str, Any], end: BinlogPosition):
+        self.schema, self.table, self.values = schema, table, values
+        self._end_file, self._end_pos = end.file, end.pos
+
+    @property
+    def end(self) -> BinlogPosition:
+        return unchecked_position(self._end_file, self._end_pos)
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not RowInsert:
+            return NotImplemented
+        return (self.schema, self.table, self.values, self._end_file, self._end_pos) == (
+            other.schema,
+            other.table,
+            other.values,
+            other._end_file,
+            other._end_pos,
+        )
+
+    __hash__ = None  # type: ignore[assignment]  # as the dataclass's: `values` is a dict
+
+    def __repr__(self) -> str:
+        return f"RowInsert(schema={self.schema!r}, table={self.table!r}, values={self.values!r}, end={self.end!r})"
 
 
 @dataclass(frozen=True, slots=True)

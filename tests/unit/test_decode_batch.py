@@ -126,6 +126,43 @@ def test_the_watched_tables_inserts_v1_and_v2_decode_as_one_by_one(v2):
     expected, error = _one_by_one(log.events)
     assert error is None and [e.values["id"] for e in expected if isinstance(e, RowInsert)] == ["e-1", "e-2"]
     assert _in_batches(log.events, len(log.events)) == (expected, None)
+    assert _read_runs(_streaming([_stream(log.events)])) == (expected, None)  # decode_reads' own copy
+
+
+def test_inserts_of_one_table_with_other_bitmaps_and_widths_read_their_own_columns():
+    """`_inserts` finds a rows event's generated inserter by its column count and
+    columns-present bitmap as bytes (the Table_map's count): events of one table that
+    alternate between bitmaps (binlog_row_image=MINIMAL: only the columns an INSERT gave),
+    or that are written with another column count, still read their own columns, each row
+    ending at its own event's end."""
+    head = struct.pack("<Q", bb.TABLE_ID)[:6] + b"\x01\x00\x02\x00"
+    log = bb.Binlog()
+    log.add(15, bb.fde_body("8.2.0", bb.MYSQL_82_POST_HEADER))
+    log.add(2, bb.query_body("BEGIN"))
+    log.add(19, bb.table_map_body())
+    log.add(30, head + b"\x03\x07" + bb.row_image("a", b"{}", 1))
+    log.add(30, head + b"\x03\x03" + bb.row_image("b", b"[]", None))  # n not given: not in the image
+    log.add(30, head + b"\x03\x05" + b"\x00\x01\x00c" + struct.pack("<i", 3))  # payload not given
+    log.add(30, head + b"\x03\x07" + bb.row_image("d", None, 4) + bb.row_image("e", b"1", 5))
+    log.add(30, head + b"\x02\x03" + bb.row_image("f", b"2", None))  # a width of 2 columns
+    log.add(30, head + b"\x03\x03" + bb.row_image("g", b"3", None))
+    log.add(16, bb.xid_body(5))
+    runs = _read_runs(_streaming([_stream(log.events)]))  # the reader's path: decode_reads
+    for out, error in (_one_by_one(log.events), _in_batches(log.events, len(log.events)), runs):
+        assert error is None
+        rows = [e for e in out if isinstance(e, RowInsert)]
+        assert [r.values for r in rows] == [
+            {"id": "a", "payload": b"{}", "n": 1},
+            {"id": "b", "payload": b"[]", "n": None},
+            {"id": "c", "payload": None, "n": 3},
+            {"id": "d", "payload": None, "n": 4},
+            {"id": "e", "payload": b"1", "n": 5},
+            {"id": "f", "payload": b"2", "n": None},
+            {"id": "g", "payload": b"3", "n": None},
+        ]
+        ends = [log.starts[i + 1] for i in (3, 4, 5, 6, 6, 7, 8)]
+        assert [r.end.pos for r in rows] == ends
+        assert all(r.end.file == "binlog.000001" for r in rows)
 
 
 def test_a_removed_v1_insert_of_the_watched_table_is_refused_as_one_by_one():

@@ -1,5 +1,5 @@
 """The hand-over's two ways for a transaction from the reader process (cdc/handover.py): the
-common envelope event goes from its pipe tuple to produce() (`Handover._wire_event`, no
+common envelope event goes from its pipe tuple to produce() (`Handover.transaction`'s tuple way, no
 OutboxEvent or EventIdentity), anything else through its object (`ShippedTransaction.item`).
 Whatever the items, the messages produced, their reports' effects (acknowledgements, a
 too-large refusal's dead letter, an acknowledgement without an offset) are the ones the
