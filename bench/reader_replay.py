@@ -10,7 +10,8 @@ exists). Then replays those bytes, `--repeat` times, through the stage asked for
 relay's own classes and a socket that hands out the recorded reads:
 
   frame   BinlogConnection's framing alone (event_batches, or events() in older trees)
-  decode  framing + BinlogDecoder (decode_batch, or decode() per event in older trees)
+  decode  framing + BinlogDecoder (event_runs + decode_reads; older trees: decode_batch, or
+          decode() per event)
   feed    + MySQLBinlogSource, LocalFeed and the transaction assembly, each transaction's
           items mapped (what the reader does before the Avro encoding and the pipe)
   ship    the whole reader: `connectors.reader_process._ship` over the feed, each event
@@ -104,7 +105,9 @@ def replay(path: Path, stage: str, repeat: int) -> float:
 
     def source():
         bc, dec = connection(), BinlogDecoder(WATCHED, cap["file"], flavor="mariadb")
-        if batched:
+        if hasattr(bc, "event_runs"):  # as connectors/binlog_source.py reads
+            items, convert = bc.event_runs(), dec.decode_reads
+        elif batched:
             items, convert = bc.event_batches(), dec.decode_batch
         else:
             items, convert = bc.events(), dec.decode

@@ -73,7 +73,7 @@ class MySQLBinlogSource:
 
     `events` yields the stream's raw items and `convert(item, out)` appends source events
     for each: python-mysql-replication's event objects with `binlog_library.LibraryConverter`, or
-    lists of raw events with `BinlogDecoder.decode_batch` (the default, see
+    socket reads of raw events with `BinlogDecoder.decode_reads` (the default, see
     connectors/binlog_decoder.py)."""
 
     def __init__(self, events, convert, close, info: ServerInfo, queue_events: int, threaded: bool = True):
@@ -387,9 +387,9 @@ class MySQLBinlogSourceFactory:
             finally:
                 columns.close()
 
-        # a list of events at a time (see BinlogConnection.event_batches)
+        # a socket read at a time (see BinlogConnection.event_runs)
         return MySQLBinlogSource(
-            conn.event_batches(), decoder.decode_batch, close, info, self._queue_events, self._threaded
+            conn.event_runs(), decoder.decode_reads, close, info, self._queue_events, self._threaded
         )
 
     def _open_library(self, start: BinlogPosition | GtidSet) -> MySQLBinlogSource:

@@ -126,6 +126,7 @@ def test_the_watched_tables_inserts_v1_and_v2_decode_as_one_by_one(v2):
     expected, error = _one_by_one(log.events)
     assert error is None and [e.values["id"] for e in expected if isinstance(e, RowInsert)] == ["e-1", "e-2"]
     assert _in_batches(log.events, len(log.events)) == (expected, None)
+    assert _read_runs(_streaming([_stream(log.events)])) == (expected, None)  # decode_reads' own copy
 
 
 def test_inserts_of_one_table_with_other_bitmaps_and_widths_read_their_own_columns():
@@ -146,7 +147,8 @@ def test_inserts_of_one_table_with_other_bitmaps_and_widths_read_their_own_colum
     log.add(30, head + b"\x02\x03" + bb.row_image("f", b"2", None))  # a width of 2 columns
     log.add(30, head + b"\x03\x03" + bb.row_image("g", b"3", None))
     log.add(16, bb.xid_body(5))
-    for out, error in (_one_by_one(log.events), _in_batches(log.events, len(log.events))):
+    runs = _read_runs(_streaming([_stream(log.events)]))  # the reader's path: decode_reads
+    for out, error in (_one_by_one(log.events), _in_batches(log.events, len(log.events)), runs):
         assert error is None
         rows = [e for e in out if isinstance(e, RowInsert)]
         assert [r.values for r in rows] == [
@@ -261,3 +263,142 @@ def test_a_closed_stream_ends_after_the_events_it_read():
     events = _mixed_log().events[:5]
     conn = _streaming([b"".join(_packet(b"\x00" + ev) for ev in events)])
     assert [ev for batch in conn.event_batches() for ev in batch] == events
+
+
+# -- the reader's path: event_runs + decode_reads (the decoder frames the packets) -------
+
+
+def _log_with_every_shape(crc: bool) -> list[bytes]:
+    """The mixed log (checksums on or off) with the events the run loop leaves to the
+    framing: a Stop event too short to hold a table id, the stream's last event one; an
+    event longer than a read (it reaches the decoder as a list of one); a heartbeat."""
+    events = _mixed_log().events
+    if not crc:
+        plain = bb.Binlog()
+        plain.add(15, bb.fde_body("8.2.0", bb.MYSQL_82_POST_HEADER)[:-1] + b"\x00", crc=False)
+        for ev in events[1:]:
+            plain.add(ev[4], ev[19:-4], crc=False)
+        events = plain.events
+    return [
+        *events[:6],
+        bb.event(3, b"", 0, crc),  # Stop: 19 (+4) bytes, shorter than a table id's end
+        bb.event(27, b"binlog.000001", 0, crc),  # a heartbeat
+        *events[6:9],
+        bb.event(30, b"x" * 300_000, 0, crc),  # longer than one read; table id 0x787878787878
+        *events[9:],
+        bb.event(3, b"", 0, crc),
+    ]
+
+
+def _stream(events: list[bytes]) -> bytes:
+    return b"".join(_packet(b"\x00" + ev) for ev in events)
+
+
+def _read_runs(conn: BinlogConnection, verify: bool = False) -> tuple[list, BaseException | None]:
+    dec, out = BinlogDecoder({(bb.SCHEMA, bb.TABLE)}, "binlog.000001", verify_checksum=verify), []
+    try:
+        for item in conn.event_runs():
+            dec.decode_reads(item, out)
+    except (BinlogDecodeError, BinlogConnectionError) as exc:
+        return out, exc
+    return out, None
+
+
+@pytest.mark.parametrize("crc", [True, False], ids=["crc32", "no-checksum"])
+def test_decode_reads_gives_what_the_events_one_by_one_give_wherever_the_reads_split(crc):
+    events = _log_with_every_shape(crc)
+    expected, error = _one_by_one(events)
+    assert error is None and len([e for e in expected if isinstance(e, RowInsert)]) == 7
+    stream = _stream(events) + EOF_PACKET
+    cuts = sorted({1, 3, 4, 5, 29, 30, 31, 40, 41, len(stream) // 2, len(stream) - 300_000, len(stream) - 3})
+    for cut in cuts:
+        for pieces in ([stream[:cut], stream[cut:]], [stream[i : i + cut] for i in range(0, len(stream), cut)]):
+            conn = _streaming(pieces)
+            assert _read_runs(conn) == (expected, None), cut
+            assert not conn._live  # the EOF ended the dump
+
+
+def test_a_consumer_that_takes_nothing_still_gets_every_event_from_event_runs():
+    events = _log_with_every_shape(True)
+    got = []
+    for item in _streaming([_stream(events)]).event_runs():
+        if type(item) is list:
+            got += item  # item.pos left where it was: every packet comes as a list
+    assert got == events
+
+
+def test_decode_reads_verifies_every_event_in_checksum_mode():
+    events = _log_with_every_shape(True)
+    bad = bytearray(events[3])  # the other table's rows event, skipped without a bytes object otherwise
+    bad[-1] ^= 0xFF
+    out, error = _read_runs(_streaming([_stream([*events[:3], bytes(bad), *events[4:]])]), verify=True)
+    assert isinstance(error, BinlogDecodeError) and "CRC32 mismatch in an event of type 30" in str(error)
+    assert _read_runs(_streaming([_stream(events)]), verify=True) == _one_by_one(events)
+
+
+def test_decode_reads_takes_a_packet_of_16_mib_and_more_from_the_framing():
+    big = bb.event(30, b"y" * 0xFFFFFF, 0)
+    head = _mixed_log().events[:4]
+    stream = _stream([*head, big, bb.event(16, bb.xid_body(1), 0)]) + EOF_PACKET
+    for pieces in ([stream], [stream[i : i + (1 << 18)] for i in range(0, len(stream), 1 << 18)]):
+        assert _read_runs(_streaming(pieces)) == _one_by_one([*head, big, bb.event(16, bb.xid_body(1), 0)])
+
+
+def test_decode_reads_decodes_the_events_before_an_error_packet_then_raises_it():
+    events = _mixed_log().events[:8]
+    expected, _ = _one_by_one(events)
+    assert any(isinstance(e, RowInsert) for e in expected)
+    error = _packet(b"\xff" + struct.pack("<H", 1236) + b"#HY000" + b"Could not find first log file name")
+    out, exc = _read_runs(_streaming([_stream(events) + error]))
+    assert out == expected
+    assert isinstance(exc, BinlogConnectionError) and exc.code == 1236
+
+
+def _other_table_map_then(*rest: bytes) -> list[bytes]:
+    head = bb.Binlog()
+    head.add(15, bb.fde_body("8.2.0", bb.MYSQL_82_POST_HEADER))
+    head.add(2, bb.query_body("BEGIN"))
+    head.add(19, bb.table_map_body(OTHER_ID, table="other"))
+    head.add(30, _rows(OTHER_ID, [("o-0", b"{}", 0)]))
+    head.add(19, bb.table_map_body())
+    head.add(19, bb.table_map_body(OTHER_ID, table="other"))  # a cached layout: the loop's own
+    return [*head.events, *rest]
+
+
+def test_after_another_tables_table_map_only_its_own_rows_event_is_dropped_with_it():
+    """decode_reads drops the rows event right after a Table_map of a table that is not
+    watched in the same turn: only when it is a complete event packet of that table id."""
+    watched_rows = bb.event(30, _rows(bb.TABLE_ID, [("e-1", b"{}", 1)]), 0)
+    cases = [
+        [watched_rows],  # another table id: decoded
+        [bb.event(19, bb.table_map_body(), 0), watched_rows],  # not a rows event
+        [bb.event(3, b"", 0), watched_rows],  # too short to hold a table id
+        [bb.event(30, _rows(OTHER_ID, [("o-1", b"{}", 1)]), 0), watched_rows],  # dropped
+        # the same table id given to the watched table: a Table_map, not dropped
+        [bb.event(19, bb.table_map_body(OTHER_ID), 0), bb.event(30, _rows(OTHER_ID, [("e-1", b"{}", 1)]), 0)],
+    ]
+    for rest in cases:
+        events = _other_table_map_then(*rest)
+        expected, error = _one_by_one(events)
+        assert error is None and [e.values["id"] for e in expected if isinstance(e, RowInsert)] == ["e-1"]
+        stream = _stream(events) + EOF_PACKET
+        after_map = len(_stream(events[:6]))  # where the packet after the cached Table_map starts
+        for pieces in (
+            [stream],
+            [stream[: after_map + 40], stream[after_map + 40 :]],  # that packet split across reads
+            [stream[i : i + 50] for i in range(0, len(stream), 50)],
+        ):
+            assert _read_runs(_streaming(pieces)) == (expected, None), rest
+
+
+def test_an_error_packet_after_another_tables_table_map_is_raised_whatever_its_bytes():
+    """An error packet whose bytes at the event type and table id offsets read as the
+    other table's rows event is still the framing's: the loop checks the OK byte."""
+    events = _other_table_map_then()
+    expected, _ = _one_by_one(events)
+    message = b"Could not  N\0\0\0\0\0 find the log"  # message[11:17]: the other table's id
+    error = _packet(b"\xff" + struct.pack("<H", 1236) + b"#H\x1e000" + message)  # byte 9: type 30
+    assert error[9] == 30 and error[24:30] == struct.pack("<Q", OTHER_ID)[:6]
+    out, exc = _read_runs(_streaming([_stream(events) + error]))
+    assert out == expected
+    assert isinstance(exc, BinlogConnectionError) and exc.code == 1236
