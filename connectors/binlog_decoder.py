@@ -1140,59 +1140,13 @@ class BinlogDecoder:
 
     def decode_batch(self, events: list[bytes], out: list) -> None:
         """`decode` for each event of `events` (a list of `bytes`, as
-        `BinlogConnection.event_batches` yields them), in one loop.
-
-        The events that do nothing on most binlogs are handled in the loop itself, without
-        a call: a rows event of a table that is not watched (the Table_map said which table
-        its id is) and a Table_map whose layout is cached. On a binlog of mostly other
-        tables' rows (bench/workloads.py, mixed) that is two events in three, and the calls
-        were most of the decoder's time. Everything else goes to the same handlers as
-        `decode`, so the two give the same source events."""
-        if self.verify_checksum:
-            for ev in events:
-                self.decode(ev, out)
-            return
-        get = self._get_handler
-        skippable = self._skippable_rows
-        tables, layouts = self._tables, self._layouts  # changed in place only
-        body_end = -self.crc or None  # a Table_map's layout ends before the CRC: ev[25:body_end]
-        append = out.append
+        `BinlogConnection.event_batches` yields them, and as `event_runs` hands over an
+        event `decode_reads` left or one that was split across reads). The relay's loop
+        over a socket read's events, with the events that do nothing handled in place, is
+        `decode_reads`: this one stays the plain loop, so that the fast path is written
+        once."""
         for ev in events:
-            t = ev[4]
-            if t in skippable:
-                tbl = tables.get(ev[19:25])
-                if tbl is None or tbl.columns is None:
-                    continue  # what the handler would do first
-                # A watched table's inserts: what _write_v1 / _write_v2 do after the same
-                # look-up (a call and a second look-up fewer per event; 0.3 us of the 9 an
-                # outbox-only row costs the reader, `bench reader_replay --stage feed`).
-                # Write_rows_v1 on a server without v1 rows events goes to its handler,
-                # which refuses it.
-                if t == WRITE_ROWS_V2:
-                    p = self._rows_start(ev, True)
-                elif t == WRITE_ROWS_V1 and self._ph_rows_v1:
-                    p = 19 + self._ph_rows_v1
-                else:
-                    p = 0
-                if p:
-                    # _inserts without its call when the inserter is kept: 3.85 -> 3.69 us a
-                    # one-row event (decode_batch, outbox-only capture, in-process A/B)
-                    insert = tbl.inserters.get(ev[p : p + tbl.head])
-                    if insert is None:
-                        self._inserts(ev, out, tbl, p)
-                    else:
-                        insert(ev, p + tbl.head, len(ev) - self.crc, self.file, _U32(ev, 13)[0], append)
-                    continue
-            elif t == TABLE_MAP_EVENT:
-                tbl = layouts.get(ev[25:body_end])
-                if tbl is not None and not tbl.looked_up:
-                    tables[ev[19:25]] = tbl  # _table_map's cache hit
-                    continue
-            handler = get(t)
-            if handler is not None:
-                handler(ev, out)
-                skippable = self._skippable_rows  # a Format_description may change it,
-                body_end = -self.crc or None  # and the CRC's presence
+            self.decode(ev, out)
 
     def decode_reads(self, item: Any, out: list) -> None:
         """`decode` for the events of one item of `BinlogConnection.event_runs`: a list of
@@ -1235,8 +1189,8 @@ class BinlogDecoder:
             end = p + 4 + n
             if ok or end > size or n < _RUN_MIN:
                 break  # not an event packet, not complete, or shorter than a table id
-            # from here as decode_batch's loop (the event is data[p + 5 : end]), the
-            # Table_map first: on a mixed binlog it is every other event
+            # the event is data[p + 5 : end]; the Table_map first: on a mixed binlog it is
+            # every other event
             if t == TABLE_MAP_EVENT:
                 tbl = layouts.get(data[p + 30 : end - crc])  # the event's [25 : -crc]
                 if tbl is not None and not tbl.looked_up:
@@ -1260,8 +1214,11 @@ class BinlogDecoder:
                     p = end
                     continue
                 if t == WRITE_ROWS_V2 or (t == WRITE_ROWS_V1 and self._ph_rows_v1):
-                    # a watched table's inserts, as decode_batch's loop reads them (its kept
-                    # inserter called here, else _inserts makes one)
+                    # A watched table's inserts: what _write_v1 / _write_v2 do after the same
+                    # look-up, the table's kept inserter called here (else _inserts makes
+                    # one): 3.85 -> 3.69 us a one-row event (outbox-only capture, in-process
+                    # A/B). Write_rows_v1 on a server without v1 rows events goes to its
+                    # handler, which refuses it.
                     ev, p = data[p + 5 : end], end
                     q = self._rows_start(ev, True) if t == WRITE_ROWS_V2 else 19 + self._ph_rows_v1
                     insert = tbl.inserters.get(ev[q : q + tbl.head])
