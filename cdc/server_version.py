@@ -72,3 +72,12 @@ def replicas_statement(version: str | ServerVersion) -> str:
     if not v.is_mariadb and v.at_least(8, 0, 22):
         return "SHOW REPLICAS"
     return "SHOW SLAVE HOSTS"
+
+
+def writes_checksum_algorithm(version: str | ServerVersion) -> bool:
+    """Whether the server's Format_description event ends with the checksum algorithm byte
+    and a 4-byte checksum (with `binlog_checksum=NONE` too): MySQL 5.6.1 and later
+    (libbinlogevents `checksum_version_product`), MariaDB 5.3 and later. The list of
+    post-header lengths before them is then exactly as long as the server's event types."""
+    v = version if isinstance(version, ServerVersion) else ServerVersion.parse(version)
+    return v.at_least(5, 3) if v.is_mariadb else v.at_least(5, 6, 1)

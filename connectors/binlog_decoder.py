@@ -56,6 +56,7 @@ from typing import Any
 from pymysqlreplication.row_event import RowsEvent, find_charset
 
 from cdc.position import file_sequence, unchecked_position
+from cdc.server_version import writes_checksum_algorithm
 from cdc.source_events import (
     Heartbeat,
     RowChange,
@@ -125,6 +126,7 @@ PARTIAL_UPDATE_ROWS_EVENT = 39
 TRANSACTION_PAYLOAD_EVENT = 40
 GTID_TAGGED_LOG_EVENT = 42  # MySQL 8.3+: connectors/mysql_gtid_tagged.py
 MARIADB_GTID_EVENT = 162
+_MARIADB_TYPES = 160  # MariaDB's own event types start here (Annotate_rows)
 MARIADB_QUERY_COMPRESSED = 165
 MARIADB_ROWS_COMPRESSED = range(166, 172)
 _EVENT_NAMES = {
@@ -1134,6 +1136,7 @@ class BinlogDecoder:
         for t in MARIADB_ROWS_COMPRESSED:
             h[t] = self._rows_compressed
         self._handlers = h
+        self._known_handlers = dict(h)  # h less what a Format_description says the server lacks
         self._get_handler = h.get
 
     # -- entry point ----------------------------------------------------------------
@@ -1348,12 +1351,22 @@ class BinlogDecoder:
             self._tables.clear()  # a real rotate: table ids may be reused (the library does the same)
 
     def _fde(self, ev: bytes, out: list) -> None:
-        has_crc = zlib.crc32(ev[:-4]) == _U32(ev, len(ev) - 4)[0]
-        self.crc = 4 if has_crc and ev[-5] == 1 else 0
-        self._crc_known = True
         body = ev[19:]
         version = body[2:52].rstrip(b"\0").decode("ascii", "replace")
         self.server_version = version
+        # The post-header list is as long as the server's event types: every server that
+        # writes checksums (MySQL 5.6.1+, MariaDB 5.3+) ends the event with the algorithm
+        # byte (0 none, 1 CRC32) and a 4-byte checksum, with binlog_checksum=NONE too
+        # (MySQL libbinlogevents control_events.cpp, Format_description_event's reading
+        # constructor: number_of_event_types less BINLOG_CHECKSUM_ALG_DESC_LEN from
+        # checksum_version_product on). A 5.7 server lists types 1-38, 8.0 up to 41, 9.x 42.
+        if writes_checksum_algorithm(version):
+            self.crc = 4 if ev[-5] == 1 else 0
+            ph = body[57:-5]
+        else:
+            self.crc = 0
+            ph = body[57:]
+        self._crc_known = True
         # `created` (4 bytes after the 50-byte server version) is set only in the binlog a
         # server opens at its start; a rotation writes 0, and the dump thread zeroes it when
         # a stream starts inside the file (MySQL libbinlogevents control_events.h
@@ -1364,7 +1377,8 @@ class BinlogDecoder:
             out.append(ServerStarted(_pos(self.file, 4)))
         if not self._flavor_fixed:
             self.dbms = "mariadb" if "mariadb" in version.lower() else "mysql"
-        self.post_header = ph = body[57:]
+        self.post_header = ph
+        self._refuse_types_past(len(ph))
         self._ph_query = ph[QUERY_EVENT - 1] if len(ph) >= QUERY_EVENT else 13
         self._ph_load_query = ph[EXECUTE_LOAD_QUERY_EVENT - 1] if len(ph) >= EXECUTE_LOAD_QUERY_EVENT else 26
         # The table id size follows from the post-header lengths of the Table_map and rows
@@ -1390,6 +1404,25 @@ class BinlogDecoder:
         self._ph_rows_v2 = lengths[WRITE_ROWS_V2] or 10
         self._ph_compressed_rows = {t: ph[t - 1] for t in MARIADB_ROWS_COMPRESSED if len(ph) >= t and ph[t - 1]}
         self._skippable_rows = _skippable_rows(self._ph_rows_v1)
+
+    def _refuse_types_past(self, listed: int) -> None:
+        """An event type past the Format_description's list does not exist on that server
+        (a 5.7 server has no Partial_update_rows, Transaction_payload or tagged GTID): its
+        handler refuses it instead of reading it with lengths from past the list. MariaDB's
+        own types (160 on) are left to their handlers, which read their defaults."""
+        h = self._handlers
+        h.update(self._known_handlers)
+        if self.dbms != "mysql":
+            return
+        for t in self._known_handlers:
+            if listed < t < _MARIADB_TYPES:
+                h[t] = self._nonexistent
+
+    def _nonexistent(self, ev: bytes, out: list) -> None:
+        raise BinlogDecodeError(
+            f"an event of type {ev[4]} ending at {self.file}:{_U32(ev, 13)[0]}, a type server {self.server_version} "
+            f"does not have (its Format_description lists event types 1-{len(self.post_header)})"
+        )
 
     def _xid(self, ev: bytes, out: list) -> None:
         ts, _, _, _, log_pos, _ = _HDR.unpack_from(ev)

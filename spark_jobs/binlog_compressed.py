@@ -105,7 +105,14 @@ class _Format:
 
     def learn(self, ev: bytes) -> None:
         self.server_version = ev[21:71].rstrip(b"\x00").decode("ascii", "replace")  # after binlog version (2)
-        crc_ok = zlib.crc32(ev[:-4]) & 0xFFFFFFFF == struct.unpack("<I", ev[-4:])[0]
+        # Every server that writes checksums ends its Format_description with the algorithm
+        # byte and a 4-byte CRC (with binlog_checksum=NONE too), computed with the "file in
+        # use" flag (0x01 of the header's flags) clear: a file copied from a running server
+        # keeps the flag set. The post-header lengths before them are one per event type the
+        # server has (5.7: 38, 8.0: 41, 9.x: 42): a type past the list does not exist there.
+        flags = struct.unpack_from("<H", ev, 17)[0]
+        signed = ev[:17] + struct.pack("<H", flags & ~1) + ev[19:-4]
+        crc_ok = zlib.crc32(signed) & 0xFFFFFFFF == struct.unpack("<I", ev[-4:])[0]
         self.checksum = 4 if crc_ok and ev[-5] == 1 else 0
         self.post_header = ev[19 + 57 : len(ev) - (5 if crc_ok else 0)]
 

@@ -308,3 +308,20 @@ def fde_body(server_version: str = "9.0.1", post_header: bytes = MYSQL_90_POST_H
     """`created`: non-zero only in the binlog a server opens at its start (a rotation writes 0)."""
     version = server_version.encode().ljust(50, b"\0")
     return struct.pack("<H", 4) + version + struct.pack("<I", created) + bytes([19]) + post_header + b"\x01"
+
+
+# Real Format_description events, as MySQL 5.7 servers wrote them (the first event of the
+# binlogs in mysql-binlog-connector-java's src/test/resources, commit c4a5af8: mysql-bin.checksum-crc32
+# by 5.7.21-log, mysql-bin.checksum-none by 5.7.20-log). A 5.7 server lists post-header
+# lengths for event types 1-38 only; the byte after type 38 is the checksum algorithm (1 =
+# CRC32, 0 = none), and a 4-byte checksum closes the event in both.
+MYSQL_5721_FDE = bytes.fromhex(
+    "9e18ec5a0f01000000770000007b00000000000400352e372e32312d6c6f6700000000000000000000000000"
+    "0000000000000000000000000000000000000000000000000000009e18ec5a13380d00080012000404040412"
+    "00005f00041a08000000080808020000000a0a0a2a2a0012340001a7dabdaa"
+)
+MYSQL_5720_FDE_NO_CHECKSUM = bytes.fromhex(
+    "6422d85b0f01000000770000007b00000000000400352e372e32302d6c6f6700000000000000000000000000"
+    "0000000000000000000000000000000000000000000000000000006422d85b13380d00080012000404040412"
+    "00005f00041a08000000080808020000000a0a0a2a2a00123400002eefbb3f"
+)

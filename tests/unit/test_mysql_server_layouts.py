@@ -256,3 +256,60 @@ def test_a_format_description_written_at_a_server_start_says_so():
     rotated.add(15, bb.fde_body("8.4.0", bb.MYSQL_82_POST_HEADER, created=0))
     assert _decode(started) == [ServerStarted(BinlogPosition("binlog.000001", 4))]
     assert _decode(rotated) == []
+
+
+def _mysql57_transaction(fde: bytes, crc: bool) -> bb.Binlog:
+    """A real MySQL 5.7 Format_description, then a transaction as 5.7 writes it: a 42-byte
+    Anonymous_gtid (no commit timestamps, no transaction length), BEGIN, Table_map,
+    Write_rows v2, XID."""
+    log = bb.Binlog(start=4 + len(fde))
+    log.events.append(fde)
+    log.add(34, bb.gtid_body(1), crc)
+    log.add(2, bb.query_body("BEGIN"), crc)
+    log.add(19, bb.table_map_body(), crc)
+    log.add(30, bb.write_rows_body([("e-57", b"{}", 57)]), crc)
+    log.add(16, bb.xid_body(9), crc)
+    return log
+
+
+@pytest.mark.parametrize(
+    "fde, crc",
+    [(bb.MYSQL_5721_FDE, True), (bb.MYSQL_5720_FDE_NO_CHECKSUM, False)],
+    ids=["5.7.21-crc32", "5.7.20-none"],
+)
+def test_the_format_description_of_mysql_57_is_read(fde, crc):
+    """A 5.7 Format_description lists event types 1-38: the byte after them is the checksum
+    algorithm (1 = CRC32), not a post-header length of type 39 (refused before: 'its
+    Format_description gives Partial_update_rows (event type 39) post-header length 1')."""
+    out = _decode(_mysql57_transaction(fde, crc))
+    rows = [e for e in out if isinstance(e, RowInsert)]
+    assert [(r.values["id"], r.values["n"]) for r in rows] == [("e-57", 57)]
+    assert len([e for e in out if isinstance(e, TxCommit)]) == 1
+
+
+def test_an_event_type_past_the_format_descriptions_list_does_not_exist_on_that_server():
+    """A 5.7 server has no Partial_update_rows (type 39): such an event is refused as
+    one its server cannot write, not read with a length from past the list."""
+    log = _mysql57_transaction(bb.MYSQL_5721_FDE, True)
+    log.add(39, bb.write_rows_body([("e-x", b"{}", 1)]))
+    with pytest.raises(BinlogDecodeError, match="5.7.21-log"):
+        _decode(log)
+
+
+@pytest.mark.parametrize("in_use", [False, True], ids=["closed", "in-use"])
+@pytest.mark.parametrize(
+    "fde, checksum", [(bb.MYSQL_5721_FDE, 4), (bb.MYSQL_5720_FDE_NO_CHECKSUM, 0)], ids=["5.7.21-crc32", "5.7.20-none"]
+)
+def test_the_verifiers_reader_lists_the_event_types_of_a_mysql_57_server(fde, checksum, in_use):
+    """The verifier's own reading of a Format_description: 38 event types on 5.7, whether
+    the file was copied while the server had it open (LOG_EVENT_BINLOG_IN_USE_F set, the
+    CRC computed without it) or not; a type past the list takes the caller's default."""
+    from spark_jobs.binlog_compressed import _Format
+
+    raw = bytearray(fde)
+    raw[17] |= 0x01 if in_use else 0
+    fmt = _Format()
+    fmt.learn(bytes(raw))
+    assert (len(fmt.post_header), fmt.checksum, fmt.server_version[:4]) == (38, checksum, "5.7.")
+    assert fmt.post_header_len(39, 10) == 10
+    assert fmt.post_header_len(19, 0) == 8
