@@ -533,7 +533,7 @@ _EVENTS = [0]
 
 def _commits(bootstrap: str, topic: str) -> int:
     """Kafka transactions the relay committed: each holds one checkpoint record."""
-    from connectors.kafka_reader import KafkaTopicReader
+    from connectors.kafka.reader import KafkaTopicReader
 
     reader = KafkaTopicReader(bootstrap)
     try:

@@ -1,5 +1,5 @@
 """Binlog decode throughput: python-mysql-replication (+ _Converter) vs the fast reader
-(connectors.binlog_protocol + connectors.binlog_decoder), on the same real binlog.
+(connectors.mysql.binlog_protocol + connectors.mysql.binlog_decoder), on the same real binlog.
 
     python -m bench.decode_bench [--events 200000] [--mixed] [--repeat 1]
 
@@ -39,8 +39,8 @@ def _library(db, watched, file, pos):
     )
     from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
-    from cdc.source_events import RowInsert
-    from connectors.binlog_library import LibraryConverter as _Converter
+    from cdc.assembly.source_events import RowInsert
+    from connectors.mysql.binlog_library import LibraryConverter as _Converter
 
     t0 = time.perf_counter()
     reader = BinLogStreamReader(
@@ -80,9 +80,9 @@ def _library(db, watched, file, pos):
 
 
 def _fast(db, watched, file, pos):
-    from cdc.source_events import RowInsert
-    from connectors.binlog_decoder import BinlogDecoder
-    from connectors.binlog_protocol import BinlogConnection
+    from cdc.assembly.source_events import RowInsert
+    from connectors.mysql.binlog_decoder import BinlogDecoder
+    from connectors.mysql.binlog_protocol import BinlogConnection
 
     s = db.connection_settings()
     t0 = time.perf_counter()
@@ -104,7 +104,7 @@ def _fast(db, watched, file, pos):
 
 def _raw_events(db, file, pos) -> list[bytes]:
     """The range's raw events, for `_decode_only` (not timed)."""
-    from connectors.binlog_protocol import BinlogConnection
+    from connectors.mysql.binlog_protocol import BinlogConnection
 
     s = db.connection_settings()
     with BinlogConnection(s["host"], s["port"], s["user"], s["password"], server_id=904).dump_file(
@@ -114,9 +114,9 @@ def _raw_events(db, file, pos) -> list[bytes]:
 
 
 def _decode_only(raw, watched, file):
-    from cdc.source_events import RowInsert
-    from connectors.binlog_decoder import BinlogDecoder
-    from connectors.binlog_protocol import PacketRun
+    from cdc.assembly.source_events import RowInsert
+    from connectors.mysql.binlog_decoder import BinlogDecoder
+    from connectors.mysql.binlog_protocol import PacketRun
 
     # the events as the stream carries them: a packet each (3-byte length, sequence id,
     # the OK byte, the event), in buffers of about a socket read's events
@@ -142,7 +142,7 @@ def _decode_only(raw, watched, file):
 
 def _read_only(db, file, pos):
     """Socket + framing only (no decoding)."""
-    from connectors.binlog_protocol import BinlogConnection
+    from connectors.mysql.binlog_protocol import BinlogConnection
 
     s = db.connection_settings()
     t0 = time.perf_counter()

@@ -46,12 +46,12 @@ def measure(fmt: str, events: int, rounds: int, equal_settings: bool = False) ->
     """Microseconds per event of each phase (the minimum over `rounds`)."""
     from multiprocessing.reduction import ForkingPickler
 
-    from cdc.feed import prepare
-    from cdc.identity import EventIdentity, TxIdentity
-    from cdc.outbox import OutboxEvent, OutboxMapper, OutboxTable
+    from cdc.assembly.feed import prepare
+    from cdc.events.identity import EventIdentity, TxIdentity
+    from cdc.events.outbox import OutboxEvent, OutboxMapper, OutboxTable
+    from cdc.events.topics import TopicRouter
     from cdc.position import BinlogPosition
-    from cdc.topics import TopicRouter
-    from connectors.avro_serializer import ConfluentAvroSerializer
+    from connectors.schema_registry.avro_serializer import ConfluentAvroSerializer
 
     sys.path.append(str(ROOT))  # bench.workloads, after the checkout's own modules
     from bench.workloads import _payload

@@ -112,7 +112,7 @@ def _relay_cpu() -> float:
     total = sum(me.cpu_times()[:2])
     for child in me.children():
         try:
-            if "connectors.reader_process" in " ".join(child.cmdline()):
+            if "connectors.mysql.reader_process" in " ".join(child.cmdline()):
                 total += sum(child.cpu_times()[:2])
         except psutil.Error:
             pass

@@ -5,7 +5,7 @@ mock cluster) against noida-db, with the verifier's own Kafka reader.
 
 A producer writes `--step` small records at a time in one-record batches (as a relay at a few
 thousand events/s over many partitions does: linger 1 ms, a pause every 20 records), then the
-verifier's stream reader (`spark_jobs/kafka_stream.py`) reads exactly those records; printed
+verifier's stream reader (`spark_jobs/kafka/stream.py`) reads exactly those records; printed
 per step: the records in the topic, the reader's CPU per record, and the broker process's CPU
 per record read. The stand-in finds a fetch's offset by walking the partition's batches from
 the first and answers with one batch per partition, so its cost per record grows with the
@@ -35,7 +35,7 @@ def main() -> None:
     import psutil
     from confluent_kafka import Producer
 
-    from spark_jobs.kafka_stream import KafkaStreamReader
+    from spark_jobs.kafka.stream import KafkaStreamReader
 
     consumer: dict = {}
     broker: Any

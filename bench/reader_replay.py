@@ -14,7 +14,7 @@ relay's own classes and a socket that hands out the recorded reads:
           decode() per event)
   feed    + MySQLBinlogSource, LocalFeed and the transaction assembly, each transaction's
           items mapped (what the reader does before the Avro encoding and the pipe)
-  ship    the whole reader: `connectors.reader_process._ship` over the feed, each event
+  ship    the whole reader: `connectors.mysql.reader_process._ship` over the feed, each event
           Avro-encoded and each pipe message pickled as the reader pickles it (not sent)
 
 and prints the best CPU seconds. `--against PATH`: a checkout of another commit (e.g.
@@ -41,7 +41,7 @@ WATCHED = {("bench", "outbox")}
 def capture(path: Path, events: int, mixed: bool, per_tx: int = 100) -> None:
     sys.path.insert(0, str(ROOT))
     from bench.workloads import bench_server, create_schema, write
-    from connectors.binlog_protocol import BinlogConnection
+    from connectors.mysql.binlog_protocol import BinlogConnection
 
     with bench_server() as db:
         create_schema(db, "bench", mixed)
@@ -70,16 +70,16 @@ def capture(path: Path, events: int, mixed: bool, per_tx: int = 100) -> None:
 def replay(path: Path, stage: str, repeat: int) -> float:
     """Best CPU seconds of `stage` over the capture, with the modules of the current directory."""
     sys.path.insert(0, os.getcwd())
+    from cdc.assembly.feed import MORE, LocalFeed, assembler_for
+    from cdc.assembly.source_events import ServerInfo
+    from cdc.assembly.transaction import CommittedTransaction
     from cdc.errors import SourceError
-    from cdc.feed import MORE, LocalFeed, assembler_for
-    from cdc.outbox import OutboxTable
+    from cdc.events.outbox import OutboxTable
     from cdc.position import BinlogPosition
     from cdc.relay_settings import RelaySettings
-    from cdc.source_events import ServerInfo
-    from cdc.transaction import CommittedTransaction
-    from connectors.binlog_decoder import BinlogDecoder
-    from connectors.binlog_protocol import BinlogConnection
-    from connectors.binlog_source import MySQLBinlogSource
+    from connectors.mysql.binlog_decoder import BinlogDecoder
+    from connectors.mysql.binlog_protocol import BinlogConnection
+    from connectors.mysql.binlog_source import MySQLBinlogSource
 
     cap = pickle.loads(path.read_bytes())
 
@@ -105,7 +105,7 @@ def replay(path: Path, stage: str, repeat: int) -> float:
 
     def source():
         bc, dec = connection(), BinlogDecoder(WATCHED, cap["file"], flavor="mariadb")
-        if hasattr(bc, "event_runs"):  # as connectors/binlog_source.py reads
+        if hasattr(bc, "event_runs"):  # as connectors/mysql/binlog_source.py reads
             items, convert = bc.event_runs(), dec.decode_reads
         elif batched:
             items, convert = bc.event_batches(), dec.decode_batch
@@ -125,8 +125,8 @@ def replay(path: Path, stage: str, repeat: int) -> float:
     def ship(feed: Any) -> None:
         from multiprocessing.reduction import ForkingPickler
 
-        from connectors.avro_serializer import ConfluentAvroSerializer, registry_client
-        from connectors.reader_process import _ship
+        from connectors.mysql.reader_process import _ship
+        from connectors.schema_registry.avro_serializer import ConfluentAvroSerializer, registry_client
 
         class Pipe:  # the bytes go nowhere (older trees: Connection.send's pickling here)
             def send(self, obj: Any) -> None:

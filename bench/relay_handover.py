@@ -38,18 +38,18 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("cdc", "connectors", "testbed", "bench")
 _CLASSES = (
     ("cdc.delivery.ledger", "Ledger"),
-    ("cdc.handover", "Handover"),
-    ("cdc.identity", "TxIdentity"),
+    ("cdc.delivery.handover", "Handover"),
+    ("cdc.events.identity", "TxIdentity"),
     ("cdc.lease_guard", "LeaseGuard"),
     ("cdc.log_limit", "LogLimiter"),
     ("cdc.metrics", "RelayMetrics"),
     ("cdc.missing_topics", "MissingTopics"),
-    ("cdc.outbox", "OutboxTable"),
+    ("cdc.events.outbox", "OutboxTable"),
     ("cdc.position", "BinlogPosition"),
     ("cdc.relay_settings", "RelaySettings"),
-    ("cdc.unlocated", "UnlocatedConfirmation"),
-    ("connectors.kafka_sink", "KafkaPublisher"),
-    ("connectors.reader_process", "ShippedTransaction"),
+    ("cdc.delivery.unlocated", "UnlocatedConfirmation"),
+    ("connectors.kafka.sink", "KafkaPublisher"),
+    ("connectors.mysql.reader_process", "ShippedTransaction"),
 )
 _collector: dict[str, Any] = {"tree": None, "t0": 0.0, "spent": {}}
 
@@ -182,7 +182,7 @@ class Run:
 
 
 def _messages(space: dict[str, Any], topic: str, count: int) -> list[bytes]:
-    """`count` "tx" pipe messages as the reader sends them (connectors/reader_process.py):
+    """`count` "tx" pipe messages as the reader sends them (connectors/mysql/reader_process.py):
     100 envelope events each, tag 2 (the payload inside the ~450-byte value), 1000 keys."""
     rng = random.Random(1)
     aggregate_type, event_type, table = (sys.intern(s) for s in ("order", "OrderCreated", "bench.outbox"))

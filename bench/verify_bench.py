@@ -112,7 +112,7 @@ def produce(kafka, txs: list, partitions: int) -> tuple[float, int]:
     import fastavro
     from confluent_kafka import Producer
 
-    from connectors.avro_schemas import schema
+    from connectors.schema_registry.avro_schemas import schema
 
     for topic in ("bench.order", "bench.invoice"):
         kafka.create_topic(topic, partitions)
@@ -188,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
-    from cdc.outbox import OutboxTable
+    from cdc.events.outbox import OutboxTable
     from spark_jobs.verify import VerifyConfig, run_verify
     from testbed.kafka_standin import KafkaStandin
     from testbed.mariadb import EmbeddedMariaDB

@@ -37,7 +37,7 @@ Example `relay.toml`::
     payload_column = "payload"          # the event body
     timestamp_column = "created_at"     # optional: the envelope's `timestamp` (unset by default: null)
     format = "envelope"                 # or string | json | bytes | avro: the payload as the value,
-                                        # as Debezium's EventRouter writes it (cdc/formats.py)
+                                        # as Debezium's EventRouter writes it (cdc/events/formats.py)
     additional_placement = "type:header:eventType"  # Debezium's table.fields.additional.placement
     tombstone_on_empty_payload = false  # a NULL/blank payload as a tombstone (payload formats)
     payload_nullable = true             # format = "avro": the payload schema is ["null","string"]
@@ -194,15 +194,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cdc.assembly.transaction import ON_CHANGE_POLICIES, ON_STATEMENT_POLICIES
 from cdc.errors import ConfigError
+from cdc.events.outbox import OutboxTable
+from cdc.events.topics import topic_problem
 from cdc.kafka_client import KafkaClientConfig, is_secret_key, role_block_problem
 from cdc.lease import LeaseSettings
-from cdc.outbox import OutboxTable
 from cdc.relay_settings import RelaySettings, RelayTuning, tuning_of
 from cdc.secret import Secret
 from cdc.tls import TlsConfig
-from cdc.topics import topic_problem
-from cdc.transaction import ON_CHANGE_POLICIES, ON_STATEMENT_POLICIES
 
 
 @dataclass(frozen=True)
@@ -223,7 +223,7 @@ class SourceConfig:
 
     def connection(self) -> dict[str, Any]:
         """Host, port, user, password and the TLS settings (`tls_*` keys, plain strings so
-        that the dict pickles and travels as Spark options); connectors/mysql_client.py
+        that the dict pickles and travels as Spark options); connectors/mysql/client.py
         turns it into a connection."""
         return {
             "host": self.host,
@@ -305,7 +305,7 @@ class XaConfig:
 
 @dataclass(frozen=True)
 class RabbitStreamConfig:
-    """`[sink.rabbitmq_stream]`: RabbitMQ's stream protocol (connectors/rabbitmq_sink.py)."""
+    """`[sink.rabbitmq_stream]`: RabbitMQ's stream protocol (connectors/rabbitmq/stream_sink.py)."""
 
     host: str = "127.0.0.1"
     port: int = 5552  # the stream plugin's port (5551 with TLS)
@@ -324,7 +324,7 @@ class RabbitStreamConfig:
 
 @dataclass(frozen=True)
 class NatsJetStreamConfig:
-    """`[sink.nats_jetstream]`: NATS JetStream (connectors/nats_sink.py)."""
+    """`[sink.nats_jetstream]`: NATS JetStream (connectors/nats/sink.py)."""
 
     servers: tuple[str, ...] = ("nats://127.0.0.1:4222",)
     user: str = ""
@@ -549,7 +549,7 @@ def _table(raw: Mapping[str, Any], index: int) -> OutboxTable:
             raise ConfigError(f"outbox.tables[{index}].{required} is required")
     try:
         return OutboxTable(**{k: v for k, v in raw.items()})
-    except ConfigError as exc:  # the topic template (cdc.topics.check_template) and the output format
+    except ConfigError as exc:  # the topic template (cdc.events.topics.check_template) and the output format
         where = "topic: " if str(exc).startswith("topic template") else ""
         raise ConfigError(f"outbox.tables[{index}].{where}{exc}") from None
 

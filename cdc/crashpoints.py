@@ -17,7 +17,7 @@ Points:
     txn_after_commit           transactional delivery: the Kafka transaction committed, the
                                relay's own bookkeeping of it (last checkpoint, counters) not yet
 
-The relay's reader process (connectors/reader_process.py) names its parent in `relay_pids`,
+The relay's reader process (connectors/mysql/reader_process.py) names its parent in `relay_pids`,
 so a point reached there kills the whole relay, as it would in one process.
 """
 
@@ -56,7 +56,7 @@ def arm(spec: str | None) -> None:
 
 def armed(name: str) -> bool:
     """Whether `name` is the armed point: a loop that would pass a point once per row asks
-    once per run of rows, and passes it only when armed (cdc/feed.py)."""
+    once per run of rows, and passes it only when armed (cdc/assembly/feed.py)."""
     return _armed == name
 
 

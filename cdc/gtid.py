@@ -101,7 +101,7 @@ class MysqlGtidSet:
     @property
     def tagged(self) -> bool:
         """Whether any GTID of the set has a tag (its binary encoding then needs MySQL's
-        tagged format: connectors/binlog_protocol.py)."""
+        tagged format: connectors/mysql/binlog_protocol.py)."""
         return any(tag for (_uuid, tag), _ivs in self.intervals)
 
     def contains(self, gtid: str) -> bool:

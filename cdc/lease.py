@@ -1,5 +1,5 @@
 """One active relay per source: the lease's rules (pure; the MySQL lock that carries it is
-connectors/mysql_lease.py, the wiring cdc_cli/app.py).
+connectors/mysql/lease.py, the wiring cdc_cli/app.py).
 
 The lease is a named lock on the source database (`GET_LOCK`), held by one session of
 the relay that publishes. The server releases it when that session ends: the relay

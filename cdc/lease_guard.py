@@ -14,9 +14,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+from cdc.delivery.kafka_transaction import Fenced
 from cdc.lease import LeaseClock, LeaseLost
 from cdc.ports import Publisher
-from cdc.transactions import Fenced
 
 # The relay's lines keep the relay's logger name: operators filter on it.
 log = logging.getLogger("cdc.relay")

@@ -11,7 +11,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from cdc.outbox import DEAD_LETTER_CAUSES
+from cdc.events.outbox import DEAD_LETTER_CAUSES
 
 # Commit -> acknowledgement, in seconds. The commit time is the binlog event's, which
 # has whole seconds: a latency is up to 1 s longer than the true one, hence no finer buckets.

@@ -7,10 +7,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from cdc.checkpoint import Checkpoint
+from cdc.assembly.source_events import SourceEvent
+from cdc.checkpoints.checkpoint import Checkpoint
 from cdc.gtid import GtidSet
 from cdc.position import BinlogPosition
-from cdc.source_events import SourceEvent
 
 StartAt = BinlogPosition | GtidSet
 
@@ -39,11 +39,11 @@ class BinlogSourceFactory(Protocol):
 
     def prepared_xids(self) -> set[str] | None:
         """The XA transactions the server lists as prepared (`XA RECOVER`), in
-        `cdc.source_events.xid_text` form; None when the relay may not ask."""
+        `cdc.assembly.source_events.xid_text` form; None when the relay may not ask."""
 
 
 class Feed(Protocol):
-    """Committed transactions from the binlog (cdc.feed.LocalFeed, or a reader process)."""
+    """Committed transactions from the binlog (cdc.assembly.feed.LocalFeed, or a reader process)."""
 
     reconnects: int
 
@@ -56,7 +56,7 @@ class Feed(Protocol):
         """UPDATE/DELETE on an outbox table let through (`outbox.on_change` ignore / warn)."""
 
     def read(self, timeout: float) -> Any:
-        """A CommittedTransaction-like object, Heartbeat, ServerInfo, cdc.feed.MORE, or None."""
+        """A CommittedTransaction-like object, Heartbeat, ServerInfo, cdc.assembly.feed.MORE, or None."""
 
     def close(self) -> None: ...
 
@@ -66,11 +66,11 @@ class Feed(Protocol):
 
 class WireTransaction(Protocol):
     """A committed transaction that also gives its items as the reader process's pipe
-    carried them (connectors/reader_process.py, `ShippedTransaction`; the tuples of
-    `cdc.outbox.OutboxEvent.to_wire`): the hand-over publishes the common envelope event
+    carried them (connectors/mysql/reader_process.py, `ShippedTransaction`; the tuples of
+    `cdc.events.outbox.OutboxEvent.to_wire`): the hand-over publishes the common envelope event
     from its tuple and asks for the object only when it needs one."""
 
-    identity: Any  # cdc.identity.TxIdentity
+    identity: Any  # cdc.events.identity.TxIdentity
 
     def wire(self) -> Iterator[tuple]:
         """The items' tuples in row order (a tuple's place is its row), in place of `items`."""
@@ -139,7 +139,7 @@ class Publisher(Protocol):
 
 class ReportingPublisher(Publisher, Protocol):
     """A publisher whose client library calls a report per message itself (the Kafka
-    publisher: confluent-kafka's `on_delivery(err, msg)`). The hand-over (cdc/handover.py)
+    publisher: confluent-kafka's `on_delivery(err, msg)`). The hand-over (cdc/delivery/handover.py)
     gives it its own method as that report: no adapter callable and no `Delivery` per
     message on the hot path. The port's `publish` stays, for every other caller."""
 
@@ -162,8 +162,8 @@ class ReportingPublisher(Publisher, Protocol):
 
 
 class TransactionalPublisher(Publisher, Protocol):
-    """A publisher with Kafka transactions (`kafka.delivery = "transactional"`, cdc/transactions.py).
-    Each raises cdc.transactions.TransactionAborted (or Fenced) when the broker refuses."""
+    """A publisher with Kafka transactions (`kafka.delivery = "transactional"`, cdc/delivery/kafka_transaction.py).
+    Each raises cdc.delivery.kafka_transaction.TransactionAborted (or Fenced) when the broker refuses."""
 
     def init_transactions(self, timeout: float) -> None: ...
 

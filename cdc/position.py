@@ -79,7 +79,7 @@ _set_pos = vars(BinlogPosition)["pos"].__set__
 def unchecked_position(file: str, pos: int) -> BinlogPosition:
     """`BinlogPosition(file, pos)`, equal to it, without the file name's check: for a file
     name checked already (the decoder checks it once per Rotate; the reader process pickles
-    positions it made from checked ones, connectors/reader_process.py `MessagePickler`)."""
+    positions it made from checked ones, connectors/mysql/reader_process.py `MessagePickler`)."""
     position = _new(BinlogPosition)
     _set_file(position, file)
     _set_pos(position, pos)

@@ -1,6 +1,6 @@
 """How the relay behaves: its settings, with the defaults a new deployment should start
 with. Built from the config file by `cdc/config.py`; read by the relay loop
-(`cdc/relay.py`) and by the feed on either side of the reader process (`cdc/feed.py`)."""
+(`cdc/relay.py`) and by the feed on either side of the reader process (`cdc/assembly/feed.py`)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from cdc.errors import ConfigError
-from cdc.outbox import OutboxTable
-from cdc.topics import topic_problem
+from cdc.events.outbox import OutboxTable
+from cdc.events.topics import topic_problem
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -47,7 +47,7 @@ class RelaySettings(RelayTuning):
     checkpoint_in_background: bool = True  # periodic checkpoints do not block the loop
     read_timeout_s: float = 0.05
     # kafka.delivery: "idempotent" (idempotent producer + recovery scan) or "transactional"
-    # (Kafka transactions of whole database transactions with the checkpoint inside, cdc/transactions.py)
+    # (Kafka transactions of whole database transactions with the checkpoint inside, cdc/delivery/kafka_transaction.py)
     delivery: str = "idempotent"
     transaction_max_s: float = 0.1  # transactional: commit the open Kafka transaction once it is this old
     transaction_max_messages: int = 20_000  # ... or holds this many messages (checked between database transactions)

@@ -1,5 +1,5 @@
 """Who holds this relay's replica server id when it starts (pure decisions; the queries,
-the KILL and the waiting are in connectors/replica_sessions.py).
+the KILL and the waiting are in connectors/mysql/replica_sessions.py).
 
 The server lists every binlog session by its replica server id (SHOW SLAVE HOSTS /
 SHOW REPLICAS) and shows each as a `Binlog Dump` thread in its process list; nothing

@@ -1,5 +1,5 @@
 """TLS to MySQL: the settings (`[source.tls]`), as a value. No I/O here: the context,
-the handshake and the error lines are connectors/mysql_client.py's.
+the handshake and the error lines are connectors/mysql/client.py's.
 
 Modes, after MySQL's `--ssl-mode`:
 

@@ -1,4 +1,4 @@
-"""`cdc adopt`: take over from a stopped Debezium MySQL connector (cdc/adoption.py).
+"""`cdc adopt`: take over from a stopped Debezium MySQL connector (cdc/checkpoints/adoption.py).
 
     cdc adopt --config relay.toml --debezium-connector NAME
               (--debezium-offsets-file PATH | --debezium-offsets-topic TOPIC)
@@ -18,15 +18,15 @@ import re
 import string
 import time
 
-from cdc.adoption import AdoptedWindow, AdoptionError, DebeziumOffset
-from cdc.checkpoint import Checkpoint
+from cdc.checkpoints.adoption import AdoptedWindow, AdoptionError, DebeziumOffset
+from cdc.checkpoints.checkpoint import Checkpoint
 from cdc.config import Config
 from cdc.errors import PositionError
 from cdc.gtid import parse_gtid_set
 from cdc_cli.app import checkpoint_store
-from connectors.binlog_source import MySQLBinlogSourceFactory
-from connectors.debezium_offsets import offset_from_file, offset_from_topic
-from connectors.kafka_reader import KafkaTopicReader
+from connectors.debezium.offsets import offset_from_file, offset_from_topic
+from connectors.kafka.reader import KafkaTopicReader
+from connectors.mysql.binlog_source import MySQLBinlogSourceFactory
 
 
 def template_pattern(template: str) -> re.Pattern[str]:

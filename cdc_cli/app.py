@@ -6,7 +6,7 @@
                                   '-> KafkaTopicReader (recovery)
 
 With `lease.enabled` (the default) `run_relay` first takes the source's lease
-(connectors/mysql_lease.py): a standby until it is free, then the takeover wait
+(connectors/mysql/lease.py): a standby until it is free, then the takeover wait
 (cdc/lease.py), then the replica server id, then the relay.
 """
 
@@ -29,14 +29,14 @@ from cdc.ports import StartAt
 from cdc.relay import Relay, RunSummary, start_point
 from cdc.replica_session import source_mark
 from cdc_cli.sinks import SinkAdapters, checkpoint_store, sink_adapters
-from connectors.binlog_source import MySQLBinlogSourceFactory
 from connectors.http_endpoint import HttpEndpoint
-from connectors.mysql_client import MySQLTlsError, connect
-from connectors.mysql_errors import error_text
-from connectors.mysql_lease import MySQLLease
-from connectors.preflight import failures, run_checks, warnings
-from connectors.reader_process import ReaderProcessFeeds, ReaderSpec
-from connectors.replica_sessions import set_source, settle
+from connectors.mysql.binlog_source import MySQLBinlogSourceFactory
+from connectors.mysql.client import MySQLTlsError, connect
+from connectors.mysql.errors import error_text
+from connectors.mysql.lease import MySQLLease
+from connectors.mysql.preflight import failures, run_checks, warnings
+from connectors.mysql.reader_process import ReaderProcessFeeds, ReaderSpec
+from connectors.mysql.replica_sessions import set_source, settle
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +109,7 @@ class _LazySerializer:
 
     def encode(self, event: Any, topic: str) -> bytes:
         if self._serializer is None:
-            from connectors.avro_serializer import (
+            from connectors.schema_registry.avro_serializer import (
                 ConfluentAvroSerializer,
                 registry_client,
             )

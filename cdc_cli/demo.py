@@ -22,7 +22,7 @@ from cdc.errors import CdcError
 from cdc.metrics import RelayMetrics
 from cdc.relay import RunSummary
 from cdc_cli.workload import ShopWorkload, WorkloadResult
-from connectors.mysql_client import binlog_end
+from connectors.mysql.client import binlog_end
 
 TOPICS = {"outbox.event.order": 6, "outbox.event.payment": 6, "outbox.dlq": 1}
 DATABASE = "shop"

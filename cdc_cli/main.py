@@ -42,12 +42,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, on_signal)
     # The reader process is started before the relay's own imports and config, so that its
     # imports (the longest part of the start) run alongside them: time to the first event.
-    from connectors.reader_spawn import spawn, wanted
+    from connectors.mysql.reader_spawn import spawn, wanted
 
     spawned = spawn() if wanted(args.config) else None
-    from connectors.mysql_driver import import_deferring_rsa
+    from connectors.mysql.driver import import_deferring_rsa
 
-    import_deferring_rsa()  # before anything imports PyMySQL: 10 MiB less (connectors/mysql_driver.py)
+    import_deferring_rsa()  # before anything imports PyMySQL: 10 MiB less (connectors/mysql/driver.py)
     try:
         from cdc_cli.config_file import read_config
 
@@ -59,7 +59,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         raise
     feeds = None
     if cfg.source.reader == "process":
-        from connectors.reader_process import ReaderProcessFeeds
+        from connectors.mysql.reader_process import ReaderProcessFeeds
 
         feeds = ReaderProcessFeeds(spawned=spawned)
     elif spawned is not None:  # an environment override chose the thread
@@ -83,7 +83,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 def _cmd_check(args: argparse.Namespace) -> int:
     from cdc_cli.config_file import read_config
     from cdc_cli.sinks import sink_check
-    from connectors.preflight import CheckResult, run_checks
+    from connectors.mysql.preflight import CheckResult, run_checks
 
     cfg = read_config(args.config)
     # With a relay of this source active (it holds the lease), the replica id is its: the
@@ -91,7 +91,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
     lease: list[CheckResult] = []
     if cfg.lease.enabled:
         from cdc.lease import lock_name
-        from connectors.mysql_lease import lease_holder
+        from connectors.mysql.lease import lease_holder
 
         name = lock_name(cfg.source.name)
         holder = lease_holder(name, cfg.source.connection())

@@ -18,19 +18,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cdc.assembly.source_events import ServerInfo
+from cdc.assembly.transaction import TransactionAssembler
 from cdc.config import Config
-from cdc.dead_letters import dead_letter_value
 from cdc.errors import ConfigError, DeliveryError, SourceError
-from cdc.formats import H_FORMAT
-from cdc.identity import H_EVENT_ID, H_EVENT_TYPE, H_REPAIR, H_TABLE, identity_key_from_headers
-from cdc.outbox import DeadLetter, OutboxEvent, OutboxMapper
+from cdc.events.dead_letters import dead_letter_value
+from cdc.events.formats import H_FORMAT
+from cdc.events.identity import H_EVENT_ID, H_EVENT_TYPE, H_REPAIR, H_TABLE, identity_key_from_headers
+from cdc.events.outbox import DeadLetter, OutboxEvent, OutboxMapper
+from cdc.events.topics import TopicRouter
 from cdc.position import BinlogPosition
-from cdc.source_events import ServerInfo
-from cdc.topics import TopicRouter
-from cdc.transaction import TransactionAssembler
 from cdc_cli.sinks import repair_publisher, repair_reader
-from connectors.avro_serializer import ConfluentAvroSerializer, registry_client
-from connectors.binlog_source import MySQLBinlogSourceFactory
+from connectors.mysql.binlog_source import MySQLBinlogSourceFactory
+from connectors.schema_registry.avro_serializer import ConfluentAvroSerializer, registry_client
 
 
 @dataclass

@@ -11,13 +11,13 @@ from typing import Any
 
 from cdc.config import Config
 from cdc.delivery.kafka import kafka_delivery
+from cdc.delivery.kafka_transaction import transactional_id
 from cdc.delivery.mode_factory import DeliveryModeFactory
 from cdc.kafka_health import KafkaHealth
 from cdc.metrics import RelayMetrics
-from cdc.transactions import transactional_id
 from connectors.checkpoint_stores import FileCheckpointStore, KafkaCheckpointStore, TransactionalCheckpointStore
-from connectors.kafka_reader import KafkaTopicReader
-from connectors.kafka_sink import KafkaPublisher, TransactionalKafkaPublisher, delivery_timeout_s
+from connectors.kafka.reader import KafkaTopicReader
+from connectors.kafka.sink import KafkaPublisher, TransactionalKafkaPublisher, delivery_timeout_s
 
 
 @dataclass
@@ -49,7 +49,7 @@ def kafka_adapters(cfg: Config, metrics: RelayMetrics) -> SinkAdapters:
         store = checkpoint_store(cfg)
     topics = None
     if cfg.topics.missing == "create":
-        from connectors.kafka_topics import KafkaTopicAdmin
+        from connectors.kafka.topics import KafkaTopicAdmin
 
         topics = KafkaTopicAdmin.from_config(clients, cfg.topics)
     # Transactional delivery: init_transactions aborts whatever an older instance left
@@ -61,11 +61,16 @@ def kafka_adapters(cfg: Config, metrics: RelayMetrics) -> SinkAdapters:
 
 
 def rabbitmq_stream_adapters(cfg: Config) -> SinkAdapters:
-    """RabbitMQ streams (connectors/rabbitmq_sink.py): exactly once by the checkpoint and the
+    """RabbitMQ streams (connectors/rabbitmq/stream_sink.py): exactly once by the checkpoint and the
     recovery scan (cdc/delivery/idempotent.py); the publishing ids keep a broker restart
     inside a run from losing or repeating a message (docs/DESIGN.md, "RabbitMQ Streams")."""
     from cdc.delivery.idempotent import idempotent_delivery
-    from connectors.rabbitmq_sink import RabbitStreamAdmin, RabbitStreamPublisher, RabbitStreamReader, StreamSettings
+    from connectors.rabbitmq.stream_sink import (
+        RabbitStreamAdmin,
+        RabbitStreamPublisher,
+        RabbitStreamReader,
+        StreamSettings,
+    )
 
     rabbit = cfg.sink.rabbitmq_stream
     settings = StreamSettings.from_config(rabbit)
@@ -97,7 +102,7 @@ def rabbitmq_stream_adapters(cfg: Config) -> SinkAdapters:
 
 def nats_adapters(cfg: Config) -> SinkAdapters:
     from cdc.delivery.idempotent import idempotent_delivery
-    from connectors.nats_sink import NatsJetStreamPublisher, NatsStreamAdmin, NatsStreamReader
+    from connectors.nats.sink import NatsJetStreamPublisher, NatsStreamAdmin, NatsStreamReader
 
     nats = cfg.sink.nats_jetstream
     reader = NatsStreamReader(nats)
@@ -124,11 +129,11 @@ def sink_adapters(cfg: Config, metrics: RelayMetrics) -> SinkAdapters:
 def repair_reader(cfg: Config) -> Any:
     """What `cdc repair` reads the sink with (cdc.ports.DeliveredLog, with `close()`)."""
     if cfg.sink.kind == "rabbitmq_stream":
-        from connectors.rabbitmq_sink import RabbitStreamReader, StreamSettings
+        from connectors.rabbitmq.stream_sink import RabbitStreamReader, StreamSettings
 
         return RabbitStreamReader(StreamSettings.from_config(cfg.sink.rabbitmq_stream))
     if cfg.sink.kind == "nats_jetstream":
-        from connectors.nats_sink import NatsStreamReader
+        from connectors.nats.sink import NatsStreamReader
 
         return NatsStreamReader(cfg.sink.nats_jetstream)
     return KafkaTopicReader(cfg.kafka.clients())
@@ -137,7 +142,7 @@ def repair_reader(cfg: Config) -> Any:
 def repair_publisher(cfg: Config) -> Any:
     """What `cdc repair` re-publishes with (cdc.ports.Publisher)."""
     if cfg.sink.kind == "rabbitmq_stream":
-        from connectors.rabbitmq_sink import RabbitStreamPublisher, StreamSettings
+        from connectors.rabbitmq.stream_sink import RabbitStreamPublisher, StreamSettings
 
         # Not the relay's producer name: ids of its own, never above or below the relay's
         # (a running relay's next ids would be dropped as duplicates of the repair's).
@@ -145,22 +150,22 @@ def repair_publisher(cfg: Config) -> Any:
             StreamSettings.from_config(cfg.sink.rabbitmq_stream), f"cdc-repair.{cfg.source.name}"
         )
     if cfg.sink.kind == "nats_jetstream":
-        from connectors.nats_sink import NatsJetStreamPublisher
+        from connectors.nats.sink import NatsJetStreamPublisher
 
         return NatsJetStreamPublisher(cfg.sink.nats_jetstream, "repair")
     return KafkaPublisher(cfg.kafka.clients())
 
 
 def sink_check(cfg: Config) -> list:
-    """`cdc check`'s lines about the sink (Kafka's: connectors/kafka_check.py)."""
+    """`cdc check`'s lines about the sink (Kafka's: connectors/kafka/check.py)."""
     if cfg.sink.kind == "rabbitmq_stream":
-        from connectors.rabbitmq_sink import check_rabbitmq
+        from connectors.rabbitmq.stream_sink import check_rabbitmq
 
         return check_rabbitmq(cfg)
     if cfg.sink.kind == "nats_jetstream":
-        from connectors.nats_sink import check_nats
+        from connectors.nats.sink import check_nats
 
         return check_nats(cfg.sink.nats_jetstream, cfg.kafka.dead_letter_topic)
-    from connectors.kafka_check import check_kafka
+    from connectors.kafka.check import check_kafka
 
     return check_kafka(cfg)

@@ -34,12 +34,12 @@ from pathlib import Path
 from confluent_kafka import KafkaError, Producer
 
 from cdc import crashpoints
-from cdc.checkpoint import Checkpoint
+from cdc.checkpoints.checkpoint import Checkpoint
 from cdc.errors import ConfigError, DeliveryError
 from cdc.kafka_client import KafkaClientConfig
 from cdc.lease import LeaseLost
-from connectors.kafka_logging import client_logging
-from connectors.kafka_reader import KafkaTopicReader
+from connectors.kafka.client_log import client_logging
+from connectors.kafka.reader import KafkaTopicReader
 
 
 class FileCheckpointStore:
@@ -192,7 +192,7 @@ class TransactionalCheckpointStore(KafkaCheckpointStore):
 
     def __init__(self, clients: KafkaClientConfig | str, topic: str, source: str, publisher) -> None:
         super().__init__(clients, topic, source, own_producer=False)
-        self._publisher = publisher  # connectors.kafka_sink.TransactionalKafkaPublisher
+        self._publisher = publisher  # connectors.kafka.sink.TransactionalKafkaPublisher
 
     def save(self, checkpoint: Checkpoint) -> None:
         self._publisher.produce_record(

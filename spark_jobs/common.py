@@ -3,7 +3,7 @@ Kafka's default partitioner (murmur2), option parsing and the redaction of conne
 settings. The Spark session itself is set up in `spark_jobs/session.py`.
 
 Nothing here comes from the relay's transaction or recovery code; only the value types
-(`cdc.position`, the header names in `cdc.identity`) are shared on purpose.
+(`cdc.position`, the header names in `cdc.events.identity`) are shared on purpose.
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ except Exception:  # pragma: no cover
 
 def identity_key(source: str, gtid: str | None, file: str | None, pos: int | None, row: int) -> str:
     """The identity of one event as one string: `(source, gtid, row)` when the transaction
-    has a GTID, else `(source, file, pos, row)` - the rule of `cdc.identity`."""
+    has a GTID, else `(source, file, pos, row)` - the rule of `cdc.events.identity`."""
     if gtid:
         return f"g{KEY_SEP}{source}{KEY_SEP}{gtid}{KEY_SEP}{row}"
     return f"p{KEY_SEP}{source}{KEY_SEP}{file}{KEY_SEP}{pos}{KEY_SEP}{row}"
@@ -146,7 +146,7 @@ def opt_bool(options: Mapping[str, str], name: str, default: bool = False) -> bo
 
 
 def mysql_settings_from_options(options: Mapping[str, str]) -> dict[str, Any]:
-    """A connection dict (connectors/mysql_client.py) from data source options (`host`,
+    """A connection dict (connectors/mysql/client.py) from data source options (`host`,
     `port`, `user`, `password` and the TLS settings' `tls_*`, cdc/tls.py)."""
     settings: dict[str, Any] = {
         "host": options.get("host") or "127.0.0.1",

@@ -2,8 +2,8 @@
 time and says how far the binlog is proven delivered exactly once.
 
 Two streaming sources, both the verifier's own independent readers:
-`cdc_binlog_stream` (offsets: binlog positions; `spark_jobs/binlog_stream.py`) and
-`cdc_kafka_stream` (offsets: per-partition offsets; `spark_jobs/kafka_stream.py`). Their
+`cdc_binlog_stream` (offsets: binlog positions; `spark_jobs/mysql/binlog_stream.py`) and
+`cdc_kafka_stream` (offsets: per-partition offsets; `spark_jobs/kafka/stream.py`). Their
 rows are put side by side (one union, one query, one Spark checkpoint) and handed to
 `foreachBatch`, which reconciles each micro-batch - only what is new - against the state
 left by the earlier ones (`spark_jobs/follow_state.py`: unmatched events and records,
@@ -43,14 +43,14 @@ from typing import Any
 
 from cdc.position import file_sequence
 from connectors.http_endpoint import OperatorHTTPServer
-from connectors.mysql_client import binlog_end
+from connectors.mysql.client import binlog_end
 from spark_jobs.arrow_transport import unpack
-from spark_jobs.binlog_source import connect_mysql, tables_to_json
-from spark_jobs.binlog_stream import BinlogStreamDataSource, server_logs
 from spark_jobs.common import redacted
 from spark_jobs.follow_state import FollowState
-from spark_jobs.kafka_source import plan_kafka
-from spark_jobs.kafka_stream import KafkaStreamDataSource, offsets_of
+from spark_jobs.kafka.source import plan_kafka
+from spark_jobs.kafka.stream import KafkaStreamDataSource, offsets_of
+from spark_jobs.mysql.binlog_source import connect_mysql, tables_to_json
+from spark_jobs.mysql.binlog_stream import BinlogStreamDataSource, server_logs
 from spark_jobs.reconcile import ALL_CLASSES, missing_entry
 from spark_jobs.report import VerifyReport, write_outputs
 from spark_jobs.verify import VerifyConfig, source_error

@@ -55,8 +55,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cdc.formats import expected_timestamp_ms, payload_matches
-from spark_jobs.binlog_source import (
+from cdc.events.formats import expected_timestamp_ms, payload_matches
+from spark_jobs.common import identity_key, murmur2_partition
+from spark_jobs.mysql.binlog_source import (
     KIND_ANOMALY,
     KIND_EVENT,
     KIND_XA_COMMIT,
@@ -65,7 +66,6 @@ from spark_jobs.binlog_source import (
     KIND_XA_ROW,
     STATEMENT_FORMAT,
 )  # fmt: skip
-from spark_jobs.common import identity_key, murmur2_partition
 from spark_jobs.reconcile import ALL_CLASSES, PROVEN_CLASSES, record_reasons
 
 KIND_PROGRESS = "progress"

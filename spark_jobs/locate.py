@@ -2,7 +2,7 @@
 position or GTID to the Kafka records that carry it (a header scan; no Spark needed).
 The same on a sink other than Kafka (`sink=`, the options of its verifier source,
 cdc_cli.verify_commands.sink_source_options), read with the verifier's own readers
-(spark_jobs/rabbitmq_source.py, spark_jobs/nats_source.py): on NATS JetStream a subject is
+(spark_jobs/rabbitmq/source.py, spark_jobs/nats/source.py): on NATS JetStream a subject is
 the topic and the stream sequence the offset.
 """
 
@@ -12,10 +12,10 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from cdc import identity as hdr
+from cdc.events import identity as hdr
 from cdc.gtid import looks_like_mysql_gtid, mysql_gtid_text
 from cdc.position import BinlogPosition
-from spark_jobs.kafka_source import consume_range, kafka_consumer, plan_kafka, scan_partitions
+from spark_jobs.kafka.source import consume_range, kafka_consumer, plan_kafka, scan_partitions
 
 _MARIADB_GTID = re.compile(r"^\d+-\d+-\d+$")
 
@@ -161,14 +161,14 @@ def _sink_records(
     fmt = sink["format"]
     options = {k: v for k, v in sink.items() if k != "format"}
     if fmt == "cdc_rabbitmq":
-        from spark_jobs import rabbitmq_source
+        from spark_jobs.rabbitmq import source as rabbitmq_source
 
         settings = rabbitmq_source.settings_from_options(options)
 
         def read(part: dict[str, Any], low: int, high: int) -> Any:
             return rabbitmq_source.read_range(settings, part["topic"], part["partition"], part["stream"], low, high)
     elif fmt == "cdc_nats":
-        from spark_jobs import nats_source
+        from spark_jobs.nats import source as nats_source
 
         settings = nats_source.settings_from_options(options)
 

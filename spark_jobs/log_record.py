@@ -6,7 +6,7 @@ is decoded by the same code into the same columns, and the reconciliation reads 
 alike.
 
 The names a sink writes for what a Kafka record has and a broker message has not (the
-key, a null value, NATS's timestamp) are `cdc.sink_fields`; `from_properties` takes them
+key, a null value, NATS's timestamp) are `cdc.events.sink_fields`; `from_properties` takes them
 out of the properties/headers into the record's own fields, as a Kafka record holds them.
 """
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from cdc.sink_fields import BROKER_HEADER_PREFIXES, H_KEY, H_NULL_VALUE, H_TIMESTAMP
+from cdc.events.sink_fields import BROKER_HEADER_PREFIXES, H_KEY, H_NULL_VALUE, H_TIMESTAMP
 
 # confluent-kafka's timestamp types (librdkafka's rd_kafka_timestamp_type_t)
 TIMESTAMP_NOT_AVAILABLE = 0

@@ -10,7 +10,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from spark_jobs.common import DataSource, DataSourceReader, InputPartition, opt_bool, opt_int, opt_json, settle_worker
-from spark_jobs.kafka_source import BATCH_ROWS, DEFAULT_CHUNK, RecordColumns, chunks, schema_for
+from spark_jobs.kafka.source import BATCH_ROWS, DEFAULT_CHUNK, RecordColumns, chunks, schema_for
 from spark_jobs.log_record import LogRecord
 
 

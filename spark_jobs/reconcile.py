@@ -68,8 +68,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from cdc.formats import expected_timestamp_ms, payload_matches
-from spark_jobs.binlog_source import (
+from cdc.events.formats import expected_timestamp_ms, payload_matches
+from spark_jobs.common import KEY_SEP, identity_key, murmur2_partition
+from spark_jobs.mysql.binlog_source import (
     KIND_EVENT,
     KIND_XA_COMMIT,
     KIND_XA_EVENT,
@@ -78,7 +79,6 @@ from spark_jobs.binlog_source import (
     KIND_XA_UNDECIDED,
     STATEMENT_FORMAT,
 )  # fmt: skip
-from spark_jobs.common import KEY_SEP, identity_key, murmur2_partition
 
 EVENT_CLASSES = ("delivered", "missing", "duplicate", "reordered", "altered", "dead_lettered", "unverifiable")
 RECORD_CLASSES = ("phantom", "unverifiable", "foreign", "unidentified")
@@ -104,7 +104,7 @@ class ReconcileContext:
     # the binlog rows hold XA prepare groups or outcomes (False: resolve_xa is skipped;
     # the verify job knows it from the read, other callers leave it True)
     has_xa: bool = True
-    # some outbox table is written in a payload format (cdc/formats.py): its records' content
+    # some outbox table is written in a payload format (cdc/events/formats.py): its records' content
     # is checked by `payload_matches` (a Python function in Spark; False: never evaluated)
     payload_formats: bool = False
 
@@ -127,7 +127,7 @@ def record_reasons(rec: Mapping[str, Any], ev: Mapping[str, Any], dlq_topic: str
         if rec.get("key_text") != ev.get("aggregate_id"):
             reasons.append("key")
         fmt = rec.get("v_format")
-        if fmt is not None and rec.get("value_error") is None:  # a payload format (cdc/formats.py)
+        if fmt is not None and rec.get("value_error") is None:  # a payload format (cdc/events/formats.py)
             if rec.get("v_id") != ev.get("event_id"):
                 reasons.append("id")
             if rec.get("v_type") != ev.get("event_type"):
@@ -643,7 +643,7 @@ def reconcile(events: Any, records: Any, ctx: ReconcileContext, storage: Any = N
     def r(name: str) -> Any:
         return col(f"r_{name}")
 
-    formatted = r("v_format").isNotNull()  # a payload format: the value is the payload (cdc/formats.py)
+    formatted = r("v_format").isNotNull()  # a payload format: the value is the payload (cdc/events/formats.py)
     decoded = r("value_error").isNull()
     enveloped = decoded & ~formatted
     not_dlq = ~r("is_dlq")

@@ -27,11 +27,11 @@ def register_sources(spark: Any) -> None:
     """Register the verifier's Python data sources (`cdc_binlog`, `cdc_kafka`,
     `cdc_outbox_table`, and the sinks beyond Kafka: `cdc_rabbitmq`, `cdc_nats`) with `spark`. Idempotent: a name already registered with the session is left as it is
     (registrations are per session: `spark.newSession()` starts without them)."""
-    from spark_jobs.binlog_source import BinlogDataSource
-    from spark_jobs.kafka_source import KafkaDataSource
-    from spark_jobs.nats_source import NatsDataSource
-    from spark_jobs.outbox_table_source import OutboxTableDataSource
-    from spark_jobs.rabbitmq_source import RabbitMQDataSource
+    from spark_jobs.kafka.source import KafkaDataSource
+    from spark_jobs.mysql.binlog_source import BinlogDataSource
+    from spark_jobs.mysql.outbox_table_source import OutboxTableDataSource
+    from spark_jobs.nats.source import NatsDataSource
+    from spark_jobs.rabbitmq.source import RabbitMQDataSource
 
     for source in (BinlogDataSource, KafkaDataSource, OutboxTableDataSource, RabbitMQDataSource, NatsDataSource):
         try:

@@ -21,12 +21,12 @@ def sink_plan(fmt: str, options: Mapping[str, str], topics: list[str], pattern: 
     partition counts, missing topics (as `kafka_source.plan_kafka`). `pattern`: also the
     subjects matching it (JetStream can list its streams' subjects; RabbitMQ 3.10 cannot)."""
     if fmt == "cdc_nats":
-        from spark_jobs.nats_source import plan_nats_matching
-        from spark_jobs.nats_source import settings_from_options as nats_settings
+        from spark_jobs.nats.source import plan_nats_matching
+        from spark_jobs.nats.source import settings_from_options as nats_settings
 
         return plan_nats_matching(nats_settings(options), topics, pattern)
     if fmt == "cdc_rabbitmq":
-        from spark_jobs.rabbitmq_source import DEFAULT_EMPTY_WAIT, plan_rabbitmq, settings_from_options
+        from spark_jobs.rabbitmq.source import DEFAULT_EMPTY_WAIT, plan_rabbitmq, settings_from_options
 
         return plan_rabbitmq(
             settings_from_options(options), topics, float(options.get("empty_wait") or DEFAULT_EMPTY_WAIT)

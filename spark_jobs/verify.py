@@ -40,10 +40,12 @@ if __package__ in (None, ""):  # run as a file by spark-submit: make the project
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from cdc.errors import NeedsOperator
-from cdc.outbox import OutboxTable
+from cdc.events.outbox import OutboxTable
 from cdc.position import file_sequence
 from cdc.tls import TLS_KEYS
-from spark_jobs.binlog_source import (
+from spark_jobs.common import redacted
+from spark_jobs.kafka.source import aborted_records, plan_kafka
+from spark_jobs.mysql.binlog_source import (
     BINLOG_READERS,
     KIND_ANOMALY,
     KIND_EVENT,
@@ -54,8 +56,6 @@ from spark_jobs.binlog_source import (
     split_ranges,
     tables_to_json,
 )  # fmt: skip
-from spark_jobs.common import redacted
-from spark_jobs.kafka_source import aborted_records, plan_kafka
 from spark_jobs.reconcile import ReconcileContext, missing_entry, reconcile, summarize
 from spark_jobs.report import VerifyReport, write_outputs
 from spark_jobs.session import build_spark, register_sources
@@ -91,7 +91,7 @@ class VerifyConfig:
     check_table: bool = False  # also read the outbox table (rows kept) and count rows not in the binlog
     # How the binlog is decoded. "default": python-mysql-replication - a decoder of its
     # own, independent of the relay's (a decoder bug cannot hide itself). "fast": the
-    # relay's own reader (connectors.binlog_protocol + connectors.binlog_decoder), several
+    # relay's own reader (connectors.mysql.binlog_protocol + connectors.mysql.binlog_decoder), several
     # times faster but NOT independent of the relay's reading path; the verifier's own
     # transaction assembly is used either way. Opt in only when speed matters more.
     binlog_reader: str = "default"
@@ -145,7 +145,7 @@ class VerifyConfig:
 
     @property
     def payload_formats(self) -> bool:
-        """Some table is written in a payload format (cdc/formats.py)."""
+        """Some table is written in a payload format (cdc/events/formats.py)."""
         return any(t.format != "envelope" for t in self.tables)
 
     def effective_pattern(self) -> str | None:

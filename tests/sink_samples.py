@@ -1,4 +1,4 @@
-"""Kafka records as the relay writes them (identity headers of cdc/identity.py, the event's
+"""Kafka records as the relay writes them (identity headers of cdc/events/identity.py, the event's
 headers, a payload format's headers, the envelope's Confluent-wire Avro value), for the
 tests of the sinks beyond Kafka: the same records written to RabbitMQ and JetStream must
 read back into the Kafka source's rows."""
@@ -8,10 +8,10 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from cdc import identity as hdr
-from cdc.formats import H_FORMAT
-from cdc.identity import EventIdentity, TxIdentity
-from cdc.outbox import OutboxEvent
+from cdc.events import identity as hdr
+from cdc.events.formats import H_FORMAT
+from cdc.events.identity import EventIdentity, TxIdentity
+from cdc.events.outbox import OutboxEvent
 from cdc.position import BinlogPosition
 
 TS = 1_700_000_000_000
@@ -74,7 +74,7 @@ def sample_records(topic: str, dlq_topic: str) -> list[SampleRecord]:
     """Envelope (Avro, text and binary payloads, NULL payload), a payload format with its
     extra headers, a tombstone, a null key, an XA transaction's event, a repair and a dead
     letter; GTID and file/pos identities."""
-    from connectors.avro_serializer import ConfluentAvroSerializer, registry_client
+    from connectors.schema_registry.avro_serializer import ConfluentAvroSerializer, registry_client
 
     serializer = ConfluentAvroSerializer(registry_client("mock://sink-samples"))
     gtid_tx = TxIdentity("src", BinlogPosition("mysql-bin.000003", 900), "0-1-17", 1, TS)

@@ -21,7 +21,7 @@ What a mode is told, and when (each call on the loop's thread):
     recover(cp)          with the checkpoint to resume from, at start and after a rewind:
                          learn what was delivered after it (or know that nothing was)
     handing_over(tx)     before the first message of a committed transaction goes to the
-                         publisher (the hand-over, cdc/handover.py, then publishes them)
+                         publisher (the hand-over, cdc/delivery/handover.py, then publishes them)
     topic_named()        a topic is about to get its first message: make it known where a
                          restart will look
     commit_due(now)      between transactions: commit what is due, if the mode batches
@@ -44,10 +44,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import NoReturn, Protocol
 
-from cdc.checkpoint import Checkpoint
+from cdc.assembly.transaction import CommittedTransaction
+from cdc.checkpoints.checkpoint import Checkpoint
 from cdc.errors import Transient
 from cdc.lease import LeaseLost
-from cdc.transaction import CommittedTransaction
 
 
 class ReadAgain(Transient):
@@ -59,7 +59,7 @@ class ReadAgain(Transient):
 class DeliveryMode(Protocol):
     readable_when_acknowledged: bool
     """Can an acknowledged message be read back in its topic before the mode commits?
-    Then an acknowledgement without an offset is looked for (cdc/unlocated.py)."""
+    Then an acknowledgement without an offset is looked for (cdc/delivery/unlocated.py)."""
 
     def start(self) -> None: ...
 

@@ -34,17 +34,10 @@ from collections.abc import Callable
 from typing import NoReturn
 
 from cdc import crashpoints
-from cdc.checkpoint import Checkpoint
-from cdc.checkpoint_writer import CheckpointWriter
-from cdc.delivery.ledger import Ledger
-from cdc.errors import DeliveryError
-from cdc.lease import LeaseLost
-from cdc.lease_guard import LeaseGuard
-from cdc.metrics import RelayMetrics
-from cdc.ports import CheckpointStore, TransactionalPublisher
-from cdc.relay_settings import RelaySettings
-from cdc.transaction import CommittedTransaction
-from cdc.transactions import (
+from cdc.assembly.transaction import CommittedTransaction
+from cdc.checkpoints.checkpoint import Checkpoint
+from cdc.checkpoints.checkpoint_writer import CheckpointWriter
+from cdc.delivery.kafka_transaction import (
     FENCED_CODES,
     MAX_ABORTS_IN_A_ROW,
     Fenced,
@@ -52,6 +45,13 @@ from cdc.transactions import (
     TransactionState,
     transactional_id,
 )
+from cdc.delivery.ledger import Ledger
+from cdc.errors import DeliveryError
+from cdc.lease import LeaseLost
+from cdc.lease_guard import LeaseGuard
+from cdc.metrics import RelayMetrics
+from cdc.ports import CheckpointStore, TransactionalPublisher
+from cdc.relay_settings import RelaySettings
 
 # The relay's lines keep the relay's logger name: operators filter on it.
 log = logging.getLogger("cdc.relay")

@@ -50,7 +50,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from connectors.java_offset_file import read_offset_file, write_offset_file  # noqa: E402
+from connectors.debezium.java_offset_file import read_offset_file, write_offset_file  # noqa: E402
 from connectors.process import die_with_parent  # noqa: E402 - after the path set-up above
 
 DEBEZIUM_MARIADB_VERSION = "5.7.19-log"  # a test device: makes Debezium's MySQL connector accept MariaDB

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from cdc.position import BinlogPosition
-from connectors.mysql_client import binlog_end
+from connectors.mysql.client import binlog_end
 from tests.integration.harness import RelayProcess, wait_until
 from tests.integration.independent_checker import CheckResult, TopicRecord, check, committed_outbox_events
 

@@ -17,12 +17,12 @@ from pathlib import Path
 from typing import Any
 
 from cdc.config import Config, load_config
-from cdc.identity import header_dict
+from cdc.events.identity import header_dict
 from cdc.metrics import RelayMetrics
 from cdc.relay import RunSummary
-from connectors.avro_serializer import decode
-from connectors.kafka_reader import KafkaTopicReader
-from connectors.mysql_client import binlog_end
+from connectors.kafka.reader import KafkaTopicReader
+from connectors.mysql.client import binlog_end
+from connectors.schema_registry.avro_serializer import decode
 
 ROOT = Path(__file__).resolve().parents[2]
 

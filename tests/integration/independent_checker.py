@@ -1,7 +1,7 @@
 """An independent delivery checker for the fault suite.
 
-It shares nothing with the relay's recovery path (no cdc.transaction, cdc.recovery,
-cdc.inflight, no connectors.binlog_source): it reads the committed outbox inserts
+It shares nothing with the relay's recovery path (no cdc.assembly.transaction, cdc.checkpoints.recovery,
+cdc.delivery.inflight, no connectors.mysql.binlog_source): it reads the committed outbox inserts
 straight from the binlog with python-mysql-replication and its own few lines of
 transaction assembly (XA included: rows prepared at XA PREPARE count at their XA COMMIT,
 and not at all after XA ROLLBACK), reads every record of the topics with a plain
@@ -27,8 +27,8 @@ from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.event import QueryEvent, RotateEvent, XAPrepareEvent, XidEvent
 from pymysqlreplication.row_event import WriteRowsEvent
 
-from connectors.avro_schemas import schema
-from spark_jobs.binlog_compressed import ExpandingConnection
+from connectors.schema_registry.avro_schemas import schema
+from spark_jobs.mysql.binlog_compressed import ExpandingConnection
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Helpers for the NATS JetStream sink's integration tests: a relay config for it, the
 streams of a test, and every message of some subjects read by the verifier's own reader
-(spark_jobs/nats_source.py, not the relay's connectors/nats_sink.py), as the independent
+(spark_jobs/nats/source.py, not the relay's connectors/nats/sink.py), as the independent
 checker's records."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from typing import Any
 
 import fastavro
 
-from connectors.avro_schemas import schema
-from spark_jobs.nats_source import plan_nats, read_range
+from connectors.schema_registry.avro_schemas import schema
+from spark_jobs.nats.source import plan_nats, read_range
 from tests.integration.harness import relay_raw_config
 from tests.integration.independent_checker import TopicRecord
 

@@ -1,7 +1,7 @@
 """Helpers of the RabbitMQ Streams sink's tests: the relay's configuration for a node of
 `testbed/rabbitmq.py`, streams made ready, and everything the streams hold read back by the
-verifier's own reader (`spark_jobs/rabbitmq_source.py`, not the relay's
-`connectors/rabbitmq_sink.py`) as the independent checker's records."""
+verifier's own reader (`spark_jobs/rabbitmq/source.py`, not the relay's
+`connectors/rabbitmq/stream_sink.py`) as the independent checker's records."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from typing import Any
 
 import fastavro
 
-from cdc.sink_fields import partition_stream
-from connectors.avro_schemas import schema
+from cdc.events.sink_fields import partition_stream
+from connectors.schema_registry.avro_schemas import schema
 from tests.integration.harness import relay_raw_config
 from tests.integration.independent_checker import TopicRecord
 
@@ -72,7 +72,7 @@ def reader_settings(rabbitmq) -> dict[str, Any]:
 
 def stream_messages(rabbitmq, topics: list[str]) -> list[Any]:
     """Every message the topics' streams hold, as the verifier reads them (LogRecords)."""
-    from spark_jobs.rabbitmq_source import plan_rabbitmq, read_range
+    from spark_jobs.rabbitmq.source import plan_rabbitmq, read_range
 
     settings = reader_settings(rabbitmq)
     out: list[Any] = []

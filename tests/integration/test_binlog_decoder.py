@@ -1,4 +1,4 @@
-"""The fast binlog reader (connectors.binlog_protocol + connectors.binlog_decoder) against
+"""The fast binlog reader (connectors.mysql.binlog_protocol + connectors.mysql.binlog_decoder) against
 python-mysql-replication + binlog_library.LibraryConverter, on a real MariaDB binlog: both must
 yield equal source events (types, positions, values) for every column type."""
 
@@ -26,12 +26,12 @@ from pymysqlreplication.event import (
 )
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
+from cdc.assembly.source_events import Heartbeat, RowChange, RowInsert, ServerStarted, TxBegin, TxCommit
 from cdc.position import BinlogPosition
-from cdc.source_events import Heartbeat, RowChange, RowInsert, ServerStarted, TxBegin, TxCommit
-from connectors.binlog_decoder import BinlogDecoder, UndecodableEvent
-from connectors.binlog_library import LibraryConverter as _Converter
-from connectors.binlog_protocol import BinlogConnection, BinlogConnectionError, BinlogPositionError
-from connectors.mysql_client import binlog_end
+from connectors.mysql.binlog_decoder import BinlogDecoder, UndecodableEvent
+from connectors.mysql.binlog_library import LibraryConverter as _Converter
+from connectors.mysql.binlog_protocol import BinlogConnection, BinlogConnectionError, BinlogPositionError
+from connectors.mysql.client import binlog_end
 
 pytestmark = pytest.mark.integration
 
@@ -611,7 +611,7 @@ def _write_tagged(mariadb, database: str, metadata: str, first_id: int) -> tuple
 
 
 def test_minimal_row_metadata_is_completed_from_information_schema(mariadb, database):
-    from connectors.table_columns import InformationSchemaColumns
+    from connectors.mysql.table_columns import InformationSchemaColumns
 
     _run(mariadb, database, [MINIMAL_DDL])
     watched = {(database, "tagged")}
@@ -648,7 +648,7 @@ def test_a_server_restart_is_read_off_the_binlog_its_start_opened():
     """Killed and restarted, the server opens a new binlog whose Format_description has
     `created` set; the dump thread sends it as written when the stream enters that file, and
     zeroes it in the file the stream starts inside: one ServerStarted, for the new file (what
-    proves an XA prepare in an earlier file older than the start, cdc/feed.py)."""
+    proves an XA prepare in an earlier file older than the start, cdc/assembly/feed.py)."""
     from testbed.mariadb import EmbeddedMariaDB
 
     with EmbeddedMariaDB.start(server_id=7) as db:

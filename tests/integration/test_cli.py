@@ -255,7 +255,7 @@ def test_check_says_whether_the_dead_letter_and_checkpoint_topics_exist(
         f"{checkpoints}) unless the brokers create topics on first use (auto.create.topics.enable)"
     ), result.stdout
     # The check created no topic (it lists every topic, never asks for one by name).
-    from connectors.kafka_reader import KafkaTopicReader
+    from connectors.kafka.reader import KafkaTopicReader
 
     reader = KafkaTopicReader(kafka.bootstrap_servers)
     try:

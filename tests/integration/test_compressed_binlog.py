@@ -3,7 +3,7 @@ every statement and row image of 10 bytes or more is written as a Query_compress
 Write/Update/Delete_rows_compressed_v1 event.
 
 * the relay's decoder and the verifier's reader (python-mysql-replication behind
-  spark_jobs/binlog_compressed.py) read the compressed binlog alike, for every column type;
+  spark_jobs/mysql/binlog_compressed.py) read the compressed binlog alike, for every column type;
 * the relay (`cdc run` processes) publishes every committed outbox insert of a mixed
   workload once (NULL to 60 KB payloads, multi-byte text, rollbacks) across a SIGKILL and
   restart mid-stream, per the independent checker, and `cdc verify` reports 0 problems;
@@ -35,13 +35,13 @@ from pymysqlreplication.event import (
 )
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
+from cdc.assembly.source_events import RowChange, RowInsert, Statement, TxCommit
 from cdc.config import load_config
 from cdc.position import BinlogPosition
-from cdc.source_events import RowChange, RowInsert, Statement, TxCommit
-from connectors.binlog_decoder import BinlogDecoder
-from connectors.binlog_library import LibraryConverter
-from connectors.binlog_protocol import BinlogConnection
-from spark_jobs.binlog_compressed import ExpandingConnection
+from connectors.mysql.binlog_decoder import BinlogDecoder
+from connectors.mysql.binlog_library import LibraryConverter
+from connectors.mysql.binlog_protocol import BinlogConnection
+from spark_jobs.mysql.binlog_compressed import ExpandingConnection
 from testbed.mariadb import EmbeddedMariaDB
 from tests.integration.harness import (
     OUTBOX_DDL,
@@ -406,7 +406,7 @@ def test_a_flipped_byte_in_a_compressed_event_stops_the_relay_with_one_line(kafk
 
 
 def test_preflight_reports_the_compression_it_finds(zdb, mariadb, kafka, zdatabase, database, topic_prefix, tmp_path):
-    from connectors.preflight import run_checks
+    from connectors.mysql.preflight import run_checks
     from tests.integration.harness import relay_config
 
     run_sql(zdb, zdatabase, [OUTBOX_DDL.format(name="outbox")])

@@ -49,8 +49,8 @@ from json_corpus import FIXED, CorpusGenerator
 from registry_server import RegistryServer
 
 from cdc.config import load_config
-from cdc.identity import H_FILE, H_POS, H_ROW
-from connectors.kafka_reader import KafkaTopicReader
+from cdc.events.identity import H_FILE, H_POS, H_ROW
+from connectors.kafka.reader import KafkaTopicReader
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -41,7 +41,7 @@ from debezium_harness import (
 from harness import OUTBOX_DDL, ROOT, RelayProcess, _to_toml, env_for, master_position, relay_raw_config, wait_until
 from independent_checker import check, committed_outbox_events, topic_records
 
-from connectors.java_offset_file import OffsetFileCutShort, read_offset_file
+from connectors.debezium.java_offset_file import OffsetFileCutShort, read_offset_file
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -31,7 +31,7 @@ import pytest
 
 from cdc.gtid import MariadbGtidPosition
 from cdc.position import BinlogPosition
-from connectors.mysql_client import binlog_end
+from connectors.mysql.client import binlog_end
 from testbed.mariadb import EmbeddedMariaDB
 from tests.integration.harness import OUTBOX_DDL, RelayProcess, env_for, relay_raw_config, wait_until
 from tests.integration.independent_checker import check, committed_outbox_events, topic_records
@@ -309,7 +309,7 @@ def test_failover_with_nothing_new_then_restart_on_replica(kafka, topic_prefix, 
     transactions by GTID: the checkpoint's file/pos belong to the primary."""
     from cdc.config import load_config
     from cdc_cli.app import checkpoint_store, start_position
-    from connectors.preflight import run_checks
+    from connectors.mysql.preflight import run_checks
 
     t0 = time.monotonic()
     cp_path = tmp_path / "cp.json"
@@ -396,8 +396,8 @@ def test_every_stream_names_the_server_it_opened_on(mariadb, decoder):
     at a failover): each opened stream must report the server it is on, never one
     remembered from an earlier connection, or the checkpoint would label positions of
     one server with another's id."""
-    from cdc.source_events import ServerInfo
-    from connectors.binlog_source import MySQLBinlogSourceFactory
+    from cdc.assembly.source_events import ServerInfo
+    from connectors.mysql.binlog_source import MySQLBinlogSourceFactory
 
     factory = MySQLBinlogSourceFactory(
         {"host": mariadb.host, "port": mariadb.port, "user": mariadb.user, "password": mariadb.password},

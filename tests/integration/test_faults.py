@@ -27,7 +27,7 @@ import pytest
 
 from cdc import crashpoints
 from cdc.config import load_config
-from cdc.identity import H_EVENT_ID
+from cdc.events.identity import H_EVENT_ID
 from cdc.metrics import RelayMetrics
 from tests.integration.final_relay import catch_up_and_check
 from tests.integration.final_relay import checkpoint_reached as _checkpoint_reached
@@ -207,7 +207,7 @@ def _delivered_past_checkpoint(kafka, path: Path) -> bool:
     a restarted relay's recovery scan reads)?"""
     import json
 
-    from connectors.kafka_reader import KafkaTopicReader
+    from connectors.kafka.reader import KafkaTopicReader
 
     cp = json.loads(path.read_text())
     reader = KafkaTopicReader(kafka.bootstrap_servers)
@@ -457,7 +457,7 @@ def test_broker_faults(mariadb, database, topic_prefix, tmp_path):
         )
         result = _check_topics(kafka, topics, committed)
         # handed over twice is right only for a message Kafka acknowledged without an offset that
-        # its partition did not hold (the relay looked, cdc/unlocated.py)
+        # its partition did not hold (the relay looked, cdc/delivery/unlocated.py)
         relay_made = {
             e: n
             for e, n in recorder.handed.items()

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from cdc.config import load_config
-from cdc.identity import H_EVENT_ID
+from cdc.events.identity import H_EVENT_ID
 from cdc.metrics import RelayMetrics
 from cdc.ports import Delivery
 from cdc_cli.app import build_relay

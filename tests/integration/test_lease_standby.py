@@ -14,7 +14,7 @@ import uuid
 import pytest
 
 from cdc.lease import LeaseSettings
-from connectors.mysql_lease import MySQLLease
+from connectors.mysql.lease import MySQLLease
 from tests.integration.harness import wait_until
 
 pytestmark = pytest.mark.integration

@@ -27,7 +27,7 @@ from pymysqlreplication.event import GtidEvent, MariadbGtidEvent, QueryEvent, Xi
 from pymysqlreplication.row_event import WriteRowsEvent
 
 import testbed.mariadb as module
-from connectors.mysql_client import binlog_end
+from connectors.mysql.client import binlog_end
 from testbed.mariadb import EmbeddedMariaDB, MariaDBServerError
 
 pytestmark = [

@@ -1,7 +1,7 @@
 """The MySQL lab server (testbed/mysql_lab/) answers the product's clients as MySQL 8.4 /
 9.x does: PyMySQL's login (caching_sha2_password, full then fast), the statements of the
 relay, `cdc check`, the lease and the verifier, and the dumps of the relay's own client
-(connectors/binlog_protocol.py) and python-mysql-replication, over files built here
+(connectors/mysql/binlog_protocol.py) and python-mysql-replication, over files built here
 (tests/integration/mysql_lab_files.py)."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 import pymysql
 import pytest
 
-from connectors.binlog_protocol import BinlogConnection, BinlogConnectionError
+from connectors.mysql.binlog_protocol import BinlogConnection, BinlogConnectionError
 from testbed.mysql_lab.lab import MysqlLab
 from tests.integration.harness import _to_toml, wait_until
 from tests.integration.mysql_lab_files import SERVER_UUID, LabFiles
@@ -121,7 +121,7 @@ def test_binlog_status_follows_appends_and_a_half_written_transaction_is_not_cou
 
 
 def test_show_binlog_events_as_the_verifier_reads_them(lab):
-    from spark_jobs.binlog_source import transaction_starts
+    from spark_jobs.mysql.binlog_source import transaction_starts
 
     files = lab.files
     first = files.pos
@@ -508,7 +508,7 @@ def test_python_mysql_replication_announces_its_uuid_and_heartbeat(lab):
 
 
 def test_a_silent_session_ends_after_its_wait_timeout_and_frees_its_locks(lab):
-    """What the lease's `SET SESSION wait_timeout` relies on (connectors/mysql_lease.py)."""
+    """What the lease's `SET SESSION wait_timeout` relies on (connectors/mysql/lease.py)."""
     holder, other = connect(lab), connect(lab)
     try:
         query(holder, "SET SESSION wait_timeout = 1")
@@ -522,10 +522,10 @@ def test_a_silent_session_ends_after_its_wait_timeout_and_frees_its_locks(lab):
 
 
 def test_the_relays_lease_on_the_lab(lab):
-    """connectors/mysql_lease.py as the relay runs it: one holder, a standby that names the
+    """connectors/mysql/lease.py as the relay runs it: one holder, a standby that names the
     holder's connection and takes over when the holder releases."""
     from cdc.lease import LeaseSettings
-    from connectors.mysql_lease import MySQLLease, lease_holder
+    from connectors.mysql.lease import MySQLLease, lease_holder
 
     settings = LeaseSettings(ttl_s=3, renew_s=0.5)
     first = MySQLLease(lab.connection_settings(), "cdc.relay.lab", settings)
@@ -597,7 +597,7 @@ def test_mysql_9_switches_a_native_password_client_to_caching_sha2(lab, monkeypa
 def test_the_verifiers_plan_of_the_lab(lab):
     """spark_jobs/binlog_source.plan_binlog: the binlog end, the files, the server id and the
     executed GTIDs (after @@gtid_binlog_pos, MariaDB's, is refused)."""
-    from spark_jobs.binlog_source import plan_binlog
+    from spark_jobs.mysql.binlog_source import plan_binlog
 
     files = lab.files
     files.transaction("e1")
@@ -626,8 +626,8 @@ def test_tls_when_the_lab_has_a_certificate(tmp_path):
     """verify-identity against the lab's certificate; caching_sha2_password's full login then
     sends the password over TLS (no RSA exchange); the relay's dump client reads over TLS."""
     from cdc.tls import TlsConfig
-    from connectors.mysql_client import connect as connect_source
-    from connectors.mysql_client import negotiated
+    from connectors.mysql.client import connect as connect_source
+    from connectors.mysql.client import negotiated
     from tests.integration.tls_certs import make_tls_files
 
     certs = make_tls_files(tmp_path / "tls")

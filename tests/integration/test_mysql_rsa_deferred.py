@@ -1,5 +1,5 @@
 """Issue 28: `cdc run` imports PyMySQL with `cryptography` deferred
-(connectors/mysql_driver.py). Against the MySQL lab (caching_sha2_password, no TLS), a
+(connectors/mysql/driver.py). Against the MySQL lab (caching_sha2_password, no TLS), a
 process that did so logs in with full authentication, the RSA exchange that needs
 `cryptography`, then fast; `cryptography` was not loaded before the first login."""
 
@@ -22,7 +22,7 @@ def test_a_deferred_pymysql_logs_in_with_caching_sha2_full_then_fast_authenticat
     with MysqlLab.start(datadir=tmp_path / "data") as lab:
         code = (
             "import sys\n"
-            "from connectors.mysql_driver import import_deferring_rsa\n"
+            "from connectors.mysql.driver import import_deferring_rsa\n"
             "import_deferring_rsa()\n"
             "import pymysql\n"
             "print('cryptography' in sys.modules)\n"

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from cdc.identity import H_FILE, H_POS, H_ROW
+from cdc.events.identity import H_FILE, H_POS, H_ROW
 from tests.integration.harness import (
     OUTBOX_DDL,
     RelayProcess,

@@ -1,6 +1,6 @@
 """The relay against a real nats-server with JetStream (`[sink] kind = "nats_jetstream"`):
 every committed outbox event reaches its subject exactly once in commit order, read back
-by the verifier's own reader (spark_jobs/nats_source.py), not by the relay's; dead
+by the verifier's own reader (spark_jobs/nats/source.py), not by the relay's; dead
 letters (too large, a subject no stream takes) carry their cause; a restart publishes
 nothing twice, also with the duplicate window gone (the recovery scan, not Nats-Msg-Id)."""
 
@@ -12,8 +12,8 @@ import uuid
 import pytest
 
 from cdc.config import load_config
-from cdc.identity import H_DLQ_CAUSE
-from spark_jobs.nats_source import plan_nats, read_range
+from cdc.events.identity import H_DLQ_CAUSE
+from spark_jobs.nats.source import plan_nats, read_range
 from tests.integration.harness import OUTBOX_DDL, RelayThread, insert_events, wait_until
 from tests.integration.independent_checker import check, committed_outbox_events
 from tests.integration.nats_harness import create_streams, nats_env, nats_raw_config, stream_records
@@ -107,7 +107,7 @@ def test_topics_missing_create_makes_a_stream_for_the_subject(mariadb, nats_serv
 
 def test_check_names_the_server_and_a_dead_letter_subject_without_stream(nats_server, topic_prefix):
     from cdc.config import NatsJetStreamConfig, Secret
-    from connectors.nats_sink import check_nats
+    from connectors.nats.sink import check_nats
 
     s = nats_server.connect_settings()
     cfg = NatsJetStreamConfig(servers=tuple(s["servers"]), user=s["user"], password=Secret(s["password"]))
@@ -123,13 +123,13 @@ def test_check_names_the_server_and_a_dead_letter_subject_without_stream(nats_se
 def test_the_publisher_keeps_order_and_stores_once_across_restarts_and_a_pause(topic_prefix):
     """The publisher alone, publishing without pause while its server is restarted, killed
     and cut off: the stream holds every message once, in publish order (the resend rule in
-    connectors/nats_sink.py)."""
+    connectors/nats/sink.py)."""
     import threading
     import time
 
     from cdc.config import NatsJetStreamConfig, Secret
-    from cdc.identity import H_FILE, H_POS, H_ROW, H_SOURCE
-    from connectors.nats_sink import NatsJetStreamPublisher
+    from cdc.events.identity import H_FILE, H_POS, H_ROW, H_SOURCE
+    from connectors.nats.sink import NatsJetStreamPublisher
     from testbed.nats import EmbeddedNats
 
     subject = f"{topic_prefix}.order"

@@ -5,7 +5,7 @@ server is restarted (SIGTERM), killed (SIGKILL) and restarted, and cut off (SIGS
 and back (SIGCONT) under a running relay, which must ride those out. Afterwards a clean
 relay catches up and the independent checker compares the binlog's committed outbox
 inserts with what the streams hold, read by the verifier's reader
-(spark_jobs/nats_source.py): 0 missing, 0 duplicates, 0 per-key reorders.
+(spark_jobs/nats/source.py): 0 missing, 0 duplicates, 0 per-key reorders.
 
 Short by default (a few thousand events). The run of record, 50k events:
 

@@ -1,4 +1,4 @@
-"""The NATS publisher's two timeouts against a real nats-server (connectors/nats_sink.py):
+"""The NATS publisher's two timeouts against a real nats-server (connectors/nats/sink.py):
 a connection silent for `ack_timeout_s` while messages wait for their answer is left for
 a new one, which sends every unanswered message again, oldest first; a message unanswered
 for `delivery_timeout_s` fails, with every later one, and the relay exits 1 with one line.
@@ -17,8 +17,8 @@ import uuid
 import pytest
 
 from cdc.config import NatsJetStreamConfig, Secret
-from cdc.identity import H_FILE, H_POS, H_ROW, H_SOURCE
-from spark_jobs.nats_source import plan_nats, read_range
+from cdc.events.identity import H_FILE, H_POS, H_ROW, H_SOURCE
+from spark_jobs.nats.source import plan_nats, read_range
 from tests.integration.harness import OUTBOX_DDL, RelayProcess, TcpProxy, insert_events, wait_until
 from tests.integration.nats_harness import create_streams, nats_env, nats_raw_config
 
@@ -53,7 +53,7 @@ def _stored(server, subject: str) -> list[int]:
 
 
 def test_a_silent_connection_is_left_after_ack_timeout_and_the_unanswered_are_sent_again(nats_own, topic_prefix):
-    from connectors.nats_sink import NatsJetStreamPublisher
+    from connectors.nats.sink import NatsJetStreamPublisher
 
     subject = f"{topic_prefix}.order"
     create_streams(nats_own, {f"{topic_prefix}_events": [subject]})
@@ -80,7 +80,7 @@ def test_a_silent_connection_is_left_after_ack_timeout_and_the_unanswered_are_se
 def test_a_server_gone_past_delivery_timeout_fails_every_waiting_message(nats_own, topic_prefix):
     """Killed and not back (connections refused): the wait for a connection is bounded,
     and messages handed over after the connection broke fail too, not only those sent."""
-    from connectors.nats_sink import NatsJetStreamPublisher
+    from connectors.nats.sink import NatsJetStreamPublisher
 
     subject = f"{topic_prefix}.order"
     create_streams(nats_own, {f"{topic_prefix}_events": [subject]})

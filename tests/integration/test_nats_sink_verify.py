@@ -13,12 +13,12 @@ import uuid
 import pytest
 
 from cdc.config import load_config
-from cdc.identity import H_EVENT_ID, H_FILE, H_GTID, H_POS, H_REPAIR, H_SOURCE
-from cdc.sink_fields import H_KEY
+from cdc.events.identity import H_EVENT_ID, H_FILE, H_GTID, H_POS, H_REPAIR, H_SOURCE
+from cdc.events.sink_fields import H_KEY
 from cdc_cli.repair import load_missing, repair
 from cdc_cli.verify_commands import sink_source_options, verify_config
 from spark_jobs.locate import locate_offset, locate_position
-from spark_jobs.nats_source import plan_nats, read_range
+from spark_jobs.nats.source import plan_nats, read_range
 from spark_jobs.verify import run_verify
 from tests.integration.harness import OUTBOX_DDL, RelayThread, insert_events
 from tests.integration.nats_harness import create_streams, nats_env, nats_raw_config

@@ -14,7 +14,7 @@ import pytest
 from confluent_kafka import Producer
 
 from cdc.config import load_config
-from cdc.identity import H_FILE, H_POS, H_ROW, H_SOURCE
+from cdc.events.identity import H_FILE, H_POS, H_ROW, H_SOURCE
 from cdc_cli.verify_commands import verify_config
 from tests.integration.harness import RelayThread, env_for, read_topic, relay_raw_config
 
@@ -186,7 +186,7 @@ def _altered(r) -> bytes:
 
         import fastavro
 
-        from connectors.avro_schemas import schema
+        from connectors.schema_registry.avro_schemas import schema
 
         record = dict(r.value, payload=(r.value["payload"] or "") + " ")
         out = io.BytesIO()
@@ -210,7 +210,7 @@ def _zigzag(n: int) -> bytes:
 
 
 def _partitions(kafka, topic: str) -> int:
-    from connectors.kafka_reader import KafkaTopicReader
+    from connectors.kafka.reader import KafkaTopicReader
 
     reader = KafkaTopicReader(kafka.bootstrap_servers)
     try:

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from cdc.checkpoint import Checkpoint
+from cdc.checkpoints.checkpoint import Checkpoint
 from cdc.position import BinlogPosition
 from connectors.checkpoint_stores import FileCheckpointStore
-from connectors.mysql_client import binlog_end
+from connectors.mysql.client import binlog_end
 from testbed.mariadb import EmbeddedMariaDB
 from tests.integration.harness import (
     OUTBOX_DDL,

@@ -15,7 +15,7 @@ from collections import Counter
 import pytest
 
 from cdc.config import load_config
-from connectors.rabbitmq_sink import murmur2_partition
+from connectors.rabbitmq.stream_sink import murmur2_partition
 from tests.integration.harness import OUTBOX_DDL, RelayThread, insert_events
 from tests.integration.independent_checker import check, committed_outbox_events
 from tests.integration.rabbit_streams import (

@@ -23,7 +23,7 @@ from cryptography.x509.oid import NameOID
 
 from cdc.config import RegistryConfig, Secret, load_config
 from cdc.errors import ConfigError, RegistryError
-from connectors.avro_serializer import ConfluentAvroSerializer, registry_client
+from connectors.schema_registry.avro_serializer import ConfluentAvroSerializer, registry_client
 
 pytestmark = [pytest.mark.integration]
 

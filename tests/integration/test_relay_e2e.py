@@ -18,7 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from cdc.identity import (
+from cdc.events.identity import (
     H_COMMIT_TS,
     H_DLQ_CAUSE,
     H_DLQ_ERROR,
@@ -31,7 +31,7 @@ from cdc.identity import (
     H_TABLE,
 )
 from cdc.position import BinlogPosition
-from connectors.kafka_reader import KafkaTopicReader
+from connectors.kafka.reader import KafkaTopicReader
 from tests.integration.harness import (
     OUTBOX_DDL,
     Record,
@@ -852,7 +852,7 @@ def test_reader_process_dies_with_the_relay(mariadb, kafka, database, topic_pref
     try:
         parent = psutil.Process(relay.pid)
         children = wait_until(lambda: parent.children(), 30, "the reader process to start")
-        assert any("connectors.reader_process" in " ".join(c.cmdline()) for c in children), [
+        assert any("connectors.mysql.reader_process" in " ".join(c.cmdline()) for c in children), [
             c.cmdline() for c in children
         ]
     finally:

@@ -13,7 +13,7 @@ import uuid
 import pytest
 
 from cdc.config import load_config
-from cdc.identity import H_EVENT_ID, H_REPAIR
+from cdc.events.identity import H_EVENT_ID, H_REPAIR
 from cdc.metrics import RelayMetrics
 from cdc.ports import Delivery
 from cdc_cli.app import build_relay

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from connectors.kafka_reader import KafkaTopicReader
+from connectors.kafka.reader import KafkaTopicReader
 from tests.integration.harness import (
     OUTBOX_DDL,
     _to_toml,

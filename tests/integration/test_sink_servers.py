@@ -70,7 +70,7 @@ async def _publisher_sequence(settings: dict[str, Any], stream: str, producer_na
 
 
 def _bodies(rabbitmq: Any, stream: str) -> list[bytes | None]:
-    from spark_jobs.rabbitmq_source import plan_rabbitmq, read_range
+    from spark_jobs.rabbitmq.source import plan_rabbitmq, read_range
 
     settings = {**rabbitmq.stream_settings(), "vhost": "/"}
     (part,) = plan_rabbitmq(settings, [stream])["partitions"]
@@ -352,8 +352,8 @@ def test_servers_die_with_their_parent_and_the_next_start_removes_their_director
 
 
 def test_sources_refuse_a_wrong_password_in_one_line_without_it(rabbitmq, nats_server, caplog) -> None:
-    from spark_jobs.nats_source import plan_nats
-    from spark_jobs.rabbitmq_source import plan_rabbitmq
+    from spark_jobs.nats.source import plan_nats
+    from spark_jobs.rabbitmq.source import plan_rabbitmq
 
     secret = "wrong-secret-4711"
     with pytest.raises(RuntimeError) as info:

@@ -1,6 +1,6 @@
 """The verifier's data sources of the sinks beyond Kafka against their real servers:
 messages written with each broker's client the way the sinks write them (identity headers
-as application properties / NATS headers, `cdc.sink_fields`) read back through Spark
+as application properties / NATS headers, `cdc.events.sink_fields`) read back through Spark
 (`cdc_rabbitmq`, `cdc_nats`) into exactly the rows the Kafka source makes of the same
 records (`kafka_source.message_row`), so the reconciliation reads every sink alike."""
 
@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from cdc.sink_fields import H_TIMESTAMP, message_properties, partition_stream
-from spark_jobs.kafka_source import fields_for, message_row
+from cdc.events.sink_fields import H_TIMESTAMP, message_properties, partition_stream
+from spark_jobs.kafka.source import fields_for, message_row
 from tests.sink_samples import SampleRecord, sample_records
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
@@ -77,7 +77,7 @@ def test_rabbitmq_source_reads_what_the_kafka_source_reads(rabbitmq, spark) -> N
     # two offsets per Spark partition: ranges that start inside a stream's chunk
     assert _rows(reader.option("chunk", "2").load()) == want
 
-    from spark_jobs.rabbitmq_source import plan_rabbitmq
+    from spark_jobs.rabbitmq.source import plan_rabbitmq
 
     settings = {**rabbitmq.stream_settings(), "vhost": "/"}
     plan = plan_rabbitmq(settings, [topic, empty, missing], empty_wait=1.0)
@@ -128,7 +128,7 @@ def test_nats_source_reads_what_the_kafka_source_reads(nats_server, spark) -> No
     assert _rows(reader.load()) == want
     assert _rows(reader.option("chunk", "3").load()) == want
 
-    from spark_jobs.nats_source import plan_nats
+    from spark_jobs.nats.source import plan_nats
 
     plan = plan_nats(nats_server.connect_settings(), [topic, empty, missing])
     assert plan["missing_topics"] == [missing]

@@ -28,7 +28,7 @@ import fastavro
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from connectors.avro_schemas import schema
+from connectors.schema_registry.avro_schemas import schema
 from testbed.noida import CONSUMER_SETTINGS
 from tests.integration.harness import OUTBOX_DDL, RelayProcess, env_for, relay_raw_config, wait_until
 from tests.integration.independent_checker import TopicRecord, check, committed_outbox_events

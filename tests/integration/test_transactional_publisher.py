@@ -1,4 +1,4 @@
-"""The transactional publisher (connectors/kafka_sink.py) against a broker with transactions
+"""The transactional publisher (connectors/kafka/sink.py) against a broker with transactions
 (noida-db): a fenced producer says so as Fenced, the one line of the relay, from whichever
 call meets the fence first.
 
@@ -17,10 +17,10 @@ import uuid
 import pytest
 from confluent_kafka import Producer
 
+from cdc.delivery.kafka_transaction import Fenced
 from cdc.kafka_health import KafkaHealth
 from cdc.metrics import RelayMetrics
-from cdc.transactions import Fenced
-from connectors.kafka_sink import TransactionalKafkaPublisher
+from connectors.kafka.sink import TransactionalKafkaPublisher
 
 pytestmark = [pytest.mark.integration]
 

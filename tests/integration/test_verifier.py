@@ -31,9 +31,9 @@ from typing import Any
 import fastavro
 import pytest
 
-from cdc import identity as hdr
-from cdc.outbox import OutboxTable
-from connectors.mysql_client import binlog_end
+from cdc.events import identity as hdr
+from cdc.events.outbox import OutboxTable
+from connectors.mysql.client import binlog_end
 from tests.integration.harness import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
@@ -215,7 +215,7 @@ def world(servers):
 
 
 def avro_value(e: Expected) -> bytes:
-    from connectors.avro_schemas import schema
+    from connectors.schema_registry.avro_schemas import schema
 
     parsed = fastavro.parse_schema(schema())
     buf = io.BytesIO()
@@ -243,7 +243,7 @@ def headers_of(e: Expected) -> list[tuple[str, bytes]]:
 
 
 def topic_of(prefix: str, e: Expected) -> str | None:
-    from cdc.topics import topic_problem
+    from cdc.events.topics import topic_problem
 
     t = f"{prefix}.{e.aggregate_type}"
     return None if topic_problem(t) else t
@@ -342,7 +342,7 @@ def coords(ex: dict[str, Any]) -> tuple:
 def test_binlog_source_reads_exactly_the_committed_outbox_inserts(servers, world, spark) -> None:
     db, _ = servers
     s = db.connection_settings()
-    from spark_jobs.binlog_source import tables_to_json
+    from spark_jobs.mysql.binlog_source import tables_to_json
 
     df = (
         spark.read.format("cdc_binlog")
@@ -372,7 +372,7 @@ def test_split_ranges_and_fast_reader_read_the_same_events(servers, world, spark
     exactly the rows of the default one-task-per-file python-mysql-replication read."""
     db, _ = servers
     s = db.connection_settings()
-    from spark_jobs.binlog_source import BINLOG_FIELDS, plan_binlog, split_ranges, tables_to_json
+    from spark_jobs.mysql.binlog_source import BINLOG_FIELDS, plan_binlog, split_ranges, tables_to_json
 
     plan = plan_binlog(s, server_id_base=880000)
 
@@ -639,7 +639,7 @@ def test_locate_both_ways(servers, world) -> None:
 
 
 def test_outbox_table_source(servers, world, spark) -> None:
-    from spark_jobs.binlog_source import tables_to_json
+    from spark_jobs.mysql.binlog_source import tables_to_json
 
     db, _ = servers
     s = db.connection_settings()

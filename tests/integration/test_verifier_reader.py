@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import pytest
 
-from cdc.outbox import OutboxTable
-from spark_jobs.binlog_source import read_binlog_file
+from cdc.events.outbox import OutboxTable
+from spark_jobs.mysql.binlog_source import read_binlog_file
 from testbed.mariadb import EmbeddedMariaDB
 from tests.integration.harness import OUTBOX_DDL, insert_events
 

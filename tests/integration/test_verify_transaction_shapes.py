@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from cdc.config import load_config
-from cdc.identity import H_DLQ_CAUSE, H_ROW
+from cdc.events.identity import H_DLQ_CAUSE, H_ROW
 from cdc.position import BinlogPosition
 from cdc_cli.verify_commands import verify_config
 from spark_jobs.verify import run_verify

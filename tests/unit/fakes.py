@@ -3,7 +3,7 @@
 Contract: unit tests start no process, no server, no network; each runs in
 milliseconds. Everything here is plain Python over lists and dicts:
 
-* `Binlog`            builds a scripted binlog (cdc.source_events objects with
+* `Binlog`            builds a scripted binlog (cdc.assembly.source_events objects with
                       consistent start/end positions) and remembers what it holds.
 * `FakeSourceFactory` / `FakeSource`   a BinlogSourceFactory over a `Binlog`; it records
                       every position it was opened at, and raises SourceError at chosen
@@ -37,13 +37,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from cdc.checkpoint import Checkpoint
-from cdc.errors import PositionPurgedError, SourceError
-from cdc.gtid import MariadbGtidPosition, MysqlGtidSet
-from cdc.identity import header_dict
-from cdc.ports import Delivery, DeliveryCallback, DeliveryFailure, Report
-from cdc.position import BinlogPosition
-from cdc.source_events import (
+from cdc.assembly.source_events import (
     Heartbeat,
     RollbackToSavepoint,
     RowChange,
@@ -60,6 +54,12 @@ from cdc.source_events import (
     XaPrepare,
     XaRollback,
 )
+from cdc.checkpoints.checkpoint import Checkpoint
+from cdc.errors import PositionPurgedError, SourceError
+from cdc.events.identity import header_dict
+from cdc.gtid import MariadbGtidPosition, MysqlGtidSet
+from cdc.ports import Delivery, DeliveryCallback, DeliveryFailure, Report
+from cdc.position import BinlogPosition
 
 EVENT_SIZE = 100
 SCHEMA = "shop"
@@ -634,7 +634,7 @@ class FakeTxnPublisher(FakePublisher):
         return self.kafka.txn_epochs.get(self.txn_id, -1) > self.epoch
 
     def _check(self) -> None:
-        from cdc.transactions import Fenced
+        from cdc.delivery.kafka_transaction import Fenced
 
         if self.fenced:
             raise Fenced(self.txn_id)
@@ -684,7 +684,7 @@ class FakeTxnPublisher(FakePublisher):
             self.unacked.append(msg)
 
     def commit_transaction(self, timeout: float) -> None:
-        from cdc.transactions import TransactionAborted
+        from cdc.delivery.kafka_transaction import TransactionAborted
 
         if self.dead:
             return
@@ -745,7 +745,7 @@ def _as_report(report: Report, delivery: Delivery) -> None:
 
 class ReportsLikeKafka:
     """cdc.ports.ReportingPublisher over a fake's `publish`: the hand-over's report is
-    called as librdkafka calls it, as with connectors/kafka_sink.py (what RelayHarness
+    called as librdkafka calls it, as with connectors/kafka/sink.py (what RelayHarness
     uses unless `reporting=False`, the port of the other sinks)."""
 
     publish: Callable[..., None]
@@ -932,7 +932,7 @@ class RelayHarness:
     ):
         """`reporting`: the publisher takes the hand-over's own report, as the Kafka
         publisher does (cdc.ports.ReportingPublisher); False: the port's `publish` alone."""
-        from cdc.outbox import OutboxTable
+        from cdc.events.outbox import OutboxTable
         from cdc.relay import Relay
         from cdc.relay_settings import RelaySettings
 

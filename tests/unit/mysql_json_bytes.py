@@ -1,6 +1,6 @@
 """MySQL binary JSON written by hand for the tests, from MySQL's format description
 (`sql-common/json_binary.h`, the comment at its top; `json_binary.cc` serialize_json_value),
-independent of connectors/mysql_json.py, which reads it:
+independent of connectors/mysql/json_binary.py, which reads it:
 
 - type byte: 0x00/0x01 small/large object, 0x02/0x03 small/large array, 0x04 literal
   (0 null, 1 true, 2 false), 0x05/0x06 int16/uint16, 0x07/0x08 int32/uint32, 0x09/0x0a

@@ -1,4 +1,4 @@
-"""The envelope's hand-written Avro body (connectors/avro_serializer.py, `_envelope_body`)
+"""The envelope's hand-written Avro body (connectors/schema_registry/avro_serializer.py, `_envelope_body`)
 is byte for byte what fastavro writes for the same event, and leaves every event outside
 the shapes it knows to fastavro, which then behaves as it always did."""
 
@@ -13,11 +13,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cdc.identity import EventIdentity, TxIdentity
-from cdc.outbox import OutboxEvent
+from cdc.events.identity import EventIdentity, TxIdentity
+from cdc.events.outbox import OutboxEvent
 from cdc.position import BinlogPosition
-from connectors.avro_schemas import OUTBOX_EVENT, schema
-from connectors.avro_serializer import (
+from connectors.schema_registry.avro_schemas import OUTBOX_EVENT, schema
+from connectors.schema_registry.avro_serializer import (
     ConfluentAvroSerializer,
     _envelope_body,
     _varint,
@@ -77,7 +77,7 @@ def test_every_length_prefix_is_what_fastavro_writes(length):
 def test_the_kept_aggregate_and_event_types_are_what_fastavro_writes(length, monkeypatch: pytest.MonkeyPatch):
     """The aggregate type's and event type's encoded strings are kept per text
     (`_TEXT_FIELDS`): the first event and the next, and past the limit of kept texts."""
-    from connectors import avro_serializer
+    from connectors.schema_registry import avro_serializer
 
     event = _event("id", "t" * length, "order-1", "é" * length, "{}", None)
     assert _envelope_body(event) == _envelope_body(event) == _fastavro(event)
@@ -138,8 +138,8 @@ def test_the_envelope_is_encoded_without_importing_fastavro():
     # imported for the events the hand-written body leaves to it (the test above), not before
     code = (
         "import sys\n"
-        "from connectors.avro_serializer import ConfluentAvroSerializer, registry_client\n"
-        "from cdc.outbox import OutboxEvent\n"
+        "from connectors.schema_registry.avro_serializer import ConfluentAvroSerializer, registry_client\n"
+        "from cdc.events.outbox import OutboxEvent\n"
         "s = ConfluentAvroSerializer(registry_client('mock://test-avro-lazy'))\n"
         "e = OutboxEvent('e1', 'order', 'order-1', 'Created', '{}', 1, 't', 'db.outbox', None)\n"
         "assert s.encode(e, 'orders')\n"

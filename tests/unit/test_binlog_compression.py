@@ -3,7 +3,7 @@ documentation): MySQL Transaction_payload (zstd and uncompressed; one transactio
 transactions in a row, many row events in one; cut short, sizes that disagree, an unknown
 compression type, a second transaction inside one payload) and MariaDB's compressed
 events (V1 and V2 rows, query; a flipped byte, an unknown algorithm). The relay's decoder
-and the verifier's expansion (spark_jobs/binlog_compressed.py) both read them; no MySQL
+and the verifier's expansion (spark_jobs/mysql/binlog_compressed.py) both read them; no MySQL
 server runs here, so this is the only test of the Transaction_payload path."""
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ import zlib
 
 import pytest
 
+from cdc.assembly.source_events import RowChange, RowInsert, ServerInfo, TxBegin, TxCommit
 from cdc.errors import NeedsOperator, UndecodableEventError
 from cdc.position import BinlogPosition
-from cdc.source_events import RowChange, RowInsert, ServerInfo, TxBegin, TxCommit
-from connectors.binlog_decoder import BinlogDecoder, UndecodableEvent
-from connectors.binlog_source import MySQLBinlogSource
-from spark_jobs.binlog_compressed import CompressedEventError, _Format, expand_event
+from connectors.mysql.binlog_decoder import BinlogDecoder, UndecodableEvent
+from connectors.mysql.binlog_source import MySQLBinlogSource
+from spark_jobs.mysql.binlog_compressed import CompressedEventError, _Format, expand_event
 from tests.unit import binlog_bytes as bb
 
 FILE = "binlog.000001"
@@ -212,7 +212,7 @@ def test_the_relay_stops_with_a_needs_operator_error_not_a_reconnect():
 
 
 def test_the_verifier_expands_payloads_alike():
-    """spark_jobs/binlog_compressed.py: the inner events, each ending where the payload
+    """spark_jobs/mysql/binlog_compressed.py: the inner events, each ending where the payload
     ends, with a CRC, the start of each the payload's."""
     for compression in (0, 255):
         inner = bb.transaction_inner(5, ROWS)

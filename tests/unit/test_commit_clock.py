@@ -10,8 +10,8 @@ bytes whose top bit (bit 55) says original_commit_timestamp (7 more bytes) follo
 
 import pytest
 
-from spark_jobs.binlog_source import EventColumns, EventMapper, TxAssembler, mysql_commit_us
 from spark_jobs.follow_state import FollowState
+from spark_jobs.mysql.binlog_source import EventColumns, EventMapper, TxAssembler, mysql_commit_us
 
 IMMEDIATE = 1_764_050_000_123_456  # 2025-11-25T05:53:20.123456Z, microseconds
 
@@ -82,7 +82,7 @@ def test_event_rows_have_the_column():
         "d", "outbox", [{"id": "e1", "aggregatetype": "order", "aggregateid": "k", "type": "T", "payload": "{}"}], 200
     )
     tx = asm.commit(400, 1_764_050_000)
-    from cdc.outbox import OutboxTable
+    from cdc.events.outbox import OutboxTable
 
     cols = EventColumns("s", EventMapper([OutboxTable("d", "outbox")]))
     cols.add_tx("mysql-bin.000001", tx)

@@ -8,7 +8,7 @@ import dataclasses
 import re
 
 import cdc.config as config
-from cdc.outbox import OutboxTable
+from cdc.events.outbox import OutboxTable
 
 
 def _documented(doc: str) -> set[tuple[str, str]]:

@@ -5,8 +5,8 @@ across a millisecond boundary between the relay's exact figure and the verifier'
 import datetime as dt
 import random
 
-from cdc.outbox import _micros_of
-from spark_jobs.binlog_source import _micros
+from cdc.events.outbox import _micros_of
+from spark_jobs.mysql.binlog_source import _micros
 
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 

@@ -10,9 +10,9 @@ import struct
 
 import pytest
 
-from cdc.source_events import RowChange, RowInsert
-from connectors.binlog_decoder import BinlogDecodeError, BinlogDecoder
-from connectors.binlog_protocol import BinlogConnection, BinlogConnectionError
+from cdc.assembly.source_events import RowChange, RowInsert
+from connectors.mysql.binlog_decoder import BinlogDecodeError, BinlogDecoder
+from connectors.mysql.binlog_protocol import BinlogConnection, BinlogConnectionError
 from tests.unit import binlog_bytes as bb
 
 OTHER_ID = 78  # a table that is not watched

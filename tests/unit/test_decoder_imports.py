@@ -8,16 +8,16 @@ import subprocess
 import sys
 
 LATER = (
-    "connectors.json_diff",
-    "connectors.mysql_json",
-    "connectors.mysql_gtid_tagged",
-    "connectors.binlog_compression",
+    "connectors.mysql.json_diff",
+    "connectors.mysql.json_binary",
+    "connectors.mysql.gtid_tagged",
+    "connectors.mysql.binlog_compression",
 )
 
 
 def test_importing_the_decoder_leaves_the_rare_features_modules_unloaded():
     code = (
-        "import sys, connectors.binlog_decoder, connectors.binlog_source\n"
+        "import sys, connectors.mysql.binlog_decoder, connectors.mysql.binlog_source\n"
         f"print(sorted(m for m in {LATER!r} if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

@@ -8,9 +8,9 @@ import logging
 import pytest
 
 from cdc.errors import DeliveryError
+from cdc.events.outbox import DEAD_LETTER_CAUSES
 from cdc.kafka_health import KafkaHealth
 from cdc.metrics import RelayMetrics
-from cdc.outbox import DEAD_LETTER_CAUSES
 from fakes import Binlog, RelayHarness, outbox_row
 
 

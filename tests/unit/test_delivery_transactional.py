@@ -8,10 +8,10 @@ from types import SimpleNamespace
 import pytest
 from delivery_parts import START, ModeParts, committed
 
+from cdc.delivery.kafka_transaction import MAX_ABORTS_IN_A_ROW, Fenced, TransactionAborted
 from cdc.errors import DeliveryError
 from cdc.lease import LeaseLost
 from cdc.ports import Delivery, DeliveryFailure
-from cdc.transactions import MAX_ABORTS_IN_A_ROW, Fenced, TransactionAborted
 from fakes import DEFAULT_TOPICS, FENCED, TOO_LARGE, Binlog, FakeKafka, outbox_row
 
 ORDER = "outbox.event.order"

@@ -7,7 +7,7 @@
   each subcommand's `--help` parses), `./run.sh <command>` against run.sh's commands,
   `./run.sh bench <name> --flag` against bench/<name>.py's arguments, and `./run.sh test
   <file>` against the test files;
-- every repository path named in code (`connectors/reader_process.py`, `tests/unit/...`; in
+- every repository path named in code (`connectors/mysql/reader_process.py`, `tests/unit/...`; in
   tests/README.md also `unit/...` and `integration/...`, relative to tests/) exists;
 - the README still opens with the two commands CI and the team rely on, and every complete
   `relay.toml` shown loads with the relay's own config loader.

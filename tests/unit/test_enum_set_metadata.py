@@ -1,7 +1,7 @@
 """ENUM and SET columns without binlog_row_metadata=FULL (MySQL's default is MINIMAL): the
 row holds an ENUM's index and a SET's bitmask (MySQL Field_enum / Field_set pack_length
 bytes, little-endian) and the Table_map names neither the columns nor the values. The
-decoder asks a `TableColumns` port (connectors/table_columns.py) for a watched table; with
+decoder asks a `TableColumns` port (connectors/mysql/table_columns.py) for a watched table; with
 no port, an ENUM is its index and a SET its bitmask, never NULL. Also the VECTOR type of
 MySQL 9 (242).
 
@@ -17,9 +17,9 @@ import struct
 
 import pytest
 
-from cdc.source_events import RowInsert
-from connectors.binlog_decoder import _TYPE_NAMES, BinlogDecoder, ServerSettingRequired
-from connectors.table_columns import ColumnDefinition, parse_column_type
+from cdc.assembly.source_events import RowInsert
+from connectors.mysql.binlog_decoder import _TYPE_NAMES, BinlogDecoder, ServerSettingRequired
+from connectors.mysql.table_columns import ColumnDefinition, parse_column_type
 from tests.unit import binlog_bytes as bb
 
 TABLE = "tagged"

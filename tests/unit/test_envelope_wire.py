@@ -1,6 +1,6 @@
 """The reader process's short way for the common envelope row (`CommittedTransaction.wire_items`,
 `OutboxMapper.envelope_wire`, `ConfluentAvroSerializer.envelope_head` / `envelope_body`): each row's tuple is
-the one the object path gives (`map`, then `cdc.feed.wire_of`: `prepare` and `to_wire`),
+the one the object path gives (`map`, then `cdc.assembly.feed.wire_of`: `prepare` and `to_wire`),
 whatever the row holds, and the common row does not build an event on its way."""
 
 from __future__ import annotations
@@ -13,14 +13,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cdc.feed import wire_of
-from cdc.identity import EventIdentity, TxIdentity
-from cdc.outbox import OutboxMapper, OutboxTable, item_from_wire
+from cdc.assembly.feed import wire_of
+from cdc.assembly.spill import SpillBuffer
+from cdc.assembly.transaction import CommittedTransaction
+from cdc.events.identity import EventIdentity, TxIdentity
+from cdc.events.outbox import OutboxMapper, OutboxTable, item_from_wire
+from cdc.events.topics import TopicRouter
 from cdc.position import BinlogPosition
-from cdc.spill import SpillBuffer
-from cdc.topics import TopicRouter
-from cdc.transaction import CommittedTransaction
-from connectors.avro_serializer import ConfluentAvroSerializer, envelope_payload, registry_client
+from connectors.schema_registry.avro_serializer import ConfluentAvroSerializer, envelope_payload, registry_client
 
 _SERIALIZER = ConfluentAvroSerializer(registry_client("mock://test-envelope-wire"))
 _TX = TxIdentity("s", BinlogPosition("mysql-bin.000001", 4), None, 1, 0)

@@ -1,5 +1,5 @@
 """`LocalFeed` takes the row inserts a source has read already in one call when the source
-offers `ready_rows` (connectors/binlog_source.py does), not one `read` each: the
+offers `ready_rows` (connectors/mysql/binlog_source.py does), not one `read` each: the
 transactions it returns, their rows and order, and the crash point per row stay the same."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from delivery_parts import committed
 
-from cdc import feed as feed_module
-from cdc.source_events import RowInsert
+from cdc.assembly import feed as feed_module
+from cdc.assembly.source_events import RowInsert
 from fakes import Binlog, FakeSource, FakeSourceFactory, outbox_row
 
 

@@ -1,4 +1,4 @@
-"""Output formats (cdc/formats.py): each format's exact bytes, built from what Debezium 3.6.3's
+"""Output formats (cdc/events/formats.py): each format's exact bytes, built from what Debezium 3.6.3's
 EventRouter writes (observed on this machine, and its documented examples), never from our
 own encoder; the mapping of a row's extra columns; the table settings' refusals."""
 
@@ -8,9 +8,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cdc import formats, json_kinds, json_kinds_native
+from cdc import json_kinds, json_kinds_native
 from cdc.errors import ConfigError
-from cdc.formats import (
+from cdc.events import formats
+from cdc.events.formats import (
     H_FORMAT,
     ExtrasPlan,
     MessageExtras,
@@ -26,11 +27,11 @@ from cdc.formats import (
     parse_placement,
     payload_value,
 )
-from cdc.identity import EventIdentity, TxIdentity
-from cdc.outbox import OutboxMapper, OutboxTable
+from cdc.events.identity import EventIdentity, TxIdentity
+from cdc.events.outbox import OutboxMapper, OutboxTable
+from cdc.events.topics import TopicRouter
 from cdc.position import BinlogPosition
-from cdc.topics import TopicRouter
-from connectors.avro_serializer import ConfluentAvroSerializer, registry_client
+from connectors.schema_registry.avro_serializer import ConfluentAvroSerializer, registry_client
 
 IDENTITY = EventIdentity(TxIdentity("shop", BinlogPosition("mysql-bin.000001", 4), None, 1, 1_700_000_000_123), 0)
 
@@ -354,8 +355,8 @@ def test_extras_survive_the_pipe_to_the_relay_process():
     extras = MessageExtras("json", [("a", b"1"), ("b", None)], 5, (("x", 1),), True, False, True)
     assert pickle.loads(pickle.dumps(extras)) == extras
     # as the reader process sends them: inside an event's wire tuple, as a plain tuple
-    from cdc.identity import EventIdentity, TxIdentity
-    from cdc.outbox import OutboxEvent
+    from cdc.events.identity import EventIdentity, TxIdentity
+    from cdc.events.outbox import OutboxEvent
     from cdc.position import BinlogPosition
 
     identity = EventIdentity(TxIdentity("s", BinlogPosition("b.000001", 4), None, 1, 0), 0)
@@ -589,8 +590,8 @@ def test_a_lone_surrogate_in_a_json_payload_is_published_escaped_as_jackson_writ
     """Jackson reads `"\\ud800"` into a Java string and writes the lone UTF-16 unit back as
     an escape (observed: Debezium 3.6.3 writes `{"a":"\\uD800"}`): the relay publishes the
     same bytes (it used to dead-letter the event, as if UTF-8 could not carry it)."""
-    from cdc.feed import prepare
-    from cdc.outbox import DeadLetter
+    from cdc.assembly.feed import prepare
+    from cdc.events.outbox import DeadLetter
 
     event = mapped('{"a":"\\ud800"}', format="json")
     prepared = prepare(event, _avro(surrogate=1)[1], 1_000_000)
@@ -602,7 +603,7 @@ def test_the_verifier_matches_json_values_by_debeziums_bytes():
     """`payload_matches` (the verifier's content check) takes the expanded form, the
     envelope struct, a tombstone for a blank payload, and a lone surrogate escaped as
     Jackson writes it."""
-    from cdc.formats import payload_matches
+    from cdc.events.formats import payload_matches
 
     stored = b'{"n": 1, "s": "caf\\u00e9"}'
     assert payload_matches("json", '{"n":1,"s":"caf\u00e9"}'.encode(), stored)

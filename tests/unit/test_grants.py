@@ -1,6 +1,6 @@
-"""SHOW GRANTS lines -> global privileges, by exact name (connectors/preflight.py)."""
+"""SHOW GRANTS lines -> global privileges, by exact name (connectors/mysql/preflight.py)."""
 
-from connectors.preflight import EVERYTHING, REPLICATION_SLAVE, global_privileges, has_privilege
+from connectors.mysql.preflight import EVERYTHING, REPLICATION_SLAVE, global_privileges, has_privilege
 
 PW = " IDENTIFIED BY PASSWORD '*B69027D44F6E5EDC07F1AEAD1477967B16F28227'"
 

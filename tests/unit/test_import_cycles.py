@@ -68,8 +68,8 @@ def test_the_check_finds_a_cycle():
 
 
 def test_the_check_sees_cycles_between_files_of_one_folder():
-    graph = {"cdc.feed": {"cdc.relay"}, "cdc.relay": {"cdc.feed"}, "cdc.position": set()}
-    assert _cycle(graph) == ["cdc.feed", "cdc.relay", "cdc.feed"]
+    graph = {"cdc.assembly.feed": {"cdc.relay"}, "cdc.relay": {"cdc.assembly.feed"}, "cdc.position": set()}
+    assert _cycle(graph) == ["cdc.assembly.feed", "cdc.relay", "cdc.assembly.feed"]
 
 
 def test_no_module_imports_another_modules_private_names():

@@ -1,9 +1,9 @@
 """InflightWindow: the delivered position moves over a prefix of whole, acknowledged
 transactions only."""
 
-from cdc.checkpoint import Checkpoint
+from cdc.checkpoints.checkpoint import Checkpoint
+from cdc.delivery.inflight import InflightWindow
 from cdc.gtid import MariadbGtidPosition, MysqlGtidSet
-from cdc.inflight import InflightWindow
 from cdc.position import BinlogPosition
 
 U1 = "3e11fa47-71ca-11e1-9e33-c80aa9429562"

@@ -1,4 +1,4 @@
-"""Partial JSON update diffs (connectors/json_diff.py): paths as MySQL's Json_path::to_string
+"""Partial JSON update diffs (connectors/mysql/json_diff.py): paths as MySQL's Json_path::to_string
 writes them, and diffs applied as sql/json_diff.cc apply_json_diffs applies them."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from connectors import mysql_json
-from connectors.json_diff import INSERT, REMOVE, REPLACE, JsonDiffError, _path_text, apply_diffs, parse_path
+from connectors.mysql import json_binary as mysql_json
+from connectors.mysql.json_diff import INSERT, REMOVE, REPLACE, JsonDiffError, _path_text, apply_diffs, parse_path
 from tests.unit import mysql_json_bytes as jb
 
 

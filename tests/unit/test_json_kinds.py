@@ -10,7 +10,8 @@ import sysconfig
 import types
 from pathlib import Path
 
-from cdc import formats, json_kinds, json_kinds_native
+from cdc import json_kinds, json_kinds_native
+from cdc.events import formats
 from cdc.json_kinds_native import COMPILED_NAME, SOURCE, compiled_walk, source_digest
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -8,12 +8,12 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
 
-from cdc.inflight import InflightWindow
+from cdc.delivery.inflight import InflightWindow
 from cdc.kafka_health import KafkaHealth
 from cdc.metrics import RelayMetrics
 from cdc.ports import Delivery
 from cdc.position import BinlogPosition
-from connectors.kafka_sink import KafkaPublisher
+from connectors.kafka.sink import KafkaPublisher
 from fakes import TOO_LARGE, Binlog, RelayHarness, message_id, outbox_row
 
 DLQ = "outbox.dlq"

@@ -1,7 +1,7 @@
-"""`cdc check`'s Kafka look, the parts that need no broker (connectors/kafka_check.py)."""
+"""`cdc check`'s Kafka look, the parts that need no broker (connectors/kafka/check.py)."""
 
 from cdc.config import load_config
-from connectors.kafka_check import _error_text, admin_settings, bootstrap_addresses, check_kafka
+from connectors.kafka.check import _error_text, admin_settings, bootstrap_addresses, check_kafka
 
 
 def test_the_checks_client_carries_kafka_client_and_no_producer_setting():
@@ -84,7 +84,7 @@ def test_a_refused_setting_never_shows_a_secret():
 def test_event_topics_say_which_exist_and_what_happens_to_a_missing_ones_events():
     from types import SimpleNamespace as NS
 
-    from connectors.kafka_check import _event_topics
+    from connectors.kafka.check import _event_topics
 
     tables = [{"schema": "d", "table": "outbox"}, {"schema": "d", "table": "o2", "topic": "fixed.{table}"}]
     meta = NS(

@@ -95,10 +95,10 @@ def built(monkeypatch):
         return lambda conf, *a, **kw: _Recorder(kind, calls, conf)
 
     import connectors.checkpoint_stores as checkpoint_stores
-    import connectors.kafka_check as kafka_check
-    import connectors.kafka_reader as kafka_reader
-    import connectors.kafka_sink as kafka_sink
-    import connectors.kafka_topics as kafka_topics
+    import connectors.kafka.check as kafka_check
+    import connectors.kafka.reader as kafka_reader
+    import connectors.kafka.sink as kafka_sink
+    import connectors.kafka.topics as kafka_topics
 
     monkeypatch.setattr(kafka_sink, "Producer", recorder("producer"))
     monkeypatch.setattr(checkpoint_stores, "Producer", recorder("producer"))
@@ -145,7 +145,7 @@ def test_transactional_delivery_its_producer_and_checkpoint_store(built):
 
 
 def test_cdc_check(built):
-    from connectors.kafka_check import check_kafka
+    from connectors.kafka.check import check_kafka
 
     results = check_kafka(_cfg())
     assert results[0].ok, results
@@ -214,8 +214,8 @@ def test_cdc_adopt_reads_debeziums_offsets_topic_with_them(built):
 
 def test_the_verifiers_batch_and_streaming_sources_carry_them_to_the_executors(built):
     from cdc_cli.verify_commands import verify_config
-    from spark_jobs.kafka_source import KafkaReader
-    from spark_jobs.kafka_stream import KafkaStreamReader
+    from spark_jobs.kafka.source import KafkaReader
+    from spark_jobs.kafka.stream import KafkaStreamReader
 
     vcfg = verify_config(_cfg(), "/tmp/unused")
     # As verify.py and follow.py pass it: a JSON option, read back on an executor.
@@ -237,7 +237,7 @@ def test_follow_and_batch_verify_hand_the_consumer_conf_option_to_their_sources(
 
 
 def test_topic_creation(built):
-    from connectors.kafka_topics import KafkaTopicAdmin
+    from connectors.kafka.topics import KafkaTopicAdmin
 
     cfg = _cfg()
     admin = KafkaTopicAdmin.from_config(cfg.kafka.clients(), cfg.topics)
@@ -324,7 +324,7 @@ def test_secrets_are_scrubbed_from_text():
 
 
 def test_the_producers_guarantees_cannot_be_overridden_from_kafka_client():
-    from connectors.kafka_sink import producer_settings
+    from connectors.kafka.sink import producer_settings
 
     with pytest.raises(ConfigError, match="would break delivery guarantees"):
         producer_settings(KafkaClientConfig("b:1", {"acks": "1"}))

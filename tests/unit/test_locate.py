@@ -7,7 +7,7 @@ import pytest
 
 import spark_jobs.locate as locate
 from cdc.errors import PositionError
-from cdc.identity import TxIdentity
+from cdc.events.identity import TxIdentity
 
 U1 = "3e11fa47-71ca-11e1-9e33-c80aa9429562"
 

@@ -1,4 +1,4 @@
-"""MySQL binary JSON -> MySQL's JSON text (connectors/mysql_json.py), against documents
+"""MySQL binary JSON -> MySQL's JSON text (connectors/mysql/json_binary.py), against documents
 written by tests/unit/mysql_json_bytes.py from MySQL's format description, and the text
 MySQL's own printer (`sql-common/json_dom.cc` wrapper_to_string, `strings/dtoa.cc`
 my_gcvt) writes for them."""
@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from connectors.mysql_json import JsonDecodeError, document_text, double_text, parse
+from connectors.mysql.json_binary import JsonDecodeError, document_text, double_text, parse
 from tests.unit import mysql_json_bytes as jb
 
 

@@ -1,4 +1,4 @@
-"""spark_jobs/mysql_json_text.py: MySQL binary JSON (sql-common/json_binary.h) as the text
+"""spark_jobs/mysql/json_text.py: MySQL binary JSON (sql-common/json_binary.h) as the text
 MySQL prints (`SELECT json_col`, sql/json_dom.cc). Hand-made documents in MySQL's small
 format, opaque DECIMAL / DATE / TIME (over 24 h, negative) / DATETIME / TIMESTAMP / BLOB
 values, doubles as my_gcvt prints them; fuzzed (hypothesis): any document the verifier
@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spark_jobs.mysql_json_text import Double, JsonBinaryError, Opaque, gcvt, parse, render, to_binary, to_text
+from spark_jobs.mysql.json_text import Double, JsonBinaryError, Opaque, gcvt, parse, render, to_binary, to_text
 
 
 def test_small_object_as_mysql_writes_json_object_a_1():

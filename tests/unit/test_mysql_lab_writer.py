@@ -1,7 +1,7 @@
 """The MySQL lab's binlog writer (testbed/mysql_lab/binlog_writer.py): files written and read
 back with decoders that share no code with it: python-mysql-replication's event classes
 (fed the file's events as packets, the verifier's expansion for Transaction_payload), the
-relay's `connectors.binlog_decoder.BinlogDecoder`, `mariadb-binlog -vv` (MySQL 8 files of
+relay's `connectors.mysql.binlog_decoder.BinlogDecoder`, `mariadb-binlog -vv` (MySQL 8 files of
 tables without JSON, which MariaDB cannot print), and readers written here from MySQL's
 documented layouts (binary JSON, TIME2, the serialization library). Every event's CRC32 and
 end position are checked on every file written."""
@@ -21,9 +21,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cdc.source_events import RowChange, RowInsert, TxBegin, TxCommit, XaCommit, XaPrepare, XaRollback
-from connectors.binlog_decoder import BinlogDecoder
-from spark_jobs.binlog_compressed import _Format, expand_event
+from cdc.assembly.source_events import RowChange, RowInsert, TxBegin, TxCommit, XaCommit, XaPrepare, XaRollback
+from connectors.mysql.binlog_decoder import BinlogDecoder
+from spark_jobs.mysql.binlog_compressed import _Format, expand_event
 from testbed.mysql_lab.binlog_writer import Column, JsonDiff, MysqlBinlogWriter, Xid
 from testbed.mysql_lab.column_values import parse_column_type, time2
 from testbed.mysql_lab.gtids import GtidSet, varlen_int, varlen_uint
@@ -601,7 +601,7 @@ def test_time2_round_trips_negative_and_fractional(micros, fsp):
 @settings(suppress_health_check=[HealthCheck.too_slow])
 @given(st.integers(1, 65), st.data())
 def test_decimal_round_trips_through_the_relays_reader(precision, data):
-    from connectors.binlog_decoder import _decimal_reader
+    from connectors.mysql.binlog_decoder import _decimal_reader
 
     scale = data.draw(st.integers(0, min(30, precision)))
     digits = data.draw(st.integers(-(10**precision) + 1, 10**precision - 1))
@@ -884,7 +884,7 @@ def test_the_relay_renders_opaque_json_values_as_mysql(tmp_path):
 
 
 def test_the_relay_names_or_publishes_a_vector(tmp_path):
-    from connectors.binlog_decoder import UnsupportedColumnType
+    from connectors.mysql.binlog_decoder import UnsupportedColumnType
 
     w = MysqlBinlogWriter(tmp_path / "lab", version="9.1.0")
     w.create_table("shop", "outbox", [Column("id", "varchar(8)"), Column("v", "vector(2)")])
@@ -946,7 +946,7 @@ def test_binary_json_round_trips_opaque_and_unsigned_values(value):
 def test_decimal_in_json_keeps_its_value():
     """The DECIMAL inside opaque type 246 decodes (decimal2bin, read by the relay's
     column reader) to the number written."""
-    from connectors.binlog_decoder import _decimal_reader
+    from connectors.mysql.binlog_decoder import _decimal_reader
 
     for text in ("123.456", "-0.5", "0", "99999999999999999999.0001"):
         _, _, data = read_json(encode_json(decimal.Decimal(text)))

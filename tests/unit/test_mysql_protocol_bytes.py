@@ -30,14 +30,14 @@ from cryptography.hazmat.primitives.asymmetric import padding, rsa
 from hypothesis import given
 from hypothesis import strategies as st
 
+from cdc.assembly.source_events import RowInsert, TxBegin, TxCommit
 from cdc.errors import PositionError
 from cdc.gtid import MysqlGtidSet
 from cdc.server_version import ServerVersion, binlog_status_statement, replicas_statement
-from cdc.source_events import RowInsert, TxBegin, TxCommit
-from connectors.binlog_decoder import BinlogDecodeError, BinlogDecoder, parse_mysql_gtid
-from connectors.binlog_protocol import decode_mysql_gtid_set, encode_mysql_gtid_set, mysql_gtid_dump_packet
-from connectors.mysql_client import pymysql_args, tls_problem
-from connectors.mysql_gtid_tagged import TaggedGtidError, read_tagged_gtid
+from connectors.mysql.binlog_decoder import BinlogDecodeError, BinlogDecoder, parse_mysql_gtid
+from connectors.mysql.binlog_protocol import decode_mysql_gtid_set, encode_mysql_gtid_set, mysql_gtid_dump_packet
+from connectors.mysql.client import pymysql_args, tls_problem
+from connectors.mysql.gtid_tagged import TaggedGtidError, read_tagged_gtid
 from tests.unit import binlog_bytes as bb
 
 UUID_A = "3e11fa47-71ca-11e1-9e33-c80aa9429562"
@@ -352,7 +352,7 @@ def test_the_library_decoder_reads_a_tagged_gtid_event_with_the_relays_reader():
     from pymysqlreplication.event import NotImplementedEvent
     from pymysqlreplication.packet import BinLogPacketWrapper
 
-    from connectors.binlog_library import LibraryConverter
+    from connectors.mysql.binlog_library import LibraryConverter
 
     log = _tagged_transaction("Tag_A", 5)
     ctl = SimpleNamespace(charset="utf8mb4", _get_dbms=lambda: "mysql")
@@ -370,7 +370,7 @@ def test_the_library_decoder_reads_a_tagged_gtid_event_with_the_relays_reader():
 def test_the_library_decoder_refuses_a_tagged_gtid_start_in_one_line():
     from cdc.errors import ConfigError
     from cdc.gtid import MysqlGtidSet
-    from connectors.binlog_library import open_library_stream
+    from connectors.mysql.binlog_library import open_library_stream
 
     with pytest.raises(ConfigError, match='use source.decoder = "fast"'):
         open_library_stream({}, 99, set(), 5.0, MysqlGtidSet.parse(f"{UUID_A}:1-3:blue:1"))
@@ -539,7 +539,7 @@ def test_a_malformed_json_value_is_refused_naming_its_column():
 def test_a_json_structure_from_the_library_decoder_maps_to_text():
     """source.decoder = "library" hands over python-mysql-replication's structure, whose
     keys and strings are bytes: the mapping writes JSON text, not a crash."""
-    from cdc.outbox import _payload_of
+    from cdc.events.outbox import _payload_of
 
     assert _payload_of({b"n": 1, b"tag": "é".encode(), b"a": [b"x", None]}) == '{"n":1,"tag":"\\u00e9","a":["x",null]}'
 

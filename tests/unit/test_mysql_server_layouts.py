@@ -9,9 +9,9 @@ import struct
 
 import pytest
 
+from cdc.assembly.source_events import RowChange, RowInsert, ServerStarted, TxCommit
 from cdc.position import BinlogPosition
-from cdc.source_events import RowChange, RowInsert, ServerStarted, TxCommit
-from connectors.binlog_decoder import BinlogDecodeError, BinlogDecoder, ServerSettingRequired
+from connectors.mysql.binlog_decoder import BinlogDecodeError, BinlogDecoder, ServerSettingRequired
 from tests.unit import binlog_bytes as bb
 from tests.unit import mysql_json_bytes as jb
 
@@ -249,7 +249,7 @@ def test_a_diff_that_does_not_apply_is_refused(diff, why):
 
 def test_a_format_description_written_at_a_server_start_says_so():
     """`created` is set only in the binlog a server opens at its start: the relay learns
-    from it that everything in earlier files predates a server start (cdc/feed.py's proof
+    from it that everything in earlier files predates a server start (cdc/assembly/feed.py's proof
     of an XA prepare the server lost in a crash)."""
     started, rotated = bb.Binlog(), bb.Binlog()
     started.add(15, bb.fde_body("8.4.0", bb.MYSQL_82_POST_HEADER, created=1_795_719_178))
@@ -304,7 +304,7 @@ def test_the_verifiers_reader_lists_the_event_types_of_a_mysql_57_server(fde, ch
     """The verifier's own reading of a Format_description: 38 event types on 5.7, whether
     the file was copied while the server had it open (LOG_EVENT_BINLOG_IN_USE_F set, the
     CRC computed without it) or not; a type past the list takes the caller's default."""
-    from spark_jobs.binlog_compressed import _Format
+    from spark_jobs.mysql.binlog_compressed import _Format
 
     raw = bytearray(fde)
     raw[17] |= 0x01 if in_use else 0

@@ -8,8 +8,8 @@ import pytest
 
 from cdc.config import load_config
 from cdc.errors import ConfigError
-from cdc.identity import H_DLQ_ERROR, H_FILE, H_POS, H_REPAIR, H_ROW, H_SOURCE
-from connectors.nats_sink import H_MSG_ID, nats_headers, stream_name
+from cdc.events.identity import H_DLQ_ERROR, H_FILE, H_POS, H_REPAIR, H_ROW, H_SOURCE
+from connectors.nats.sink import H_MSG_ID, nats_headers, stream_name
 
 BASE = {
     "source": {"name": "shop"},

@@ -7,10 +7,10 @@ import uuid
 import pytest
 
 from cdc.errors import ConfigError
-from cdc.identity import EventIdentity, TxIdentity
-from cdc.outbox import DeadLetter, OutboxEvent, OutboxMapper, OutboxTable, text_of
+from cdc.events.identity import EventIdentity, TxIdentity
+from cdc.events.outbox import DeadLetter, OutboxEvent, OutboxMapper, OutboxTable, text_of
+from cdc.events.topics import TopicRouter
 from cdc.position import BinlogPosition
-from cdc.topics import TopicRouter
 
 IDENTITY = EventIdentity(TxIdentity("src", BinlogPosition("mysql-bin.000001", 4), None, 1, 1000), 0)
 

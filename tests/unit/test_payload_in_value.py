@@ -1,5 +1,5 @@
 """The reader process leaves an envelope event's payload out of what it sends the relay
-(connectors/reader_process.py, `OutboxEvent.to_wire(payload_in_value=True)`): its Avro value
+(connectors/mysql/reader_process.py, `OutboxEvent.to_wire(payload_in_value=True)`): its Avro value
 holds the payload whole. What the relay rebuilds still gives a dead letter the payload as
 the row held it (text, bytes or NULL), and the events of a payload format keep theirs."""
 
@@ -11,12 +11,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cdc.feed import as_dead_letter, prepare
-from cdc.formats import MessageExtras
-from cdc.identity import EventIdentity, TxIdentity
-from cdc.outbox import OutboxEvent, item_from_wire
+from cdc.assembly.feed import as_dead_letter, prepare
+from cdc.events.formats import MessageExtras
+from cdc.events.identity import EventIdentity, TxIdentity
+from cdc.events.outbox import OutboxEvent, item_from_wire
 from cdc.position import BinlogPosition
-from connectors.avro_serializer import ConfluentAvroSerializer, envelope_payload, registry_client
+from connectors.schema_registry.avro_serializer import ConfluentAvroSerializer, envelope_payload, registry_client
 
 _IDENTITY = EventIdentity(TxIdentity("s", BinlogPosition("mysql-bin.000001", 4), None, 1, 0), 3)
 _SERIALIZER = ConfluentAvroSerializer(registry_client("mock://test-payload-in-value"))

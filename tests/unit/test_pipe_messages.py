@@ -1,4 +1,4 @@
-"""The relay's end of the reader process's data pipe (connectors/reader_process.py,
+"""The relay's end of the reader process's data pipe (connectors/mysql/reader_process.py,
 `PipeMessages`): the messages multiprocessing's Connection sends (`send_bytes` of a pickle,
 as the child's `_ship` does) come back one by one and equal, whatever the sizes (a short
 message and its header in one write, a long one after its header, one longer than a read)
@@ -18,7 +18,7 @@ from multiprocessing.connection import Connection
 import pytest
 
 from cdc.errors import SourceError
-from connectors.reader_process import PipeMessages, ProcessFeed
+from connectors.mysql.reader_process import PipeMessages, ProcessFeed
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ import pytest
 
 from cdc.config import load_config
 from cdc.errors import ConfigError
-from connectors.rabbitmq_sink import _Stream, murmur2, murmur2_partition
+from connectors.rabbitmq.stream_sink import _Stream, murmur2, murmur2_partition
 
 BASE = {
     "source": {"host": "db", "user": "u", "name": "src"},
@@ -86,9 +86,9 @@ def test_settings_that_cannot_work_are_refused_in_one_line(sections, says) -> No
 def test_the_amqp_message_decodes_as_the_verifier_reads_it(key, value, headers) -> None:
     from rstream.amqp import amqp_decoder
 
-    from cdc.sink_fields import message_properties
-    from connectors.rabbitmq_sink import encode_message
-    from spark_jobs.rabbitmq_source import message_record
+    from cdc.events.sink_fields import message_properties
+    from connectors.rabbitmq.stream_sink import encode_message
+    from spark_jobs.rabbitmq.source import message_record
 
     data = encode_message(key, value, headers, 1_700_000_000_123)
     msg = amqp_decoder(data)

@@ -1,4 +1,4 @@
-"""The reader process pickles its messages with one pickler (connectors/reader_process.py,
+"""The reader process pickles its messages with one pickler (connectors/mysql/reader_process.py,
 `MessagePickler`), a TxIdentity and positions by their fields, not through the dataclasses'
 per-field state: the relay's `Connection.recv` unpickles the same objects, message after
 message (the memo and buffer start afresh each time)."""
@@ -9,10 +9,10 @@ import pickle
 
 import pytest
 
-from cdc.identity import TxIdentity
+from cdc.assembly.transaction import XA_COMMIT, XaMark, tx_identity
+from cdc.events.identity import TxIdentity
 from cdc.position import BinlogPosition, unchecked_position
-from cdc.transaction import XA_COMMIT, XaMark, tx_identity
-from connectors.reader_process import MessagePickler
+from connectors.mysql.reader_process import MessagePickler
 
 _START = BinlogPosition("mysql-bin.000007", 4)
 
@@ -41,7 +41,7 @@ def test_a_tx_message_unpickles_to_the_same_objects(identity: TxIdentity):
         b"unchecked_position" in data and b"tx_identity" in data and b"__setstate__" not in data
     )  # the fields, not the dataclass's state
     # nothing named by the reader process's module: in the child it is `__main__`, which the
-    # relay cannot import from (python -m connectors.reader_process, connectors/reader_spawn.py)
+    # relay cannot import from (python -m connectors.mysql.reader_process, connectors/mysql/reader_spawn.py)
     assert b"reader_process" not in data and b"__main__" not in data
 
 

@@ -1,5 +1,5 @@
 """`cdc run` starts the reader process before its own imports and config
-(connectors/reader_spawn.py): the quick look at the config file, and that the command's
+(connectors/mysql/reader_spawn.py): the quick look at the config file, and that the command's
 module stays light enough for the child to start first."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from connectors.reader_spawn import wanted
+from connectors.mysql.reader_spawn import wanted
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -40,9 +40,9 @@ def test_the_command_module_does_not_import_the_relay_before_the_reader_starts()
     # cdc_cli.main's imports and its argument parser run before `cdc run` starts the child: the relay's config
     # (and everything cdc.config pulls in) must come after, or the two do not overlap.
     code = (
-        "import sys, cdc_cli.main, connectors.reader_spawn\n"
+        "import sys, cdc_cli.main, connectors.mysql.reader_spawn\n"
         "cdc_cli.main.build_parser()\n"
-        "heavy = [m for m in ('cdc.config', 'cdc.feed', 'cdc.relay', 'confluent_kafka', 'pymysql') if m in sys.modules]\n"
+        "heavy = [m for m in ('cdc.config', 'cdc.assembly.feed', 'cdc.relay', 'confluent_kafka', 'pymysql') if m in sys.modules]\n"
         "print(heavy)\n"
     )
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)

@@ -15,11 +15,11 @@ from typing import Any
 import fastavro
 import pytest
 
-from cdc import identity as hdr
-from cdc.outbox import OutboxTable
-from spark_jobs.binlog_source import BINLOG_FIELDS, EventMapper, TxAssembler, classify_query, events_of_tx
+from cdc.events import identity as hdr
+from cdc.events.outbox import OutboxTable
 from spark_jobs.common import identity_key, murmur2, murmur2_partition, redacted, scrub
-from spark_jobs.kafka_source import avro_schema, decode_record, decode_value, fields_for
+from spark_jobs.kafka.source import avro_schema, decode_record, decode_value, fields_for
+from spark_jobs.mysql.binlog_source import BINLOG_FIELDS, EventMapper, TxAssembler, classify_query, events_of_tx
 from spark_jobs.reconcile import (
     ReconcileContext,
     reconcile_reference,
@@ -532,7 +532,7 @@ def test_event_mapper_rules() -> None:
 
 
 def test_events_of_tx_coordinates() -> None:
-    from spark_jobs.binlog_source import CommittedTx
+    from spark_jobs.mysql.binlog_source import CommittedTx
 
     table = OutboxTable("shop", "outbox")
     tx = CommittedTx(
@@ -735,7 +735,7 @@ def _sample_messages() -> list[_Msg]:
 @pytest.mark.verifier_deps
 @pytest.mark.parametrize("include_raw,decode", [(False, True), (True, True), (True, False), (False, False)])
 def test_record_columns_equal_message_row(include_raw: bool, decode: bool) -> None:
-    from spark_jobs.kafka_source import RecordColumns, message_row
+    from spark_jobs.kafka.source import RecordColumns, message_row
 
     msgs = _sample_messages()
     cols = RecordColumns(include_raw, decode, DLQ)
@@ -753,7 +753,7 @@ def test_record_columns_equal_message_row(include_raw: bool, decode: bool) -> No
 
 @pytest.mark.verifier_deps
 def test_record_columns_without_the_fast_avro_path_agree(monkeypatch: Any) -> None:
-    import spark_jobs.kafka_source as ks
+    import spark_jobs.kafka.source as ks
 
     msgs = _sample_messages()
     fast = ks.RecordColumns(False, True, DLQ)
@@ -767,7 +767,7 @@ def test_record_columns_without_the_fast_avro_path_agree(monkeypatch: Any) -> No
 
 @pytest.mark.verifier_deps
 def test_event_columns_equal_events_of_tx() -> None:
-    from spark_jobs.binlog_source import CommittedTx, EventColumns, anomaly_row
+    from spark_jobs.mysql.binlog_source import CommittedTx, EventColumns, anomaly_row
 
     table = OutboxTable("shop", "outbox", topic="outbox.event.{aggregate_type}", timestamp_column="created_at")
     mapper = EventMapper([table], allowlist=("outbox.event.o*",))

@@ -8,13 +8,13 @@ from collections import Counter, defaultdict
 
 import pytest
 
-from cdc.checkpoint import Checkpoint
+from cdc.assembly.source_events import XaPrepare
+from cdc.assembly.transaction import OutboxChangeRefused
+from cdc.checkpoints.checkpoint import Checkpoint
 from cdc.errors import ConfigError, DeliveryError, PositionPurgedError, RecoveryError, SourceError
 from cdc.gtid import MysqlGtidSet
 from cdc.position import BinlogPosition
 from cdc.relay import YOUNG_GENERATION
-from cdc.source_events import XaPrepare
-from cdc.transaction import OutboxChangeRefused
 from fakes import (
     FATAL,
     TOO_LARGE,
@@ -134,11 +134,11 @@ def test_message_carries_key_headers_and_value():
 
 def test_row_type_and_table_headers_past_the_hand_overs_tables_and_caches(monkeypatch):
     """The hand-over keeps the first rows' headers in a table and the event types' and
-    tables' by their text (cdc/handover.py); past the table, and when its cache of texts
+    tables' by their text (cdc/delivery/handover.py); past the table, and when its cache of texts
     starts over, each message's headers are still its own."""
-    import cdc.handover
+    import cdc.delivery.handover
 
-    monkeypatch.setattr(cdc.handover, "_TEXT_HEADERS_KEPT", 2)
+    monkeypatch.setattr(cdc.delivery.handover, "_TEXT_HEADERS_KEPT", 2)
     b = Binlog()
     b.transaction([outbox_row(f"r{n}", type=f"type{n % 3}") for n in range(1030)])
     h = RelayHarness(b, max_in_flight=100_000)

@@ -8,8 +8,8 @@ from collections import Counter, defaultdict
 import pytest
 
 from cdc.config import load_config
+from cdc.delivery.kafka_transaction import Fenced, transactional_id
 from cdc.errors import ConfigError, DeliveryError
-from cdc.transactions import Fenced, transactional_id
 from fakes import (
     DEFAULT_TOPICS,
     Binlog,

@@ -1,4 +1,4 @@
-"""`cdc.source_events.RowInsert` is written out (slots set by plain stores, its end kept as
+"""`cdc.assembly.source_events.RowInsert` is written out (slots set by plain stores, its end kept as
 file and offset) where the other source events are frozen dataclasses: it must behave as
 the frozen dataclass it was, for the assembler, the tests that build rows by hand and the
 decoder's generated inserters alike."""
@@ -9,8 +9,8 @@ import dataclasses
 
 import pytest
 
+from cdc.assembly.source_events import RowInsert
 from cdc.position import BinlogPosition
-from cdc.source_events import RowInsert
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -59,7 +59,7 @@ def test_unhashable_and_matched_by_class_and_fields_as_before():
 
 
 def test_a_decoder_made_row_equals_one_built_by_its_constructor():
-    """The generated inserter stores the slots itself (connectors/binlog_decoder.py)."""
+    """The generated inserter stores the slots itself (connectors/mysql/binlog_decoder.py)."""
     row = object.__new__(RowInsert)
     row.schema, row.table, row.values = "shop", "outbox", {"id": "e-1", "n": 1}
     row._end_file, row._end_pos = "binlog.000002", 120

@@ -1,4 +1,4 @@
-"""The generated row readers' fast column parsers (connectors/binlog_decoder.py,
+"""The generated row readers' fast column parsers (connectors/mysql/binlog_decoder.py,
 `_column_code`) give what the decoder's general readers give, on bytes a server would not
 write as well: DATETIME(6) read as one 64-bit word (against `_read_datetime2_slow`, the
 reference reading of MySQL's `TIME_to_longlong_datetime_packed` layout, sql-common/my_time.cc),
@@ -10,7 +10,7 @@ import datetime
 
 import pytest
 
-from connectors.binlog_decoder import (
+from connectors.mysql.binlog_decoder import (
     T_DATETIME2,
     T_VARCHAR,
     _Column,

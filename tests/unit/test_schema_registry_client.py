@@ -1,4 +1,4 @@
-"""connectors/schema_registry.py, the registry client that replaced confluent-kafka's in
+"""connectors/schema_registry/client.py, the registry client that replaced confluent-kafka's in
 issue 28: what it sends and how it answers refusals, failures and several URLs, as
 confluent-kafka 2.16.1's client did, over a recording opener (no socket; the HTTPS
 registry with auth and mutual TLS is tests/integration/test_registry_auth.py)."""
@@ -12,8 +12,8 @@ import urllib.error
 
 import pytest
 
-from connectors import schema_registry
-from connectors.schema_registry import MockRegistry, RestRegistry, SchemaRegistryError, new_client
+from connectors.schema_registry.client import MockRegistry, RestRegistry, SchemaRegistryError, new_client
+from connectors.schema_registry import client as schema_registry
 
 SCHEMA = '{"type":"record","name":"E","fields":[]}'
 

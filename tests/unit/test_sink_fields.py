@@ -1,5 +1,5 @@
 """The mapping of a Kafka record onto the properties of a RabbitMQ / NATS message
-(`cdc.sink_fields.message_properties`) and back (`spark_jobs.log_record.from_properties`):
+(`cdc.events.sink_fields.message_properties`) and back (`spark_jobs.log_record.from_properties`):
 the verifier's rows of a broker message equal the Kafka source's rows of the record the
 relay would have written to Kafka. Starts nothing (the brokers' own round trip is in
 tests/integration/test_sink_sources.py)."""
@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from cdc.sink_fields import H_KEY, H_NULL_VALUE, H_TIMESTAMP, message_properties, partition_stream
-from spark_jobs.kafka_source import message_row
+from cdc.events.sink_fields import H_KEY, H_NULL_VALUE, H_TIMESTAMP, message_properties, partition_stream
+from spark_jobs.kafka.source import message_row
 from spark_jobs.log_record import TIMESTAMP_CREATE_TIME, from_properties
 from tests.sink_samples import sample_records
 
@@ -63,7 +63,7 @@ def test_partition_streams_are_named_after_the_topic() -> None:
 
 @pytest.mark.verifier_deps
 def test_record_columns_of_broker_records_equal_message_rows() -> None:
-    from spark_jobs.kafka_source import RecordColumns
+    from spark_jobs.kafka.source import RecordColumns
 
     cols = RecordColumns(True, True, DLQ)
     records = [

@@ -3,7 +3,7 @@
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cdc.spill import SpillBuffer
+from cdc.assembly.spill import SpillBuffer
 
 
 def test_stays_in_memory_up_to_the_limit():

@@ -2,7 +2,7 @@
 event. The reader process loads neither confluent-kafka's registry client (and its
 authlib / httpx2 / joserfc) nor `cryptography`; the relay's process no `cryptography`;
 PyMySQL's RSA password exchange still works, `cryptography` loaded on its first use
-(connectors/mysql_driver.py). Each check runs in a fresh interpreter: what a process
+(connectors/mysql/driver.py). Each check runs in a fresh interpreter: what a process
 imports is only seen from its start."""
 
 from __future__ import annotations
@@ -22,14 +22,14 @@ def _run(code: str) -> str:
 
 
 def test_the_reader_process_imports_no_registry_library_and_no_cryptography():
-    # what connectors/reader_process.py's _child_main imports before its spec arrives, then
+    # what connectors/mysql/reader_process.py's _child_main imports before its spec arrives, then
     # the serializer it builds and an event's registration in a mock:// registry
     code = (
         "import sys\n"
-        "from connectors.mysql_driver import import_deferring_rsa\n"
+        "from connectors.mysql.driver import import_deferring_rsa\n"
         "import_deferring_rsa()\n"
-        "import connectors.reader_process, connectors.binlog_decoder, connectors.binlog_source\n"
-        "from connectors.avro_serializer import ConfluentAvroSerializer, registry_client\n"
+        "import connectors.mysql.reader_process, connectors.mysql.binlog_decoder, connectors.mysql.binlog_source\n"
+        "from connectors.schema_registry.avro_serializer import ConfluentAvroSerializer, registry_client\n"
         "assert ConfluentAvroSerializer(registry_client('mock://t')).schema_id('orders') == 1\n"
         f"print([m for m in {HEAVY} if m in sys.modules])\n"
     )
@@ -40,9 +40,9 @@ def test_the_relay_process_imports_no_cryptography():
     # cdc_cli/main.py's `cdc run`: the deferral, then the relay's wiring and its Kafka sink
     code = (
         "import sys\n"
-        "from connectors.mysql_driver import import_deferring_rsa\n"
+        "from connectors.mysql.driver import import_deferring_rsa\n"
         "import_deferring_rsa()\n"
-        "import cdc_cli.app, cdc_cli.sinks, connectors.kafka_sink, connectors.checkpoint_stores\n"
+        "import cdc_cli.app, cdc_cli.sinks, connectors.kafka.sink, connectors.checkpoint_stores\n"
         "print([m for m in ('cryptography', 'httpx2', 'authlib') if m in sys.modules])\n"
     )
     assert _run(code) == "[]"
@@ -54,7 +54,7 @@ def test_pymysql_rsa_exchange_loads_cryptography_on_first_use_and_encrypts_as_be
     # server's private key must read it back
     code = (
         "import sys\n"
-        "from connectors.mysql_driver import import_deferring_rsa\n"
+        "from connectors.mysql.driver import import_deferring_rsa\n"
         "import_deferring_rsa()\n"
         "import pymysql._auth as auth\n"
         "before = 'cryptography' in sys.modules\n"
@@ -74,7 +74,7 @@ def test_pymysql_rsa_exchange_loads_cryptography_on_first_use_and_encrypts_as_be
 def test_without_cryptography_the_rsa_exchange_fails_as_pymysql_does():
     code = (
         "import sys\n"
-        "from connectors.mysql_driver import import_deferring_rsa\n"
+        "from connectors.mysql.driver import import_deferring_rsa\n"
         "import_deferring_rsa()\n"
         "sys.modules['cryptography'] = None  # not installed\n"
         "import pymysql._auth as auth\n"

@@ -12,7 +12,7 @@ import pytest
 from cdc.config import load_config
 from cdc.errors import ConfigError
 from cdc.tls import TlsConfig
-from connectors.mysql_client import MySQLTlsError, pymysql_args, tls_problem
+from connectors.mysql.client import MySQLTlsError, pymysql_args, tls_problem
 
 BASE = {"source": {"name": "shop", "password_env": "PW"}, "outbox": {"tables": [{"schema": "s", "table": "outbox"}]}}
 ENV = {"PW": "db-secret"}
@@ -135,7 +135,7 @@ def test_preferred_mode_builds_its_tls_context_once_per_process(monkeypatch):
     """PyMySQL's preferred mode makes a default context (the system's CA bundle loaded, ~20 ms
     CPU) on every connection although it checks no certificate; ours is built once and is
     what PyMySQL would build: TLS when offered, no certificate or name check."""
-    from connectors.mysql_client import Connection
+    from connectors.mysql.client import Connection
 
     made = []
     real = ssl.create_default_context

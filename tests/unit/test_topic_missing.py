@@ -8,7 +8,7 @@ import logging
 import random
 
 from cdc.ports import DeliveryFailure
-from connectors.kafka_topics import KafkaTopicAdmin, new_topic_request
+from connectors.kafka.topics import KafkaTopicAdmin, new_topic_request
 from fakes import Binlog, FakeKafka, RelayHarness, outbox_row
 
 DLQ = "outbox.dlq"

@@ -3,7 +3,7 @@
 import pytest
 
 from cdc.errors import ConfigError
-from cdc.topics import MAX_TOPIC_LENGTH, TopicRouter, check_template, topic_problem
+from cdc.events.topics import MAX_TOPIC_LENGTH, TopicRouter, check_template, topic_problem
 
 FIELDS = dict(aggregate_type="order", type="created", schema="shop", table="outbox")
 

@@ -1,4 +1,4 @@
-"""An acknowledgement without an offset is not taken on trust (cdc/unlocated.py,
+"""An acknowledgement without an offset is not taken on trust (cdc/delivery/unlocated.py,
 called from the hand-over): librdkafka reports a retried batch the broker answered as already
 written as a success with no offset; the Kafka stand-in was seen to give that answer for a
 message it never stored (tests/integration/test_faults.py::test_broker_faults under load lost

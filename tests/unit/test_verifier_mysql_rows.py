@@ -1,7 +1,7 @@
 """The verifier's default reader on rows as MySQL 8.4 / 9.x writes them (byte fixtures,
 tests/unit/mysql_row_bytes.py): what the verifier's connection hands
 python-mysql-replication (`binlog_compressed.prepare_event` with the Table_map
-preparation of `spark_jobs/binlog_table_map.py`), decoded by the library's own event
+preparation of `spark_jobs/mysql/binlog_table_map.py`), decoded by the library's own event
 classes, then the reader's `row_values` (JSON as MySQL's text, SET as its names).
 
 MySQL 9's Format_description (post-header length 0 for the removed v1 rows events);
@@ -18,10 +18,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spark_jobs.binlog_compressed import _Format, prepare_event
-from spark_jobs.binlog_source import TxAssembler, row_values
-from spark_jobs.binlog_table_map import ColumnInfo, TableMapRewriter, stream_reader_class
-from spark_jobs.mysql_json_text import Double, Opaque, to_binary
+from spark_jobs.mysql.binlog_compressed import _Format, prepare_event
+from spark_jobs.mysql.binlog_source import TxAssembler, row_values
+from spark_jobs.mysql.binlog_table_map import ColumnInfo, TableMapRewriter, stream_reader_class
+from spark_jobs.mysql.json_text import Double, Opaque, to_binary
 from tests.unit import mysql_row_bytes as mb
 from tests.unit.binlog_bytes import Binlog, lenenc
 
@@ -251,7 +251,7 @@ def test_partial_json_update_becomes_the_update_of_the_whole_document():
     assert kinds == [15, 19, 31]
     (row,) = rows
     assert row["before_values"]["n"] == 5 and row["after_values"]["n"] == 6
-    from spark_jobs.mysql_json_text import to_text
+    from spark_jobs.mysql.json_text import to_text
 
     assert to_text(row["before_values"]["payload"]) == '{"a": 1, "b": [1, 2]}'
     assert to_text(row["after_values"]["payload"]) == (
@@ -309,8 +309,8 @@ def test_insert_then_remove_gives_the_document_back(doc, value, data):
     """json_diff.cc semantics, fuzzed: an INSERT puts the value at its path (an array
     cell shifts the rest; a member takes its place in key order), a REMOVE of the same
     path gives back the very document, text included."""
-    from spark_jobs.binlog_partial_json import apply_diffs
-    from spark_jobs.mysql_json_text import parse, render
+    from spark_jobs.mysql.binlog_partial_json import apply_diffs
+    from spark_jobs.mysql.json_text import parse, render
 
     original = render(doc)
     parent_path = data.draw(st.sampled_from(list(_containers(doc))))

@@ -1,5 +1,5 @@
 """The verifier's own reading of MySQL 8.4's Gtid_tagged_log_event (type 42),
-spark_jobs/binlog_tagged_gtid.py, which python-mysql-replication does not know: the
+spark_jobs/mysql/binlog_tagged_gtid.py, which python-mysql-replication does not know: the
 replication connection (spark_jobs/binlog_compressed.ExpandingConnection) hands the library
 a Gtid_log_event in its place and keeps the tagged GTID on the packet, so the verifier's rows
 carry `uuid:tag:gno`, the GTID the relay's `cdc.gtid` header carries. On byte fixtures from
@@ -20,11 +20,11 @@ from pymysqlreplication.event import GtidEvent, QueryEvent, XidEvent
 from pymysqlreplication.packet import BinLogPacketWrapper
 from pymysqlreplication.row_event import TableMapEvent, WriteRowsEvent
 
-from connectors.mysql_client import Connection
-from connectors.mysql_gtid_tagged import TaggedGtidError, read_tagged_gtid
-from spark_jobs.binlog_compressed import ExpandingConnection, _Format, event_start, tagged_gtid
-from spark_jobs.binlog_source import TxAssembler, mysql_commit_us
-from spark_jobs.binlog_tagged_gtid import TaggedGtidEventError, read_tagged
+from connectors.mysql.client import Connection
+from connectors.mysql.gtid_tagged import TaggedGtidError, read_tagged_gtid
+from spark_jobs.mysql.binlog_compressed import ExpandingConnection, _Format, event_start, tagged_gtid
+from spark_jobs.mysql.binlog_source import TxAssembler, mysql_commit_us
+from spark_jobs.mysql.binlog_tagged_gtid import TaggedGtidEventError, read_tagged
 from tests.unit import binlog_bytes as bb
 from tests.unit.test_mysql_protocol_bytes import REAL_TAGGED_BODY, REAL_UUID
 

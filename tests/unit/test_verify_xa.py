@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
-from cdc.outbox import OutboxTable
-from spark_jobs.binlog_source import (
+from cdc.events.outbox import OutboxTable
+from spark_jobs.common import identity_key
+from spark_jobs.mysql.binlog_source import (
     BINLOG_FIELDS,
     XA_COMMITTED,
     XA_PREPARED,
@@ -25,7 +26,6 @@ from spark_jobs.binlog_source import (
     events_of_tx,
     statement_insert_target,
 )  # fmt: skip
-from spark_jobs.common import identity_key
 from spark_jobs.reconcile import reconcile_reference, resolve_xa_rows
 from tests.unit.test_reconcile import DLQ, SOURCE, ctx, make_event, make_record
 

@@ -1,4 +1,4 @@
-"""The hand-over's two ways for a transaction from the reader process (cdc/handover.py): the
+"""The hand-over's two ways for a transaction from the reader process (cdc/delivery/handover.py): the
 common envelope event goes from its pipe tuple to produce() (`Handover.transaction`'s tuple way, no
 OutboxEvent or EventIdentity), anything else through its object (`ShippedTransaction.item`).
 Whatever the items, the messages produced, their reports' effects (acknowledgements, a
@@ -14,20 +14,20 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from cdc.assembly.feed import prepare
+from cdc.delivery.handover import Handover
 from cdc.delivery.ledger import Ledger
-from cdc.feed import prepare
-from cdc.handover import Handover
-from cdc.identity import EventIdentity, TxIdentity
+from cdc.events.identity import EventIdentity, TxIdentity
+from cdc.events.outbox import DeadLetter, OutboxEvent, OutboxTable
 from cdc.lease_guard import LeaseGuard
 from cdc.log_limit import LogLimiter
 from cdc.metrics import RelayMetrics
 from cdc.missing_topics import MissingTopics
-from cdc.outbox import DeadLetter, OutboxEvent, OutboxTable
 from cdc.ports import Delivery
 from cdc.position import BinlogPosition
 from cdc.relay_settings import RelaySettings
-from connectors.avro_serializer import ConfluentAvroSerializer, registry_client
-from connectors.reader_process import ShippedTransaction
+from connectors.mysql.reader_process import ShippedTransaction
+from connectors.schema_registry.avro_serializer import ConfluentAvroSerializer, registry_client
 from fakes import TOO_LARGE, _Written
 
 _SERIALIZER = ConfluentAvroSerializer(registry_client("mock://test-wire-handover"))

@@ -3,12 +3,12 @@ checks, and the operator problem after the last one (a fake clock, a fake XA REC
 
 import logging
 
-from cdc.inflight import HeldPrepare, Resume
+from cdc.assembly.xa_check_back import XaCheckBack
+from cdc.delivery.inflight import HeldPrepare, Resume
+from cdc.events.outbox import OutboxTable
 from cdc.metrics import RelayMetrics
-from cdc.outbox import OutboxTable
 from cdc.position import BinlogPosition
 from cdc.relay_settings import RelaySettings
-from cdc.xa_check_back import XaCheckBack
 
 XID = "X'78',X'',1"
 

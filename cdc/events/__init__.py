@@ -1,0 +1,1 @@
+"""What a message is: the outbox mapping, identity headers, topic routing, output formats, dead letters."""

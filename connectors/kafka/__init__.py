@@ -1,0 +1,1 @@
+"""Kafka: the sink, the topics' reader, the preflight checks and the client's logging."""

@@ -1,0 +1,128 @@
+"""Reads back what Kafka topics hold (implements cdc.ports.DeliveredLog).
+
+Recovery, the checkpoint store and `cdc locate` read partitions through this: a plain
+consumer with manual assignment, no group offsets committed, `read_committed` so a
+transactional producer's aborted records (if any writer uses them) are never taken as
+delivered. Offsets with no record (transaction markers, compaction) are simply skipped.
+Its consumer and its metadata client carry `[kafka.client]` (and the consumer
+`[kafka.consumer]`), like every Kafka client of the project (cdc/kafka_client.py).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from cdc.errors import DeliveryError
+from cdc.events.identity import header_dict
+from cdc.kafka_client import KafkaClientConfig, redact
+from connectors.kafka.client_log import client_logging
+
+# What reading back needs, whatever [kafka.consumer] says: no group offsets, no topic
+# created by reading, and never a record of an aborted transaction taken as delivered.
+READER_ENFORCED = {
+    "enable.auto.commit": False,
+    "enable.auto.offset.store": False,
+    "isolation.level": "read_committed",
+    "allow.auto.create.topics": False,
+}
+
+
+def reader_settings(clients: KafkaClientConfig | str, options: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The reader's consumer configuration: its defaults < [kafka.client] < [kafka.consumer]
+    < READER_ENFORCED and `options` (what this use of the reader needs)."""
+    defaults = {"group.id": f"cdc-reader-{uuid.uuid4().hex[:12]}", "auto.offset.reset": "earliest"}
+    return KafkaClientConfig.of(clients).conf("consumer", defaults, {**READER_ENFORCED, **(options or {})})
+
+
+class KafkaTopicReader:
+    def __init__(
+        self, clients: KafkaClientConfig | str, options: dict[str, Any] | None = None, timeout_s: float = 10.0
+    ):
+        clients = KafkaClientConfig.of(clients)
+        self._timeout = timeout_s
+        self._conf = {**reader_settings(clients, options), **client_logging()}
+        self._bootstrap = clients.bootstrap
+        self._secrets = clients
+        self._admin = AdminClient({**clients.conf("admin"), **client_logging()})
+        self._consumer: Consumer | None = None
+
+    def _consumer_(self) -> Consumer:
+        if self._consumer is None:
+            self._consumer = Consumer(self._conf)
+        return self._consumer
+
+    def partition_count(self, topic: str) -> int | None:
+        try:
+            meta = self._admin.list_topics(timeout=self._timeout)
+        except KafkaException as exc:
+            raise DeliveryError(
+                f"cannot read Kafka metadata from {self._bootstrap} (kafka.bootstrap) within "
+                f"{self._timeout:g} s: {redact(exc.args[0].str(), self._secrets)}: check the address, "
+                "that the brokers run and the security settings ([kafka.client])"
+            ) from exc
+        info = meta.topics.get(topic)
+        if info is None or (info.error is not None and info.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART):
+            return None
+        return len(info.partitions)
+
+    def topics(self) -> list[str]:
+        return sorted(self._admin.list_topics(timeout=self._timeout).topics)
+
+    def watermarks(self, topic: str, partition: int) -> tuple[int, int]:
+        try:
+            low, high = self._consumer_().get_watermark_offsets(TopicPartition(topic, partition), timeout=self._timeout)
+        except KafkaException as exc:
+            raise DeliveryError(f"cannot read offsets of {topic}[{partition}]: {exc.args[0].str()}") from exc
+        return int(low), int(high)
+
+    def messages(self, topic: str, partition: int, start: int, end: int) -> Iterator[Any]:
+        """The records held in [start, end) of one partition, in offset order."""
+        if end <= start:
+            return
+        consumer = self._consumer_()
+        consumer.assign([TopicPartition(topic, partition, start if start >= 0 else OFFSET_BEGINNING)])
+        next_offset = max(start, 0)
+        waited = 0.0
+        try:
+            while next_offset < end:
+                # Ask for no more than the range has left: consume() otherwise waits out
+                # its whole timeout for messages that will never come (recovery reads
+                # every partition at start; a second per partition adds up).
+                batch = consumer.consume(num_messages=max(1, min(5000, end - next_offset)), timeout=0.5)
+                if not batch:
+                    # The rest of the range may hold offsets with no record (transaction
+                    # markers, compaction): done when the consumer stands at the end.
+                    _low, high = self.watermarks(topic, partition)
+                    position = consumer.position([TopicPartition(topic, partition)])[0].offset
+                    waited += 0.5
+                    if position >= min(end, high) or waited >= self._timeout:
+                        return
+                    continue
+                waited = 0.0
+                for msg in batch:
+                    err = msg.error()
+                    if err is not None:
+                        if err.code() == KafkaError._PARTITION_EOF:
+                            return
+                        raise DeliveryError(f"reading {topic}[{partition}] failed: {err.str()}")
+                    offset = msg.offset()
+                    if offset is None or offset >= end:  # a consumed message always has one
+                        return
+                    next_offset = offset + 1
+                    yield msg
+        finally:
+            consumer.unassign()
+
+    def records(self, topic: str, partition: int, start: int, end: int) -> Iterator[tuple[int, dict[str, str]]]:
+        for msg in self.messages(topic, partition, start, end):
+            yield msg.offset(), header_dict(msg.headers())
+
+    def close(self) -> None:
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None

@@ -1,0 +1,1 @@
+"""NATS JetStream: the sink and its connection."""

@@ -1,0 +1,578 @@
+"""The NATS JetStream sink: the relay's publisher (cdc.ports.Publisher), what reads the
+streams back (cdc.ports.DeliveredLog) and what creates a missing one (cdc.ports.TopicAdmin).
+What maps to what (topic = subject, offset = stream sequence, key and null value as
+headers) is docs/sinks.md and cdc/events/sink_fields.py; why delivery is exactly once is
+docs/DESIGN.md "NATS JetStream".
+
+Publishing. Each message is a core NATS PUB with a reply subject `<inbox>.<n>`: the
+server's JetStream answers there with a PubAck (`{"stream", "seq", "duplicate"}`), an
+API error (`{"error": {"err_code", ...}}`) or, when no stream takes the subject, the
+status 503 "no responders" (ADR-22 / the JetStream publish reference). A PUB does not
+wait for its answer, so up to `max_in_flight` messages are on the wire, in publish order,
+on ONE connection: the server stores them in that order.
+
+Every message carries `Nats-Msg-Id`, derived from the relay's identity headers (the
+binlog position or GTID and the row, cdc/events/identity.py) and the subject: a message sent
+again within the stream's `duplicate_window` is answered "duplicate" with the first
+copy's sequence and not stored again. Hence the publisher's rule when an answer does not
+come (`ack_timeout_s`) or the connection breaks: close the connection, open a new one,
+and send every unanswered message again, oldest first, before anything new. Each
+connection carries an in-order run of the messages, and the server stores a message at
+its first arrival, so the stream keeps publish order whatever mix of first and second
+copies reaches it. (nats-py's own reconnect is off: it would replay its buffered tail
+before the unanswered messages that the broken socket lost, out of order.) A message
+still unanswered after `delivery_timeout_s` fails, and so does every later one (order),
+which stops the relay (exit 1); the restart finds what was stored (cdc/checkpoints/recovery.py).
+
+`purge()` drops whatever is unanswered and stops sending it again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+import threading
+import time
+from collections import deque
+from collections.abc import Iterator
+from typing import Any
+
+from nats.errors import Error as NatsError
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, StorageType, StreamConfig
+from nats.js.errors import Error as JetStreamError
+from nats.js.errors import NotFoundError
+
+from cdc.config import NatsJetStreamConfig
+from cdc.errors import DeliveryError
+from cdc.events.identity import H_REPAIR, identity_key_from_headers
+from cdc.events.sink_fields import BROKER_HEADER_PREFIXES, H_TIMESTAMP, message_properties
+from cdc.ports import Delivery, DeliveryCallback, DeliveryFailure
+from connectors.nats.connection import EventLoopThread, connect, unreachable
+
+log = logging.getLogger("cdc.nats")
+
+H_MSG_ID = "Nats-Msg-Id"
+# JetStream API error codes (nats-server server/errors.json).
+ERR_MESSAGE_TOO_LARGE = 10054  # JSStreamMessageExceedsMaximumErr
+# Room left for the headers within the server's max_payload, which counts them.
+HEADER_ROOM = 8192
+# Messages handed over and not yet reported, at most: then `publish` waits.
+QUEUE_LIMIT = 100_000
+# Bytes sent and not yet answered, at most (with max_in_flight messages). nats-py's own
+# buffer is larger, so a publish never waits on a socket that a stopped server does not
+# read: the pump stays free to notice the silence and move to a new connection.
+MAX_IN_FLIGHT_BYTES = 32 << 20
+CONNECTION_BUFFER = 256 << 20
+
+
+def msg_id(subject: str, headers: dict[str, str]) -> str | None:
+    """The de-duplication id of a message: its identity and subject. None for a message
+    without the relay's identity, and for `cdc repair`'s (it re-publishes a message the
+    stream lost, possibly within the window of the first copy)."""
+    key = identity_key_from_headers(headers)
+    if key is None or H_REPAIR in headers:
+        return None
+    return "|".join((subject, *map(str, key)))
+
+
+def nats_headers(
+    topic: str, key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes | None]], ts: int | None
+) -> dict[str, str]:
+    # A header value ends at CR LF on the wire (NATS/1.0 headers, as HTTP's): a line break
+    # inside one (a dead letter's error text) is sent as a space.
+    out = {k: v.replace("\r", " ").replace("\n", " ") for k, v in message_properties(key, headers, value).items()}
+    if ts is not None:
+        out[H_TIMESTAMP] = str(ts)
+    ident = msg_id(topic, out)
+    if ident is not None:
+        out[H_MSG_ID] = ident
+    return out
+
+
+class _Out:
+    """One message handed over and not yet reported."""
+
+    __slots__ = ("first_sent", "gen", "headers", "last_sent", "n", "on_delivery", "payload", "subject")
+
+    def __init__(self, n: int, subject: str, payload: bytes, headers: dict[str, str], on_delivery, gen: int):
+        self.n, self.subject, self.payload, self.headers = n, subject, payload, headers
+        self.on_delivery, self.gen = on_delivery, gen
+        self.first_sent = self.last_sent = 0.0
+
+
+def _failure(code: str, message: str, too_large: bool = False, topic_missing: bool = False) -> DeliveryFailure:
+    return DeliveryFailure(code=code, message=message, too_large=too_large, topic_missing=topic_missing)
+
+
+class NatsJetStreamPublisher:
+    def __init__(self, cfg: NatsJetStreamConfig, name: str = "publisher"):
+        self._cfg = cfg
+        self._name = name
+        self._loop = EventLoopThread(name)
+        # The caller's side (the relay loop's thread).
+        self._pending = 0
+        self._gen = 0  # purge() moves on: reports of older messages are not served
+        self._next_n = 0
+        self._inbox: deque[_Out] = deque()  # handed over, not yet seen by the pump
+        self._done: deque[tuple[_Out, Delivery]] = deque()  # reported by the loop, served by poll
+        self._ready = threading.Event()
+        self._wake_asked = False
+        # The loop's side.
+        self._nc: Any = None
+        self._reply_prefix = ""
+        self._unsent: deque[_Out] = deque()
+        self._unacked: dict[int, _Out] = {}  # in send order
+        self._unacked_bytes = 0
+        self._last_answer = 0.0  # loop time of the last answer on the current connection
+        self._down_since: float | None = None  # loop time since when no connection could be had
+        self._closing_old: set[asyncio.Task] = set()  # connections left behind, closing
+        self._failed: str | None = None
+        self._retry_at = 0.0
+        self._closing = False
+        self.reconnects = 0
+        try:
+            # the server's max_payload, which counts the headers too
+            self.max_payload: int = self._loop.run(self._start(), 30)
+        except Exception as exc:
+            self._loop.stop()
+            raise unreachable(cfg, exc) from None
+
+    # -- the caller's side ---------------------------------------------------------------
+
+    @property
+    def max_message_bytes(self) -> int:
+        return max(1, self.max_payload - HEADER_ROOM)
+
+    def publish(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        headers: list[tuple[str, bytes | None]],
+        on_delivery: DeliveryCallback,
+        timestamp_ms: int | None = None,
+    ) -> None:
+        while self._pending >= QUEUE_LIMIT:
+            self.poll(0.05)  # never drop: wait for reports
+        hdrs = nats_headers(topic, key, value, headers, timestamp_ms)
+        payload = value or b""
+        self._pending += 1
+        self._next_n += 1
+        out = _Out(self._next_n, topic, payload, hdrs, on_delivery, self._gen)
+        size = len(payload) + sum(len(k) + len(v) + 4 for k, v in hdrs.items()) + 12
+        if size > self.max_payload:
+            text = f"message of {size} bytes with its headers; the server's max_payload is {self.max_payload}"
+            self._report(out, Delivery(topic, 0, -1, _failure("MAX_PAYLOAD", text, too_large=True)))
+            return
+        self._inbox.append(out)
+        if not self._wake_asked:
+            self._wake_asked = True
+            self._loop.call_soon(self._wake.set)
+
+    def poll(self, timeout: float) -> None:
+        if not self._serve() and timeout > 0:
+            self._ready.wait(timeout)
+            self._serve()
+
+    def _serve(self) -> int:
+        self._ready.clear()
+        served = 0
+        done, gen = self._done, self._gen
+        while done:
+            out, delivery = done.popleft()
+            if out.gen != gen:
+                continue  # purged
+            self._pending -= 1
+            served += 1
+            out.on_delivery(delivery)
+        return served
+
+    def pending(self) -> int:
+        return self._pending
+
+    def flush(self, timeout: float) -> int:
+        deadline = time.monotonic() + timeout
+        while self._pending:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            self.poll(min(0.1, left))
+        return self._pending
+
+    def purge(self) -> None:
+        self._gen += 1
+        self._pending = 0
+        self._done.clear()
+        self._loop.call_soon(self._drop_all)
+
+    def close(self) -> None:
+        self.flush(5.0)
+        try:
+            self._loop.run(self._stop(), 15)
+        except Exception as exc:  # the server is gone: nothing left to save
+            log.debug("nats %s: close: %s", self._name, exc)
+        self._loop.stop()
+
+    def _report(self, out: _Out, delivery: Delivery) -> None:
+        """Either thread: hand a report to `poll`."""
+        self._done.append((out, delivery))
+        self._ready.set()
+
+    # -- the loop's side ------------------------------------------------------------------
+
+    async def _start(self) -> int:
+        self._wake = asyncio.Event()
+        await self._connect()
+        self._pump_task = asyncio.get_running_loop().create_task(self._pump())
+        return int(self._nc.max_payload)
+
+    async def _connect(self) -> None:
+        nc = await connect(
+            self._cfg, self._name, timeout=min(5.0, self._cfg.ack_timeout_s), pending_size=CONNECTION_BUFFER
+        )
+        prefix = nc.new_inbox()
+        await nc.subscribe(prefix + ".*", cb=self._on_reply)
+        self._nc, self._reply_prefix = nc, prefix + "."
+        self._last_answer = asyncio.get_running_loop().time()
+        self._down_since = None
+
+    async def _stop(self) -> None:
+        self._closing = True
+        self._wake.set()
+        await self._pump_task
+        if self._nc is not None and not self._nc.is_closed:
+            self._leave(self._nc)
+        if self._closing_old:
+            await asyncio.wait(self._closing_old, timeout=10)
+
+    def _drop_all(self) -> None:
+        self._unsent.clear()
+        self._unacked.clear()
+        self._unacked_bytes = 0
+        self._inbox.clear()
+
+    def _leave(self, nc: Any) -> None:
+        """Close a connection without waiting for it: closing flushes what it buffered,
+        which waits as long as a stopped server does not read. What it still delivers is
+        an in-order run of messages, like any connection's (the module docstring)."""
+
+        async def close() -> None:
+            try:
+                await asyncio.wait_for(nc.close(), 30)
+            except Exception as exc:
+                log.debug("nats %s: close: %s", self._name, exc)
+
+        task = asyncio.get_running_loop().create_task(close())
+        self._closing_old.add(task)
+        task.add_done_callback(self._closing_old.discard)
+
+    async def _pump(self) -> None:
+        """The one sender: new messages in order, and everything unanswered again after
+        a reconnect, oldest first."""
+        loop = asyncio.get_running_loop()
+        while not self._closing:
+            try:
+                await asyncio.wait_for(self._wake.wait(), 0.05)
+            except TimeoutError:
+                pass
+            self._wake.clear()
+            self._wake_asked = False
+            while self._inbox:
+                self._unsent.append(self._inbox.popleft())
+            if self._failed is not None:
+                self._fail(self._failed)
+                continue
+            now = loop.time()
+            oldest = next(iter(self._unacked.values()), None)
+            # The oldest message waiting: sent and unanswered, or, with nothing sent, kept
+            # unsent for want of a connection (a server down since then).
+            waiting = oldest or (self._unsent[0] if self._unsent and self._down_since is not None else None)
+            since = oldest.first_sent if oldest is not None else self._down_since
+            if waiting is not None and since is not None and now - since >= self._cfg.delivery_timeout_s:
+                self._failed = (
+                    f"no acknowledgement from NATS {','.join(self._cfg.servers)} for {waiting.subject} within "
+                    f"{self._cfg.delivery_timeout_s:g} s (sink.nats_jetstream.delivery_timeout_s)"
+                )
+                self._fail(self._failed)
+                continue
+            # Silent, not slow: nothing answered for ack_timeout_s while a message waits
+            # (a loaded server answers late, and sending it all again would only add load).
+            wait = self._cfg.ack_timeout_s
+            stale = oldest is not None and now - oldest.last_sent >= wait and now - self._last_answer >= wait
+            # A connection is opened again when there is something to send (an idle
+            # publisher whose server went away stays quiet).
+            lost = self._nc is None or self._nc.is_closed
+            broken = stale or (lost and bool(self._unacked or self._unsent))
+            if broken and self._down_since is None:
+                self._down_since = now
+            if broken and (now < self._retry_at or not await self._reconnect(now)):
+                continue
+            await self._send_new(now)
+
+    async def _reconnect(self, now: float) -> bool:
+        old, self._nc = self._nc, None
+        if old is not None and old.is_closed:
+            log.warning("NATS %s: connection lost; connecting again", self._name)
+        elif old is not None:
+            log.warning("NATS %s: no answer for %g s; connecting again", self._name, self._cfg.ack_timeout_s)
+            self._leave(old)
+        try:
+            await self._connect()
+        except Exception as exc:
+            self._retry_at = now + 0.5
+            log.debug("nats %s: connect: %s", self._name, exc)
+            return False
+        self.reconnects += 1
+        log.info("NATS %s: connected; sending %d unacknowledged messages again", self._name, len(self._unacked))
+        for out in list(self._unacked.values()):
+            if not await self._send(out, now):
+                return False
+        return True
+
+    async def _send_new(self, now: float) -> None:
+        unsent, unacked, limit = self._unsent, self._unacked, self._cfg.max_in_flight
+        while unsent and len(unacked) < limit and self._unacked_bytes < MAX_IN_FLIGHT_BYTES and self._nc is not None:
+            out = unsent.popleft()
+            unacked[out.n] = out
+            self._unacked_bytes += len(out.payload)
+            out.first_sent = now
+            if not await self._send(out, now):
+                return
+
+    async def _send(self, out: _Out, now: float) -> bool:
+        out.last_sent = now
+        nc = self._nc
+        try:
+            await nc.publish(out.subject, out.payload, reply=f"{self._reply_prefix}{out.n}", headers=out.headers)
+        except (NatsError, OSError) as exc:
+            # What this connection carried may be cut anywhere: the next one sends it all again.
+            log.debug("nats %s: publish: %s", self._name, exc)
+            self._nc = None
+            if not nc.is_closed:
+                self._leave(nc)
+            return False
+        return True
+
+    def _fail(self, why: str) -> None:
+        """After a message failed for want of an answer, every later one fails too: sent
+        after it, it must not be stored before it."""
+        for out in [*self._unacked.values(), *self._unsent]:
+            self._report(out, Delivery(out.subject, 0, -1, _failure("TIMED_OUT", why)))
+        self._unacked.clear()
+        self._unacked_bytes = 0
+        self._unsent.clear()
+
+    async def _on_reply(self, msg: Any) -> None:
+        if msg.subject.startswith(self._reply_prefix):
+            self._last_answer = asyncio.get_running_loop().time()
+        try:
+            n = int(msg.subject.rsplit(".", 1)[1])
+        except ValueError:
+            return
+        out = self._unacked.get(n)
+        if out is None:
+            return  # answered already (a copy sent again), or purged
+        if (msg.headers or {}).get("Status") == "503":
+            await self._no_stream(out)
+            return
+        try:
+            answer = json.loads(msg.data)
+        except ValueError:
+            answer = {"error": {"err_code": 0, "description": f"not a JetStream answer: {msg.data[:100]!r}"}}
+        error = answer.get("error")
+        if error is None:
+            delivery = Delivery(out.subject, 0, int(answer["seq"]))
+        else:
+            code = int(error.get("err_code") or 0)
+            text = f"JetStream refused the message: {error.get('description')} (error {code})"
+            delivery = Delivery(
+                out.subject, 0, -1, _failure(f"JS_{code}", text, too_large=code == ERR_MESSAGE_TOO_LARGE)
+            )
+        self._resolve(out, delivery)
+
+    async def _no_stream(self, out: _Out) -> None:
+        """No stream listens on the subject: a missing topic, once the server confirms that
+        no stream has it (a stream starting up answers later: keep it unanswered)."""
+        try:
+            await self._nc.jetstream(timeout=self._cfg.ack_timeout_s).find_stream_name_by_subject(out.subject)
+        except NotFoundError:
+            why = f"no JetStream stream takes subject {out.subject!r}"
+            self._resolve(out, Delivery(out.subject, 0, -1, _failure("NO_STREAM", why, topic_missing=True)))
+        except (NatsError, JetStreamError, TimeoutError, AttributeError) as exc:
+            log.debug("nats %s: stream lookup: %s", self._name, exc)
+
+    def _resolve(self, out: _Out, delivery: Delivery) -> None:
+        if self._unacked.pop(out.n, None) is not None:
+            self._unacked_bytes -= len(out.payload)
+            self._report(out, delivery)
+            self._wake.set()
+
+
+def stream_name(subject: str) -> str:
+    """The stream `topics.missing = "create"` makes for a subject: JetStream stream names
+    may not hold `.`, `*`, `>`, whitespace or path separators."""
+    return re.sub(r"[.*>\s/\\]", "_", subject)
+
+
+class NatsStreamReader:
+    """What the streams hold, by subject (implements cdc.ports.DeliveredLog): a subject is
+    a topic of one partition; offsets are stream sequences (shared by the stream's
+    subjects, so one subject's offsets have gaps, which recovery and `cdc locate` take as
+    they take compaction gaps in Kafka)."""
+
+    def __init__(self, cfg: NatsJetStreamConfig, timeout_s: float = 30.0):
+        self._cfg = cfg
+        self._timeout = timeout_s
+        self._loop = EventLoopThread("reader")
+        self._nc: Any = None
+        self._streams: dict[str, str] = {}
+
+    def _js(self) -> Any:
+        if self._nc is None or self._nc.is_closed:
+            try:
+                self._nc = self._loop.run(connect(self._cfg, "reader"), self._timeout)
+            except Exception as exc:
+                raise unreachable(self._cfg, exc) from None
+        return self._nc.jetstream(timeout=self._timeout)
+
+    def _call(self, what: str, coro_fn: Any) -> Any:
+        js = self._js()
+        try:
+            return self._loop.run(coro_fn(js), self._timeout + 5)
+        except NotFoundError:
+            raise
+        except Exception as exc:
+            raise DeliveryError(f"NATS: cannot {what}: {type(exc).__name__}: {exc}") from None
+
+    def stream_of(self, topic: str) -> str | None:
+        if topic not in self._streams:
+            try:
+                self._streams[topic] = self._call(
+                    f"find the stream of {topic}", lambda js: js.find_stream_name_by_subject(topic)
+                )
+            except NotFoundError:
+                return None
+        return self._streams[topic]
+
+    def partition_count(self, topic: str) -> int | None:
+        return 1 if self.stream_of(topic) is not None else None
+
+    def watermarks(self, topic: str, partition: int) -> tuple[int, int]:
+        stream = self.stream_of(topic)
+        if stream is None:
+            raise DeliveryError(f"NATS: no stream takes subject {topic!r}")
+        state = self._call(f"read stream {stream}", lambda js: js.stream_info(stream)).state
+        return int(state.first_seq), int(state.last_seq) + 1
+
+    def records(self, topic: str, partition: int, start: int, end: int) -> Iterator[tuple[int, dict[str, str]]]:
+        for seq, headers, _data in self.messages(topic, start, end):
+            yield seq, headers
+
+    def messages(self, topic: str, start: int, end: int) -> Iterator[tuple[int, dict[str, str], bytes]]:
+        """(sequence, headers without JetStream's own, payload) of the subject's messages
+        in [start, end), through an ephemeral pull consumer without acknowledgements
+        (reading changes nothing on the server)."""
+        stream = self.stream_of(topic)
+        if stream is None or end <= start:
+            return
+        config = ConsumerConfig(
+            deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
+            opt_start_seq=max(1, start),
+            ack_policy=AckPolicy.NONE,
+            filter_subject=topic,
+            inactive_threshold=60.0,
+        )
+        sub = self._call(
+            f"read {topic} in stream {stream}", lambda js: js.pull_subscribe(topic, stream=stream, config=config)
+        )
+        try:
+            info = self._loop.run(sub.consumer_info(), self._timeout)
+            left = int(info.num_pending)  # the subject's messages at or after `start`, now
+            stalled_since = time.monotonic()
+            while left > 0:
+                try:
+                    batch = self._loop.run(sub.fetch(min(left, 1000), timeout=1.0), self._timeout + 5)
+                except TimeoutError:
+                    if time.monotonic() - stalled_since > self._timeout:
+                        raise DeliveryError(
+                            f"NATS: reading {topic} in stream {stream} from {start} made no progress "
+                            f"for {self._timeout:g} s"
+                        ) from None
+                    continue
+                stalled_since = time.monotonic()
+                for msg in batch:
+                    seq = int(msg.metadata.sequence.stream)
+                    left = int(msg.metadata.num_pending)
+                    if seq >= end:
+                        return
+                    headers = {k: v for k, v in (msg.headers or {}).items() if not k.startswith(BROKER_HEADER_PREFIXES)}
+                    yield seq, headers, msg.data
+        finally:
+            try:
+                self._loop.run(sub.unsubscribe(), 10)
+            except Exception as exc:  # the consumer goes away by itself (inactive_threshold)
+                log.debug("nats reader: unsubscribe: %s", exc)
+
+    def close(self) -> None:
+        if self._nc is not None and not self._nc.is_closed:
+            try:
+                self._loop.run(self._nc.close(), 10)
+            except Exception as exc:
+                log.debug("nats reader: close: %s", exc)
+        self._loop.stop()
+
+
+class NatsStreamAdmin:
+    """Creates a stream for a subject that has none (`topics.missing = "create"`)."""
+
+    def __init__(self, cfg: NatsJetStreamConfig, reader: NatsStreamReader):
+        self._cfg = cfg
+        self._reader = reader
+
+    def create_topic(self, topic: str) -> str | None:
+        if self._reader.stream_of(topic) is not None:
+            return None
+        config = StreamConfig(
+            name=stream_name(topic),
+            subjects=[topic],
+            storage=StorageType.FILE,
+            duplicate_window=self._cfg.duplicate_window_s,
+        )
+        try:
+            self._reader._call(f"create a stream for {topic}", lambda js: js.add_stream(config))
+        except (DeliveryError, NotFoundError) as exc:
+            if self._reader.stream_of(topic) is not None:
+                return None  # someone else made one meanwhile
+            return f"{exc}; create a stream for subject {topic!r} (nats stream add) or check the account's limits"
+        return None
+
+
+def check_nats(cfg: NatsJetStreamConfig, dead_letter_subject: str) -> list[Any]:
+    """`cdc check` for the NATS sink: results named `nats` (a server answers with
+    JetStream) and `dead_letter_topic` (a stream takes the dead letters' subject)."""
+    from connectors.mysql.preflight import CheckResult
+
+    reader = NatsStreamReader(cfg, timeout_s=10.0)
+    try:
+        try:
+            stream = reader.stream_of(dead_letter_subject)
+        except DeliveryError as exc:
+            return [CheckResult("nats", False, str(exc))]
+        results = [CheckResult("nats", True, f"NATS JetStream answers at {','.join(cfg.servers)}")]
+        if stream is None:
+            results.append(
+                CheckResult(
+                    "dead_letter_topic",
+                    False,
+                    f"no JetStream stream takes the dead letters' subject {dead_letter_subject!r} "
+                    "(kafka.dead_letter_topic): add one, e.g. nats stream add --subjects "
+                    f"'{dead_letter_subject}'",
+                )
+            )
+        else:
+            results.append(CheckResult("dead_letter_topic", True, f"{dead_letter_subject!r} is in stream {stream!r}"))
+        return results
+    finally:
+        reader.close()

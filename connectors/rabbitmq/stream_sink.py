@@ -1,0 +1,868 @@
+"""The RabbitMQ Streams sink (`[sink] kind = "rabbitmq_stream"`, docs/sinks.md): the
+publisher (cdc.ports.Publisher), the reader of what the streams hold (cdc.ports.DeliveredLog)
+and the creator of missing streams (cdc.ports.TopicAdmin), over rstream's stream-protocol
+client (RabbitMQ 3.10's stream plugin).
+
+rstream is asyncio; the relay is synchronous. One event loop runs in a daemon thread
+(`_Loop`); the relay's thread hands messages over and takes the confirmations back in
+`poll` / `flush`, where the callbacks run (the Publisher port's contract, as Kafka's).
+
+What maps to what: a topic is the stream of its name, or, when `<topic>-0`, `<topic>-1`,
+... exist instead (3.10 has no super streams), the stream of the key's partition, Kafka's
+murmur2 of the key modulo the count (so a key goes where a Kafka producer would put it);
+key, headers and a null value are AMQP application properties (cdc.events.sink_fields), the
+timestamp is `properties.creation-time`, the value is the body.
+
+Publishing ids (docs/DESIGN.md, "RabbitMQ Streams"). Every message is published under one
+producer name (`cdc-relay.<source.name>` unless `producer_name`) with a publishing id; the
+broker keeps the highest id stored per name and stream and confirms, without storing, any
+id not above it (pinned in tests/integration/test_sink_servers.py). Ids are given in
+publishing order per stream, from the highest the broker holds when the run first publishes
+to the stream (`query_publisher_sequence`). While a message is unconfirmed the publisher
+keeps it; when the connection is lost (the node restarted, or cut off), or the node drops
+a stream's publisher on a live connection (the stream's leader restarted: a MetadataUpdate,
+then PublishError 18 for what is sent to it), it connects again, declares every publisher
+again and sends every unconfirmed message again, in order, with its own id: what the node had
+stored is confirmed and dropped, the rest is stored. So a broker restart inside a run
+neither loses nor repeats a message and does not stop the relay. Across a relay restart the
+ids start above the old ones: the checkpoint and the recovery scan of identity headers
+(cdc/checkpoints/recovery.py) decide what is published again, not the ids.
+
+Offsets. A confirmation carries no offset (3.10's stream protocol). The offset reported is
+`end + (id - highest - 1)`, with `end` the stream's end and `highest` the broker's highest id
+when the run first published to the stream: exact while the relay is the only writer, and
+never above the true offset otherwise (another writer only pushes the relay's messages
+further). A checkpoint's offsets are where a recovery scan starts, so a low one costs a
+longer scan, never a missed message. A message the broker refuses (PublishError) would make
+the count run ahead: such a refusal stops the relay.
+
+The end of a stream: 3.10 has no StreamStats (3.11), so a subscription at `last` gives the
+last chunk (its first offset and count); a stream that delivers no chunk within
+`empty_wait_s` is empty.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import ssl
+import threading
+import time
+from collections.abc import Callable, Coroutine, Iterator
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from cdc.errors import ConfigError, DeliveryError
+from cdc.events.sink_fields import message_properties, partition_stream
+from cdc.ports import Delivery, DeliveryCallback, DeliveryFailure
+from connectors.rabbitmq import amqp_message
+from connectors.rabbitmq.rstream_client import load_rstream
+
+T = TypeVar("T")
+log = logging.getLogger("cdc.rabbitmq")
+
+# A Publish frame around one message: frame size (4), key (2), version (2), publisher id (1),
+# message count (4), publishing id (8), message size (4): the stream protocol's Publish
+# command (rabbitmq-server deps/rabbitmq_stream/docs/PROTOCOL.adoc).
+_FRAME_OVERHEAD = 25
+_RECONNECT_EVERY_S = 1.0
+_TICK_S = 0.2
+_REQUEST_TIMEOUT_S = 30.0
+_BATCH_BYTES = 1_048_576 - 4096  # one Publish frame's messages (the frame holds 1 MiB)
+_FRAMES_IN_FLIGHT = 4  # Publish frames sent and not yet confirmed before the next waits
+# PublishError's response code for a publisher id the connection has not declared, or whose
+# declaration the node dropped when the stream's leader changed (PROTOCOL.adoc, "Response
+# codes": 0x12, publisher does not exist)
+_PUBLISHER_DOES_NOT_EXIST = 18
+
+
+def _rstream() -> Any:
+    return load_rstream(lambda fix: ConfigError(f'sink.kind = "rabbitmq_stream" needs the rstream package: {fix}'))
+
+
+def murmur2(key: bytes) -> int:
+    """Kafka's murmur2 of a key (org.apache.kafka.common.utils.Utils.murmur2, seed
+    0x9747b28c), as the signed 32-bit int Java returns."""
+    m, r = 0x5BD1E995, 24
+    length = len(key)
+    h = (0x9747B28C ^ length) & 0xFFFFFFFF
+    for i in range(0, length - length % 4, 4):
+        k = (int.from_bytes(key[i : i + 4], "little") * m) & 0xFFFFFFFF
+        k ^= k >> r
+        k = (k * m) & 0xFFFFFFFF
+        h = ((h * m) & 0xFFFFFFFF) ^ k
+    rest, tail = length % 4, length - length % 4
+    if rest == 3:
+        h ^= key[tail + 2] << 16
+    if rest >= 2:
+        h ^= key[tail + 1] << 8
+    if rest >= 1:
+        h ^= key[tail]
+        h = (h * m) & 0xFFFFFFFF
+    h ^= h >> 13
+    h = (h * m) & 0xFFFFFFFF
+    h ^= h >> 15
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def murmur2_partition(key: bytes, count: int) -> int:
+    """Kafka's default partition of a keyed record: Utils.toPositive(murmur2(key)) % count."""
+    return (murmur2(key) & 0x7FFFFFFF) % count
+
+
+@dataclass(frozen=True)
+class StreamSettings:
+    """Where and how to connect (from `[sink.rabbitmq_stream]`, cdc.config.RabbitStreamConfig)."""
+
+    host: str
+    port: int
+    vhost: str
+    user: str
+    password: str = field(repr=False)
+    tls: bool = False
+    ca_file: str = ""
+    cert_file: str = ""
+    key_file: str = ""
+    empty_wait_s: float = 2.0
+
+    @classmethod
+    def from_config(cls, rabbit: Any) -> StreamSettings:
+        return cls(
+            rabbit.host, int(rabbit.port), rabbit.vhost, rabbit.user, rabbit.password.reveal(),
+            bool(rabbit.tls or rabbit.ca_file or rabbit.cert_file), rabbit.ca_file, rabbit.cert_file,
+            rabbit.key_file, float(rabbit.empty_wait_s),
+        )  # fmt: skip
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        if not self.tls:
+            return None
+        context = ssl.create_default_context(cafile=self.ca_file or None)
+        if self.cert_file:
+            context.load_cert_chain(self.cert_file, self.key_file or None)
+        return context
+
+    def where(self) -> str:
+        return f"RabbitMQ stream {self.host}:{self.port} vhost {self.vhost}"
+
+
+class _Loop:
+    """An asyncio event loop in a daemon thread, called from synchronous code."""
+
+    def __init__(self, name: str):
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name=name, daemon=True)
+        self._thread.start()
+
+    def call(self, coro: Coroutine[Any, Any, T], timeout: float) -> T:
+        future = asyncio.run_coroutine_threadsafe(asyncio.wait_for(coro, timeout), self.loop)
+        return future.result(timeout + 5)
+
+    def soon(self, fn: Callable[..., Any], *args: Any) -> None:
+        self.loop.call_soon_threadsafe(fn, *args)
+
+    def stop(self) -> None:
+        if self.loop.is_running():
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self._thread.join(5)
+
+
+async def _connect(settings: StreamSettings, name: str) -> Any:
+    from rstream.client import ClientPool
+
+    pool = ClientPool(settings.host, settings.port, ssl_context=settings.ssl_context(), vhost=settings.vhost,
+                      username=settings.user, password=settings.password, frame_max=1_048_576, heartbeat=20,
+                      load_balancer_mode=False, max_retries=1)  # fmt: skip
+    try:
+        client = await pool.new(connection_name=name, addr=pool.addr)
+    except BaseException:
+        await pool.close()
+        raise
+    return client
+
+
+def _cannot(settings: StreamSettings, what: str, exc: BaseException) -> DeliveryError:
+    return DeliveryError(
+        f"cannot {what} on {settings.where()} as {settings.user}: {type(exc).__name__}: {exc or 'no answer'} "
+        "(check sink.rabbitmq_stream host, port, user, password and that the node runs with the stream plugin)"
+    )
+
+
+class _Reading:
+    """Subscriptions on one connection of the sink's loop: the bounds and the messages of a
+    stream, read from an offset without storing anything on the broker."""
+
+    def __init__(self, settings: StreamSettings, loop: _Loop):
+        self._settings = settings
+        self._loop = loop
+        self._client: Any = None
+        self._next_sub = 0
+
+    async def _client_(self) -> Any:
+        if self._client is None or not self._client.is_connection_alive():
+            self._client = await _connect(self._settings, "cdc-relay-reader")
+        return self._client
+
+    def call(self, what: str, coro: Coroutine[Any, Any, T], timeout: float = _REQUEST_TIMEOUT_S) -> T:
+        try:
+            return self._loop.call(coro, timeout)
+        except Exception as exc:
+            self._client = None
+            raise _cannot(self._settings, what, exc) from exc
+
+    async def exists(self, stream: str) -> bool:
+        return bool(await (await self._client_()).stream_exists(stream))
+
+    async def subscribe(self, stream: str, offset_type: Any, offset: int | None) -> tuple[int, asyncio.Queue[Any]]:
+        from rstream import schema
+
+        client = await self._client_()
+        self._next_sub = (self._next_sub + 1) % 250
+        sub_id = self._next_sub
+        queue: asyncio.Queue[Any] = asyncio.Queue()
+
+        def on_deliver(frame: Any) -> None:
+            if frame.subscription_id == sub_id:
+                queue.put_nowait(frame)
+
+        client.add_handler(schema.Deliver, on_deliver, name=str(sub_id))
+        await client.run_queue_listener_task(sub_id, on_deliver)
+        await client.subscribe(stream, sub_id, schema.OffsetSpec.from_params(offset_type, offset), initial_credit=4)
+        return sub_id, queue
+
+    async def unsubscribe(self, sub_id: int) -> None:
+        from rstream import schema
+
+        client = self._client
+        if client is None or not client.is_connection_alive():
+            return
+        await client.unsubscribe(sub_id)
+        await client.stop_queue_listener_task(sub_id)
+        client.remove_handler(schema.Deliver, name=str(sub_id))
+
+    async def bounds(self, stream: str) -> tuple[int, int]:
+        """(first offset, next offset) of `stream` now; (0, 0) when it delivers nothing
+        within `empty_wait_s` (empty)."""
+        from rstream.constants import OffsetType
+
+        bounds = []
+        for offset_type in (OffsetType.FIRST, OffsetType.LAST):
+            sub_id, queue = await self.subscribe(stream, offset_type, None)
+            try:
+                frame = await asyncio.wait_for(queue.get(), self._settings.empty_wait_s)
+            except TimeoutError:
+                return 0, 0
+            finally:
+                await self.unsubscribe(sub_id)
+            bounds.append(frame)
+        first, last = bounds
+        return int(first.chunk_first_offset), int(last.chunk_first_offset + last.num_entries)
+
+    async def credit(self, sub_id: int) -> None:
+        await (await self._client_()).credit(sub_id, 1)
+
+    def close(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            try:
+                self._loop.call(client.close(), 5)
+            except Exception:
+                pass
+
+
+async def _stream_count(reading: _Reading, topic: str) -> int | None:
+    """1 for the stream named `topic`, n for `<topic>-0` .. `<topic>-(n-1)`, None for none."""
+    if await reading.exists(topic):
+        return 1
+    count = 0
+    while await reading.exists(partition_stream(topic, count)):
+        count += 1
+    return count or None
+
+
+def stream_of(topic: str, partition: int, count: int) -> str:
+    return topic if count == 1 else partition_stream(topic, partition)
+
+
+class RabbitStreamReader:
+    """What the streams hold (cdc.ports.DeliveredLog): a topic's partitions are its streams."""
+
+    def __init__(self, settings: StreamSettings, loop: _Loop | None = None):
+        _rstream()
+        self._settings = settings
+        self._own_loop = loop is None
+        self._loop = loop or _Loop("rabbitmq-reader")
+        self._reading = _Reading(settings, self._loop)
+        self._counts: dict[str, int] = {}
+
+    def partition_count(self, topic: str) -> int | None:
+        count = self._reading.call(f"look up the streams of {topic}", _stream_count(self._reading, topic))
+        if count is not None:
+            self._counts[topic] = count
+        return count
+
+    def _stream(self, topic: str, partition: int) -> str:
+        count = self._counts.get(topic) or self.partition_count(topic) or 1
+        return stream_of(topic, partition, count)
+
+    def watermarks(self, topic: str, partition: int) -> tuple[int, int]:
+        stream = self._stream(topic, partition)
+        return self._reading.call(f"read the bounds of stream {stream}", self._reading.bounds(stream))
+
+    def messages(self, topic: str, partition: int, start: int, end: int) -> Iterator[tuple[int, Any]]:
+        """(offset, AMQP message) of each message held in [start, end), in offset order."""
+        from rstream.amqp import amqp_decoder
+        from rstream.constants import OffsetType
+
+        if end <= start:
+            return
+        stream = self._stream(topic, partition)
+        reading = self._reading
+        sub_id, queue = reading.call(f"read stream {stream}", reading.subscribe(stream, OffsetType.OFFSET, start))
+        try:
+            while True:
+                frame = reading.call(f"read stream {stream} from offset {start}", queue.get(), _REQUEST_TIMEOUT_S)
+                reading.call(f"read stream {stream}", reading.credit(sub_id))
+                offset = frame.chunk_first_offset - 1
+                for data in frame.get_messages():
+                    offset += 1
+                    if offset < start:
+                        continue  # a subscription starts at the chunk that holds `start`
+                    if offset >= end:
+                        return
+                    yield offset, amqp_decoder(data)
+                if offset >= end - 1:
+                    return
+        finally:
+            try:
+                reading.call(f"stop reading stream {stream}", reading.unsubscribe(sub_id), 10)
+            except DeliveryError:
+                pass
+
+    def records(self, topic: str, partition: int, start: int, end: int) -> Iterator[tuple[int, dict[str, str]]]:
+        for offset, message in self.messages(topic, partition, start, end):
+            yield offset, _text_properties(message.application_properties)
+
+    def topics(self) -> list[str]:
+        return sorted(self._counts)
+
+    def close(self) -> None:
+        self._reading.close()
+        if self._own_loop:
+            self._loop.stop()
+
+
+def _text_properties(properties: Any) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for name, value in (properties or {}).items():
+        name = name.decode("utf-8", "replace") if isinstance(name, bytes) else str(name)
+        if value is not None:
+            out[name] = value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+    return out
+
+
+def encode_message(
+    key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes | None]], timestamp_ms: int | None
+) -> bytes:
+    """One record as the AMQP 1.0 message the stream stores (docs/sinks.md's mapping)."""
+    # A Kafka producer stamps a record without a timestamp with its create time: so does this.
+    created = timestamp_ms if timestamp_ms is not None else int(time.time() * 1000)
+    return amqp_message.encode(message_properties(key, headers, value), value or b"", created)
+
+
+@dataclass
+class _Message:
+    topic: str
+    key: bytes | None
+    data: bytes
+    on_delivery: DeliveryCallback
+    deadline: float
+    partition: int = -1
+    publishing_id: int = 0
+
+
+@dataclass
+class _Stream:
+    """One stream this run publishes to, as one publisher of the connection."""
+
+    name: str
+    topic: str
+    partition: int
+    publisher_id: int
+    highest: int  # the broker's highest id under the producer name when the run declared it
+    end: int  # the stream's end then
+    next_id: int
+    unconfirmed: dict[int, _Message] = field(default_factory=dict)
+
+    def offset(self, publishing_id: int) -> int:
+        return self.end + publishing_id - self.highest - 1
+
+
+class RabbitStreamPublisher:
+    """cdc.ports.Publisher over one stream-protocol connection (module docstring)."""
+
+    def __init__(
+        self,
+        settings: StreamSettings,
+        producer_name: str,
+        publish_timeout_s: float = 60.0,
+        max_in_flight: int = 20_000,
+        create_streams: Callable[[str], bool] = lambda stream: False,
+    ):
+        _rstream()
+        self._settings = settings
+        self._name = producer_name
+        self._timeout = publish_timeout_s
+        self._max_in_flight = max_in_flight
+        self._create = create_streams  # topics whose missing stream is created on first use
+        self._loop = _Loop("rabbitmq-publisher")
+        self._reading = _Reading(settings, self._loop)
+        # loop thread only
+        self._client: Any = None
+        self._streams: dict[str, _Stream] = {}
+        self._counts: dict[str, int] = {}
+        self._queue: collections.deque[_Message] = collections.deque()
+        self._pumping = False
+        self._pump_task: asyncio.Future[None] | None = None
+        self._frames_out: collections.deque[tuple[_Stream, int]] = collections.deque()  # (stream, last id) sent
+        self._confirmed = asyncio.Event()
+        self._next_publisher = 0
+        self._down_since: float | None = None
+        self._last_attempt = 0.0
+        self._broken: str | None = None  # a refusal that stops the relay
+        # A stream's publisher the node dropped on a live connection (`_on_metadata_update`,
+        # `_on_error`'s code 18): the connection is made again, which declares every publisher
+        # again and sends the unconfirmed again, as after a broken connection.
+        self._stale: str | None = None
+        # shared with the relay's thread
+        self._lock = threading.Condition()
+        self._handoff: collections.deque[_Message] = collections.deque()  # relay's thread -> loop (deque: thread-safe)
+        self._wake = False
+        self._done: list[tuple[DeliveryCallback, Delivery]] = []
+        self._pending = 0
+        self._ticker = asyncio.run_coroutine_threadsafe(self._tick(), self._loop.loop)
+        try:
+            self._loop.call(self._reconnect(), _REQUEST_TIMEOUT_S)
+        except Exception as exc:
+            self._ticker.cancel()
+            self._loop.stop()
+            raise _cannot(settings, "connect", exc) from exc
+
+    max_message_bytes = 1_048_576 - _FRAME_OVERHEAD - 4096  # the frame, less room for the headers
+
+    # -- the relay's thread -------------------------------------------------------------
+
+    def publish(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        headers: list[tuple[str, bytes | None]],
+        on_delivery: DeliveryCallback,
+        timestamp_ms: int | None = None,
+    ) -> None:
+        data = encode_message(key, value, headers, timestamp_ms)
+        with self._lock:
+            self._pending += 1
+        if len(data) + _FRAME_OVERHEAD > 1_048_576:
+            failure = DeliveryFailure(
+                "MESSAGE_TOO_LARGE", f"the message is {len(data)} bytes; a stream frame holds 1048576", too_large=True
+            )
+            self._report(on_delivery, Delivery(topic, -1, -1, failure))
+            return
+        while self.pending() > self._max_in_flight:
+            self.poll(0.05)  # wait for confirmations, never drop
+        self._handoff.append(_Message(topic, key, data, on_delivery, time.monotonic() + self._timeout))
+        if not self._wake:  # one wake-up of the loop per burst, not per message
+            self._wake = True
+            self._loop.soon(self._take_handoff)
+
+    def poll(self, timeout: float) -> None:
+        with self._lock:
+            if not self._done and timeout > 0:
+                self._lock.wait(timeout)
+            done, self._done = self._done, []
+            self._pending -= len(done)
+        for callback, delivery in done:
+            callback(delivery)
+
+    def pending(self) -> int:
+        with self._lock:
+            return self._pending
+
+    def flush(self, timeout: float) -> int:
+        deadline = time.monotonic() + timeout
+        while True:
+            self.poll(max(0.0, min(0.1, deadline - time.monotonic())))
+            left = self.pending()
+            if left == 0 or time.monotonic() >= deadline:
+                return left
+
+    def purge(self) -> None:
+        """Nothing more reaches the broker: the queue is dropped and the connection closed
+        without waiting; the callbacks of what is dropped are not served."""
+        fut = asyncio.run_coroutine_threadsafe(self._purge(), self._loop.loop)
+        try:
+            fut.result(10)
+        except Exception:
+            pass
+        with self._lock:
+            self._done, self._pending = [], 0
+
+    def close(self) -> None:
+        self.flush(5.0)
+        self._ticker.cancel()
+        try:
+            self._loop.call(self._close(), 10)
+        except Exception:
+            pass
+        self._reading.close()
+        self._loop.stop()
+
+    def _report(self, callback: DeliveryCallback, delivery: Delivery) -> None:
+        with self._lock:
+            self._done.append((callback, delivery))
+            self._lock.notify_all()
+
+    # -- the loop's thread --------------------------------------------------------------
+
+    def _take_handoff(self) -> None:
+        self._wake = False  # first: a message handed over from now on wakes the loop again
+        handoff, queue = self._handoff, self._queue
+        while handoff:
+            queue.append(handoff.popleft())
+        self._start_pump()
+
+    def _start_pump(self) -> None:
+        if not self._pumping:
+            self._pumping = True
+            self._pump_task = asyncio.ensure_future(self._pump())
+
+    def _fail(self, message: _Message, failure: DeliveryFailure) -> None:
+        self._report(message.on_delivery, Delivery(message.topic, message.partition, -1, failure))
+
+    async def _pump(self) -> None:
+        """Send what is queued, in order: consecutive messages to one stream in one frame."""
+        try:
+            while self._queue:
+                if self._broken is not None or not self._connected():
+                    await asyncio.sleep(_TICK_S)  # the tick reconnects or fails what waits
+                    continue
+                if self._frames_out_full():
+                    # Frames wait for the node's confirmations, so the queue fills the next
+                    # frame: a slow node gets fewer, fuller frames (its cost is per chunk).
+                    self._confirmed.clear()
+                    try:
+                        await asyncio.wait_for(self._confirmed.wait(), _TICK_S)
+                    except TimeoutError:
+                        pass
+                    continue
+                batch: list[_Message] = []
+                target: _Stream | None = None
+                size = 0
+                while self._queue and len(batch) < 1000:
+                    message = self._queue[0]
+                    stream = await self._stream_for(message)
+                    if stream is None:
+                        continue  # failed (no such stream) and left the queue
+                    if target is not None and (stream is not target or size + len(message.data) > _BATCH_BYTES):
+                        break
+                    self._queue.popleft()
+                    message.partition = stream.partition
+                    message.publishing_id = stream.next_id
+                    stream.next_id += 1
+                    stream.unconfirmed[message.publishing_id] = message
+                    batch.append(message)
+                    size += len(message.data) + 12
+                    target = stream
+                if target is not None and self._connected():
+                    await self._send(self._client, target, batch)
+                    self._frames_out.append((target, batch[-1].publishing_id))
+                # else: kept unconfirmed, sent again by the reconnection
+        except Exception as exc:  # the connection broke mid-way: the tick takes over
+            log.debug("publishing paused: %s", exc)
+        finally:
+            self._pumping = False
+            if self._queue and self._broken is None and self._connected():
+                self._start_pump()
+
+    def _frames_out_full(self) -> bool:
+        frames = self._frames_out
+        while frames and frames[0][1] not in frames[0][0].unconfirmed:  # confirmed (or failed)
+            frames.popleft()
+        return len(frames) >= _FRAMES_IN_FLIGHT
+
+    @staticmethod
+    async def _send(client: Any, stream: _Stream, batch: list[_Message]) -> None:
+        from rstream import schema
+
+        messages = [schema.Message(publishing_id=m.publishing_id, filter_value=None, data=m.data) for m in batch]
+        await client.send_publish_frame(schema.Publish(publisher_id=stream.publisher_id, messages=messages))
+
+    async def _stream_for(self, message: _Message) -> _Stream | None:
+        """The stream `message` goes to, declared as a publisher of this connection; None
+        (the message failed and left the queue) when the topic has no stream."""
+        from rstream.exceptions import StreamDoesNotExist
+
+        topic = message.topic
+        count = self._counts.get(topic)
+        if count is None:
+            count = await _stream_count(self._reading, topic)
+            if count is None and self._create(topic):
+                try:
+                    await self._reading_client_create(topic)
+                except Exception as exc:
+                    log.warning("cannot create stream %s: %s", topic, exc)
+                count = await _stream_count(self._reading, topic)
+            if count is None:
+                self._queue.popleft()
+                why = f"stream {topic!r} does not exist (nor {partition_stream(topic, 0)!r})"
+                self._fail(message, DeliveryFailure("STREAM_DOES_NOT_EXIST", why, topic_missing=True))
+                return None
+            self._counts[topic] = count
+        partition = murmur2_partition(message.key, count) if message.key is not None and count > 1 else 0
+        name = stream_of(topic, partition, count)
+        stream = self._streams.get(name)
+        if stream is not None:
+            return stream
+        try:
+            stream = await self._declare(name, topic, partition)
+        except StreamDoesNotExist:
+            self._counts.pop(topic, None)
+            self._queue.popleft()
+            self._fail(
+                message, DeliveryFailure("STREAM_DOES_NOT_EXIST", f"stream {name!r} does not exist", topic_missing=True)
+            )
+            return None
+        return stream
+
+    async def _reading_client_create(self, topic: str) -> None:
+        from rstream.exceptions import StreamAlreadyExists
+
+        try:
+            await (await self._reading._client_()).create_stream(topic)
+        except StreamAlreadyExists:
+            pass
+
+    async def _declare(self, name: str, topic: str, partition: int) -> _Stream:
+        """A new publisher of `name` under the producer name: its ids continue from the
+        broker's highest, and its offsets from the stream's end."""
+        client = self._client
+        publisher_id = self._next_publisher
+        self._next_publisher += 1
+        if publisher_id > 255:
+            raise DeliveryError("the relay publishes to more than 256 streams: one connection holds 256 publishers")
+        await client.declare_publisher(stream=name, reference=self._name, publisher_id=publisher_id)
+        self._handle(client, publisher_id)
+        highest = int(await client.query_publisher_sequence(stream=name, reference=self._name))
+        _first, end = await self._reading.bounds(name)
+        stream = _Stream(name, topic, partition, publisher_id, highest, end, highest + 1)
+        self._streams[name] = stream
+        return stream
+
+    def _handle(self, client: Any, publisher_id: int) -> None:
+        from rstream import schema
+
+        client.add_handler(schema.PublishConfirm, self._on_confirm, name=str(publisher_id))
+        client.add_handler(schema.PublishError, self._on_error, name=str(publisher_id))
+        client.add_handler(schema.MetadataUpdate, self._on_metadata_update, name=str(publisher_id))
+
+    def _by_publisher(self, publisher_id: int) -> _Stream | None:
+        for stream in self._streams.values():
+            if stream.publisher_id == publisher_id:
+                return stream
+        return None
+
+    def _on_confirm(self, frame: Any) -> None:
+        stream = self._by_publisher(frame.publisher_id)
+        if stream is None:
+            return
+        for publishing_id in frame.publishing_ids:
+            message = stream.unconfirmed.pop(publishing_id, None)
+            if message is not None:
+                delivery = Delivery(message.topic, stream.partition, stream.offset(publishing_id))
+                self._report(message.on_delivery, delivery)
+        self._confirmed.set()
+
+    def _on_error(self, frame: Any) -> None:
+        stream = self._by_publisher(frame.publisher_id)
+        if stream is None:
+            return
+        for error in frame.errors:
+            message = stream.unconfirmed.pop(error.publishing_id, None)
+            if message is None:
+                continue
+            code = int(error.response_code)
+            if code == _PUBLISHER_DOES_NOT_EXIST:
+                # the node dropped this publisher (its stream's member restarted): the
+                # message stays unconfirmed and is sent again after the publisher is declared
+                stream.unconfirmed[error.publishing_id] = message
+                self._mark_stale(f"the node no longer knows the publisher of stream {stream.name}")
+                continue
+            # response code 2: stream does not exist (PROTOCOL.adoc, "Response codes")
+            missing = code == 2
+            failure = DeliveryFailure(
+                f"PUBLISH_ERROR_{code}",
+                f"the node refused the message for stream {stream.name} (response code {code})",
+                topic_missing=missing,
+                fatal=not missing,
+            )
+            # The offsets of this run's later messages in the stream would run ahead
+            # (module docstring): the relay stops at this failure.
+            self._broken = self._broken or failure.message
+            self._fail(message, failure)
+
+    def _on_metadata_update(self, frame: Any) -> None:
+        name = frame.metadata_info.stream
+        if name in self._streams:
+            self._mark_stale(f"stream {name} changed its leader or went away (a MetadataUpdate)")
+
+    def _mark_stale(self, why: str) -> None:
+        if self._stale is None:
+            log.warning("%s: connecting again to declare its publishers again", why)
+            self._stale = why
+
+    def _connected(self) -> bool:
+        return self._client is not None and self._stale is None and self._client.is_connection_alive()
+
+    async def _reconnect(self) -> None:
+        """A new connection: every stream's publisher declared again, every unconfirmed
+        message sent again with its own id, in order (module docstring)."""
+        old, self._client = self._client, None
+        self._stale = None  # a MetadataUpdate on the new connection marks it again
+        if old is not None:
+            try:
+                await asyncio.wait_for(old.close(), 2)
+            except Exception:
+                pass
+        client = await _connect(self._settings, "cdc-relay")
+        self._frames_out.clear()  # what is sent again below is not waited for
+        client.add_stream("cdc-relay")  # rstream reports a closed connection only for clients with streams
+        for stream in sorted(self._streams.values(), key=lambda s: s.publisher_id):
+            await client.declare_publisher(stream=stream.name, reference=self._name, publisher_id=stream.publisher_id)
+            self._handle(client, stream.publisher_id)
+        for stream in self._streams.values():
+            again = [stream.unconfirmed[i] for i in sorted(stream.unconfirmed)]
+            for start in range(0, len(again), 500):
+                await self._send(client, stream, again[start : start + 500])
+        self._client = client  # only now: new messages go after the ones sent again
+        if self._down_since is not None:
+            log.info("RabbitMQ is reachable again after %.1f s", time.monotonic() - self._down_since)
+        self._down_since = None
+
+    async def _tick(self) -> None:
+        while True:
+            await asyncio.sleep(_TICK_S)
+            try:
+                await self._tick_once()
+            except Exception as exc:
+                log.debug("tick: %s", exc)
+
+    async def _tick_once(self) -> None:
+        now = time.monotonic()
+        waiting = bool(self._queue) or any(s.unconfirmed for s in self._streams.values())
+        down = (not self._connected() and self._client is not None) or self._down_since is not None
+        if down and waiting:  # idle, the connection is made again when a message comes
+            if self._down_since is None:
+                self._down_since = now
+                if self._stale is None:  # else said by _mark_stale
+                    log.warning("lost the connection to %s; connecting again", self._settings.where())
+            if now - self._last_attempt >= _RECONNECT_EVERY_S:
+                self._last_attempt = now
+                try:
+                    await asyncio.wait_for(self._reconnect(), 10)
+                except Exception as exc:
+                    self._client = None
+                    self._down_since = self._down_since or now
+                    log.debug("reconnect failed: %s", exc)
+            if self._connected() and self._queue:
+                self._start_pump()
+        # messages past their deadline fail: the relay stops (exit 1) and its checkpoint
+        # stays before them
+        expired: list[_Message] = []
+        for stream in self._streams.values():
+            late = [i for i, m in stream.unconfirmed.items() if m.deadline < now]
+            expired += [stream.unconfirmed.pop(i) for i in late]
+        if self._queue and self._queue[0].deadline < now:
+            expired += [m for m in self._queue if m.deadline < now]
+            self._queue = collections.deque(m for m in self._queue if m.deadline >= now)
+        if expired:
+            why = self._broken or f"not confirmed within {self._timeout:g} s (sink.rabbitmq_stream.publish_timeout_s)"
+            for message in expired:
+                self._fail(message, DeliveryFailure("TIMED_OUT", why))
+
+    async def _purge(self) -> None:
+        self._handoff.clear()
+        self._queue.clear()
+        for stream in self._streams.values():
+            stream.unconfirmed.clear()
+        await self._close()
+
+    async def _close(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            await asyncio.wait_for(client.close(), 5)
+
+
+class RabbitStreamAdmin:
+    """Creates a topic's streams (cdc.ports.TopicAdmin, `topics.missing = "create"`): one
+    stream named as the topic, or `topics.partitions` streams `<topic>-0` ..; `[topics.configs]`
+    are the streams' arguments (`max-length-bytes`, `max-age`, `stream-max-segment-size-bytes`)."""
+
+    def __init__(self, settings: StreamSettings, partitions: int = -1, configs: dict[str, Any] | None = None):
+        _rstream()
+        self._settings = settings
+        self._partitions = partitions
+        self._configs = {str(k): v for k, v in (configs or {}).items()}
+
+    def create_topic(self, topic: str) -> str | None:
+        from rstream.exceptions import StreamAlreadyExists
+
+        streams = [topic] if self._partitions <= 1 else [partition_stream(topic, n) for n in range(self._partitions)]
+
+        async def create() -> None:
+            client = await _connect(self._settings, "cdc-relay-admin")
+            try:
+                for stream in streams:
+                    try:
+                        await client.create_stream(stream, self._configs or None)
+                    except StreamAlreadyExists:
+                        pass
+            finally:
+                await client.close()
+
+        try:
+            asyncio.run(asyncio.wait_for(create(), _REQUEST_TIMEOUT_S))
+        except Exception as exc:
+            return (
+                f"the node refused to create stream(s) {', '.join(streams)}: {type(exc).__name__}: {exc} (grant the "
+                "relay's user the configure permission on the vhost, check [topics.configs], or create the stream)"
+            )
+        return None
+
+
+def check_rabbitmq(cfg: Any) -> list[Any]:
+    """`cdc check` for this sink: the node answers the stream protocol with these credentials,
+    and which of the dead-letter and the tables' fixed topics have their stream(s)."""
+    from connectors.mysql.preflight import CheckResult
+
+    settings = StreamSettings.from_config(cfg.sink.rabbitmq_stream)
+    topics = [cfg.kafka.dead_letter_topic] + [t.topic for t in cfg.tables if "{" not in t.topic]
+    loop = _Loop("rabbitmq-check")
+    reading = _Reading(settings, loop)
+    try:
+        counts = {t: reading.call(f"look up the streams of {t}", _stream_count(reading, t)) for t in topics}
+    except DeliveryError as exc:
+        return [CheckResult("rabbitmq", False, str(exc))]
+    finally:
+        reading.close()
+        loop.stop()
+    results = [CheckResult("rabbitmq", True, f"{settings.where()} answers as {settings.user}")]
+    for topic, count in counts.items():
+        if count:
+            results.append(CheckResult("rabbitmq_topic", True, f"{topic}: {count} stream(s)"))
+        else:
+            results.append(
+                CheckResult("rabbitmq_topic", True, f"{topic}: no stream yet (topics.missing decides)", warn=True)
+            )
+    return results

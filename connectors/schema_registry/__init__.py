@@ -1,0 +1,1 @@
+"""The Confluent-compatible schema registry: its REST client, the Avro schemas and serializer."""

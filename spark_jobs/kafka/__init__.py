@@ -1,0 +1,1 @@
+"""The verifier's Kafka data sources: batch (offset ranges) and streaming."""

@@ -1,0 +1,1 @@
+"""The verifier's NATS JetStream data source."""

@@ -1,0 +1,1 @@
+"""The verifier's RabbitMQ Streams data source."""

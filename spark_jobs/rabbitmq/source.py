@@ -1,0 +1,267 @@
+"""PySpark Python data source `cdc_rabbitmq`: the messages of RabbitMQ streams, read with
+rstream's stream-protocol client (a subscription from an offset, with credit; nothing is
+stored on the broker: no consumer name, no offset tracking).
+
+    spark.read.format("cdc_rabbitmq")
+        .option("host", "127.0.0.1").option("port", "5552")
+        .option("user", "...").option("password", "...").option("vhost", "/")
+        .option("topics", "outbox.event.order,outbox.dlq")
+        .option("dlq_topic", "outbox.dlq")
+        .option("chunk", "100000")                 # offsets per Spark partition
+        .option("plan", json.dumps(plan_rabbitmq(...)))   # optional: a fixed snapshot
+        .option("include_raw", "true").option("decode", "true")
+        .load()
+
+The columns are `kafka_source.fields_for(include_raw, decode)`, exactly the Kafka source's:
+each message becomes a `log_record.LogRecord` and goes through `kafka_source.RecordColumns`.
+What maps to what (docs/sinks.md): a topic is the stream of its name, or, partitioned by
+key, the streams `<topic>-0`, `<topic>-1`, ... (RabbitMQ 3.10 has no super streams:
+`cdc.events.sink_fields.partition_stream`); the partition is that number (0 for a single stream);
+the offset is the stream offset; the timestamp is the AMQP properties' creation-time
+(type 1, create time) or else the chunk's broker timestamp (type 2, log-append time); the
+application properties are the headers, but `cdc.key` (the key) and `cdc.value.null` (a
+null value); the value is the body (its data sections).
+
+Partitions: `(topic, partition, stream, [low, high))` offset ranges between the first and
+the next offset of each stream when planned, at most `chunk` offsets per Spark partition
+(`kafka_source.chunks`). RabbitMQ 3.10's stream protocol has no StreamStats command (3.11),
+so the plan subscribes at `first` and at `last`: the first chunk delivered starts at `low`,
+the last chunk ends at `high - 1`. An empty stream delivers nothing: a stream that delivers
+no chunk within `empty_wait` seconds (default 3) is planned empty. Offsets that hold no
+message (a chunk of another kind) are simply absent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+from cdc.events.sink_fields import partition_stream
+from connectors.rabbitmq.rstream_client import load_rstream
+from spark_jobs.log_record import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME, LogRecord, from_properties
+from spark_jobs.log_source import RangeDataSource, RangeReader, topics_option
+
+DEFAULT_EMPTY_WAIT = 3.0
+STALL_TIMEOUT = 60.0
+_CREDIT = 10  # chunks the broker may send ahead of the reader
+
+
+def _client_module() -> Any:
+    return load_rstream(lambda fix: RuntimeError(f"cdc_rabbitmq: the rstream package is not installed: {fix}"))
+
+
+def settings_from_options(options: Mapping[str, str]) -> dict[str, Any]:
+    """rstream connection settings from the data source's options."""
+    return {
+        "host": options.get("host") or "127.0.0.1",
+        "port": int(options.get("port") or 5552),
+        "vhost": options.get("vhost") or "/",
+        "username": options.get("user") or "guest",
+        "password": options.get("password") or "guest",
+    }
+
+
+class _Session:
+    """One stream-protocol connection driven from synchronous code: a private event loop
+    that runs only while we wait on it (Spark's reader and planner are synchronous)."""
+
+    def __init__(self, settings: Mapping[str, Any]):
+        self.settings = dict(settings)
+        self.loop = asyncio.new_event_loop()
+        self.client: Any = None
+        self.pool: Any = None
+        self.queues: dict[int, asyncio.Queue[Any]] = {}
+
+    def run(self, coro: Any, timeout: float | None = None) -> Any:
+        return self.loop.run_until_complete(asyncio.wait_for(coro, timeout))
+
+    def open(self) -> _Session:
+        _client_module()
+        from rstream.client import ClientPool
+        from rstream.constants import MAX_ITEM_ALLOWED
+
+        s = self.settings
+        self.pool = ClientPool(s["host"], s["port"], vhost=s["vhost"], username=s["username"],
+                               password=s["password"], frame_max=1_048_576, heartbeat=60,
+                               load_balancer_mode=False, max_retries=5)  # fmt: skip
+        try:
+            self.client = self.run(
+                self.pool.get(connection_name="cdc-verify", max_clients_by_connections=MAX_ITEM_ALLOWED), 30
+            )
+        except Exception as exc:
+            self.close()
+            raise RuntimeError(
+                f"cdc_rabbitmq: cannot connect to {s['host']}:{s['port']} as {s['username']}: "
+                f"{type(exc).__name__}: {exc} (check host, port, user and password)"
+            ) from None
+        return self
+
+    def exists(self, stream: str) -> bool:
+        return bool(self.run(self.client.stream_exists(stream), 30))
+
+    def subscribe(self, sub_id: int, stream: str, offset_type: Any, offset: int | None = None) -> asyncio.Queue[Any]:
+        from rstream import schema
+
+        queue: asyncio.Queue[Any] = asyncio.Queue()
+        self.queues[sub_id] = queue
+
+        def on_deliver(frame: Any) -> None:
+            if frame.subscription_id == sub_id:
+                queue.put_nowait(frame)
+
+        self.client.add_handler(schema.Deliver, on_deliver, name=str(sub_id))
+        self.run(self.client.run_queue_listener_task(sub_id, on_deliver), 10)
+        spec = schema.OffsetSpec.from_params(offset_type, offset)
+        self.run(self.client.subscribe(stream, sub_id, spec, initial_credit=_CREDIT), 30)
+        return queue
+
+    def next_frame(self, queue: asyncio.Queue[Any], timeout: float) -> Any | None:
+        try:
+            return self.run(queue.get(), timeout)
+        except TimeoutError:
+            return None
+
+    def credit(self, sub_id: int) -> None:
+        self.run(self.client.credit(sub_id, 1), 10)
+
+    def close(self) -> None:
+        try:
+            if self.pool is not None:
+                self.run(self.pool.close(), 10)
+        except Exception:
+            pass
+        finally:
+            self.loop.close()
+
+
+def stream_bounds(session: _Session, stream: str, empty_wait: float) -> tuple[int, int]:
+    """(first offset, next offset) of `stream` now; (0, 0) when it delivers nothing within
+    `empty_wait` seconds."""
+    from rstream.constants import OffsetType
+
+    first = session.next_frame(session.subscribe(1, stream, OffsetType.FIRST), empty_wait)
+    if first is None:
+        return 0, 0
+    last = session.next_frame(session.subscribe(2, stream, OffsetType.LAST), STALL_TIMEOUT)
+    if last is None:
+        raise RuntimeError(f"cdc_rabbitmq: stream {stream!r} delivered its first chunk but not its last")
+    return int(first.chunk_first_offset), int(last.chunk_first_offset + last.num_entries)
+
+
+def topic_streams(session: _Session, topic: str) -> list[str]:
+    """The streams of `topic`: the stream of its name, else `<topic>-0`, `<topic>-1`, ...
+    while they exist; [] when it has none."""
+    if session.exists(topic):
+        return [topic]
+    streams: list[str] = []
+    while session.exists(partition_stream(topic, len(streams))):
+        streams.append(partition_stream(topic, len(streams)))
+    return streams
+
+
+def plan_rabbitmq(
+    settings: Mapping[str, Any], topics: Sequence[str], empty_wait: float = DEFAULT_EMPTY_WAIT
+) -> dict[str, Any]:
+    """A snapshot of what to read: every stream of the topics with its offset bounds now."""
+    _client_module()
+    parts: list[dict[str, Any]] = []
+    counts: dict[str, int] = {}
+    missing: list[str] = []
+    for topic in sorted(set(topics)):
+        session = _Session(settings).open()  # a connection per topic: subscription ids 1 and 2 stay free
+        try:
+            streams = topic_streams(session, topic)
+            if not streams:
+                missing.append(topic)
+                continue
+            counts[topic] = len(streams)
+        finally:
+            session.close()
+        for partition, stream in enumerate(streams):
+            session = _Session(settings).open()
+            try:
+                low, high = stream_bounds(session, stream, empty_wait)
+            finally:
+                session.close()
+            parts.append({"topic": topic, "partition": partition, "stream": stream, "low": low, "high": high})
+    return {
+        "partitions": parts,
+        "partition_counts": counts,
+        "missing_topics": missing,
+        "at_ms": int(time.time() * 1000),
+    }
+
+
+def message_record(topic: str, partition: int, offset: int, chunk_ts: int, data: bytes) -> LogRecord:
+    """One AMQP 1.0 message of a stream as a record (the mapping in the module docstring)."""
+    from rstream.amqp import amqp_decoder
+
+    msg = amqp_decoder(data)
+    created = msg.properties.creation_time if msg.properties is not None else None
+    stamp = (TIMESTAMP_CREATE_TIME, int(created)) if created is not None else (TIMESTAMP_LOG_APPEND_TIME, chunk_ts)
+    body = msg.body
+    if isinstance(body, list):  # several data sections: their concatenation
+        body = b"".join(body)
+    return from_properties(topic, partition, offset, stamp, msg.application_properties, body)
+
+
+def read_range(
+    settings: Mapping[str, Any], topic: str, partition: int, stream: str, low: int, high: int,
+    stall_timeout: float = STALL_TIMEOUT,
+) -> Iterator[LogRecord]:  # fmt: skip
+    """The messages of `stream` at offsets [low, high), in offset order."""
+    from rstream.constants import OffsetType
+
+    if high <= low:
+        return
+    session = _Session(settings).open()
+    try:
+        queue = session.subscribe(1, stream, OffsetType.OFFSET, low)
+        while True:
+            frame = session.next_frame(queue, stall_timeout)
+            if frame is None:
+                raise RuntimeError(
+                    f"cdc_rabbitmq: no progress reading stream {stream!r} offsets [{low}, {high}) for {stall_timeout:.0f}s"
+                )
+            session.credit(1)
+            if frame.num_records != frame.num_entries:
+                # sub-entry batching (several messages, maybe compressed, in one entry): the
+                # sinks do not write it, and its messages share an offset the rows cannot hold
+                raise RuntimeError(
+                    f"cdc_rabbitmq: stream {stream!r} holds sub-entry batches at offset {frame.chunk_first_offset}: "
+                    "publish without sub-entry batching (send, not send_sub_entry)"
+                )
+            offset = frame.chunk_first_offset - 1
+            for data in frame.get_messages():
+                offset += 1
+                if offset < low:
+                    continue  # a subscription starts at the chunk that holds `low`
+                if offset >= high:
+                    return
+                yield message_record(topic, partition, offset, frame.timestamp, data)
+            if offset >= high - 1:
+                return
+    finally:
+        session.close()
+
+
+class RabbitMQReader(RangeReader):
+    def plan(self) -> dict[str, Any]:
+        topics = topics_option(self.options, "cdc_rabbitmq", "topic names")
+        wait = float(self.options.get("empty_wait") or DEFAULT_EMPTY_WAIT)
+        return plan_rabbitmq(settings_from_options(self.options), topics, wait)
+
+    def records(self, r: Mapping[str, Any]) -> Iterator[LogRecord]:
+        stream = r.get("stream") or r["topic"]
+        return read_range(settings_from_options(self.options), r["topic"], r["partition"], stream, r["low"], r["high"])
+
+
+class RabbitMQDataSource(RangeDataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "cdc_rabbitmq"
+
+    def reader(self, schema: Any) -> RabbitMQReader:
+        return RabbitMQReader(self.options)
