@@ -12,8 +12,8 @@ import urllib.error
 
 import pytest
 
-from connectors.schema_registry.client import MockRegistry, RestRegistry, SchemaRegistryError, new_client
 from connectors.schema_registry import client as schema_registry
+from connectors.schema_registry.client import MockRegistry, RestRegistry, SchemaRegistryError, new_client
 
 SCHEMA = '{"type":"record","name":"E","fields":[]}'
 
