@@ -39,7 +39,7 @@ def _library(db, watched, file, pos):
     )
     from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
-    from cdc.assembly.source_events import RowInsert
+    from cdc.source_events import RowInsert
     from connectors.mysql.binlog_library import LibraryConverter as _Converter
 
     t0 = time.perf_counter()
@@ -80,7 +80,7 @@ def _library(db, watched, file, pos):
 
 
 def _fast(db, watched, file, pos):
-    from cdc.assembly.source_events import RowInsert
+    from cdc.source_events import RowInsert
     from connectors.mysql.binlog_decoder import BinlogDecoder
     from connectors.mysql.binlog_protocol import BinlogConnection
 
@@ -114,7 +114,7 @@ def _raw_events(db, file, pos) -> list[bytes]:
 
 
 def _decode_only(raw, watched, file):
-    from cdc.assembly.source_events import RowInsert
+    from cdc.source_events import RowInsert
     from connectors.mysql.binlog_decoder import BinlogDecoder
     from connectors.mysql.binlog_protocol import PacketRun
 

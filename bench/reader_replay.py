@@ -71,12 +71,12 @@ def replay(path: Path, stage: str, repeat: int) -> float:
     """Best CPU seconds of `stage` over the capture, with the modules of the current directory."""
     sys.path.insert(0, os.getcwd())
     from cdc.assembly.feed import MORE, LocalFeed, assembler_for
-    from cdc.assembly.source_events import ServerInfo
     from cdc.assembly.transaction import CommittedTransaction
     from cdc.errors import SourceError
     from cdc.events.outbox import OutboxTable
     from cdc.position import BinlogPosition
     from cdc.relay_settings import RelaySettings
+    from cdc.source_events import ServerInfo
     from connectors.mysql.binlog_decoder import BinlogDecoder
     from connectors.mysql.binlog_protocol import BinlogConnection
     from connectors.mysql.binlog_source import MySQLBinlogSource

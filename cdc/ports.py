@@ -7,10 +7,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from cdc.assembly.source_events import SourceEvent
-from cdc.checkpoints.checkpoint import Checkpoint
+from cdc.checkpoint import Checkpoint
 from cdc.gtid import GtidSet
 from cdc.position import BinlogPosition
+from cdc.source_events import SourceEvent
 
 StartAt = BinlogPosition | GtidSet
 
@@ -39,7 +39,7 @@ class BinlogSourceFactory(Protocol):
 
     def prepared_xids(self) -> set[str] | None:
         """The XA transactions the server lists as prepared (`XA RECOVER`), in
-        `cdc.assembly.source_events.xid_text` form; None when the relay may not ask."""
+        `cdc.source_events.xid_text` form; None when the relay may not ask."""
 
 
 class Feed(Protocol):

@@ -11,17 +11,17 @@
          transactions with the checkpoint inside): when a checkpoint may be written,
          restart recovery, what a failure does, the stop
     on the checkpoint timer: the window advances over the acknowledged prefix, the mode
-    checkpoints, the XA check-back asks about prepared transactions (cdc/assembly/xa_check_back.py)
+    checkpoints, the XA check-back asks about prepared transactions (cdc/delivery/xa_check_back.py)
 
 Invariants kept (docs/DESIGN.md): only committed transactions are published; messages
 are handed to the producer in commit order and row order; the checkpoint only passes
 fully acknowledged transactions (in transactional mode: committed ones).
 
-Around the loop, each in its own home: the lease (cdc/lease_guard.py: checked before
+Around the loop, each in its own home: the lease (cdc/delivery/lease_guard.py: checked before
 every read and every transaction handed over; once it has run out the relay purges what
 the producer queues and raises LeaseLost, no last checkpoint), dead letters
-(cdc/events/dead_letters.py), topics that do not exist (cdc/missing_topics.py), Kafka's
-metadata asked with patience (cdc/topic_metadata.py), acknowledgements without an
+(cdc/events/dead_letters.py), topics that do not exist (cdc/delivery/missing_topics.py), Kafka's
+metadata asked with patience (cdc/delivery/topic_metadata.py), acknowledgements without an
 offset (cdc/delivery/unlocated.py). Every checkpoint carries the lease's epoch, one more than the
 epoch it started from.
 """
@@ -37,24 +37,23 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cdc.assembly.feed import MORE, LocalFeed, assembler_for
-from cdc.assembly.source_events import Heartbeat, ServerInfo
-from cdc.assembly.xa_check_back import XaCheckBack
-from cdc.checkpoints.checkpoint import Checkpoint
-from cdc.checkpoints.recovery import Recovery
+from cdc.checkpoint import Checkpoint
 from cdc.delivery import DeliveryMode, ReadAgain
 from cdc.delivery.handover import Handover
 from cdc.delivery.kafka import kafka_delivery
 from cdc.delivery.kafka_transaction import TransactionState, transactional_id
+from cdc.delivery.lease_guard import LeaseGuard
 from cdc.delivery.ledger import Ledger
+from cdc.delivery.missing_topics import MissingTopics
 from cdc.delivery.mode_factory import DeliveryModeFactory
+from cdc.delivery.topic_metadata import TopicMetadata
 from cdc.delivery.unlocated import UnlocatedConfirmation
+from cdc.delivery.xa_check_back import XaCheckBack
 from cdc.errors import ConfigError, DeliveryError
 from cdc.gtid import parse_gtid_set
 from cdc.lease import LeaseClock, LeaseLost
-from cdc.lease_guard import LeaseGuard
 from cdc.log_limit import LogLimiter
 from cdc.metrics import RelayMetrics
-from cdc.missing_topics import MissingTopics
 from cdc.ports import (
     BinlogSourceFactory,
     CheckpointStore,
@@ -68,8 +67,9 @@ from cdc.ports import (
     TopicAdmin,
 )
 from cdc.position import BinlogPosition
+from cdc.recovery import Recovery
 from cdc.relay_settings import RelaySettings
-from cdc.topic_metadata import TopicMetadata
+from cdc.source_events import Heartbeat, ServerInfo
 
 log = logging.getLogger(__name__)
 _POSITION = re.compile(r"^[^\s:]+\.\d+:\d+$")  # <file>.<n>:<offset>; a GTID set never has this shape

@@ -1,4 +1,4 @@
-"""`cdc adopt`: take over from a stopped Debezium MySQL connector (cdc/checkpoints/adoption.py).
+"""`cdc adopt`: take over from a stopped Debezium MySQL connector (cdc/adoption.py).
 
     cdc adopt --config relay.toml --debezium-connector NAME
               (--debezium-offsets-file PATH | --debezium-offsets-topic TOPIC)
@@ -18,8 +18,8 @@ import re
 import string
 import time
 
-from cdc.checkpoints.adoption import AdoptedWindow, AdoptionError, DebeziumOffset
-from cdc.checkpoints.checkpoint import Checkpoint
+from cdc.adoption import AdoptedWindow, AdoptionError, DebeziumOffset
+from cdc.checkpoint import Checkpoint
 from cdc.config import Config
 from cdc.errors import PositionError
 from cdc.gtid import parse_gtid_set

@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cdc.assembly.source_events import ServerInfo
 from cdc.assembly.transaction import TransactionAssembler
 from cdc.config import Config
 from cdc.errors import ConfigError, DeliveryError, SourceError
@@ -28,6 +27,7 @@ from cdc.events.identity import H_EVENT_ID, H_EVENT_TYPE, H_REPAIR, H_TABLE, ide
 from cdc.events.outbox import DeadLetter, OutboxEvent, OutboxMapper
 from cdc.events.topics import TopicRouter
 from cdc.position import BinlogPosition
+from cdc.source_events import ServerInfo
 from cdc_cli.sinks import repair_publisher, repair_reader
 from connectors.mysql.binlog_source import MySQLBinlogSourceFactory
 from connectors.schema_registry.avro_serializer import ConfluentAvroSerializer, registry_client

@@ -34,7 +34,7 @@ from pathlib import Path
 from confluent_kafka import KafkaError, Producer
 
 from cdc import crashpoints
-from cdc.checkpoints.checkpoint import Checkpoint
+from cdc.checkpoint import Checkpoint
 from cdc.errors import ConfigError, DeliveryError
 from cdc.kafka_client import KafkaClientConfig
 from cdc.lease import LeaseLost

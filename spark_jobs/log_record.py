@@ -1,7 +1,7 @@
 """One record of a broker's log (a RabbitMQ stream, a JetStream stream) in the shape the Kafka
 source's decoding reads: the methods of a confluent-kafka `Message` (`topic()`,
 `partition()`, `offset()`, `timestamp()`, `key()`, `headers()`, `value()`). The sources of
-the other brokers build these and hand them to `kafka_source.RecordColumns`, so every sink
+the other brokers build these and hand them to `records.RecordColumns`, so every sink
 is decoded by the same code into the same columns, and the reconciliation reads them all
 alike.
 

@@ -1,8 +1,8 @@
 """What the data sources of the brokers beyond Kafka (`rabbitmq_source.py`, `nats_source.py`)
 share: a reader over planned `{topic, partition, low, high, ...}` ranges (a fixed plan from
 the `plan` option, else the source's own snapshot), at most `chunk` offsets per Spark
-partition (`kafka_source.chunks`), each range's records decoded into the Kafka source's
-columns by `kafka_source.RecordColumns` and handed out as Arrow batches."""
+partition (`records.chunks`), each range's records decoded into the Kafka source's
+columns by `records.RecordColumns` and handed out as Arrow batches."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from spark_jobs.common import DataSource, DataSourceReader, InputPartition, opt_bool, opt_int, opt_json, settle_worker
-from spark_jobs.kafka.source import BATCH_ROWS, DEFAULT_CHUNK, RecordColumns, chunks, schema_for
 from spark_jobs.log_record import LogRecord
+from spark_jobs.records import BATCH_ROWS, DEFAULT_CHUNK, RecordColumns, chunks, schema_for
 
 
 def topics_option(options: Mapping[str, str], source: str, what: str) -> list[str]:

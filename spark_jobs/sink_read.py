@@ -1,5 +1,5 @@
 """`cdc verify` on a sink other than Kafka (docs/sinks.md): the plan and the read of its
-Spark data source, into the same columns as the Kafka topics' (`kafka_source.fields_for`),
+Spark data source, into the same columns as the Kafka topics' (`records.fields_for`),
 so reconcile reads every sink alike.
 
 Unlike Kafka's, these brokers' topics are planned after the binlog is read: RabbitMQ 3.10's

@@ -21,7 +21,6 @@ from collections.abc import Callable
 from typing import Any
 
 from cdc import crashpoints
-from cdc.assembly.source_events import Heartbeat, RowInsert, ServerInfo, ServerStarted
 from cdc.assembly.transaction import CommittedTransaction, TransactionAssembler
 from cdc.errors import SourceError
 from cdc.events.outbox import DeadLetter, OutboxEvent, OutboxMapper
@@ -29,6 +28,7 @@ from cdc.events.topics import TopicRouter
 from cdc.ports import BinlogSource, BinlogSourceFactory, Serializer, StartAt
 from cdc.position import BinlogPosition
 from cdc.relay_settings import RelaySettings
+from cdc.source_events import Heartbeat, RowInsert, ServerInfo, ServerStarted
 
 log = logging.getLogger(__name__)
 

@@ -35,7 +35,13 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from cdc.assembly.source_events import (
+from cdc.assembly.spill import SpillBuffer
+from cdc.assembly.statements import statement_target
+from cdc.errors import ConfigError, NeedsOperator
+from cdc.events.identity import EventIdentity, TxIdentity
+from cdc.events.outbox import DeadLetter, EnvelopeEncoder, OutboxEvent, OutboxMapper, OutboxTable
+from cdc.position import BinlogPosition
+from cdc.source_events import (
     RollbackToSavepoint,
     RowChange,
     RowInsert,
@@ -49,12 +55,6 @@ from cdc.assembly.source_events import (
     XaPrepare,
     XaRollback,
 )
-from cdc.assembly.spill import SpillBuffer
-from cdc.assembly.statements import statement_target
-from cdc.errors import ConfigError, NeedsOperator
-from cdc.events.identity import EventIdentity, TxIdentity
-from cdc.events.outbox import DeadLetter, EnvelopeEncoder, OutboxEvent, OutboxMapper, OutboxTable
-from cdc.position import BinlogPosition
 
 log = logging.getLogger(__name__)
 

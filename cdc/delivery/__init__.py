@@ -45,7 +45,7 @@ from collections.abc import Callable
 from typing import NoReturn, Protocol
 
 from cdc.assembly.transaction import CommittedTransaction
-from cdc.checkpoints.checkpoint import Checkpoint
+from cdc.checkpoint import Checkpoint
 from cdc.errors import Transient
 from cdc.lease import LeaseLost
 

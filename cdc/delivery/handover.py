@@ -4,7 +4,7 @@ each acknowledgement into the run's in-flight window (cdc/delivery/ledger.py).
     CommittedTransaction (from the feed)
       -> recovery says "already delivered"?  skip (counts as delivered)
       -> event: serializer.encode (unless the feed did), headers, topic checked
-         (cdc/missing_topics.py) and named in the ledger before its first message
+         (cdc/delivery/missing_topics.py) and named in the ledger before its first message
       -> publisher.publish(on_delivery)   (never fire and forget; the Kafka publisher's
          publish_reported: the client calls the hand-over's own report)
     on_delivery: acknowledged -> window; too large / topic gone -> redirected to the
@@ -31,16 +31,16 @@ from cdc.assembly.feed import as_dead_letter, prepare
 from cdc.assembly.transaction import CommittedTransaction
 from cdc.delivery import DeliveryMode
 from cdc.delivery.inflight import PendingTx
+from cdc.delivery.lease_guard import LeaseGuard
 from cdc.delivery.ledger import Ledger
+from cdc.delivery.missing_topics import MissingTopics
 from cdc.delivery.unlocated import Unlocated, UnlocatedConfirmation
 from cdc.events.dead_letters import DeadLetterLog, dead_letter_headers, dead_letter_value
 from cdc.events.formats import H_FORMAT
 from cdc.events.identity import H_EVENT_ID, H_EVENT_TYPE, H_ROW, H_TABLE
 from cdc.events.outbox import DeadLetter, OutboxEvent
-from cdc.lease_guard import LeaseGuard
 from cdc.log_limit import LogLimiter
 from cdc.metrics import RelayMetrics
-from cdc.missing_topics import MissingTopics
 from cdc.ports import Delivery, Publisher, ReportingPublisher, Serializer, WireTransaction
 from cdc.relay_settings import RelaySettings
 

@@ -5,12 +5,12 @@ The producer is idempotent (acks=all), so retries never reorder or repeat a mess
 within a partition. A message is delivered when Kafka acknowledges it; the checkpoint
 names the first position not proven delivered and only moves past transactions whose
 every message was acknowledged (the in-flight window's delivered prefix). It is written
-on the loop's timer, off the loop's thread (cdc/checkpoints/checkpoint_writer.py), and on the
+on the loop's timer, off the loop's thread (cdc/checkpoint_writer.py), and on the
 loop's thread when it must be durable before the relay goes on: before a topic's first
 message (so a restart knows to look in it) and at stop.
 
 After a crash the topics are the record: on start the tails of every topic the
-checkpoint names are scanned from its offsets (cdc/checkpoints/recovery.py), and what is found there
+checkpoint names are scanned from its offsets (cdc/recovery.py), and what is found there
 is skipped while the binlog is read again from the checkpoint. A message Kafka refuses
 for a reason other than its size or a missing topic stops the relay (DeliveryError)
 after checkpointing the proven prefix.
@@ -23,12 +23,12 @@ from typing import NoReturn
 
 from cdc import crashpoints
 from cdc.assembly.transaction import CommittedTransaction
-from cdc.checkpoints.checkpoint import Checkpoint
-from cdc.checkpoints.checkpoint_writer import CheckpointWriter
+from cdc.checkpoint import Checkpoint
+from cdc.checkpoint_writer import CheckpointWriter
+from cdc.delivery.lease_guard import LeaseGuard
 from cdc.delivery.ledger import Ledger
 from cdc.errors import DeliveryError
 from cdc.lease import LeaseLost
-from cdc.lease_guard import LeaseGuard
 from cdc.metrics import RelayMetrics
 from cdc.ports import CheckpointStore, Publisher
 from cdc.relay_settings import RelaySettings

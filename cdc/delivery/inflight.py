@@ -11,9 +11,9 @@ prepare, the window keeps a copy of its state *before* it (position, GTID set, o
 and hands out the copy of the earliest undecided prepare as the checkpoint, until that
 transaction's outcome is delivered. A restart then reads the binlog from before the
 prepare; everything delivered since is recognised by the recovery scan of the topics
-from the copy's offsets (cdc/checkpoints/recovery.py), so nothing is published twice. The cost of an
+from the copy's offsets (cdc/recovery.py), so nothing is published twice. The cost of an
 XA transaction left undecided is a longer re-read and scan at restart; the relay's
-check-back reports it (cdc/assembly/xa_check_back.py).
+check-back reports it (cdc/delivery/xa_check_back.py).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from cdc.checkpoints.checkpoint import Checkpoint
+from cdc.checkpoint import Checkpoint
 from cdc.gtid import GtidSet, empty_set_for, parse_gtid_set
 from cdc.position import BinlogPosition
 

@@ -8,9 +8,9 @@ from typing import cast
 
 from cdc.delivery import DeliveryMode
 from cdc.delivery.idempotent import IdempotentDelivery
+from cdc.delivery.lease_guard import LeaseGuard
 from cdc.delivery.ledger import Ledger
 from cdc.delivery.transactional import TransactionalDelivery
-from cdc.lease_guard import LeaseGuard
 from cdc.metrics import RelayMetrics
 from cdc.ports import CheckpointStore, Publisher, TransactionalPublisher
 from cdc.relay_settings import RelaySettings

@@ -4,12 +4,12 @@
 * the in-flight window (cdc/delivery/inflight.py): what was handed over, what Kafka acknowledged,
   the delivered prefix;
 * where the run started, the epoch and holder it publishes under (cdc/lease.py), the
-  window taken over from Debezium (cdc/checkpoints/adoption.py);
+  window taken over from Debezium (cdc/adoption.py);
 * the topics it has named in a checkpoint, with their partition counts: a topic is named
   (its end offsets noted in the window) before its first message, so a recovery scan
   knows every topic the run may have written and where in each to start looking;
 * the last checkpoint written, and the record of the next one (`record`);
-* what the previous run delivered after its checkpoint (`scan`, cdc/checkpoints/recovery.py);
+* what the previous run delivered after its checkpoint (`scan`, cdc/recovery.py);
 * what acknowledgements left for the loop's thread: the first delivery failure, dead
   letters to redirect, acknowledgements to locate (cdc/delivery/unlocated.py).
 
@@ -23,16 +23,16 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from cdc.checkpoints.adoption import AdoptedWindow
-from cdc.checkpoints.checkpoint import Checkpoint
-from cdc.checkpoints.recovery import Recovery
+from cdc.adoption import AdoptedWindow
+from cdc.checkpoint import Checkpoint
 from cdc.delivery.inflight import InflightWindow, PendingTx, Resume
+from cdc.delivery.topic_metadata import TopicMetadata
 from cdc.delivery.unlocated import Unlocated
 from cdc.events.outbox import DeadLetter
 from cdc.metrics import RelayMetrics
 from cdc.ports import DeliveredLog, Delivery, StartAt
 from cdc.position import BinlogPosition
-from cdc.topic_metadata import TopicMetadata
+from cdc.recovery import Recovery
 
 # The relay's lines keep the relay's logger name: operators filter on it.
 log = logging.getLogger("cdc.relay")
@@ -60,7 +60,7 @@ class Ledger:
         self.tx_start: BinlogPosition | None = None  # the start of the last transaction handed over
         self.epoch = 0
         self.holder = ""
-        self.adopted: AdoptedWindow | None = None  # taken over from Debezium (cdc/checkpoints/adoption.py)
+        self.adopted: AdoptedWindow | None = None  # taken over from Debezium (cdc/adoption.py)
         self.partitions: dict[str, int] = {}  # topics named in a checkpoint -> partition count (0: not known yet)
         self.last: Checkpoint | None = None  # the last checkpoint written (committed, in transactional mode)
         self.recovery: Recovery | None = None  # while events found delivered after the checkpoint are to come

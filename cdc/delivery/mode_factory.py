@@ -7,8 +7,8 @@ from collections.abc import Callable
 from typing import Protocol
 
 from cdc.delivery import DeliveryMode
+from cdc.delivery.lease_guard import LeaseGuard
 from cdc.delivery.ledger import Ledger
-from cdc.lease_guard import LeaseGuard
 from cdc.metrics import RelayMetrics
 from cdc.ports import CheckpointStore, Publisher
 from cdc.relay_settings import RelaySettings

@@ -35,8 +35,8 @@ from typing import NoReturn
 
 from cdc import crashpoints
 from cdc.assembly.transaction import CommittedTransaction
-from cdc.checkpoints.checkpoint import Checkpoint
-from cdc.checkpoints.checkpoint_writer import CheckpointWriter
+from cdc.checkpoint import Checkpoint
+from cdc.checkpoint_writer import CheckpointWriter
 from cdc.delivery.kafka_transaction import (
     FENCED_CODES,
     MAX_ABORTS_IN_A_ROW,
@@ -45,10 +45,10 @@ from cdc.delivery.kafka_transaction import (
     TransactionState,
     transactional_id,
 )
+from cdc.delivery.lease_guard import LeaseGuard
 from cdc.delivery.ledger import Ledger
 from cdc.errors import DeliveryError
 from cdc.lease import LeaseLost
-from cdc.lease_guard import LeaseGuard
 from cdc.metrics import RelayMetrics
 from cdc.ports import CheckpointStore, TransactionalPublisher
 from cdc.relay_settings import RelaySettings

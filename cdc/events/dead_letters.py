@@ -3,7 +3,7 @@ cause and coordinates (docs/DESIGN.md, promise 6).
 
 Where they come from: the feed (a row the outbox rules refuse, cdc/events/outbox.py), the
 serializer (cdc.assembly.feed.prepare: a value the schema cannot hold, a message over
-`relay.max_message_bytes`), a topic that does not exist (cdc/missing_topics.py), and
+`relay.max_message_bytes`), a topic that does not exist (cdc/delivery/missing_topics.py), and
 Kafka's answer to a message already handed over (too large for the broker, topic gone):
 that one is *redirected*, re-sent here from the loop's thread, keeping the expectation
 of the original message in the in-flight window. The hand-over (cdc/delivery/handover.py)

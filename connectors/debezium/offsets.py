@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 
-from cdc.checkpoints.adoption import DebeziumOffset, offset_key_matches, pick_offset
+from cdc.adoption import DebeziumOffset, offset_key_matches, pick_offset
 from cdc.errors import ConfigError
 from cdc.kafka_client import KafkaClientConfig
 from connectors.debezium.java_offset_file import read_offset_file

@@ -1,4 +1,4 @@
-"""Raw binlog events (from `connectors.mysql.binlog_protocol`) -> `cdc.assembly.source_events`.
+"""Raw binlog events (from `connectors.mysql.binlog_protocol`) -> `cdc.source_events`.
 
 A lean replacement for python-mysql-replication + `binlog_library.LibraryConverter` that yields
 the same source events with the same positions and the same Python values, at a fraction
@@ -55,7 +55,9 @@ from typing import Any
 
 from pymysqlreplication.row_event import RowsEvent, find_charset
 
-from cdc.assembly.source_events import (
+from cdc.position import file_sequence, unchecked_position
+from cdc.server_version import writes_checksum_algorithm
+from cdc.source_events import (
     Heartbeat,
     RowChange,
     RowInsert,
@@ -69,8 +71,6 @@ from cdc.assembly.source_events import (
     query_event,
     xid_text,
 )
-from cdc.position import file_sequence, unchecked_position
-from cdc.server_version import writes_checksum_algorithm
 from connectors.mysql import table_columns as _table_columns
 
 # Imported where first needed, not here: what only MySQL JSON columns, partial JSON updates,
@@ -959,7 +959,7 @@ def _make_inserter(tbl: _Table, present: bytes):
     at file:pos. The row reader of `_make_reader` inside the loop, and the rows built there
     with the table's names as constants: no call and no (values, p) tuple per row
     (outbox-only `decode_batch`: one row per Write_rows event). A row's slots are set by
-    plain stores, its end as the file and offset it keeps (cdc/assembly/source_events.py)."""
+    plain stores, its end as the file and offset it keeps (cdc/source_events.py)."""
     g = dict(_GLOBALS_BASE)
     g.update(_schema=tbl.schema, _table=tbl.table, _RowInsert=RowInsert, _new=_new)
     body = ["def _read_inserts(b, p, stop, file, pos, append):", "    while p < stop:"]
@@ -1062,7 +1062,7 @@ def _skippable_rows(ph_rows_v1: int) -> frozenset[int]:
 
 
 class BinlogDecoder:
-    """Turns raw binlog events into `cdc.assembly.source_events`; keeps the current file name.
+    """Turns raw binlog events into `cdc.source_events`; keeps the current file name.
 
     `watched`: the (schema, table) pairs whose rows are decoded; `start_file`: the file
     the stream starts in (None for a GTID start: the server's first, fake, Rotate names

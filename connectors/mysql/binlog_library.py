@@ -1,5 +1,5 @@
 """The python-mysql-replication path of the binlog source (`source.decoder = "library"`):
-its stream, and its events turned into `cdc.assembly.source_events`. Imported only when that
+its stream, and its events turned into `cdc.source_events`. Imported only when that
 decoder is chosen, so the default path never loads the library.
 
 Reconnects are the relay's job, never the library's (see connectors/mysql/binlog_source.py):
@@ -32,7 +32,10 @@ from pymysqlreplication.row_event import (
     WriteRowsEvent,
 )
 
-from cdc.assembly.source_events import (
+from cdc.errors import ConfigError, SourceError
+from cdc.gtid import GtidSet, MariadbGtidPosition, MysqlGtidSet
+from cdc.position import BinlogPosition
+from cdc.source_events import (
     Heartbeat,
     RowChange,
     RowInsert,
@@ -44,9 +47,6 @@ from cdc.assembly.source_events import (
     query_event,
     xid_text,
 )
-from cdc.errors import ConfigError, SourceError
-from cdc.gtid import GtidSet, MariadbGtidPosition, MysqlGtidSet
-from cdc.position import BinlogPosition
 from connectors.mysql.binlog_decoder import FL_STANDALONE, GTID_TAGGED_LOG_EVENT
 from connectors.mysql.client import Connection
 from connectors.mysql.errors import error_text

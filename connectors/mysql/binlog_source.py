@@ -1,4 +1,4 @@
-"""The binlog source: a binlog stream on a MySQL or MariaDB server -> `cdc.assembly.source_events`.
+"""The binlog source: a binlog stream on a MySQL or MariaDB server -> `cdc.source_events`.
 
 Two readers, chosen by `source.decoder`:
 
@@ -43,16 +43,16 @@ from typing import Any
 
 import pymysql
 
-from cdc.assembly.source_events import (
+from cdc.errors import ConfigError, PositionError, PositionPurgedError, SourceError, UndecodableEventError
+from cdc.gtid import GtidSet, MariadbGtidPosition
+from cdc.position import BinlogPosition
+from cdc.server_version import ServerVersion, binlog_status_statement
+from cdc.source_events import (
     RowInsert,
     ServerInfo,
     SourceEvent,
     recovered_xid,
 )
-from cdc.errors import ConfigError, PositionError, PositionPurgedError, SourceError, UndecodableEventError
-from cdc.gtid import GtidSet, MariadbGtidPosition
-from cdc.position import BinlogPosition
-from cdc.server_version import ServerVersion, binlog_status_statement
 from cdc.tls import TlsConfig
 from connectors.mysql.binlog_protocol import (
     BinlogConnection,

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import pymysql
 
-from cdc.checkpoints.checkpoint import Checkpoint
+from cdc.checkpoint import Checkpoint
 from cdc.errors import SourceError
 from cdc.lease import LeaseClock, LeaseLost, LeaseSettings, Previous
 from cdc.replica_session import SessionTag

@@ -16,12 +16,12 @@ from dataclasses import dataclass
 
 import pymysql
 
-from cdc.assembly.source_events import recovered_xid
-from cdc.checkpoints.checkpoint import Checkpoint
+from cdc.checkpoint import Checkpoint
 from cdc.config import Config
 from cdc.errors import PositionError
 from cdc.ports import StartAt
 from cdc.position import BinlogPosition
+from cdc.source_events import recovered_xid
 from connectors.mysql.client import MySQLTlsError, connect, describe_tls
 
 ER_ACCESS_DENIED = 1045

@@ -22,7 +22,7 @@ its first arrival, so the stream keeps publish order whatever mix of first and s
 copies reaches it. (nats-py's own reconnect is off: it would replay its buffered tail
 before the unanswered messages that the broken socket lost, out of order.) A message
 still unanswered after `delivery_timeout_s` fails, and so does every later one (order),
-which stops the relay (exit 1); the restart finds what was stored (cdc/checkpoints/recovery.py).
+which stops the relay (exit 1); the restart finds what was stored (cdc/recovery.py).
 
 `purge()` drops whatever is unanswered and stops sending it again.
 """

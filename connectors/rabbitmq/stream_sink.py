@@ -26,7 +26,7 @@ again and sends every unconfirmed message again, in order, with its own id: what
 stored is confirmed and dropped, the rest is stored. So a broker restart inside a run
 neither loses nor repeats a message and does not stop the relay. Across a relay restart the
 ids start above the old ones: the checkpoint and the recovery scan of identity headers
-(cdc/checkpoints/recovery.py) decide what is published again, not the ids.
+(cdc/recovery.py) decide what is published again, not the ids.
 
 Offsets. A confirmation carries no offset (3.10's stream protocol). The offset reported is
 `end + (id - highest - 1)`, with `end` the stream's end and `highest` the broker's highest id

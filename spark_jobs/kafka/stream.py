@@ -26,7 +26,8 @@ from typing import Any
 from spark_jobs.arrow_transport import SCHEMA as TRANSPORT_SCHEMA
 from spark_jobs.arrow_transport import pack, packing
 from spark_jobs.common import DataSource, InputPartition, opt_int, opt_json, settle_worker
-from spark_jobs.kafka.source import DEFAULT_CHUNK, RecordColumns, chunks, fields_for, plan_kafka, scan_partitions
+from spark_jobs.kafka.source import plan_kafka, scan_partitions
+from spark_jobs.records import DEFAULT_CHUNK, RecordColumns, chunks, fields_for
 
 try:
     from pyspark.sql.datasource import DataSourceStreamReader

@@ -39,7 +39,7 @@ transaction assembly below, and rows reach Spark as Arrow batches built column b
 
 The transaction assembly here is the verifier's own (buffer outbox rows until XID or
 `COMMIT`; drop them on `ROLLBACK`; cut back to the savepoint on `ROLLBACK TO`); it shares
-nothing with the relay's `cdc/assembly/transaction.py` / `cdc/assembly/source_events.py` / `cdc/checkpoints/recovery.py`,
+nothing with the relay's `cdc/assembly/transaction.py` / `cdc/source_events.py` / `cdc/recovery.py`,
 so a bug there cannot hide itself. Beyond that:
 
 * XA. A prepare group (MariaDB: GTID event, rows, `XA END`, XA_prepare event) yields its
@@ -1113,7 +1113,7 @@ def read_binlog_file_fast(
     instead of python-mysql-replication: several times faster, but NOT independent of the
     relay's reading path (a decoder bug would be made by both sides and hide itself).
     Opt-in only (`binlog_reader="fast"`). The decoded events are taken by their type's
-    name (this module imports neither `cdc.assembly.source_events` nor `cdc.assembly.transaction`) and go
+    name (this module imports neither `cdc.source_events` nor `cdc.assembly.transaction`) and go
     through the verifier's own `TxAssembler`; a `Statement` (any query the decoder does
     not take for transaction control) is classified again by the verifier's own rules
     (`classify_query`, `statement_insert_target`)."""

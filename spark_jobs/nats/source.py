@@ -12,8 +12,8 @@ nothing on the server, and the consumer goes away by itself).
         .option("include_raw", "true").option("decode", "true")
         .load()
 
-The columns are `kafka_source.fields_for(include_raw, decode)`, exactly the Kafka source's:
-each message becomes a `log_record.LogRecord` and goes through `kafka_source.RecordColumns`.
+The columns are `records.fields_for(include_raw, decode)`, exactly the Kafka source's:
+each message becomes a `log_record.LogRecord` and goes through `records.RecordColumns`.
 What maps to what (docs/sinks.md): a topic is a subject (JetStream gives each subject to at
 most one stream, so the subject names its stream too); the partition is 0; the offset is the
 stream sequence (shared by the stream's subjects: a subject's offsets have gaps, as a Kafka
@@ -24,7 +24,7 @@ headers are the headers, but `cdc.key` (the key), `cdc.value.null` (a null value
 
 Partitions: `(topic, 0, stream, [low, high))` sequence ranges from the stream's first
 sequence to its last + 1 when planned, at most `chunk` sequences per Spark partition
-(`kafka_source.chunks`). A reader stops at `high`, or when the server says no message of
+(`records.chunks`). A reader stops at `high`, or when the server says no message of
 the subject is left after the one it read (`num_pending` 0: deleted messages at the end).
 """
 

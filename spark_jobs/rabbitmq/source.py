@@ -12,8 +12,8 @@ stored on the broker: no consumer name, no offset tracking).
         .option("include_raw", "true").option("decode", "true")
         .load()
 
-The columns are `kafka_source.fields_for(include_raw, decode)`, exactly the Kafka source's:
-each message becomes a `log_record.LogRecord` and goes through `kafka_source.RecordColumns`.
+The columns are `records.fields_for(include_raw, decode)`, exactly the Kafka source's:
+each message becomes a `log_record.LogRecord` and goes through `records.RecordColumns`.
 What maps to what (docs/sinks.md): a topic is the stream of its name, or, partitioned by
 key, the streams `<topic>-0`, `<topic>-1`, ... (RabbitMQ 3.10 has no super streams:
 `cdc.events.sink_fields.partition_stream`); the partition is that number (0 for a single stream);
@@ -24,7 +24,7 @@ null value); the value is the body (its data sections).
 
 Partitions: `(topic, partition, stream, [low, high))` offset ranges between the first and
 the next offset of each stream when planned, at most `chunk` offsets per Spark partition
-(`kafka_source.chunks`). RabbitMQ 3.10's stream protocol has no StreamStats command (3.11),
+(`records.chunks`). RabbitMQ 3.10's stream protocol has no StreamStats command (3.11),
 so the plan subscribes at `first` and at `last`: the first chunk delivered starts at `low`,
 the last chunk ends at `high - 1`. An empty stream delivers nothing: a stream that delivers
 no chunk within `empty_wait` seconds (default 3) is planned empty. Offsets that hold no

@@ -1,6 +1,6 @@
 """An independent delivery checker for the fault suite.
 
-It shares nothing with the relay's recovery path (no cdc.assembly.transaction, cdc.checkpoints.recovery,
+It shares nothing with the relay's recovery path (no cdc.assembly.transaction, cdc.recovery,
 cdc.delivery.inflight, no connectors.mysql.binlog_source): it reads the committed outbox inserts
 straight from the binlog with python-mysql-replication and its own few lines of
 transaction assembly (XA included: rows prepared at XA PREPARE count at their XA COMMIT,

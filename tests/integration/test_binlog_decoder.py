@@ -26,8 +26,8 @@ from pymysqlreplication.event import (
 )
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
-from cdc.assembly.source_events import Heartbeat, RowChange, RowInsert, ServerStarted, TxBegin, TxCommit
 from cdc.position import BinlogPosition
+from cdc.source_events import Heartbeat, RowChange, RowInsert, ServerStarted, TxBegin, TxCommit
 from connectors.mysql.binlog_decoder import BinlogDecoder, UndecodableEvent
 from connectors.mysql.binlog_library import LibraryConverter as _Converter
 from connectors.mysql.binlog_protocol import BinlogConnection, BinlogConnectionError, BinlogPositionError

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from cdc.checkpoints.checkpoint import Checkpoint
+from cdc.checkpoint import Checkpoint
 from cdc.position import BinlogPosition
 from connectors.checkpoint_stores import KafkaCheckpointStore
 

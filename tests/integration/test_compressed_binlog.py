@@ -35,9 +35,9 @@ from pymysqlreplication.event import (
 )
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
-from cdc.assembly.source_events import RowChange, RowInsert, Statement, TxCommit
 from cdc.config import load_config
 from cdc.position import BinlogPosition
+from cdc.source_events import RowChange, RowInsert, Statement, TxCommit
 from connectors.mysql.binlog_decoder import BinlogDecoder
 from connectors.mysql.binlog_library import LibraryConverter
 from connectors.mysql.binlog_protocol import BinlogConnection

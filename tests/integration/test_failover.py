@@ -396,7 +396,7 @@ def test_every_stream_names_the_server_it_opened_on(mariadb, decoder):
     at a failover): each opened stream must report the server it is on, never one
     remembered from an earlier connection, or the checkpoint would label positions of
     one server with another's id."""
-    from cdc.assembly.source_events import ServerInfo
+    from cdc.source_events import ServerInfo
     from connectors.mysql.binlog_source import MySQLBinlogSourceFactory
 
     factory = MySQLBinlogSourceFactory(

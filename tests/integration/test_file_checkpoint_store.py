@@ -13,7 +13,7 @@ import textwrap
 
 import pytest
 
-from cdc.checkpoints.checkpoint import Checkpoint
+from cdc.checkpoint import Checkpoint
 from cdc.position import BinlogPosition
 from connectors.checkpoint_stores import FileCheckpointStore
 from tests.integration.harness import ROOT
@@ -26,7 +26,7 @@ def _killed_mid_save(path) -> int:
     code = textwrap.dedent(f"""
         import os
         from cdc import crashpoints
-        from cdc.checkpoints.checkpoint import Checkpoint
+        from cdc.checkpoint import Checkpoint
         from cdc.position import BinlogPosition
         from connectors.checkpoint_stores import FileCheckpointStore
         print(os.getpid(), flush=True)

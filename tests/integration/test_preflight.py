@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from cdc.checkpoints.checkpoint import Checkpoint
+from cdc.checkpoint import Checkpoint
 from cdc.position import BinlogPosition
 from connectors.checkpoint_stores import FileCheckpointStore
 from connectors.mysql.client import binlog_end

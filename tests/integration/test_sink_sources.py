@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from cdc.events.sink_fields import H_TIMESTAMP, message_properties, partition_stream
-from spark_jobs.kafka.source import fields_for, message_row
+from spark_jobs.records import fields_for, message_row
 from tests.sink_samples import SampleRecord, sample_records
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]

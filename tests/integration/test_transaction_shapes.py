@@ -171,7 +171,7 @@ def test_an_undecided_xa_holds_the_checkpoint_is_checked_back_and_reported_then_
         cp_path,
         xa={"check_after_s": 0, "check_interval_s": 0.3, "max_checks": 2},
     )
-    caplog.set_level(logging.INFO, logger="cdc.assembly.xa_check_back")
+    caplog.set_level(logging.INFO, logger="cdc.delivery.xa_check_back")
     relay = RelayThread(cfg)
     decided = False
     try:

@@ -10,17 +10,17 @@ from cdc.assembly.feed import LocalFeed, assembler_for
 from cdc.assembly.transaction import CommittedTransaction
 from cdc.delivery.handover import Handover
 from cdc.delivery.idempotent import IdempotentDelivery
+from cdc.delivery.lease_guard import LeaseGuard
 from cdc.delivery.ledger import Ledger
+from cdc.delivery.missing_topics import MissingTopics
+from cdc.delivery.topic_metadata import TopicMetadata
 from cdc.delivery.transactional import TransactionalDelivery
 from cdc.delivery.unlocated import UnlocatedConfirmation
 from cdc.events.outbox import OutboxTable
-from cdc.lease_guard import LeaseGuard
 from cdc.log_limit import LogLimiter
 from cdc.metrics import RelayMetrics
-from cdc.missing_topics import MissingTopics
 from cdc.position import BinlogPosition
 from cdc.relay_settings import RelaySettings
-from cdc.topic_metadata import TopicMetadata
 from fakes import (
     OUTBOX,
     SCHEMA,

@@ -3,7 +3,7 @@
 Contract: unit tests start no process, no server, no network; each runs in
 milliseconds. Everything here is plain Python over lists and dicts:
 
-* `Binlog`            builds a scripted binlog (cdc.assembly.source_events objects with
+* `Binlog`            builds a scripted binlog (cdc.source_events objects with
                       consistent start/end positions) and remembers what it holds.
 * `FakeSourceFactory` / `FakeSource`   a BinlogSourceFactory over a `Binlog`; it records
                       every position it was opened at, and raises SourceError at chosen
@@ -37,7 +37,13 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from cdc.assembly.source_events import (
+from cdc.checkpoint import Checkpoint
+from cdc.errors import PositionPurgedError, SourceError
+from cdc.events.identity import header_dict
+from cdc.gtid import MariadbGtidPosition, MysqlGtidSet
+from cdc.ports import Delivery, DeliveryCallback, DeliveryFailure, Report
+from cdc.position import BinlogPosition
+from cdc.source_events import (
     Heartbeat,
     RollbackToSavepoint,
     RowChange,
@@ -54,12 +60,6 @@ from cdc.assembly.source_events import (
     XaPrepare,
     XaRollback,
 )
-from cdc.checkpoints.checkpoint import Checkpoint
-from cdc.errors import PositionPurgedError, SourceError
-from cdc.events.identity import header_dict
-from cdc.gtid import MariadbGtidPosition, MysqlGtidSet
-from cdc.ports import Delivery, DeliveryCallback, DeliveryFailure, Report
-from cdc.position import BinlogPosition
 
 EVENT_SIZE = 100
 SCHEMA = "shop"

@@ -1,4 +1,4 @@
-"""Taking over from Debezium (cdc/checkpoints/adoption.py, connectors/debezium/java_offset_file.py, the relay's
+"""Taking over from Debezium (cdc/adoption.py, connectors/debezium/java_offset_file.py, the relay's
 adopted window): Debezium's offset file read as the JVM writes it, its offsets parsed or
 refused in one line, and the relay over the fakes publishing every event after the
 adopted offset exactly once whatever part of them Debezium had already published."""
@@ -10,8 +10,8 @@ from collections import Counter
 
 import pytest
 
-from cdc.checkpoints.adoption import AdoptedWindow, AdoptionError, parse_debezium_offset, pick_offset
-from cdc.checkpoints.checkpoint import Checkpoint
+from cdc.adoption import AdoptedWindow, AdoptionError, parse_debezium_offset, pick_offset
+from cdc.checkpoint import Checkpoint
 from cdc.position import BinlogPosition
 from connectors.debezium.java_offset_file import OffsetFileError, parse_offset_file, serialize_offset_map
 from fakes import SOURCE_NAME, Binlog, FakeCheckpointStore, FakeKafka, RelayHarness, outbox_row

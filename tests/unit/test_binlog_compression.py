@@ -13,9 +13,9 @@ import zlib
 
 import pytest
 
-from cdc.assembly.source_events import RowChange, RowInsert, ServerInfo, TxBegin, TxCommit
 from cdc.errors import NeedsOperator, UndecodableEventError
 from cdc.position import BinlogPosition
+from cdc.source_events import RowChange, RowInsert, ServerInfo, TxBegin, TxCommit
 from connectors.mysql.binlog_decoder import BinlogDecoder, UndecodableEvent
 from connectors.mysql.binlog_source import MySQLBinlogSource
 from spark_jobs.mysql.binlog_compressed import CompressedEventError, _Format, expand_event

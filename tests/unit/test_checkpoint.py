@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from cdc.checkpoints.checkpoint import FORMAT_VERSION, Checkpoint
+from cdc.checkpoint import FORMAT_VERSION, Checkpoint
 from cdc.errors import ConfigError, PositionError
 from cdc.position import BinlogPosition
 

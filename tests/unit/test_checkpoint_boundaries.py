@@ -9,8 +9,8 @@ rollback, a standalone statement, an XA prepare or outcome) or the start."""
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cdc.assembly.source_events import Statement
 from cdc.position import BinlogPosition
+from cdc.source_events import Statement
 from fakes import SCHEMA, Binlog, RelayHarness, outbox_row
 
 START = BinlogPosition("mysql-bin.000001", 4)

@@ -6,8 +6,8 @@ import threading
 
 import pytest
 
-from cdc.checkpoints.checkpoint import Checkpoint
-from cdc.checkpoints.checkpoint_writer import CheckpointWriter
+from cdc.checkpoint import Checkpoint
+from cdc.checkpoint_writer import CheckpointWriter
 from cdc.position import BinlogPosition
 
 

@@ -10,7 +10,7 @@ import struct
 
 import pytest
 
-from cdc.assembly.source_events import RowChange, RowInsert
+from cdc.source_events import RowChange, RowInsert
 from connectors.mysql.binlog_decoder import BinlogDecodeError, BinlogDecoder
 from connectors.mysql.binlog_protocol import BinlogConnection, BinlogConnectionError
 from tests.unit import binlog_bytes as bb

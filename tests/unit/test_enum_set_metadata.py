@@ -17,7 +17,7 @@ import struct
 
 import pytest
 
-from cdc.assembly.source_events import RowInsert
+from cdc.source_events import RowInsert
 from connectors.mysql.binlog_decoder import _TYPE_NAMES, BinlogDecoder, ServerSettingRequired
 from connectors.mysql.table_columns import ColumnDefinition, parse_column_type
 from tests.unit import binlog_bytes as bb

@@ -10,7 +10,7 @@ import pytest
 from delivery_parts import committed
 
 from cdc.assembly import feed as feed_module
-from cdc.assembly.source_events import RowInsert
+from cdc.source_events import RowInsert
 from fakes import Binlog, FakeSource, FakeSourceFactory, outbox_row
 
 

@@ -1,7 +1,7 @@
 """InflightWindow: the delivered position moves over a prefix of whole, acknowledged
 transactions only."""
 
-from cdc.checkpoints.checkpoint import Checkpoint
+from cdc.checkpoint import Checkpoint
 from cdc.delivery.inflight import InflightWindow
 from cdc.gtid import MariadbGtidPosition, MysqlGtidSet
 from cdc.position import BinlogPosition

@@ -4,7 +4,7 @@ after that; every checkpoint carries the epoch; a file store refuses an older ep
 
 import pytest
 
-from cdc.checkpoints.checkpoint import Checkpoint
+from cdc.checkpoint import Checkpoint
 from cdc.errors import ConfigError
 from cdc.lease import LeaseClock, LeaseLost, LeaseSettings, Previous, lock_name, takeover_wait
 from cdc.position import BinlogPosition

@@ -21,7 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cdc.assembly.source_events import RowChange, RowInsert, TxBegin, TxCommit, XaCommit, XaPrepare, XaRollback
+from cdc.source_events import RowChange, RowInsert, TxBegin, TxCommit, XaCommit, XaPrepare, XaRollback
 from connectors.mysql.binlog_decoder import BinlogDecoder
 from spark_jobs.mysql.binlog_compressed import _Format, expand_event
 from testbed.mysql_lab.binlog_writer import Column, JsonDiff, MysqlBinlogWriter, Xid

@@ -30,10 +30,10 @@ from cryptography.hazmat.primitives.asymmetric import padding, rsa
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cdc.assembly.source_events import RowInsert, TxBegin, TxCommit
 from cdc.errors import PositionError
 from cdc.gtid import MysqlGtidSet
 from cdc.server_version import ServerVersion, binlog_status_statement, replicas_statement
+from cdc.source_events import RowInsert, TxBegin, TxCommit
 from connectors.mysql.binlog_decoder import BinlogDecodeError, BinlogDecoder, parse_mysql_gtid
 from connectors.mysql.binlog_protocol import decode_mysql_gtid_set, encode_mysql_gtid_set, mysql_gtid_dump_packet
 from connectors.mysql.client import pymysql_args, tls_problem

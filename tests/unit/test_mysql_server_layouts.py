@@ -9,8 +9,8 @@ import struct
 
 import pytest
 
-from cdc.assembly.source_events import RowChange, RowInsert, ServerStarted, TxCommit
 from cdc.position import BinlogPosition
+from cdc.source_events import RowChange, RowInsert, ServerStarted, TxCommit
 from connectors.mysql.binlog_decoder import BinlogDecodeError, BinlogDecoder, ServerSettingRequired
 from tests.unit import binlog_bytes as bb
 from tests.unit import mysql_json_bytes as jb

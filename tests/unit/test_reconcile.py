@@ -18,12 +18,12 @@ import pytest
 from cdc.events import identity as hdr
 from cdc.events.outbox import OutboxTable
 from spark_jobs.common import identity_key, murmur2, murmur2_partition, redacted, scrub
-from spark_jobs.kafka.source import avro_schema, decode_record, decode_value, fields_for
 from spark_jobs.mysql.binlog_source import BINLOG_FIELDS, EventMapper, TxAssembler, classify_query, events_of_tx
 from spark_jobs.reconcile import (
     ReconcileContext,
     reconcile_reference,
 )
+from spark_jobs.records import avro_schema, decode_record, decode_value, fields_for
 
 SOURCE = "shop-db"
 DLQ = "outbox.dlq"
@@ -735,7 +735,7 @@ def _sample_messages() -> list[_Msg]:
 @pytest.mark.verifier_deps
 @pytest.mark.parametrize("include_raw,decode", [(False, True), (True, True), (True, False), (False, False)])
 def test_record_columns_equal_message_row(include_raw: bool, decode: bool) -> None:
-    from spark_jobs.kafka.source import RecordColumns, message_row
+    from spark_jobs.records import RecordColumns, message_row
 
     msgs = _sample_messages()
     cols = RecordColumns(include_raw, decode, DLQ)

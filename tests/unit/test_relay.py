@@ -8,13 +8,13 @@ from collections import Counter, defaultdict
 
 import pytest
 
-from cdc.assembly.source_events import XaPrepare
 from cdc.assembly.transaction import OutboxChangeRefused
-from cdc.checkpoints.checkpoint import Checkpoint
+from cdc.checkpoint import Checkpoint
 from cdc.errors import ConfigError, DeliveryError, PositionPurgedError, RecoveryError, SourceError
 from cdc.gtid import MysqlGtidSet
 from cdc.position import BinlogPosition
 from cdc.relay import YOUNG_GENERATION
+from cdc.source_events import XaPrepare
 from fakes import (
     FATAL,
     TOO_LARGE,

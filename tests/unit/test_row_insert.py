@@ -1,4 +1,4 @@
-"""`cdc.assembly.source_events.RowInsert` is written out (slots set by plain stores, its end kept as
+"""`cdc.source_events.RowInsert` is written out (slots set by plain stores, its end kept as
 file and offset) where the other source events are frozen dataclasses: it must behave as
 the frozen dataclass it was, for the assembler, the tests that build rows by hand and the
 decoder's generated inserters alike."""
@@ -9,8 +9,8 @@ import dataclasses
 
 import pytest
 
-from cdc.assembly.source_events import RowInsert
 from cdc.position import BinlogPosition
+from cdc.source_events import RowInsert
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 
 from cdc.events.sink_fields import H_KEY, H_NULL_VALUE, H_TIMESTAMP, message_properties, partition_stream
-from spark_jobs.kafka.source import message_row
 from spark_jobs.log_record import TIMESTAMP_CREATE_TIME, from_properties
+from spark_jobs.records import message_row
 from tests.sink_samples import sample_records
 
 TOPIC, DLQ = "outbox.event.order", "outbox.dlq"
@@ -63,7 +63,7 @@ def test_partition_streams_are_named_after_the_topic() -> None:
 
 @pytest.mark.verifier_deps
 def test_record_columns_of_broker_records_equal_message_rows() -> None:
-    from spark_jobs.kafka.source import RecordColumns
+    from spark_jobs.records import RecordColumns
 
     cols = RecordColumns(True, True, DLQ)
     records = [

@@ -2,7 +2,13 @@
 
 import pytest
 
-from cdc.assembly.source_events import (
+from cdc.assembly.transaction import OutboxChangeRefused, StatementFormatRefused, TransactionAssembler
+from cdc.errors import ConfigError
+from cdc.events.identity import TxIdentity
+from cdc.events.outbox import DeadLetter, OutboxEvent, OutboxMapper, OutboxTable
+from cdc.events.topics import TopicRouter
+from cdc.position import BinlogPosition
+from cdc.source_events import (
     RollbackToSavepoint,
     RowChange,
     RowInsert,
@@ -16,12 +22,6 @@ from cdc.assembly.source_events import (
     XaPrepare,
     XaRollback,
 )
-from cdc.assembly.transaction import OutboxChangeRefused, StatementFormatRefused, TransactionAssembler
-from cdc.errors import ConfigError
-from cdc.events.identity import TxIdentity
-from cdc.events.outbox import DeadLetter, OutboxEvent, OutboxMapper, OutboxTable
-from cdc.events.topics import TopicRouter
-from cdc.position import BinlogPosition
 from fakes import Binlog, outbox_row
 
 U1 = "3e11fa47-71ca-11e1-9e33-c80aa9429562"
@@ -312,7 +312,7 @@ def test_unknown_on_change_policy_is_a_config_error():
 
 
 def test_heartbeats_and_unknown_events_are_ignored():
-    from cdc.assembly.source_events import Heartbeat, ServerInfo
+    from cdc.source_events import Heartbeat, ServerInfo
 
     asm = assembler()
     assert asm.feed(Heartbeat(P(4))) is None and asm.feed(ServerInfo(1, "mysql")) is None
@@ -446,7 +446,7 @@ def test_mysql_two_phase_shape_opened_by_an_xa_start_query_is_held_then_publishe
     """MySQL writes the prepare group as a GTID event, a `XA START` query, rows, `XA END`
     and XA_prepare; the outcome as a GTID event and a `XA COMMIT` query (byte-level shape:
     not exercised against a MySQL server here)."""
-    from cdc.assembly.source_events import query_event
+    from cdc.source_events import query_event
 
     asm = assembler()
     prepare = [
@@ -462,14 +462,14 @@ def test_mysql_two_phase_shape_opened_by_an_xa_start_query_is_held_then_publishe
 
 
 def test_an_xa_recover_row_names_the_xid_as_the_binlog_does():
-    from cdc.assembly.source_events import recovered_xid
+    from cdc.source_events import recovered_xid
 
     assert recovered_xid((1, 2, 0, b"x1")) == XID
     assert recovered_xid((7, 2, 2, "x2bq")) == "X'7832',X'6271',7"
 
 
 def test_xa_queries_are_recognised_with_their_xid():
-    from cdc.assembly.source_events import query_event
+    from cdc.source_events import query_event
 
     assert query_event("XA COMMIT X'7831',X'',1", P(1), P(2), 3) == XaCommit(XID, P(1), P(2), 3)
     assert query_event("XA ROLLBACK X'7832',X'6271',7", P(1), P(2), 3) == XaRollback("X'7832',X'6271',7", P(2))

@@ -16,13 +16,13 @@ from hypothesis import strategies as st
 
 from cdc.assembly.feed import prepare
 from cdc.delivery.handover import Handover
+from cdc.delivery.lease_guard import LeaseGuard
 from cdc.delivery.ledger import Ledger
+from cdc.delivery.missing_topics import MissingTopics
 from cdc.events.identity import EventIdentity, TxIdentity
 from cdc.events.outbox import DeadLetter, OutboxEvent, OutboxTable
-from cdc.lease_guard import LeaseGuard
 from cdc.log_limit import LogLimiter
 from cdc.metrics import RelayMetrics
-from cdc.missing_topics import MissingTopics
 from cdc.ports import Delivery
 from cdc.position import BinlogPosition
 from cdc.relay_settings import RelaySettings

@@ -3,8 +3,8 @@ checks, and the operator problem after the last one (a fake clock, a fake XA REC
 
 import logging
 
-from cdc.assembly.xa_check_back import XaCheckBack
 from cdc.delivery.inflight import HeldPrepare, Resume
+from cdc.delivery.xa_check_back import XaCheckBack
 from cdc.events.outbox import OutboxTable
 from cdc.metrics import RelayMetrics
 from cdc.position import BinlogPosition

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from cdc.checkpoints.adoption import AdoptedWindow
+from cdc.adoption import AdoptedWindow
 from cdc.errors import ConfigError
 from cdc.position import BinlogPosition
 
@@ -50,7 +50,7 @@ class Checkpoint:
     # at or after `position` is visible to read_committed readers, so a restart needs no
     # recovery scan of the topics' tails.
     exact: bool = False
-    # Taken over from Debezium (`cdc adopt`, cdc/checkpoints/adoption.py): until `position` passes
+    # Taken over from Debezium (`cdc adopt`, cdc/adoption.py): until `position` passes
     # `adopted.until`, recovery also recognises Debezium's messages by their `id` header.
     adopted: AdoptedWindow | None = None
 

@@ -9,7 +9,7 @@ from the checkpoint, an event whose identity is remembered is skipped instead of
 published again: no broker transaction is needed, and a transaction delivered to some
 partitions and not others is completed exactly.
 
-A checkpoint written by `cdc adopt` (cdc/checkpoints/adoption.py) carries a window in which Debezium's
+A checkpoint written by `cdc adopt` (cdc/adoption.py) carries a window in which Debezium's
 messages may sit: those lack the relay's identity headers, so their `id` header (the
 outbox event id) is remembered instead, from the window's offsets on, and an event of the
 binlog with that id is not published again until the relay has passed the window.
@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 
 from cdc import crashpoints
-from cdc.checkpoints.checkpoint import Checkpoint
+from cdc.checkpoint import Checkpoint
 from cdc.errors import PositionError, RecoveryError
 from cdc.events.identity import H_EVENT_ID, H_FILE, H_GTID, H_POS, H_SOURCE, identity_key_from_headers
 from cdc.gtid import parse_gtid_set
@@ -46,7 +46,7 @@ class Recovery:
         self.duplicates_in_topics: list[tuple[str, int, int]] = []  # (topic, partition, offset)
         self.skipped = 0
         self._adopted = checkpoint.adopted
-        # Debezium's messages in the adopted window: their event ids (cdc/checkpoints/adoption.py).
+        # Debezium's messages in the adopted window: their event ids (cdc/adoption.py).
         self._adopted_ids: set[str] = set()
         self.adopted_found = 0
         self.adopted_skipped = 0

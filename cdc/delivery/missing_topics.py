@@ -15,9 +15,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+from cdc.delivery.topic_metadata import TopicMetadata
 from cdc.ports import TopicAdmin
 from cdc.relay_settings import RelaySettings
-from cdc.topic_metadata import TopicMetadata
 
 # The relay's lines keep the relay's logger name: operators filter on it.
 log = logging.getLogger("cdc.relay")

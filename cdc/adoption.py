@@ -14,7 +14,7 @@ Debezium may have published some events and not others: the records of the rest 
 batch, and of batches after its last offset flush, reached Kafka before it died. So the relay
 starts reading at `pos` (a transaction boundary; `event`/`row` are recorded, not trusted) and
 publishes an event only when no Debezium message carries its id: the recovery scan
-(cdc/checkpoints/recovery.py) collects the `id` header of every message in the adopted topics that lacks
+(cdc/recovery.py) collects the `id` header of every message in the adopted topics that lacks
 the relay's identity headers, from the topics' first offsets at adoption. Outbox ids are the
 events' identity in Debezium's model too (its router puts the id column in that header), so
 they must be unique, as a primary key makes them.

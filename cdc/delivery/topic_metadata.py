@@ -3,7 +3,7 @@ while Kafka does not answer.
 
 The loop cannot go on without these answers (a topic is named in a checkpoint with its
 end offsets before its first message, cdc/delivery/ledger.py; a missing topic is
-dead-lettered, cdc/missing_topics.py), but Kafka being away for a while is no reason to
+dead-lettered, cdc/delivery/missing_topics.py), but Kafka being away for a while is no reason to
 die: the question is asked again, serving acknowledgements and keeping the lease
 checked, for up to `relay.reconnect_timeout_s`, then the relay gives up (DeliveryError:
 exit 1). `kafka_waiting_since` tells the health endpoint while it waits.
@@ -15,8 +15,8 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from cdc.delivery.lease_guard import LeaseGuard
 from cdc.errors import DeliveryError
-from cdc.lease_guard import LeaseGuard
 from cdc.metrics import RelayMetrics
 from cdc.ports import DeliveredLog, Publisher
 

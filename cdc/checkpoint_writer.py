@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import threading
 
-from cdc.checkpoints.checkpoint import Checkpoint
+from cdc.checkpoint import Checkpoint
 from cdc.ports import CheckpointStore
 
 

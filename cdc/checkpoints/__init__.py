@@ -1,1 +1,0 @@
-"""Where a run resumes: the checkpoint, its writer, recovery on start, adoption from Debezium."""
