@@ -49,7 +49,7 @@ setup() {
     rm -f .venv/.installed-*
     touch "$stamp"
   fi
-  # the json format's optional compiled proof walk (docs/DESIGN.md, "The compiled walk"): built
+  # the json format's optional compiled proof walk (docs/output-formats.md, "The compiled walk"): built
   # again whenever cdc/json_kinds.py changes; without a C compiler one line, and the pure-Python
   # walk runs (the loader also refuses a build stamped with another digest of the source)
   local kinds=".venv/.json-kinds-$(sha1sum cdc/json_kinds.py | cut -c1-12)"

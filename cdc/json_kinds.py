@@ -1,6 +1,6 @@
 """The proof walk of the json format's fast path: whether orjson's compact bytes of a parsed
 payload are Debezium's expansion of it byte for byte, listing each member's Connect kind on
-the way (docs/DESIGN.md, "The json format's bytes").
+the way (docs/output-formats.md, "The json format's bytes").
 
 The one source of truth for the walk, pure Python and typed so that mypyc can compile it:
 `tools/build_json_kinds.py` (run by `./run.sh setup` when a C compiler is there) builds

@@ -8,7 +8,7 @@ silent for `ttl_s` (the session's `wait_timeout` is set to the lease time, so a 
 cut-off holder loses it on the server's clock). Every other instance is a standby that
 waits for the lock.
 
-Timing, and what each side does (docs/DESIGN.md, "One active relay"):
+Timing, and what each side does (docs/lease.md):
 
 * The holder confirms the lease every `renew_s` on its lock session. It may hand
   messages to the producer only until `sent + ttl_s - margin_s`, where `sent` is when it

@@ -78,8 +78,8 @@ _POSITION = re.compile(r"^[^\s:]+\.\d+:\d+$")  # <file>.<n>:<offset>; a GTID set
 # a few (its event, identity, headers, delivery callbacks) until Kafka acknowledges it, so
 # at 700 they outlive the young generation and are walked again by the older ones: about
 # 2 us an event of collector time (in-process, hand-over to acknowledgement against the
-# Kafka stand-in: 2.07 -> 0.08 us an event; docs/DESIGN.md, "The hot path's cost per
-# event"). Nothing here relies on the collector: the relay's objects are freed by their
+# Kafka stand-in: 2.07 -> 0.08 us an event; docs/hot-path.md, "The relay process's
+# hand-over"). Nothing here relies on the collector: the relay's objects are freed by their
 # reference counts, and cycles are still collected, only less often.
 YOUNG_GENERATION = 10_000
 

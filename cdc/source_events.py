@@ -39,8 +39,8 @@ class RowInsert:
     because the decoder makes one per row of the binlog: it sets the slots by plain stores
     (a frozen dataclass's fields can only be set through their descriptors' calls) and
     keeps `end` as its file and offset, made a `BinlogPosition` when read (the assembler
-    reads it only for the second half of a REPLACE): about 0.5 us a row (docs/DESIGN.md,
-    "The hot path's cost per event"). Nothing sets a row's fields after it is made."""
+    reads it only for the second half of a REPLACE): about 0.5 us a row (docs/hot-path.md,
+    "The row path"; docs/benchmarks.md). Nothing sets a row's fields after it is made."""
 
     __slots__ = ("_end_file", "_end_pos", "schema", "table", "values")
     __match_args__ = ("schema", "table", "values", "end")

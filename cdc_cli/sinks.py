@@ -63,7 +63,7 @@ def kafka_adapters(cfg: Config, metrics: RelayMetrics) -> SinkAdapters:
 def rabbitmq_stream_adapters(cfg: Config) -> SinkAdapters:
     """RabbitMQ streams (connectors/rabbitmq/stream_sink.py): exactly once by the checkpoint and the
     recovery scan (cdc/delivery/idempotent.py); the publishing ids keep a broker restart
-    inside a run from losing or repeating a message (docs/DESIGN.md, "RabbitMQ Streams")."""
+    inside a run from losing or repeating a message (docs/sink-delivery.md, "RabbitMQ Streams")."""
     from cdc.delivery.idempotent import idempotent_delivery
     from connectors.rabbitmq.stream_sink import (
         RabbitStreamAdmin,
@@ -108,7 +108,7 @@ def nats_adapters(cfg: Config) -> SinkAdapters:
     reader = NatsStreamReader(nats)
     topics = NatsStreamAdmin(nats, reader) if cfg.topics.missing == "create" else None
     # Idempotent delivery over JetStream: Nats-Msg-Id within the stream's duplicate window,
-    # the recovery scan after it (docs/DESIGN.md "NATS JetStream"). A previous holder's
+    # the recovery scan after it (docs/sink-delivery.md "NATS JetStream"). A previous holder's
     # message can reach the server until its delivery timeout.
     return SinkAdapters(
         NatsJetStreamPublisher(nats, cfg.source.name), reader, checkpoint_store(cfg), topics, idempotent_delivery,

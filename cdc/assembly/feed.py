@@ -177,8 +177,8 @@ class LocalFeed:
                 crashpoints.hit("mid_transaction")
             # The rows that follow it in what the source has read already, taken here in one
             # call (a source that offers `ready_rows`), not one `read` each through this
-            # method's checks and the caller's loop: see docs/DESIGN.md, "The reader's
-            # decoding loop". A row insert never completes a transaction.
+            # method's checks and the caller's loop: see docs/hot-path.md, "The row
+            # path". A row insert never completes a transaction.
             # The assembler takes the run in one call too (`feed_inserts`); the crash point
             # is still passed once per row, as each row read inside a transaction passes it.
             ready_rows = getattr(self._source, "ready_rows", None)

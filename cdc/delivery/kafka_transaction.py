@@ -3,7 +3,7 @@ Kafka transaction the relay has open, and the errors of that mode.
 
 One Kafka transaction holds the messages of one or more *complete* database
 transactions, their dead letters, and the checkpoint record naming the position after
-them (docs/DESIGN.md, "Transactional delivery"). The transactional delivery mode
+them (docs/transactional-delivery.md). The transactional delivery mode
 (cdc/delivery/transactional.py) opens one before the first message of a database
 transaction when none is open, and commits it once a whole database transaction is
 handed over and the open one is old enough (`transaction_max_s`) or large enough

@@ -1,4 +1,4 @@
-"""Topics that do not exist (`topics.missing`, docs/DESIGN.md "Production connections").
+"""Topics that do not exist (`topics.missing`, docs/production.md "Topics that do not exist").
 
 Before the first message to a topic the hand-over asks here whether it exists (Kafka's
 metadata). When it does not, the event is dead-lettered with cause `topic_missing` and

@@ -1,5 +1,5 @@
-"""Transactional delivery (`kafka.delivery = "transactional"`; docs/DESIGN.md,
-"Transactional delivery"): promise 4 kept by Kafka transactions, with atomic visibility
+"""Transactional delivery (`kafka.delivery = "transactional"`; docs/transactional-delivery.md):
+promise 4 kept by Kafka transactions, with atomic visibility
 and a broker-side fence on top.
 
 One Kafka transaction holds the messages of one or more *whole* database transactions,

@@ -1,4 +1,4 @@
-"""Acknowledgements without an offset (docs/DESIGN.md, "An acknowledgement the relay
+"""Acknowledgements without an offset (docs/recovery.md, "An acknowledgement the relay
 cannot locate").
 
 librdkafka reports success with offset -1 when a retried batch is answered as already

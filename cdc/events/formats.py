@@ -22,7 +22,7 @@ blank payload a tombstone (null value). Header `cdc.format` names the format; th
 headers (cdc/events/identity.py) are on every message in every format.
 
 How Debezium's expansion (EventRouterDelegate, JsonSchemaData) and JsonConverter (Jackson)
-shape the JSON, and `debezium_json` follows, is written down rule by rule in docs/DESIGN.md
+shape the JSON, and `debezium_json` follows, is written down rule by rule in docs/output-formats.md
 ("The json format's bytes"): only a payload starting with `{` or `[` is parsed (its first
 value; what follows is ignored); one that does not parse or whose schema cannot be inferred
 stays a string (a JSON string literal); null and empty-array members are dropped; arrays are
@@ -334,7 +334,7 @@ def payload_value(fmt: str, payload: str | bytes | None, extras: MessageExtras |
 
 def debezium_json(payload: str | bytes | None) -> str:
     """The JSON text Debezium's JsonConverter writes for `payload` after the router's
-    expansion (docs/DESIGN.md, "The json format's bytes")."""
+    expansion (docs/output-formats.md, "The json format's bytes")."""
     fast = _fast_json(payload)
     if fast is not None:
         return fast.decode()
@@ -441,7 +441,7 @@ class _NotExpandable(Exception):
 
 def _expand_text(payload: str) -> str:
     """The general path of `debezium_json` for a text payload: every rule of
-    docs/DESIGN.md's "The json format's bytes", in Python."""
+    docs/output-formats.md's "The json format's bytes", in Python."""
     if payload[:1] not in ("{", "["):
         return _jstr(payload)
     try:
@@ -595,7 +595,7 @@ def _kind(v: Any) -> str:
 def _expand(doc: Any) -> str:
     if isinstance(doc, list):
         # A top-level array: Debezium's converter fails the record ("Invalid type for
-        # ARRAY", DESIGN.md), so there are no bytes to match; the relay keeps the data and
+        # ARRAY", docs/output-formats.md), so there are no bytes to match; the relay keeps the data and
         # writes the payload as a string, as for every payload it cannot expand (it wrote
         # {}, an empty document where the array had values).
         raise _NotExpandable
@@ -673,7 +673,7 @@ def _object_array(items: list, depth: int) -> str:
     """Objects in an array share one struct schema, the union of their fields (in order of
     first appearance); a member an element lacks is written as null. (Debezium merges the
     elements' distinct schemas in the order of a HashSet: when they differ other than by
-    leading prefixes, its field order is not derivable; see DESIGN.md.)"""
+    leading prefixes, its field order is not derivable; see docs/output-formats.md.)"""
     if depth + 1 > _MAX_DEPTH:
         raise _NotExpandable
     fields: dict[str, str] = {}

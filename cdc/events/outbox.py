@@ -363,8 +363,8 @@ class OutboxMapper:
         """The common envelope row as the reader process's pipe carries its event, straight
         from the row: what `map`, `cdc.assembly.feed.prepare` and `OutboxEvent.to_wire(True)` give
         together (tag 2, the payload in the value), without the event, its identity or the
-        calls between them (connectors/mysql/reader_process.py; docs/DESIGN.md, "The hot path's
-        cost per event"). A table's topic, interned texts and value header are kept per
+        calls between them (connectors/mysql/reader_process.py; docs/hot-path.md, "The reader's
+        encoding and the pipe"). A table's topic, interned texts and value header are kept per
         (aggregate type, event type): one dict look-up instead of the router's per event.
 
         None for anything else, to be taken through `map` and `prepare`, which give the same

@@ -31,7 +31,7 @@ decompressed into the plain event it stands for (same header, so the same positi
 decoded as that one. The events inside a MySQL Transaction_payload are decoded in order
 as if each sat where the payload sits: each starts at the payload's start and ends at its
 end (a payload holds one transaction, so a transaction begun inside it starts at the
-payload and its commit ends with it; see docs/DESIGN.md). A compressed event that cannot
+payload and its commit ends with it; see docs/binlog-decoding.md, "Compressed binlogs"). A compressed event that cannot
 be decompressed exactly, or a payload with a second transaction after a commit, raises
 `UndecodableEvent` naming the event, its position and what to do (the library would
 drop such events silently).

@@ -447,7 +447,7 @@ class BinlogConnection:
         """The stream a socket read at a time, for a consumer that frames the event packets
         itself (`BinlogDecoder.decode_reads`: on a binlog of mostly unwatched rows, the
         events it drops then never become bytes objects; 17-19% less reader CPU on the
-        mixed capture of docs/DESIGN.md's "The reader's decoding loop").
+        mixed capture: docs/hot-path.md, "The decoder's loop", and docs/benchmarks.md).
 
         Yields a `PacketRun` after each read (the same object every time, valid until the
         next step): the consumer takes the complete event packets it wants from

@@ -426,7 +426,7 @@ class MessagePickler:
       child, which the relay cannot import from.
 
     A one-row transaction's message: 12.0 -> 3.6 us pickled, 8.7 -> 4.7 us unpickled by the
-    relay (min of 3 x 20k, a loaded machine; docs/DESIGN.md, "The hot path's cost per event")."""
+    relay (min of 3 x 20k, a loaded machine; docs/hot-path.md, "The reader's encoding and the pipe")."""
 
     def __init__(self) -> None:
         self._buffer = io.BytesIO()

@@ -2,7 +2,7 @@
 streams back (cdc.ports.DeliveredLog) and what creates a missing one (cdc.ports.TopicAdmin).
 What maps to what (topic = subject, offset = stream sequence, key and null value as
 headers) is docs/sinks.md and cdc/events/sink_fields.py; why delivery is exactly once is
-docs/DESIGN.md "NATS JetStream".
+docs/sink-delivery.md "NATS JetStream".
 
 Publishing. Each message is a core NATS PUB with a reply subject `<inbox>.<n>`: the
 server's JetStream answers there with a PubAck (`{"stream", "seq", "duplicate"}`), an

@@ -13,7 +13,7 @@ murmur2 of the key modulo the count (so a key goes where a Kafka producer would 
 key, headers and a null value are AMQP application properties (cdc.events.sink_fields), the
 timestamp is `properties.creation-time`, the value is the body.
 
-Publishing ids (docs/DESIGN.md, "RabbitMQ Streams"). Every message is published under one
+Publishing ids (docs/sink-delivery.md, "RabbitMQ Streams"). Every message is published under one
 producer name (`cdc-relay.<source.name>` unless `producer_name`) with a publishing id; the
 broker keeps the highest id stored per name and stream and confirms, without storing, any
 id not above it (pinned in tests/integration/test_sink_servers.py). Ids are given in

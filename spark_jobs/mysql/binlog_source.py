@@ -31,7 +31,7 @@ library misreads of MySQL 8.4 / 9.x rows is prepared by the verifier's own code 
 Table_maps without `binlog_row_metadata=FULL` get names and ENUM / SET values from
 information_schema, JSON reaches the payload as MySQL's own text, VECTOR as its bytes,
 a partial JSON update as the whole document (`spark_jobs/mysql/binlog_table_map.py`,
-`mysql_json_text.py`, `binlog_partial_json.py`; docs/DESIGN.md). "fast" uses the
+`mysql_json_text.py`, `binlog_partial_json.py`; docs/verifier.md, "Reading what MySQL writes"). "fast" uses the
 relay's own reader (`connectors.mysql.binlog_protocol` + `connectors.mysql.binlog_decoder`) and is
 several times faster, but a decoder bug would then be made by both sides: opt in only
 when that trade is acceptable. Either way the events go through the verifier's own

@@ -1,5 +1,5 @@
 """The lab's data directory, read by the server (the writer appends to it; see
-testbed/mysql_lab/README in tests/README.md and the contract in docs/DESIGN.md):
+testbed/mysql_lab/README in tests/README.md and the contract in docs/mysql-lab.md):
 
   binlog.index            one `./binlog.NNNNNN` per line (MySQL's index format)
   binlog.NNNNNN           binlog files as MySQL writes them

@@ -66,7 +66,7 @@ atexit.register(_kill_all_at_exit)
 
 
 def default_state(version: str, server_id: int, server_uuid: str) -> dict[str, Any]:
-    """lab_state.json of an empty server (the writer's contract, docs/DESIGN.md)."""
+    """lab_state.json of an empty server (the writer's contract, docs/mysql-lab.md)."""
     return {
         "server_version": version,
         "server_id": server_id,

@@ -1,6 +1,6 @@
 """Outbox payloads for the Debezium compatibility corpus (test_debezium_compat.py): a seeded
 generator of JSON texts as applications store them, plus fixed cases for each class of
-docs/DESIGN.md's "The json format's bytes".
+docs/output-formats.md's "The json format's bytes".
 
 The generator covers what a JSON reader and writer can disagree on: strings with every kind
 of character (controls, `"` `\\` `/`, U+007F, U+2028/9, the BMP, beyond the BMP) written raw
@@ -13,7 +13,7 @@ one shape, whitespace anywhere JSON allows it, trailing content after the docume
 that is not JSON or not expandable.
 
 It leaves out, by construction, what Debezium cannot write or writes in an order no one can
-derive (DESIGN.md): top-level arrays whose schema can be inferred and documents holding an
+derive (docs/output-formats.md): top-level arrays whose schema can be inferred and documents holding an
 integer beyond 64 bits or an array whose elements' schemas differ (Debezium's converter
 fails such a record: a Connect task stops), and arrays of objects of different shapes
 (merged in a HashSet's order).
@@ -275,7 +275,7 @@ _NOT_EXPANDABLE = [
     '{"a":' * 1001 + "1" + "}" * 1001,  # deeper than Jackson reads
 ]
 
-# Fixed cases, one or more per class (DESIGN.md), always in the corpus.
+# Fixed cases, one or more per class (docs/output-formats.md), always in the corpus.
 FIXED = [
     '{"s":"żółw 🐢"}',
     '{"s":"\\ud83d\\udc22","t":"\\uD83D\\uDC22"}',

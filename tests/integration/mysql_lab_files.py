@@ -2,7 +2,7 @@
 events (the lab's own writer, testbed/mysql_lab/binlog_writer.py, is tested on its own):
 Format_description as MySQL 8.4 writes it, Previous_gtids, GTID + BEGIN + Table_map +
 Write_rows v2 + XID transactions, Rotate; with the `.gtids` sidecar, the index and the state
-file the server reads (the contract in docs/DESIGN.md, "The MySQL lab")."""
+file the server reads (the contract in docs/mysql-lab.md, "The data directory")."""
 
 from __future__ import annotations
 

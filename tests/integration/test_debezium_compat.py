@@ -17,7 +17,7 @@ reproduce; every comparison here therefore sets the timestamp column (the relay'
 the commit time, is what a Debezium user gets from `source.ts_ms`).
 
 The corpus tests run a generated corpus (tests/integration/json_corpus.py: at least 2,000
-payloads from a seed printed with the result, plus fixed cases per class of docs/DESIGN.md's
+payloads from a seed printed with the result, plus fixed cases per class of docs/output-formats.md's
 "The json format's bytes") through both sides message by message for `json`, `string` and
 `avro`, printing every difference with its payload and bytes. `CDC_COMPAT_SEED=<n>` replays
 a seed.

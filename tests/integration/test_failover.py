@@ -1,6 +1,6 @@
 """Identity across a failover: where GTIDs exist, a transaction is recognised by its GTID
 (set membership), never by file/pos, so a relay that resumes on another server of the
-same replication topology neither loses nor repeats an event (docs/DESIGN.md, "Positions").
+same replication topology neither loses nor repeats an event (docs/recovery.md, "Positions").
 
 Topology: a MariaDB primary (server_id 11) and a GTID replica of it (server_id 12), both
 with --log-slave-updates and --gtid-strict-mode. The replica's binary log is rotated

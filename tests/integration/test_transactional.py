@@ -384,7 +384,7 @@ def test_a_zombie_relay_is_fenced_by_the_broker_and_exits_with_one_line(
         a.proc.send_signal(signal.SIGCONT)
         code = a.wait(30)
         log = a.log_text()
-        # The one line of why (docs/DESIGN.md, "The fence and the lease agree"): the broker's
+        # The one line of why (docs/transactional-delivery.md, "The fence and the lease agree"): the broker's
         # fence, or - when the broker had already aborted A's open transaction while A was
         # frozen (transaction.timeout.ms), so nothing is left for it to refuse - A's lease.
         fenced = f"cdc: fenced by a newer instance of cdc-relay.src-{topic_prefix}; this instance stops"

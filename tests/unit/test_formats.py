@@ -96,7 +96,7 @@ def test_json_follows_debeziums_schema_inference():
 
 
 # Observed: Debezium 3.6.3's expansion (JsonSchemaData) + JsonConverter on Java 17, one case
-# per class of docs/DESIGN.md's "The json format's bytes" (the compatibility corpus runs
+# per class of docs/output-formats.md's "The json format's bytes" (the compatibility corpus runs
 # thousands more through the embedded engine).
 DEBEZIUM_OBSERVED = [
     ('{"s":"żółw 🐢"}', b'{"s":"\xc5\xbc\xc3\xb3\xc5\x82w \\uD83D\\uDC22"}'),
@@ -616,7 +616,7 @@ def test_the_verifier_matches_json_values_by_debeziums_bytes():
 
 def test_json_fast_path_agrees_with_the_general_rules_on_the_compat_corpus(walk):
     """The corpus the compatibility test runs through Debezium (tests/integration/
-    json_corpus.py, every class of DESIGN.md's "The json format's bytes"): on each payload
+    json_corpus.py, every class of docs/output-formats.md's "The json format's bytes"): on each payload
     of a few seeds the fast path gives the general rules' bytes, and those are UTF-8."""
     from tests.integration.json_corpus import FIXED, CorpusGenerator
 

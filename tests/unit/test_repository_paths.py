@@ -1,5 +1,5 @@
 """No file of the repository refers to a path outside it (a user's clone has only the
-repository): design notes live in docs/DESIGN.md."""
+repository): design notes live in docs/."""
 
 from __future__ import annotations
 
