@@ -434,8 +434,6 @@ def library_records(f: BinlogFile) -> tuple[list[tuple], list[str]]:
     prepared (no expansion, no Table_map rewriting). Also the events it could not read:
     (type, end, why)."""
     from pymysql.protocol import MysqlPacket
-    from pymysqlreplication.event import GtidEvent, QueryEvent, XAPrepareEvent, XidEvent
-    from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
     lib = LibraryReader(f.crc)
     allowed = _library_allowed(False)
@@ -443,29 +441,35 @@ def library_records(f: BinlogFile) -> tuple[list[tuple], list[str]]:
     unread: list[str] = []
     for raw in f.sent:
         try:
-            ev = lib.event(MysqlPacket(b"\x00" + raw, "utf8"), allowed)
+            records += _library_event(lib.event(MysqlPacket(b"\x00" + raw, "utf8"), allowed))
         except Exception as exc:  # noqa: BLE001  (an oracle that cannot read an event: noted, compared elsewhere)
             unread.append(f"type {raw[4]} ending at {_HEADER.unpack_from(raw)[4]}: {type(exc).__name__}: {exc}")
-            continue
-        if ev is None:
-            continue
-        end = ev.packet.log_pos
-        start = end - ev.packet.event_size
-        if isinstance(ev, GtidEvent):
-            records.append(("gtid", ev.gtid, start))
-        elif isinstance(ev, XidEvent):
-            records.append(("commit", end))
-        elif isinstance(ev, XAPrepareEvent):
-            from spark_jobs.mysql.binlog_source import xid_text
-
-            records.append(("xa_prepare", xid_text(ev.xid_format_id, ev.xid_gtrid, ev.xid_bqual), end))
-        elif isinstance(ev, QueryEvent):
-            records.append(("query", ev.query if isinstance(ev.query, str) else ev.query.decode(), start, end))
-        elif isinstance(ev, UpdateRowsEvent):
-            records += _rows("update", ev, ev.rows, end)
-        elif isinstance(ev, (WriteRowsEvent, DeleteRowsEvent)):
-            records += _rows("insert" if isinstance(ev, WriteRowsEvent) else "delete", ev, ev.rows, end)
     return records, unread
+
+
+def _library_event(ev: Any) -> list[tuple]:
+    from pymysqlreplication.event import GtidEvent, QueryEvent, XAPrepareEvent, XidEvent
+    from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
+
+    from spark_jobs.mysql.binlog_source import xid_text
+
+    if ev is None:
+        return []
+    end = ev.packet.log_pos
+    start = end - ev.packet.event_size
+    if isinstance(ev, GtidEvent):
+        return [("gtid", ev.gtid, start)]
+    if isinstance(ev, XidEvent):
+        return [("commit", end)]
+    if isinstance(ev, XAPrepareEvent):
+        return [("xa_prepare", xid_text(ev.xid_format_id, ev.xid_gtrid, ev.xid_bqual), end)]
+    if isinstance(ev, QueryEvent):
+        return [("query", ev.query if isinstance(ev.query, str) else ev.query.decode(), start, end)]
+    if isinstance(ev, UpdateRowsEvent):
+        return list(_rows("update", ev, ev.rows, end))
+    if isinstance(ev, (WriteRowsEvent, DeleteRowsEvent)):
+        return list(_rows("insert" if isinstance(ev, WriteRowsEvent) else "delete", ev, ev.rows, end))
+    return []
 
 
 # -- values ------------------------------------------------------------------------------
