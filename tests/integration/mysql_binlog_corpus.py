@@ -113,6 +113,15 @@ class TableMapInfo:
     table: str
     types: list[int]  # ENUM / SET told apart from CHAR by their metadata
     has_names: bool
+    enum_values: list[list[str]] = field(default_factory=list)  # per ENUM column (binlog_row_metadata=FULL)
+    set_values: list[list[str]] = field(default_factory=list)  # per SET column
+
+    def values_of(self, column: int) -> list[str] | None:
+        """The value names of an ENUM / SET column (by position), None when not in the Table_map."""
+        kind = self.types[column]
+        groups = self.enum_values if kind == 247 else self.set_values if kind == 248 else []
+        index = sum(1 for t in self.types[:column] if t == kind)
+        return groups[index] if index < len(groups) else None
 
 
 def table_maps(f: BinlogFile, first: bool = False) -> dict[tuple[str, str], TableMapInfo]:
@@ -151,13 +160,26 @@ def _table_map(body: bytes) -> TableMapInfo:
             types[i] = meta[q]
         q += _META_SIZE.get(t, 0)
     p += 1 + meta_len + (n + 7) // 8
-    names = False
+    info = TableMapInfo(schema, table, types, False)
     while p < len(body):
         kind, length = body[p], body[p + 1]
         assert length < 251
-        names |= kind == 4  # COLUMN_NAME
+        info.has_names |= kind == 4  # COLUMN_NAME
+        if kind in (5, 6):  # SET_STR_VALUE, ENUM_STR_VALUE: per column a count, then the names
+            groups, q = [], p + 2
+            while q < p + 2 + length:
+                count, q = body[q], q + 1
+                names = []
+                for _ in range(count):
+                    names.append(body[q + 1 : q + 1 + body[q]].decode())
+                    q += 1 + body[q]
+                groups.append(names)
+            if kind == 5:
+                info.set_values = groups
+            else:
+                info.enum_values = groups
         p += 2 + length
-    return TableMapInfo(schema, table, types, names)
+    return info
 
 
 # bytes of a column's Table_map metadata by type (log_event.cc save_field_metadata)
@@ -212,7 +234,9 @@ def relay_records(f: BinlogFile, catalogue: Catalogue | None = None, verify_chec
     from connectors.mysql.binlog_decoder import BinlogDecoder
 
     watched = set(table_maps(f))
-    dec = BinlogDecoder(watched, None, verify_checksum=verify_checksum, table_columns=catalogue.relay if catalogue else None)
+    dec = BinlogDecoder(
+        watched, None, verify_checksum=verify_checksum, table_columns=catalogue.relay if catalogue else None
+    )
     out: list = []
     for ev in f.sent:
         if catalogue is not None:
@@ -317,12 +341,12 @@ def verifier_records(f: BinlogFile, catalogue: Catalogue) -> tuple[list[tuple], 
     from pymysqlreplication.event import GtidEvent, QueryEvent, XAPrepareEvent, XidEvent
     from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
-    from spark_jobs.mysql.binlog_compressed import ExpandingConnection, _Format, event_start, tagged_gtid
+    from spark_jobs.mysql.binlog_compressed import _Format, event_start, tagged_gtid
     from spark_jobs.mysql.binlog_source import TxAssembler, _mysql_values, classify_query, row_values, xid_text
     from spark_jobs.mysql.binlog_table_map import TableMapRewriter
 
     rewriter = TableMapRewriter(set(table_maps(f)), catalogue.verifier)
-    conn = _ReplayConnection([b"\x00" + ev for ev in f.sent], rewriter, catalogue)
+    conn = _replay_connection([b"\x00" + ev for ev in f.sent], rewriter, catalogue)
     conn._binlog_format = _Format()  # as after its COM_BINLOG_DUMP (ExpandingConnection._write_bytes)
     lib = LibraryReader(f.crc)
     allowed = _library_allowed(True)
@@ -414,7 +438,7 @@ def _replay_class() -> type:
         """ExpandingConnection's own `_read_packet` over `Sent`'s (its `super()`)."""
 
         def __init__(self, packets: list[bytes], table_maps: Any, catalogue: Catalogue):
-            sent.__init__(self, packets, catalogue)
+            sent.__init__(self, packets, catalogue)  # type: ignore[misc]  # Sent is made at run time: no subclass differs
             from collections import deque
 
             self._binlog_format = None
@@ -425,7 +449,7 @@ def _replay_class() -> type:
     return ReplayConnection
 
 
-def _ReplayConnection(packets: list[bytes], table_maps: Any, catalogue: Catalogue) -> Any:  # noqa: N802  (a class made on first use)
+def _replay_connection(packets: list[bytes], table_maps: Any, catalogue: Catalogue) -> Any:
     return _replay_class()(packets, table_maps, catalogue)
 
 
@@ -442,7 +466,7 @@ def library_records(f: BinlogFile) -> tuple[list[tuple], list[str]]:
     for raw in f.sent:
         try:
             records += _library_event(lib.event(MysqlPacket(b"\x00" + raw, "utf8"), allowed))
-        except Exception as exc:  # noqa: BLE001  (an oracle that cannot read an event: noted, compared elsewhere)
+        except Exception as exc:
             unread.append(f"type {raw[4]} ending at {_HEADER.unpack_from(raw)[4]}: {type(exc).__name__}: {exc}")
     return records, unread
 
@@ -537,10 +561,12 @@ def mariadb_binlog(path: Path) -> tuple[list[MariadbRow], str, int]:
     return rows, proc.stderr.decode("utf-8", "replace"), proc.returncode
 
 
-def mariadb_text(value: Any, comment: str) -> str | tuple[str, ...]:
-    """A decoded value as mariadb-binlog prints it (its log_event.cc
-    log_event_print_value), for the column type in its comment; a tuple where it may print
-    either (a number whose signedness the binlog does not carry: `-1 (4294967295)`)."""
+def mariadb_text(value: Any, comment: str, names: list[str] | None = None) -> str:
+    """A decoded value as mariadb-binlog prints it (MariaDB log_event_client.cc
+    log_event_print_value), for the column type in its comment (`names`: an ENUM's or a
+    SET's value names). A negative integer it prints with its unsigned reading after it,
+    `-1 (4294967295)` (the binlog does not say which one the column is): this gives the
+    first part."""
     if value is None:
         return "NULL"
     kind = comment.split("(")[0].split(" ")[0]
@@ -557,36 +583,34 @@ def mariadb_text(value: Any, comment: str) -> str | tuple[str, ...]:
     if kind in ("DOUBLE", "FLOAT"):
         return f"{value:.{17 if kind == 'DOUBLE' else 9}g}"
     if kind == "TIMESTAMP":
-        stamp = value.replace(tzinfo=datetime.timezone.utc).timestamp()
+        stamp = value.replace(tzinfo=datetime.UTC).timestamp()
         return str(int(stamp)) if stamp == int(stamp) else f"{stamp:.6f}".rstrip("0")
     if kind in ("DATETIME",):
         return f"'{value:%Y-%m-%d %H:%M:%S}'" + (f".{value.microsecond:06d}'" if value.microsecond else "")
     if kind == "DATE":
         return f"'{value:%Y:%m:%d}'"
-    if kind in ("STRING", "VARSTRING", "BLOB/TEXT"):
+    if kind in ("STRING", "VARSTRING") or "BLOB" in kind:
         raw = value.encode() if isinstance(value, str) else bytes(value)
         return "'" + _escaped(raw) + "'"
     if kind == "BIT":
         return f"b'{value}'"
-    if kind == "ENUM":
-        return str(value)
-    if kind == "SET":
-        return f"b'{value:0{8 * int(comment.split('(')[1].split(' ')[0])}b}'" if isinstance(value, int) else str(value)
+    if kind == "ENUM":  # the index (1 = the first name); `names`: the Table_map's
+        return str(value if isinstance(value, int) else (names or []).index(value) + 1)
+    if kind == "SET":  # the bitmask in binary, 8 bits a byte
+        if not isinstance(value, int):
+            value = sum(1 << (names or []).index(n) for n in value)
+        return f"b'{value:0{8 * int(comment.split('(')[1].split(' ')[0])}b}'"
     if isinstance(value, decimal.Decimal):
         return str(value)
     return repr(value)
 
 
 def _escaped(raw: bytes) -> str:
-    """my_b_write_quoted: printable ASCII as it is, a quote as \\' , other bytes \\xNN."""
-    out = []
+    """A string as mariadb-binlog 3.5 prints it (my_b_write_quoted, MariaDB
+    log_event_client.cc; as its output here shows): a byte above 0x1F as it is (a quote
+    too), any other as \\xNN; read back as the output is read (UTF-8, undecodable bytes
+    kept)."""
+    out = bytearray()
     for b in raw:
-        if b == 0x27:
-            out.append("\\'")
-        elif b == 0x5C:
-            out.append("\\\\")
-        elif 0x20 <= b < 0x7F:
-            out.append(chr(b))
-        else:
-            out.append(f"\\x{b:02x}")
-    return "".join(out)
+        out += bytes([b]) if b > 0x1F else f"\\x{b:02x}".encode()
+    return out.decode("utf-8", "surrogateescape")
