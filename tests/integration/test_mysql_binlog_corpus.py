@@ -23,7 +23,6 @@ Documented exceptions (each asserted below, never skipped):
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
@@ -211,7 +210,6 @@ MARIADB_STOPS = {
 }
 
 
-@pytest.mark.skipif(shutil.which("mariadb-binlog") is None, reason="mariadb-binlog is not installed")
 @pytest.mark.parametrize("path", [_param(p) for p in FILES])
 def test_mariadb_binlog_oracle_agrees_where_it_reads(path: Path) -> None:
     """`mariadb-binlog -vv --base64-output=decode-rows`: each row image it prints (insert,
