@@ -523,14 +523,25 @@ class MariadbRow:
     end: int
 
 
-_AT = re.compile(r"^#\d{6} +\d+:\d\d:\d\d server id \d+ +end_log_pos (\d+) ")
 _STATEMENT = re.compile(r"^### (INSERT INTO|UPDATE|DELETE FROM) `(.*)`\.`(.*)`$")
 _VALUE = re.compile(r"^###   @(\d+)=(.*) /\* (.*) meta=\d+ nullable=\d is_null=(\d) \*/$")
 
 
-def mariadb_binlog(path: Path) -> tuple[list[MariadbRow], str, int]:
+@dataclass
+class MariadbOutput:
+    rows: list[MariadbRow]
+    events: list[tuple[int, int, str]]  # (start, end, what its header line says after the CRC)
+    stderr: str
+    code: int
+
+
+_EVENT = re.compile(r"^#\d{6} +\d+:\d\d:\d\d server id \d+ +end_log_pos (\d+) (?:CRC32 0x[0-9a-f]{8} )?\t(.*)$")
+
+
+def mariadb_binlog(path: Path) -> MariadbOutput:
     """`mariadb-binlog -vv --base64-output=decode-rows FILE`: its rows with the end
-    position of their rows event; its stderr and exit code."""
+    position of their rows event, its events (`# at N` and the header line after it; an
+    "Ignorable" event's type is on the next line), its stderr and exit code."""
     proc = subprocess.run(
         ["mariadb-binlog", "-vv", "--base64-output=decode-rows", str(path)],
         capture_output=True,
@@ -538,12 +549,20 @@ def mariadb_binlog(path: Path) -> tuple[list[MariadbRow], str, int]:
         check=False,
     )
     rows: list[MariadbRow] = []
-    end = 0
+    events: list[tuple[int, int, str]] = []
+    end = at = 0
     current: MariadbRow | None = None
     for line in proc.stdout.decode("utf-8", "surrogateescape").splitlines():
-        m = _AT.match(line)
+        if line.startswith("# at "):
+            at = int(line[5:])
+            continue
+        if line.startswith("# Ignorable event type ") and events:
+            events[-1] = (events[-1][0], events[-1][1], line[2:])
+            continue
+        m = _EVENT.match(line)
         if m:
             end = int(m.group(1))
+            events.append((at, end, m.group(2)))
             continue
         m = _STATEMENT.match(line)
         if m:
@@ -558,7 +577,7 @@ def mariadb_binlog(path: Path) -> tuple[list[MariadbRow], str, int]:
         if m and current is not None:
             text = "NULL" if m.group(4) == "1" else m.group(2)
             current.images[-1].append((text, m.group(3)))
-    return rows, proc.stderr.decode("utf-8", "replace"), proc.returncode
+    return MariadbOutput(rows, events, proc.stderr.decode("utf-8", "replace"), proc.returncode)
 
 
 def mariadb_text(value: Any, comment: str, names: list[str] | None = None) -> str:

@@ -202,6 +202,39 @@ def test_library_oracle_agrees_where_it_reads(path: Path) -> None:
 
 # -- mariadb-binlog ------------------------------------------------------------------------
 
+
+def _mariadb_boundaries(out: corpus.MariadbOutput) -> list[tuple]:
+    """The transaction boundaries mariadb-binlog shows for a MySQL binlog: where each
+    MySQL GTID event (type 33, which it prints as ignorable, without its GTID) starts,
+    where each XID event and each XA_prepare event (printed `XID = X'..'`) ends."""
+    out_: list[tuple] = []
+    for start, end, what in out.events:
+        if what == "Ignorable event type 33 (MySQL Gtid)":
+            out_.append(("gtid", start))
+        elif what.startswith("Xid = "):
+            out_.append(("commit", end))
+        elif what.startswith("XID = X'"):
+            out_.append(("xa_prepare", end))
+    return out_
+
+
+@pytest.mark.parametrize("path", [_param(p) for p in FILES])
+def test_mariadb_binlog_sees_the_same_transaction_boundaries(path: Path) -> None:
+    """Every GTID event start, XID end and XA_prepare end mariadb-binlog prints (up to
+    where it stops) is one the verifier's reader (and so the relay's decoder) names, in
+    the same order; the XID ends are all the commits the readers name in that range."""
+    f = corpus.read_file(path)
+    verifier, _ = corpus.verifier_records(f, corpus.Catalogue(f))
+    out = corpus.mariadb_binlog(path)
+    theirs = _mariadb_boundaries(out)
+    reach = max((end for _, end, _ in out.events), default=0)
+    ours = [(r[0], r[2] if r[0] == "gtid" else r[-1]) for r in verifier if r[0] in ("gtid", "commit", "xa_prepare")]
+    ours = [(kind, at) for kind, at in ours if at < reach or (kind != "gtid" and at == reach)]
+    assert theirs == ours
+    if path.name not in MARIADB_STOPS:
+        assert len(theirs) == sum(1 for r in verifier if r[0] in ("gtid", "commit", "xa_prepare"))
+
+
 MARIADB_STOPS = {
     "mysql-binlog-connector-java__mysql-bin.compressed": "TRANSACTION_PAYLOAD_EVENT",
     "rust_mysql_common__binlog_transaction_with_GTID_TAG.000001": "event_type: 42",
@@ -218,12 +251,13 @@ def test_mariadb_binlog_oracle_agrees_where_it_reads(path: Path) -> None:
     f = corpus.read_file(path)
     catalogue = corpus.Catalogue(f)
     verifier, anomalies = corpus.verifier_records(f, catalogue)
-    rows, stderr, code = corpus.mariadb_binlog(path)
+    out = corpus.mariadb_binlog(path)
+    rows = out.rows
     stop = MARIADB_STOPS.get(path.name)
     if stop is None:
-        assert code == 0, stderr
+        assert out.code == 0, out.stderr
     else:
-        assert code == 1 and stop in stderr
+        assert out.code == 1 and stop in out.stderr
     skipped = _undecidable_ends(anomalies)
     ours = [r for r in verifier if r[0] in ("insert", "update", "delete")]
     theirs = [m for m in rows if not any(0 < m.end - s < 1000 for s in skipped)]
