@@ -1,4 +1,4 @@
-"""Binlog files written by real MySQL servers (`../shared/mysql-binlogs/` beside the
+"""Binlog files written by real MySQL servers (the folder `shared/mysql-binlogs` beside the
 repository), read as the replication stream hands them over, by three readers of this
 project and two oracles; used by `test_mysql_binlog_corpus.py`.
 

@@ -1,6 +1,6 @@
 """Binlog files written by real MySQL servers (5.7.19-5.7.38 with and without checksums, an
-AliSQL 5.7.38, 8.0.26-8.0.31, 8.2.0, 9.0.1, 9.6.0: `../shared/mysql-binlogs/`, each with a
-FILE.txt naming its origin), read as the replication stream hands them over
+AliSQL 5.7.38, 8.0.26-8.0.31, 8.2.0, 9.0.1, 9.6.0: the folder `shared/mysql-binlogs` beside
+the repository, each with a FILE.txt naming its origin), read as the replication stream hands them over
 (testbed/mysql_lab/dump.py: a fake Rotate, the Format_description with its in-use flag
 cleared, the events as stored) by the relay's decoder and the verifier's own reader, every
 table watched, and compared value by value with each other and with two oracles:
