@@ -227,21 +227,34 @@ class Catalogue:
 # -- the readers -------------------------------------------------------------------------
 
 
-def relay_records(f: BinlogFile, catalogue: Catalogue | None = None, verify_checksum: bool = True) -> list[tuple]:
+def relay_records(
+    f: BinlogFile,
+    catalogue: Catalogue | None = None,
+    verify_checksum: bool = True,
+    reads: int = 0,
+    watched: set[tuple[str, str]] | None = None,
+) -> list[tuple]:
     """The relay's decoder (`BinlogDecoder`, every table watched, checksums verified), fed
-    event by event as the dump hands them over."""
+    event by event as the dump hands them over (`decode`); with `reads`, as the relay's
+    reader feeds it a socket's reads instead (`decode_reads` on `PacketRun`s of MySQL
+    packets, `reads` events a read, an event it leaves handed over alone, as
+    `BinlogConnection.event_runs` does). `watched`: the tables decoded (default: all)."""
     from cdc.assembly import source_events as se
     from connectors.mysql.binlog_decoder import BinlogDecoder
 
-    watched = set(table_maps(f))
+    if watched is None:
+        watched = set(table_maps(f))
     dec = BinlogDecoder(
         watched, None, verify_checksum=verify_checksum, table_columns=catalogue.relay if catalogue else None
     )
     out: list = []
-    for ev in f.sent:
-        if catalogue is not None:
-            catalogue.see(ev)
-        dec.decode(ev, out)
+    if reads:
+        _decode_reads(dec, f, catalogue, reads, out)
+    else:
+        for ev in f.sent:
+            if catalogue is not None:
+                catalogue.see(ev)
+            dec.decode(ev, out)
     records: list[tuple] = []
     for e in out:
         if isinstance(e, se.TxBegin):
@@ -266,6 +279,52 @@ def relay_records(f: BinlogFile, catalogue: Catalogue | None = None, verify_chec
         else:
             records.append((type(e).__name__,))
     return records
+
+
+def _decode_reads(dec: Any, f: BinlogFile, catalogue: Catalogue | None, reads: int, out: list) -> None:
+    """`decode_reads` over runs of `reads` event packets; a run ends early before a
+    Table_map that changes its table's layout (the catalogue answers for the layout in
+    force, as information_schema did when the server wrote the events)."""
+    from connectors.mysql.binlog_protocol import PacketRun
+
+    def packet(ev: bytes, seq: int) -> bytes:
+        payload = b"\x00" + ev  # the OK byte, then the event (COM_BINLOG_DUMP's replies)
+        return struct.pack("<I", len(payload))[:3] + bytes([seq & 0xFF]) + payload
+
+    def flush(events: list[bytes]) -> None:
+        run = PacketRun()
+        run.data = b"".join(packet(ev, i) for i, ev in enumerate(events))
+        taken = 0
+        while run.pos < len(run.data):
+            before = run.pos
+            dec.decode_reads(run, out)
+            taken += _packets_between(run.data, before, run.pos)
+            if run.pos == before:  # not taken from the buffer: handed over as a list
+                dec.decode_reads([events[taken]], out)
+                run.pos += 4 + int.from_bytes(run.data[run.pos : run.pos + 3], "little")
+                taken += 1
+
+    pending: list[bytes] = []
+    for ev in f.sent:
+        if catalogue is not None and ev[4] == 19:
+            info = _table_map(ev[19 : len(ev) - (4 if crc_ok(ev) else 0)])
+            if catalogue.maps.get((info.schema, info.table), info).types != info.types:
+                flush(pending)
+                pending = []
+            catalogue.see(ev)
+        pending.append(ev)
+        if len(pending) == reads:
+            flush(pending)
+            pending = []
+    flush(pending)
+
+
+def _packets_between(data: bytes, start: int, end: int) -> int:
+    n = 0
+    while start < end:
+        start += 4 + int.from_bytes(data[start : start + 3], "little")
+        n += 1
+    return n
 
 
 def _library_allowed(verifier: bool) -> frozenset:
