@@ -23,6 +23,7 @@ Documented exceptions (each asserted below, never skipped):
 
 from __future__ import annotations
 
+import struct
 from pathlib import Path
 
 import pytest
@@ -154,6 +155,24 @@ def test_every_event_crc_and_the_in_use_flag(path: Path) -> None:
         sent = f.sent[1]
         assert sent[17] & 1 == 0 and corpus.crc_ok(sent)
     assert f.tail == (b"\0" if path.name == "polardbx-cdc__mysql_bin.1" else b"") or len(f.tail) < 19
+
+
+def test_alisql_event_types_are_ignorable_and_ignored() -> None:
+    """AliSQL 5.7.38 writes event types of its own (80, 101) among MySQL's: each carries
+    LOG_EVENT_IGNORABLE_F (0x80; MySQL's Log_event: a reader that does not know the type
+    may skip it), and the relay's decoder and the verifier's reader give exactly what they
+    give with those events removed from the stream. The file ends with one byte of an
+    event the copy cut short; the readers stop before it."""
+    f = corpus.read_file(corpus.CORPUS / "polardbx-cdc__mysql_bin.1")
+    own = [ev for ev in f.events if ev[4] in (80, 101)]
+    assert len(own) == 3 and all(struct.unpack_from("<H", ev, 17)[0] & 0x80 for ev in own)
+    assert len(f.tail) == 1
+    relay = corpus.relay_records(f, corpus.Catalogue(f))
+    verifier, _ = corpus.verifier_records(f, corpus.Catalogue(f))
+    f.sent = [ev for ev in f.sent if ev[4] not in (80, 101)]
+    assert corpus.relay_records(f, corpus.Catalogue(f)) == relay
+    assert corpus.verifier_records(f, corpus.Catalogue(f))[0] == verifier
+    assert [r[0] for r in relay] == ["begin", "update", "xa_end", "xa_prepare"]
 
 
 # -- python-mysql-replication's own classes -------------------------------------------------
