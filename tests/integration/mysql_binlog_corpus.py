@@ -88,6 +88,12 @@ def read_file(path: Path) -> BinlogFile:
     return f
 
 
+def event_extents(f: BinlogFile) -> list[tuple[int, int]]:
+    """(start, end) of each stored event, from its header (end = log_pos, start = log_pos
+    less the event's size, as both readers compute them)."""
+    return [(h[4] - h[3], h[4]) for h in (_HEADER.unpack_from(ev) for ev in f.events)]
+
+
 def crc_ok(ev: bytes) -> bool:
     """The stored CRC32 of an event, computed (as MySQL computes it) with the in-use flag
     clear (MySQL sql/binlog.cc: the Format_description's CRC is written before the flag is set)."""

@@ -1,8 +1,8 @@
 """Binlog files written by real MySQL servers (5.7.19-5.7.38 with and without checksums, an
 AliSQL 5.7.38, 8.0.26-8.0.31, 8.2.0, 9.0.1, 9.6.0: the folder `shared/mysql-binlogs` beside
-the repository, each with a FILE.txt naming its origin), read as the replication stream hands them over
-(testbed/mysql_lab/dump.py: a fake Rotate, the Format_description with its in-use flag
-cleared, the events as stored) by the relay's decoder and the verifier's own reader, every
+the repository, each with a FILE.txt naming its origin), read as the replication stream
+hands them over (testbed/mysql_lab/dump.py: a fake Rotate, the Format_description with its
+in-use flag cleared, the events as stored) by the relay's decoder and the verifier's own reader, every
 table watched, and compared value by value with each other and with two oracles:
 python-mysql-replication's own classes and `mariadb-binlog -vv`.
 
@@ -59,18 +59,19 @@ def _without_before(records: list[tuple]) -> list[tuple]:
     return [r[:3] + (None,) + r[4:] if r[0] == "update" else r for r in records]
 
 
-def _undecidable_ends(anomalies: list[str]) -> set[int]:
-    """The start positions of the rows events the verifier reported undecidable."""
-    return {int(a.split(" at ")[1].split(" ")[0]) for a in anomalies if "undecidable" in a}
+def _undecidable_ends(f: corpus.BinlogFile, anomalies: list[str]) -> set[int]:
+    """The end positions of the rows events the verifier reported undecidable (it names
+    their start)."""
+    starts = {int(a.split(" at ")[1].split(" ")[0]) for a in anomalies if "undecidable" in a}
+    ends = {end for start, end in corpus.event_extents(f) if start in starts}
+    assert len(ends) == len(starts), (starts, ends)
+    return ends
 
 
-def _without_undecidable(records: list[tuple], anomalies: list[str]) -> list[tuple]:
-    """`records` less the rows of the rows events the verifier reported undecidable (a
-    rows event here is shorter than 1000 bytes: its end is within 1000 of its start)."""
-    starts = _undecidable_ends(anomalies)
-    return [
-        r for r in records if not (r[0] in ("insert", "update", "delete") and any(0 < r[-1] - s < 1000 for s in starts))
-    ]
+def _without_undecidable(f: corpus.BinlogFile, records: list[tuple], anomalies: list[str]) -> list[tuple]:
+    """`records` less the rows of the rows events the verifier reported undecidable."""
+    ends = _undecidable_ends(f, anomalies)
+    return [r for r in records if not (r[0] in ("insert", "update", "delete") and r[-1] in ends)]
 
 
 @pytest.mark.parametrize("path", [_param(p, RELAY_XFAIL) for p in FILES])
@@ -87,7 +88,7 @@ def test_relay_and_verifier_read_the_same_transactions_and_rows(path: Path) -> N
         # documented exception: the verifier's one look-up a table (module docstring)
         assert path.name == "canal__mysql-bin.000003", anomalies
         assert all("binlog_row_metadata is not FULL" in a for a in anomalies)
-        read = _without_undecidable(relay, anomalies)
+        read = _without_undecidable(f, relay, anomalies)
         assert len({r[-1] for r in relay} - {r[-1] for r in read}) == len(anomalies)
         relay = read
     assert relay == _without_before(verifier)
@@ -203,7 +204,7 @@ def test_library_oracle_agrees_where_it_reads(path: Path) -> None:
     catalogue = corpus.Catalogue(f)
     verifier, anomalies = corpus.verifier_records(f, catalogue)
     library, unread = corpus.library_records(f)
-    lib = _without_undecidable([r for r in library if r[0] != "query"], anomalies)
+    lib = _without_undecidable(f, [r for r in library if r[0] != "query"], anomalies)
     ver = _verifier_as_library(verifier)
     what = LIBRARY_UNREAD.get(path.name)
     if what == "payload":
@@ -293,9 +294,9 @@ def test_mariadb_binlog_oracle_agrees_where_it_reads(path: Path) -> None:
         assert out.code == 0, out.stderr
     else:
         assert out.code == 1 and stop in out.stderr
-    skipped = _undecidable_ends(anomalies)
+    skipped = _undecidable_ends(f, anomalies)
     ours = [r for r in verifier if r[0] in ("insert", "update", "delete")]
-    theirs = [m for m in rows if not any(0 < m.end - s < 1000 for s in skipped)]
+    theirs = [m for m in rows if m.end not in skipped]
     if stop is not None:
         ours = ours[: len(theirs)]
     layouts = corpus.table_maps(f)
