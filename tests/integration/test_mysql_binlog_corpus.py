@@ -40,8 +40,10 @@ FILES = corpus.corpus_files()
 # The relay's decoder reads a TEXT column after a VECTOR as bytes: MySQL 9 counts VECTOR
 # among the character columns of a Table_map's charset fields (the file's DEFAULT_CHARSET
 # is "binary, column 1 utf8mb4" for (id, vector_column VECTOR, foo TEXT, vector_column2
-# VECTOR): column 1 of the character columns is `foo` only when the VECTORs count), and the
-# relay's `_is_character` does not count it, so `foo` takes the VECTOR's binary charset.
+# VECTOR): column 1 of the character columns is `foo` only when the VECTORs count; MySQL's
+# log_event.cc is_character_type counts it, as the lab's writer does, testbed/mysql_lab/
+# column_values.py), and the relay's `_is_character` does not, so `foo` takes the VECTOR's
+# binary charset. The verifier counts it (spark_jobs/mysql/binlog_table_map.py).
 VECTOR_CHARSET = "relay: a TEXT column after a VECTOR decodes as bytes (VECTOR not counted among character columns)"
 
 
