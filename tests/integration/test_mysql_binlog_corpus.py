@@ -12,9 +12,11 @@ Documented exceptions (each asserted below, never skipped):
   binlog_row_metadata=MINIMAL) and the table was altered inside the range read (canal's
   file: 4, 5 and 6 columns), the rows of the other layouts are reported undecidable with
   their cause, not read. The relay looks up per table id and reads them.
-* python-mysql-replication 1.0.17 drops a Transaction_payload (type 40) and a
-  Gtid_tagged_log_event (42) without a word and raises on a VECTOR column (242): what it
-  does not yield is checked to be exactly those events' content.
+* python-mysql-replication 1.0.17 (the oracle is wrong there, not the readers) drops a
+  Transaction_payload (type 40, MySQL 8.0.20's binlog_transaction_compression) and a
+  Gtid_tagged_log_event (42, MySQL 8.3's tagged GTIDs) without a word and raises on a
+  VECTOR column (242, MySQL 9.0): what it does not yield is checked to be exactly those
+  events' content.
 * mariadb-binlog (MariaDB's reader) refuses MySQL's Transaction_payload and tagged GTID
   events ("incompatible MySQL 8.0 TRANSACTION_PAYLOAD_EVENT"), stops at a VECTOR column's
   Table_map, and at the one byte left after AliSQL's last event: it is compared up to
