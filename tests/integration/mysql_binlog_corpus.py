@@ -245,7 +245,7 @@ def relay_records(
     reader feeds it a socket's reads instead (`decode_reads` on `PacketRun`s of MySQL
     packets, `reads` events a read, an event it leaves handed over alone, as
     `BinlogConnection.event_runs` does). `watched`: the tables decoded (default: all)."""
-    from cdc.assembly import source_events as se
+    from cdc import source_events as se
     from connectors.mysql.binlog_decoder import BinlogDecoder
 
     if watched is None:
