@@ -318,14 +318,16 @@ def test_the_relay_starts_at_a_gtid_set_and_restarts_from_a_tagged_gtid_checkpoi
 
 
 @pytest.mark.fault
-def test_transactional_delivery_from_a_mysql_binlog_once_across_a_sigkill(noida_kafka, topic_prefix, tmp_path):
+@pytest.mark.parametrize("version", ["8.4.3", "8.0.40", "5.7.44-log"])
+def test_transactional_delivery_from_a_mysql_binlog_once_across_a_sigkill(version, noida_kafka, topic_prefix, tmp_path):
     """`kafka.delivery = "transactional"` on noida-db (a broker with transactions) over the
-    lab as MySQL 8.4: a SIGKILL mid-stream, a restart from the committed checkpoint alone."""
+    lab as MySQL 8.4, 8.0 and 5.7: a SIGKILL mid-stream, a restart from the committed
+    checkpoint alone."""
     from cdc.position import BinlogPosition
     from connectors.checkpoint_stores import KafkaCheckpointStore
     from testbed.mysql_lab.lab import MysqlLab
 
-    with MysqlLab.start(version="8.4.3") as lab:
+    with MysqlLab.start(version=version) as lab:
         work = LabWorkload(lab.writer(), seed=11)
         topics = _topics(noida_kafka, topic_prefix, partitions=3)
         noida_kafka.create_topic(f"{topic_prefix}.checkpoints", 1)
@@ -373,7 +375,7 @@ def test_transactional_delivery_from_a_mysql_binlog_once_across_a_sigkill(noida_
                 relay.kill()
         records = topic_records(noida_kafka.bootstrap_servers, topics)
         result = check(work.committed, records)
-        print(f"\nMySQL 8.4 lab, transactional: {work.shapes}: {result.summary()}")
+        print(f"\nMySQL {version} lab, transactional: {work.shapes}: {result.summary()}")
         assert result.committed > 200 and result.clean, result.summary()
 
 
