@@ -251,13 +251,7 @@ def query_body(sql: str, schema: str = "", thread_id: int = 8, mysql57: bool = F
     variables length (2); then the status variables, the schema, NUL, the statement."""
     db = schema.encode("utf-8")
     status = _STATUS_VARS_57 if mysql57 else _STATUS_VARS
-    return (
-        struct.pack("<IIBHH", thread_id, 0, len(db), 0, len(status))
-        + status
-        + db
-        + b"\x00"
-        + sql.encode("utf-8")
-    )
+    return struct.pack("<IIBHH", thread_id, 0, len(db), 0, len(status)) + status + db + b"\x00" + sql.encode("utf-8")
 
 
 def xid_body(xid: int) -> bytes:
