@@ -90,10 +90,11 @@ MYSQL57_DEFAULTS: dict[str, Any] = {
 
 
 def known_at(name: str, version: tuple[int, int, int]) -> bool:
-    """Whether a server of `version` has the variable `name`: log_slave_updates is the
-    name before 8.0.26 (log_replica_updates after it, both kept there)."""
+    """Whether the lab as `version` answers the variable `name`. log_slave_updates is the
+    only name before 8.0.26; later servers keep it as a deprecated alias of
+    log_replica_updates, which the lab answers only by the new name (as before)."""
     if name == "log_slave_updates":
-        return True
+        return version < INTRODUCED["log_replica_updates"]
     return version >= INTRODUCED.get(name, (0, 0, 0))
 
 
