@@ -997,9 +997,9 @@ def test_previous_gtids_and_rotate_read_by_the_library(tmp_path):
 
 # -- MySQL 5.7 and 8.0 before 8.0.28 ------------------------------------------------------------
 
-# Post-header tables of real files (/work/shared/mysql-binlogs: rust_mysql_common's
-# binlog-invisible-columns.000001 by 8.0.26, mysql-binlog-connector-java's mysql-bin.compressed
-# by 8.0.28): 8.0.26 has Transaction_payload (40) and not yet Heartbeat_v2 (41, 8.0.28).
+# Post-header tables of real files (the test data of rust_mysql_common,
+# binlog-invisible-columns.000001 by 8.0.26, and of mysql-binlog-connector-java,
+# mysql-bin.compressed by 8.0.28): 8.0.26 has Transaction_payload (40) and not yet Heartbeat_v2 (41, 8.0.28).
 REAL_8026_TABLE = bytes.fromhex("000d0008000000000400040000006100041a08000000080808020000000a0a0a2a2a001234000a28")
 REAL_8028_TABLE = bytes.fromhex("000d0008000000000400040000006200041a08000000080808020000000a0a0a2a2a001234000a2800")
 
