@@ -1207,3 +1207,33 @@ def test_a_stale_5_7_table_map_is_refused_with_a_fix_that_exists_on_5_7(tmp_path
     with pytest.raises(BinlogDecodeError) as err:
         relay_decode(file_events(w.current_file), table_columns=lambda s, t: mysql57_columns(s, t)[:4])
     assert "binlog_row_metadata=FULL" not in str(err.value) and "5.7" in str(err.value)
+
+
+@pytest.mark.parametrize("version", ["5.7.20-log", "8.0.40"])
+def test_without_checksums_only_the_format_description_carries_a_crc(tmp_path, version):
+    """binlog_checksum=NONE: the Format_description ends with algorithm byte 0 and a valid
+    CRC32 (as a real 5.7.20 server's does), every other event without one; the relay's
+    decoder reads the rows."""
+    w = MysqlBinlogWriter(tmp_path / "lab", version=version, server_uuid=UUID, checksum=False)
+    w.create_table("shop", "outbox", [Column("id", "varchar(8)", nullable=False, key="PRI"), Column("n", "int")])
+    with w.transaction() as tx:
+        tx.insert("shop", "outbox", [{"id": "e1", "n": 5}])
+    data, raws, pos = w.current_file.read_bytes(), [], 4
+    while pos < len(data):
+        size, log_pos = struct.unpack_from("<II", data, pos + 9)
+        assert log_pos == pos + size
+        raws.append(data[pos : pos + size])
+        pos += size
+    fde = bytearray(raws[0])
+    fde[17] &= 0xFE
+    assert fde[-5] == 0 and zlib.crc32(bytes(fde[:-4])) == struct.unpack("<I", fde[-4:])[0]
+    [gtid] = [e for e in raws if e[4] == 33]
+    assert (len(gtid) - 19 == 42) == version.startswith("5.7")  # 8.0: timestamps, length, version follow
+
+    def columns(schema: str, table: str):
+        from connectors.mysql.table_columns import ColumnDefinition
+
+        return [ColumnDefinition("id", "varchar", charset="utf8mb4"), ColumnDefinition("n", "int")]
+
+    out = [e for e in relay_decode([bytes(fde), *raws[1:]], table_columns=columns) if isinstance(e, RowInsert)]
+    assert [e.values for e in out] == [{"id": "e1", "n": 5}]
