@@ -21,6 +21,7 @@ from cdc.config import Config
 from cdc.errors import PositionError
 from cdc.ports import StartAt
 from cdc.position import BinlogPosition
+from cdc.server_version import ServerVersion
 from cdc.source_events import recovered_xid
 from connectors.mysql.client import MySQLTlsError, connect, describe_tls
 
@@ -42,6 +43,25 @@ class CheckResult:
 # Privileges that allow SET SESSION binlog_format (MariaDB: SUPER or BINLOG ADMIN; MySQL 8:
 # SESSION_VARIABLES_ADMIN or SYSTEM_VARIABLES_ADMIN or SUPER).
 SESSION_FORMAT_PRIVILEGES = ("SUPER", "BINLOG ADMIN", "SESSION_VARIABLES_ADMIN", "SYSTEM_VARIABLES_ADMIN")
+
+
+# MySQL before 8.0.1 (5.7) has no binlog_row_metadata: its Table_maps carry no column
+# names, no signedness and no ENUM / SET values (the optional metadata came with 8.0.1). The
+# relay reads them from information_schema.COLUMNS, as for binlog_row_metadata=MINIMAL
+# (connectors/mysql/table_columns.py), which only holds while the table is as it was when
+# the rows were written.
+_NO_ROW_METADATA = (
+    "MySQL {version} has no binlog_row_metadata (MySQL 8.0.1 added it): the relay reads the outbox's column "
+    "names and ENUM/SET values from information_schema.COLUMNS; an outbox table altered while the relay is "
+    "behind stops it (the binlog's older rows no longer match), so alter it only once the relay has caught up"
+)
+
+
+def _before_row_metadata(version: str) -> bool:
+    """MySQL older than 8.0.1 (not MariaDB, whose 10.5+ has the variable and older ones are
+    told to upgrade)."""
+    v = ServerVersion.parse(version)
+    return not v.is_mariadb and not v.at_least(8, 0, 1)
 
 
 def _vars(cur, names: tuple[str, ...]) -> dict[str, str]:
@@ -106,6 +126,9 @@ def run_checks(
                 ("binlog_row_image", "FULL", "binlog_row_image=FULL"),
                 ("binlog_row_metadata", "FULL", "binlog_row_metadata=FULL (column names in the binlog)"),
             ):
+                if var == "binlog_row_metadata" and var not in v and _before_row_metadata(str(version)):
+                    add(var, True, _NO_ROW_METADATA.format(version=version), warn=True)
+                    continue
                 have = v.get(var, "(not supported)")
                 ok = have.upper() == want
                 add(
@@ -114,7 +137,7 @@ def run_checks(
                     f"{var} is {have}"
                     if ok
                     else f"{var} is {have}: set {how} in the server config (SET GLOBAL {var}='{want}' takes effect "
-                    "for new sessions; MySQL 8.0.14+ / MariaDB 10.5+ are needed for binlog_row_metadata)",
+                    "for new sessions; MySQL 8.0.1+ / MariaDB 10.5+ are needed for binlog_row_metadata)",
                 )
             if replica_id:
                 _check_replica_id(cur, cfg, int(server_id), mariadb, add)

@@ -60,6 +60,7 @@ log = logging.getLogger("testbed.mysql_lab")
 
 CACHING_SHA2 = "caching_sha2_password"
 NATIVE = "mysql_native_password"
+LATIN1_SWEDISH_CI = 8
 NONCE_LENGTH = 20
 CONNECT_TIMEOUT_S = 10.0  # connect_timeout's default: the login must be over by then
 
@@ -79,20 +80,25 @@ def make_nonce() -> bytes:
     return bytes(out)
 
 
-def greeting(server_version: str, connection_id: int, nonce: bytes, tls: bool = False) -> bytes:
-    """Handshake v10 offering caching_sha2_password (MySQL 8's default), and TLS (CLIENT_SSL)
-    when the lab has a certificate."""
+def greeting(
+    server_version: str, connection_id: int, nonce: bytes, tls: bool = False, plugin: str = CACHING_SHA2
+) -> bytes:
+    """Handshake v10 offering `plugin` (caching_sha2_password, MySQL 8's default;
+    mysql_native_password, 5.7's), and TLS (CLIENT_SSL) when the lab has a certificate. The
+    character set byte: utf8mb4_0900_ai_ci on 8.x, latin1_swedish_ci (8, 5.7's
+    character_set_server default) on 5.7."""
     caps = SERVER_CAPABILITIES | (CLIENT_SSL if tls else 0)
+    charset = UTF8MB4_0900_AI_CI if plugin == CACHING_SHA2 else LATIN1_SWEDISH_CI
     return (
         b"\x0a"
         + server_version.encode() + b"\x00"
         + struct.pack("<I", connection_id)
         + nonce[:8] + b"\x00"
-        + struct.pack("<HBHH", caps & 0xFFFF, UTF8MB4_0900_AI_CI, SERVER_STATUS_AUTOCOMMIT, caps >> 16)
+        + struct.pack("<HBHH", caps & 0xFFFF, charset, SERVER_STATUS_AUTOCOMMIT, caps >> 16)
         + bytes([len(nonce) + 1])
         + b"\x00" * 10
         + nonce[8:] + b"\x00"
-        + CACHING_SHA2.encode() + b"\x00"
+        + plugin.encode() + b"\x00"
     )  # fmt: skip
 
 
@@ -227,6 +233,7 @@ def authenticate(
     host: str,
     native_available: bool = True,
     tls: ssl.SSLContext | None = None,
+    native_only: bool = False,
 ) -> HandshakeResponse:
     """Read the client's answer to the greeting and run its plugin's exchange; send OK on
     success. Raises MysqlError (the caller sends it and closes) on a refused login.
@@ -244,6 +251,13 @@ def authenticate(
     answer = parse_handshake_response(first)
     if answer.user != accounts.user:
         raise denied(answer.user, host, bool(answer.auth_response))
+    if native_only and answer.plugin != NATIVE:
+        # MySQL 5.7: the account's plugin is mysql_native_password and the server has no
+        # caching_sha2_password (8.0.3 added it); a client answering with another plugin
+        # is switched (AuthSwitchRequest, as below) to the account's.
+        channel.write_packet(b"\xfe" + NATIVE.encode() + b"\x00" + nonce + b"\x00")
+        answer.auth_response = channel.read_packet(CONNECT_TIMEOUT_S)
+        answer.plugin = NATIVE
     if answer.plugin == NATIVE and native_available:
         if not native_scramble_ok(accounts.password, nonce, answer.auth_response):
             raise denied(answer.user, host, bool(answer.auth_response))

@@ -1,4 +1,4 @@
-"""A writer of MySQL-format binary logs, as MySQL 8.0 / 8.4 / 9.x writes them, for the
+"""A writer of MySQL-format binary logs, as MySQL 5.7 / 8.0 / 8.4 / 9.x writes them, for the
 MySQL lab (its server serves these files; no MySQL server can be installed here).
 
     w = MysqlBinlogWriter(dir, version="9.1.0")
@@ -29,6 +29,12 @@ all events after the GTID event when compression is on (not for XA, which MySQL 
 compress), PARTIAL_UPDATE_ROWS_EVENT for every UPDATE when partial JSON is on, an
 XA transaction in two groups (prepare, then commit or rollback). An exception inside a
 `transaction()` block writes nothing (a rollback leaves no trace in MySQL's binlog).
+
+As MySQL 5.7 (`version="5.7.x"`): its Format_description (38 event types), GTID and
+anonymous GTID events of 42 bytes (no commit timestamps, transaction length or server
+versions), a 5.7 session's BEGIN, Table_maps without any optional metadata (5.7 has no
+binlog_row_metadata: no column names, no signedness, no ENUM / SET values); partial JSON
+(8.0.3), Transaction_payload (8.0.20), tagged GTIDs (8.3) and VECTOR (9.0) are refused.
 
 The package shares no code with the relay (`cdc/`, `connectors/`) or the verifier
 (`spark_jobs/`): the bytes it writes are what they are tested against.
@@ -117,8 +123,9 @@ class Transaction:
 
 
 class MysqlBinlogWriter:
-    """See the module docstring. `row_metadata`: binlog_row_metadata, FULL or MINIMAL;
-    `gtids=False`: anonymous GTID events (gtid_mode OFF)."""
+    """See the module docstring. `row_metadata`: binlog_row_metadata, FULL (the default) or
+    MINIMAL; not given on MySQL 5.7, which has no such variable; `gtids=False`: anonymous
+    GTID events (gtid_mode OFF)."""
 
     def __init__(
         self,
@@ -127,12 +134,18 @@ class MysqlBinlogWriter:
         server_id: int = 1,
         server_uuid: str | None = None,
         checksum: bool = True,
-        row_metadata: str = "FULL",
+        row_metadata: str | None = None,
         compression: bool = False,
         partial_json: bool = False,
         gtids: bool = True,
     ):
-        if row_metadata not in ("FULL", "MINIMAL"):
+        self.mysql57 = ev.version_tuple(version) < (8, 0, 0)
+        if self.mysql57 and row_metadata is not None:
+            raise ValueError(f"MySQL {version} has no binlog_row_metadata (8.0.1 added it): leave row_metadata out")
+        if self.mysql57 and (compression or partial_json):
+            raise ValueError(f"MySQL {version} has neither binlog_transaction_compression nor partial JSON (8.0)")
+        row_metadata = row_metadata or ("" if self.mysql57 else "FULL")
+        if not self.mysql57 and row_metadata not in ("FULL", "MINIMAL"):
             raise ValueError(f"row_metadata must be FULL or MINIMAL, not {row_metadata!r}")
         self.dir = Path(directory)
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -189,6 +202,8 @@ class MysqlBinlogWriter:
             if self.version_tuple < (8, 3, 0):
                 raise ValueError(f"tagged GTIDs need MySQL 8.3 or later, the lab is {self.version}")
             tag = valid_tag(tag)
+        if self.compression and self.version_tuple < (8, 0, 20):
+            raise ValueError(f"Transaction_payload needs MySQL 8.0.20 or later, the lab is {self.version}")
         tx = Transaction(self)
         yield tx
         self._xid += 1
@@ -227,14 +242,24 @@ class MysqlBinlogWriter:
         self._save_state()
 
     def _query(self, sql: str) -> tuple[int, bytes, int]:
-        return (ev.QUERY, ev.query_body(sql), 0)
+        return (ev.QUERY, ev.query_body(sql, mysql57=self.mysql57), 0)
 
     def _statement_events(self, tx: Transaction) -> list[tuple[int, bytes, int]]:
         """Per statement: its Table_map, then rows events of at most ROW_EVENT_MAX_SIZE."""
         out: list[tuple[int, bytes, int]] = []
         full = self.row_metadata == "FULL"
         for kind, table, rows in tx.statements:
-            tm = table_map_body(table.table_id, table.schema, table.name, table.columns, full, self.version_tuple)
+            if kind == ev.PARTIAL_UPDATE_ROWS and self.mysql57:
+                raise ValueError(f"PARTIAL_UPDATE_ROWS_EVENT needs MySQL 8.0.3 or later, the lab is {self.version}")
+            tm = table_map_body(
+                table.table_id,
+                table.schema,
+                table.name,
+                table.columns,
+                full,
+                self.version_tuple,
+                optional_metadata=not self.mysql57,
+            )
             out.append((ev.TABLE_MAP, tm, 0))
             for body in rows_events(table.table_id, table.columns, rows, kind, ROW_EVENT_MAX_SIZE):
                 out.append((kind, body, 0))
@@ -267,11 +292,11 @@ class MysqlBinlogWriter:
                 *(2 * [ev.server_version_number(self.version)]),
             )
             if not self.gtids:
-                gtid_kind, gtid_data = ev.ANONYMOUS_GTID, ev.gtid_body(None, 0, info)
+                gtid_kind, gtid_data = ev.ANONYMOUS_GTID, ev.gtid_body(None, 0, info, self.mysql57)
             elif tag:
                 gtid_kind, gtid_data = ev.GTID_TAGGED, tagged_gtid_body(sid, gno, tag, info)
             else:
-                gtid_kind, gtid_data = ev.GTID, ev.gtid_body(sid, gno, info)
+                gtid_kind, gtid_data = ev.GTID, ev.gtid_body(sid, gno, info, self.mysql57)
             total = 19 + len(gtid_data) + (4 if self.checksum else 0) + rest_size
             if total == length:
                 break
@@ -333,14 +358,18 @@ class MysqlBinlogWriter:
         # created: set in the first file a server writes after its start, 0 in the ones it
         # rotates to (control_events.h Format_description_event `created`)
         fde_body = ev.format_description_body(self.version, self.checksum, now if first else 0)
-        fde_end = 4 + 19 + len(fde_body) + crc
+        # The Format_description of a checksum-aware server (5.6.1+) always ends with a CRC32,
+        # with binlog_checksum=NONE too: algorithm byte 0, then the CRC of the event
+        # (log_event.cc Format_description_log_event::write, "FD of checksum-aware server is
+        # always checksum-equipped"; the real 5.7.20 event in binlog_bytes.py has it).
+        fde_end = 4 + 19 + len(fde_body) + 4
         fde = ev.frame(
             ev.FORMAT_DESCRIPTION,
             fde_body,
             server_id=self.server_id,
             log_pos=fde_end,
             timestamp=now,
-            checksum=self.checksum,
+            checksum=True,
             flags=ev.LOG_EVENT_BINLOG_IN_USE_F,
         )
         pg_body = self.gtid_executed.encode()
@@ -385,6 +414,9 @@ class MysqlBinlogWriter:
             "log_bin_basename": str(self.dir / BASENAME),
             "binlog_row_event_max_size": str(ROW_EVENT_MAX_SIZE),
         }
+        if self.mysql57:  # variables 8.0 added: 5.7 answers error 1193 for them
+            for name in ("binlog_row_metadata", "binlog_transaction_compression", "binlog_row_value_options"):
+                del variables[name]
         state: dict[str, object] = {
             "server_version": self.version,
             "server_id": self.server_id,

@@ -1,4 +1,4 @@
-"""Binlog events as MySQL 8.0 / 8.4 / 9.x writes them: the common header, the CRC32 footer,
+"""Binlog events as MySQL 5.7 / 8.0 / 8.4 / 9.x writes them: the common header, the CRC32 footer,
 and each event body the lab writes.
 
 Common header (`libs/mysql/binlog/event/binlog_event.h` Log_event_header): timestamp (4),
@@ -67,6 +67,7 @@ def frame(
 
 _QUERY_HEADER_LEN, _ROTATE_HEADER_LEN, _TABLE_MAP_HEADER_LEN = 13, 8, 8
 _ROWS_V1, _ROWS_V2, _GTID_POST_HEADER = 8, 10, 42  # Gtid_event::POST_HEADER_LENGTH = 1+16+8+1+16
+_START_V3_HEADER_LEN, _LOAD_HEADER_LEN = 2 + 50 + 4, 18  # MySQL 5.7's, for its deprecated events
 
 
 def version_tuple(version: str) -> tuple[int, int, int]:
@@ -74,30 +75,55 @@ def version_tuple(version: str) -> tuple[int, int, int]:
     return (parts + [0, 0, 0])[0], (parts + [0, 0, 0])[1], (parts + [0, 0, 0])[2]
 
 
+def event_type_count(version: str) -> int:
+    """How many event types a server's Format_description lists (its LOG_EVENT_TYPES, one
+    post-header length each), by the last type the version knows (`Log_event_type` in
+    libbinlogevents/include/binlog_event.h, the release notes of each addition):
+    5.7 ends at XA_PREPARE_LOG_EVENT (38, 5.7.7); 8.0 adds PARTIAL_UPDATE_ROWS_EVENT (39,
+    8.0.3), TRANSACTION_PAYLOAD_EVENT (40, 8.0.20), HEARTBEAT_LOG_EVENT_V2 (41, 8.0.28,
+    bug #29913991) and 8.4 GTID_TAGGED_LOG_EVENT (42). Real files agree: 5.7.19 / 5.7.20 /
+    5.7.21 list 38, 8.0.26 40, 8.0.28 / 8.0.31 / 8.2.0 41, 9.0.1 / 9.6.0 42."""
+    v = version_tuple(version)
+    if v < (8, 0, 0):
+        return 38
+    if v < (8, 0, 20):
+        return 39
+    if v < (8, 0, 28):
+        return 40
+    if v < (8, 4, 0):
+        return 41
+    return 42
+
+
 def post_header_lengths(version: str) -> bytes:
     """The post-header length table of `server_event_header_length[]`, one byte per event
-    type from 1 (control_events.cpp, Format_description_event's constructor): 8.0 knows 41
-    types (through HEARTBEAT_LOG_EVENT_V2); 8.4 and 9.x 42 (GTID_TAGGED_LOG_EVENT) and write 0
-    for the v1 rows events 23-25, whose code 8.4.0 removed. The entry of
-    TRANSACTION_PAYLOAD_EVENT (40) holds the value 40: the source puts the event type's enum
-    there, not TRANSACTION_PAYLOAD_HEADER_LEN, and every server writes that."""
+    type from 1 (control_events.cpp, Format_description_event's constructor), as many as
+    `event_type_count`. 8.4 and 9.x write 0 for the v1 rows events 23-25, whose code 8.4.0
+    removed. 5.7 still writes the lengths of the events 8.0.2 deprecated (the 8.0 table
+    has 0 there): START_V3_HEADER_LEN (56 = 2 + 50 + 4) for 1, LOAD_HEADER_LEN (18) for 6,
+    CREATE_FILE_HEADER_LEN (4) for 8, EXEC_LOAD_HEADER_LEN (4) for 10, NEW_LOAD_HEADER_LEN
+    (18) for 12 (the 5.7 branch's control_events.cpp; a 5.7.21 file's bytes in
+    tests/unit/binlog_bytes.py MYSQL_5721_FDE). The entry of TRANSACTION_PAYLOAD_EVENT (40)
+    holds the value 40: the source puts the event type's enum there, not
+    TRANSACTION_PAYLOAD_HEADER_LEN, and every server writes that."""
     v = version_tuple(version)
     rows_v1 = 0 if v >= (8, 4, 0) else _ROWS_V1
-    types = 42 if v >= (8, 4, 0) else 41
+    types = event_type_count(version)
+    mysql57 = v < (8, 0, 0)
     format_description_len = 2 + 50 + 4 + 1 + types  # START_V3_HEADER_LEN + 1 + LOG_EVENT_TYPES
     table = [
-        0,  # 1 START_EVENT_V3
+        _START_V3_HEADER_LEN if mysql57 else 0,  # 1 START_EVENT_V3
         _QUERY_HEADER_LEN,  # 2 QUERY_EVENT
         0,  # 3 STOP_EVENT
         _ROTATE_HEADER_LEN,  # 4 ROTATE_EVENT
         0,  # 5 INTVAR_EVENT
-        0,  # 6 (LOAD_EVENT, unused)
+        _LOAD_HEADER_LEN if mysql57 else 0,  # 6 (LOAD_EVENT, unused)
         0,  # 7 (SLAVE_EVENT, unused)
-        0,  # 8 (CREATE_FILE_EVENT, unused)
+        4 if mysql57 else 0,  # 8 (CREATE_FILE_EVENT, unused)
         4,  # 9 APPEND_BLOCK_EVENT
-        0,  # 10 (EXEC_LOAD_EVENT, unused)
+        4 if mysql57 else 0,  # 10 (EXEC_LOAD_EVENT, unused)
         4,  # 11 DELETE_FILE_EVENT
-        0,  # 12 (NEW_LOAD_EVENT, unused)
+        _LOAD_HEADER_LEN if mysql57 else 0,  # 12 (NEW_LOAD_EVENT, unused)
         0,  # 13 RAND_EVENT
         0,  # 14 USER_VAR_EVENT
         format_description_len,  # 15 FORMAT_DESCRIPTION_EVENT
@@ -158,15 +184,20 @@ def server_version_number(version: str) -> int:
     return major * 10000 + minor * 100 + patch
 
 
-def gtid_body(sid: str | None, gno: int, info: GtidInfo) -> bytes:
+def gtid_body(sid: str | None, gno: int, info: GtidInfo, mysql57: bool = False) -> bytes:
     """GTID (33) / anonymous GTID (34, sid None: zero UUID, gno 0): flags (1), UUID (16),
     gno (8), logical clock type code (1) = 2, last_committed (8), sequence_number (8); then
     immediate_commit_timestamp (7, bit 55 set when original_commit_timestamp (7) follows),
     transaction_length (net_field_length), immediate_server_version (4, bit 31 set when
-    original_server_version (4) follows)."""
+    original_server_version (4) follows). MySQL 5.7 (`mysql57=True`) ends the body after
+    sequence_number: 42 bytes, its POST_HEADER_LENGTH and nothing more (the commit
+    timestamps came in 8.0.1, the transaction length in 8.0.2, the server versions in
+    8.0.14; a 5.7.21 file's anonymous GTID events are 42 bytes)."""
     raw_sid = uuid_mod.UUID(sid).bytes if sid else bytes(16)
     out = bytearray(struct.pack("<B16sqB", info.flags, raw_sid, gno if sid else 0, 2))
     out += struct.pack("<qq", info.last_committed, info.sequence_number)
+    if mysql57:
+        return bytes(out)
     immediate = info.immediate_commit_timestamp
     if info.original_commit_timestamp != immediate:
         out += (immediate | (1 << 55)).to_bytes(7, "little") + info.original_commit_timestamp.to_bytes(7, "little")
@@ -200,17 +231,27 @@ _STATUS_VARS = (
 )
 
 
-def query_body(sql: str, schema: str = "", thread_id: int = 8) -> bytes:
+# A MySQL 5.7 session's (a 5.7.21 file's BEGIN has these codes): no
+# Q_DEFAULT_COLLATION_FOR_UTF8MB4 (8.0.11 added it); 5.7's default sql_mode (8.0's and
+# NO_AUTO_CREATE_USER, 1 << 29, which 8.0 removed); collations utf8mb4_general_ci (45, 5.7's
+# utf8mb4 default) for client and connection, latin1_swedish_ci (8) for the server.
+_STATUS_VARS_57 = (
+    b"\x00"
+    + struct.pack("<I", 0)
+    + b"\x01"
+    + struct.pack("<Q", _SQL_MODE | 0x20000000)
+    + b"\x06\x03std"
+    + b"\x04"
+    + struct.pack("<HHH", 45, 45, 8)
+)
+
+
+def query_body(sql: str, schema: str = "", thread_id: int = 8, mysql57: bool = False) -> bytes:
     """Post-header: thread_id (4), exec_time (4), schema length (1), error_code (2), status
     variables length (2); then the status variables, the schema, NUL, the statement."""
     db = schema.encode("utf-8")
-    return (
-        struct.pack("<IIBHH", thread_id, 0, len(db), 0, len(_STATUS_VARS))
-        + _STATUS_VARS
-        + db
-        + b"\x00"
-        + sql.encode("utf-8")
-    )
+    status = _STATUS_VARS_57 if mysql57 else _STATUS_VARS
+    return struct.pack("<IIBHH", thread_id, 0, len(db), 0, len(status)) + status + db + b"\x00" + sql.encode("utf-8")
 
 
 def xid_body(xid: int) -> bytes:

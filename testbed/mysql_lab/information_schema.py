@@ -131,7 +131,15 @@ def schemata(state: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
+# MySQL 5.7's SHOW GRANTS of the same account, as 5.7 prints it: the user and host in
+# single quotes (8.0 prints backquotes) and no XA_RECOVER_ADMIN (a dynamic privilege of
+# 8.0.19; on 5.7 any user may run XA RECOVER).
+MYSQL57_GRANTS = ("GRANT SELECT, RELOAD, PROCESS, REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO '{user}'@'%'",)
+
+
 def grants(state: dict[str, Any], user: str) -> list[str]:
-    """SHOW GRANTS's lines: lab_state.json's `grants` (`{user}` replaced), else the default."""
-    lines = state.get("grants") or DEFAULT_GRANTS
+    """SHOW GRANTS's lines: lab_state.json's `grants` (`{user}` replaced), else the default
+    of the lab's version."""
+    version = str(state.get("server_version") or "8")
+    lines = state.get("grants") or (MYSQL57_GRANTS if version.startswith("5.") else DEFAULT_GRANTS)
     return [str(line).format(user=user) for line in lines]

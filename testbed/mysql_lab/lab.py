@@ -66,8 +66,9 @@ atexit.register(_kill_all_at_exit)
 
 
 def default_state(version: str, server_id: int, server_uuid: str) -> dict[str, Any]:
-    """lab_state.json of an empty server (the writer's contract, docs/mysql-lab.md)."""
-    return {
+    """lab_state.json of an empty server (the writer's contract, docs/mysql-lab.md); as MySQL
+    5.7 without the variables 8.0 added (binlog_row_metadata and the others)."""
+    state: dict[str, Any] = {
         "server_version": version,
         "server_id": server_id,
         "server_uuid": server_uuid,
@@ -88,6 +89,10 @@ def default_state(version: str, server_id: int, server_uuid: str) -> dict[str, A
         "xa_prepared": [],
         "tables": {},
     }
+    if version.startswith("5."):
+        for name in ("binlog_row_metadata", "binlog_transaction_compression", "binlog_row_value_options"):
+            del state["variables"][name]
+    return state
 
 
 def write_state(datadir: Path, state: dict[str, Any]) -> None:

@@ -526,7 +526,7 @@ class Statements:
             return self._show_replicas()
         if p.accept_word("SLAVE") and v < (8, 4, 0):
             p.expect_word("HOSTS")
-            return self._show_replicas()
+            return self._show_replicas(old_names=v < (8, 0, 22))
         if p.accept_word("GRANTS"):
             lines = i_s.grants(self.lab.dir.state(), self.session.user)
             return Result([Column(f"Grants for {self.session.user}@%")], [(line,) for line in lines])
@@ -576,6 +576,8 @@ class Statements:
     def _show_binary_logs(self, p: Parser) -> Result:
         if variables_of(self.lab).get("log_bin") != "ON":
             raise MysqlError(1381, "HY000", "You are not using binary logging")
+        if self._version() < (8, 0, 14):  # the Encrypted column came with binlog encryption (8.0.14)
+            return Result([Column("Log_name"), Column("File_size", integer=True)], self._logs())
         return Result(
             [Column("Log_name"), Column("File_size", integer=True), Column("Encrypted")],
             [(name, size, "No") for name, size in self._logs()],
@@ -597,21 +599,27 @@ class Statements:
         name, size = logs[-1]
         return Result(columns, [(name, size, "", "", str(variables_of(self.lab).get("gtid_executed") or ""))])
 
-    def _show_replicas(self) -> Result:
+    def _show_replicas(self, old_names: bool = False) -> Result:
         """SHOW REPLICAS: Server_Id, Host, Port, Source_Id, Replica_UUID, one row per
-        registered dump session (sql/rpl_source.cc show_replicas)."""
+        registered dump session (sql/rpl_source.cc show_replicas). `old_names`: SHOW SLAVE
+        HOSTS before 8.0.22 (5.7's sql/rpl_master.cc show_slave_hosts): Server_id, Host,
+        Port, Master_id, Slave_UUID."""
         rows = []
         for s in self.lab.sessions():
             r = s.replica
             if r is not None:
                 rows.append((r.server_id, r.host, r.port, r.source_id, s.replica_uuid))
+        if old_names:
+            names = ("Server_id", "Host", "Port", "Master_id", "Slave_UUID")
+        else:
+            names = ("Server_Id", "Host", "Port", "Source_Id", "Replica_UUID")
         return Result(
             [
-                Column("Server_Id", integer=True),
-                Column("Host"),
-                Column("Port", integer=True),
-                Column("Source_Id", integer=True),
-                Column("Replica_UUID"),
+                Column(names[0], integer=True),
+                Column(names[1]),
+                Column(names[2], integer=True),
+                Column(names[3], integer=True),
+                Column(names[4]),
             ],
             rows,
         )

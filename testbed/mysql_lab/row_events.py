@@ -89,8 +89,17 @@ def _collation(ct: ColumnType) -> int:
 
 
 def table_map_body(
-    table_id: int, schema: str, table: str, columns: list[Column], full_metadata: bool, version: tuple
+    table_id: int,
+    schema: str,
+    table: str,
+    columns: list[Column],
+    full_metadata: bool,
+    version: tuple,
+    optional_metadata: bool = True,
 ) -> bytes:
+    """`optional_metadata=False`: MySQL 5.7's Table_map, which ends at the NULL-able bitmap
+    (8.0.1 added the optional metadata; a 5.7 Table_map_log_event::write_data_body
+    writes nothing after m_null_bits)."""
     types = [c.binlog_type() for c in columns]
     head = struct.pack("<Q", table_id)[:6] + struct.pack("<H", TM_BIT_LEN_EXACT_F)
     db, tb = schema.encode("utf-8"), table.encode("utf-8")
@@ -99,6 +108,8 @@ def table_map_body(
     meta = b"".join(t.metadata for t in types)
     out += net_field_length(len(meta)) + meta
     out += bits_low_first([c.nullable for c in columns])
+    if not optional_metadata:
+        return bytes(out)
     numeric = [t for t in types if t.numeric]
     if numeric:
         out += _tlv(SIGNEDNESS, bits_high_first([t.unsigned for t in numeric]))

@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 
 from testbed.mysql_lab import dump
-from testbed.mysql_lab.auth import Accounts, authenticate, greeting, make_nonce
+from testbed.mysql_lab.auth import CACHING_SHA2, NATIVE, Accounts, authenticate, greeting, make_nonce
 from testbed.mysql_lab.binlog_dir import BinlogDir
 from testbed.mysql_lab.locks import UserLocks
 from testbed.mysql_lab.protocol import (
@@ -129,9 +129,20 @@ class LabServer:
             self._next_id += 1
         nonce = make_nonce()
         try:
-            channel.write_packet(greeting(version_of(self), conn_id, nonce, tls=self.tls is not None))
-            native = version_tuple(version_of(self)) < (9, 0, 0)  # MySQL 9.0 removed mysql_native_password
-            answer = authenticate(channel, self.accounts, nonce, addr[0], native_available=native, tls=self.tls)
+            v = version_tuple(version_of(self))
+            # MySQL 5.7's only and default plugin here is mysql_native_password (caching_sha2_password
+            # is 8.0.3's, its default from 8.0.4); MySQL 9.0 removed mysql_native_password.
+            plugin = NATIVE if v < (8, 0, 0) else CACHING_SHA2
+            channel.write_packet(greeting(version_of(self), conn_id, nonce, tls=self.tls is not None, plugin=plugin))
+            answer = authenticate(
+                channel,
+                self.accounts,
+                nonce,
+                addr[0],
+                native_available=v < (9, 0, 0),
+                tls=self.tls,
+                native_only=v < (8, 0, 0),
+            )
         except MysqlError as exc:
             self._send_error(channel, exc)
             channel.close()

@@ -1,5 +1,7 @@
 """System variables of the lab server: MySQL 8.4's defaults for what clients ask, with
-`lab_state.json`'s values over them (reference manual, "Server System Variables")."""
+`lab_state.json`'s values over them (reference manual, "Server System Variables"); as an
+older version, without the variables it does not have (error 1193 when asked) and with
+5.7's defaults where they differ."""
 
 from __future__ import annotations
 
@@ -66,10 +68,45 @@ def version_tuple(version: str) -> tuple[int, int, int]:
     return nums[0], nums[1], nums[2]
 
 
+# Variables the product asks about and the version that added them (reference manual,
+# each variable's "Introduced"): an older server answers error 1193 for them.
+INTRODUCED: dict[str, tuple[int, int, int]] = {
+    "binlog_row_metadata": (8, 0, 1),
+    "binlog_row_value_options": (8, 0, 3),
+    "binlog_transaction_compression": (8, 0, 20),
+    "log_replica_updates": (8, 0, 26),
+}
+# MySQL 5.7's defaults where 8.0 changed them (reference manual 5.7, "Server System
+# Variables"): latin1 for the server, utf8mb4's default collation utf8mb4_general_ci (5.7
+# has no utf8mb4_0900_ai_ci), NO_AUTO_CREATE_USER in sql_mode (8.0 removed it).
+MYSQL57_DEFAULTS: dict[str, Any] = {
+    "character_set_server": "latin1",
+    "collation_server": "latin1_swedish_ci",
+    "collation_connection": "utf8mb4_general_ci",
+    "sql_mode": "ONLY_FULL_GROUP_BY,STRICT_TRANS_TABLES,NO_ZERO_IN_DATE,NO_ZERO_DATE,"
+    "ERROR_FOR_DIVISION_BY_ZERO,NO_AUTO_CREATE_USER,NO_ENGINE_SUBSTITUTION",
+    "version_comment": "MySQL Community Server (GPL)",
+}
+
+
+def known_at(name: str, version: tuple[int, int, int]) -> bool:
+    """Whether the lab as `version` answers the variable `name`. log_slave_updates is the
+    only name before 8.0.26; later servers keep it as a deprecated alias of
+    log_replica_updates, which the lab answers only by the new name (as before)."""
+    if name == "log_slave_updates":
+        return version < INTRODUCED["log_replica_updates"]
+    return version >= INTRODUCED.get(name, (0, 0, 0))
+
+
 def global_variables(d: BinlogDir, default_version: str) -> dict[str, Any]:
     state = d.state()
+    version = version_tuple(server_version(d, default_version))
     out = dict(GLOBAL_DEFAULTS)
+    if version < (8, 0, 0):
+        out.update(MYSQL57_DEFAULTS)
+    out["log_slave_updates"] = out["log_replica_updates"]
     out.update({k.lower(): v for k, v in (state.get("variables") or {}).items()})
+    out = {k: v for k, v in out.items() if known_at(k, version)}
     server_uuid = state.get("server_uuid") or out.get("server_uuid") or ""
     out.update(
         {

@@ -1,5 +1,5 @@
-"""Issue 26: the relay, `cdc check` and `cdc verify` end to end on MySQL bytes, as MySQL 8.4
-and as MySQL 9.x, on the MySQL lab (`testbed/mysql_lab/`: binlog files written byte for byte
+"""Issue 26: the relay, `cdc check` and `cdc verify` end to end on MySQL bytes, as MySQL 5.7,
+8.0, 8.4 and 9.x, on the MySQL lab (`testbed/mysql_lab/`: binlog files written byte for byte
 as those servers write them, served over MySQL's client and replication protocol; no MySQL
 server can be installed here, tests/README.md says what the lab reproduces).
 
@@ -10,7 +10,9 @@ Transaction_payload (zstd) transactions; XA prepared then committed or rolled ba
 other transactions between; partial JSON updates of outbox rows (an UPDATE: `on_change`,
 nothing published); rolled-back transactions (nothing in the binlog); rotations. What was
 committed is known from the writer itself, so the check needs no decoder at all: every
-committed outbox insert exactly once, in commit order per key, nothing else.
+committed outbox insert exactly once, in commit order per key, nothing else. As 5.7 and 8.0
+the shapes those versions lack (tagged GTIDs, and on 5.7 Transaction_payload and partial
+JSON) are plain transactions instead; 5.7's Table_maps carry no column names at all.
 """
 
 from __future__ import annotations
@@ -18,7 +20,10 @@ from __future__ import annotations
 import datetime
 import decimal
 import json
+import os
 import random
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -27,7 +32,7 @@ import pytest
 from cdc.config import load_config
 from testbed.mysql_lab.binlog_writer import Column, JsonDiff, Xid
 from testbed.mysql_lab.json_binary import INSERT
-from tests.integration.harness import RelayProcess, env_for, relay_raw_config, wait_until
+from tests.integration.harness import RelayProcess, _to_toml, env_for, relay_raw_config, wait_until
 from tests.integration.independent_checker import Committed, check, topic_records
 from tests.integration.test_faults import _checkpoint_reached, _server_end
 
@@ -62,6 +67,10 @@ class LabWorkload:
 
     def __init__(self, writer, seed: int = 26):
         self.w = writer
+        # what the writer's version has: tagged GTIDs (8.3), Transaction_payload (8.0.20),
+        # partial JSON (8.0.3): an older one writes plain transactions in their place
+        version = writer.version_tuple
+        self.tags_ok, self.compression_ok, self.partial_ok = version >= (8, 3), version >= (8, 0, 20), version >= (8,)
         self.rng = random.Random(seed)
         self.committed: list[Committed] = []
         self.prepared: list[tuple[Xid, list[tuple[str, str]]]] = []
@@ -143,7 +152,7 @@ class LabWorkload:
                 except _Rollback:
                     self._count("rollback")
                 continue
-            if r < 0.27 and self.rows:
+            if r < 0.27 and self.rows and self.partial_ok:
                 old = self.rows[rng.choice(sorted(self.rows))]
                 if isinstance(old["payload"], dict):
                     new = {**old, "payload": {**old["payload"], "status": "sent"}}
@@ -156,8 +165,8 @@ class LabWorkload:
                     self.rows[old["id"]] = new
                     self._count("partial_json_update")
                     continue
-            tag = TAG if r < 0.45 else None
-            compressed = 0.45 <= r < 0.6
+            tag = TAG if r < 0.45 and self.tags_ok else None
+            compressed = 0.45 <= r < 0.6 and self.compression_ok
             w.compression = compressed
             with w.transaction(tag=tag) as tx:
                 self._business_rows(tx)
@@ -309,14 +318,16 @@ def test_the_relay_starts_at_a_gtid_set_and_restarts_from_a_tagged_gtid_checkpoi
 
 
 @pytest.mark.fault
-def test_transactional_delivery_from_a_mysql_binlog_once_across_a_sigkill(noida_kafka, topic_prefix, tmp_path):
+@pytest.mark.parametrize("version", ["8.4.3", "8.0.40", "5.7.44-log"])
+def test_transactional_delivery_from_a_mysql_binlog_once_across_a_sigkill(version, noida_kafka, topic_prefix, tmp_path):
     """`kafka.delivery = "transactional"` on noida-db (a broker with transactions) over the
-    lab as MySQL 8.4: a SIGKILL mid-stream, a restart from the committed checkpoint alone."""
+    lab as MySQL 8.4, 8.0 and 5.7: a SIGKILL mid-stream, a restart from the committed
+    checkpoint alone."""
     from cdc.position import BinlogPosition
     from connectors.checkpoint_stores import KafkaCheckpointStore
     from testbed.mysql_lab.lab import MysqlLab
 
-    with MysqlLab.start(version="8.4.3") as lab:
+    with MysqlLab.start(version=version) as lab:
         work = LabWorkload(lab.writer(), seed=11)
         topics = _topics(noida_kafka, topic_prefix, partitions=3)
         noida_kafka.create_topic(f"{topic_prefix}.checkpoints", 1)
@@ -364,5 +375,77 @@ def test_transactional_delivery_from_a_mysql_binlog_once_across_a_sigkill(noida_
                 relay.kill()
         records = topic_records(noida_kafka.bootstrap_servers, topics)
         result = check(work.committed, records)
-        print(f"\nMySQL 8.4 lab, transactional: {work.shapes}: {result.summary()}")
+        print(f"\nMySQL {version} lab, transactional: {work.shapes}: {result.summary()}")
         assert result.committed > 200 and result.clean, result.summary()
+
+
+def _cdc_check(raw: dict, lab, workdir: Path) -> subprocess.CompletedProcess:
+    workdir.mkdir(parents=True, exist_ok=True)
+    config = workdir / "relay.toml"
+    config.write_text(_to_toml(raw))
+    return subprocess.run(
+        [sys.executable, "-m", "cdc_cli.main", "check", "--config", str(config)],
+        cwd=Path(__file__).resolve().parents[2],
+        env={**os.environ, **env_for(lab)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.mark.parametrize("version", ["5.7.44-log", "8.0.40"])
+def test_mysql_5_7_and_8_0_from_a_gtid_set_once_across_a_sigkill_and_verify_agrees(
+    version, kafka, topic_prefix, tmp_path, spark
+):
+    """The lab as MySQL 5.7 (42-byte GTID events, Table_maps without any names: the relay
+    and the verifier read them from information_schema) and as 8.0: `cdc check` passes, the
+    relay starts at a GTID set (what it holds, in the first file, is never published),
+    is SIGKILLed mid-stream and restarted from its checkpoint, every committed event is
+    published once, and `cdc verify` from the second file agrees."""
+    from cdc_cli.verify_commands import verify_config
+    from spark_jobs.verify import run_verify
+    from testbed.mysql_lab.lab import MysqlLab
+
+    with MysqlLab.start(version=version) as lab:
+        work = LabWorkload(lab.writer(), seed=57)
+        topics = _topics(kafka, topic_prefix)
+        for _ in range(3):
+            with work.w.transaction() as tx:
+                tx.insert(DB, "outbox", [work._event()])  # before the start: never published
+        skipped = str(work.w.gtid_executed)
+        work.w.rotate()
+        raw = relay_raw_config(lab, kafka, DB, topic_prefix, tmp_path / "cp.json", source__start=skipped)
+        check_run = _cdc_check(raw, lab, tmp_path / "check")
+        assert check_run.returncode == 0 and "Traceback" not in check_run.stderr, check_run.stdout + check_run.stderr
+        [metadata_line] = [line for line in check_run.stdout.splitlines() if "binlog_row_metadata:" in line]
+        if version.startswith("5.7"):
+            assert "information_schema" in metadata_line, metadata_line
+        work.write(40)
+        relay = RelayProcess(raw, env_for(lab), tmp_path / "run-1")
+        try:
+            wait_until(lambda: Path(raw["checkpoint"]["path"]).exists() or not relay.alive(), 60, "a first checkpoint")
+            assert relay.alive(), relay.log_text()[-3000:]
+            work.write(80)  # written while the relay reads
+            relay.kill()  # SIGKILL mid-stream
+            work.write(40)
+            work.finish()
+            relay = _run_to_end(lab, raw, tmp_path / "run-2")
+            assert relay.terminate() == 0
+            log = relay.log_text()
+            assert "Traceback" not in log and "ERROR" not in log, log[-3000:]
+        finally:
+            if relay.alive():
+                relay.kill()
+        assert lab.unknown_statements() == [] and lab.lab_errors() == []
+        for shape in ("plain", "xa_commit", "rollback"):
+            assert work.shapes.get(shape, 0) > 0, (shape, work.shapes)
+        records = topic_records(kafka.bootstrap_servers, topics)
+        result = check(work.committed, records)
+        print(f"\nMySQL {version} lab from {skipped}, {work.shapes}: {result.summary()}")
+        assert result.committed > 150 and result.clean, result.summary()
+
+        cfg = load_config(raw, env_for(lab))
+        rep = run_verify(replace(verify_config(cfg, str(tmp_path / "verify"), start_file="binlog.000002")), spark=spark)
+        c = rep.counts
+        assert rep.ok and not rep.problems and not rep.anomalies, (rep.problems, rep.anomalies)
+        assert c["delivered"] == result.committed, c

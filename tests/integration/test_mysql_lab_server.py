@@ -686,3 +686,98 @@ def test_a_dump_from_inside_an_event_is_refused(lab):
     with relay_client(lab) as conn, pytest.raises(BinlogConnectionError) as err:
         list(conn.dump_file("binlog.000001", lab.files.pos - 10, blocking=False).events())
     assert "bogus data in log event" in str(err.value)
+
+
+# -- the lab as MySQL 5.7 and 8.0 -----------------------------------------------------------
+
+
+def _written_lab(tmp_path: Path, version: str) -> MysqlLab:
+    """A lab of `version` with one outbox transaction, written by the lab's own writer."""
+    from testbed.mysql_lab.binlog_writer import Column
+
+    lab = MysqlLab.start(version=version, datadir=tmp_path / "data")
+    w = lab.writer()
+    w.create_table("shop", "outbox", [Column("id", "varchar(36)", nullable=False, key="PRI"), Column("n", "int")])
+    with w.transaction() as tx:
+        tx.insert("shop", "outbox", [{"id": "e1", "n": 1}])
+    return lab
+
+
+def test_mysql_5_7_logs_in_with_native_password_and_answers_as_5_7(tmp_path, monkeypatch):
+    """5.7: mysql_native_password announced (a caching_sha2_password answer is switched to
+    it), no binlog_row_metadata (1193) nor the other 8.0 variables, SHOW MASTER STATUS and
+    SHOW SLAVE HOSTS (Server_id .. Slave_UUID) answered, SHOW BINARY LOG STATUS and SHOW
+    REPLICAS syntax errors, SHOW BINARY LOGS without Encrypted, 5.7's SHOW GRANTS."""
+    import pymysql.connections
+
+    with _written_lab(tmp_path, "5.7.44-log") as lab:
+        with connect(lab) as conn:
+            assert query(conn, "SELECT VERSION(), @@log_slave_updates") == [("5.7.44-log", "ON")]
+            for name in ("binlog_row_metadata", "binlog_transaction_compression", "log_replica_updates"):
+                with pytest.raises(pymysql.err.OperationalError) as err:
+                    query(conn, f"SELECT @@{name}")
+                assert err.value.args == (1193, f"Unknown system variable '{name}'")
+            assert dict(
+                query(
+                    conn,
+                    "SHOW GLOBAL VARIABLES WHERE Variable_name IN (%s,%s,%s,%s)",
+                    ("log_bin", "binlog_format", "binlog_row_image", "binlog_row_metadata"),
+                )
+            ) == {"log_bin": "ON", "binlog_format": "ROW", "binlog_row_image": "FULL"}
+            size = (lab.datadir / "binlog.000001").stat().st_size
+            gtids = str(lab.state()["gtid_executed"])
+            assert query(conn, "SHOW MASTER STATUS") == [("binlog.000001", size, "", "", gtids)]
+            assert query(conn, "SHOW BINARY LOGS") == [("binlog.000001", size)]
+            for statement in ("SHOW BINARY LOG STATUS", "SHOW REPLICAS"):
+                with pytest.raises(pymysql.err.ProgrammingError) as err:
+                    query(conn, statement)
+                assert err.value.args[0] == 1064
+            with conn.cursor() as cur:
+                cur.execute("SHOW SLAVE HOSTS")
+                assert [d[0] for d in cur.description] == ["Server_id", "Host", "Port", "Master_id", "Slave_UUID"]
+            assert [r[0] for r in query(conn, "SHOW GRANTS")] == [
+                "GRANT SELECT, RELOAD, PROCESS, REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO 'cdc'@'%'"
+            ]
+        assert any("login cdc@127.0.0.1: mysql_native_password" in line for line in lab.log_lines())
+        monkeypatch.setattr(pymysql.connections, "_DEFAULT_AUTH_PLUGIN", "caching_sha2_password")
+        with connect(lab) as conn:  # answered with caching_sha2_password: switched to native
+            assert query(conn, "SELECT 1") == [(1,)]
+        assert not any("caching_sha2_password" in line for line in lab.log_lines())
+        with pytest.raises(pymysql.err.OperationalError) as err:
+            pymysql.connect(host=lab.host, port=lab.port, user=lab.user, password="wrong")
+        assert err.value.args[0] == 1045
+        assert lab.unknown_statements() == ["SHOW REPLICAS"] and lab.lab_errors() == []
+
+
+def test_mysql_8_0_before_8_0_22_lists_replicas_only_as_slave_hosts(tmp_path):
+    """8.0.17: SHOW MASTER STATUS and SHOW SLAVE HOSTS (SHOW REPLICAS is 8.0.22's),
+    binlog_row_metadata known, Transaction_payload's variable not yet (8.0.20)."""
+    with _written_lab(tmp_path, "8.0.17") as lab, connect(lab) as conn:
+        assert query(conn, "SELECT @@binlog_row_metadata") == [("FULL",)]
+        with pytest.raises(pymysql.err.OperationalError):
+            query(conn, "SELECT @@binlog_transaction_compression")
+        assert query(conn, "SHOW MASTER STATUS")[0][0] == "binlog.000001"
+        with conn.cursor() as cur:
+            cur.execute("SHOW SLAVE HOSTS")
+            assert cur.description[0][0] == "Server_id"
+        with pytest.raises(pymysql.err.ProgrammingError):
+            query(conn, "SHOW REPLICAS")
+        assert [r[0] for r in query(conn, "SHOW BINARY LOGS")] == ["binlog.000001"]
+
+
+@pytest.mark.parametrize("version", ["5.7.44-log", "8.0.17", "8.0.40"])
+def test_cdc_check_passes_against_the_lab_as_5_7_and_8_0(version, kafka, tmp_path):
+    """`cdc check` as 5.7 (no binlog_row_metadata: passes, saying the names come from
+    information_schema) and as 8.0 before and after 8.0.22 (SHOW SLAVE HOSTS / SHOW REPLICAS)."""
+    with _written_lab(tmp_path, version) as lab:
+        result = _cdc_check(lab, kafka, tmp_path)
+        text = result.stdout + result.stderr
+        assert result.returncode == 0, text
+        assert "Traceback" not in text
+        lines = {line[4:].split(":")[0].strip(): line for line in result.stdout.splitlines() if line.strip()}
+        for name in ("connect", "log_bin", "binlog_format", "binlog_row_metadata", "replica_server_id",
+                     "grant_replication_slave", "grant_replication_client", "table shop.outbox", "xa_undecided"):  # fmt: skip
+            assert name in lines, result.stdout
+        if version.startswith("5.7"):
+            assert "information_schema" in lines["binlog_row_metadata"], lines["binlog_row_metadata"]
+        assert lab.unknown_statements() == [] and lab.lab_errors() == []
