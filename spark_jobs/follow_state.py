@@ -57,7 +57,7 @@ from typing import Any
 
 from cdc.events.formats import expected_timestamp_ms, payload_matches
 from spark_jobs.common import identity_key, murmur2_partition
-from spark_jobs.mysql.binlog_source import (
+from spark_jobs.mysql.binlog_rows import (
     KIND_ANOMALY,
     KIND_EVENT,
     KIND_XA_COMMIT,
@@ -65,7 +65,7 @@ from spark_jobs.mysql.binlog_source import (
     KIND_XA_ROLLBACK,
     KIND_XA_ROW,
     STATEMENT_FORMAT,
-)  # fmt: skip
+)
 from spark_jobs.reconcile import ALL_CLASSES, PROVEN_CLASSES, record_reasons
 
 KIND_PROGRESS = "progress"

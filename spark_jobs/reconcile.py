@@ -70,7 +70,7 @@ from typing import Any
 
 from cdc.events.formats import expected_timestamp_ms, payload_matches
 from spark_jobs.common import KEY_SEP, identity_key, murmur2_partition
-from spark_jobs.mysql.binlog_source import (
+from spark_jobs.mysql.binlog_rows import (
     KIND_EVENT,
     KIND_XA_COMMIT,
     KIND_XA_EVENT,
@@ -78,7 +78,7 @@ from spark_jobs.mysql.binlog_source import (
     KIND_XA_ROW,
     KIND_XA_UNDECIDED,
     STATEMENT_FORMAT,
-)  # fmt: skip
+)
 
 EVENT_CLASSES = ("delivered", "missing", "duplicate", "reordered", "altered", "dead_lettered", "unverifiable")
 RECORD_CLASSES = ("phantom", "unverifiable", "foreign", "unidentified")

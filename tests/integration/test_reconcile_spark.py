@@ -12,7 +12,7 @@ import pytest
 
 from spark_jobs.common import murmur2_partition
 from spark_jobs.kafka.source import fields_for
-from spark_jobs.mysql.binlog_source import BINLOG_FIELDS
+from spark_jobs.mysql.binlog_rows import BINLOG_FIELDS
 from spark_jobs.reconcile import ReconcileContext, reconcile_reference, resolve_xa_rows
 from tests.unit.test_reconcile import DLQ, TOPIC, clean_scenario, ctx, make_event, make_record
 
@@ -21,7 +21,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
 def _frames(spark: Any, events: list[dict], records: list[dict]) -> tuple[Any, Any]:
     from spark_jobs.kafka.source import schema_for
-    from spark_jobs.mysql.binlog_source import BINLOG_SCHEMA
+    from spark_jobs.mysql.binlog_rows import BINLOG_SCHEMA
 
     cols_e = [n for n, _ in BINLOG_FIELDS]
     cols_r = [n for n, _ in fields_for(False, True)]
