@@ -8,7 +8,7 @@ grace period into a verdict. The rules are the batch verifier's
 (`spark_jobs/reconcile.py`), applied as the data arrives:
 
 * An event with one delivery is `delivered`, `dead_lettered` (in the dead-letter topic),
-  `altered` (content differs: `reconcile.record_reasons`) or `reordered` (in its partition
+  `altered` (content differs: `reconcile_rules.record_reasons`) or `reordered` (in its partition
   it comes after a record of the same key with a later binlog position) at once; a later
   second delivery makes it `duplicate` (alarm) whatever it was.
 * An event with no delivery after `grace_s` (counted from when the verifier read it) is
@@ -66,7 +66,7 @@ from spark_jobs.mysql.binlog_rows import (
     KIND_XA_ROW,
     STATEMENT_FORMAT,
 )
-from spark_jobs.reconcile import ALL_CLASSES, PROVEN_CLASSES, record_reasons
+from spark_jobs.reconcile_rules import ALL_CLASSES, PROVEN_CLASSES, record_reasons
 
 KIND_PROGRESS = "progress"
 ALARM_LOG = logging.getLogger("cdc.verify.follow")

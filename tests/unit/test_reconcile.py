@@ -21,10 +21,8 @@ from spark_jobs.common import identity_key, murmur2, murmur2_partition, redacted
 from spark_jobs.kafka.source import avro_schema, decode_record, decode_value, fields_for
 from spark_jobs.mysql.binlog_assembly import TxAssembler, classify_query
 from spark_jobs.mysql.binlog_rows import BINLOG_FIELDS, EventMapper, events_of_tx
-from spark_jobs.reconcile import (
-    ReconcileContext,
-    reconcile_reference,
-)
+from spark_jobs.reconcile_reference import reconcile_reference
+from spark_jobs.reconcile_rules import ReconcileContext
 
 SOURCE = "shop-db"
 DLQ = "outbox.dlq"

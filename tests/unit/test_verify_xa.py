@@ -23,7 +23,7 @@ from spark_jobs.mysql.binlog_assembly import (
 )
 from spark_jobs.mysql.binlog_assembly import assemble_query as _query
 from spark_jobs.mysql.binlog_rows import BINLOG_FIELDS, EventColumns, EventMapper, events_of_tx
-from spark_jobs.reconcile import reconcile_reference, resolve_xa_rows
+from spark_jobs.reconcile_reference import reconcile_reference, resolve_xa_rows
 from tests.unit.test_reconcile import DLQ, SOURCE, ctx, make_event, make_record
 
 TABLE = OutboxTable("shop", "outbox")
