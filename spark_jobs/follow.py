@@ -49,9 +49,11 @@ from spark_jobs.common import redacted
 from spark_jobs.follow_state import FollowState
 from spark_jobs.kafka.source import plan_kafka
 from spark_jobs.kafka.stream import KafkaStreamDataSource, offsets_of
-from spark_jobs.mysql.binlog_source import connect_mysql, tables_to_json
+from spark_jobs.mysql.binlog_plan import connect_mysql
+from spark_jobs.mysql.binlog_source import tables_to_json
 from spark_jobs.mysql.binlog_stream import BinlogStreamDataSource, server_logs
-from spark_jobs.reconcile import ALL_CLASSES, missing_entry
+from spark_jobs.reconcile_rules import ALL_CLASSES
+from spark_jobs.reconcile_summary import missing_entry
 from spark_jobs.report import VerifyReport, write_outputs
 from spark_jobs.verify import VerifyConfig, source_error
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from spark_jobs.reconcile import ALL_CLASSES, BLOCKING_UNVERIFIABLE, PROBLEM_CLASSES
+from spark_jobs.reconcile_rules import ALL_CLASSES, BLOCKING_UNVERIFIABLE, PROBLEM_CLASSES
 
 REPORT_VERSION = 1
 CLASS_COLORS = {

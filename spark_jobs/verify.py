@@ -45,18 +45,12 @@ from cdc.position import file_sequence
 from cdc.tls import TLS_KEYS
 from spark_jobs.common import redacted
 from spark_jobs.kafka.source import aborted_records, plan_kafka
-from spark_jobs.mysql.binlog_source import (
-    BINLOG_READERS,
-    KIND_ANOMALY,
-    KIND_EVENT,
-    KIND_XA_COMMIT,
-    KIND_XA_ROLLBACK,
-    KIND_XA_ROW,
-    plan_binlog,
-    split_ranges,
-    tables_to_json,
-)  # fmt: skip
-from spark_jobs.reconcile import ReconcileContext, missing_entry, reconcile, summarize
+from spark_jobs.mysql.binlog_plan import plan_binlog, split_ranges
+from spark_jobs.mysql.binlog_rows import KIND_ANOMALY, KIND_EVENT, KIND_XA_COMMIT, KIND_XA_ROLLBACK, KIND_XA_ROW
+from spark_jobs.mysql.binlog_source import BINLOG_READERS, tables_to_json
+from spark_jobs.reconcile import reconcile
+from spark_jobs.reconcile_rules import ReconcileContext
+from spark_jobs.reconcile_summary import missing_entry, summarize
 from spark_jobs.report import VerifyReport, write_outputs
 from spark_jobs.session import build_spark, register_sources
 from spark_jobs.sink_read import sink_read

@@ -48,18 +48,9 @@ from spark_jobs.common import (
     settle_worker,
     where,
 )
-from spark_jobs.mysql.binlog_source import (
-    BINLOG_FIELDS,
-    BINLOG_SCHEMA,
-    EventColumns,
-    EventMapper,
-    anomaly_row,
-    connect_mysql,
-    iter_binlog_batches,
-    split_ranges,
-    tables_from_json,
-    transaction_starts,
-)  # fmt: skip
+from spark_jobs.mysql.binlog_plan import connect_mysql, split_ranges, transaction_starts
+from spark_jobs.mysql.binlog_rows import BINLOG_FIELDS, BINLOG_SCHEMA, EventColumns, EventMapper, anomaly_row
+from spark_jobs.mysql.binlog_source import iter_binlog_batches, tables_from_json
 
 try:
     from pyspark.sql.datasource import DataSourceStreamReader

@@ -6,7 +6,7 @@ python-mysql-replication 1.0.17 does not know type 42: its transaction would rea
 verifier without a GTID. So `spark_jobs/binlog_compressed.ExpandingConnection` hands the
 library, in its place, the Gtid_log_event of the same transaction (`as_gtid_event_body`:
 the same uuid, gno, logical clock and commit time), and remembers the tagged GTID on the
-packet, which `spark_jobs/mysql/binlog_source.py` takes instead of the library's `uuid:gno`.
+packet, which `spark_jobs/mysql/binlog_readers.py` takes instead of the library's `uuid:gno`.
 
 The body is one message of MySQL's serialization library (the fields of
 `Gtid_event::define_fields`, libs/mysql/binlog/event/control_events.h; the message format

@@ -29,7 +29,9 @@ from spark_jobs.common import (
     scrub,
     where,
 )
-from spark_jobs.mysql.binlog_source import connect_mysql, payload_bytes, tables_from_json
+from spark_jobs.mysql.binlog_plan import connect_mysql
+from spark_jobs.mysql.binlog_rows import payload_bytes
+from spark_jobs.mysql.binlog_source import tables_from_json
 
 TABLE_SCHEMA = (
     "`table` string, `event_id` string, `aggregate_type` string, `aggregate_id` string, "

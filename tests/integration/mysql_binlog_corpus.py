@@ -406,8 +406,9 @@ def verifier_records(f: BinlogFile, catalogue: Catalogue) -> tuple[list[tuple], 
     from pymysqlreplication.event import GtidEvent, QueryEvent, XAPrepareEvent, XidEvent
     from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
+    from spark_jobs.mysql.binlog_assembly import TxAssembler, classify_query, xid_text
     from spark_jobs.mysql.binlog_compressed import _Format, event_start, tagged_gtid
-    from spark_jobs.mysql.binlog_source import TxAssembler, _mysql_values, classify_query, row_values, xid_text
+    from spark_jobs.mysql.binlog_readers import _mysql_values, row_values
     from spark_jobs.mysql.binlog_table_map import TableMapRewriter
 
     rewriter = TableMapRewriter(set(table_maps(f)), catalogue.verifier)
@@ -540,7 +541,7 @@ def _library_event(ev: Any) -> list[tuple]:
     from pymysqlreplication.event import GtidEvent, QueryEvent, XAPrepareEvent, XidEvent
     from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
-    from spark_jobs.mysql.binlog_source import xid_text
+    from spark_jobs.mysql.binlog_assembly import xid_text
 
     if ev is None:
         return []

@@ -121,7 +121,7 @@ def test_binlog_status_follows_appends_and_a_half_written_transaction_is_not_cou
 
 
 def test_show_binlog_events_as_the_verifier_reads_them(lab):
-    from spark_jobs.mysql.binlog_source import transaction_starts
+    from spark_jobs.mysql.binlog_plan import transaction_starts
 
     files = lab.files
     first = files.pos
@@ -597,7 +597,7 @@ def test_mysql_9_switches_a_native_password_client_to_caching_sha2(lab, monkeypa
 def test_the_verifiers_plan_of_the_lab(lab):
     """spark_jobs/binlog_source.plan_binlog: the binlog end, the files, the server id and the
     executed GTIDs (after @@gtid_binlog_pos, MariaDB's, is refused)."""
-    from spark_jobs.mysql.binlog_source import plan_binlog
+    from spark_jobs.mysql.binlog_plan import plan_binlog
 
     files = lab.files
     files.transaction("e1")

@@ -1,5 +1,5 @@
 """The verifier's Spark reconciliation held against the pure-python reference
-(`spark_jobs.reconcile.reconcile_reference`, unit-tested in tests/unit/test_reconcile.py):
+(`spark_jobs.reconcile_reference.reconcile_reference`, unit-tested in tests/unit/test_reconcile.py):
 every fault class, truncation and unread topics, random histories, XA and statement-logged
 inserts. Starts a local Spark session (the `spark` fixture)."""
 
@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 
 from spark_jobs.common import murmur2_partition
-from spark_jobs.mysql.binlog_source import BINLOG_FIELDS
-from spark_jobs.reconcile import ReconcileContext, reconcile_reference, resolve_xa_rows
+from spark_jobs.mysql.binlog_rows import BINLOG_FIELDS
+from spark_jobs.reconcile_reference import reconcile_reference, resolve_xa_rows
+from spark_jobs.reconcile_rules import ReconcileContext
 from spark_jobs.records import fields_for
 from tests.unit.test_reconcile import DLQ, TOPIC, clean_scenario, ctx, make_event, make_record
 
@@ -20,7 +21,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
 
 def _frames(spark: Any, events: list[dict], records: list[dict]) -> tuple[Any, Any]:
-    from spark_jobs.mysql.binlog_source import BINLOG_SCHEMA
+    from spark_jobs.mysql.binlog_rows import BINLOG_SCHEMA
     from spark_jobs.records import schema_for
 
     cols_e = [n for n, _ in BINLOG_FIELDS]
@@ -31,7 +32,8 @@ def _frames(spark: Any, events: list[dict], records: list[dict]) -> tuple[Any, A
 
 
 def _spark_result(spark: Any, events: list[dict], records: list[dict], c: ReconcileContext) -> dict[str, Any]:
-    from spark_jobs.reconcile import reconcile, summarize
+    from spark_jobs.reconcile import reconcile
+    from spark_jobs.reconcile_summary import summarize
 
     ev, rec = _frames(spark, events, records)
     rc = reconcile(ev, rec, c)

@@ -372,7 +372,9 @@ def test_split_ranges_and_fast_reader_read_the_same_events(servers, world, spark
     exactly the rows of the default one-task-per-file python-mysql-replication read."""
     db, _ = servers
     s = db.connection_settings()
-    from spark_jobs.mysql.binlog_source import BINLOG_FIELDS, plan_binlog, split_ranges, tables_to_json
+    from spark_jobs.mysql.binlog_plan import plan_binlog, split_ranges
+    from spark_jobs.mysql.binlog_rows import BINLOG_FIELDS
+    from spark_jobs.mysql.binlog_source import tables_to_json
 
     plan = plan_binlog(s, server_id_base=880000)
 

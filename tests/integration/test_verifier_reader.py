@@ -14,7 +14,7 @@ from __future__ import annotations
 import pytest
 
 from cdc.events.outbox import OutboxTable
-from spark_jobs.mysql.binlog_source import read_binlog_file
+from spark_jobs.mysql.binlog_readers import read_binlog_file
 from testbed.mariadb import EmbeddedMariaDB
 from tests.integration.harness import OUTBOX_DDL, insert_events
 

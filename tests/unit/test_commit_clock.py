@@ -11,7 +11,8 @@ bytes whose top bit (bit 55) says original_commit_timestamp (7 more bytes) follo
 import pytest
 
 from spark_jobs.follow_state import FollowState
-from spark_jobs.mysql.binlog_source import EventColumns, EventMapper, TxAssembler, mysql_commit_us
+from spark_jobs.mysql.binlog_assembly import TxAssembler, mysql_commit_us
+from spark_jobs.mysql.binlog_rows import EventColumns, EventMapper
 
 IMMEDIATE = 1_764_050_000_123_456  # 2025-11-25T05:53:20.123456Z, microseconds
 

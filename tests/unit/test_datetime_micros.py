@@ -6,7 +6,7 @@ import datetime as dt
 import random
 
 from cdc.events.outbox import _micros_of
-from spark_jobs.mysql.binlog_source import _micros
+from spark_jobs.mysql.binlog_rows import _micros
 
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 

@@ -18,11 +18,10 @@ import pytest
 from cdc.events import identity as hdr
 from cdc.events.outbox import OutboxTable
 from spark_jobs.common import identity_key, murmur2, murmur2_partition, redacted, scrub
-from spark_jobs.mysql.binlog_source import BINLOG_FIELDS, EventMapper, TxAssembler, classify_query, events_of_tx
-from spark_jobs.reconcile import (
-    ReconcileContext,
-    reconcile_reference,
-)
+from spark_jobs.mysql.binlog_assembly import TxAssembler, classify_query
+from spark_jobs.mysql.binlog_rows import BINLOG_FIELDS, EventMapper, events_of_tx
+from spark_jobs.reconcile_reference import reconcile_reference
+from spark_jobs.reconcile_rules import ReconcileContext
 from spark_jobs.records import avro_schema, decode_record, decode_value, fields_for
 
 SOURCE = "shop-db"
@@ -532,7 +531,7 @@ def test_event_mapper_rules() -> None:
 
 
 def test_events_of_tx_coordinates() -> None:
-    from spark_jobs.mysql.binlog_source import CommittedTx
+    from spark_jobs.mysql.binlog_assembly import CommittedTx
 
     table = OutboxTable("shop", "outbox")
     tx = CommittedTx(
@@ -767,7 +766,8 @@ def test_record_columns_without_the_fast_avro_path_agree(monkeypatch: Any) -> No
 
 @pytest.mark.verifier_deps
 def test_event_columns_equal_events_of_tx() -> None:
-    from spark_jobs.mysql.binlog_source import CommittedTx, EventColumns, anomaly_row
+    from spark_jobs.mysql.binlog_assembly import CommittedTx
+    from spark_jobs.mysql.binlog_rows import EventColumns, anomaly_row
 
     table = OutboxTable("shop", "outbox", topic="outbox.event.{aggregate_type}", timestamp_column="created_at")
     mapper = EventMapper([table], allowlist=("outbox.event.o*",))

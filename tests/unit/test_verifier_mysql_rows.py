@@ -18,8 +18,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from spark_jobs.mysql.binlog_assembly import TxAssembler
 from spark_jobs.mysql.binlog_compressed import _Format, prepare_event
-from spark_jobs.mysql.binlog_source import TxAssembler, row_values
+from spark_jobs.mysql.binlog_readers import row_values
 from spark_jobs.mysql.binlog_table_map import ColumnInfo, TableMapRewriter, stream_reader_class
 from spark_jobs.mysql.json_text import Double, Opaque, to_binary
 from tests.unit import mysql_row_bytes as mb

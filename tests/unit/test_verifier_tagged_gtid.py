@@ -22,8 +22,8 @@ from pymysqlreplication.row_event import TableMapEvent, WriteRowsEvent
 
 from connectors.mysql.client import Connection
 from connectors.mysql.gtid_tagged import TaggedGtidError, read_tagged_gtid
+from spark_jobs.mysql.binlog_assembly import TxAssembler, mysql_commit_us
 from spark_jobs.mysql.binlog_compressed import ExpandingConnection, _Format, event_start, tagged_gtid
-from spark_jobs.mysql.binlog_source import TxAssembler, mysql_commit_us
 from spark_jobs.mysql.binlog_tagged_gtid import TaggedGtidEventError, read_tagged
 from tests.unit import binlog_bytes as bb
 from tests.unit.test_mysql_protocol_bytes import REAL_TAGGED_BODY, REAL_UUID
@@ -119,7 +119,7 @@ def test_the_library_gets_a_gtid_event_and_the_verifier_the_tagged_gtid(monkeypa
     # where the stored event starts and ends, as the relay's headers name them
     assert event_start(wrappers[0]) == log.starts[0] and wrappers[0].log_pos == log.starts[1]
     assert (gtid_event.last_committed, gtid_event.sequence_number) == (5, 6)
-    # the commit time the verifier reads after the library's fields (binlog_source.read_binlog_file)
+    # the commit time the verifier reads after the library's fields (binlog_readers.read_binlog_file)
     assert mysql_commit_us(gtid_event.packet.read(gtid_event.event_size - 42)) == 1_700_000_000_000_001
     raw = wrappers[0].packet.get_all_data()[1:]
     assert raw[4] == 33 and zlib.crc32(raw[:-4]) == struct.unpack("<I", raw[-4:])[0]

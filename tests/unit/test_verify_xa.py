@@ -11,22 +11,19 @@ import pytest
 
 from cdc.events.outbox import OutboxTable
 from spark_jobs.common import identity_key
-from spark_jobs.mysql.binlog_source import (
-    BINLOG_FIELDS,
+from spark_jobs.mysql.binlog_assembly import (
     XA_COMMITTED,
     XA_PREPARED,
     XA_ROLLED_BACK,
     CommittedTx,
-    EventColumns,
-    EventMapper,
     TxAssembler,
-    _query,
     canonical_xid,
     classify_query,
-    events_of_tx,
     statement_insert_target,
-)  # fmt: skip
-from spark_jobs.reconcile import reconcile_reference, resolve_xa_rows
+)
+from spark_jobs.mysql.binlog_assembly import assemble_query as _query
+from spark_jobs.mysql.binlog_rows import BINLOG_FIELDS, EventColumns, EventMapper, events_of_tx
+from spark_jobs.reconcile_reference import reconcile_reference, resolve_xa_rows
 from tests.unit.test_reconcile import DLQ, SOURCE, ctx, make_event, make_record
 
 TABLE = OutboxTable("shop", "outbox")

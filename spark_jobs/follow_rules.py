@@ -1,0 +1,337 @@
+"""The following verifier's rules, row by row (the general path: every row that is not the
+common case of `FollowState._apply`'s short path, and every row when `fast` is off): a binlog
+row (events, XA prepare rows and outcomes, progress, anomalies), a Kafka range marker, a
+record; the verdict of an event without a delivery and of a record without an event once the
+grace period has passed (`expire`). The rules themselves are stated in
+`spark_jobs/follow_state.py`'s docstring.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from spark_jobs.common import identity_key, murmur2_partition
+from spark_jobs.follow_ledger import (
+    ALARM_LOG,
+    FollowLedger,
+    delivery_of,
+    event_example,
+    ikey_hash,
+    order_of,
+    position_text,
+)
+from spark_jobs.mysql.binlog_rows import (
+    KIND_ANOMALY,
+    KIND_EVENT,
+    KIND_XA_COMMIT,
+    KIND_XA_EVENT,
+    KIND_XA_ROLLBACK,
+    KIND_XA_ROW,
+    STATEMENT_FORMAT,
+)  # fmt: skip
+from spark_jobs.reconcile_rules import PROVEN_CLASSES, record_reasons
+
+KIND_PROGRESS = "progress"
+MAX_ANOMALIES = 200
+# What an XA transaction's events take from its outcome (XA COMMIT) group
+_XA_OUTCOME_FIELDS = ("file", "file_seq", "tx_pos", "tx_end", "gtid", "commit_ts_ms", "commit_us", "server_id")
+
+
+class FollowRules(FollowLedger):
+    """The general rules of `FollowState` (its short path must change the state alike)."""
+
+    def _binlog_row(self, r: dict[str, Any], now: float) -> None:
+        """One binlog row by the general rules."""
+        kind = r.get("kind") or KIND_EVENT
+        if kind == KIND_PROGRESS:
+            rt = (r["file"], int(r["file_seq"]), int(r["tx_end"]))
+            if self.read_through is None or rt[1:] > self.read_through[1:]:
+                self.read_through = rt
+        elif kind == KIND_ANOMALY:
+            if len(self.anomalies) < MAX_ANOMALIES:
+                self.anomalies.append(f"{r.get('file')}: {r.get('dlq_error')}")
+        elif kind == KIND_XA_ROW:
+            xid = r["xa_xid"]
+            held = self.xa_held.setdefault(xid, [])
+            if not held:
+                self._tx_add(r)  # the undecided prepare holds verified-through before it
+            held.append(r)
+        elif kind in (KIND_XA_COMMIT, KIND_XA_ROLLBACK):
+            held = self.xa_held.pop(r["xa_xid"], [])
+            if held:
+                self._tx_proven((int(held[0]["file_seq"]), int(held[0]["tx_pos"])))
+                if kind == KIND_XA_COMMIT:
+                    for h in held:
+                        e = dict(h)
+                        for c in _XA_OUTCOME_FIELDS:
+                            e[c] = r.get(c)
+                        e["kind"] = KIND_XA_EVENT
+                        e["ikey"] = identity_key(h["source"], r["gtid"], r["file"], r["tx_pos"], h["row"])
+                        self._new_event(e, now)
+        elif r.get("ikey") is not None:
+            self._new_event(r, now)
+
+    def _marker(self, r: Mapping[str, Any]) -> None:
+        tp = (r["topic"], int(r["partition"]))
+        start, end, first = int(r["range_start"]), int(r["range_end"]), r.get("offset")
+        seen_before = tp in self.kafka_next
+        gap = (first is not None and int(first) > start) or (first is None and end > start)
+        if (not seen_before and start > 0) or gap:
+            self.truncated.setdefault(tp, None)  # set to the first record of ours read from it below
+        self.kafka_next[tp] = max(end, self.kafka_next.get(tp, 0))
+
+    def _new_event(self, ev: dict[str, Any], now: float) -> None:
+        ikey = ev["ikey"]
+        if ikey_hash(ikey) in self.done or ikey in self.pending or ikey in self.open_verdicts:
+            return  # read twice (cannot happen with exact offsets; never counted twice)
+        ev["seen"] = now
+        ev["tx"] = self._tx_add(ev)
+        ev["deliveries"] = []
+        if ev.get("dlq_cause") == STATEMENT_FORMAT:
+            self._count("unverifiable", reason=STATEMENT_FORMAT)
+            self._example("unverifiable", event_example(ev, "unverifiable", STATEMENT_FORMAT))
+            ev["class"] = "unverifiable"
+            ev["reason"] = STATEMENT_FORMAT
+            self.open_verdicts[ikey] = ev
+        else:
+            self.pending[ikey] = ev
+        w = self.waiting.pop(ikey, None)
+        if w is not None:
+            self._deliver(ikey, w, now)
+
+    def _record(self, r: Mapping[str, Any], now: float) -> None:
+        ikey = r.get("ikey")
+        if ikey is None:
+            self.records["unidentified"] += 1
+            return
+        if r.get("source") != self.source:
+            self.records["foreign"] += 1
+            return
+        tp = (r["topic"], int(r["partition"]))
+        o = (
+            order_of(r["h_file_seq"], r["h_pos"], r["h_row"])
+            if r.get("h_file_seq") is not None and r.get("h_pos") is not None and r.get("h_row") is not None
+            else None
+        )
+        if tp in self.truncated and self.truncated[tp] is None and o is not None:
+            self.truncated[tp] = o
+        rec = dict(r)
+        rec["o"] = o
+        if not r.get("repair") and o is not None:
+            last = self.partition_last.get(tp)
+            if last is not None and o < last:
+                self.order_violations += 1
+            else:
+                self.partition_last[tp] = o
+        self._deliver(ikey, rec, now)
+
+    def _deliver(self, ikey: str, rec: dict[str, Any], now: float) -> None:
+        where = f"{rec['topic']}[{rec['partition']}]@{rec['offset']}"
+        ev = self.pending.pop(ikey, None)
+        if ev is not None:
+            self._classify_first(ikey, ev, rec, now)
+            return
+        ev = self.open_verdicts.get(ikey)
+        if ev is not None:
+            ev["deliveries"].append(where)
+            if ev["class"] == "unverifiable" and ev.get("reason") == STATEMENT_FORMAT:
+                if len(ev["deliveries"]) >= 2:
+                    self._count("unverifiable", -1, STATEMENT_FORMAT)
+                    self._count("duplicate")
+                    self.open_verdicts.pop(ikey)
+                    self._tx_proven(ev.get("tx"))
+                    self._remember(ikey, "duplicate", ev, now)
+                    self._alarm(
+                        "duplicate",
+                        f"event {ev['file']}:{ev['tx_pos']} row {ev['row']} delivered at {', '.join(ev['deliveries'])}",
+                    )
+                return
+            # a missing / unverifiable event delivered after its verdict (e.g. by cdc repair)
+            self.open_verdicts.pop(ikey)
+            self._count(ev["class"], -1, ev.get("reason"))
+            self.late_deliveries += 1
+            ALARM_LOG.warning(
+                "late delivery of %s event %s:%s row %s at %s", ev["class"], ev["file"], ev["tx_pos"], ev["row"], where
+            )
+            ev["deliveries"] = []
+            self._classify_first(ikey, ev, rec, now)
+            return
+        h = ikey_hash(ikey)
+        d = self.done.get(h)
+        if d is not None:
+            self._journal.add(h)
+            deliveries = (*d[1], where)
+            if d[0] != "duplicate":
+                self._count(d[0], -1)
+                if d[0] not in PROVEN_CLASSES:
+                    self._tx_proven(d[2])
+                self._count("duplicate")
+                # The matched event is kept as a bare tuple (no id, no key); the copy's identity
+                # matched it, so its headers and key name the same event.
+                self._example("duplicate", {"class": "duplicate", "binlog": {"file": rec.get("h_file"), "pos": rec.get("h_pos"),
+                                            "row": rec.get("h_row"), "gtid": rec.get("h_gtid")},
+                                            "event_id": rec.get("h_event_id") or rec.get("v_id"), "aggregate_id": rec.get("key_text"),
+                                            "event_type": rec.get("h_event_type"), "deliveries": [delivery_of(x) for x in deliveries]})  # fmt: skip
+            self.done[h] = ("duplicate", deliveries, *d[2:])
+            self._alarm("duplicate", f"event {rec.get('h_file')}:{rec.get('h_pos')} row {rec.get('h_row')} delivered again at {where} "
+                                     f"(deliveries {', '.join(deliveries)})")  # fmt: skip
+            return
+        if ikey in self.waiting:
+            self.waiting[ikey]["extra"] = self.waiting[ikey].get("extra", 0) + 1
+            return
+        # no event (yet)
+        if self._before_start(rec):
+            self.records["unverifiable"] += 1
+            self.unverifiable_reasons["record:before_binlog_range"] = (
+                self.unverifiable_reasons.get("record:before_binlog_range", 0) + 1
+            )
+            return
+        if self.forgotten_through is not None and rec["o"] is not None and rec["o"] <= self.forgotten_through:
+            self.records["unverifiable"] += 1
+            self.unverifiable_reasons["record:beyond_dedupe_window"] = (
+                self.unverifiable_reasons.get("record:beyond_dedupe_window", 0) + 1
+            )
+            return
+        rec["seen"] = now
+        self.waiting[ikey] = rec
+
+    def _before_start(self, rec: Mapping[str, Any]) -> bool:
+        if self.start is None:
+            return False
+        s = (self.start[1], self.start[2])
+        if (
+            rec.get("h_file_seq") is not None
+            and rec.get("h_pos") is not None
+            and (int(rec["h_file_seq"]), int(rec["h_pos"])) < s
+        ):
+            return True
+        return (
+            rec.get("h_xa_file_seq") is not None
+            and rec.get("h_xa_pos") is not None
+            and (int(rec["h_xa_file_seq"]), int(rec["h_xa_pos"])) < s
+        )
+
+    def _classify_first(self, ikey: str, ev: dict[str, Any], rec: Mapping[str, Any], now: float) -> None:
+        where = f"{rec['topic']}[{rec['partition']}]@{rec['offset']}"
+        n = 1 + int(rec.get("extra", 0))
+        is_dlq = rec["topic"] == self.dlq_topic
+        reasons = record_reasons(rec, ev, self.dlq_topic)
+        reordered = False
+        if not is_dlq and not rec.get("repair") and rec.get("o") is not None and rec.get("key_text") is not None:
+            k = (rec["topic"], int(rec["partition"]), rec["key_text"])
+            prev = self.key_max.get(k)
+            if prev is not None and prev[0] > rec["o"]:
+                reordered = True
+            else:
+                self.key_max[k] = (rec["o"], now)
+        if n >= 2:
+            cls = "duplicate"
+            self._alarm(
+                "duplicate", f"event {ev['file']}:{ev['tx_pos']} row {ev['row']} delivered {n} times (first at {where})"
+            )
+        elif is_dlq:
+            cls = "dead_lettered"
+            cause = rec.get("dlq_cause") or ""
+            self.dlq_causes[cause] = self.dlq_causes.get(cause, 0) + 1
+        elif reasons:
+            cls = "altered"
+            for reason in reasons:
+                self.altered_reasons[reason] = self.altered_reasons.get(reason, 0) + 1
+        elif reordered:
+            cls = "reordered"
+        else:
+            cls = "delivered"
+        self._count(cls)
+        if cls != "delivered":
+            ex = event_example(ev, cls, None)
+            ex["deliveries"] = [{"topic": rec["topic"], "partition": rec["partition"], "offset": rec["offset"]}]
+            if reasons:
+                ex["reasons"] = reasons
+            self._example(cls, ex)
+        if cls in PROVEN_CLASSES:
+            self._tx_proven(ev.get("tx"))
+        if rec.get("timestamp_ms") is not None and not rec.get("repair"):
+            self._latency(int(rec["timestamp_ms"]), ev.get("commit_us"), ev.get("timestamp_us"), ev.get("commit_ts_ms"))
+        if cls == "altered":
+            ev["class"] = cls
+            ev["deliveries"] = [where]
+        self._remember(ikey, cls, ev, now, [where])
+
+    # ----------------------------------------------------------------------- time
+
+    def expire(self, now: float | None = None) -> None:
+        """Verdicts for what waited longer than the grace period; forget matched events
+        older than the de-duplication window."""
+        now = time.time() if now is None else now
+        limit = now - self.grace_s
+        expired = []
+        for ikey, ev in self.pending.items():
+            if ev["seen"] > limit:
+                break  # insertion order is reading order: the rest is younger
+            expired.append(ikey)
+        for ikey in expired:
+            ev = self.pending.pop(ikey)
+            reason = self._unverifiable_reason(ev)
+            if reason:
+                ev["class"], ev["reason"] = "unverifiable", reason
+                self._count("unverifiable", reason=reason)
+                self._example("unverifiable", event_example(ev, "unverifiable", reason))
+            else:
+                ev["class"], ev["reason"] = "missing", None
+                self._count("missing")
+                self._example("missing", event_example(ev, "missing", None))
+                part = self._predicted_partition(ev)
+                self._alarm("missing", f"event {ev['file']}:{ev['tx_pos']} row {ev['row']}"
+                                       f"{' gtid ' + ev['gtid'] if ev.get('gtid') else ''} id {ev.get('event_id')} "
+                                       f"expected in {ev.get('expected_topic') if not ev.get('dlq_cause') else self.dlq_topic}"
+                                       f"{f'[{part}]' if part is not None else ''}, none within {self.grace_s:g}s")  # fmt: skip
+            self.open_verdicts[ikey] = ev
+        rt = (self.read_through[1], self.read_through[2]) if self.read_through else None
+        gone = []
+        for ikey, rec in self.waiting.items():
+            if rec["seen"] > limit or rt is None or rec["o"] is None or (rec["o"][0], rec["o"][1]) >= rt:
+                continue
+            gone.append(ikey)
+        for ikey in gone:
+            rec = self.waiting.pop(ikey)
+            n = 1 + int(rec.get("extra", 0))
+            self.records["phantom"] += n
+            self.counts["phantom"] += n
+            self._example("phantom", {"class": "phantom", "kafka": {"topic": rec["topic"], "partition": rec["partition"], "offset": rec["offset"]},
+                                      "headers": {"file": rec.get("h_file"), "pos": rec.get("h_pos"), "row": rec.get("h_row"), "gtid": rec.get("h_gtid"),
+                                                  "id": rec.get("h_event_id")}})  # fmt: skip
+            self._alarm("phantom", f"record {rec['topic']}[{rec['partition']}]@{rec['offset']} claims {rec.get('h_file')}:{rec.get('h_pos')} "
+                                   f"row {rec.get('h_row')}, which the binlog (read through {position_text(self.read_through)}) "
+                                   f"does not hold as a committed outbox insert")  # fmt: skip
+        window = now - self.dedupe_window_s
+        while self.done_buckets and self.done_buckets[0][0] < window:
+            _t, o, hashes = self.done_buckets.popleft()
+            for h in hashes:
+                self.done.pop(h, None)
+            if self.forgotten_through is None or o > self.forgotten_through:
+                self.forgotten_through = o
+        if len(self.key_max) > 200_000:
+            self.key_max = {k: v for k, v in self.key_max.items() if v[1] >= window}
+        self._advance()
+
+    def _predicted_partition(self, ev: Mapping[str, Any]) -> int | None:
+        topic = self.dlq_topic if ev.get("dlq_cause") else ev.get("expected_topic")
+        count = 1 + max((p for (t, p) in self.kafka_next if t == topic), default=-1)
+        if self.partitioner != "murmur2" or not count:
+            return None
+        return murmur2_partition(ev.get("aggregate_id"), count)
+
+    def _unverifiable_reason(self, ev: Mapping[str, Any]) -> str | None:
+        loc = self.dlq_topic if ev.get("dlq_cause") else ev.get("expected_topic")
+        if loc in self.unread_topics:
+            return "topic_not_read"
+        o = order_of(ev["file_seq"], ev["tx_pos"], ev["row"])
+        pred = self._predicted_partition(ev)
+        for (topic, part), thr in self.truncated.items():
+            if (topic == self.dlq_topic or (topic == loc and (pred is None or pred == part))) and (
+                thr is None or o < thr
+            ):
+                return "partition_truncated"
+        return None
