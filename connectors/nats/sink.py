@@ -110,34 +110,36 @@ _SUBJECT_BREAKS = re.compile(r"\s")
 _PUB_ACK = re.compile(rb'\{"stream":"[^"\\]*",(?:"domain":"[^"\\]*",)?"seq":(\d+)(?:,"duplicate":true)?\}')
 
 
-# (name, value) -> its header line: most repeat (the source, the binlog file, the
-# transaction's position for each of its events, the table, the event type)
-_lines: dict[tuple[str, str], bytes] = {}
-_LINES_KEPT = 4096
+# name -> `Name: ` (checked once); the relay writes a few names only
+_names: dict[str, bytes] = {}
 
 
-def _header_line(name: str, value: str) -> bytes:
+def _name_bytes(name: str) -> bytes:
     name = name.strip()
     if not name:
         return b""
     if not _HEADER_NAME.fullmatch(name):
         raise ValueError(f"header name {name!r} is not allowed in a NATS message")
-    # str.replace, not nats-py's str.translate: the same text at a fraction of the cost
-    return b"%s: %s\r\n" % (name.encode(), value.strip().replace("\r", " ").replace("\n", " ").encode())
+    return name.encode() + b": "
 
 
 def header_block(headers: dict[str, str]) -> bytes:
     """The headers of an HPUB, byte for byte as nats-py's `publish` writes `headers`
     (tests/unit/test_nats_sink_rules.py compares them); ValueError for a name NATS refuses."""
-    lines = _lines
-    if len(lines) > _LINES_KEPT:
-        lines.clear()
+    names = _names
     parts = [_HEADER_LINE]
-    for item in headers.items():
-        line = lines.get(item)
-        if line is None:
-            line = lines[item] = _header_line(*item)
-        parts.append(line)
+    for name, value in headers.items():
+        prefix = names.get(name)
+        if prefix is None:
+            prefix = names[name] = _name_bytes(name)
+            if len(names) > 4096:  # not the relay's names: keep none
+                names.clear()
+        if not prefix:
+            continue  # nats-py leaves out an empty name
+        value = value.strip()
+        if "\r" in value or "\n" in value:
+            value = value.replace("\r", " ").replace("\n", " ")
+        parts += (prefix, value.encode(), b"\r\n")
     parts.append(b"\r\n")
     return b"".join(parts)
 
@@ -299,7 +301,8 @@ class NatsJetStreamPublisher:
             self._cfg, self._name, timeout=min(5.0, self._cfg.ack_timeout_s), pending_size=CONNECTION_BUFFER
         )
         prefix = nc.new_inbox()
-        await nc.subscribe(prefix + ".*", cb=self._on_reply)
+        replies = await nc.subscribe(prefix + ".*", cb=self._on_reply)
+        self._answer_first(nc, replies._id)
         self._nc, self._reply_prefix = nc, prefix + "."
         self._reply_bytes = self._reply_prefix.encode()
         self._last_answer = asyncio.get_running_loop().time()
@@ -455,6 +458,37 @@ class NatsJetStreamPublisher:
         self._unacked.clear()
         self._unacked_bytes = 0
         self._unsent.clear()
+
+    def _answer_first(self, nc: Any, sid: int) -> None:
+        """A PubAck on the replies' subscription `sid` is taken from nats-py's reader as it
+        arrives (`_pub_acked`), without the message object, queue and task switch nats-py's
+        subscription spends on each; anything else (an error, a status) goes on to
+        `_on_reply` through the subscription. nats/protocol/parser.py hands every message
+        to the client's `_process_msg(sid, subject, reply, payload, headers)`."""
+        general = nc._process_msg
+
+        async def process_msg(msg_sid: int, subject: bytes, reply: bytes, data: bytes, headers: Any) -> None:
+            if msg_sid != sid or headers or not self._pub_acked(subject, data, nc is self._nc):
+                await general(msg_sid, subject, reply, data, headers)
+
+        nc._process_msg = process_msg
+
+    def _pub_acked(self, subject: bytes, data: bytes, current: bool) -> bool:
+        """A PubAck to `<inbox>.<n>` resolved (or `<n>` answered already): True; else False.
+        `current`: on the connection in use (an answer on one left behind says nothing of it)."""
+        acked = _PUB_ACK.fullmatch(data)
+        if acked is None:
+            return False
+        if current:
+            self._last_answer = asyncio.get_running_loop().time()
+        try:
+            n = int(subject[subject.rfind(b".") + 1 :])
+        except ValueError:
+            return False
+        out = self._unacked.get(n)
+        if out is not None:  # else answered already (a copy sent again), or purged
+            self._resolve(out, Delivery(out.subject, 0, int(acked[1])))
+        return True
 
     async def _on_reply(self, msg: Any) -> None:
         if msg.subject.startswith(self._reply_prefix):
