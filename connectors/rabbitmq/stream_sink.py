@@ -71,7 +71,9 @@ _RECONNECT_EVERY_S = 1.0
 _TICK_S = 0.2
 _REQUEST_TIMEOUT_S = 30.0
 _BATCH_BYTES = 1_048_576 - 4096  # one Publish frame's messages (the frame holds 1 MiB)
-_FRAMES_IN_FLIGHT = 4  # Publish frames sent and not yet confirmed before the next waits
+# Publish frames sent and not yet confirmed before the next waits: a node short of CPU confirms
+# late, and 4 left the publisher waiting for it (docs/sinks.md)
+_FRAMES_IN_FLIGHT = 16
 # PublishError's response code for a publisher id the connection has not declared, or whose
 # declaration the node dropped when the stream's leader changed (PROTOCOL.adoc, "Response
 # codes": 0x12, publisher does not exist)
