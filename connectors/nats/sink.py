@@ -400,6 +400,8 @@ class NatsJetStreamPublisher:
 
     async def _send_new(self, now: float) -> None:
         unsent, unacked, limit = self._unsent, self._unacked, self._cfg.max_in_flight
+        if self._nc is None:
+            return  # kept unsent: the next connection sends it
         batch: list[_Out] = []
         size = self._unacked_bytes
         while unsent and len(unacked) < limit and size < MAX_IN_FLIGHT_BYTES:
@@ -410,9 +412,7 @@ class NatsJetStreamPublisher:
             batch.append(out)
         self._unacked_bytes = size
         self._window_full = bool(unsent)
-        if batch and self._nc is not None:
-            await self._send(batch, now)
-        # else: unanswered, sent again by the next connection
+        await self._send(batch, now)  # failed: unanswered, sent again by the next connection
 
     def _hpub(self, batch: list[_Out], now: float) -> bytes:
         """`batch` as one run of HPUB commands, each replying to `<inbox>.<n>`."""
