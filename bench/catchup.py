@@ -5,7 +5,8 @@ parse rate of the same binlog measured in the same run.
     ./run.sh bench catchup [--events 200000] [--mixed] [--profile out.svg]   (with --format: the format's first run)
     ./run.sh bench catchup --compressed [--events 200000] [--pairs 2]
     ./run.sh bench catchup --delivery transactional [--events 100000]
-    ./run.sh bench catchup --sink rabbitmq_stream|nats_jetstream [--events 100000]   (the Kafka stand-in, then that sink's real server)
+    ./run.sh bench catchup --sink rabbitmq_stream|nats_jetstream [--events 100000] [--rounds 3] [--profile out.svg]
+        (the Kafka stand-in, then that sink's real server, alternating; --profile: the sink's first run)
 
 `--compressed` starts mariadbd with --log-bin-compress=ON --log-bin-compress-min-len=10
 and writes the same workload twice, into two databases: once with log_bin_compress
@@ -407,28 +408,56 @@ def compare_sink(
     args: argparse.Namespace, db, kafka, database: str, start: str, end: tuple[str, int], tmp: str
 ) -> None:
     """--sink NAME: the relay over the same binlog to the Kafka stand-in, then to NAME's
-    real server (bench/sink_servers.py), events/s of each."""
+    real server (bench/sink_servers.py), events/s of each; `--rounds N` alternates the two N
+    times (a relay, a checkpoint and topics of its own each time) and prints the medians.
+    The broker's CPU (the stand-in's process, beam.smp, nats-server) is printed beside the
+    relay's: on 2 cores it competes with the relay. `--profile` records the sink's first run."""
     from bench.sink_servers import sink_server
 
-    rates = {}
-    with sink_server(args.sink, "bench") as sink:
-        for name in ("kafka", args.sink):
-            r = run_relay(
-                db, kafka, database, start, end, Path(tmp) / name, None, sink=sink if name != "kafka" else None
-            )
-            if r["events"] != args.events:
-                raise SystemExit(f"{name}: the relay delivered {r['events']} events, the workload wrote {args.events}")
-            rates[name] = args.events / r["elapsed"]
-            steady = (
-                "not measured"
-                if r["first_event"] is None
-                else f"{args.events / (r['elapsed'] - r['first_event']):,.0f}/s"
-            )
-            print(
-                f"{name}: {rates[name]:,.0f} events/s end to end ({steady} after the first event), "
-                f"CPU {r['cpu']:.1f}s, peak RSS {r['peak_rss'] / 2**20:.0f} MiB"
-            )
-    print(f"{args.sink} / kafka: {rates[args.sink] / rates['kafka']:.2f} (events/s, same binlog, same run)")
+    rates: dict[str, list[float]] = {"kafka": [], args.sink: []}
+    with sink_server(args.sink, "bench") as first_sink:
+        for i in range(args.rounds):
+            prefix = "bench" if i == 0 else f"r{i}"
+            if i:
+                kafka.create_topic(f"{prefix}.order", 24)
+                kafka.create_topic(f"{prefix}.dlq", 1)
+                print(f"round {i + 1}:")
+            sink = first_sink if i == 0 or first_sink.with_prefix is None else first_sink.with_prefix(prefix)
+            for name in ("kafka", args.sink):
+                broker = psutil.Process(kafka.pid if name == "kafka" else sink.pid)
+                broker_cpu = sum(broker.cpu_times()[:2])
+                r = run_relay(
+                    db, kafka, database, start, end, Path(tmp) / f"{name}-{prefix}",
+                    args.profile if name != "kafka" and i == 0 else None, prefix=prefix,
+                    sink=sink if name != "kafka" else None,
+                )  # fmt: skip
+                broker_cpu = sum(broker.cpu_times()[:2]) - broker_cpu
+                if r["events"] != args.events:
+                    raise SystemExit(
+                        f"{name}: the relay delivered {r['events']} events, the workload wrote {args.events}"
+                    )
+                rates[name].append(args.events / r["elapsed"])
+                steady = (
+                    "not measured"
+                    if r["first_event"] is None
+                    else f"{args.events / (r['elapsed'] - r['first_event']):,.0f}/s"
+                )
+                print(
+                    f"{name}: {rates[name][-1]:,.0f} events/s end to end ({steady} after the first event), "
+                    f"CPU {r['cpu']:.1f}s ({r['cpu'] / args.events * 1e6:.1f} us/event; "
+                    + ", ".join(f"{role} {cpu:.1f}s" for role, cpu in sorted(r["steady_cpu"].items()))
+                    + f" after the first event), peak RSS {r['peak_rss'] / 2**20:.0f} MiB; "
+                    f"broker CPU {broker_cpu:.1f}s ({broker_cpu / args.events * 1e6:.1f} us/event)"
+                )
+            print(f"{args.sink} / kafka: {rates[args.sink][-1] / rates['kafka'][-1]:.2f} (events/s, same binlog)")
+    if args.rounds > 1:
+        kafka_rate, sink_rate = statistics.median(rates["kafka"]), statistics.median(rates[args.sink])
+        print(
+            f"median of {args.rounds} rounds: kafka {kafka_rate:,.0f} events/s, {args.sink} {sink_rate:,.0f}: "
+            f"{sink_rate / kafka_rate:.2f} (rounds: "
+            + ", ".join(f"{s / k:.2f}" for k, s in zip(rates["kafka"], rates[args.sink], strict=True))
+            + ")"
+        )
 
 
 def _status(db) -> tuple[str, int]:

@@ -3,6 +3,7 @@
 
     with sink_server("nats_jetstream", "bench") as sink:   # topics bench.order, bench.dlq
         sink.toml, sink.env, sink.first_moved(), ...
+        round2 = sink.with_prefix("r1")                        # topics r1.order, r1.dlq, same server
 
 `first_moved` is None for RabbitMQ 3.10: it has no command that says where a stream ends
 (StreamStats came with 3.11), and subscribing to find out takes seconds.
@@ -14,6 +15,7 @@ import asyncio
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass
@@ -22,6 +24,9 @@ class SinkServer:
     env: dict[str, str]  # the secrets the section names by _env
     first_moved: Callable[[], bool] | None  # has the first event reached the topic? (None: not asked)
     close: Callable[[], None]  # after the watch
+    pid: int | None = None  # the server's process (beam.smp, nats-server): its CPU beside the relay's
+    # the same server with the topics of another prefix (a relay of its own, a later round)
+    with_prefix: Callable[[str], SinkServer] | None = None
 
 
 @contextmanager
@@ -32,26 +37,29 @@ def sink_server(kind: str, prefix: str) -> Iterator[SinkServer]:
         return
     if kind != "nats_jetstream":
         raise SystemExit(f"--sink {kind}: not one of: rabbitmq_stream, nats_jetstream")
-    import nats
-    from nats.js.api import StreamConfig
-
     from testbed.nats import EmbeddedNats
 
     with EmbeddedNats.start() as server:
+        yield _nats_prefix(server, prefix)
 
-        async def stream_last() -> int:
-            nc = await nats.connect(**server.connect_settings())
-            try:
-                js = nc.jetstream()
-                if not await js.streams_info():
-                    await js.add_stream(StreamConfig(name=f"{prefix}_events", subjects=[f"{prefix}.order"]))
-                    await js.add_stream(StreamConfig(name=f"{prefix}_dlq", subjects=[f"{prefix}.dlq"]))
-                return int((await js.stream_info(f"{prefix}_events")).state.last_seq)
-            finally:
-                await nc.close()
 
-        asyncio.run(stream_last())
-        toml = f"""
+def _nats_prefix(server: Any, prefix: str) -> SinkServer:
+    import nats
+    from nats.js.api import StreamConfig
+
+    async def stream_last(create: bool = False) -> int:
+        nc = await nats.connect(**server.connect_settings())
+        try:
+            js = nc.jetstream()
+            if create:
+                await js.add_stream(StreamConfig(name=f"{prefix}_events", subjects=[f"{prefix}.order"]))
+                await js.add_stream(StreamConfig(name=f"{prefix}_dlq", subjects=[f"{prefix}.dlq"]))
+            return int((await js.stream_info(f"{prefix}_events")).state.last_seq)
+        finally:
+            await nc.close()
+
+    asyncio.run(stream_last(create=True))
+    toml = f"""
 [sink]
 kind = "nats_jetstream"
 [sink.nats_jetstream]
@@ -59,27 +67,35 @@ servers = ["{server.url}"]
 user = "{server.user}"
 password_env = "BENCH_NATS_PASSWORD"
 """
-        yield SinkServer(
-            toml, {"BENCH_NATS_PASSWORD": server.password}, lambda: asyncio.run(stream_last()) > 0, lambda: None
-        )
+    return SinkServer(
+        toml,
+        {"BENCH_NATS_PASSWORD": server.password},
+        lambda: asyncio.run(stream_last()) > 0,
+        lambda: None,
+        server.pid,
+        lambda other: _nats_prefix(server, other),
+    )
 
 
 @contextmanager
 def _rabbitmq(prefix: str) -> Iterator[SinkServer]:
     """A RabbitMQ 3.10 node (testbed/rabbitmq.py) with the stream `<prefix>.order` (the
     dead-letter stream is made by the relay)."""
-    from rstream import Producer
-
     from testbed.rabbitmq import EmbeddedRabbitMQ
 
     with EmbeddedRabbitMQ.start() as mq:
+        yield _rabbitmq_prefix(mq, prefix)
 
-        async def create() -> None:
-            async with Producer(**mq.stream_settings()) as producer:
-                await producer.create_stream(f"{prefix}.order", exists_ok=True)
 
-        asyncio.run(create())
-        toml = f"""
+def _rabbitmq_prefix(mq: Any, prefix: str) -> SinkServer:
+    from rstream import Producer
+
+    async def create() -> None:
+        async with Producer(**mq.stream_settings()) as producer:
+            await producer.create_stream(f"{prefix}.order", exists_ok=True)
+
+    asyncio.run(create())
+    toml = f"""
 [sink]
 kind = "rabbitmq_stream"
 [sink.rabbitmq_stream]
@@ -88,4 +104,11 @@ port = {mq.stream_port}
 user = "{mq.user}"
 password_env = "BENCH_RABBITMQ_PASSWORD"
 """
-        yield SinkServer(toml, {"BENCH_RABBITMQ_PASSWORD": mq.password}, None, lambda: None)
+    return SinkServer(
+        toml,
+        {"BENCH_RABBITMQ_PASSWORD": mq.password},
+        None,
+        lambda: None,
+        mq.pid,
+        lambda other: _rabbitmq_prefix(mq, other),
+    )

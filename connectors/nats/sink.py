@@ -25,6 +25,12 @@ still unanswered after `delivery_timeout_s` fails, and so does every later one (
 which stops the relay (exit 1); the restart finds what was stored (cdc/recovery.py).
 
 `purge()` drops whatever is unanswered and stops sending it again.
+
+The publish path writes the NATS protocol itself (`hpub`): the header block is made in the
+relay's thread when the message is handed over, and the pump writes all it may send in one
+command to nats-py's buffer and flushes once, where nats-py's `publish` builds each
+message's headers and command line and asks its flusher once a message. A PubAck is read
+by a pattern of its one shape (`{"stream":..,"seq":..}`), anything else by json.
 """
 
 from __future__ import annotations
@@ -91,13 +97,61 @@ def nats_headers(
     return out
 
 
+# The NATS protocol's message with headers (https://docs.nats.io/reference/reference-protocols/nats-protocol,
+# HPUB): `HPUB <subject> <reply-to> <#header bytes> <#total bytes>\r\n<headers><payload>\r\n`,
+# the headers `NATS/1.0\r\n` then `Name: value\r\n` each, then `\r\n`. Names and values as
+# nats-py writes them (nats/aio/client.py `_send_publish`): stripped, line breaks in a
+# value as spaces, a name of its allowed characters only.
+_HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_HEADER_LINE = b"NATS/1.0\r\n"
+_SUBJECT_BREAKS = re.compile(r"\s")
+# A PubAck (nats-server server/stream.go JSPubAckResponse): {"stream":..,"seq":..} with
+# "domain" and "duplicate" when they apply; an error or anything else goes through json.
+_PUB_ACK = re.compile(rb'\{"stream":"[^"\\]*",(?:"domain":"[^"\\]*",)?"seq":(\d+)(?:,"duplicate":true)?\}')
+
+
+# name -> `Name: ` (checked once); the relay writes a few names only
+_names: dict[str, bytes] = {}
+
+
+def _name_bytes(name: str) -> bytes:
+    name = name.strip()
+    if not name:
+        return b""
+    if not _HEADER_NAME.fullmatch(name):
+        raise ValueError(f"header name {name!r} is not allowed in a NATS message")
+    return name.encode() + b": "
+
+
+def header_block(headers: dict[str, str]) -> bytes:
+    """The headers of an HPUB, byte for byte as nats-py's `publish` writes `headers`
+    (tests/unit/test_nats_sink_rules.py compares them); ValueError for a name NATS refuses."""
+    names = _names
+    parts = [_HEADER_LINE]
+    for name, value in headers.items():
+        prefix = names.get(name)
+        if prefix is None:
+            prefix = names[name] = _name_bytes(name)
+            if len(names) > 4096:  # not the relay's names: keep none
+                names.clear()
+        if not prefix:
+            continue  # nats-py leaves out an empty name
+        value = value.strip()
+        if "\r" in value or "\n" in value:
+            value = value.replace("\r", " ").replace("\n", " ")
+        parts += (prefix, value.encode(), b"\r\n")
+    parts.append(b"\r\n")
+    return b"".join(parts)
+
+
 class _Out:
-    """One message handed over and not yet reported."""
+    """One message handed over and not yet reported: its subject, its HPUB's header block
+    and payload (the reply subject is the connection's, given when it is sent)."""
 
-    __slots__ = ("first_sent", "gen", "headers", "last_sent", "n", "on_delivery", "payload", "subject")
+    __slots__ = ("first_sent", "gen", "header", "last_sent", "n", "on_delivery", "payload", "subject")
 
-    def __init__(self, n: int, subject: str, payload: bytes, headers: dict[str, str], on_delivery, gen: int):
-        self.n, self.subject, self.payload, self.headers = n, subject, payload, headers
+    def __init__(self, n: int, subject: str, payload: bytes, header: bytes, on_delivery, gen: int):
+        self.n, self.subject, self.payload, self.header = n, subject, payload, header
         self.on_delivery, self.gen = on_delivery, gen
         self.first_sent = self.last_sent = 0.0
 
@@ -115,6 +169,7 @@ class NatsJetStreamPublisher:
         self._pending = 0
         self._gen = 0  # purge() moves on: reports of older messages are not served
         self._next_n = 0
+        self._subjects: dict[str, bytes] = {}  # subject -> its bytes in an HPUB (checked once)
         self._inbox: deque[_Out] = deque()  # handed over, not yet seen by the pump
         self._done: deque[tuple[_Out, Delivery]] = deque()  # reported by the loop, served by poll
         self._ready = threading.Event()
@@ -125,6 +180,7 @@ class NatsJetStreamPublisher:
         self._unsent: deque[_Out] = deque()
         self._unacked: dict[int, _Out] = {}  # in send order
         self._unacked_bytes = 0
+        self._window_full = False  # the pump waits for answers to send more: an answer wakes it
         self._last_answer = 0.0  # loop time of the last answer on the current connection
         self._down_since: float | None = None  # loop time since when no connection could be had
         self._closing_old: set[asyncio.Task] = set()  # connections left behind, closing
@@ -156,12 +212,21 @@ class NatsJetStreamPublisher:
     ) -> None:
         while self._pending >= QUEUE_LIMIT:
             self.poll(0.05)  # never drop: wait for reports
-        hdrs = nats_headers(topic, key, value, headers, timestamp_ms)
         payload = value or b""
         self._pending += 1
         self._next_n += 1
-        out = _Out(self._next_n, topic, payload, hdrs, on_delivery, self._gen)
-        size = len(payload) + sum(len(k) + len(v) + 4 for k, v in hdrs.items()) + 12
+        try:
+            block = header_block(nats_headers(topic, key, value, headers, timestamp_ms))
+            if topic not in self._subjects:
+                if not topic or _SUBJECT_BREAKS.search(topic):
+                    raise ValueError(f"subject {topic!r} is empty or holds white space")
+                self._subjects[topic] = topic.encode()
+        except ValueError as exc:  # nats-py raised these at its publish (BadHeaderError, BadSubjectError)
+            out = _Out(self._next_n, topic, payload, b"", on_delivery, self._gen)
+            self._report(out, Delivery(topic, 0, -1, _failure("BAD_MESSAGE", str(exc))))
+            return
+        out = _Out(self._next_n, topic, payload, block, on_delivery, self._gen)
+        size = len(payload) + len(block)
         if size > self.max_payload:
             text = f"message of {size} bytes with its headers; the server's max_payload is {self.max_payload}"
             self._report(out, Delivery(topic, 0, -1, _failure("MAX_PAYLOAD", text, too_large=True)))
@@ -218,7 +283,10 @@ class NatsJetStreamPublisher:
     def _report(self, out: _Out, delivery: Delivery) -> None:
         """Either thread: hand a report to `poll`."""
         self._done.append((out, delivery))
-        self._ready.set()
+        # After the append: `_serve` clears the flag before it takes the reports, so a flag
+        # found set means this report is taken; setting a set Event costs a lock.
+        if not self._ready.is_set():
+            self._ready.set()
 
     # -- the loop's side ------------------------------------------------------------------
 
@@ -233,8 +301,10 @@ class NatsJetStreamPublisher:
             self._cfg, self._name, timeout=min(5.0, self._cfg.ack_timeout_s), pending_size=CONNECTION_BUFFER
         )
         prefix = nc.new_inbox()
-        await nc.subscribe(prefix + ".*", cb=self._on_reply)
+        replies = await nc.subscribe(prefix + ".*", cb=self._on_reply)
+        self._answer_first(nc, replies._id)
         self._nc, self._reply_prefix = nc, prefix + "."
+        self._reply_bytes = self._reply_prefix.encode()
         self._last_answer = asyncio.get_running_loop().time()
         self._down_since = None
 
@@ -326,26 +396,51 @@ class NatsJetStreamPublisher:
             return False
         self.reconnects += 1
         log.info("NATS %s: connected; sending %d unacknowledged messages again", self._name, len(self._unacked))
-        for out in list(self._unacked.values()):
-            if not await self._send(out, now):
-                return False
-        return True
+        return await self._send(list(self._unacked.values()), now)
 
     async def _send_new(self, now: float) -> None:
         unsent, unacked, limit = self._unsent, self._unacked, self._cfg.max_in_flight
-        while unsent and len(unacked) < limit and self._unacked_bytes < MAX_IN_FLIGHT_BYTES and self._nc is not None:
+        if self._nc is None:
+            return  # kept unsent: the next connection sends it
+        batch: list[_Out] = []
+        size = self._unacked_bytes
+        while unsent and len(unacked) < limit and size < MAX_IN_FLIGHT_BYTES:
             out = unsent.popleft()
             unacked[out.n] = out
-            self._unacked_bytes += len(out.payload)
+            size += len(out.payload)
             out.first_sent = now
-            if not await self._send(out, now):
-                return
+            batch.append(out)
+        self._unacked_bytes = size
+        self._window_full = bool(unsent)
+        await self._send(batch, now)  # failed: unanswered, sent again by the next connection
 
-    async def _send(self, out: _Out, now: float) -> bool:
-        out.last_sent = now
+    def _hpub(self, batch: list[_Out], now: float) -> bytes:
+        """`batch` as one run of HPUB commands, each replying to `<inbox>.<n>`."""
+        subjects, reply = self._subjects, self._reply_bytes
+        parts: list[bytes] = []
+        for out in batch:
+            out.last_sent = now
+            header, payload = out.header, out.payload
+            parts += (
+                b"HPUB %s %s%d %d %d\r\n"
+                % (subjects[out.subject], reply, out.n, len(header), len(header) + len(payload)),
+                header,
+                payload,
+                b"\r\n",
+            )
+        return b"".join(parts)
+
+    async def _send(self, batch: list[_Out], now: float) -> bool:
+        """Hand `batch` to the connection's buffer in one command and flush it once (what
+        nats-py's `publish` does a message: nats/aio/client.py `_send_publish`)."""
         nc = self._nc
+        if not batch:
+            return True
         try:
-            await nc.publish(out.subject, out.payload, reply=f"{self._reply_prefix}{out.n}", headers=out.headers)
+            if nc.is_closed or not nc.is_connected:
+                raise OSError("the connection is closed")
+            await nc._send_command(self._hpub(batch, now))
+            await nc._flush_pending()
         except (NatsError, OSError) as exc:
             # What this connection carried may be cut anywhere: the next one sends it all again.
             log.debug("nats %s: publish: %s", self._name, exc)
@@ -364,6 +459,37 @@ class NatsJetStreamPublisher:
         self._unacked_bytes = 0
         self._unsent.clear()
 
+    def _answer_first(self, nc: Any, sid: int) -> None:
+        """A PubAck on the replies' subscription `sid` is taken from nats-py's reader as it
+        arrives (`_pub_acked`), without the message object, queue and task switch nats-py's
+        subscription spends on each; anything else (an error, a status) goes on to
+        `_on_reply` through the subscription. nats/protocol/parser.py hands every message
+        to the client's `_process_msg(sid, subject, reply, payload, headers)`."""
+        general = nc._process_msg
+
+        async def process_msg(msg_sid: int, subject: bytes, reply: bytes, data: bytes, headers: Any) -> None:
+            if msg_sid != sid or headers or not self._pub_acked(subject, data, nc is self._nc):
+                await general(msg_sid, subject, reply, data, headers)
+
+        nc._process_msg = process_msg
+
+    def _pub_acked(self, subject: bytes, data: bytes, current: bool) -> bool:
+        """A PubAck to `<inbox>.<n>` resolved (or `<n>` answered already): True; else False.
+        `current`: on the connection in use (an answer on one left behind says nothing of it)."""
+        acked = _PUB_ACK.fullmatch(data)
+        if acked is None:
+            return False
+        if current:
+            self._last_answer = asyncio.get_running_loop().time()
+        try:
+            n = int(subject[subject.rfind(b".") + 1 :])
+        except ValueError:
+            return False
+        out = self._unacked.get(n)
+        if out is not None:  # else answered already (a copy sent again), or purged
+            self._resolve(out, Delivery(out.subject, 0, int(acked[1])))
+        return True
+
     async def _on_reply(self, msg: Any) -> None:
         if msg.subject.startswith(self._reply_prefix):
             self._last_answer = asyncio.get_running_loop().time()
@@ -374,7 +500,12 @@ class NatsJetStreamPublisher:
         out = self._unacked.get(n)
         if out is None:
             return  # answered already (a copy sent again), or purged
-        if (msg.headers or {}).get("Status") == "503":
+        if msg.headers is None:
+            acked = _PUB_ACK.fullmatch(msg.data)
+            if acked is not None:
+                self._resolve(out, Delivery(out.subject, 0, int(acked[1])))
+                return
+        elif msg.headers.get("Status") == "503":
             await self._no_stream(out)
             return
         try:
@@ -407,7 +538,9 @@ class NatsJetStreamPublisher:
         if self._unacked.pop(out.n, None) is not None:
             self._unacked_bytes -= len(out.payload)
             self._report(out, delivery)
-            self._wake.set()
+            if self._window_full:  # else the pump has nothing to send that this answer frees
+                self._window_full = False
+                self._wake.set()
 
 
 def stream_name(subject: str) -> str:

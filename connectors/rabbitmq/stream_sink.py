@@ -47,6 +47,7 @@ import asyncio
 import collections
 import logging
 import ssl
+import struct
 import threading
 import time
 from collections.abc import Callable, Coroutine, Iterator
@@ -54,7 +55,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from cdc.errors import ConfigError, DeliveryError
-from cdc.events.sink_fields import message_properties, partition_stream
+from cdc.events.sink_fields import partition_stream
 from cdc.ports import Delivery, DeliveryCallback, DeliveryFailure
 from connectors.rabbitmq import amqp_message
 from connectors.rabbitmq.rstream_client import load_rstream
@@ -70,11 +71,19 @@ _RECONNECT_EVERY_S = 1.0
 _TICK_S = 0.2
 _REQUEST_TIMEOUT_S = 30.0
 _BATCH_BYTES = 1_048_576 - 4096  # one Publish frame's messages (the frame holds 1 MiB)
-_FRAMES_IN_FLIGHT = 4  # Publish frames sent and not yet confirmed before the next waits
+# Publish frames sent and not yet confirmed before the next waits: a node short of CPU confirms
+# late, and 4 left the publisher waiting for it (docs/sinks.md)
+_FRAMES_IN_FLIGHT = 16
 # PublishError's response code for a publisher id the connection has not declared, or whose
 # declaration the node dropped when the stream's leader changed (PROTOCOL.adoc, "Response
 # codes": 0x12, publisher does not exist)
 _PUBLISHER_DOES_NOT_EXIST = 18
+# The Publish frame (PROTOCOL.adoc, "Publish", version 1), written here rather than by
+# rstream's encoder (a dataclass a message, then its fields one by one): size (of what
+# follows it), key 2, version 1, publisher id, message count; then per message its
+# publishing id and its bytes with their length.
+_PUBLISH_HEAD = struct.Struct(">IHHBi")
+_PUBLISH_ENTRY = struct.Struct(">QI")
 
 
 def _rstream() -> Any:
@@ -367,18 +376,29 @@ def encode_message(
     """One record as the AMQP 1.0 message the stream stores (docs/sinks.md's mapping)."""
     # A Kafka producer stamps a record without a timestamp with its create time: so does this.
     created = timestamp_ms if timestamp_ms is not None else int(time.time() * 1000)
-    return amqp_message.encode(message_properties(key, headers, value), value or b"", created)
+    return amqp_message.encode_record(key, headers, value, created)
 
 
-@dataclass
+def publish_frame(publisher_id: int, batch: list[_Message]) -> bytes:
+    """One Publish frame of `batch`'s messages, each under its publishing id."""
+    parts = [b""]
+    size = _PUBLISH_HEAD.size - 4
+    pack = _PUBLISH_ENTRY.pack
+    for m in batch:
+        data = m.data
+        parts += (pack(m.publishing_id, len(data)), data)
+        size += 12 + len(data)
+    parts[0] = _PUBLISH_HEAD.pack(size, 2, 1, publisher_id, len(batch))
+    return b"".join(parts)
+
+
 class _Message:
-    topic: str
-    key: bytes | None
-    data: bytes
-    on_delivery: DeliveryCallback
-    deadline: float
-    partition: int = -1
-    publishing_id: int = 0
+    __slots__ = ("data", "deadline", "key", "on_delivery", "partition", "publishing_id", "topic")
+
+    def __init__(self, topic: str, key: bytes | None, data: bytes, on_delivery: DeliveryCallback, deadline: float):
+        self.topic, self.key, self.data, self.on_delivery, self.deadline = topic, key, data, on_delivery, deadline
+        self.partition = -1
+        self.publishing_id = 0
 
 
 @dataclass
@@ -462,8 +482,7 @@ class RabbitStreamPublisher:
         timestamp_ms: int | None = None,
     ) -> None:
         data = encode_message(key, value, headers, timestamp_ms)
-        with self._lock:
-            self._pending += 1
+        self._pending += 1  # the relay's thread only (publish, poll, purge), as `_pending` is
         if len(data) + _FRAME_OVERHEAD > 1_048_576:
             failure = DeliveryFailure(
                 "MESSAGE_TOO_LARGE", f"the message is {len(data)} bytes; a stream frame holds 1048576", too_large=True
@@ -487,8 +506,7 @@ class RabbitStreamPublisher:
             callback(delivery)
 
     def pending(self) -> int:
-        with self._lock:
-            return self._pending
+        return self._pending
 
     def flush(self, timeout: float) -> int:
         deadline = time.monotonic() + timeout
@@ -522,6 +540,12 @@ class RabbitStreamPublisher:
     def _report(self, callback: DeliveryCallback, delivery: Delivery) -> None:
         with self._lock:
             self._done.append((callback, delivery))
+            self._lock.notify_all()
+
+    def _report_all(self, reports: list[tuple[DeliveryCallback, Delivery]]) -> None:
+        """`_report` of a confirmation's messages at once: one lock and one wake-up a frame."""
+        with self._lock:
+            self._done += reports
             self._lock.notify_all()
 
     # -- the loop's thread --------------------------------------------------------------
@@ -562,7 +586,7 @@ class RabbitStreamPublisher:
                 size = 0
                 while self._queue and len(batch) < 1000:
                     message = self._queue[0]
-                    stream = await self._stream_for(message)
+                    stream = self._known_stream(message) or await self._stream_for(message)
                     if stream is None:
                         continue  # failed (no such stream) and left the queue
                     if target is not None and (stream is not target or size + len(message.data) > _BATCH_BYTES):
@@ -592,12 +616,30 @@ class RabbitStreamPublisher:
             frames.popleft()
         return len(frames) >= _FRAMES_IN_FLIGHT
 
-    @staticmethod
-    async def _send(client: Any, stream: _Stream, batch: list[_Message]) -> None:
-        from rstream import schema
+    async def _send(self, client: Any, stream: _Stream, batch: list[_Message]) -> None:
+        frame = publish_frame(stream.publisher_id, batch)
+        if not client.is_connection_alive():
+            return  # kept unconfirmed: the reconnection sends it again
+        try:
+            # rstream's Connection writes (and drains) raw bytes; send_publish_frame would
+            # encode its own Publish dataclass instead
+            await client._conn._write_frame_raw(frame)
+        except OSError as exc:
+            # what this connection carried may be cut anywhere: a new one declares the
+            # publishers and sends every unconfirmed message again (module docstring)
+            self._mark_stale(f"writing to {self._settings.where()} failed: {exc}")
 
-        messages = [schema.Message(publishing_id=m.publishing_id, filter_value=None, data=m.data) for m in batch]
-        await client.send_publish_frame(schema.Publish(publisher_id=stream.publisher_id, messages=messages))
+    def _known_stream(self, message: _Message) -> _Stream | None:
+        """`_stream_for`'s answer when the topic's streams are counted and the stream is
+        declared (all but a stream's first message), without a coroutine a message."""
+        topic = message.topic
+        count = self._counts.get(topic)
+        if count is None:
+            return None
+        if count == 1:
+            return self._streams.get(topic)
+        partition = murmur2_partition(message.key, count) if message.key is not None else 0
+        return self._streams.get(partition_stream(topic, partition))
 
     async def _stream_for(self, message: _Message) -> _Stream | None:
         """The stream `message` goes to, declared as a publisher of this connection; None
@@ -677,11 +719,14 @@ class RabbitStreamPublisher:
         stream = self._by_publisher(frame.publisher_id)
         if stream is None:
             return
+        unconfirmed, partition = stream.unconfirmed, stream.partition
+        base = stream.end - stream.highest - 1  # stream.offset(id) = base + id
+        reports = []
         for publishing_id in frame.publishing_ids:
-            message = stream.unconfirmed.pop(publishing_id, None)
+            message = unconfirmed.pop(publishing_id, None)
             if message is not None:
-                delivery = Delivery(message.topic, stream.partition, stream.offset(publishing_id))
-                self._report(message.on_delivery, delivery)
+                reports.append((message.on_delivery, Delivery(message.topic, partition, base + publishing_id)))
+        self._report_all(reports)
         self._confirmed.set()
 
     def _on_error(self, frame: Any) -> None:
@@ -744,7 +789,7 @@ class RabbitStreamPublisher:
         for stream in self._streams.values():
             again = [stream.unconfirmed[i] for i in sorted(stream.unconfirmed)]
             for start in range(0, len(again), 500):
-                await self._send(client, stream, again[start : start + 500])
+                await client._conn._write_frame_raw(publish_frame(stream.publisher_id, again[start : start + 500]))
         self._client = client  # only now: new messages go after the ones sent again
         if self._down_since is not None:
             log.info("RabbitMQ is reachable again after %.1f s", time.monotonic() - self._down_since)

@@ -153,7 +153,7 @@ def test_the_publisher_keeps_order_and_stores_once_across_restarts_and_a_pause(t
                 n += 1
                 headers = [(H_SOURCE, b"s"), (H_FILE, b"bin.000001"), (H_POS, str(n).encode()), (H_ROW, b"0")]
                 publisher.publish(subject, b"k", b"v%d" % n, headers, reports.append)
-                # Up to 8,000 waiting (the 4,096 of max_in_flight on the wire, as many queued):
+                # Up to 8,000 waiting, all on the wire (max_in_flight is 16,384):
                 # every fault finds messages in flight, without the 100,000 the publisher takes
                 # before it waits, whose flush and read-back at the end took most of a minute.
                 publisher.poll(0 if publisher.pending() < 8000 else 0.05)

@@ -68,3 +68,67 @@ def test_a_line_break_in_a_header_value_is_sent_as_a_space():
 
 def test_a_created_stream_is_named_after_its_subject():
     assert stream_name("shop.order.*") == "shop_order__"
+
+
+def _nats_pys_hpub(subject: str, reply: str, payload: bytes, headers: dict[str, str]) -> bytes:
+    """What nats-py's own publish hands its connection for this message (no connection: its
+    buffer is read back)."""
+    import asyncio
+
+    import nats
+
+    nc = nats.NATS()
+    asyncio.run(nc._send_publish(subject, reply, payload, len(payload), headers))
+    return b"".join(nc._pending)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "headers", "ts"),
+    [
+        (b"k1", b"\x00avro" * 50, IDENTITY, 1700000000123),
+        (None, None, [(H_DLQ_ERROR, b"first\r\nsecond "), ("id", b" e1 ")], None),  # stripped as nats-py does
+        (b"\xffk", b"", [*IDENTITY, (H_REPAIR, b"1"), ("id", "é".encode()), ("id", b"e2")], 5),
+    ],
+)
+def test_the_publish_path_writes_the_bytes_nats_py_writes(key, value, headers, ts):
+    from types import SimpleNamespace
+
+    from connectors.nats.sink import NatsJetStreamPublisher, _Out, header_block
+
+    named = nats_headers("shop.order", key, value, headers, ts)
+    out = _Out(17, "shop.order", value or b"", header_block(named), print, 0)
+    publisher = SimpleNamespace(_subjects={"shop.order": b"shop.order"}, _reply_bytes=b"_INBOX.abc.")
+    written = NatsJetStreamPublisher._hpub(publisher, [out, out], 0.0)  # type: ignore[arg-type]
+    assert written == 2 * _nats_pys_hpub("shop.order", "_INBOX.abc.17", value or b"", named)
+
+
+def test_a_header_name_nats_refuses_is_said_at_publish():
+    from connectors.nats.sink import header_block
+
+    with pytest.raises(ValueError, match="not allowed in a NATS message"):
+        header_block({"a name": "v"})
+
+
+@pytest.mark.parametrize(
+    ("data", "seq"),
+    [
+        (b'{"stream":"s_events","seq":42}', 42),
+        (b'{"stream":"s_events","seq":42,"duplicate":true}', 42),
+        (b'{"stream":"s","domain":"hub","seq":7}', 7),
+        (b'{"error":{"code":400,"err_code":10071,"description":"wrong last sequence: 1"},"stream":"s","seq":0}', None),
+        (b'{"stream":"s","seq":7,"batch":"x"}', None),  # a shape not known: json reads it
+    ],
+)
+def test_a_puback_is_read_by_its_pattern_and_anything_else_by_json(data, seq):
+    from connectors.nats.sink import _PUB_ACK
+
+    matched = _PUB_ACK.fullmatch(data)
+    assert (int(matched[1]) if matched else None) == seq
+
+
+def test_a_header_value_is_stripped_and_its_line_breaks_are_spaces_as_nats_py_writes_it():
+    from connectors.nats.sink import header_block
+
+    headers = {"a": " x\r\ny ", "b": "\n", " c ": "é"}
+    block = header_block(headers)
+    assert _nats_pys_hpub("s", "r", b"", headers) == b"HPUB s r %d %d\r\n%s\r\n" % (len(block), len(block), block)

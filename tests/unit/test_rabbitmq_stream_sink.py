@@ -100,3 +100,38 @@ def test_the_amqp_message_decodes_as_the_verifier_reads_it(key, value, headers) 
     record = message_record("t", 0, 5, 0, data)  # the verifier's own reading
     assert record.key() == key and record.value() == value and record.timestamp() == (1, 1_700_000_000_123)
     assert dict(record.headers()) == {n: v for n, v in headers}
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "headers"),
+    [
+        (b"order-1", b"\x00\x01avro" * 3, [("cdc.source", b"shop"), ("id", "é-ü".encode()), ("cdc.binlog.pos", b"4")]),
+        (None, None, [("cdc.dlq.cause", b"too_large"), ("empty", b""), ("gone", None)]),  # null key, tombstone
+        (b"k", b"v" * 70_000, [("h" * 300, b"x" * 300), ("é", b"1")]),  # lengths past one byte, a UTF-8 name
+        (b"\xffkey", b"", [("id", b"first"), ("bad", b"\xfe\xff"), ("id", b"last")]),  # not UTF-8, a repeated name
+    ],
+)
+def test_the_publish_paths_encoder_makes_the_general_encoders_bytes(key, value, headers) -> None:
+    from cdc.events.sink_fields import message_properties
+    from connectors.rabbitmq import amqp_message
+
+    for _ in range(2):  # the second time from its cache of entries
+        assert amqp_message.encode_record(key, headers, value, 1_700_000_000_123) == amqp_message.encode(
+            message_properties(key, headers, value), value or b"", 1_700_000_000_123
+        )
+
+
+def test_a_publish_frame_reads_back_as_rstreams_publish() -> None:
+    from rstream import schema
+    from rstream.encoding import decode_frame
+
+    from connectors.rabbitmq.stream_sink import _Message, publish_frame
+
+    batch = [_Message("t", None, b"a" * n, print, 0.0) for n in (0, 1, 300, 70_000)]
+    for i, m in enumerate(batch):
+        m.publishing_id = 2**40 + i
+    frame = publish_frame(7, batch)
+    assert int.from_bytes(frame[:4], "big") == len(frame) - 4
+    decoded = decode_frame(frame[4:])
+    assert isinstance(decoded, schema.Publish) and decoded.publisher_id == 7
+    assert [(m.publishing_id, m.data) for m in decoded.messages] == [(m.publishing_id, m.data) for m in batch]
