@@ -33,6 +33,7 @@ DEAD_LETTER_CAUSES = (
     "too_large",
     "statement_format",
     "topic_missing",
+    "unroutable",
 )
 
 
