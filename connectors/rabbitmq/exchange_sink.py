@@ -451,7 +451,7 @@ class RabbitExchangePublisher:
         log.info(
             "RabbitMQ is reachable again after %.1f s: %d unconfirmed message(s) were routed (the audit stream "
             "holds them), %d are sent again",
-            now - self._down_since, len(waiting) - len(again), len(again),
+            time.monotonic() - self._down_since, len(waiting) - len(again), len(again),
         )  # fmt: skip
         self._down_since = None
         self._lost.clear()
