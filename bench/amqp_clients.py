@@ -18,21 +18,24 @@ import argparse
 import asyncio
 import time
 import uuid
+from typing import Any
 
 from testbed.rabbitmq import EmbeddedRabbitMQ
 
 BODY = b"x" * 300
 
 
-def headers(i: int) -> dict[str, str]:
+def headers(i: int) -> dict[str, Any]:
     return {"cdc.key": f"order-{i % 97}", "cdc.source": "bench", "cdc.file": "binlog.000001", "cdc.pos": str(i),
             "cdc.row": "0", "cdc.event.id": str(i), "id": str(i), "eventType": "OrderCreated"}  # fmt: skip
 
 
 def setup(node: EmbeddedRabbitMQ, exchange: str) -> None:
-    import pika
+    import pika  # type: ignore[import-untyped]  # a measured candidate, not a dependency
 
-    params = pika.ConnectionParameters("127.0.0.1", node.amqp_port, credentials=pika.PlainCredentials(node.user, node.password))
+    params = pika.ConnectionParameters(
+        "127.0.0.1", node.amqp_port, credentials=pika.PlainCredentials(node.user, node.password)
+    )
     conn = pika.BlockingConnection(params)
     ch = conn.channel()
     ch.exchange_declare(exchange, "topic", durable=True)
@@ -65,7 +68,9 @@ async def run_aiormq(node: EmbeddedRabbitMQ, exchange: str, n: int, window: int)
 def run_pika(node: EmbeddedRabbitMQ, exchange: str, n: int) -> None:
     import pika
 
-    params = pika.ConnectionParameters("127.0.0.1", node.amqp_port, credentials=pika.PlainCredentials(node.user, node.password))
+    params = pika.ConnectionParameters(
+        "127.0.0.1", node.amqp_port, credentials=pika.PlainCredentials(node.user, node.password)
+    )
     conn = pika.BlockingConnection(params)
     ch = conn.channel()
     ch.confirm_delivery()
@@ -76,9 +81,11 @@ def run_pika(node: EmbeddedRabbitMQ, exchange: str, n: int) -> None:
 
 
 def run_amqp(node: EmbeddedRabbitMQ, exchange: str, n: int) -> None:
-    import amqp
+    import amqp  # type: ignore[import-untyped]  # a measured candidate, not a dependency
 
-    conn = amqp.Connection(f"127.0.0.1:{node.amqp_port}", userid=node.user, password=node.password, confirm_publish=True)
+    conn = amqp.Connection(
+        f"127.0.0.1:{node.amqp_port}", userid=node.user, password=node.password, confirm_publish=True
+    )
     conn.connect()
     ch = conn.channel()
     for i in range(n):
@@ -104,7 +111,9 @@ def main() -> None:
             else:
                 run_amqp(node, exchange, args.messages)
             took = time.monotonic() - t
-            print(f"{name}: {args.messages} messages confirmed in {took:.2f}s = {args.messages / took:,.0f}/s", flush=True)
+            print(
+                f"{name}: {args.messages} messages confirmed in {took:.2f}s = {args.messages / took:,.0f}/s", flush=True
+            )
 
 
 if __name__ == "__main__":

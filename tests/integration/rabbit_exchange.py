@@ -158,7 +158,8 @@ def event_id_of(value: bytes) -> str:
     if _PARSED is None:
         _PARSED = fastavro.parse_schema(schema())
     if value[:1] == b"\x00":
-        return str(fastavro.schemaless_reader(io.BytesIO(value[5:]), _PARSED, None)["id"])
+        record: Any = fastavro.schemaless_reader(io.BytesIO(value[5:]), _PARSED, None)
+        return str(record["id"])
     return str(json.loads(value)["row"]["id"])
 
 
