@@ -189,7 +189,10 @@ def _cmd_locate(args: argparse.Namespace) -> int:
         pass
     pattern = template_pattern([t.topic for t in cfg.tables])
     topics = [cfg.kafka.dead_letter_topic]
-    if cfg.sink.kind in ("rabbitmq_stream", "rabbitmq_exchange"):  # no stream listing (3.10): the topic named, or the tables' fixed topics
+    if cfg.sink.kind in (
+        "rabbitmq_stream",
+        "rabbitmq_exchange",
+    ):  # no stream listing (3.10): the topic named, or the tables' fixed topics
         topics += [args.topic] if args.topic else [t.topic for t in cfg.tables if "{" not in t.topic]
     hits = locate_position(
         cfg.kafka.bootstrap,
