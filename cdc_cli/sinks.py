@@ -119,9 +119,13 @@ def rabbitmq_exchange_adapters(cfg: Config) -> SinkAdapters:
         # "auto": the audit stream bound with '#'; "create": bound per routing key as the relay meets it
         declare(settings, bind_all=cfg.topics.missing == "auto")
     publisher = RabbitExchangePublisher(settings, rabbit.publish_timeout_s, rabbit.max_in_flight)
-    admin = RabbitExchangeAdmin(settings, publisher._loop) if cfg.topics.missing == "create" else None
+    admin = RabbitExchangeAdmin(settings) if cfg.topics.missing == "create" else None
+    store = FileCheckpointStore(cfg.checkpoint.path)
+    checkpoint = store.load()
+    # every topic's recovery scan starts at the checkpoint's highest offset (AuditLog's `floor`)
+    floor = max((o for ps in checkpoint.offsets.values() for o in ps.values()), default=0) if checkpoint else 0
     return SinkAdapters(
-        publisher, AuditLog(settings), FileCheckpointStore(cfg.checkpoint.path), admin, idempotent_delivery,
+        publisher, AuditLog(settings, floor), store, admin, idempotent_delivery,
         settings.where(), rabbit.publish_timeout_s,
     )  # fmt: skip
 

@@ -193,10 +193,17 @@ class AuditLog:
     """What the exchange routed, read from the audit stream (cdc.ports.DeliveredLog): every
     topic is one partition, the audit stream's messages with that routing key, at the audit
     stream's offsets. A range read once is kept, so a recovery that scans each topic from
-    the checkpoint reads the stream once (`_cached`)."""
+    the checkpoint reads the stream once (`_cached`).
 
-    def __init__(self, settings: ExchangeSettings):
+    `floor`: the highest offset a checkpoint records for any topic. The relay publishes on one
+    channel in binlog order and a channel's messages reach a queue in that order, so every
+    message of a transaction after the checkpoint sits after every message of one before it,
+    whatever its topic: a topic's scan starts there at the earliest, not at its own older
+    offset (a quiet topic's last message may be far back in the shared stream)."""
+
+    def __init__(self, settings: ExchangeSettings, floor: int = 0):
         self._settings = settings
+        self._floor = floor
         self._streams = RabbitStreamReader(settings.stream_settings())
         self._cached: tuple[int, int, list[tuple[int, str, dict[str, str]]]] | None = None
         self._topics: set[str] = set()
@@ -226,7 +233,7 @@ class AuditLog:
         return out
 
     def records(self, topic: str, partition: int, start: int, end: int) -> Iterator[tuple[int, dict[str, str]]]:
-        for offset, key, headers in self.routed(start, end):
+        for offset, key, headers in self.routed(min(max(start, self._floor), end), end):
             if key == topic:
                 yield offset, headers
 
@@ -566,13 +573,12 @@ class RabbitExchangeAdmin:
     (`declare`), and each topic the relay is about to write is bound to the audit stream
     with its routing key (queue.bind is idempotent)."""
 
-    def __init__(self, settings: ExchangeSettings, loop: _Loop):
+    def __init__(self, settings: ExchangeSettings):
         self._settings = settings
-        self._loop = loop
 
     def create_topic(self, topic: str) -> str | None:
         try:
-            self._loop.call(_bind(self._settings, topic), _REQUEST_TIMEOUT_S)
+            asyncio.run(asyncio.wait_for(_bind(self._settings, topic), _REQUEST_TIMEOUT_S))
         except Exception as exc:
             return (
                 f"the node refused to bind {self._settings.audit_stream!r} to {self._settings.exchange!r} with "
