@@ -52,7 +52,8 @@ from cdc.errors import ConfigError, DeliveryError
 from cdc.events.identity import identity_key_from_headers
 from cdc.events.sink_fields import message_properties
 from cdc.ports import Delivery, DeliveryCallback, DeliveryFailure
-from connectors.rabbitmq.stream_sink import RabbitStreamReader, StreamSettings, _Loop
+from connectors.rabbitmq.loop_thread import LoopThread
+from connectors.rabbitmq.stream_sink import RabbitStreamReader, StreamSettings
 
 log = logging.getLogger("cdc.rabbitmq")
 
@@ -278,7 +279,7 @@ class RabbitExchangePublisher:
         self._settings = settings
         self._timeout = publish_timeout_s
         self._max_in_flight = max_in_flight
-        self._loop = _Loop("rabbitmq-exchange")
+        self._loop = LoopThread("rabbitmq-exchange")
         self._audit = AuditLog(settings)
         # loop thread, or the relay's thread while the loop sends nothing (`_recover`)
         self._connection: Any = None
