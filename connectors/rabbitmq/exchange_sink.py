@@ -59,6 +59,7 @@ log = logging.getLogger("cdc.rabbitmq")
 
 _REQUEST_TIMEOUT_S = 30.0
 _RECONNECT_EVERY_S = 1.0
+_EXPIRY_EVERY_S = 0.5
 # RabbitMQ 3.10's max_message_size is 128 MiB; a stream keeps a message in one chunk, and
 # the relay's envelopes are far smaller: a bound that keeps the audit stream's chunks sane
 MAX_MESSAGE_BYTES = 16 * 1_048_576
@@ -290,6 +291,7 @@ class RabbitExchangePublisher:
         self._unconfirmed: dict[int, _Message] = {}  # by id(message), in publishing order
         self._down_since: float | None = None
         self._last_attempt = 0.0
+        self._last_expiry = 0.0
         self._broken: str | None = None  # a refusal that stops the relay
         self.skipped_after_reconnect = 0  # unconfirmed messages the audit stream held: not sent again
         # shared with the relay's thread
@@ -402,6 +404,9 @@ class RabbitExchangePublisher:
     def _expire(self) -> None:
         """Messages past their deadline fail: the relay stops (exit 1), its checkpoint before them."""
         now = time.monotonic()
+        if now - self._last_expiry < _EXPIRY_EVERY_S:
+            return  # a look at every unconfirmed message: not on every poll
+        self._last_expiry = now
         with self._lock:
             late = [k for k, m in self._unconfirmed.items() if m.deadline < now]
             expired = [self._unconfirmed.pop(k) for k in late]
