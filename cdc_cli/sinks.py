@@ -108,7 +108,6 @@ def rabbitmq_exchange_adapters(cfg: Config) -> SinkAdapters:
     from connectors.rabbitmq.exchange_sink import (
         AuditLog,
         ExchangeSettings,
-        RabbitExchangeAdmin,
         RabbitExchangePublisher,
         declare,
     )
@@ -118,14 +117,15 @@ def rabbitmq_exchange_adapters(cfg: Config) -> SinkAdapters:
     if cfg.topics.missing in ("create", "auto"):
         # "auto": the audit stream bound with '#'; "create": bound per routing key as the relay meets it
         declare(settings, bind_all=cfg.topics.missing == "auto")
-    publisher = RabbitExchangePublisher(settings, rabbit.publish_timeout_s, rabbit.max_in_flight)
-    admin = RabbitExchangeAdmin(settings) if cfg.topics.missing == "create" else None
+    # "create": the publisher binds the audit stream with each routing key before its first message
+    bind_keys = cfg.topics.missing == "create"
+    publisher = RabbitExchangePublisher(settings, rabbit.publish_timeout_s, rabbit.max_in_flight, bind_keys)
     store = FileCheckpointStore(cfg.checkpoint.path)
     checkpoint = store.load()
     # every topic's recovery scan starts at the checkpoint's highest offset (AuditLog's `floor`)
     floor = max((o for ps in checkpoint.offsets.values() for o in ps.values()), default=0) if checkpoint else 0
     return SinkAdapters(
-        publisher, AuditLog(settings, floor), store, admin, idempotent_delivery,
+        publisher, AuditLog(settings, floor), store, None, idempotent_delivery,
         settings.where(), rabbit.publish_timeout_s,
     )  # fmt: skip
 

@@ -275,9 +275,19 @@ class RabbitExchangePublisher:
 
     max_message_bytes = MAX_MESSAGE_BYTES
 
-    def __init__(self, settings: ExchangeSettings, publish_timeout_s: float = 60.0, max_in_flight: int = 5_000):
+    def __init__(
+        self,
+        settings: ExchangeSettings,
+        publish_timeout_s: float = 60.0,
+        max_in_flight: int = 5_000,
+        bind_keys: bool = False,
+    ):
         _aiormq()
         self._settings = settings
+        # topics.missing = "create": the audit stream is bound with each routing key before
+        # the key's first message (queue.bind is idempotent; the binding is durable)
+        self._bind_keys = bind_keys
+        self._bound: set[str] = set()
         self._timeout = publish_timeout_s
         self._max_in_flight = max_in_flight
         self._loop = LoopThread("rabbitmq-exchange")
@@ -344,6 +354,11 @@ class RabbitExchangePublisher:
         properties = spec.Basic.Properties(
             delivery_mode=2, message_id=mid, headers=dict(text), timestamp=_datetime(stamp)
         )
+        if self._bind_keys and topic not in self._bound:
+            refused = self._bind(topic)
+            if refused is not None:
+                self._report(on_delivery, Delivery(topic, -1, -1, DeliveryFailure("BIND_FAILED", refused, fatal=True)))
+                return
         while self.pending() > self._max_in_flight:
             self.poll(0.05)  # wait for confirmations, never drop
         self._handoff.append(_Message(topic, body, properties, mid, on_delivery, time.monotonic() + self._timeout))
@@ -400,6 +415,20 @@ class RabbitExchangePublisher:
         with self._lock:
             self._done.append((callback, delivery))
             self._lock.notify_all()
+
+    def _bind(self, topic: str) -> str | None:
+        """Bind the audit stream with `topic` before its first message is handed over (so it
+        is routed after the binding exists), on a connection of its own; why not, or None."""
+        try:
+            self._loop.call(_bind(self._settings, topic), _REQUEST_TIMEOUT_S)
+        except Exception as exc:
+            return (
+                f"cannot bind audit stream {self._settings.audit_stream!r} to {self._settings.exchange!r} for routing "
+                f"key {topic!r}: {type(exc).__name__}: {exc} (grant the relay's user the configure permission on the "
+                'queue and read on the exchange, or bind it yourself and set topics.missing = "dead_letter")'
+            )
+        self._bound.add(topic)
+        return None
 
     def _expire(self) -> None:
         """Messages past their deadline fail: the relay stops (exit 1), its checkpoint before them."""
@@ -574,28 +603,9 @@ def _datetime(seconds: int) -> Any:
     return datetime.datetime.fromtimestamp(seconds, tz=datetime.UTC)
 
 
-class RabbitExchangeAdmin:
-    """`topics.missing = "create"`: the exchange and the audit stream are declared at start
-    (`declare`), and each topic the relay is about to write is bound to the audit stream
-    with its routing key (queue.bind is idempotent)."""
-
-    def __init__(self, settings: ExchangeSettings):
-        self._settings = settings
-
-    def create_topic(self, topic: str) -> str | None:
-        try:
-            asyncio.run(asyncio.wait_for(_bind(self._settings, topic), _REQUEST_TIMEOUT_S))
-        except Exception as exc:
-            return (
-                f"the node refused to bind {self._settings.audit_stream!r} to {self._settings.exchange!r} with "
-                f"routing key {topic!r}: {type(exc).__name__}: {exc} (grant the relay's user the configure and write "
-                "permissions, or bind it yourself)"
-            )
-        return None
-
-
 def declare(settings: ExchangeSettings, bind_all: bool) -> None:
-    """Declare the exchange and the audit stream (topics.missing "create" / "auto")."""
+    """Declare the exchange and the audit stream (topics.missing "create" / "auto"); the
+    publisher binds each routing key under "create" (`bind_keys`), `#` is bound here under "auto"."""
     try:
         asyncio.run(asyncio.wait_for(_declare(settings, bind_all), _REQUEST_TIMEOUT_S))
     except Exception as exc:
