@@ -31,6 +31,11 @@ audit stream is read from the oldest unconfirmed message's offset to its end: a 
 `message_id` it holds was routed (reported delivered at that offset), the others are sent
 again, in order. What this means for the other queues bound to the exchange when the *node*
 crashed is in docs/sinks.md ("What your queues get").
+
+`topics.missing`: "dead_letter" requires the exchange and the audit stream (the publisher
+refuses to start without them); "create" and "auto" declare both (`declare`), "auto" binding
+the audit stream with `#`, "create" with each routing key before the key's first message
+(`RabbitExchangePublisher(bind_keys=True)`).
 """
 
 from __future__ import annotations
