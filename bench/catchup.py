@@ -5,7 +5,7 @@ parse rate of the same binlog measured in the same run.
     ./run.sh bench catchup [--events 200000] [--mixed] [--profile out.svg]   (with --format: the format's first run)
     ./run.sh bench catchup --compressed [--events 200000] [--pairs 2]
     ./run.sh bench catchup --delivery transactional [--events 100000]
-    ./run.sh bench catchup --sink rabbitmq_stream|nats_jetstream [--events 100000] [--rounds 3] [--profile out.svg]
+    ./run.sh bench catchup --sink rabbitmq_stream|rabbitmq_exchange|nats_jetstream [--events 100000] [--rounds 3] [--profile out.svg]
         (the Kafka stand-in, then that sink's real server, alternating; --profile: the sink's first run)
 
 `--compressed` starts mariadbd with --log-bin-compress=ON --log-bin-compress-min-len=10
@@ -653,7 +653,7 @@ def main() -> None:
     )
     ap.add_argument(
         "--sink",
-        choices=("rabbitmq_stream", "nats_jetstream"),
+        choices=("rabbitmq_stream", "rabbitmq_exchange", "nats_jetstream"),
         default=None,
         help="the relay on that sink (a real server, testbed/) against the Kafka sink, same binlog, same run",
     )

@@ -35,8 +35,12 @@ def sink_server(kind: str, prefix: str) -> Iterator[SinkServer]:
         with _rabbitmq(prefix) as sink:
             yield sink
         return
+    if kind == "rabbitmq_exchange":
+        with _rabbitmq_exchange(prefix) as sink:
+            yield sink
+        return
     if kind != "nats_jetstream":
-        raise SystemExit(f"--sink {kind}: not one of: rabbitmq_stream, nats_jetstream")
+        raise SystemExit(f"--sink {kind}: not one of: rabbitmq_stream, rabbitmq_exchange, nats_jetstream")
     from testbed.nats import EmbeddedNats
 
     with EmbeddedNats.start() as server:
@@ -111,4 +115,55 @@ password_env = "BENCH_RABBITMQ_PASSWORD"
         lambda: None,
         mq.pid,
         lambda other: _rabbitmq_prefix(mq, other),
+    )
+
+
+@contextmanager
+def _rabbitmq_exchange(prefix: str) -> Iterator[SinkServer]:
+    """A RabbitMQ 3.10 node (testbed/rabbitmq.py) with the topic exchange `<prefix>.ex`, its
+    audit stream `<prefix>.audit` and a consumer's durable classic queue `<prefix>.consumer`,
+    both bound with `#`: what a user of the exchange sink runs, and what the node does per
+    message (a stream write and a persistent classic-queue write)."""
+    from testbed.rabbitmq import EmbeddedRabbitMQ
+
+    with EmbeddedRabbitMQ.start() as mq:
+        yield _rabbitmq_exchange_prefix(mq, prefix)
+
+
+def _rabbitmq_exchange_prefix(mq: Any, prefix: str) -> SinkServer:
+    import aiormq
+
+    async def declare() -> None:
+        connection = await aiormq.connect(f"amqp://{mq.user}:{mq.password}@{mq.host}:{mq.amqp_port}/")
+        try:
+            ch = await connection.channel()
+            await ch.exchange_declare(f"{prefix}.ex", exchange_type="topic", durable=True)
+            await ch.queue_declare(f"{prefix}.audit", durable=True, arguments={"x-queue-type": "stream"})
+            await ch.queue_declare(f"{prefix}.consumer", durable=True)
+            for queue in (f"{prefix}.audit", f"{prefix}.consumer"):
+                await ch.queue_bind(queue, f"{prefix}.ex", routing_key="#")
+        finally:
+            await connection.close()
+
+    asyncio.run(declare())
+    toml = f"""
+[sink]
+kind = "rabbitmq_exchange"
+[sink.rabbitmq_exchange]
+host = "{mq.host}"
+port = {mq.amqp_port}
+stream_port = {mq.stream_port}
+management_port = 0
+user = "{mq.user}"
+password_env = "BENCH_RABBITMQ_PASSWORD"
+exchange = "{prefix}.ex"
+audit_stream = "{prefix}.audit"
+"""
+    return SinkServer(
+        toml,
+        {"BENCH_RABBITMQ_PASSWORD": mq.password},
+        None,
+        lambda: None,
+        mq.pid,
+        lambda other: _rabbitmq_exchange_prefix(mq, other),
     )

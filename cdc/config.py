@@ -113,7 +113,7 @@ Example `relay.toml`::
     max_checks = 15                     # after this many checks: an operator problem
 
     [sink]                              # the broker the relay publishes to (docs/sinks.md)
-    kind = "kafka"                      # kafka (configured in [kafka]) | rabbitmq_stream | nats_jetstream
+    kind = "kafka"                      # kafka (configured in [kafka]) | rabbitmq_stream | rabbitmq_exchange | nats_jetstream
     [sink.rabbitmq_stream]              # RabbitMQ's stream protocol (docs/sinks.md)
     host = "127.0.0.1"                  # the node that leads the relay's streams
     port = 5552                         # the stream plugin's port (5551 with TLS)
@@ -128,6 +128,23 @@ Example `relay.toml`::
     publish_timeout_s = 60              # a message not confirmed this long stops the relay (exit 1)
     max_in_flight = 20000               # messages handed over and not confirmed; publish waits above it
     empty_wait_s = 2                    # a stream that delivers no chunk this long is taken as empty
+    [sink.rabbitmq_exchange]            # an AMQP 0-9-1 topic exchange, proven by an audit stream (docs/sinks.md)
+    host = "127.0.0.1"
+    port = 5672                         # AMQP 0-9-1 (5671 with TLS)
+    stream_port = 5552                  # the stream plugin's port: the audit stream is read through it
+    management_port = 15672             # cdc check reads the audit stream's bindings here (0: not checked)
+    vhost = "/"
+    user = "cdc"
+    password_env = "RABBITMQ_PASSWORD"  # or password_file
+    tls = false                         # TLS to both ports (a CA file or cert_file turns it on too)
+    ca_file = ""
+    cert_file = ""
+    key_file = ""
+    exchange = "cdc.outbox"             # the topic exchange; routing key = the event's topic
+    audit_stream = "cdc.outbox.audit"   # a stream bound to the exchange for every routing key the relay uses
+    publish_timeout_s = 60              # a message not confirmed this long stops the relay (exit 1)
+    max_in_flight = 5000                # messages handed over and not confirmed; publish waits above it
+    empty_wait_s = 2                    # an audit stream that delivers no chunk this long is taken as empty
     [sink.nats_jetstream]               # NATS JetStream
     servers = ["nats://127.0.0.1:4222"]
     user = "cdc"
@@ -323,6 +340,29 @@ class RabbitStreamConfig:
 
 
 @dataclass(frozen=True)
+class RabbitExchangeConfig:
+    """`[sink.rabbitmq_exchange]`: an AMQP 0-9-1 topic exchange and the audit stream bound to
+    it (connectors/rabbitmq/exchange_sink.py)."""
+
+    host: str = "127.0.0.1"
+    port: int = 5672  # AMQP 0-9-1 (5671 with TLS)
+    stream_port: int = 5552  # the stream protocol: the audit stream is read through it
+    management_port: int = 15672  # `cdc check` reads the bindings here (0: not checked)
+    vhost: str = "/"
+    user: str = "guest"
+    password: Secret = field(default_factory=lambda: Secret(""))
+    tls: bool = False  # TLS to both ports (also on when ca_file or cert_file is set)
+    ca_file: str = ""
+    cert_file: str = ""
+    key_file: str = ""
+    exchange: str = "cdc.outbox"  # a topic exchange; the routing key is the event's topic
+    audit_stream: str = "cdc.outbox.audit"  # a stream bound to `exchange` for every routing key used
+    publish_timeout_s: float = 60.0  # unconfirmed this long: the relay stops (exit 1)
+    max_in_flight: int = 5_000  # handed over, not confirmed: publish waits above it
+    empty_wait_s: float = 2.0  # the audit stream delivers nothing this long: it is empty
+
+
+@dataclass(frozen=True)
 class NatsJetStreamConfig:
     """`[sink.nats_jetstream]`: NATS JetStream (connectors/nats/sink.py)."""
 
@@ -341,7 +381,7 @@ class NatsJetStreamConfig:
     duplicate_window_s: float = 120.0  # for the streams the relay creates (topics.missing = "create")
 
 
-SINK_KINDS = ("kafka", "rabbitmq_stream", "nats_jetstream")
+SINK_KINDS = ("kafka", "rabbitmq_stream", "rabbitmq_exchange", "nats_jetstream")
 
 
 @dataclass(frozen=True)
@@ -349,8 +389,9 @@ class SinkConfig:
     """`[sink]`: which kind of broker the relay publishes to. `kafka` (the default) is
     configured in `[kafka]`; the others in `[sink.<kind>]`."""
 
-    kind: str = "kafka"  # kafka | rabbitmq_stream | nats_jetstream
+    kind: str = "kafka"  # kafka | rabbitmq_stream | rabbitmq_exchange | nats_jetstream
     rabbitmq_stream: RabbitStreamConfig = field(default_factory=RabbitStreamConfig)  # [sink.rabbitmq_stream]
+    rabbitmq_exchange: RabbitExchangeConfig = field(default_factory=RabbitExchangeConfig)  # [sink.rabbitmq_exchange]
     nats_jetstream: NatsJetStreamConfig = field(default_factory=NatsJetStreamConfig)  # [sink.nats_jetstream]
 
 
@@ -402,10 +443,11 @@ _SECTIONS: dict[str, type] = {
     "topics": TopicsConfig,
     "sink": SinkConfig,
     "sink.rabbitmq_stream": RabbitStreamConfig,
+    "sink.rabbitmq_exchange": RabbitExchangeConfig,
     "sink.nats_jetstream": NatsJetStreamConfig,
 }
 # [source.tls], [sink.rabbitmq_stream] ... are read apart from the section that holds them
-_SUBSECTIONS = {"source": ("tls",), "sink": ("rabbitmq_stream", "nats_jetstream")}
+_SUBSECTIONS = {"source": ("tls",), "sink": ("rabbitmq_stream", "rabbitmq_exchange", "nats_jetstream")}
 _SECRETS = {
     ("source", "password"),
     ("schema_registry", "basic_auth"),
@@ -413,6 +455,7 @@ _SECRETS = {
     ("schema_registry", "key_password"),
     ("source.tls", "key_password"),
     ("sink.rabbitmq_stream", "password"),
+    ("sink.rabbitmq_exchange", "password"),
     ("sink.nats_jetstream", "password"),
     ("sink.nats_jetstream", "token"),
 }
@@ -586,6 +629,7 @@ def load_config(
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     sections["sink"]["rabbitmq_stream"] = RabbitStreamConfig(**sections.pop("sink.rabbitmq_stream"))
+    sections["sink"]["rabbitmq_exchange"] = RabbitExchangeConfig(**sections.pop("sink.rabbitmq_exchange"))
     sections["sink"]["nats_jetstream"] = NatsJetStreamConfig(**sections.pop("sink.nats_jetstream"))
     for block in _KAFKA_BLOCKS:
         if block in sections["kafka"]:
@@ -651,6 +695,8 @@ def _validate(cfg: Config) -> None:
         raise ConfigError(f"sink.kind must be one of {SINK_KINDS}, got {cfg.sink.kind!r}")
     if cfg.sink.kind == "rabbitmq_stream":
         _validate_rabbitmq_stream(cfg)
+    if cfg.sink.kind == "rabbitmq_exchange":
+        _validate_rabbitmq_exchange(cfg)
     if cfg.sink.kind == "nats_jetstream":
         _validate_nats(cfg)
     if cfg.checkpoint.store not in ("kafka", "file"):
@@ -729,3 +775,30 @@ def _validate_rabbitmq_stream(cfg: Config) -> None:
         )
     if bool(rabbit.cert_file) != bool(rabbit.key_file):
         raise ConfigError("sink.rabbitmq_stream: cert_file and key_file go together (the client certificate)")
+
+
+def _validate_rabbitmq_exchange(cfg: Config) -> None:
+    rabbit = cfg.sink.rabbitmq_exchange
+    if cfg.checkpoint.store != "file":
+        raise ConfigError(
+            'sink.kind = "rabbitmq_exchange" keeps its checkpoint in a file: set checkpoint.store = "file" '
+            "(and checkpoint.path)"
+        )
+    if cfg.kafka.delivery != "idempotent":
+        raise ConfigError(
+            'kafka.delivery = "transactional" is for Kafka; sink.kind = "rabbitmq_exchange" has no broker '
+            'transactions: remove kafka.delivery (or set it to "idempotent")'
+        )
+    if not rabbit.exchange or not rabbit.audit_stream:
+        raise ConfigError(
+            "sink.rabbitmq_exchange: exchange and audit_stream must be named (the audit stream is the record "
+            "of what the exchange routed: docs/sinks.md)"
+        )
+    if rabbit.publish_timeout_s <= 0 or rabbit.max_in_flight < 1 or rabbit.empty_wait_s <= 0:
+        raise ConfigError(
+            "sink.rabbitmq_exchange: publish_timeout_s and empty_wait_s must be positive, max_in_flight at least 1"
+        )
+    if not 0 <= rabbit.management_port < 65536:
+        raise ConfigError("sink.rabbitmq_exchange.management_port must be between 0 (not checked) and 65535")
+    if bool(rabbit.cert_file) != bool(rabbit.key_file):
+        raise ConfigError("sink.rabbitmq_exchange: cert_file and key_file go together (the client certificate)")

@@ -90,6 +90,7 @@ class DeliveryFailure:
     too_large: bool = False  # the broker (or the client) refuses the message's size
     topic_missing: bool = False  # the topic does not exist (and the brokers did not create it)
     fatal: bool = False  # the producer cannot continue
+    unroutable: bool = False  # the broker routed the message to no queue (AMQP 0-9-1 basic.return)
 
 
 @dataclass(slots=True)

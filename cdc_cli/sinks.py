@@ -100,6 +100,36 @@ def rabbitmq_stream_adapters(cfg: Config) -> SinkAdapters:
     )
 
 
+def rabbitmq_exchange_adapters(cfg: Config) -> SinkAdapters:
+    """A RabbitMQ topic exchange (connectors/rabbitmq/exchange_sink.py): exactly once into the
+    audit stream by the checkpoint and the recovery scan of that stream (cdc/delivery/idempotent.py);
+    the users' queues bound beside it get every event at least once (docs/sinks.md)."""
+    from cdc.delivery.idempotent import idempotent_delivery
+    from connectors.rabbitmq.exchange_sink import (
+        AuditLog,
+        ExchangeSettings,
+        RabbitExchangePublisher,
+        declare,
+    )
+
+    rabbit = cfg.sink.rabbitmq_exchange
+    settings = ExchangeSettings.from_config(rabbit)
+    if cfg.topics.missing in ("create", "auto"):
+        # "auto": the audit stream bound with '#'; "create": bound per routing key as the relay meets it
+        declare(settings, bind_all=cfg.topics.missing == "auto")
+    # "create": the publisher binds the audit stream with each routing key before its first message
+    bind_keys = cfg.topics.missing == "create"
+    publisher = RabbitExchangePublisher(settings, rabbit.publish_timeout_s, rabbit.max_in_flight, bind_keys)
+    store = FileCheckpointStore(cfg.checkpoint.path)
+    checkpoint = store.load()
+    # every topic's recovery scan starts at the checkpoint's highest offset (AuditLog's `floor`)
+    floor = max((o for ps in checkpoint.offsets.values() for o in ps.values()), default=0) if checkpoint else 0
+    return SinkAdapters(
+        publisher, AuditLog(settings, floor), store, None, idempotent_delivery,
+        settings.where(), rabbit.publish_timeout_s,
+    )  # fmt: skip
+
+
 def nats_adapters(cfg: Config) -> SinkAdapters:
     from cdc.delivery.idempotent import idempotent_delivery
     from connectors.nats.sink import NatsJetStreamPublisher, NatsStreamAdmin, NatsStreamReader
@@ -121,6 +151,8 @@ def sink_adapters(cfg: Config, metrics: RelayMetrics) -> SinkAdapters:
         return kafka_adapters(cfg, metrics)
     if cfg.sink.kind == "rabbitmq_stream":
         return rabbitmq_stream_adapters(cfg)
+    if cfg.sink.kind == "rabbitmq_exchange":
+        return rabbitmq_exchange_adapters(cfg)
     if cfg.sink.kind == "nats_jetstream":
         return nats_adapters(cfg)
     raise NotImplementedError(f"sink.kind = {cfg.sink.kind!r} is not wired yet")
@@ -132,6 +164,10 @@ def repair_reader(cfg: Config) -> Any:
         from connectors.rabbitmq.stream_sink import RabbitStreamReader, StreamSettings
 
         return RabbitStreamReader(StreamSettings.from_config(cfg.sink.rabbitmq_stream))
+    if cfg.sink.kind == "rabbitmq_exchange":
+        from connectors.rabbitmq.exchange_sink import AuditLog, ExchangeSettings
+
+        return AuditLog(ExchangeSettings.from_config(cfg.sink.rabbitmq_exchange))
     if cfg.sink.kind == "nats_jetstream":
         from connectors.nats.sink import NatsStreamReader
 
@@ -149,6 +185,10 @@ def repair_publisher(cfg: Config) -> Any:
         return RabbitStreamPublisher(
             StreamSettings.from_config(cfg.sink.rabbitmq_stream), f"cdc-repair.{cfg.source.name}"
         )
+    if cfg.sink.kind == "rabbitmq_exchange":
+        from connectors.rabbitmq.exchange_sink import ExchangeSettings, RabbitExchangePublisher
+
+        return RabbitExchangePublisher(ExchangeSettings.from_config(cfg.sink.rabbitmq_exchange))
     if cfg.sink.kind == "nats_jetstream":
         from connectors.nats.sink import NatsJetStreamPublisher
 
@@ -162,6 +202,10 @@ def sink_check(cfg: Config) -> list:
         from connectors.rabbitmq.stream_sink import check_rabbitmq
 
         return check_rabbitmq(cfg)
+    if cfg.sink.kind == "rabbitmq_exchange":
+        from connectors.rabbitmq.exchange_sink import check_rabbitmq_exchange
+
+        return check_rabbitmq_exchange(cfg)
     if cfg.sink.kind == "nats_jetstream":
         from connectors.nats.sink import check_nats
 

@@ -45,6 +45,11 @@ def sink_source_options(cfg: Config) -> dict[str, str]:
         mq = cfg.sink.rabbitmq_stream
         return {"format": "cdc_rabbitmq", "host": mq.host, "port": str(mq.port), "vhost": mq.vhost, "user": mq.user,
                 "password": mq.password.reveal(), "empty_wait": str(mq.empty_wait_s)}  # fmt: skip
+    if cfg.sink.kind == "rabbitmq_exchange":  # the audit stream is the record of delivery
+        ex = cfg.sink.rabbitmq_exchange
+        return {"format": "cdc_rabbitmq", "host": ex.host, "port": str(ex.stream_port), "vhost": ex.vhost,
+                "user": ex.user, "password": ex.password.reveal(), "empty_wait": str(ex.empty_wait_s),
+                "audit_stream": ex.audit_stream}  # fmt: skip
     if cfg.sink.kind == "nats_jetstream":
         nats = cfg.sink.nats_jetstream
         out = {"format": "cdc_nats", "servers": ",".join(nats.servers), "user": nats.user,
@@ -184,7 +189,10 @@ def _cmd_locate(args: argparse.Namespace) -> int:
         pass
     pattern = template_pattern([t.topic for t in cfg.tables])
     topics = [cfg.kafka.dead_letter_topic]
-    if cfg.sink.kind == "rabbitmq_stream":  # no stream listing (3.10): the topic named, or the tables' fixed topics
+    if cfg.sink.kind in (
+        "rabbitmq_stream",
+        "rabbitmq_exchange",
+    ):  # no stream listing (3.10): the topic named, or the tables' fixed topics
         topics += [args.topic] if args.topic else [t.topic for t in cfg.tables if "{" not in t.topic]
     hits = locate_position(
         cfg.kafka.bootstrap,

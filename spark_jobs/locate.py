@@ -166,7 +166,9 @@ def _sink_records(
         settings = rabbitmq_source.settings_from_options(options)
 
         def read(part: dict[str, Any], low: int, high: int) -> Any:
-            return rabbitmq_source.read_range(settings, part["topic"], part["partition"], part["stream"], low, high)
+            return rabbitmq_source.read_range(
+                settings, part["topic"], part["partition"], part["stream"], low, high, routed=bool(part.get("routed"))
+            )
     elif fmt == "cdc_nats":
         from spark_jobs.nats import source as nats_source
 

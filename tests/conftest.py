@@ -91,6 +91,17 @@ def rabbitmq():
 
 
 @pytest.fixture(scope="session")
+def rabbitmq_managed():
+    """A throwaway RabbitMQ 3.10 node with the stream and management plugins for the session
+    (tests/integration/rabbit_exchange.py): the RabbitMQ exchange sink's tests (`cdc check`
+    reads the audit stream's bindings through the management API)."""
+    from tests.integration.rabbit_exchange import ManagedRabbitMQ
+
+    with ManagedRabbitMQ.start() as node:
+        yield node
+
+
+@pytest.fixture(scope="session")
 def nats_server():
     """One throwaway nats-server with JetStream for the session (testbed/nats.py): the NATS
     JetStream sink's tests."""

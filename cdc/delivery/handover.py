@@ -367,6 +367,11 @@ class Handover:
             self._ledger.redirects.append(
                 (entry, as_dead_letter(event, "too_large", f"{delivery.failure.code}: {delivery.failure.message}"))
             )
+        elif delivery.failure.unroutable:
+            # A mandatory AMQP message that no queue took (basic.return before its ack):
+            # no queue holds it, so its dead-letter copy stands in for it (docs/sinks.md)
+            why = f"{delivery.failure.code}: {delivery.failure.message}"
+            self._ledger.redirects.append((entry, as_dead_letter(event, "unroutable", why)))
         elif delivery.failure.topic_missing:
             why = self._missing.gone(event.topic, f"{delivery.failure.code}: {delivery.failure.message}")
             self._ledger.redirects.append((entry, as_dead_letter(event, "topic_missing", why)))

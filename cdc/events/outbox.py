@@ -33,6 +33,7 @@ DEAD_LETTER_CAUSES = (
     "too_large",
     "statement_format",
     "topic_missing",
+    "unroutable",
 )
 
 
@@ -228,7 +229,7 @@ class DeadLetter:
     """A row that cannot become a message, kept whole with its cause.
 
     Causes: missing_column, null_column, illegal_topic, topic_not_allowed, too_large,
-    encoding_failed."""
+    encoding_failed, statement_format, topic_missing, unroutable (DEAD_LETTER_CAUSES)."""
 
     cause: str
     error: str

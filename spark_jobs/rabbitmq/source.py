@@ -22,6 +22,12 @@ the offset is the stream offset; the timestamp is the AMQP properties' creation-
 application properties are the headers, but `cdc.key` (the key) and `cdc.value.null` (a
 null value); the value is the body (its data sections).
 
+The audit stream of the exchange sink (`audit_stream` option, `[sink] kind =
+"rabbitmq_exchange"`): one stream holds every topic's messages, as the exchange routed them;
+it is planned as one range marked `routed`, and each of its messages is the record of the
+topic named by its routing key (the `x-routing-key` message annotation RabbitMQ stores with
+an AMQP 0-9-1 message), partition 0, at its audit-stream offset.
+
 Partitions: `(topic, partition, stream, [low, high))` offset ranges between the first and
 the next offset of each stream when planned, at most `chunk` offsets per Spark partition
 (`records.chunks`). RabbitMQ 3.10's stream protocol has no StreamStats command (3.11),
@@ -60,6 +66,7 @@ def settings_from_options(options: Mapping[str, str]) -> dict[str, Any]:
         "vhost": options.get("vhost") or "/",
         "username": options.get("user") or "guest",
         "password": options.get("password") or "guest",
+        "audit_stream": options.get("audit_stream") or "",
     }
 
 
@@ -161,11 +168,39 @@ def topic_streams(session: _Session, topic: str) -> list[str]:
     return streams
 
 
+def plan_audit(
+    settings: Mapping[str, Any], audit_stream: str, topics: Sequence[str], empty_wait: float
+) -> dict[str, Any]:
+    """The exchange sink's snapshot: the audit stream's bounds now, as one `routed` range;
+    every topic is one partition of it."""
+    session = _Session(settings).open()
+    try:
+        if not session.exists(audit_stream):
+            return {"partitions": [], "partition_counts": {}, "missing_topics": sorted(set(topics)),
+                    "at_ms": int(time.time() * 1000)}  # fmt: skip
+    finally:
+        session.close()
+    session = _Session(settings).open()
+    try:
+        low, high = stream_bounds(session, audit_stream, empty_wait)
+    finally:
+        session.close()
+    part = {"topic": audit_stream, "partition": 0, "stream": audit_stream, "low": low, "high": high, "routed": True}
+    return {
+        "partitions": [part],
+        "partition_counts": dict.fromkeys(sorted(set(topics)), 1),
+        "missing_topics": [],
+        "at_ms": int(time.time() * 1000),
+    }
+
+
 def plan_rabbitmq(
     settings: Mapping[str, Any], topics: Sequence[str], empty_wait: float = DEFAULT_EMPTY_WAIT
 ) -> dict[str, Any]:
     """A snapshot of what to read: every stream of the topics with its offset bounds now."""
     _client_module()
+    if settings.get("audit_stream"):
+        return plan_audit(settings, settings["audit_stream"], topics, empty_wait)
     parts: list[dict[str, Any]] = []
     counts: dict[str, int] = {}
     missing: list[str] = []
@@ -194,11 +229,17 @@ def plan_rabbitmq(
     }
 
 
-def message_record(topic: str, partition: int, offset: int, chunk_ts: int, data: bytes) -> LogRecord:
-    """One AMQP 1.0 message of a stream as a record (the mapping in the module docstring)."""
+def message_record(
+    topic: str, partition: int, offset: int, chunk_ts: int, data: bytes, routed: bool = False
+) -> LogRecord:
+    """One AMQP 1.0 message of a stream as a record (the mapping in the module docstring);
+    `routed`: of the topic its routing key names (the audit stream)."""
     from rstream.amqp import amqp_decoder
 
     msg = amqp_decoder(data)
+    if routed:
+        key = (msg.message_annotations or {}).get(b"x-routing-key", b"")
+        topic = key.decode("utf-8", "replace") if isinstance(key, bytes) else str(key)
     created = msg.properties.creation_time if msg.properties is not None else None
     stamp = (TIMESTAMP_CREATE_TIME, int(created)) if created is not None else (TIMESTAMP_LOG_APPEND_TIME, chunk_ts)
     body = msg.body
@@ -209,7 +250,7 @@ def message_record(topic: str, partition: int, offset: int, chunk_ts: int, data:
 
 def read_range(
     settings: Mapping[str, Any], topic: str, partition: int, stream: str, low: int, high: int,
-    stall_timeout: float = STALL_TIMEOUT,
+    stall_timeout: float = STALL_TIMEOUT, routed: bool = False,
 ) -> Iterator[LogRecord]:  # fmt: skip
     """The messages of `stream` at offsets [low, high), in offset order."""
     from rstream.constants import OffsetType
@@ -240,7 +281,7 @@ def read_range(
                     continue  # a subscription starts at the chunk that holds `low`
                 if offset >= high:
                     return
-                yield message_record(topic, partition, offset, frame.timestamp, data)
+                yield message_record(topic, partition, offset, frame.timestamp, data, routed)
             if offset >= high - 1:
                 return
     finally:
@@ -255,7 +296,10 @@ class RabbitMQReader(RangeReader):
 
     def records(self, r: Mapping[str, Any]) -> Iterator[LogRecord]:
         stream = r.get("stream") or r["topic"]
-        return read_range(settings_from_options(self.options), r["topic"], r["partition"], stream, r["low"], r["high"])
+        return read_range(
+            settings_from_options(self.options), r["topic"], r["partition"], stream, r["low"], r["high"],
+            routed=bool(r.get("routed")),
+        )  # fmt: skip
 
 
 class RabbitMQDataSource(RangeDataSource):

@@ -1,0 +1,751 @@
+"""The RabbitMQ exchange sink (`[sink] kind = "rabbitmq_exchange"`, docs/sinks.md): every
+event published over AMQP 0-9-1 to a topic exchange, the event's topic as routing key, and
+proven by the **audit stream**, a stream queue bound to the same exchange for every routing
+key the relay uses: it receives every message the exchange routes and can be read from any
+offset without consuming anyone's queue.
+
+The client is aiormq (asyncio; chosen by measurement, bench/amqp_clients.py and
+docs/benchmarks.md). As in the streams sink, one event loop runs in a daemon thread; the
+relay's thread hands messages over and takes the confirmations back in `poll` / `flush`,
+where the callbacks run (the Publisher port's contract).
+
+Per message (AMQP 0-9-1, "basic.publish" and the content header's properties):
+`delivery_mode` 2 (persistent), `message_id` the event's identity (`message_id`), the
+identity headers, the format's headers and the key (`cdc.key`) as AMQP headers (long strings),
+`timestamp` the record's timestamp in seconds, `mandatory` set. The channel is in confirm
+mode (RabbitMQ's `confirm.select` extension): a message counts as delivered only at its
+basic.ack. A message no queue took comes back as basic.return before its ack: it is reported
+`unroutable` and the relay dead-letters it (cdc/delivery/handover.py), never dropped.
+
+Offsets. A confirm carries no offset. The offset reported is the audit stream's end when
+the connection was made, plus the number of messages this connection published before it,
+less those returned so far: exact while the relay is the only writer whose messages reach
+the audit stream, and never above the true offset otherwise (another writer only pushes the
+relay's messages further). A checkpoint's offsets are where a recovery scan starts, so a low
+one costs a longer scan, never a missed message.
+
+A lost connection inside a run (the node restarted or was cut off): the unconfirmed messages
+may or may not have been routed. AMQP 0-9-1 has no de-duplication, so sending them all again
+would put copies in every queue, the audit stream too. Instead, once connected again, the
+audit stream is read from the oldest unconfirmed message's offset to its end: a message whose
+`message_id` it holds was routed (reported delivered at that offset), the others are sent
+again, in order. What this means for the other queues bound to the exchange when the *node*
+crashed is in docs/sinks.md ("What your queues get").
+
+`topics.missing`: "dead_letter" requires the exchange and the audit stream (the publisher
+refuses to start without them); "create" and "auto" declare both (`declare`), "auto" binding
+the audit stream with `#`, "create" with each routing key before the key's first message
+(`RabbitExchangePublisher(bind_keys=True)`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import ssl
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from cdc.errors import ConfigError, DeliveryError
+from cdc.events.identity import identity_key_from_headers
+from cdc.events.sink_fields import message_properties
+from cdc.ports import Delivery, DeliveryCallback, DeliveryFailure
+from connectors.rabbitmq.loop_thread import LoopThread
+from connectors.rabbitmq.stream_sink import RabbitStreamReader, StreamSettings
+
+log = logging.getLogger("cdc.rabbitmq")
+
+_REQUEST_TIMEOUT_S = 30.0
+_RECONNECT_EVERY_S = 1.0
+_EXPIRY_EVERY_S = 0.5
+# RabbitMQ 3.10's max_message_size is 128 MiB; a stream keeps a message in one chunk, and
+# the relay's envelopes are far smaller: a bound that keeps the audit stream's chunks sane
+MAX_MESSAGE_BYTES = 16 * 1_048_576
+# AMQP 0-9-1 shortstr: a routing key is at most 255 bytes (the spec's "shortstr" domain)
+MAX_ROUTING_KEY_BYTES = 255
+_ANNOTATION_ROUTING_KEY = b"x-routing-key"  # RabbitMQ stores an AMQP 0-9-1 message's routing key here
+
+
+def _aiormq() -> Any:
+    logging.getLogger("aiormq").setLevel(logging.CRITICAL)  # every failure reaches us as an exception
+    try:
+        import aiormq
+    except ImportError:
+        raise ConfigError(
+            "sink.kind = \"rabbitmq_exchange\" needs the aiormq package: pip install 'cdc-outbox-relay[rabbitmq]'"
+        ) from None
+    return aiormq
+
+
+def message_id(headers: dict[str, str]) -> str | None:
+    """The event's identity as the AMQP message_id: `source|gtid|row` or
+    `source|file|pos|row` (cdc.events.identity.identity_key_from_headers); None without one."""
+    key = identity_key_from_headers(headers)
+    return None if key is None else "|".join(str(part) for part in key)
+
+
+@dataclass(frozen=True)
+class ExchangeSettings:
+    """Where and how to connect (from `[sink.rabbitmq_exchange]`, cdc.config.RabbitExchangeConfig)."""
+
+    host: str
+    port: int
+    stream_port: int
+    vhost: str
+    user: str
+    password: str = field(repr=False)
+    exchange: str = "cdc.outbox"
+    audit_stream: str = "cdc.outbox.audit"
+    management_port: int = 0
+    tls: bool = False
+    ca_file: str = ""
+    cert_file: str = ""
+    key_file: str = ""
+    empty_wait_s: float = 2.0
+
+    @classmethod
+    def from_config(cls, rabbit: Any) -> ExchangeSettings:
+        return cls(
+            rabbit.host, int(rabbit.port), int(rabbit.stream_port), rabbit.vhost, rabbit.user,
+            rabbit.password.reveal(), rabbit.exchange, rabbit.audit_stream, int(rabbit.management_port),
+            bool(rabbit.tls or rabbit.ca_file or rabbit.cert_file), rabbit.ca_file, rabbit.cert_file,
+            rabbit.key_file, float(rabbit.empty_wait_s),
+        )  # fmt: skip
+
+    def stream_settings(self) -> StreamSettings:
+        return StreamSettings(
+            self.host, self.stream_port, self.vhost, self.user, self.password, self.tls, self.ca_file,
+            self.cert_file, self.key_file, self.empty_wait_s,
+        )  # fmt: skip
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        return self.stream_settings().ssl_context()
+
+    def url(self) -> str:
+        quote = urllib.parse.quote
+        scheme = "amqps" if self.tls else "amqp"
+        return f"{scheme}://{quote(self.user, safe='')}:{quote(self.password, safe='')}@{self.host}:{self.port}/{quote(self.vhost, safe='')}?heartbeat=20"
+
+    def where(self) -> str:
+        return f"RabbitMQ exchange {self.exchange!r} on {self.host}:{self.port} vhost {self.vhost}"
+
+
+def _cannot(settings: ExchangeSettings, what: str, exc: BaseException) -> DeliveryError:
+    return DeliveryError(
+        f"cannot {what} on {settings.host}:{settings.port} vhost {settings.vhost} as {settings.user}: "
+        f"{type(exc).__name__}: {exc or 'no answer'} (check sink.rabbitmq_exchange host, port, user and password)"
+    )
+
+
+async def _connect(settings: ExchangeSettings) -> tuple[Any, Any]:
+    aiormq = _aiormq()
+    connection = (
+        await aiormq.connect(settings.url(), context=settings.ssl_context())
+        if settings.tls
+        else (await aiormq.connect(settings.url()))
+    )
+    channel = await connection.channel(publisher_confirms=True, on_return_raises=False)
+    return connection, channel
+
+
+async def _exists(settings: ExchangeSettings, what: str, name: str) -> bool:
+    """Does the exchange / queue `name` exist? A passive declare (AMQP 0-9-1: a missing one
+    closes the channel with 404 NOT_FOUND), on a connection of its own."""
+    aiormq = _aiormq()
+    connection, channel = await _connect(settings)
+    try:
+        if what == "exchange":
+            await channel.exchange_declare(name, passive=True)
+        else:
+            await channel.queue_declare(name, passive=True)
+        return True
+    except aiormq.exceptions.ChannelNotFoundEntity:
+        return False
+    finally:
+        await connection.close()
+
+
+async def _declare(settings: ExchangeSettings, bind_all: bool) -> None:
+    """The exchange (topic, durable) and the audit stream (a durable stream queue), and when
+    `bind_all` the audit stream bound with `#` (every routing key)."""
+    connection, channel = await _connect(settings)
+    try:
+        await channel.exchange_declare(settings.exchange, exchange_type="topic", durable=True)
+        await channel.queue_declare(settings.audit_stream, durable=True, arguments={"x-queue-type": "stream"})
+        if bind_all:
+            await channel.queue_bind(settings.audit_stream, settings.exchange, routing_key="#")
+    finally:
+        await connection.close()
+
+
+async def _bind(settings: ExchangeSettings, routing_key: str) -> None:
+    connection, channel = await _connect(settings)
+    try:
+        await channel.queue_bind(settings.audit_stream, settings.exchange, routing_key=routing_key)
+    finally:
+        await connection.close()
+
+
+# -- the audit stream: what the relay's recovery and `cdc repair` read ------------------------
+
+
+class AuditLog:
+    """What the exchange routed, read from the audit stream (cdc.ports.DeliveredLog): every
+    topic is one partition, the audit stream's messages with that routing key, at the audit
+    stream's offsets. A range read once is kept, so a recovery that scans each topic from
+    the checkpoint reads the stream once (`_cached`).
+
+    `floor`: the highest offset a checkpoint records for any topic. The relay publishes on one
+    channel in binlog order and a channel's messages reach a queue in that order, so every
+    message of a transaction after the checkpoint sits after every message of one before it,
+    whatever its topic: a topic's scan starts there at the earliest, not at its own older
+    offset (a quiet topic's last message may be far back in the shared stream)."""
+
+    def __init__(self, settings: ExchangeSettings, floor: int = 0):
+        self._settings = settings
+        self._floor = floor
+        self._streams = RabbitStreamReader(settings.stream_settings())
+        self._cached: tuple[int, int, list[tuple[int, str, dict[str, str]]]] | None = None
+        self._topics: set[str] = set()
+
+    def partition_count(self, topic: str) -> int | None:
+        self._topics.add(topic)
+        return 1 if self._streams.partition_count(self._settings.audit_stream) == 1 else None
+
+    def watermarks(self, topic: str, partition: int = 0) -> tuple[int, int]:
+        return self._streams.watermarks(self._settings.audit_stream, 0)
+
+    def routed(self, start: int, end: int) -> list[tuple[int, str, dict[str, str]]]:
+        """(offset, routing key, headers as text) of each message in [start, end)."""
+        cached = self._cached
+        if cached is not None and cached[0] <= start and end <= cached[1]:
+            return [m for m in cached[2] if start <= m[0] < end]
+        out = []
+        for offset, message in self._streams.messages(self._settings.audit_stream, 0, start, end):
+            annotations = message.message_annotations or {}
+            key = annotations.get(_ANNOTATION_ROUTING_KEY, b"")
+            key = key.decode("utf-8", "replace") if isinstance(key, bytes) else str(key)
+            headers = _text(message.application_properties)
+            if message.properties is not None and message.properties.message_id is not None:
+                headers.setdefault("message_id", _text({b"m": message.properties.message_id})["m"])
+            out.append((offset, key, headers))
+        self._cached = (start, end, out)
+        return out
+
+    def records(self, topic: str, partition: int, start: int, end: int) -> Iterator[tuple[int, dict[str, str]]]:
+        for offset, key, headers in self.routed(min(max(start, self._floor), end), end):
+            if key == topic:
+                yield offset, headers
+
+    def topics(self) -> list[str]:
+        return sorted(self._topics)
+
+    def close(self) -> None:
+        self._streams.close()
+
+
+def _text(properties: Any) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for name, value in (properties or {}).items():
+        name = name.decode("utf-8", "replace") if isinstance(name, bytes) else str(name)
+        if value is not None:
+            out[name] = value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+    return out
+
+
+# -- the publisher ----------------------------------------------------------------------------
+
+
+@dataclass
+class _Message:
+    topic: str
+    body: bytes
+    properties: Any  # pamqp Basic.Properties
+    message_id: str | None
+    on_delivery: DeliveryCallback
+    deadline: float
+    slot: int = -1  # the audit offset this connection's count gives it when sent (module docstring)
+    returned_before: int = 0  # the connection's returned messages when it was sent
+
+
+class RabbitExchangePublisher:
+    """cdc.ports.Publisher over one AMQP 0-9-1 channel in confirm mode (module docstring)."""
+
+    max_message_bytes = MAX_MESSAGE_BYTES
+
+    def __init__(
+        self,
+        settings: ExchangeSettings,
+        publish_timeout_s: float = 60.0,
+        max_in_flight: int = 5_000,
+        bind_keys: bool = False,
+    ):
+        _aiormq()
+        self._settings = settings
+        # topics.missing = "create": the audit stream is bound with each routing key before
+        # the key's first message (queue.bind is idempotent; the binding is durable)
+        self._bind_keys = bind_keys
+        self._bound: set[str] = set()
+        self._timeout = publish_timeout_s
+        self._max_in_flight = max_in_flight
+        self._loop = LoopThread("rabbitmq-exchange")
+        self._audit = AuditLog(settings)
+        # loop thread, or the relay's thread while the loop sends nothing (`_recover`)
+        self._connection: Any = None
+        self._channel: Any = None
+        self._base = 0  # the audit stream's end when this connection was made
+        self._sent = 0  # messages this connection published
+        self._returned = 0  # ... and got back as unroutable
+        self._unconfirmed: dict[int, _Message] = {}  # by id(message), in publishing order
+        self._down_since: float | None = None
+        self._last_attempt = 0.0
+        self._last_expiry = 0.0
+        self._broken: str | None = None  # a refusal that stops the relay
+        self.skipped_after_reconnect = 0  # unconfirmed messages the audit stream held: not sent again
+        # shared with the relay's thread
+        self._lock = threading.Condition()
+        self._handoff: collections.deque[_Message] = collections.deque()
+        self._wake = False
+        self._done: list[tuple[DeliveryCallback, Delivery]] = []
+        self._pending = 0
+        self._lost = threading.Event()  # the connection broke: `poll` reconnects
+        try:
+            self._loop.call(self._open(), _REQUEST_TIMEOUT_S)
+        except Exception as exc:
+            self._loop.stop()
+            self._audit.close()
+            raise _cannot(settings, "connect", exc) from exc
+
+    # -- the relay's thread ---------------------------------------------------------------
+
+    def publish(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        headers: list[tuple[str, bytes | None]],
+        on_delivery: DeliveryCallback,
+        timestamp_ms: int | None = None,
+    ) -> None:
+        from pamqp import commands as spec
+
+        with self._lock:
+            self._pending += 1
+        body = value or b""
+        if len(body) > MAX_MESSAGE_BYTES:
+            failure = DeliveryFailure(
+                "MESSAGE_TOO_LARGE", f"the message is {len(body)} bytes; the limit is {MAX_MESSAGE_BYTES}",
+                too_large=True,
+            )  # fmt: skip
+            self._report(on_delivery, Delivery(topic, -1, -1, failure))
+            return
+        if len(topic.encode()) > MAX_ROUTING_KEY_BYTES:
+            failure = DeliveryFailure(
+                "ROUTING_KEY_TOO_LONG", f"routing key {topic[:40]!r}... is over 255 bytes (AMQP shortstr)",
+                topic_missing=True,
+            )  # fmt: skip
+            self._report(on_delivery, Delivery(topic, -1, -1, failure))
+            return
+        text = message_properties(key, headers, value)
+        mid = message_id(text)
+        stamp = int((timestamp_ms if timestamp_ms is not None else time.time() * 1000) // 1000)
+        properties = spec.Basic.Properties(
+            delivery_mode=2, message_id=mid, headers=dict(text), timestamp=_datetime(stamp)
+        )
+        if self._bind_keys and topic not in self._bound:
+            refused = self._bind(topic)
+            if refused is not None:
+                self._report(on_delivery, Delivery(topic, -1, -1, DeliveryFailure("BIND_FAILED", refused, fatal=True)))
+                return
+        while self.pending() > self._max_in_flight:
+            self.poll(0.05)  # wait for confirmations, never drop
+        self._handoff.append(_Message(topic, body, properties, mid, on_delivery, time.monotonic() + self._timeout))
+        if not self._wake:  # one wake-up of the loop per burst
+            self._wake = True
+            self._loop.soon(self._take_handoff)
+
+    def poll(self, timeout: float) -> None:
+        if self._lost.is_set():
+            self._recover()
+        self._expire()
+        with self._lock:
+            if not self._done and timeout > 0:
+                self._lock.wait(timeout)
+            done, self._done = self._done, []
+            self._pending -= len(done)
+        for callback, delivery in done:
+            callback(delivery)
+
+    def pending(self) -> int:
+        with self._lock:
+            return self._pending
+
+    def flush(self, timeout: float) -> int:
+        deadline = time.monotonic() + timeout
+        while True:
+            self.poll(max(0.0, min(0.1, deadline - time.monotonic())))
+            left = self.pending()
+            if left == 0 or time.monotonic() >= deadline:
+                return left
+
+    def purge(self) -> None:
+        """Nothing more reaches the broker: the hand-over is dropped and the connection
+        closed without waiting; the callbacks of what is dropped are not served."""
+        self._handoff.clear()
+        try:
+            self._loop.call(self._close(), 10)
+        except Exception:
+            pass
+        with self._lock:
+            self._unconfirmed.clear()
+            self._done, self._pending = [], 0
+
+    def close(self) -> None:
+        self.flush(5.0)
+        try:
+            self._loop.call(self._close(), 10)
+        except Exception:
+            pass
+        self._audit.close()
+        self._loop.stop()
+
+    def _report(self, callback: DeliveryCallback, delivery: Delivery) -> None:
+        with self._lock:
+            self._done.append((callback, delivery))
+            self._lock.notify_all()
+
+    def _bind(self, topic: str) -> str | None:
+        """Bind the audit stream with `topic` before its first message is handed over (so it
+        is routed after the binding exists), on a connection of its own; why not, or None."""
+        try:
+            self._loop.call(_bind(self._settings, topic), _REQUEST_TIMEOUT_S)
+        except Exception as exc:
+            return (
+                f"cannot bind audit stream {self._settings.audit_stream!r} to {self._settings.exchange!r} for routing "
+                f"key {topic!r}: {type(exc).__name__}: {exc} (grant the relay's user the configure permission on the "
+                'queue and read on the exchange, or bind it yourself and set topics.missing = "dead_letter")'
+            )
+        self._bound.add(topic)
+        return None
+
+    def _expire(self) -> None:
+        """Messages past their deadline fail: the relay stops (exit 1), its checkpoint before them."""
+        now = time.monotonic()
+        if now - self._last_expiry < _EXPIRY_EVERY_S:
+            return  # a look at every unconfirmed message: not on every poll
+        self._last_expiry = now
+        with self._lock:
+            late = [k for k, m in self._unconfirmed.items() if m.deadline < now]
+            expired = [self._unconfirmed.pop(k) for k in late]
+        if self._handoff and self._handoff[0].deadline < now and self._channel is None:
+            while self._handoff:
+                expired.append(self._handoff.popleft())
+        why = self._broken or f"not confirmed within {self._timeout:g} s (sink.rabbitmq_exchange.publish_timeout_s)"
+        for message in expired:
+            self._report(message.on_delivery, Delivery(message.topic, 0, -1, DeliveryFailure("TIMED_OUT", why)))
+
+    def _recover(self) -> None:
+        """Connect again; what the audit stream holds of the unconfirmed is reported delivered
+        at its offset, the rest is sent again in order (module docstring). The loop sends
+        nothing meanwhile: `_channel` is None."""
+        now = time.monotonic()
+        if now - self._last_attempt < _RECONNECT_EVERY_S:
+            return
+        self._last_attempt = now
+        if self._down_since is None:
+            self._down_since = now
+            log.warning("lost the connection to %s; connecting again", self._settings.where())
+        try:
+            self._loop.call(self._close(), 5)
+        except Exception:
+            pass
+        with self._lock:  # taken whole: a late confirm of the old channel finds nothing to report
+            waiting = list(self._unconfirmed.values())
+            self._unconfirmed.clear()
+        try:
+            connection, channel = self._loop.call(_connect(self._settings), 10)
+            if not self._loop.call(_exists(self._settings, "exchange", self._settings.exchange), 10):
+                self._broken = f"exchange {self._settings.exchange!r} no longer exists"
+            _low, end = self._audit.watermarks("", 0)
+            start = min((m.slot for m in waiting), default=end)
+            held = {h.get("message_id"): offset for offset, _k, h in self._audit.routed(start, end)} if waiting else {}
+        except Exception as exc:
+            log.debug("reconnect failed: %s", exc)
+            with self._lock:
+                self._unconfirmed = {id(m): m for m in waiting} | self._unconfirmed
+            return
+        if self._broken is not None:
+            failure = DeliveryFailure("EXCHANGE_GONE", self._broken, fatal=True)
+            for message in waiting:
+                self._report(message.on_delivery, Delivery(message.topic, 0, -1, failure))
+            self._loop.call(_close_quietly(connection), 10)
+            return
+        again: list[_Message] = []
+        for message in waiting:
+            offset = held.get(message.message_id) if message.message_id is not None else None
+            if offset is not None:
+                self.skipped_after_reconnect += 1
+                self._report(message.on_delivery, Delivery(message.topic, 0, offset))
+            else:
+                again.append(message)
+        log.info(
+            "RabbitMQ is reachable again after %.1f s: %d unconfirmed message(s) were routed (the audit stream "
+            "holds them), %d are sent again",
+            time.monotonic() - self._down_since, len(waiting) - len(again), len(again),
+        )  # fmt: skip
+        self._down_since = None
+        self._lost.clear()
+        self._loop.call(self._resume(connection, channel, end, again), _REQUEST_TIMEOUT_S)
+
+    # -- the loop's thread ----------------------------------------------------------------
+
+    async def _open(self) -> None:
+        connection, channel = await _connect(self._settings)
+        settings = self._settings
+        if not await _exists(settings, "exchange", settings.exchange):
+            await connection.close()
+            raise DeliveryError(
+                f"exchange {settings.exchange!r} does not exist on vhost {settings.vhost}: declare it (a topic "
+                'exchange) or set topics.missing = "create"'
+            )
+        if not await _exists(settings, "queue", settings.audit_stream):
+            await connection.close()
+            raise DeliveryError(
+                f"audit stream {settings.audit_stream!r} does not exist on vhost {settings.vhost}: declare it "
+                '(x-queue-type "stream") bound to the exchange for every routing key, or set topics.missing = "create"'
+            )
+        end = await self._audit_end()
+        await self._resume(connection, channel, end, [])
+
+    async def _audit_end(self) -> int:
+        # the stream reader runs on its own loop: called from a worker thread, not this loop
+        return (await asyncio.get_running_loop().run_in_executor(None, self._audit.watermarks, "", 0))[1]
+
+    async def _resume(self, connection: Any, channel: Any, end: int, again: list[_Message]) -> None:
+        self._connection, self._channel = connection, channel
+        self._base, self._sent, self._returned = end, 0, 0
+        for message in again:
+            self._send(message)
+        self._take_handoff()
+
+    def _take_handoff(self) -> None:
+        self._wake = False  # first: a message handed over from now on wakes the loop again
+        if self._channel is None:
+            return  # sent after `_recover`
+        while self._handoff:
+            self._send(self._handoff.popleft())
+
+    def _send(self, message: _Message) -> None:
+        message.slot = self._base + self._sent - self._returned
+        message.returned_before = self._returned
+        self._sent += 1
+        with self._lock:
+            self._unconfirmed[id(message)] = message
+        channel = self._channel
+        publish = channel.basic_publish(
+            message.body, exchange=self._settings.exchange, routing_key=message.topic,
+            properties=message.properties, mandatory=True,
+        )  # fmt: skip
+        task = asyncio.ensure_future(publish)  # tasks take the channel's lock in order: sent in order
+        task.add_done_callback(lambda t, m=message, c=channel: self._on_confirm(t, m, c))
+
+    def _on_confirm(self, task: asyncio.Future[Any], message: _Message, channel: Any) -> None:
+        from pamqp import commands as spec
+
+        exc = task.exception() if not task.cancelled() else asyncio.CancelledError()
+        if exc is not None:
+            if channel is self._channel:
+                self._channel = None
+                self._lost.set()  # stays unconfirmed: `_recover` decides
+            return
+        with self._lock:
+            if self._unconfirmed.pop(id(message), None) is None:
+                return  # already decided (purged, expired or recovered)
+        result = task.result()
+        if isinstance(result, spec.Basic.Ack):
+            # messages sent before it and returned since were not routed: one offset less each
+            offset = message.slot - (self._returned - message.returned_before)
+            self._report(message.on_delivery, Delivery(message.topic, 0, offset))
+        elif isinstance(result, spec.Basic.Nack):
+            self._broken = self._broken or "the node refused a message (basic.nack: an internal error)"
+            failure = DeliveryFailure("NACK", self._broken, fatal=True)
+            self._report(message.on_delivery, Delivery(message.topic, 0, -1, failure))
+        else:  # a DeliveredMessage: basic.return, no queue took it
+            self._returned += 1
+            frame = getattr(result, "delivery", None)
+            why = f"exchange {self._settings.exchange!r} routed {message.topic!r} to no queue"
+            if frame is not None:
+                why += f" ({getattr(frame, 'reply_code', '')} {getattr(frame, 'reply_text', '')})"
+            failure = DeliveryFailure("UNROUTABLE", why, unroutable=True)
+            self._report(message.on_delivery, Delivery(message.topic, 0, -1, failure))
+
+    async def _close(self) -> None:
+        connection, self._connection, self._channel = self._connection, None, None
+        if connection is not None:
+            try:
+                await asyncio.wait_for(connection.close(), 3)
+            except Exception:
+                pass
+
+
+async def _close_quietly(connection: Any) -> None:
+    try:
+        await asyncio.wait_for(connection.close(), 3)
+    except Exception:
+        pass
+
+
+def _datetime(seconds: int) -> Any:
+    import datetime
+
+    return datetime.datetime.fromtimestamp(seconds, tz=datetime.UTC)
+
+
+def declare(settings: ExchangeSettings, bind_all: bool) -> None:
+    """Declare the exchange and the audit stream (topics.missing "create" / "auto"); the
+    publisher binds each routing key under "create" (`bind_keys`), `#` is bound here under "auto"."""
+    try:
+        asyncio.run(asyncio.wait_for(_declare(settings, bind_all), _REQUEST_TIMEOUT_S))
+    except Exception as exc:
+        raise DeliveryError(
+            f"cannot declare exchange {settings.exchange!r} and audit stream {settings.audit_stream!r} on "
+            f"{settings.host}:{settings.port} vhost {settings.vhost}: {type(exc).__name__}: {exc} (grant the "
+            "relay's user the configure permission, or declare them yourself)"
+        ) from exc
+
+
+# -- cdc check --------------------------------------------------------------------------------
+
+
+def binding_matches(binding: str, routing_key: str) -> bool:
+    """Does a topic exchange's binding key match `routing_key`? Words are split at `.`; `*`
+    matches one word, `#` zero or more (AMQP 0-9-1, "topic exchange"). A word with `{` (a
+    topic template's placeholder) stands for any one word: only `*` or `#` match it."""
+    return _match(binding.split("."), routing_key.split("."))
+
+
+def _match(pattern: list[str], words: list[str]) -> bool:
+    if not pattern:
+        return not words
+    head, rest = pattern[0], pattern[1:]
+    if head == "#":
+        return any(_match(rest, words[i:]) for i in range(len(words) + 1))
+    if not words:
+        return False
+    word = words[0]
+    if head == "*" or ("{" not in word and head == word):
+        return _match(rest, words[1:])
+    return False
+
+
+def _management_bindings(settings: ExchangeSettings) -> list[str]:
+    """The routing keys the audit stream is bound with on the exchange, from the management
+    plugin's HTTP API (`GET /api/bindings/{vhost}/e/{exchange}/q/{queue}`): AMQP 0-9-1 has
+    no command that lists bindings."""
+    import base64
+    import json
+
+    quote = urllib.parse.quote
+    scheme = "https" if settings.tls else "http"
+    url = (
+        f"{scheme}://{settings.host}:{settings.management_port}/api/bindings/{quote(settings.vhost, safe='')}"
+        f"/e/{quote(settings.exchange, safe='')}/q/{quote(settings.audit_stream, safe='')}"
+    )
+    request = urllib.request.Request(url)
+    token = base64.b64encode(f"{settings.user}:{settings.password}".encode()).decode()
+    request.add_header("Authorization", f"Basic {token}")
+    with urllib.request.urlopen(request, timeout=10, context=settings.ssl_context()) as response:  # our own URL
+        return [str(b.get("routing_key", "")) for b in json.loads(response.read())]
+
+
+def check_rabbitmq_exchange(cfg: Any) -> list[Any]:
+    """`cdc check` for this sink: the node answers AMQP 0-9-1 with these credentials, the
+    exchange and the audit stream exist (or topics.missing creates them), and the audit
+    stream's bindings cover every table's routing keys and the dead-letter topic."""
+    from connectors.mysql.preflight import CheckResult
+
+    settings = ExchangeSettings.from_config(cfg.sink.rabbitmq_exchange)
+    creates = cfg.topics.missing in ("create", "auto")
+
+    async def look() -> tuple[bool, bool]:
+        connection, _channel = await _connect(settings)
+        await connection.close()
+        return (
+            await _exists(settings, "exchange", settings.exchange),
+            await _exists(settings, "queue", settings.audit_stream),
+        )
+
+    try:
+        exchange, audit = asyncio.run(asyncio.wait_for(look(), _REQUEST_TIMEOUT_S))
+    except Exception as exc:
+        return [CheckResult("rabbitmq", False, str(_cannot(settings, "connect", exc)))]
+    results = [CheckResult("rabbitmq", True, f"{settings.host}:{settings.port} answers AMQP 0-9-1 as {settings.user}")]
+    for what, name, there in (
+        ("exchange", settings.exchange, exchange),
+        ("audit stream", settings.audit_stream, audit),
+    ):
+        if there:
+            results.append(CheckResult("rabbitmq_exchange", True, f"{what} {name!r} exists"))
+        elif creates:
+            results.append(
+                CheckResult(
+                    "rabbitmq_exchange", True, f"{what} {name!r} does not exist yet (the relay declares it)", warn=True
+                )
+            )
+        else:
+            results.append(
+                CheckResult(
+                    "rabbitmq_exchange",
+                    False,
+                    f"{what} {name!r} does not exist on vhost {settings.vhost}: declare it (docs/sinks.md) or set "
+                    'topics.missing = "create"',
+                )
+            )
+    if not (exchange and audit):
+        return results
+    keys = [cfg.kafka.dead_letter_topic] + [t.topic for t in cfg.tables]
+    if settings.management_port <= 0:
+        results.append(
+            CheckResult("rabbitmq_binding", True, "audit stream bindings not checked (management_port = 0)", warn=True)
+        )
+        return results
+    try:
+        bindings = _management_bindings(settings)
+    except (OSError, ValueError, urllib.error.URLError) as exc:
+        results.append(
+            CheckResult(
+                "rabbitmq_binding",
+                True,
+                f"audit stream bindings not checked: the management API on port {settings.management_port} did not "
+                f"answer ({type(exc).__name__}: {exc}); enable rabbitmq_management or set management_port = 0",
+                warn=True,
+            )
+        )
+        return results
+    for key in dict.fromkeys(keys):
+        if any(binding_matches(b, key) for b in bindings):
+            results.append(CheckResult("rabbitmq_binding", True, f"routing key {key!r} reaches the audit stream"))
+        elif creates:
+            results.append(
+                CheckResult(
+                    "rabbitmq_binding", True, f"routing key {key!r}: not bound yet (the relay binds it)", warn=True
+                )
+            )
+        else:
+            results.append(
+                CheckResult(
+                    "rabbitmq_binding",
+                    False,
+                    f"the audit stream {settings.audit_stream!r} is not bound to {settings.exchange!r} for routing key "
+                    f"{key!r} (its bindings: {', '.join(bindings) or 'none'}): bind it, e.g. with '#', or its events "
+                    "cannot be proven",
+                )
+            )
+    return results
