@@ -37,8 +37,9 @@ longer scan, never a missed message. A message the broker refuses (PublishError)
 the count run ahead: such a refusal stops the relay.
 
 The end of a stream: 3.10 has no StreamStats (3.11), so a subscription at `last` gives the
-last chunk (its first offset and count); a stream that delivers no chunk within
-`empty_wait_s` is empty.
+last chunk (its first offset and count); a stream that has delivered no chunk by the time a
+request sent after the subscription is answered is empty (`_Reading.bounds`): a start does
+not wait on empty streams.
 """
 
 from __future__ import annotations
@@ -241,21 +242,35 @@ class _Reading:
         client.remove_handler(schema.Deliver, name=str(sub_id))
 
     async def bounds(self, stream: str) -> tuple[int, int]:
-        """(first offset, next offset) of `stream` now; (0, 0) when it delivers nothing
-        within `empty_wait_s` (empty)."""
+        """(first offset, next offset) of `stream` now; (0, 0) when it is empty.
+
+        3.10's stream protocol has no StreamStats (3.11): a subscription at `first` and one at
+        `last` give the first and the last chunk. An empty stream delivers nothing, so
+        emptiness is read without a timeout: the node's connection process answers a
+        Subscribe, then sends the chunks the new subscription can read, before it handles
+        the connection's next frame (rabbit_stream_reader 3.10 `handle_frame_post_auth`:
+        `osiris:init_reader`, the response, then `send_chunks`, in one step), and rstream's
+        listener queues a Deliver before it resolves a later response. So once a request
+        sent after the Subscribe is answered, a stream that holds a chunk has delivered it.
+        `empty_wait_s` only bounds the wait for a chunk a stream was seen to hold."""
         from rstream.constants import OffsetType
 
-        bounds = []
+        client = await self._client_()
+        frames = []
         for offset_type in (OffsetType.FIRST, OffsetType.LAST):
             sub_id, queue = await self.subscribe(stream, offset_type, None)
             try:
-                frame = await asyncio.wait_for(queue.get(), self._settings.empty_wait_s)
-            except TimeoutError:
-                return 0, 0
+                # the barrier: any request-response after the Subscribe on this connection
+                await client.query_publisher_sequence(stream=stream, reference="cdc-relay-bounds")
+                if queue.empty() and client._frames[sub_id].empty():  # rstream's per-subscription queue
+                    return 0, 0
+                try:
+                    frames.append(await asyncio.wait_for(queue.get(), self._settings.empty_wait_s))
+                except TimeoutError:
+                    return 0, 0
             finally:
                 await self.unsubscribe(sub_id)
-            bounds.append(frame)
-        first, last = bounds
+        first, last = frames
         return int(first.chunk_first_offset), int(last.chunk_first_offset + last.num_entries)
 
     async def credit(self, sub_id: int) -> None:
