@@ -23,7 +23,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from cdc.errors import CdcError, PreflightError
+from cdc.errors import CdcError, PreflightError, StopRequested
 from cdc.secret import scrub_secrets
 
 log = logging.getLogger("cdc")
@@ -69,7 +69,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from cdc_cli.logs import configure
 
     configure(cfg.log.format, cfg.log.level, cfg.log.kafka_level)
-    summary = run_relay(cfg, stop.is_set, check=not args.skip_check, feeds=feeds)
+    try:
+        summary = run_relay(cfg, stop.is_set, check=not args.skip_check, feeds=feeds)
+    except StopRequested as exc:  # a SIGTERM while the start waited on the broker: a clean stop
+        log.info("%s; the next start recovers from the checkpoint", exc)
+        return 0
     log.info(
         "stopped at %s: %d events published, %d dead-lettered, %d skipped as already delivered",
         summary.position,
