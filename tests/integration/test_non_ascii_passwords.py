@@ -15,7 +15,7 @@ import pytest
 
 from cdc.config import load_config
 from connectors.mysql.client import connect
-from tests.integration.harness import ROOT, OUTBOX_DDL, RelayThread, _to_toml, insert_events
+from tests.integration.harness import OUTBOX_DDL, ROOT, RelayThread, _to_toml, insert_events
 from tests.integration.nats_harness import create_streams, nats_raw_config, stream_records
 from tests.integration.rabbit_streams import create_topic
 
