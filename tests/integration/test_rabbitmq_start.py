@@ -81,6 +81,7 @@ def test_a_start_does_not_wait_on_empty_streams(mariadb, rabbitmq, database, top
         wait_until(lambda: "recovering from checkpoint" in second.log_text() or not second.alive(), 60, "recovery")
         log = second.log_text()
         took = (_logged_at(log, "recovering from checkpoint") - _logged_at(log, "relay for source")).total_seconds()
+        print(f"\nsix streams' bounds (four empty): {looked:.2f} s; start line to recovery line: {took:.2f} s")
         assert took < 3.0, f"{took:.1f} s from the start line to the recovery line:\n{log}"
     finally:
         assert second.terminate() == 0, second.log_text()
