@@ -297,7 +297,10 @@ class _Reading:
             try:
                 # the barrier: any request-response after the Subscribe on this connection
                 await client.query_publisher_sequence(stream=stream, reference="cdc-relay-bounds")
-                if queue.empty() and client._frames[sub_id].empty():  # rstream's per-subscription queue
+                # rstream 1.1's listener queues a Deliver per subscription (`_frames`) for a task
+                # that hands it to `queue`; without that attribute, wait as for a slow node
+                listened: Any = getattr(client, "_frames", None)
+                if queue.empty() and listened is not None and listened[sub_id].empty():
                     return 0, 0
                 try:
                     frames.append(await asyncio.wait_for(queue.get(), self._settings.empty_wait_s))
