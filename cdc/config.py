@@ -127,7 +127,7 @@ Example `relay.toml`::
     producer_name = ""                  # the publishing ids' producer name (empty: cdc-relay.<source.name>)
     publish_timeout_s = 60              # a message not confirmed this long stops the relay (exit 1)
     max_in_flight = 20000               # messages handed over and not confirmed; publish waits above it
-    empty_wait_s = 2                    # a stream that delivers no chunk this long is taken as empty
+    empty_wait_s = 2                    # the longest wait for a chunk a stream was seen to hold
     [sink.rabbitmq_exchange]            # an AMQP 0-9-1 topic exchange, proven by an audit stream (docs/sinks.md)
     host = "127.0.0.1"
     port = 5672                         # AMQP 0-9-1 (5671 with TLS)
@@ -336,7 +336,7 @@ class RabbitStreamConfig:
     producer_name: str = ""  # "": cdc-relay.<source.name> (the broker de-duplicates by it)
     publish_timeout_s: float = 60.0  # unconfirmed this long: the relay stops (exit 1)
     max_in_flight: int = 20_000  # handed over, not confirmed: publish waits above it
-    empty_wait_s: float = 2.0  # no chunk delivered this long: the stream is empty (3.10 has no StreamStats)
+    empty_wait_s: float = 2.0  # the longest wait for a chunk a stream was seen to hold (an empty one costs none)
 
 
 @dataclass(frozen=True)

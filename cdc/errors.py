@@ -11,10 +11,14 @@
     │   ├── UndecodableEventError   a binlog event cannot be decoded exactly (a corrupt
     │   │                       compressed event, an unknown compression algorithm)
     │   └── ServerError         an embedded server cannot start (missing binary, port)
-    └── Transient               a restart from the checkpoint cures it
-        ├── SourceError         the binlog connection dropped or timed out
-        ├── DeliveryError       Kafka did not acknowledge a message (after its retries)
-        └── RegistryError       the schema registry did not answer or refused a schema
+    ├── Transient               a restart from the checkpoint cures it
+    │   ├── SourceError         the binlog connection dropped or timed out
+    │   ├── DeliveryError       Kafka did not acknowledge a message (after its retries)
+    │   │   └── BrokerUnreachable   the broker (RabbitMQ, NATS) is down or restarting:
+    │   │                       connection refused, reset, no answer; a start waits it out
+    │   └── RegistryError       the schema registry did not answer or refused a schema
+    └── StopRequested           a stop (SIGTERM) came while the start waited on the broker:
+                                not a failure, `cdc run` exits 0
 
 Library exceptions are wrapped where they are caught (`raise ... from exc`), so callers
 only ever handle this tree. Messages are written for the operator: they say what is
@@ -81,6 +85,15 @@ class SourceError(Transient):
 
 class DeliveryError(Transient):
     """Kafka refused or timed out a message after the producer's own retries."""
+
+
+class BrokerUnreachable(DeliveryError):
+    """The broker could not be reached: down, restarting, or not answering. Not a refusal
+    (a wrong password, a missing permission): those are plain DeliveryErrors."""
+
+
+class StopRequested(CdcError):
+    """A stop was asked for while the relay's start waited on its broker."""
 
 
 class RegistryError(Transient):

@@ -119,14 +119,17 @@ class _LazySerializer:
 
 
 def build_relay(
-    cfg: Config, metrics: RelayMetrics | None = None, feeds: ReaderProcessFeeds | None = None
+    cfg: Config,
+    metrics: RelayMetrics | None = None,
+    feeds: ReaderProcessFeeds | None = None,
+    should_stop: Callable[[], bool] = lambda: False,
 ) -> RelayHandle:
     """The relay with its adapters. `feeds`: a reader process started earlier (see
     cdc_cli/main.py), configured here; with `source.reader = "process"` and none given,
     one is started here."""
     metrics = metrics or RelayMetrics()
     metrics.max_unacknowledged_age_s = cfg.relay.max_unacknowledged_age_s
-    sink = sink_adapters(cfg, metrics)
+    sink = sink_adapters(cfg, metrics, should_stop)
     publisher, reader = sink.publisher, sink.reader
     serializer = _LazySerializer(cfg)
     sources = MySQLBinlogSourceFactory(
@@ -291,7 +294,7 @@ def run_relay(
     """Preflight, take the lease (a standby until then), then run until `should_stop()`;
     the HTTP endpoint lives as long."""
     try:
-        handle = build_relay(cfg, metrics, feeds)
+        handle = build_relay(cfg, metrics, feeds, should_stop)
     except BaseException:
         if feeds is not None:
             feeds.close()

@@ -23,7 +23,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from cdc.errors import CdcError, PreflightError
+from cdc.errors import CdcError, PreflightError, StopRequested
 from cdc.secret import scrub_secrets
 
 log = logging.getLogger("cdc")
@@ -69,7 +69,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from cdc_cli.logs import configure
 
     configure(cfg.log.format, cfg.log.level, cfg.log.kafka_level)
-    summary = run_relay(cfg, stop.is_set, check=not args.skip_check, feeds=feeds)
+    try:
+        summary = run_relay(cfg, stop.is_set, check=not args.skip_check, feeds=feeds)
+    except StopRequested as exc:  # a SIGTERM while the start waited on the broker: a clean stop
+        log.info("%s; the next start recovers from the checkpoint", exc)
+        return 0
     log.info(
         "stopped at %s: %d events published, %d dead-lettered, %d skipped as already delivered",
         summary.position,
@@ -91,20 +95,30 @@ def _cmd_check(args: argparse.Namespace) -> int:
     lease: list[CheckResult] = []
     if cfg.lease.enabled:
         from cdc.lease import lock_name
-        from connectors.mysql.lease import lease_holder
+        from connectors.mysql.lease import LeaseUnknown, lease_holder
 
         name = lock_name(cfg.source.name)
-        holder = lease_holder(name, cfg.source.connection())
-        lease = [
-            CheckResult(
-                "lease",
-                True,
-                f"lease {name!r} is free: `cdc run` takes it at once"
-                if holder is None
-                else f"lease {name!r} is held by connection {holder}: a relay of this source is "
-                "active; another `cdc run` waits as its standby",
-            )
-        ]
+        try:
+            holder = lease_holder(name, cfg.source.connection())
+            lease = [
+                CheckResult(
+                    "lease",
+                    True,
+                    f"lease {name!r} is free: `cdc run` takes it at once"
+                    if holder is None
+                    else f"lease {name!r} is held by connection {holder}: a relay of this source is "
+                    "active; another `cdc run` waits as its standby",
+                )
+            ]
+        except LeaseUnknown:
+            lease = [
+                CheckResult(
+                    "lease",
+                    False,
+                    f"not checked: whether lease {name!r} is held cannot be asked while the MySQL login fails "
+                    "(see the connect check)",
+                )
+            ]
     replica_id = not lease or "is free" in lease[0].message
     # Kafka first (at most kafka_check.TIMEOUT_S): a checkpoint kept in Kafka is read only
     # when Kafka answers; its lines are printed last.

@@ -6,6 +6,7 @@ own delivery mode in `cdc/delivery/`."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,7 +61,11 @@ def kafka_adapters(cfg: Config, metrics: RelayMetrics) -> SinkAdapters:
     )
 
 
-def rabbitmq_stream_adapters(cfg: Config) -> SinkAdapters:
+def _never() -> bool:
+    return False
+
+
+def rabbitmq_stream_adapters(cfg: Config, should_stop: Callable[[], bool] = _never) -> SinkAdapters:
     """RabbitMQ streams (connectors/rabbitmq/stream_sink.py): exactly once by the checkpoint and the
     recovery scan (cdc/delivery/idempotent.py); the publishing ids keep a broker restart
     inside a run from losing or repeating a message (docs/sink-delivery.md, "RabbitMQ Streams")."""
@@ -91,7 +96,8 @@ def rabbitmq_stream_adapters(cfg: Config) -> SinkAdapters:
     # a message of a frozen holder is dropped (failed) once publish_timeout_s has passed
     return SinkAdapters(
         publisher,
-        RabbitStreamReader(settings),
+        # the start's look at the streams waits out a node that is down, as publishing does
+        RabbitStreamReader(settings, wait_s=rabbit.publish_timeout_s, should_stop=should_stop),
         store,
         admin,
         idempotent_delivery,
@@ -130,31 +136,34 @@ def rabbitmq_exchange_adapters(cfg: Config) -> SinkAdapters:
     )  # fmt: skip
 
 
-def nats_adapters(cfg: Config) -> SinkAdapters:
+def nats_adapters(cfg: Config, should_stop: Callable[[], bool] = _never) -> SinkAdapters:
     from cdc.delivery.idempotent import idempotent_delivery
     from connectors.nats.sink import NatsJetStreamPublisher, NatsStreamAdmin, NatsStreamReader
 
     nats = cfg.sink.nats_jetstream
-    reader = NatsStreamReader(nats)
+    # the start waits out a server that is down, as publishing does (connectors/broker_wait.py)
+    reader = NatsStreamReader(nats, wait_s=nats.delivery_timeout_s, should_stop=should_stop)
     topics = NatsStreamAdmin(nats, reader) if cfg.topics.missing == "create" else None
     # Idempotent delivery over JetStream: Nats-Msg-Id within the stream's duplicate window,
     # the recovery scan after it (docs/sink-delivery.md "NATS JetStream"). A previous holder's
     # message can reach the server until its delivery timeout.
     return SinkAdapters(
-        NatsJetStreamPublisher(nats, cfg.source.name), reader, checkpoint_store(cfg), topics, idempotent_delivery,
+        NatsJetStreamPublisher(nats, cfg.source.name, should_stop), reader, checkpoint_store(cfg), topics, idempotent_delivery,
         f"NATS JetStream {','.join(nats.servers)}", nats.delivery_timeout_s,
     )  # fmt: skip
 
 
-def sink_adapters(cfg: Config, metrics: RelayMetrics) -> SinkAdapters:
+def sink_adapters(cfg: Config, metrics: RelayMetrics, should_stop: Callable[[], bool] = _never) -> SinkAdapters:
+    """`should_stop`: a stop asked for while the start waits on a broker that is down ends
+    the wait (cdc.errors.StopRequested)."""
     if cfg.sink.kind == "kafka":
         return kafka_adapters(cfg, metrics)
     if cfg.sink.kind == "rabbitmq_stream":
-        return rabbitmq_stream_adapters(cfg)
+        return rabbitmq_stream_adapters(cfg, should_stop)
     if cfg.sink.kind == "rabbitmq_exchange":
         return rabbitmq_exchange_adapters(cfg)
     if cfg.sink.kind == "nats_jetstream":
-        return nats_adapters(cfg)
+        return nats_adapters(cfg, should_stop)
     raise NotImplementedError(f"sink.kind = {cfg.sink.kind!r} is not wired yet")
 
 

@@ -124,7 +124,8 @@ class VerifyConfig:
             "mysql": redacted(self.mysql),
             "source": self.source,
             "tables": [{"schema": t.schema, "table": t.table, "topic": t.topic} for t in self.tables],
-            "kafka_bootstrap": self.kafka_bootstrap,
+            # the Kafka address only when Kafka was read: another sink is named by `sink_read`
+            **({"sink_read": sink_description(self.sink)} if self.sink else {"kafka_bootstrap": self.kafka_bootstrap}),
             "topics": list(self.topics),
             "topic_pattern": self.effective_pattern(),
             "dlq_topic": self.dlq_topic,
@@ -146,6 +147,49 @@ class VerifyConfig:
         if self.topic_pattern or self.topics:
             return self.topic_pattern
         return template_pattern([t.topic for t in self.tables])
+
+
+def sink_description(sink: Mapping[str, str]) -> dict[str, Any]:
+    """A sink other than Kafka as the report names it: its kind, addresses and user, never
+    a password or token (a NATS URL's user:password part is left out too)."""
+    fmt = sink.get("format", "")
+    if fmt == "cdc_rabbitmq":
+        return {"kind": "rabbitmq_stream", "address": f"{sink.get('host')}:{sink.get('port')}",
+                "vhost": sink.get("vhost", "/"), "user": sink.get("user", "")}  # fmt: skip
+    if fmt == "cdc_nats":
+        servers = [re.sub(r"//[^/@]*@", "//", s) for s in str(sink.get("servers", "")).split(",") if s]
+        return {"kind": "nats_jetstream", "servers": servers, "user": sink.get("user", "")}
+    return {"kind": fmt}
+
+
+def read_inputs(
+    config: VerifyConfig,
+    kplan: Mapping[str, Any],
+    per_partition: Mapping[tuple[str, int], tuple[int, Any, Any]],
+    read_topics: set[str],
+    unread: Sequence[str],
+) -> dict[str, Any]:
+    """The report's inputs for what was read besides the binlog: `kafka` (bootstrap,
+    isolation) for Kafka, `sink` (kind, addresses, streams) for another sink."""
+    read = {
+        "snapshot_at_ms": kplan["at_ms"],
+        "requested_topics_absent": [t for t in kplan["missing_topics"] if t != config.dlq_topic or t in config.topics],
+        "dlq_topic_present": config.dlq_topic in read_topics,
+        "expected_topics_not_read": list(unread),
+        "partitions": [
+            {
+                **p,
+                "records_read": per_partition.get((p["topic"], p["partition"]), (0, None, None))[0],
+                "first_offset_read": per_partition.get((p["topic"], p["partition"]), (0, None, None))[1],
+                "last_offset_read": per_partition.get((p["topic"], p["partition"]), (0, None, None))[2],
+            }
+            for p in kplan["partitions"]
+        ],
+    }
+    if config.sink:
+        streams = sorted({str(p.get("stream") or p["topic"]) for p in kplan["partitions"]})
+        return {"sink": {**sink_description(config.sink), "streams": streams, **read}}
+    return {"kafka": {"bootstrap": config.kafka_bootstrap, "isolation": config.isolation, **read}}
 
 
 def template_pattern(templates: Sequence[str]) -> str:
@@ -419,25 +463,7 @@ def run_verify(config: VerifyConfig, progress: Progress | None = None, spark: An
                     for f in bplan["files"]
                 ],
             },
-            "kafka": {
-                "bootstrap": config.kafka_bootstrap,
-                "isolation": config.isolation,
-                "snapshot_at_ms": kplan["at_ms"],
-                "requested_topics_absent": [
-                    t for t in kplan["missing_topics"] if t != config.dlq_topic or t in config.topics
-                ],
-                "dlq_topic_present": config.dlq_topic in read_topics,
-                "expected_topics_not_read": list(unread),
-                "partitions": [
-                    {
-                        **p,
-                        "records_read": per_partition.get((p["topic"], p["partition"]), (0, None, None))[0],
-                        "first_offset_read": per_partition.get((p["topic"], p["partition"]), (0, None, None))[1],
-                        "last_offset_read": per_partition.get((p["topic"], p["partition"]), (0, None, None))[2],
-                    }
-                    for p in kplan["partitions"]
-                ],
-            },
+            **read_inputs(config, kplan, per_partition, read_topics, unread),
         }
         report = VerifyReport(
             summary=summary, inputs=inputs, config=config.public(), timings=timings, anomalies=anomalies

@@ -70,6 +70,22 @@ def log_excerpt(sources: list[tuple[Path, int]], marks: tuple[str, ...]) -> str:
     return "its log: " + (" | ".join(wanted) if wanted else "(empty)")
 
 
+def log_mentions(paths: list[Path], needle: str) -> bool:
+    """Whether any of the logs holds `needle` (case-insensitive)."""
+    for path in paths:
+        try:
+            if needle.lower() in path.read_bytes().decode("utf-8", "replace").lower():
+                return True
+        except OSError:
+            continue
+    return False
+
+
+# How often a start is tried again, with new ports, when a port it picked was taken before
+# the server bound it (testbed/process.py's free_port: the kernel's choice, released at once).
+PORT_TAKEN_TRIES = 3
+
+
 class LabServer:
     """A server process (`self._proc`) living in `self.root`. A subclass starts it in
     `_spawn_and_wait(timeout) -> seconds` (calling `_started()` once it has a process), and

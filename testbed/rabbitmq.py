@@ -12,7 +12,10 @@ What the node gets, all inside one temporary directory (`$TMPDIR/cdc-rabbitmq-*`
   (`stream.listeners.tcp.1`, advertised as 127.0.0.1 so that clients that follow the
   stream's leader come back to this address), Erlang distribution (`RABBITMQ_DIST_PORT`,
   `distribution.listener.interface`) and epmd (`ERL_EPMD_PORT`): two nodes, or a node
-  and the host's own RabbitMQ, never meet;
+  and the host's own RabbitMQ, never meet. A port is picked free and bound by the node
+  seconds later, so another process can take it in between (two nodes started at once):
+  the node then stops with `eaddrinuse`, and `start()` starts it again on new ports (3
+  tries, each logged);
 * a user and password for the tests (`default_user` / `default_pass`, `loopback_users =
   none`).
 
@@ -39,6 +42,7 @@ else `rabbitmq-server` on PATH (a generic-unix tarball's `sbin/`); `epmd` on PAT
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import pwd
 import shutil
@@ -51,10 +55,12 @@ from typing import Any
 
 from cdc.errors import ServerError
 from connectors.process import die_with_parent
-from testbed.lab_server import LabServer, binary_override, log_excerpt, new_root
+from testbed.lab_server import PORT_TAKEN_TRIES, LabServer, binary_override, log_excerpt, log_mentions, new_root
 from testbed.process import HOST, free_port
 
 __all__ = ["EmbeddedRabbitMQ", "RabbitMQServerError"]
+
+log = logging.getLogger("testbed.rabbitmq")
 
 _ENV_SERVER = "CDC_RABBITMQ_SERVER"
 _SERVER_PATHS = ("/usr/lib/rabbitmq/bin/rabbitmq-server",)
@@ -150,15 +156,33 @@ class EmbeddedRabbitMQ(LabServer):
             import rstream  # noqa: F401  # the readiness probe speaks the stream protocol
         except ImportError:
             raise RabbitMQServerError("rstream is not installed: run ./run.sh setup (the rabbitmq extra)") from None
-        root = new_root(_ROOT_PREFIX)
-        node = cls(root, server, epmd, startup_timeout)
-        try:
-            node._write_files()
-            node.timings["start"] = node._spawn_and_wait(startup_timeout)
-        except BaseException:
-            node.cleanup(graceful=False)
-            raise
-        return node
+        for attempt in range(1, PORT_TAKEN_TRIES + 1):
+            node = cls(new_root(_ROOT_PREFIX), server, epmd, startup_timeout)
+            try:
+                node._write_files()
+                node.timings["start"] = node._spawn_and_wait(startup_timeout)
+                return node
+            except RabbitMQServerError as exc:
+                taken = node._port_taken()
+                node.cleanup(graceful=False)
+                if not taken or attempt == PORT_TAKEN_TRIES:
+                    raise
+                # The ports are picked free, then bound by the node seconds later: another
+                # process (a second node, a pytest worker) can take one in between. The node
+                # says eaddrinuse; new ports, not a wait, cure it.
+                log.warning(
+                    "RabbitMQ start %d: a port was taken before the node bound it (%s); new ports", attempt, exc
+                )
+            except BaseException:
+                node.cleanup(graceful=False)
+                raise
+        raise AssertionError("unreachable")
+
+    def _port_taken(self) -> bool:
+        """The node's logs say a listener's port was in use (`eaddrinuse`: the stream, AMQP or
+        distribution listener) or epmd could not bind its own."""
+        logs = [self.stdout_log, self.node_log, self.root / "epmd.log"]
+        return log_mentions(logs, "eaddrinuse") or log_mentions(logs, "address already in use")
 
     def _write_files(self) -> None:
         for sub in ("mnesia", "log", "home"):

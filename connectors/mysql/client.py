@@ -138,7 +138,13 @@ def pymysql_args(settings: Mapping[str, Any]) -> dict[str, Any]:
     dict: `tls_*` keys become TLS arguments, `passwd` becomes `password`."""
     args = {k: v for k, v in settings.items() if k not in TLS_KEYS and k != "passwd"}
     args["port"] = int(args.get("port") or 3306)
-    args["password"] = settings.get("password", settings.get("passwd")) or ""
+    password = settings.get("password", settings.get("passwd")) or ""
+    # PyMySQL encodes a str password as latin-1 (pymysql/connections.py: `password.encode("latin1")`),
+    # which cannot hold most characters and gives other bytes for the rest (é is one byte, not
+    # UTF-8's two). The server hashed the password as its client sent it, and `mariadb` /
+    # `mysql` send UTF-8: so does this, for the native and caching_sha2 scrambles, the
+    # cleartext and RSA exchanges, and the replication connection (which logs in here too).
+    args["password"] = password.encode("utf-8") if isinstance(password, str) else password
     args.update(tls_args(TlsConfig.from_settings(settings)))
     return args
 

@@ -283,20 +283,25 @@ class MySQLLease:
                 pass
 
 
+class LeaseUnknown(Exception):
+    """The server could not be asked who holds the lease (the reason: the connection check's)."""
+
+
 def lease_holder(name: str, connection: dict) -> int | None:
-    """The connection id holding the lease `name` right now (None: free, or the server
-    cannot be asked; the connection check reports that). For `cdc check`; never raises."""
+    """The connection id holding the lease `name` right now (None: free). For `cdc check`:
+    raises LeaseUnknown when the server cannot be asked (a failed login, no answer), which
+    the check reports as not known, never as free."""
     c = connection
     try:
         conn = connect(c, connect_timeout=5, read_timeout=5)
-    except Exception:
-        return None
+    except Exception as exc:
+        raise LeaseUnknown(type(exc).__name__) from None
     try:
         with conn.cursor() as cur:
             cur.execute("SELECT IS_USED_LOCK(%s)", (name,))
             holder = cur.fetchone()[0]
             return None if holder is None else int(holder)
-    except Exception:
-        return None
+    except Exception as exc:
+        raise LeaseUnknown(type(exc).__name__) from None
     finally:
         conn.close()

@@ -363,8 +363,13 @@ def _child_main(conn: Any, control: Any, parent_pid: int) -> None:
     from connectors.schema_registry.avro_serializer import ConfluentAvroSerializer, registry_client
 
     try:
-        spec: ReaderSpec = control.recv()
+        spec = control.recv()
     except (EOFError, OSError):
+        return
+    # ("close",): the relay failed before it had a spec to send (ReaderProcessFeeds.close).
+    # Not `isinstance(spec, ReaderSpec)`: this module runs as __main__ here, and the spec
+    # unpickles as connectors.mysql.reader_process's class, another class object.
+    if isinstance(spec, tuple):
         return
 
     from connectors.mysql.replica_sessions import set_source

@@ -18,10 +18,17 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 import nats
-from nats.errors import NoServersError
+from nats.errors import (
+    AuthorizationError,
+    ConnectionClosedError,
+    InvalidUserCredentialsError,
+    NoRespondersError,
+    NoServersError,
+    StaleConnectionError,
+)
 
 from cdc.config import NatsJetStreamConfig
-from cdc.errors import ConfigError, DeliveryError
+from cdc.errors import BrokerUnreachable, ConfigError, DeliveryError
 
 log = logging.getLogger("cdc.nats")
 
@@ -83,12 +90,28 @@ async def connect(cfg: NatsJetStreamConfig, name: str, timeout: float = 5.0, pen
     return nc
 
 
-def unreachable(cfg: NatsJetStreamConfig, exc: BaseException) -> DeliveryError:
-    """The one line for a NATS server that cannot be reached (no secrets in it)."""
-    return DeliveryError(
-        f"cannot reach NATS {','.join(cfg.servers)} (sink.nats_jetstream.servers): {type(exc).__name__}: {exc}; "
-        "check the address, that the server runs with JetStream (-js) and the credentials"
+def server_down(exc: BaseException) -> bool:
+    """A failure of a server that is down, restarting or not answering (connection refused,
+    reset or closed, a timeout, JetStream not answering yet), not a refusal of the relay."""
+    if isinstance(exc, (ssl.SSLError, AuthorizationError, InvalidUserCredentialsError)):
+        return False
+    return isinstance(
+        exc,
+        (OSError, asyncio.TimeoutError, NoServersError, StaleConnectionError, ConnectionClosedError, NoRespondersError),
     )
+
+
+def unreachable(cfg: NatsJetStreamConfig, exc: BaseException) -> DeliveryError:
+    """The one line for a NATS server that cannot be reached (no secrets in it):
+    BrokerUnreachable when the server is down or restarting, which a start waits out."""
+    text = f"cannot reach NATS {','.join(cfg.servers)} (sink.nats_jetstream.servers): {type(exc).__name__}: {exc}; "
+    if server_down(exc):
+        return BrokerUnreachable(text + "the server is down or restarting: check that it runs, with JetStream (-js)")
+    return DeliveryError(text + "check the address, that the server runs with JetStream (-js) and the credentials")
+
+
+def server_where(cfg: NatsJetStreamConfig) -> str:
+    return f"NATS {','.join(cfg.servers)}"
 
 
 class EventLoopThread:
@@ -108,8 +131,23 @@ class EventLoopThread:
         self.loop.call_soon_threadsafe(fn, *args)
 
     def stop(self) -> None:
+        """Cancel every task left on the loop and wait for them, then stop: a task left
+        pending (nats-py's reader and flusher of a connection that failed) is reported by
+        asyncio at exit ("Task was destroyed but it is pending!")."""
         if self.loop.is_running():
+            try:
+                asyncio.run_coroutine_threadsafe(_cancel_tasks(), self.loop).result(5)
+            except Exception:  # stopping anyway; the loop's thread is a daemon
+                pass
             self.loop.call_soon_threadsafe(self.loop.stop)
             self._thread.join(5)
         if not self.loop.is_running():
             self.loop.close()
+
+
+async def _cancel_tasks() -> None:
+    tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    for task in tasks:
+        task.cancel()
+    if tasks:
+        await asyncio.wait(tasks, timeout=3)

@@ -42,7 +42,7 @@ import re
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from nats.errors import Error as NatsError
@@ -51,11 +51,12 @@ from nats.js.errors import Error as JetStreamError
 from nats.js.errors import NotFoundError
 
 from cdc.config import NatsJetStreamConfig
-from cdc.errors import DeliveryError
+from cdc.errors import BrokerUnreachable, DeliveryError
 from cdc.events.identity import H_REPAIR, identity_key_from_headers
 from cdc.events.sink_fields import BROKER_HEADER_PREFIXES, H_TIMESTAMP, message_properties
 from cdc.ports import Delivery, DeliveryCallback, DeliveryFailure
-from connectors.nats.connection import EventLoopThread, connect, unreachable
+from connectors.broker_wait import never, wait_for_broker
+from connectors.nats.connection import EventLoopThread, connect, server_down, server_where, unreachable
 
 log = logging.getLogger("cdc.nats")
 
@@ -161,7 +162,9 @@ def _failure(code: str, message: str, too_large: bool = False, topic_missing: bo
 
 
 class NatsJetStreamPublisher:
-    def __init__(self, cfg: NatsJetStreamConfig, name: str = "publisher"):
+    def __init__(self, cfg: NatsJetStreamConfig, name: str = "publisher", should_stop: Callable[[], bool] = never):
+        """Waits up to `delivery_timeout_s` for a server that is down or restarting (its
+        max_payload is needed before a message is taken; connectors/broker_wait.py)."""
         self._cfg = cfg
         self._name = name
         self._loop = EventLoopThread(name)
@@ -188,12 +191,21 @@ class NatsJetStreamPublisher:
         self._retry_at = 0.0
         self._closing = False
         self.reconnects = 0
+
+        def start() -> int:
+            try:
+                return int(self._loop.run(self._start(), 30))
+            except Exception as exc:
+                raise unreachable(cfg, exc) from None
+
         try:
             # the server's max_payload, which counts the headers too
-            self.max_payload: int = self._loop.run(self._start(), 30)
-        except Exception as exc:
+            self.max_payload: int = wait_for_broker(
+                start, server_where(cfg), cfg.delivery_timeout_s, "sink.nats_jetstream.delivery_timeout_s", should_stop
+            )
+        except BaseException:
             self._loop.stop()
-            raise unreachable(cfg, exc) from None
+            raise
 
     # -- the caller's side ---------------------------------------------------------------
 
@@ -555,12 +567,22 @@ class NatsStreamReader:
     subjects, so one subject's offsets have gaps, which recovery and `cdc locate` take as
     they take compaction gaps in Kafka)."""
 
-    def __init__(self, cfg: NatsJetStreamConfig, timeout_s: float = 30.0):
+    def __init__(
+        self,
+        cfg: NatsJetStreamConfig,
+        timeout_s: float = 30.0,
+        wait_s: float = 0.0,
+        should_stop: Callable[[], bool] = never,
+    ):
+        """`wait_s`: how long a look at the streams waits for a server that is down or
+        restarting (connectors/broker_wait.py; the relay's start: `delivery_timeout_s`)."""
         self._cfg = cfg
         self._timeout = timeout_s
         self._loop = EventLoopThread("reader")
         self._nc: Any = None
         self._streams: dict[str, str] = {}
+        self._wait_s = wait_s
+        self._should_stop = should_stop
 
     def _js(self) -> Any:
         if self._nc is None or self._nc.is_closed:
@@ -571,12 +593,24 @@ class NatsStreamReader:
         return self._nc.jetstream(timeout=self._timeout)
 
     def _call(self, what: str, coro_fn: Any) -> Any:
+        return wait_for_broker(
+            lambda: self._call_once(what, coro_fn),
+            server_where(self._cfg),
+            self._wait_s,
+            "sink.nats_jetstream.delivery_timeout_s",
+            self._should_stop,
+        )
+
+    def _call_once(self, what: str, coro_fn: Any) -> Any:
         js = self._js()
         try:
             return self._loop.run(coro_fn(js), self._timeout + 5)
         except NotFoundError:
             raise
         except Exception as exc:
+            if server_down(exc):
+                self._nc = None  # the next call connects again
+                raise BrokerUnreachable(f"NATS: cannot {what}: {type(exc).__name__}: {exc}") from None
             raise DeliveryError(f"NATS: cannot {what}: {type(exc).__name__}: {exc}") from None
 
     def stream_of(self, topic: str) -> str | None:

@@ -37,8 +37,9 @@ longer scan, never a missed message. A message the broker refuses (PublishError)
 the count run ahead: such a refusal stops the relay.
 
 The end of a stream: 3.10 has no StreamStats (3.11), so a subscription at `last` gives the
-last chunk (its first offset and count); a stream that delivers no chunk within
-`empty_wait_s` is empty.
+last chunk (its first offset and count); a stream that has delivered no chunk by the time a
+request sent after the subscription is answered is empty (`_Reading.bounds`): a start does
+not wait on empty streams.
 """
 
 from __future__ import annotations
@@ -54,9 +55,10 @@ from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from cdc.errors import ConfigError, DeliveryError
+from cdc.errors import BrokerUnreachable, ConfigError, DeliveryError
 from cdc.events.sink_fields import partition_stream
 from cdc.ports import Delivery, DeliveryCallback, DeliveryFailure
+from connectors.broker_wait import never, wait_for_broker
 from connectors.rabbitmq import amqp_message
 from connectors.rabbitmq.rstream_client import load_rstream
 
@@ -171,9 +173,26 @@ class _Loop:
         self.loop.call_soon_threadsafe(fn, *args)
 
     def stop(self) -> None:
+        """Cancel every task left on the loop (rstream's listeners and heartbeats of a failed
+        connection, the publisher's tick) and wait for them, then stop: a task left pending
+        is reported by asyncio at exit ("Task was destroyed but it is pending!")."""
         if self.loop.is_running():
+            try:
+                asyncio.run_coroutine_threadsafe(_cancel_tasks(), self.loop).result(5)
+            except Exception:  # stopping anyway; the loop's thread is a daemon
+                pass
             self.loop.call_soon_threadsafe(self.loop.stop)
             self._thread.join(5)
+        if not self.loop.is_running():
+            self.loop.close()
+
+
+async def _cancel_tasks() -> None:
+    tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    for task in tasks:
+        task.cancel()
+    if tasks:
+        await asyncio.wait(tasks, timeout=3)
 
 
 async def _connect(settings: StreamSettings, name: str) -> Any:
@@ -190,9 +209,26 @@ async def _connect(settings: StreamSettings, name: str) -> Any:
     return client
 
 
+def _node_down(exc: BaseException) -> bool:
+    """A failure of a node that is down or restarting (connection refused, reset or closed,
+    no answer, a stream not available yet: response code 6), not a refusal of the relay."""
+    from rstream.connection import ConnectionClosed
+    from rstream.exceptions import LeaderNotAvailable, StreamNotAvailable
+
+    if isinstance(exc, ssl.SSLError):  # a certificate or protocol mismatch: a setting to fix
+        return False
+    return isinstance(exc, (OSError, TimeoutError, ConnectionClosed, StreamNotAvailable, LeaderNotAvailable))
+
+
 def _cannot(settings: StreamSettings, what: str, exc: BaseException) -> DeliveryError:
+    said = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    if _node_down(exc):
+        return BrokerUnreachable(
+            f"cannot {what} on {settings.where()}: {said} (the node is down or restarting; "
+            "check that it runs with the stream plugin and sink.rabbitmq_stream host and port)"
+        )
     return DeliveryError(
-        f"cannot {what} on {settings.where()} as {settings.user}: {type(exc).__name__}: {exc or 'no answer'} "
+        f"cannot {what} on {settings.where()} as {settings.user}: {said or 'no answer'} "
         "(check sink.rabbitmq_stream host, port, user, password and that the node runs with the stream plugin)"
     )
 
@@ -250,21 +286,38 @@ class _Reading:
         client.remove_handler(schema.Deliver, name=str(sub_id))
 
     async def bounds(self, stream: str) -> tuple[int, int]:
-        """(first offset, next offset) of `stream` now; (0, 0) when it delivers nothing
-        within `empty_wait_s` (empty)."""
+        """(first offset, next offset) of `stream` now; (0, 0) when it is empty.
+
+        3.10's stream protocol has no StreamStats (3.11): a subscription at `first` and one at
+        `last` give the first and the last chunk. An empty stream delivers nothing, so
+        emptiness is read without a timeout: the node's connection process answers a
+        Subscribe, then sends the chunks the new subscription can read, before it handles
+        the connection's next frame (rabbit_stream_reader 3.10 `handle_frame_post_auth`:
+        `osiris:init_reader`, the response, then `send_chunks`, in one step), and rstream's
+        listener queues a Deliver before it resolves a later response. So once a request
+        sent after the Subscribe is answered, a stream that holds a chunk has delivered it.
+        `empty_wait_s` only bounds the wait for a chunk a stream was seen to hold."""
         from rstream.constants import OffsetType
 
-        bounds = []
+        client = await self._client_()
+        frames = []
         for offset_type in (OffsetType.FIRST, OffsetType.LAST):
             sub_id, queue = await self.subscribe(stream, offset_type, None)
             try:
-                frame = await asyncio.wait_for(queue.get(), self._settings.empty_wait_s)
-            except TimeoutError:
-                return 0, 0
+                # the barrier: any request-response after the Subscribe on this connection
+                await client.query_publisher_sequence(stream=stream, reference="cdc-relay-bounds")
+                # rstream 1.1's listener queues a Deliver per subscription (`_frames`) for a task
+                # that hands it to `queue`; without that attribute, wait as for a slow node
+                listened: Any = getattr(client, "_frames", None)
+                if queue.empty() and listened is not None and listened[sub_id].empty():
+                    return 0, 0
+                try:
+                    frames.append(await asyncio.wait_for(queue.get(), self._settings.empty_wait_s))
+                except TimeoutError:
+                    return 0, 0
             finally:
                 await self.unsubscribe(sub_id)
-            bounds.append(frame)
-        first, last = bounds
+        first, last = frames
         return int(first.chunk_first_offset), int(last.chunk_first_offset + last.num_entries)
 
     async def credit(self, sub_id: int) -> None:
@@ -296,16 +349,35 @@ def stream_of(topic: str, partition: int, count: int) -> str:
 class RabbitStreamReader:
     """What the streams hold (cdc.ports.DeliveredLog): a topic's partitions are its streams."""
 
-    def __init__(self, settings: StreamSettings, loop: _Loop | None = None):
+    def __init__(
+        self,
+        settings: StreamSettings,
+        loop: _Loop | None = None,
+        wait_s: float = 0.0,
+        should_stop: Callable[[], bool] = never,
+    ):
+        """`wait_s`: how long a look at the streams waits for a node that is down or
+        restarting (connectors/broker_wait.py; the relay's start: `publish_timeout_s`)."""
         _rstream()
         self._settings = settings
         self._own_loop = loop is None
         self._loop = loop or _Loop("rabbitmq-reader")
         self._reading = _Reading(settings, self._loop)
         self._counts: dict[str, int] = {}
+        self._wait_s = wait_s
+        self._should_stop = should_stop
+
+    def _waiting(self, what: str, coro_fn: Callable[[], Coroutine[Any, Any, T]]) -> T:
+        return wait_for_broker(
+            lambda: self._reading.call(what, coro_fn()),
+            self._settings.where(),
+            self._wait_s,
+            "sink.rabbitmq_stream.publish_timeout_s",
+            self._should_stop,
+        )
 
     def partition_count(self, topic: str) -> int | None:
-        count = self._reading.call(f"look up the streams of {topic}", _stream_count(self._reading, topic))
+        count = self._waiting(f"look up the streams of {topic}", lambda: _stream_count(self._reading, topic))
         if count is not None:
             self._counts[topic] = count
         return count
@@ -316,7 +388,7 @@ class RabbitStreamReader:
 
     def watermarks(self, topic: str, partition: int) -> tuple[int, int]:
         stream = self._stream(topic, partition)
-        return self._reading.call(f"read the bounds of stream {stream}", self._reading.bounds(stream))
+        return self._waiting(f"read the bounds of stream {stream}", lambda: self._reading.bounds(stream))
 
     def messages(self, topic: str, partition: int, start: int, end: int) -> Iterator[tuple[int, Any]]:
         """(offset, AMQP message) of each message held in [start, end), in offset order."""
@@ -460,13 +532,20 @@ class RabbitStreamPublisher:
         self._wake = False
         self._done: list[tuple[DeliveryCallback, Delivery]] = []
         self._pending = 0
+        self._last_error = ""  # why the last connection attempt failed, for a timed-out message
         self._ticker = asyncio.run_coroutine_threadsafe(self._tick(), self._loop.loop)
         try:
             self._loop.call(self._reconnect(), _REQUEST_TIMEOUT_S)
         except Exception as exc:
-            self._ticker.cancel()
-            self._loop.stop()
-            raise _cannot(settings, "connect", exc) from exc
+            error = _cannot(settings, "connect", exc)
+            if not isinstance(error, BrokerUnreachable):  # a refusal: nothing to wait for
+                self._loop.stop()
+                raise error from exc
+            # A node down at the start is waited out as one lost under a running relay: the
+            # tick connects again while messages wait, and fails each after publish_timeout_s.
+            log.warning("%s: connecting again while messages wait", error)
+            self._last_error = str(error)
+            self._down_since = time.monotonic()
 
     max_message_bytes = 1_048_576 - _FRAME_OVERHEAD - 4096  # the frame, less room for the headers
 
@@ -819,6 +898,7 @@ class RabbitStreamPublisher:
                 except Exception as exc:
                     self._client = None
                     self._down_since = self._down_since or now
+                    self._last_error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
                     log.debug("reconnect failed: %s", exc)
             if self._connected() and self._queue:
                 self._start_pump()
@@ -832,7 +912,11 @@ class RabbitStreamPublisher:
             expired += [m for m in self._queue if m.deadline < now]
             self._queue = collections.deque(m for m in self._queue if m.deadline >= now)
         if expired:
-            why = self._broken or f"not confirmed within {self._timeout:g} s (sink.rabbitmq_stream.publish_timeout_s)"
+            why = self._broken or (
+                f"not confirmed by {self._settings.where()} within {self._timeout:g} s "
+                f"(sink.rabbitmq_stream.publish_timeout_s)"
+                + (f"; last: {self._last_error}" if self._down_since else "")
+            )
             for message in expired:
                 self._fail(message, DeliveryFailure("TIMED_OUT", why))
 

@@ -82,6 +82,9 @@ def test_verify_repair_and_locate_on_jetstream(mariadb, nats_server, database, t
     start_file = raw["source"]["start"].split(":")[0]
     clean = run_verify(verify_config(cfg, str(tmp_path / "v1"), start_file=start_file), spark=spark)
     assert clean.ok and clean.counts["delivered"] == len(events), clean.summary_text()
+    # the report names the sink it read, not Kafka's inputs
+    assert "kafka" not in clean.inputs and clean.inputs["sink"]["kind"] == "nats_jetstream"
+    assert "kafka_bootstrap" not in clean.config and "isolation" not in str(clean.inputs)
 
     held = _messages(nats_server, subject)
     by_id = {dict(r.headers())[H_EVENT_ID].decode(): r for r in held}

@@ -89,6 +89,11 @@ def test_verify_chooses_the_rabbitmq_source_and_a_clean_run_is_clean(
     assert report.ok, report.problems
     assert report.counts["delivered"] == 50
     assert report.config["sink"] == "cdc_rabbitmq" and rabbitmq.password not in str(report.config)
+    # the report names the sink it read (kind, address, streams), not Kafka's inputs
+    assert "kafka" not in report.inputs and "kafka_bootstrap" not in report.config
+    sink = report.inputs["sink"]
+    assert sink["kind"] == "rabbitmq_stream" and sink["address"] == f"127.0.0.1:{rabbitmq.stream_port}"
+    assert sink["streams"] and rabbitmq.password not in str(report.inputs)
 
     # cdc locate: the stream offset of an event to its binlog position, and back
     from spark_jobs.locate import locate_offset, locate_position

@@ -75,7 +75,7 @@ def test_modes_map_to_pymysql():
         "host": "db",
         "port": 3306,
         "user": "u",
-        "password": "p",
+        "password": b"p",  # UTF-8 bytes: PyMySQL would encode a str as latin-1
         "ssl_disabled": True,
     }
     required = pymysql_args({**base, "tls_mode": "required"})["ssl"]
