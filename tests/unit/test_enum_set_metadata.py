@@ -18,7 +18,8 @@ import struct
 import pytest
 
 from cdc.assembly.source_events import RowInsert
-from connectors.mysql.binlog_decoder import _TYPE_NAMES, BinlogDecoder, ServerSettingRequired
+from connectors.mysql.binlog_column_types import _TYPE_NAMES
+from connectors.mysql.binlog_decoder import BinlogDecoder, ServerSettingRequired
 from connectors.mysql.table_columns import ColumnDefinition, parse_column_type
 from tests.unit import binlog_bytes as bb
 

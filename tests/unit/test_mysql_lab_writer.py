@@ -601,7 +601,7 @@ def test_time2_round_trips_negative_and_fractional(micros, fsp):
 @settings(suppress_health_check=[HealthCheck.too_slow])
 @given(st.integers(1, 65), st.data())
 def test_decimal_round_trips_through_the_relays_reader(precision, data):
-    from connectors.mysql.binlog_decoder import _decimal_reader
+    from connectors.mysql.binlog_value_readers import _decimal_reader
 
     scale = data.draw(st.integers(0, min(30, precision)))
     digits = data.draw(st.integers(-(10**precision) + 1, 10**precision - 1))
@@ -946,7 +946,7 @@ def test_binary_json_round_trips_opaque_and_unsigned_values(value):
 def test_decimal_in_json_keeps_its_value():
     """The DECIMAL inside opaque type 246 decodes (decimal2bin, read by the relay's
     column reader) to the number written."""
-    from connectors.mysql.binlog_decoder import _decimal_reader
+    from connectors.mysql.binlog_value_readers import _decimal_reader
 
     for text in ("123.456", "-0.5", "0", "99999999999999999999.0001"):
         _, _, data = read_json(encode_json(decimal.Decimal(text)))

@@ -1,4 +1,4 @@
-"""The generated row readers' fast column parsers (connectors/mysql/binlog_decoder.py,
+"""The generated row readers' fast column parsers (connectors/mysql/binlog_row_code.py,
 `_column_code`) give what the decoder's general readers give, on bytes a server would not
 write as well: DATETIME(6) read as one 64-bit word (against `_read_datetime2_slow`, the
 reference reading of MySQL's `TIME_to_longlong_datetime_packed` layout, sql-common/my_time.cc),
@@ -10,14 +10,10 @@ import datetime
 
 import pytest
 
-from connectors.mysql.binlog_decoder import (
-    T_DATETIME2,
-    T_VARCHAR,
-    _Column,
-    _make_reader,
-    _read_datetime2_slow,
-    _Table,
-)
+from connectors.mysql.binlog_column_types import T_DATETIME2, T_VARCHAR
+from connectors.mysql.binlog_row_code import _make_reader
+from connectors.mysql.binlog_table_layout import _Column, _Table
+from connectors.mysql.binlog_value_readers import _read_datetime2_slow
 
 
 def _table(*columns: _Column) -> _Table:
