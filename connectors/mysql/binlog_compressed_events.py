@@ -12,12 +12,12 @@ import zlib
 from cdc.assembly.source_events import TxCommit, TxRollback, XaCommit, XaPrepare, XaRollback
 from connectors.mysql.binlog_decode_errors import UndecodableEvent
 from connectors.mysql.binlog_event_types import (
-    _EVENT_NAMES,
-    _U32,
+    EVENT_NAMES,
     FORMAT_DESCRIPTION_EVENT,
     MARIADB_QUERY_COMPRESSED,
     ROTATE_EVENT,
     TRANSACTION_PAYLOAD_EVENT,
+    U32,
 )
 from connectors.mysql.binlog_query_events import QueryEvents
 from connectors.mysql.binlog_rows import RowsEvents
@@ -32,9 +32,9 @@ class CompressedEvents(QueryEvents, RowsEvents):
 
     def _undecodable(self, ev: bytes, why: str) -> UndecodableEvent:
         t = ev[4]
-        size, log_pos = _U32(ev, 9)[0], _U32(ev, 13)[0]
+        size, log_pos = U32(ev, 9)[0], U32(ev, 13)[0]
         return UndecodableEvent(
-            f"cannot decode the {_EVENT_NAMES.get(t, 'binlog')} event (type {t}) at {self.file}:{log_pos - size} "
+            f"cannot decode the {EVENT_NAMES.get(t, 'binlog')} event (type {t}) at {self.file}:{log_pos - size} "
             f"(ending at {log_pos}): {why}; nothing from it on was published and the checkpoint stays before it: "
             "restore this binlog file from an intact copy (a backup, or a replica's), then restart the relay"
         )
@@ -83,11 +83,11 @@ class CompressedEvents(QueryEvents, RowsEvents):
             inner = _compression.transaction_payload(ev, self.crc)
         except _compression.CompressedEventError as exc:
             raise self._undecodable(ev, str(exc)) from None
-        size, log_pos = _U32(ev, 9)[0], _U32(ev, 13)[0]
+        size, log_pos = U32(ev, 9)[0], U32(ev, 13)[0]
         pad = b""
         if self.crc:
             first = inner[0]
-            has_own = len(first) > 23 and zlib.crc32(first[:-4]) == _U32(first, len(first) - 4)[0]
+            has_own = len(first) > 23 and zlib.crc32(first[:-4]) == U32(first, len(first) - 4)[0]
             pad = b"" if has_own else b"\0" * self.crc
         last = len(inner) - 1
         get = self._get_handler

@@ -8,29 +8,29 @@ import zlib
 
 from cdc.assembly.source_events import Heartbeat, ServerStarted
 from cdc.position import file_sequence
+from cdc.position import unchecked_position as _pos  # the file name is validated once per Rotate
 from cdc.server_version import writes_checksum_algorithm
 from connectors.mysql.binlog_decode_errors import BinlogDecodeError
 from connectors.mysql.binlog_decoder_state import DecoderState
 from connectors.mysql.binlog_event_types import (
-    _MARIADB_TYPES,
-    _ROWS_POST_HEADERS,
-    _U32,
     DELETE_ROWS_V1,
     DELETE_ROWS_V2,
     EXECUTE_LOAD_QUERY_EVENT,
     MARIADB_ROWS_COMPRESSED,
+    MARIADB_TYPES,
     PARTIAL_UPDATE_ROWS_EVENT,
     QUERY_EVENT,
+    ROWS_POST_HEADERS,
     TABLE_MAP_EVENT,
+    U32,
     UPDATE_ROWS_V1,
     UPDATE_ROWS_V2,
     WRITE_ROWS_V1,
     WRITE_ROWS_V2,
-    _pos,
 )
 
 
-def _skippable_rows(ph_rows_v1: int) -> frozenset[int]:
+def skippable_rows(ph_rows_v1: int) -> frozenset[int]:
     """The rows event types whose handler's first act, for a table that is not watched, is
     to return: every one but Update_rows_v1 / Delete_rows_v1 on a server without v1 rows
     events, whose handlers refuse them first (`_v1_start`)."""
@@ -46,19 +46,19 @@ class ControlEvents(DecoderState):
     """Format_description, Rotate and Heartbeat events, and checksums."""
 
     def _verify(self, ev: bytes) -> None:
-        if zlib.crc32(ev[:-4]) != _U32(ev, len(ev) - 4)[0]:
+        if zlib.crc32(ev[:-4]) != U32(ev, len(ev) - 4)[0]:
             raise BinlogDecodeError(
-                f"CRC32 mismatch in an event of type {ev[4]} ending at {self.file}:{_U32(ev, 13)[0]}"
+                f"CRC32 mismatch in an event of type {ev[4]} ending at {self.file}:{U32(ev, 13)[0]}"
             )
 
     def _rotate(self, ev: bytes, out: list) -> None:
         crc = self.crc
         if not self._crc_known:  # the fake Rotate at stream start precedes any FDE
-            crc = 4 if len(ev) >= 31 and zlib.crc32(ev[:-4]) == _U32(ev, len(ev) - 4)[0] else 0
+            crc = 4 if len(ev) >= 31 and zlib.crc32(ev[:-4]) == U32(ev, len(ev) - 4)[0] else 0
         name = ev[19 + 8 : len(ev) - crc].decode()
         file_sequence(name)
         self.file = name
-        if _U32(ev, 0)[0] != 0:
+        if U32(ev, 0)[0] != 0:
             self._tables.clear()  # a real rotate: table ids may be reused (the library does the same)
 
     def _fde(self, ev: bytes, out: list) -> None:
@@ -84,7 +84,7 @@ class ControlEvents(DecoderState):
         # Format_description_event::created, sql/rpl_binlog_sender.cc
         # send_format_description_event; MariaDB sql/sql_repl.cc). Non-zero: every earlier
         # file predates a server start (cdc/assembly/feed.py's proof of a prepare lost in a crash).
-        if len(body) >= 56 and _U32(body, 52)[0] and self.file:
+        if len(body) >= 56 and U32(body, 52)[0] and self.file:
             out.append(ServerStarted(_pos(self.file, 4)))
         if not self._flavor_fixed:
             self.dbms = "mariadb" if "mariadb" in version.lower() else "mysql"
@@ -97,7 +97,7 @@ class ControlEvents(DecoderState):
         # servers before 5.1.4; otherwise 6 bytes). A length 0 means the server has no such
         # event type: MySQL 9.0 removed the v1 rows events (23-25).
         lengths = {}
-        for t, (name, default, readable) in _ROWS_POST_HEADERS.items():
+        for t, (name, default, readable) in ROWS_POST_HEADERS.items():
             n = ph[t - 1] if len(ph) >= t else default
             if n not in readable and (t != PARTIAL_UPDATE_ROWS_EVENT or self.dbms == "mysql"):
                 why = (
@@ -114,7 +114,7 @@ class ControlEvents(DecoderState):
         self._ph_rows_v1 = lengths[WRITE_ROWS_V1]
         self._ph_rows_v2 = lengths[WRITE_ROWS_V2] or 10
         self._ph_compressed_rows = {t: ph[t - 1] for t in MARIADB_ROWS_COMPRESSED if len(ph) >= t and ph[t - 1]}
-        self._skippable_rows = _skippable_rows(self._ph_rows_v1)
+        self._skippable_rows = skippable_rows(self._ph_rows_v1)
 
     def _refuse_types_past(self, listed: int) -> None:
         """An event type past the Format_description's list does not exist on that server
@@ -126,16 +126,16 @@ class ControlEvents(DecoderState):
         if self.dbms != "mysql":
             return
         for t in self._known_handlers:
-            if listed < t < _MARIADB_TYPES:
+            if listed < t < MARIADB_TYPES:
                 h[t] = self._nonexistent
 
     def _nonexistent(self, ev: bytes, out: list) -> None:
         raise BinlogDecodeError(
-            f"an event of type {ev[4]} ending at {self.file}:{_U32(ev, 13)[0]}, a type server {self.server_version} "
+            f"an event of type {ev[4]} ending at {self.file}:{U32(ev, 13)[0]}, a type server {self.server_version} "
             f"does not have (its Format_description lists event types 1-{len(self.post_header)})"
         )
 
     def _heartbeat(self, ev: bytes, out: list) -> None:
-        log_pos = _U32(ev, 13)[0]
+        log_pos = U32(ev, 13)[0]
         if self.file and log_pos:
             out.append(Heartbeat(_pos(self.file, log_pos)))

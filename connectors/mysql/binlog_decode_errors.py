@@ -8,7 +8,7 @@ BinlogDecodeError            an event could not be decoded
 
 from __future__ import annotations
 
-from connectors.mysql.binlog_column_types import _TYPE_NAMES
+from connectors.mysql.binlog_column_types import TYPE_NAMES
 
 
 class BinlogDecodeError(Exception):
@@ -20,7 +20,7 @@ class UnsupportedColumnType(BinlogDecodeError):
 
     def __init__(self, schema: str, table: str, column: str, type_code: int, detail: str = ""):
         self.schema, self.table, self.column, self.type_code = schema, table, column, type_code
-        name = _TYPE_NAMES.get(type_code, "unknown")
+        name = TYPE_NAMES.get(type_code, "unknown")
         super().__init__(
             f"column {column!r} of {schema}.{table} has type {type_code} ({name}) which the fast binlog decoder "
             f"does not decode{': ' + detail if detail else ''}; use python-mysql-replication for this table"

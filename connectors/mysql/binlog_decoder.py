@@ -62,7 +62,7 @@ from typing import Any
 from cdc.position import file_sequence
 from connectors.mysql import table_columns as _table_columns
 from connectors.mysql.binlog_compressed_events import CompressedEvents
-from connectors.mysql.binlog_control_events import ControlEvents, _skippable_rows
+from connectors.mysql.binlog_control_events import ControlEvents, skippable_rows
 from connectors.mysql.binlog_decode_errors import (
     BinlogDecodeError,
     ServerSettingRequired,
@@ -70,7 +70,6 @@ from connectors.mysql.binlog_decode_errors import (
     UnsupportedColumnType,
 )
 from connectors.mysql.binlog_event_types import (
-    _U32,
     DELETE_ROWS_V1,
     DELETE_ROWS_V2,
     EXECUTE_LOAD_QUERY_EVENT,
@@ -87,6 +86,7 @@ from connectors.mysql.binlog_event_types import (
     ROTATE_EVENT,
     TABLE_MAP_EVENT,
     TRANSACTION_PAYLOAD_EVENT,
+    U32,
     UPDATE_ROWS_V1,
     UPDATE_ROWS_V2,
     WRITE_ROWS_V1,
@@ -97,7 +97,7 @@ from connectors.mysql.binlog_event_types import (
 from connectors.mysql.binlog_gtid_events import GtidEvents, MysqlGtid, parse_mysql_gtid
 from connectors.mysql.binlog_query_events import QueryEvents
 from connectors.mysql.binlog_rows import RowsEvents
-from connectors.mysql.binlog_table_layout import _Table
+from connectors.mysql.binlog_table_layout import Table
 from connectors.mysql.binlog_table_map import TableMapEvents
 
 # Imported where first needed (in the family modules' handlers), not with this module: what
@@ -194,10 +194,10 @@ class BinlogDecoder(ControlEvents, GtidEvents, CompressedEvents, QueryEvents, Ta
         self._ph_rows_v1 = 8
         self._ph_rows_v2 = 10
         self._ph_compressed_rows: dict[int, int] = {}  # MariaDB's compressed rows types, from the FDE
-        self._skippable_rows = _skippable_rows(self._ph_rows_v1)
+        self._skippable_rows = skippable_rows(self._ph_rows_v1)
         self.server_version: str | None = None
-        self._tables: dict[bytes, _Table] = {}  # 6-byte table id -> layout
-        self._layouts: dict[bytes, _Table] = {}  # Table_map body after the table id -> layout
+        self._tables: dict[bytes, Table] = {}  # 6-byte table id -> layout
+        self._layouts: dict[bytes, Table] = {}  # Table_map body after the table id -> layout
         self.table_maps_decoded = 0
         h: dict[int, Any] = {
             QUERY_EVENT: self._query,
@@ -316,7 +316,7 @@ class BinlogDecoder(ControlEvents, GtidEvents, CompressedEvents, QueryEvents, Ta
                     if insert is None:
                         self._inserts(ev, out, tbl, q)
                     else:
-                        insert(ev, q + tbl.head, len(ev) - crc, self.file, _U32(ev, 13)[0], append)
+                        insert(ev, q + tbl.head, len(ev) - crc, self.file, U32(ev, 13)[0], append)
                     continue
             handler = get(t)
             if handler is not None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from connectors.mysql import table_columns as _table_columns
-from connectors.mysql.binlog_table_layout import _Table
+from connectors.mysql.binlog_table_layout import Table
 
 
 class DecoderState:
@@ -34,10 +34,10 @@ class DecoderState:
     _ph_rows_v1: int
     _ph_rows_v2: int
     _ph_compressed_rows: dict[int, int]
-    _skippable_rows: frozenset[int]
+    skippable_rows: frozenset[int]
     server_version: str | None
-    _tables: dict[bytes, _Table]
-    _layouts: dict[bytes, _Table]
+    _tables: dict[bytes, Table]
+    _layouts: dict[bytes, Table]
     table_maps_decoded: int
     _handlers: dict[int, Any]
     _known_handlers: dict[int, Any]

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import struct
 
-from cdc.position import unchecked_position
 from connectors.mysql.binlog_decode_errors import BinlogDecodeError
 
 QUERY_EVENT = 2
@@ -24,10 +23,10 @@ PARTIAL_UPDATE_ROWS_EVENT = 39
 TRANSACTION_PAYLOAD_EVENT = 40
 GTID_TAGGED_LOG_EVENT = 42  # MySQL 8.3+: connectors/mysql/gtid_tagged.py
 MARIADB_GTID_EVENT = 162
-_MARIADB_TYPES = 160  # MariaDB's own event types start here (Annotate_rows)
+MARIADB_TYPES = 160  # MariaDB's own event types start here (Annotate_rows)
 MARIADB_QUERY_COMPRESSED = 165
 MARIADB_ROWS_COMPRESSED = range(166, 172)
-_EVENT_NAMES = {
+EVENT_NAMES = {
     TRANSACTION_PAYLOAD_EVENT: "Transaction_payload",
     MARIADB_QUERY_COMPRESSED: "Query_compressed",
     166: "Write_rows_compressed_v1",
@@ -39,7 +38,7 @@ _EVENT_NAMES = {
 }
 # post-header lengths this decoder reads: event type -> (name, length when the
 # Format_description's table is shorter, lengths read; 0 = the server has no such event)
-_ROWS_POST_HEADERS = {
+ROWS_POST_HEADERS = {
     TABLE_MAP_EVENT: ("Table_map", 8, (8,)),
     WRITE_ROWS_V1: ("Write_rows_v1", 8, (0, 8)),
     UPDATE_ROWS_V1: ("Update_rows_v1", 8, (0, 8)),
@@ -51,15 +50,13 @@ _ROWS_POST_HEADERS = {
 }
 FL_STANDALONE = 0x01
 
-_HDR = struct.Struct("<IBIIIH")  # timestamp, type, server_id, event_size, log_pos, flags
-_U16 = struct.Struct("<H").unpack_from
-_U32 = struct.Struct("<I").unpack_from
-_U64 = struct.Struct("<Q").unpack_from
-
-_pos = unchecked_position  # the file name is validated once per Rotate
+HDR = struct.Struct("<IBIIIH")  # timestamp, type, server_id, event_size, log_pos, flags
+U16 = struct.Struct("<H").unpack_from
+U32 = struct.Struct("<I").unpack_from
+U64 = struct.Struct("<Q").unpack_from
 
 
-def _lenenc(buf: bytes, p: int) -> tuple[int, int]:
+def lenenc(buf: bytes, p: int) -> tuple[int, int]:
     c = buf[p]
     if c < 251:
         return c, p + 1
@@ -68,5 +65,5 @@ def _lenenc(buf: bytes, p: int) -> tuple[int, int]:
     if c == 253:
         return buf[p + 1] | (buf[p + 2] << 8) | (buf[p + 3] << 16), p + 4
     if c == 254:
-        return _U64(buf, p + 1)[0], p + 9
+        return U64(buf, p + 1)[0], p + 9
     raise BinlogDecodeError(f"bad length-encoded integer (first byte {c})")

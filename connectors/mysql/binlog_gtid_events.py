@@ -8,9 +8,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from cdc.assembly.source_events import TxBegin
+from cdc.position import unchecked_position as _pos  # the file name is validated once per Rotate
 from connectors.mysql.binlog_decode_errors import BinlogDecodeError
 from connectors.mysql.binlog_decoder_state import DecoderState
-from connectors.mysql.binlog_event_types import _HDR, _U32, _U64, FL_STANDALONE, _pos
+from connectors.mysql.binlog_event_types import FL_STANDALONE, HDR, U32, U64
 
 
 @dataclass(frozen=True)
@@ -50,11 +51,11 @@ def parse_mysql_gtid(ev: bytes, crc: int = 4) -> MysqlGtid:
     """A whole Gtid_log_event (header + body [+ CRC of `crc` bytes]) -> its fields."""
     end = len(ev) - crc
     h = ev[20:36].hex()
-    gtid = f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}:{_U64(ev, 36)[0]}"
+    gtid = f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}:{U64(ev, 36)[0]}"
     p = 44
     if p + 17 > end or ev[p] != 2:  # no logical clock (MySQL 5.6)
         return MysqlGtid(ev[19], gtid)
-    last_committed, sequence_number = _U64(ev, p + 1)[0], _U64(ev, p + 9)[0]
+    last_committed, sequence_number = U64(ev, p + 1)[0], U64(ev, p + 9)[0]
     p += 17
     fields: dict[str, Any] = {}
     if p + 7 <= end:
@@ -69,12 +70,12 @@ def parse_mysql_gtid(ev: bytes, crc: int = 4) -> MysqlGtid:
         if p < end:
             fields["transaction_length"], p = _packed_int(ev, p)
         if p + 4 <= end:
-            server = _U32(ev, p)[0]
+            server = U32(ev, p)[0]
             p += 4
             original_server = server & 0x7FFFFFFF
             if server & 0x80000000:
                 server = original_server
-                original_server = _U32(ev, p)[0]
+                original_server = U32(ev, p)[0]
                 p += 4
             fields.update(immediate_server_version=server, original_server_version=original_server)
     return MysqlGtid(ev[19], gtid, last_committed, sequence_number, **fields)
@@ -84,9 +85,9 @@ class GtidEvents(DecoderState):
     """MySQL's Gtid_log_event and Gtid_tagged_log_event, MariaDB's Gtid_event."""
 
     def _mariadb_gtid(self, ev: bytes, out: list) -> None:
-        _, _, server_id, size, log_pos, _ = _HDR.unpack_from(ev)
-        seq = _U64(ev, 19)[0]
-        domain = _U32(ev, 27)[0]
+        _, _, server_id, size, log_pos, _ = HDR.unpack_from(ev)
+        seq = U64(ev, 19)[0]
+        domain = U32(ev, 27)[0]
         flags = ev[31]
         file = self.file
         standalone = bool(flags & FL_STANDALONE)
@@ -101,7 +102,7 @@ class GtidEvents(DecoderState):
         )
 
     def _mysql_gtid(self, ev: bytes, out: list) -> None:
-        _, _, _, size, log_pos, _ = _HDR.unpack_from(ev)
+        _, _, _, size, log_pos, _ = HDR.unpack_from(ev)
         gtid = parse_mysql_gtid(ev, self.crc).gtid
         file = self.file
         out.append(TxBegin(_pos(file, self._begin_start(size, log_pos)), _pos(file, log_pos), gtid, False))
@@ -111,7 +112,7 @@ class GtidEvents(DecoderState):
         GTID `uuid:tag:gno`."""
         from connectors.mysql.gtid_tagged import TaggedGtidError, read_tagged_gtid
 
-        _, _, _, size, log_pos, _ = _HDR.unpack_from(ev)
+        _, _, _, size, log_pos, _ = HDR.unpack_from(ev)
         start = _pos(self.file, self._begin_start(size, log_pos))
         try:
             gtid = read_tagged_gtid(ev[19 : len(ev) - self.crc]).gtid

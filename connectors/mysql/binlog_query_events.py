@@ -7,22 +7,23 @@ from __future__ import annotations
 import struct
 
 from cdc.assembly.source_events import TxCommit, XaPrepare, query_event, xid_text
+from cdc.position import unchecked_position as _pos  # the file name is validated once per Rotate
 from connectors.mysql.binlog_decode_errors import BinlogDecodeError
 from connectors.mysql.binlog_decoder_state import DecoderState
-from connectors.mysql.binlog_event_types import _HDR, _U16, _pos
+from connectors.mysql.binlog_event_types import HDR, U16
 
 
 class QueryEvents(DecoderState):
     """Query, Execute_load_query, XA_prepare and Xid events."""
 
     def _xid(self, ev: bytes, out: list) -> None:
-        ts, _, _, _, log_pos, _ = _HDR.unpack_from(ev)
+        ts, _, _, _, log_pos, _ = HDR.unpack_from(ev)
         out.append(TxCommit(_pos(self.file, log_pos), ts))
 
     def _query(self, ev: bytes, out: list, post_header: int = 0) -> None:
-        ts, _, _, size, log_pos, _ = _HDR.unpack_from(ev)
+        ts, _, _, size, log_pos, _ = HDR.unpack_from(ev)
         db_len = ev[19 + 8]
-        status_len = _U16(ev, 19 + 11)[0]
+        status_len = U16(ev, 19 + 11)[0]
         db_at = 19 + (post_header or self._ph_query) + status_len
         start = db_at + db_len + 1
         sql = ev[start : len(ev) - self.crc].decode("utf-8", "backslashreplace").strip()
@@ -38,7 +39,7 @@ class QueryEvents(DecoderState):
     def _xa_prepare(self, ev: bytes, out: list) -> None:
         """XA_prepare (type 38): one_phase (1), formatID (4), gtrid length (4), bqual
         length (4), gtrid + bqual bytes."""
-        ts, _, _, _, log_pos, _ = _HDR.unpack_from(ev)
+        ts, _, _, _, log_pos, _ = HDR.unpack_from(ev)
         one_phase = ev[19] != 0
         format_id, gtrid_len, bqual_len = struct.unpack_from("<iII", ev, 20)
         if 32 + gtrid_len + bqual_len > len(ev) - self.crc or gtrid_len > 64 or bqual_len > 64:

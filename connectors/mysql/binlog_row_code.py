@@ -1,11 +1,12 @@
 """Code generation for row images: for a watched table, one Python function per (table
 layout, columns-present bitmap) that decodes a whole row image with inlined per-column
-code and builds the values dict with a dict display (`_make_reader`), and for Write_rows
-one that also builds each `RowInsert` (`_make_inserter`). Generated once, kept in the
+code and builds the values dict with a dict display (`make_reader`), and for Write_rows
+one that also builds each `RowInsert` (`make_inserter`). Generated once, kept in the
 table's layout (connectors/mysql/binlog_table_layout.py)."""
 
 from __future__ import annotations
 
+import datetime
 import struct
 from typing import Any
 
@@ -38,23 +39,23 @@ from connectors.mysql.binlog_column_types import (
     T_YEAR,
 )
 from connectors.mysql.binlog_decode_errors import UnsupportedColumnType
-from connectors.mysql.binlog_table_layout import _Column, _Table
+from connectors.mysql.binlog_table_layout import Column, Table
 from connectors.mysql.binlog_value_readers import (
-    _datetime,
-    _decimal_reader,
-    _diffs_reader,
-    _fsp_size,
-    _json_reader,
-    _read_date,
-    _read_datetime2_slow,
-    _read_datetime_old,
-    _read_time2,
-    _read_time_old,
-    _read_timestamp2,
-    _utcfromtimestamp,
+    decimal_reader,
+    diffs_reader,
+    fsp_size,
+    json_reader,
+    read_date,
+    read_datetime2_slow,
+    read_datetime_old,
+    read_time2,
+    read_time_old,
+    read_timestamp2,
 )
 
 _new = object.__new__
+_datetime = datetime.datetime
+_utcfromtimestamp = datetime.datetime.utcfromtimestamp
 
 
 _GLOBALS_BASE = {
@@ -70,12 +71,12 @@ _GLOBALS_BASE = {
     "_be64": struct.Struct(">Q").unpack_from,
     "_from_bytes": int.from_bytes,
     "_datetime": _datetime,
-    "_read_time2": _read_time2,
-    "_read_date": _read_date,
-    "_read_time_old": _read_time_old,
-    "_read_datetime_old": _read_datetime_old,
-    "_read_timestamp2": _read_timestamp2,
-    "_read_datetime2_slow": _read_datetime2_slow,
+    "_read_time2": read_time2,
+    "_read_date": read_date,
+    "_read_time_old": read_time_old,
+    "_read_datetime_old": read_datetime_old,
+    "_read_timestamp2": read_timestamp2,
+    "_read_datetime2_slow": read_datetime2_slow,
     "_utcfromtimestamp": _utcfromtimestamp,
 }
 
@@ -95,7 +96,7 @@ def _uint_expr(size: int) -> str:
     return f"_from_bytes(b[p:p + {size}], 'little')"
 
 
-def _column_code(i: int, c: _Column, schema: str, table: str, g: dict[str, Any]) -> list[str]:
+def _column_code(i: int, c: Column, schema: str, table: str, g: dict[str, Any]) -> list[str]:
     """Lines that set v{i} from b[p:] and advance p (4-space indented, no null check)."""
     t, m, v = c.type, c.meta, f"v{i}"
     u = c.unsigned
@@ -142,15 +143,15 @@ def _column_code(i: int, c: _Column, schema: str, table: str, g: dict[str, Any])
         return [f"n = {_uint_expr(size)}", f"p += {size}", f"{v} = b[p:p + n]", "p += n"]
     if t == T_JSON:
         size = m["length_size"]
-        g[f"_json{i}"] = _json_reader(schema, table, c.name)
+        g[f"_json{i}"] = json_reader(schema, table, c.name)
         return [f"n = {_uint_expr(size)}", f"p += {size}", f"{v} = _json{i}(b[p:p + n])", "p += n"]
     if t == T_NEWDECIMAL:
-        size, reader = _decimal_reader(m["precision"], m["decimals"])
+        size, reader = decimal_reader(m["precision"], m["decimals"])
         g[f"_dec{i}"] = reader
         return [f"{v} = _dec{i}(b[p:p + {size}])", f"p += {size}"]
     if t == T_DATETIME2:
         fsp = m["fsp"]
-        fs = _fsp_size(fsp)
+        fs = fsp_size(fsp)
         if fsp == 6:
             # The 5 bytes of date and time and the 3 of the fraction as one big-endian
             # 64-bit read (the general path below slices the fraction out and calls
@@ -194,10 +195,10 @@ def _column_code(i: int, c: _Column, schema: str, table: str, g: dict[str, Any])
         return [f"{v} = _read_datetime2_slow(b, p, {fsp})", f"p += {5 + fs}"]
     if t == T_TIMESTAMP2:
         fsp = m["fsp"]
-        return [f"{v} = _read_timestamp2(b, p, {fsp})", f"p += {4 + _fsp_size(fsp)}"]
+        return [f"{v} = _read_timestamp2(b, p, {fsp})", f"p += {4 + fsp_size(fsp)}"]
     if t == T_TIME2:
         fsp = m["fsp"]
-        return [f"{v} = _read_time2(b, p, {fsp})", f"p += {3 + _fsp_size(fsp)}"]
+        return [f"{v} = _read_time2(b, p, {fsp})", f"p += {3 + fsp_size(fsp)}"]
     if t == T_DATE:
         return [f"{v} = _read_date(b, p)", "p += 3"]
     if t == T_TIME:
@@ -241,17 +242,17 @@ def _column_code(i: int, c: _Column, schema: str, table: str, g: dict[str, Any])
     raise UnsupportedColumnType(schema, table, str(c.name), t)
 
 
-def _check_supported(tbl: _Table) -> None:
+def check_supported(tbl: Table) -> None:
     """Generate (and drop) the code of the full-image reader: raises UnsupportedColumnType early."""
     assert tbl.columns is not None
     for i, c in enumerate(tbl.columns):
         _column_code(i, c, tbl.schema, tbl.table, {})
 
 
-def _image_code(tbl: _Table, present: bytes, partial: frozenset[int] | None, g: dict[str, Any]) -> list[str]:
+def _image_code(tbl: Table, present: bytes, partial: frozenset[int] | None, g: dict[str, Any]) -> list[str]:
     """Lines (not indented) that read one row image with this columns-present bitmap from
     b[p:] into v0, v1, ... and advance p; what they call goes into `g`. `partial`: see
-    `_make_reader`."""
+    `make_reader`."""
     cols = tbl.columns
     assert cols is not None
     present_idx = [i for i in range(tbl.ncols) if present[i >> 3] & (1 << (i & 7))]
@@ -269,10 +270,10 @@ def _image_code(tbl: _Table, present: bytes, partial: frozenset[int] | None, g: 
             body.append(f"v{i} = None")
             continue
         if partial is not None and i in partial:
-            g[f"_diffs{i}"] = _diffs_reader(tbl.schema, tbl.table, c.name)
+            g[f"_diffs{i}"] = diffs_reader(tbl.schema, tbl.table, c.name)
             code = [f"v{i}, p = _diffs{i}(b, p)"]
         elif partial is not None and c.type == T_JSON:
-            g[f"_doc{i}"] = _json_reader(tbl.schema, tbl.table, c.name, document=True)
+            g[f"_doc{i}"] = json_reader(tbl.schema, tbl.table, c.name, document=True)
             size = c.meta["length_size"]
             code = [f"n = {_uint_expr(size)}", f"p += {size}", f"v{i} = _doc{i}(b[p:p + n])", "p += n"]
         else:
@@ -285,19 +286,19 @@ def _image_code(tbl: _Table, present: bytes, partial: frozenset[int] | None, g: 
     return body
 
 
-def _values_code(tbl: _Table) -> str:
+def _values_code(tbl: Table) -> str:
     """The row's values dict of v0, v1, ... (`_image_code`), by column name."""
     return "{" + ", ".join(f"{name!r}: v{i}" for i, name in enumerate(tbl.names)) + "}"
 
 
-def _compiled(tbl: _Table, src: str, name: str, g: dict[str, Any]):
+def _compiled(tbl: Table, src: str, name: str, g: dict[str, Any]):
     exec(compile(src, f"<binlog row reader {tbl.schema}.{tbl.table}>", "exec"), g)
     fn: Any = g[name]
     fn.__source__ = src
     return fn
 
 
-def _make_reader(tbl: _Table, present: bytes, partial: frozenset[int] | None = None):
+def make_reader(tbl: Table, present: bytes, partial: frozenset[int] | None = None):
     """A function (b, p) -> (values dict, new p) for one row image with this bitmap.
     `partial` (a Partial_update_rows image): JSON values as documents (mysql_json.parse),
     and the columns in `partial` as their diffs."""
@@ -308,10 +309,10 @@ def _make_reader(tbl: _Table, present: bytes, partial: frozenset[int] | None = N
     return _compiled(tbl, "\n".join(body) + "\n", "_read_row", g)
 
 
-def _make_inserter(tbl: _Table, present: bytes):
+def make_inserter(tbl: Table, present: bytes):
     """A function (b, p, stop, file, pos, append) that appends the `RowInsert` of each row
     image in b[p:stop] (a Write_rows event's rows, this columns-present bitmap), all ending
-    at file:pos. The row reader of `_make_reader` inside the loop, and the rows built there
+    at file:pos. The row reader of `make_reader` inside the loop, and the rows built there
     with the table's names as constants: no call and no (values, p) tuple per row
     (outbox-only `decode_batch`: one row per Write_rows event). A row's slots are set by
     plain stores, its end as the file and offset it keeps (cdc/assembly/source_events.py)."""

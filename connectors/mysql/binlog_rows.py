@@ -9,12 +9,13 @@ from __future__ import annotations
 from typing import Any
 
 from cdc.assembly.source_events import RowChange
+from cdc.position import unchecked_position as _pos  # the file name is validated once per Rotate
 from connectors.mysql.binlog_decode_errors import BinlogDecodeError, ServerSettingRequired
 from connectors.mysql.binlog_decoder_state import DecoderState
-from connectors.mysql.binlog_event_types import _U16, _U32, _lenenc, _pos
-from connectors.mysql.binlog_row_code import _make_inserter, _make_reader
-from connectors.mysql.binlog_table_layout import _Table
-from connectors.mysql.binlog_value_readers import _Diffs
+from connectors.mysql.binlog_event_types import U16, U32, lenenc
+from connectors.mysql.binlog_row_code import make_inserter, make_reader
+from connectors.mysql.binlog_table_layout import Table
+from connectors.mysql.binlog_value_readers import Diffs
 
 
 class RowsEvents(DecoderState):
@@ -22,7 +23,7 @@ class RowsEvents(DecoderState):
 
     def _rows_start(self, ev: bytes, v2: bool) -> int:
         if v2:
-            extra = _U16(ev, 19 + 8)[0]
+            extra = U16(ev, 19 + 8)[0]
             return 19 + self._ph_rows_v2 + extra - 2
         return self._v1_start(ev)
 
@@ -31,7 +32,7 @@ class RowsEvents(DecoderState):
         ph = self._ph_rows_v1
         if not ph:
             raise BinlogDecodeError(
-                f"a rows event of event type {ev[4]} ending at {self.file}:{_U32(ev, 13)[0]}, a type server "
+                f"a rows event of event type {ev[4]} ending at {self.file}:{U32(ev, 13)[0]}, a type server "
                 f"{self.server_version} does not have (its Format_description gives it post-header length 0)"
             )
         return 19 + ph
@@ -48,24 +49,24 @@ class RowsEvents(DecoderState):
             return
         self._inserts(ev, out, tbl, self._rows_start(ev, True))
 
-    def _inserts(self, ev: bytes, out: list, tbl: _Table, p: int) -> None:
+    def _inserts(self, ev: bytes, out: list, tbl: Table, p: int) -> None:
         # The column count and the columns-present bitmap (sql/log_event.h, Rows_log_event:
         # "m_width" as a packed integer, then "m_cols") are the same bytes on every rows event
         # of a table in practice: those bytes, sliced by the Table_map's count, name the
-        # inserter (`_Table.inserters`), one look-up instead of parsing them per event.
+        # inserter (`Table.inserters`), one look-up instead of parsing them per event.
         insert = tbl.inserters.get(ev[p : p + tbl.head])
         if insert is None:
             insert, p = self._inserter(ev, tbl, p)
         else:
             p += tbl.head
-        insert(ev, p, len(ev) - self.crc, self.file, _U32(ev, 13)[0], out.append)
+        insert(ev, p, len(ev) - self.crc, self.file, U32(ev, 13)[0], out.append)
 
-    def _inserter(self, ev: bytes, tbl: _Table, p: int) -> tuple[Any, int]:
+    def _inserter(self, ev: bytes, tbl: Table, p: int) -> tuple[Any, int]:
         """The inserter of a Write_rows event's bitmap at ev[p:], and where its rows start."""
         start = p
         ncols = ev[p]
         if ncols >= 251:
-            ncols, p = _lenenc(ev, p)
+            ncols, p = lenenc(ev, p)
         else:
             p += 1
         nb = (ncols + 7) >> 3
@@ -74,7 +75,7 @@ class RowsEvents(DecoderState):
         inserters = tbl.inserters
         insert = inserters.get((ncols, present))
         if insert is None:
-            insert = inserters[(ncols, present)] = _make_inserter(tbl, present)
+            insert = inserters[(ncols, present)] = make_inserter(tbl, present)
             if ncols == tbl.ncols and ncols < 251:
                 # the key `_inserts` slices: 1 + nb bytes (a Table_map's count below 251
                 # is one byte; a rows event of another width never starts with that byte)
@@ -99,23 +100,23 @@ class RowsEvents(DecoderState):
             return
         if p is None:
             p = self._rows_start(ev, True)
-        ncols, p = _lenenc(ev, p)
+        ncols, p = lenenc(ev, p)
         nb = (ncols + 7) >> 3
         present = ev[p : p + nb]
         p += nb
         readers = tbl.readers
         reader = readers.get(present)
         if reader is None:
-            reader = readers[present] = _make_reader(tbl, present)
+            reader = readers[present] = make_reader(tbl, present)
         after = reader
         if update:
             present2 = ev[p : p + nb]
             p += nb
             after = readers.get(present2)
             if after is None:
-                after = readers[present2] = _make_reader(tbl, present2)
+                after = readers[present2] = make_reader(tbl, present2)
         stop = len(ev) - self.crc
-        end = _pos(self.file, _U32(ev, 13)[0])
+        end = _pos(self.file, U32(ev, 13)[0])
         kind = "update" if update else "delete"
         schema, table = tbl.schema, tbl.table
         while p < stop:
@@ -138,7 +139,7 @@ class RowsEvents(DecoderState):
         from connectors.mysql import json_binary as _mysql_json
 
         p = self._rows_start(ev, True)
-        ncols, p = _lenenc(ev, p)
+        ncols, p = lenenc(ev, p)
         nb = (ncols + 7) >> 3
         before_present, after_present = ev[p : p + nb], ev[p + nb : p + 2 * nb]
         p += 2 * nb
@@ -146,13 +147,13 @@ class RowsEvents(DecoderState):
         no_partial: frozenset[int] = frozenset()
         before_reader = readers.get((before_present, no_partial))
         if before_reader is None:
-            before_reader = readers[(before_present, no_partial)] = _make_reader(tbl, before_present, no_partial)
+            before_reader = readers[(before_present, no_partial)] = make_reader(tbl, before_present, no_partial)
         json_columns = tbl.json_columns
         stop = len(ev) - self.crc
-        end = _pos(self.file, _U32(ev, 13)[0])
+        end = _pos(self.file, U32(ev, 13)[0])
         while p < stop:
             before, p = before_reader(ev, p)
-            options, p = _lenenc(ev, p)
+            options, p = lenenc(ev, p)
             if options > 1:
                 raise BinlogDecodeError(
                     f"malformed Partial_update_rows event ending at {self.file}:{end.pos} (value options {options})"
@@ -166,18 +167,18 @@ class RowsEvents(DecoderState):
             key = (after_present, partial)
             after_reader = readers.get(key)
             if after_reader is None:
-                after_reader = readers[key] = _make_reader(tbl, after_present, partial)
+                after_reader = readers[key] = make_reader(tbl, after_present, partial)
             after, p = after_reader(ev, p)
             for i in json_columns:
                 name = tbl.names[i]
                 value = after[name]
-                if type(value) is _Diffs:
+                if type(value) is Diffs:
                     value = self._apply_diffs(tbl, i, before_present, before[name], value, end)
                 if value is not None:
                     after[name] = _mysql_json.text(value)
             out.append(RowChange("update", tbl.schema, tbl.table, after, end))
 
-    def _apply_diffs(self, tbl: _Table, i: int, before_present: bytes, doc: Any, diffs: _Diffs, end) -> Any:
+    def _apply_diffs(self, tbl: Table, i: int, before_present: bytes, doc: Any, diffs: Diffs, end) -> Any:
         from connectors.mysql import json_diff as _json_diff
 
         name = tbl.names[i]

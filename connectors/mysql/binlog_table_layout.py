@@ -11,7 +11,7 @@ from typing import Any
 from pymysqlreplication.row_event import RowsEvent, find_charset
 
 from connectors.mysql.binlog_column_types import (
-    _NUMERIC,
+    NUMERIC,
     T_BIT,
     T_BLOB,
     T_DATETIME2,
@@ -29,10 +29,10 @@ from connectors.mysql.binlog_column_types import (
     T_VARCHAR,
     T_VECTOR,
 )
-from connectors.mysql.binlog_event_types import _U16, _lenenc
+from connectors.mysql.binlog_event_types import U16, lenenc
 
 
-class _Column:
+class Column:
     __slots__ = ("encoding", "enum_values", "meta", "name", "nullable", "set_values", "type", "unsigned")
 
     def __init__(self, type_: int):
@@ -46,7 +46,7 @@ class _Column:
         self.set_values: list[str] | None = None
 
 
-class _Table:
+class Table:
     """One Table_map layout. `columns is None` for tables that are not watched."""
 
     __slots__ = (
@@ -70,7 +70,7 @@ class _Table:
         # gives the table a new id)
         self.looked_up = False
         self.table_id = b""
-        self.columns: list[_Column] | None = None
+        self.columns: list[Column] | None = None
         self.ncols = 0
         self.names: tuple[str | None, ...] = ()  # None: the server sent no name (no row metadata)
         self.json_columns: tuple[int, ...] = ()  # indexes of the JSON columns (partial JSON updates)
@@ -78,18 +78,18 @@ class _Table:
         # the reader of a Partial_update_rows image, whose JSON values are documents
         self.readers: dict[Any, Any] = {}
         # a Write_rows event's column count and columns-present bitmap -> its generated
-        # inserter (`_make_inserter`): as their bytes when the count is the Table_map's
+        # inserter (`make_inserter`): as their bytes when the count is the Table_map's
         # (`head`: their length then), else as (count, bitmap)
         self.inserters: dict[Any, Any] = {}
         self.head = 0
 
 
-def _parse_column_meta(col: _Column, buf: bytes, p: int) -> int:
+def parse_column_meta(col: Column, buf: bytes, p: int) -> int:
     """Per-type metadata of the Table_map, as python-mysql-replication's Column reads it."""
     t = col.type
     m = col.meta
     if t == T_VARCHAR:
-        m["max_length"] = _U16(buf, p)[0]
+        m["max_length"] = U16(buf, p)[0]
         return p + 2
     if t in (T_DOUBLE, T_FLOAT):
         m["size"] = buf[p]
@@ -122,7 +122,7 @@ def _parse_column_meta(col: _Column, buf: bytes, p: int) -> int:
     return p
 
 
-def _is_character(t: int, dbms: str) -> bool:
+def is_character(t: int, dbms: str) -> bool:
     return t in (T_STRING, T_VAR_STRING, T_VARCHAR, T_BLOB) or (t == T_GEOMETRY and dbms == "mariadb")
 
 
@@ -143,10 +143,10 @@ def _python_encoding(charset_id: int | None, dbms: str) -> str | None:
 def _read_strings(buf: bytes, p: int, end: int) -> tuple[list[list[str]], int]:
     result = []
     while p < end:
-        count, p = _lenenc(buf, p)
+        count, p = lenenc(buf, p)
         values = []
         for _ in range(count):
-            n, p = _lenenc(buf, p)
+            n, p = lenenc(buf, p)
             raw = buf[p : p + n]
             p += n
             try:
@@ -157,7 +157,7 @@ def _read_strings(buf: bytes, p: int, end: int) -> tuple[list[list[str]], int]:
     return result, p
 
 
-class _RowMetadata:
+class RowMetadata:
     """The optional metadata of a Table_map (binlog_row_metadata); None = not in the event."""
 
     __slots__ = ("charsets", "encodings", "enum_values", "names", "set_values", "unsigned")
@@ -171,37 +171,37 @@ class _RowMetadata:
         self.set_values: list[list[str]] | None = None
 
 
-def _read_optional_metadata(cols: list[_Column], buf: bytes, p: int, end: int) -> _RowMetadata:
+def read_optional_metadata(cols: list[Column], buf: bytes, p: int, end: int) -> RowMetadata:
     """binlog_row_metadata TLV fields (MySQL libs/mysql/binlog/event/rows_event.h,
     Table_map_event::Optional_metadata_field_type): type 1 byte, length (lenenc), value."""
-    meta = _RowMetadata()
+    meta = RowMetadata()
     n = len(cols)
     while p < end:
         kind = buf[p]
-        length, p = _lenenc(buf, p + 1)
+        length, p = lenenc(buf, p + 1)
         stop = p + length
         if kind == 1:  # SIGNEDNESS: one bit per numeric column, most significant first
-            numeric = [i for i, c in enumerate(cols) if c.type in _NUMERIC]
+            numeric = [i for i, c in enumerate(cols) if c.type in NUMERIC]
             meta.unsigned = unsigned = [False] * n
             for k, i in enumerate(numeric):
                 unsigned[i] = bool(buf[p + k // 8] & (0x80 >> (k % 8)))
         elif kind == 2:  # DEFAULT_CHARSET: default, then (char column index, collation) pairs
-            default, q = _lenenc(buf, p)
+            default, q = lenenc(buf, p)
             overrides = {}
             while q < stop:
-                idx, q = _lenenc(buf, q)
-                coll, q = _lenenc(buf, q)
+                idx, q = lenenc(buf, q)
+                coll, q = lenenc(buf, q)
                 overrides[idx] = coll
             meta.charsets = [overrides.get(k, default) for k in range(n)]
         elif kind == 3:  # COLUMN_CHARSET
             q, meta.charsets = p, []
             while q < stop:
-                coll, q = _lenenc(buf, q)
+                coll, q = lenenc(buf, q)
                 meta.charsets.append(coll)
         elif kind == 4:  # COLUMN_NAME
             q, meta.names = p, []
             while q < stop:
-                ln, q = _lenenc(buf, q)
+                ln, q = lenenc(buf, q)
                 meta.names.append(buf[q : q + ln].decode())
                 q += ln
         elif kind == 5:  # SET_STR_VALUE
@@ -213,7 +213,7 @@ def _read_optional_metadata(cols: list[_Column], buf: bytes, p: int, end: int) -
     return meta
 
 
-def _assign_metadata(cols: list[_Column], meta: _RowMetadata, dbms: str) -> None:
+def assign_metadata(cols: list[Column], meta: RowMetadata, dbms: str) -> None:
     """Names, signedness, encodings and ENUM/SET values onto the columns."""
     if not meta.names:
         # The library without column names: UNKNOWN_COLn keys, nothing unsigned, utf-8.
@@ -227,7 +227,7 @@ def _assign_metadata(cols: list[_Column], meta: _RowMetadata, dbms: str) -> None
     char_pos = 0
     for i, c in enumerate(cols):
         c.name = names[i] if i < len(names) else f"UNKNOWN_COL{i}"
-        if _is_character(c.type, dbms):
+        if is_character(c.type, dbms):
             if encodings is not None and char_pos < len(encodings):
                 c.encoding = encodings[char_pos]
             else:
@@ -244,7 +244,7 @@ def _assign_metadata(cols: list[_Column], meta: _RowMetadata, dbms: str) -> None
             c.unsigned = True
 
 
-def _lacks_metadata(cols: list[_Column], meta: _RowMetadata) -> bool:
+def lacks_metadata(cols: list[Column], meta: RowMetadata) -> bool:
     """Column names, or the value names of an ENUM / SET column, are not in the Table_map."""
     if not meta.names:
         return True
@@ -256,7 +256,7 @@ def _lacks_metadata(cols: list[_Column], meta: _RowMetadata) -> bool:
 # information_schema.COLUMNS.DATA_TYPE of each binlog column type (a DATA_TYPE not listed
 
 
-def _charset_encoding(charset: str | None) -> str | None:
+def charset_encoding(charset: str | None) -> str | None:
     """A CHARACTER_SET_NAME -> the python codec the library would use; None = bytes."""
     if charset is None:
         return "utf-8"

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from connectors.mysql import table_columns as _table_columns
 from connectors.mysql.binlog_column_types import (
-    _TYPE_NAMES,
     T_BIT,
     T_BLOB,
     T_DATE,
@@ -34,21 +33,22 @@ from connectors.mysql.binlog_column_types import (
     T_VARCHAR,
     T_VECTOR,
     T_YEAR,
+    TYPE_NAMES,
 )
 from connectors.mysql.binlog_decode_errors import BinlogDecodeError, ServerSettingRequired
 from connectors.mysql.binlog_decoder_state import DecoderState
-from connectors.mysql.binlog_event_types import _lenenc
-from connectors.mysql.binlog_row_code import _check_supported
+from connectors.mysql.binlog_event_types import lenenc
+from connectors.mysql.binlog_row_code import check_supported
 from connectors.mysql.binlog_table_layout import (
-    _assign_metadata,
-    _charset_encoding,
-    _Column,
-    _is_character,
-    _lacks_metadata,
-    _parse_column_meta,
-    _read_optional_metadata,
-    _RowMetadata,
-    _Table,
+    Column,
+    RowMetadata,
+    Table,
+    assign_metadata,
+    charset_encoding,
+    is_character,
+    lacks_metadata,
+    parse_column_meta,
+    read_optional_metadata,
 )
 
 # here, such as MariaDB's inet6 or uuid, is not checked)
@@ -109,7 +109,7 @@ class TableMapEvents(DecoderState):
             self._layouts[key] = tbl
         self._tables[ev[19:25]] = tbl
 
-    def _parse_table_map(self, body: bytes) -> _Table:
+    def _parse_table_map(self, body: bytes) -> Table:
         """`body`: the Table_map event body after the 6-byte table id, without CRC."""
         self.table_maps_decoded += 1
         p = 2  # flags
@@ -119,35 +119,35 @@ class TableMapEvents(DecoderState):
         n = body[p]
         table = body[p + 1 : p + 1 + n].decode()
         p += 1 + n + 1
-        tbl = _Table(schema, table)
+        tbl = Table(schema, table)
         if (schema, table) not in self.watched:
             return tbl
-        ncols, p = _lenenc(body, p)
-        cols = [_Column(t) for t in body[p : p + ncols]]
+        ncols, p = lenenc(body, p)
+        cols = [Column(t) for t in body[p : p + ncols]]
         p += ncols
-        meta_len, p = _lenenc(body, p)
+        meta_len, p = lenenc(body, p)
         q = p
         for c in cols:
-            q = _parse_column_meta(c, body, q)
+            q = parse_column_meta(c, body, q)
         p += meta_len
         nbytes = (ncols + 7) // 8
         nullable = int.from_bytes(body[p : p + nbytes], "little")
         p += nbytes
         for i, c in enumerate(cols):
             c.nullable = bool(nullable & (1 << i))
-        meta = _read_optional_metadata(cols, body, p, len(body))
-        if self.table_columns is not None and _lacks_metadata(cols, meta):
+        meta = read_optional_metadata(cols, body, p, len(body))
+        if self.table_columns is not None and lacks_metadata(cols, meta):
             self._look_up(tbl, cols, meta)
-        _assign_metadata(cols, meta, self.dbms)
+        assign_metadata(cols, meta, self.dbms)
         tbl.columns = cols
         tbl.ncols = ncols
         tbl.head = 1 + ((ncols + 7) >> 3) if ncols < 251 else 0
         tbl.names = tuple(c.name for c in cols)
         tbl.json_columns = tuple(i for i, c in enumerate(cols) if c.type == T_JSON)
-        _check_supported(tbl)
+        check_supported(tbl)
         return tbl
 
-    def _look_up(self, tbl: _Table, cols: list[_Column], meta: _RowMetadata) -> None:
+    def _look_up(self, tbl: Table, cols: list[Column], meta: RowMetadata) -> None:
         """Column names and ENUM/SET values the Table_map lacks (binlog_row_metadata=MINIMAL),
         from the `table_columns` port (connectors/mysql/table_columns.py)."""
         assert self.table_columns is not None
@@ -171,7 +171,7 @@ class TableMapEvents(DecoderState):
             if d.data_type in _KNOWN_DATA_TYPES and want is not None and d.data_type not in want:
                 raise ServerSettingRequired(
                     f"column {d.name!r} of {where} is {d.data_type} in information_schema.COLUMNS but of binlog type "
-                    f"{c.type} ({_TYPE_NAMES.get(c.type, 'unknown')}) in the Table_map (the table was altered after "
+                    f"{c.type} ({TYPE_NAMES.get(c.type, 'unknown')}) in the Table_map (the table was altered after "
                     f"the event was written), {fix}"
                 )
         meta.names = [d.name for d in defs]
@@ -183,7 +183,5 @@ class TableMapEvents(DecoderState):
             meta.unsigned = [d.unsigned for d in defs]
         if meta.charsets is None:
             meta.encodings = [
-                _charset_encoding(d.charset)
-                for c, d in zip(cols, defs, strict=True)
-                if _is_character(c.type, self.dbms)
+                charset_encoding(d.charset) for c, d in zip(cols, defs, strict=True) if is_character(c.type, self.dbms)
             ]

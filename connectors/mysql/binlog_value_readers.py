@@ -10,7 +10,7 @@ import decimal
 from typing import Any
 
 from connectors.mysql.binlog_decode_errors import BinlogDecodeError
-from connectors.mysql.binlog_event_types import _U64
+from connectors.mysql.binlog_event_types import U64
 
 _COMPRESSED_BYTES = [0, 1, 1, 2, 2, 3, 3, 4, 4, 4]
 _Decimal = decimal.Decimal
@@ -20,7 +20,7 @@ _timedelta = datetime.timedelta
 _utcfromtimestamp = datetime.datetime.utcfromtimestamp
 
 
-def _decimal_reader(precision: int, decimals: int):
+def decimal_reader(precision: int, decimals: int):
     """(size, f(bytes) -> Decimal) for DECIMAL(precision, decimals); same string as the library builds."""
     integral = precision - decimals
     uncomp_integral, comp_integral = divmod(integral, 9)
@@ -57,7 +57,7 @@ def _decimal_reader(precision: int, decimals: int):
     return size, read
 
 
-def _fsp_size(fsp: int) -> int:
+def fsp_size(fsp: int) -> int:
     return (fsp + 1) // 2
 
 
@@ -72,7 +72,7 @@ def _fsp_value(b: bytes, p: int, fsp: int) -> int:
     return v * (10 ** (6 - fsp))
 
 
-def _read_time2(b: bytes, p: int, fsp: int) -> datetime.timedelta:
+def read_time2(b: bytes, p: int, fsp: int) -> datetime.timedelta:
     data = int.from_bytes(b[p : p + 3], "big", signed=True)
     sign = 1 if (data >> 23) & 1 else -1
     if sign == -1:
@@ -88,7 +88,7 @@ def _read_time2(b: bytes, p: int, fsp: int) -> datetime.timedelta:
     )
 
 
-def _read_date(b: bytes, p: int):
+def read_date(b: bytes, p: int):
     t = b[p] | (b[p + 1] << 8) | (b[p + 2] << 16)
     if t == 0:
         return None
@@ -98,13 +98,13 @@ def _read_date(b: bytes, p: int):
     return _date(year=year, month=month, day=day)
 
 
-def _read_time_old(b: bytes, p: int) -> datetime.timedelta:
+def read_time_old(b: bytes, p: int) -> datetime.timedelta:
     t = b[p] | (b[p + 1] << 8) | (b[p + 2] << 16)
     return _timedelta(hours=int(t / 10000), minutes=int((t % 10000) / 100), seconds=int(t % 100))
 
 
-def _read_datetime_old(b: bytes, p: int):
-    value = _U64(b, p)[0]
+def read_datetime_old(b: bytes, p: int):
+    value = U64(b, p)[0]
     if value == 0:
         return None
     date = value / 1000000
@@ -122,7 +122,7 @@ def _read_datetime_old(b: bytes, p: int):
     )
 
 
-def _read_datetime2_slow(b: bytes, p: int, fsp: int):
+def read_datetime2_slow(b: bytes, p: int, fsp: int):
     d = int.from_bytes(b[p : p + 5], "big")
     ym = (d >> 22) & 0x1FFFF
     try:
@@ -142,7 +142,7 @@ def _read_datetime2_slow(b: bytes, p: int, fsp: int):
     return t
 
 
-def _read_timestamp2(b: bytes, p: int, fsp: int):
+def read_timestamp2(b: bytes, p: int, fsp: int):
     t = _utcfromtimestamp(int.from_bytes(b[p : p + 4], "big", signed=True))
     us = _fsp_value(b, p + 4, fsp)
     if us > 0:
@@ -150,7 +150,7 @@ def _read_timestamp2(b: bytes, p: int, fsp: int):
     return t
 
 
-def _json_reader(schema: str, table: str, column: str | None, document: bool = False):
+def json_reader(schema: str, table: str, column: str | None, document: bool = False):
     """f(value bytes) -> MySQL's JSON text of a JSON column (MySQL only: MariaDB's JSON is
     LONGTEXT), as connectors/mysql/json_binary.py prints it (`document=True`: the document, as
     mysql_json.parse returns it, for a partial update); malformed bytes raise
@@ -171,7 +171,7 @@ def _json_reader(schema: str, table: str, column: str | None, document: bool = F
     return read
 
 
-class _Diffs:
+class Diffs:
     """A partial JSON column of a Partial_update_rows after image: its diffs."""
 
     __slots__ = ("diffs",)
@@ -180,18 +180,18 @@ class _Diffs:
         self.diffs = diffs
 
 
-def _diffs_reader(schema: str, table: str, column: str | None):
-    """f(b, p) -> (_Diffs, new p): a partial JSON column's diffs (connectors/mysql/json_diff.py)."""
+def diffs_reader(schema: str, table: str, column: str | None):
+    """f(b, p) -> (Diffs, new p): a partial JSON column's diffs (connectors/mysql/json_diff.py)."""
 
     from connectors.mysql import json_diff as _json_diff
 
-    def read(b: bytes, p: int) -> tuple[_Diffs, int]:
+    def read(b: bytes, p: int) -> tuple[Diffs, int]:
         try:
             diffs, p = _json_diff.read_diffs(b, p, len(b))
         except _json_diff.JsonDiffError as exc:
             raise BinlogDecodeError(
                 f"column {column!r} of {schema}.{table}: malformed partial JSON update: {exc}"
             ) from None
-        return _Diffs(diffs), p
+        return Diffs(diffs), p
 
     return read
