@@ -190,7 +190,7 @@ class ServerInfo:
 class ServerStarted:
     """The binlog file `end.file` was opened by a server start: everything in earlier files
     was written before that start (the decoder reads it off the file's Format_description,
-    connectors/mysql/binlog_decoder.py). `end`: that file's first position (4)."""
+    connectors/mysql/binlog_control_events.py). `end`: that file's first position (4)."""
 
     end: BinlogPosition
 

@@ -47,7 +47,7 @@ from cdc.source_events import (
     query_event,
     xid_text,
 )
-from connectors.mysql.binlog_decoder import FL_STANDALONE, GTID_TAGGED_LOG_EVENT
+from connectors.mysql.binlog_event_types import FL_STANDALONE, GTID_TAGGED_LOG_EVENT
 from connectors.mysql.client import Connection
 from connectors.mysql.errors import error_text
 from connectors.mysql.gtid_tagged import TaggedGtidError, read_tagged_gtid

@@ -3,7 +3,7 @@ column names and ENUM / SET value names, looked up in `information_schema.COLUMN
 
 A row event holds an ENUM's index and a SET's bitmask; only `binlog_row_metadata=FULL`
 puts the names of the columns and of the values in the Table_map. Without them the
-decoder (connectors/mysql/binlog_decoder.py) asks a `TableColumns` port, for a watched table
+decoder (connectors/mysql/binlog_table_map.py) asks a `TableColumns` port, for a watched table
 only, once per table id and Table_map: `(schema, table) -> [ColumnDefinition]` in
 ordinal order. `InformationSchemaColumns` answers from the server; a test passes a
 function. The answer describes the table as it is now: when it no longer matches the

@@ -18,7 +18,8 @@ import struct
 import pytest
 
 from cdc.source_events import RowInsert
-from connectors.mysql.binlog_decoder import _TYPE_NAMES, BinlogDecoder, ServerSettingRequired
+from connectors.mysql.binlog_column_types import TYPE_NAMES
+from connectors.mysql.binlog_decoder import BinlogDecoder, ServerSettingRequired
 from connectors.mysql.table_columns import ColumnDefinition, parse_column_type
 from tests.unit import binlog_bytes as bb
 
@@ -212,4 +213,4 @@ def test_a_vector_is_published_as_the_bytes_mysql_holds():
         dec.decode(ev, out)
     assert [e.values for e in out if isinstance(e, RowInsert)] == [{"id": "e-1", "v": floats}]
     assert struct.unpack("<3f", out[-1].values["v"]) == (1.5, -2.0, 0.25)
-    assert _TYPE_NAMES[242] == "VECTOR"
+    assert TYPE_NAMES[242] == "VECTOR"

@@ -601,7 +601,7 @@ def test_time2_round_trips_negative_and_fractional(micros, fsp):
 @settings(suppress_health_check=[HealthCheck.too_slow])
 @given(st.integers(1, 65), st.data())
 def test_decimal_round_trips_through_the_relays_reader(precision, data):
-    from connectors.mysql.binlog_decoder import _decimal_reader
+    from connectors.mysql.binlog_value_readers import decimal_reader
 
     scale = data.draw(st.integers(0, min(30, precision)))
     digits = data.draw(st.integers(-(10**precision) + 1, 10**precision - 1))
@@ -610,7 +610,7 @@ def test_decimal_round_trips_through_the_relays_reader(precision, data):
     from testbed.mysql_lab.column_values import encode_value
 
     raw = encode_value(value, ct)
-    size, read = _decimal_reader(precision, scale)
+    size, read = decimal_reader(precision, scale)
     assert len(raw) == size and read(raw) == value
 
 
@@ -946,11 +946,11 @@ def test_binary_json_round_trips_opaque_and_unsigned_values(value):
 def test_decimal_in_json_keeps_its_value():
     """The DECIMAL inside opaque type 246 decodes (decimal2bin, read by the relay's
     column reader) to the number written."""
-    from connectors.mysql.binlog_decoder import _decimal_reader
+    from connectors.mysql.binlog_value_readers import decimal_reader
 
     for text in ("123.456", "-0.5", "0", "99999999999999999999.0001"):
         _, _, data = read_json(encode_json(decimal.Decimal(text)))
-        _, read = _decimal_reader(data[0], data[1])
+        _, read = decimal_reader(data[0], data[1])
         assert read(data[2:]) == decimal.Decimal(text)
 
 

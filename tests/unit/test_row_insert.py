@@ -59,7 +59,7 @@ def test_unhashable_and_matched_by_class_and_fields_as_before():
 
 
 def test_a_decoder_made_row_equals_one_built_by_its_constructor():
-    """The generated inserter stores the slots itself (connectors/mysql/binlog_decoder.py)."""
+    """The generated inserter stores the slots itself (connectors/mysql/binlog_row_code.py)."""
     row = object.__new__(RowInsert)
     row.schema, row.table, row.values = "shop", "outbox", {"id": "e-1", "n": 1}
     row._end_file, row._end_pos = "binlog.000002", 120
