@@ -334,6 +334,8 @@ class BinlogDecoder(ControlEvents, GtidEvents, CompressedEvents, QueryEvents, Ta
         if handler is not None:
             if type(event) is not bytes:
                 event = bytes(event)
-            if self.verify_checksum and self.crc and event[4] != FORMAT_DESCRIPTION_EVENT:
+            # before the first Format_description the CRC's presence is not known: the fake Rotate
+            # of a binlog_checksum=NONE server has none (its handler finds out itself)
+            if self.verify_checksum and self.crc and self._crc_known and event[4] != FORMAT_DESCRIPTION_EVENT:
                 self._verify(event)
             handler(event, out)

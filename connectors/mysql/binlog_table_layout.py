@@ -123,7 +123,14 @@ def parse_column_meta(col: Column, buf: bytes, p: int) -> int:
 
 
 def is_character(t: int, dbms: str) -> bool:
-    return t in (T_STRING, T_VAR_STRING, T_VARCHAR, T_BLOB) or (t == T_GEOMETRY and dbms == "mariadb")
+    """Whether the column has an entry in a Table_map's charset fields (DEFAULT_CHARSET,
+    COLUMN_CHARSET): MySQL counts VECTOR (9.0+) among them (sql/log_event.cc
+    `is_character_type`), MariaDB counts GEOMETRY."""
+    return (
+        t in (T_STRING, T_VAR_STRING, T_VARCHAR, T_BLOB)
+        or (t == T_GEOMETRY and dbms == "mariadb")
+        or (t == T_VECTOR and dbms == "mysql")
+    )
 
 
 def _python_encoding(charset_id: int | None, dbms: str) -> str | None:

@@ -5,6 +5,7 @@ port (connectors/mysql/table_columns.py), checked against the Table_map's types.
 
 from __future__ import annotations
 
+from cdc.server_version import ServerVersion
 from connectors.mysql import table_columns as _table_columns
 from connectors.mysql.binlog_column_types import (
     T_BIT,
@@ -156,10 +157,17 @@ class TableMapEvents(DecoderState):
             defs = list(self.table_columns(tbl.schema, tbl.table))
         except _table_columns.TableColumnsError as exc:
             raise BinlogDecodeError(str(exc)) from None
-        fix = (
-            "so the column names and ENUM/SET values of the binlog's rows cannot be known: set "
-            "binlog_row_metadata=FULL on the server (the binlog then carries them), then restart the relay"
-        )
+        if ServerVersion.parse(self.server_version or "").at_least(8, 0, 1) or self.dbms != "mysql":
+            fix = (
+                "so the column names and ENUM/SET values of the binlog's rows cannot be known: set "
+                "binlog_row_metadata=FULL on the server (the binlog then carries them), then restart the relay"
+            )
+        else:  # MySQL before 8.0.1 has no binlog_row_metadata: its Table_maps never carry names
+            fix = (
+                f"so the column names of the binlog's rows cannot be known (MySQL {self.server_version} has no "
+                "binlog_row_metadata; names come from information_schema): do not ALTER an outbox table while the "
+                "relay is behind it (let it catch up first), or move to MySQL 8.0.1+, whose binlog can carry the names"
+            )
         where = f"{tbl.schema}.{tbl.table}"
         if len(defs) != len(cols):
             raise ServerSettingRequired(

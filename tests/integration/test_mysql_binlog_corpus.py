@@ -39,23 +39,17 @@ if not corpus.CORPUS.is_dir():
 
 FILES = corpus.corpus_files()
 
-# The relay's decoder reads a TEXT column after a VECTOR as bytes: MySQL 9 counts VECTOR
-# among the character columns of a Table_map's charset fields (the file's DEFAULT_CHARSET
-# is "binary, column 1 utf8mb4" for (id, vector_column VECTOR, foo TEXT, vector_column2
-# VECTOR): column 1 of the character columns is `foo` only when the VECTORs count; MySQL's
-# log_event.cc is_character_type counts it, as the lab's writer does, testbed/mysql_lab/
-# column_values.py), and the relay's `_is_character` does not, so `foo` takes the VECTOR's
-# binary charset. The verifier counts it (spark_jobs/mysql/binlog_table_map.py).
-VECTOR_CHARSET = "relay: a TEXT column after a VECTOR decodes as bytes (VECTOR not counted among character columns)"
+# A relay decoder bug these files found, fixed: a TEXT column after a VECTOR read as bytes
+# (MySQL 9 counts VECTOR among the character columns of a Table_map's charset fields,
+# sql/log_event.cc is_character_type; rust_mysql_common__vector.binlog's DEFAULT_CHARSET is
+# "binary, column 1 utf8mb4" for (id, VECTOR, TEXT, VECTOR)). No file is expected to fail.
+RELAY_XFAIL: dict[str, str] = {}
 
 
 def _param(path: Path, xfail_relay: dict[str, str] | None = None) -> object:
     reason = (xfail_relay or {}).get(path.name)
     marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
     return pytest.param(path, id=path.name, marks=marks)
-
-
-RELAY_XFAIL = {"rust_mysql_common__vector.binlog": VECTOR_CHARSET}
 
 
 def _without_before(records: list[tuple]) -> list[tuple]:
@@ -131,11 +125,6 @@ def test_the_verifier_reports_rows_of_an_altered_table_it_cannot_name() -> None:
     assert catalogue.verifier_calls.count(("wanshao", "wanshao_test")) == 1  # once per read
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="relay: with verify_checksum the fake Rotate before the Format_description is checked "
-    "as if it had a CRC32 (a server with binlog_checksum=NONE sends it without one)",
-)
 def test_relay_verifying_checksums_reads_a_file_written_without_them() -> None:
     """MySQL 5.7.20 with binlog_checksum=NONE: the replica announces NONE
     (`SET @master_binlog_checksum = @@global.binlog_checksum`), so the fake Rotate comes

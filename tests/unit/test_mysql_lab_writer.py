@@ -1190,11 +1190,6 @@ def test_mysql_8_0_before_8_0_20_files_read_back(tmp_path):
     assert len(fde_body(raws[0])[57:-1]) == 39
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="decoder fix (connectors/mysql/binlog_decoder.py, being split): on MySQL 5.7 the refusal of a "
-    "Table_map information_schema no longer matches names binlog_row_metadata=FULL, which 5.7 does not have",
-)
 def test_a_stale_5_7_table_map_is_refused_with_a_fix_that_exists_on_5_7(tmp_path):
     """A 5.7 table altered after its rows were written: the decoder cannot name the columns
     and stops, and its line must not send the user to a variable 5.7 lacks (the fix there:
