@@ -21,7 +21,10 @@ for charsets, and its arithmetic is mirrored for DECIMAL, temporal types and BIT
 row decodes to an equal dict, with these exceptions, where the library loses or mangles a
 value: a MySQL JSON column is MySQL's own text of the document (connectors/mysql/json_binary.py);
 Partial_update_rows (partial JSON updates, connectors/mysql/json_diff.py) is decoded; an ENUM or
-SET without value names is its index / bitmask, not None; a VECTOR is its bytes. Types the
+SET without value names is its index / bitmask, not None; a VECTOR is its bytes; no stored value
+becomes None (docs/mysql.md, "Zero-like values"): the empty SET is '', YEAR 0 is 0 (not 1900), a
+DATE / DATETIME Python cannot hold (`0000-00-00`, `2024-00-00`, `2024-02-31`) and a TIMESTAMP of 0
+seconds (not 1970-01-01) are MySQL's text of them (connectors/mysql/temporal_text.py). Types the
 library cannot decode raise `UnsupportedColumnType` (at the Table_map of a watched table).
 The Format_description's post-header lengths say which events exist and how their
 post-headers are laid out (MySQL 9 has no v1 rows events).
@@ -72,6 +75,7 @@ from cdc.source_events import (
     xid_text,
 )
 from connectors.mysql import table_columns as _table_columns
+from connectors.mysql import temporal_text as _temporal
 
 # Imported where first needed, not here: what only MySQL JSON columns, partial JSON updates,
 # tagged GTIDs and compressed events use (connectors/mysql/json_binary.py, json_diff.py,
@@ -313,12 +317,10 @@ def _read_time2(b: bytes, p: int, fsp: int) -> datetime.timedelta:
 
 def _read_date(b: bytes, p: int):
     t = b[p] | (b[p + 1] << 8) | (b[p + 2] << 16)
-    if t == 0:
-        return None
-    year, month, day = (t >> 9) & 0x7FFF, (t >> 5) & 0xF, t & 0x1F
-    if year == 0 or month == 0 or day == 0:
-        return None
-    return _date(year=year, month=month, day=day)
+    try:  # a zero date or zero part: MySQL's text, not the library's None (temporal_text.py)
+        return _date(year=(t >> 9) & 0x7FFF, month=(t >> 5) & 0xF, day=t & 0x1F)
+    except ValueError:
+        return _temporal.old_date_text(t)
 
 
 def _read_time_old(b: bytes, p: int) -> datetime.timedelta:
@@ -328,21 +330,20 @@ def _read_time_old(b: bytes, p: int) -> datetime.timedelta:
 
 def _read_datetime_old(b: bytes, p: int):
     value = _U64(b, p)[0]
-    if value == 0:
-        return None
     date = value / 1000000
     time = int(value % 1000000)
     year, month, day = int(date / 10000), int((date % 10000) / 100), int(date % 100)
-    if year == 0 or month == 0 or day == 0:
-        return None
-    return _datetime(
-        year=year,
-        month=month,
-        day=day,
-        hour=int(time / 10000),
-        minute=int((time % 10000) / 100),
-        second=int(time % 100),
-    )
+    try:  # a zero date or zero part: MySQL's text, not the library's None (temporal_text.py)
+        return _datetime(
+            year=year,
+            month=month,
+            day=day,
+            hour=int(time / 10000),
+            minute=int((time % 10000) / 100),
+            second=int(time % 100),
+        )
+    except ValueError:
+        return _temporal.old_datetime_text(value)
 
 
 def _read_datetime2_slow(b: bytes, p: int, fsp: int):
@@ -357,16 +358,28 @@ def _read_datetime2_slow(b: bytes, p: int, fsp: int):
             minute=(d >> 6) & 0x3F,
             second=d & 0x3F,
         )
-    except ValueError:
-        return None
+    except ValueError:  # a zero date or zero part: MySQL's text, not the library's None
+        return _datetime2_text(b, p, fsp)
     us = _fsp_value(b, p + 5, fsp)
     if us > 0:
         t = t.replace(microsecond=us)
     return t
 
 
+def _datetime2_text(b: bytes, p: int, fsp: int) -> str:
+    return _temporal.datetime2_text(int.from_bytes(b[p : p + 5], "big"), _fsp_value(b, p + 5, fsp), fsp)
+
+
+def _read_timestamp(b: bytes, p: int):
+    seconds = _U32(b, p)[0]
+    return _utcfromtimestamp(seconds) if seconds else _temporal.zero_timestamp()
+
+
 def _read_timestamp2(b: bytes, p: int, fsp: int):
-    t = _utcfromtimestamp(int.from_bytes(b[p : p + 4], "big", signed=True))
+    seconds = int.from_bytes(b[p : p + 4], "big", signed=True)
+    if not seconds:  # 0 is MySQL's zero datetime, not 1970-01-01 (temporal_text.py)
+        return _temporal.zero_timestamp(fsp)
+    t = _utcfromtimestamp(seconds)
     us = _fsp_value(b, p + 4, fsp)
     if us > 0:
         t = t.replace(microsecond=us)
@@ -695,6 +708,8 @@ _GLOBALS_BASE = {
     "_read_datetime_old": _read_datetime_old,
     "_read_timestamp2": _read_timestamp2,
     "_read_datetime2_slow": _read_datetime2_slow,
+    "_datetime2_text": _datetime2_text,
+    "_read_timestamp": _read_timestamp,
     "_utcfromtimestamp": _utcfromtimestamp,
 }
 
@@ -736,7 +751,8 @@ def _column_code(i: int, c: _Column, schema: str, table: str, g: dict[str, Any])
     if t == T_DOUBLE:
         return [f"{v} = _f64(b, p)[0]", "p += 8"]
     if t == T_YEAR:
-        return [f"{v} = b[p] + 1900", "p += 1"]
+        # byte 0 is YEAR 0000 (MySQL's zero year), not 1900 as the library reads it
+        return [f"{v} = b[p] + 1900 if b[p] else 0", "p += 1"]
     if t in (T_VARCHAR, T_STRING, T_BLOB):
         size = m["length_size"] if t == T_BLOB else (2 if m["max_length"] > 255 else 1)
         if size not in (1, 2, 3, 4):
@@ -788,7 +804,7 @@ def _column_code(i: int, c: _Column, schema: str, table: str, g: dict[str, Any])
                 "try:",
                 f"    {v} = _datetime(ym // 13, ym % 13, (d >> 17) & 0x1F, (d >> 12) & 0x1F, (d >> 6) & 0x3F, d & 0x3F, us)",
                 "except ValueError:",
-                f"    {v} = None",
+                f"    {v} = _datetime2_text(b, p, 6)",
                 "p += 8",
             ]
         if fsp in (0, 2, 4):  # fast path: even fsp needs no /10 rounding
@@ -806,7 +822,7 @@ def _column_code(i: int, c: _Column, schema: str, table: str, g: dict[str, Any])
                 f"    {v} = _datetime(ym // 13, ym % 13, (d >> 17) & 0x1F, (d >> 12) & 0x1F, (d >> 6) & 0x3F, d & 0x3F,"
                 " us if us > 0 else 0)",
                 "except ValueError:",
-                f"    {v} = None",
+                f"    {v} = _datetime2_text(b, p, {fsp})",
                 f"p += {5 + fs}",
             ]
             return lines
@@ -824,7 +840,7 @@ def _column_code(i: int, c: _Column, schema: str, table: str, g: dict[str, Any])
     if t == T_DATETIME:
         return [f"{v} = _read_datetime_old(b, p)", "p += 8"]
     if t == T_TIMESTAMP:
-        return [f"{v} = _utcfromtimestamp(_u32(b, p)[0])", "p += 4"]
+        return [f"{v} = _read_timestamp(b, p)", "p += 4"]
     if t == T_BIT:
         bits, nbytes = m["bits"], m["bytes"]
         return [
@@ -854,7 +870,7 @@ def _column_code(i: int, c: _Column, schema: str, table: str, g: dict[str, Any])
         g[f"_set{i}"] = tuple(enumerate(c.set_values))
         return [
             f"mask = {_uint_expr(size)}",
-            f"{v} = {{val for idx, val in _set{i} if mask & (1 << idx)}} or None",
+            f"{v} = {{val for idx, val in _set{i} if mask & (1 << idx)}} or ''",  # the empty set is ''
             f"p += {size}",
         ]
     raise UnsupportedColumnType(schema, table, str(c.name), t)

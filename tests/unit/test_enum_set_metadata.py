@@ -112,7 +112,7 @@ def test_names_and_values_come_from_the_table_columns_port():
     assert calls == [(bb.SCHEMA, TABLE)]
     assert values == [
         {"id": "e-1", "e": "b", "s": {"x", "z"}},
-        {"id": "e-2", "e": "", "s": None},  # index 0: the empty (error) value; an empty SET as with FULL metadata
+        {"id": "e-2", "e": "", "s": ""},  # index 0: the empty (error) value; the empty SET is '', never None
         {"id": "e-3", "e": "c d", "s": {"y"}},
     ]
     full = _decode([(19, _table_map(full=True)), (30, _rows(ROWS))])
