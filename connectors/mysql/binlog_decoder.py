@@ -21,8 +21,9 @@ for charsets, and its arithmetic is mirrored for DECIMAL, temporal types and BIT
 row decodes to an equal dict, with these exceptions, where the library loses or mangles a
 value: a MySQL JSON column is MySQL's own text of the document (connectors/mysql/json_binary.py);
 Partial_update_rows (partial JSON updates, connectors/mysql/json_diff.py) is decoded; an ENUM or
-SET without value names is its index / bitmask, not None; a VECTOR is its bytes; no stored value
-becomes None (docs/mysql.md, "Zero-like values"): the empty SET is '', YEAR 0 is 0 (not 1900), a
+SET without value names is its index / bitmask, not None; a SET is MySQL's text of it (`a,c`, the
+empty set ''), not a Python set; a VECTOR is its bytes; no stored value becomes None
+(docs/mysql.md, "Zero-like values"): YEAR 0 is 0 (not 1900), a
 DATE / DATETIME Python cannot hold (`0000-00-00`, `2024-00-00`, `2024-02-31`) and a TIMESTAMP of 0
 seconds (not 1970-01-01) are MySQL's text of them (connectors/mysql/temporal_text.py). Types the
 library cannot decode raise `UnsupportedColumnType` (at the Table_map of a watched table).
@@ -870,7 +871,9 @@ def _column_code(i: int, c: _Column, schema: str, table: str, g: dict[str, Any])
         g[f"_set{i}"] = tuple(enumerate(c.set_values))
         return [
             f"mask = {_uint_expr(size)}",
-            f"{v} = {{val for idx, val in _set{i} if mask & (1 << idx)}} or ''",  # the empty set is ''
+            # MySQL's text of the set (`SELECT set_col`): its names in definition order joined by
+            # commas, the empty set '' (the library's set of names printed as Python's repr, and None)
+            f"{v} = ','.join([val for idx, val in _set{i} if mask & (1 << idx)])",
             f"p += {size}",
         ]
     raise UnsupportedColumnType(schema, table, str(c.name), t)

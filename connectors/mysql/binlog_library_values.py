@@ -6,7 +6,9 @@ publishes them (docs/mysql.md, "Zero-like values"):
   as strings, the JSON literal `null` as None, indistinguishable from SQL NULL) and the relay
   published their compact dump. `use_mysql_json_text` makes the library hand a JSON
   column's bytes to connectors/mysql/json_binary.py, which prints MySQL's text.
-* The empty SET: the library gives None (its none_sources says "empty set"): ''.
+* SET: the library gives a Python set of the names, and None for the empty set (its
+  none_sources says "empty set"): MySQL's text, the names in definition order joined by
+  commas (`SELECT set_col`), '' for the empty set.
 * YEAR 0000 (byte 0): the library adds 1900 to every byte, so 0 came out as 1900, which no
   other byte gives (1..255 are 1901..2155): 0.
 * A TIMESTAMP of 0 seconds (MySQL's zero datetime): the library gives 1970-01-01 00:00:00,
@@ -64,7 +66,7 @@ class LibraryValues:
     def __init__(self) -> None:
         # by the identity of the table's column list, which the entry keeps alive (so its id
         # is never reused while the entry is here)
-        self._plans: dict[int, tuple[list[Any], tuple[tuple[str, int, int], ...]]] = {}
+        self._plans: dict[int, tuple[list[Any], tuple[tuple[str, int, Any], ...]]] = {}
 
     def mender(self, ev: Any) -> Callable[[dict[str, Any], str], dict[str, Any]] | None:
         columns = ev.columns
@@ -80,26 +82,29 @@ class LibraryValues:
         def mend(row: dict[str, Any], key: str) -> dict[str, Any]:
             values = row[key]
             nones = row.get("after_none_sources" if key == "after_values" else "none_sources") or {}
-            for name, kind, fsp in fixes:
+            for name, kind, arg in fixes:
                 value = values.get(name)
                 if kind == _SET:
                     if value is None and nones.get(name) == "empty set":
                         values[name] = ""
+                    elif isinstance(value, set):
+                        values[name] = ",".join([n for n in arg if n in value])
                 elif kind == _YEAR:
                     if value == 1900:
                         values[name] = 0
                 elif type(value) is datetime.datetime and value.replace(microsecond=0) == _EPOCH:
-                    values[name] = zero_timestamp(fsp)
+                    values[name] = zero_timestamp(arg)
             return values
 
         return mend
 
 
-def _plan(columns: list[Any]) -> tuple[tuple[str, int, int], ...]:
-    """(name, type, fsp) of the columns whose values the library changes. A SET without its
-    value names (binlog_row_metadata=MINIMAL) is None for every bitmask: left alone."""
+def _plan(columns: list[Any]) -> tuple[tuple[str, int, Any], ...]:
+    """(name, type, fsp or a SET's names) of the columns whose values the library changes. A
+    SET without its value names (binlog_row_metadata=MINIMAL) is None for every bitmask:
+    left alone."""
     return tuple(
-        (c.name, c.type, getattr(c, "fsp", 0) or 0)
+        (c.name, c.type, c.set_values if c.type == _SET else getattr(c, "fsp", 0) or 0)
         for c in columns
         if c.type in (_TIMESTAMP, _TIMESTAMP2, _YEAR) or (c.type == _SET and getattr(c, "set_values", None))
     )
