@@ -82,6 +82,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from cdc.events.column_text import special_text
 from cdc.events.outbox import OutboxTable, text_of
 from cdc.events.topics import topic_problem
 from cdc.position import BinlogPosition, file_sequence
@@ -501,7 +502,7 @@ def payload_bytes(value: Any) -> tuple[bytes | None, bool | None]:
         return bytes(value), False
     if isinstance(value, (dict, list)):  # a MySQL JSON column: keys and strings come as bytes
         return json.dumps(_text_keys(value), separators=(",", ":"), default=str).encode("utf-8"), True
-    return str(value).encode("utf-8"), True
+    return (special_text(value) or str(value)).encode("utf-8"), True  # DECIMAL / TIME: MySQL's text
 
 
 def _text_keys(value: Any) -> Any:

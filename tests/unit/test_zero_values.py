@@ -360,3 +360,69 @@ def test_a_non_null_cell_is_never_none_and_both_readers_agree(drawn):
             assert (a[name] is None) == (raw[name] is None), (name, raw[name], a[name])
         _same(a, want)
         _same(b, want)
+
+
+# -- the outbox mapping: what a zero-like value of an outbox column is published as -------
+
+_TEXTS = [
+    ("0000-00-00", "0000-00-00"),
+    ("0000-00-00 00:00:00.000", "0000-00-00 00:00:00.000"),
+    (0, "0"),
+    ("", ""),
+    (decimal.Decimal("0.00"), "0.00"),
+    (decimal.Decimal("0.0000000000"), "0.0000000000"),  # str(): 0E-10
+    (decimal.Decimal("-0.0000001"), "-0.0000001"),  # str(): -1E-7
+    (datetime.timedelta(0), "00:00:00"),  # str(): 0:00:00
+    (datetime.timedelta(seconds=-1), "-00:00:01"),  # str(): -1 day, 23:59:59
+    (datetime.timedelta(microseconds=-1), "-00:00:00.000001"),
+    (datetime.timedelta(hours=838, minutes=59, seconds=59), "838:59:59"),
+    (-0.0, "-0.0"),
+    ("00000000", "00000000"),  # BIT(8) 0
+]
+
+
+def test_a_zero_like_outbox_column_is_the_same_text_as_key_header_and_payload_in_relay_and_verifier():
+    """text_of (id, key, aggregate type, event type: relay and verifier), a header
+    (additional_placement), a payload column of that type (relay `_payload_of`, verifier
+    `payload_bytes`): MySQL's text, never NULL."""
+    from cdc.events.formats import header_value
+    from cdc.events.outbox import _payload_of, text_of
+    from spark_jobs.mysql.binlog_source import payload_bytes
+
+    for value, text in _TEXTS:
+        assert text_of(value) == text, value
+        assert header_value(value) == text.encode(), value
+        assert _payload_of(value) == text, value
+        assert payload_bytes(value)[0] == text.encode(), value
+
+
+def test_a_row_of_zero_like_values_maps_alike_in_relay_and_verifier():
+    """The outbox columns holding zero-like values: the relay's event and the verifier's
+    expectation agree, none is a dead letter for NULL; a zero DATETIME event-time column has
+    no epoch: no event time (the record timestamp is the commit time), in both."""
+    from cdc.events.identity import EventIdentity, TxIdentity
+    from cdc.events.outbox import OutboxEvent, OutboxMapper, OutboxTable
+    from cdc.events.topics import TopicRouter
+    from cdc.position import BinlogPosition
+    from spark_jobs.mysql.binlog_source import EventMapper
+
+    identity = EventIdentity(TxIdentity("src", BinlogPosition("mysql-bin.000001", 4), None, 1, 1000), 0)
+    row = {
+        "id": decimal.Decimal("0.0000000000"),
+        "aggregatetype": "",
+        "aggregateid": 0,
+        "type": "",
+        "payload": "null",  # a JSON column holding the literal null
+        "created_at": "0000-00-00 00:00:00.000000",
+    }
+    for fmt in ("envelope", "json"):
+        table = OutboxTable("shop", "outbox", topic="t", format=fmt, timestamp_column="created_at")
+        event = OutboxMapper(TopicRouter(())).map(table, dict(row), identity)
+        assert isinstance(event, OutboxEvent), event
+        expected = EventMapper([table]).map("shop", "outbox", dict(row))
+        assert expected["dlq_cause"] is None
+        assert (event.event_id, event.aggregate_type, event.aggregate_id, event.event_type) == (
+            expected["event_id"], expected["aggregate_type"], expected["aggregate_id"], expected["event_type"]
+        ) == ("0.0000000000", "", "0", "")  # fmt: skip
+        assert event.payload == "null" and expected["payload"] == b"null"
+        assert event.timestamp_us is None and expected["timestamp_us"] is None
