@@ -151,3 +151,55 @@ def test_cdc_check_names_the_date_columns_the_library_decoder_reads_as_null(
     assert f"{database}.outbox.created_at, {database}.outbox.due as NULL" in line.message
     assert line.message.endswith('set source.decoder = "fast"') and "\n" not in line.message
     assert "decoder_values" not in check()  # the default decoder publishes them
+
+
+def test_the_library_decoder_publishes_mysql_json_as_the_default_decoder_does(tmp_path):
+    """MySQL binary JSON (the MySQL lab server: mariadbd has no binary JSON) read through
+    `open_library_stream`, the relay's library stream (python-mysql-replication with
+    `binlog_library_values.use_mysql_json_text`), and through the default decoder: the
+    same text, MySQL's (a DECIMAL at its scale, keys in MySQL's order, a TIME over 24 h)."""
+    import time
+
+    from cdc.position import BinlogPosition
+    from connectors.mysql.binlog_decoder import BinlogDecoder
+    from connectors.mysql.binlog_library import LibraryConverter, open_library_stream
+    from connectors.mysql.binlog_protocol import BinlogConnection
+    from testbed.mysql_lab.binlog_writer import Column
+    from testbed.mysql_lab.json_binary import JsonDecimal
+    from testbed.mysql_lab.lab import MysqlLab
+
+    docs = [
+        {"b": [1, 2.5, "é", None, True], "a": JsonDecimal(decimal.Decimal("1.80"), 4, 2)},
+        {"t": datetime.timedelta(hours=87, minutes=31, seconds=46)},
+        [],
+        "",
+        0,
+        False,
+    ]
+    with MysqlLab.start(datadir=tmp_path / "data") as lab:
+        w = lab.writer()
+        w.create_table("shop", "outbox", [Column("id", "int", nullable=False, key="PRI"), Column("j", "json")])
+        with w.transaction() as tx:
+            tx.insert("shop", "outbox", [{"id": i, "j": doc} for i, doc in enumerate(docs)])
+        watched = {("shop", "outbox")}
+        dec, fast_events = BinlogDecoder(watched, "binlog.000001"), []
+        with BinlogConnection(lab.host, lab.port, lab.user, lab.password, 4411, read_timeout=10) as conn:
+            for ev in conn.dump_file("binlog.000001", 4, blocking=False).events():
+                dec.decode(ev, fast_events)
+        fast = [e.values["j"] for e in fast_events if isinstance(e, RowInsert)]
+        stream, file = open_library_stream(
+            lab.connection_settings(), 4412, watched, 1.0, BinlogPosition("binlog.000001", 4)
+        )
+        conv, lib_events = LibraryConverter(watched, file), []
+        deadline = time.monotonic() + 30
+        try:
+            for ev in stream:  # blocking: read until the rows are in (heartbeats every second)
+                conv.convert(ev, lib_events)
+                if sum(isinstance(e, RowInsert) for e in lib_events) == len(docs) or time.monotonic() > deadline:
+                    break
+        finally:
+            stream.close()
+        library = [e.values["j"] for e in lib_events if isinstance(e, RowInsert)]
+    assert fast[0] == '{"a": 1.80, "b": [1, 2.5, "é", null, true]}' and fast[1] == '{"t": "87:31:46.000000"}'
+    assert fast[2:] == ["[]", '""', "0", "false"]
+    assert library == fast
