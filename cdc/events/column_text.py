@@ -1,30 +1,31 @@
-"""The text MySQL prints for the column values whose Python `str` is another text: where a
-column of one of these types is published as text (an outbox id / key / type column, a
-header, a payload column that is not text), the relay and the verifier write this.
+"""The text of a TIME value where a column is published as text (an outbox id / key / type
+column, a header, a payload column that is not text), in the relay and the verifier alike.
 
-* DECIMAL: `str(Decimal("0.0000000000"))` is `0E-10` and `str(Decimal("-0.0000001"))`
-  `-1E-7`; MySQL prints `0.0000000000` and `-0.0000001` (the decoders build the Decimal from
-  MySQL's digits, so the plain notation gives back exactly the scale the column has).
-* TIME: `str(timedelta(seconds=-1))` is `-1 day, 23:59:59` and `str(timedelta(0))`
-  `0:00:00`; MySQL prints `-00:00:01` and `00:00:00`, hours up to 838. The value holds no
-  fsp: a fraction is printed with 6 digits when it is not zero, none otherwise.
+`str(timedelta(seconds=-1))` is `-1 day, 23:59:59` and `str(timedelta(0))` `0:00:00`: neither
+MySQL's text nor a number. MySQL prints `-00:00:01` and `00:00:00`, hours up to 838
+(sql-common/my_time.cc my_time_to_str). The value holds no fsp: a fraction is printed with 6
+digits when it is not zero, none otherwise.
+
+A DECIMAL keeps Python's `str`, which follows the same rule as Java's
+`BigDecimal.toString()` (scientific notation when the adjusted exponent is below -6:
+`0E-10` for 0.0000000000, the same number and scale): what Kafka Connect's header and
+string converters write for Debezium (`Values.append` appends a Number with its
+`toString()`), and this project writes Debezium's bytes where they are defined
+(docs/output-formats.md).
 """
 
 from __future__ import annotations
 
 import datetime as _dt
-import decimal as _decimal
 from typing import Any
 
-__all__ = ["decimal_text", "special_text", "time_text"]
+__all__ = ["special_text", "time_text"]
 
-
-def decimal_text(value: _decimal.Decimal) -> str:
-    return format(value, "f")
+_MICROSECOND = _dt.timedelta(microseconds=1)
 
 
 def time_text(value: _dt.timedelta) -> str:
-    micros = value // _dt.timedelta(microseconds=1)
+    micros = value // _MICROSECOND
     sign = "-" if micros < 0 else ""
     seconds, us = divmod(abs(micros), 1_000_000)
     minutes, s = divmod(seconds, 60)
@@ -33,9 +34,7 @@ def time_text(value: _dt.timedelta) -> str:
 
 
 def special_text(value: Any) -> str | None:
-    """MySQL's text of a DECIMAL or TIME value; None for any other value."""
-    if isinstance(value, _decimal.Decimal):
-        return decimal_text(value)
+    """MySQL's text of a TIME value; None for any other value."""
     if isinstance(value, _dt.timedelta):
         return time_text(value)
     return None

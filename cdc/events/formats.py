@@ -253,7 +253,7 @@ def header_value(value: Any) -> bytes | None:
         return java_double(value).encode()
     if isinstance(value, (_dt.datetime, _dt.date, _dt.time)):
         return value.isoformat().encode()
-    return (special_text(value) or str(value)).encode()  # DECIMAL / TIME as MySQL prints them
+    return (special_text(value) or str(value)).encode()  # a TIME as MySQL prints it (column_text.py)
 
 
 def epoch_ms(value: Any, micros: int | None = None) -> int | None:

@@ -266,7 +266,7 @@ def text_of(value: Any) -> str:
         if len(value) == 16:
             return str(_uuid.UUID(bytes=value))
         return value.decode("utf-8", "replace")
-    return special_text(value) or str(value)  # DECIMAL / TIME as MySQL prints them (column_text.py)
+    return special_text(value) or str(value)  # a TIME as MySQL prints it (column_text.py)
 
 
 def json_plain(value: Any) -> Any:
@@ -286,7 +286,7 @@ def _payload_of(value: Any) -> str | bytes | None:
         return value
     if isinstance(value, (dict, list)):
         return json.dumps(json_plain(value), separators=(",", ":"), default=str)
-    return special_text(value) or str(value)  # DECIMAL / TIME as MySQL prints them (column_text.py)
+    return special_text(value) or str(value)  # a TIME as MySQL prints it (column_text.py)
 
 
 def _micros_of(value: Any) -> int | None:

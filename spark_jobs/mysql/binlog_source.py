@@ -502,7 +502,7 @@ def payload_bytes(value: Any) -> tuple[bytes | None, bool | None]:
         return bytes(value), False
     if isinstance(value, (dict, list)):  # a MySQL JSON column: keys and strings come as bytes
         return json.dumps(_text_keys(value), separators=(",", ":"), default=str).encode("utf-8"), True
-    return (special_text(value) or str(value)).encode("utf-8"), True  # DECIMAL / TIME: MySQL's text
+    return (special_text(value) or str(value)).encode("utf-8"), True  # a TIME as MySQL prints it (column_text.py)
 
 
 def _text_keys(value: Any) -> Any:
