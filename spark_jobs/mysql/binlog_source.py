@@ -1044,7 +1044,7 @@ def row_values(event: Any, shape: Any, asm: TxAssembler, at: int) -> Iterable[di
     """The rows of a library rows event of a watched table, with MySQL's values where the
     library has none of its own (`shape`: binlog_table_map.TableShape of its table id): a
     JSON column as MySQL's JSON text (spark_jobs/mysql/json_text.py), a SET as its names
-    joined by commas in definition order (`SELECT set_col`; the empty set is''), DATE /
+    joined by commas in definition order (`SELECT set_col`; the empty set is ''), DATE /
     DATETIME / TIMESTAMP / YEAR from their bytes (MySQL's text where Python has no value). None,
     with an anomaly naming the cause, for a table id whose columns cannot be known."""
     if shape is None or not (shape.json or shape.sets or shape.undecidable or shape.raw):
