@@ -57,6 +57,7 @@ from orjson import dumps as _orjson_dumps
 from orjson import loads as _orjson_loads
 
 from cdc.errors import ConfigError
+from cdc.events.column_text import special_text
 from cdc.events.java_double import java_double
 from cdc.json_kinds_native import WALK
 
@@ -252,7 +253,7 @@ def header_value(value: Any) -> bytes | None:
         return java_double(value).encode()
     if isinstance(value, (_dt.datetime, _dt.date, _dt.time)):
         return value.isoformat().encode()
-    return str(value).encode()
+    return (special_text(value) or str(value)).encode()  # a TIME as MySQL prints it (column_text.py)
 
 
 def epoch_ms(value: Any, micros: int | None = None) -> int | None:

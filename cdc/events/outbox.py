@@ -19,6 +19,7 @@ from sys import intern
 from typing import Any, Protocol
 
 from cdc.errors import ConfigError
+from cdc.events.column_text import special_text
 from cdc.events.formats import FORMATS, ExtrasPlan, MessageExtras, epoch_ms, epoch_us, parse_placement
 from cdc.events.identity import EventIdentity
 from cdc.events.topics import TopicRouter, check_template
@@ -266,7 +267,7 @@ def text_of(value: Any) -> str:
         if len(value) == 16:
             return str(_uuid.UUID(bytes=value))
         return value.decode("utf-8", "replace")
-    return str(value)
+    return special_text(value) or str(value)  # a TIME as MySQL prints it (column_text.py)
 
 
 def json_plain(value: Any) -> Any:
@@ -286,7 +287,7 @@ def _payload_of(value: Any) -> str | bytes | None:
         return value
     if isinstance(value, (dict, list)):
         return json.dumps(json_plain(value), separators=(",", ":"), default=str)
-    return str(value)
+    return special_text(value) or str(value)  # a TIME as MySQL prints it (column_text.py)
 
 
 def _micros_of(value: Any) -> int | None:

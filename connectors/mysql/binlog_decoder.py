@@ -21,7 +21,11 @@ for charsets, and its arithmetic is mirrored for DECIMAL, temporal types and BIT
 row decodes to an equal dict, with these exceptions, where the library loses or mangles a
 value: a MySQL JSON column is MySQL's own text of the document (connectors/mysql/json_binary.py);
 Partial_update_rows (partial JSON updates, connectors/mysql/json_diff.py) is decoded; an ENUM or
-SET without value names is its index / bitmask, not None; a VECTOR is its bytes. Types the
+SET without value names is its index / bitmask, not None; a SET is MySQL's text of it (`a,c`, the
+empty set ''), not a Python set; a VECTOR is its bytes; no stored value becomes None
+(docs/mysql.md, "Zero-like values"): YEAR 0 is 0 (not 1900), a
+DATE / DATETIME Python cannot hold (`0000-00-00`, `2024-00-00`, `2024-02-31`) and a TIMESTAMP of 0
+seconds (not 1970-01-01) are MySQL's text of them (connectors/mysql/temporal_text.py). Types the
 library cannot decode raise `UnsupportedColumnType` (at the Table_map of a watched table).
 The Format_description's post-header lengths say which events exist and how their
 post-headers are laid out (MySQL 9 has no v1 rows events).

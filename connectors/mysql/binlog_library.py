@@ -48,6 +48,7 @@ from cdc.source_events import (
     xid_text,
 )
 from connectors.mysql.binlog_event_types import FL_STANDALONE, GTID_TAGGED_LOG_EVENT
+from connectors.mysql.binlog_library_values import LibraryValues, use_mysql_json_text
 from connectors.mysql.client import Connection
 from connectors.mysql.errors import error_text
 from connectors.mysql.gtid_tagged import TaggedGtidError, read_tagged_gtid
@@ -63,6 +64,7 @@ def open_library_stream(
     start: BinlogPosition | GtidSet,
 ) -> tuple[Any, str | None]:
     """The library's blocking stream from `start`, and the file it starts in (None for a GTID start)."""
+    use_mysql_json_text()  # MySQL JSON as MySQL prints it, as the default decoder publishes it
     kwargs: dict[str, Any] = {
         "connection_settings": conn,
         "pymysql_wrapper": Connection,  # TLS as configured, the preferred mode's context built once
@@ -114,6 +116,7 @@ class LibraryConverter:
     def __init__(self, watched: set[tuple[str, str]], file: str | None):
         self.watched = watched
         self.file = file or ""  # "": not known until the stream's first Rotate event
+        self._values = LibraryValues()  # the values the library changes, put back (binlog_library_values.py)
 
     def convert(self, ev: Any, out: list[SourceEvent]) -> None:
         kind = type(ev)
@@ -122,8 +125,9 @@ class LibraryConverter:
             if (schema, table) not in self.watched:
                 return  # rows of other tables are never decoded (`rows` is lazy)
             end = BinlogPosition(self.file, ev.packet.log_pos)
+            mend = self._values.mender(ev)
             for row in ev.rows:
-                out.append(RowInsert(schema, table, row["values"], end))
+                out.append(RowInsert(schema, table, row["values"] if mend is None else mend(row, "values"), end))
             return
         if kind is XidEvent:
             out.append(TxCommit(BinlogPosition(self.file, ev.packet.log_pos), ev.timestamp))
@@ -163,8 +167,11 @@ class LibraryConverter:
             if (ev.schema, ev.table) in self.watched:
                 end = BinlogPosition(self.file, ev.packet.log_pos)
                 change = "update" if kind is UpdateRowsEvent else "delete"
+                mend = self._values.mender(ev)
                 for row in ev.rows:
                     values = row.get("after_values") or row.get("values") or {}
+                    if mend is not None and values:
+                        values = mend(row, "after_values" if "after_values" in row else "values")
                     out.append(RowChange(change, ev.schema, ev.table, values, end))
             return
         if kind is HeartbeatLogEvent:

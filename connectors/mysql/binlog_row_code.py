@@ -41,6 +41,7 @@ from connectors.mysql.binlog_column_types import (
 from connectors.mysql.binlog_decode_errors import UnsupportedColumnType
 from connectors.mysql.binlog_table_layout import Column, Table
 from connectors.mysql.binlog_value_readers import (
+    datetime2_text,
     decimal_reader,
     diffs_reader,
     fsp_size,
@@ -50,6 +51,7 @@ from connectors.mysql.binlog_value_readers import (
     read_datetime_old,
     read_time2,
     read_time_old,
+    read_timestamp,
     read_timestamp2,
 )
 
@@ -77,6 +79,8 @@ _GLOBALS_BASE = {
     "_read_datetime_old": read_datetime_old,
     "_read_timestamp2": read_timestamp2,
     "_read_datetime2_slow": read_datetime2_slow,
+    "_datetime2_text": datetime2_text,
+    "_read_timestamp": read_timestamp,
     "_utcfromtimestamp": _utcfromtimestamp,
 }
 
@@ -118,7 +122,8 @@ def _column_code(i: int, c: Column, schema: str, table: str, g: dict[str, Any]) 
     if t == T_DOUBLE:
         return [f"{v} = _f64(b, p)[0]", "p += 8"]
     if t == T_YEAR:
-        return [f"{v} = b[p] + 1900", "p += 1"]
+        # byte 0 is YEAR 0000 (MySQL's zero year), not 1900 as the library reads it
+        return [f"{v} = b[p] + 1900 if b[p] else 0", "p += 1"]
     if t in (T_VARCHAR, T_STRING, T_BLOB):
         size = m["length_size"] if t == T_BLOB else (2 if m["max_length"] > 255 else 1)
         if size not in (1, 2, 3, 4):
@@ -170,7 +175,7 @@ def _column_code(i: int, c: Column, schema: str, table: str, g: dict[str, Any]) 
                 "try:",
                 f"    {v} = _datetime(ym // 13, ym % 13, (d >> 17) & 0x1F, (d >> 12) & 0x1F, (d >> 6) & 0x3F, d & 0x3F, us)",
                 "except ValueError:",
-                f"    {v} = None",
+                f"    {v} = _datetime2_text(b, p, 6)",
                 "p += 8",
             ]
         if fsp in (0, 2, 4):  # fast path: even fsp needs no /10 rounding
@@ -188,7 +193,7 @@ def _column_code(i: int, c: Column, schema: str, table: str, g: dict[str, Any]) 
                 f"    {v} = _datetime(ym // 13, ym % 13, (d >> 17) & 0x1F, (d >> 12) & 0x1F, (d >> 6) & 0x3F, d & 0x3F,"
                 " us if us > 0 else 0)",
                 "except ValueError:",
-                f"    {v} = None",
+                f"    {v} = _datetime2_text(b, p, {fsp})",
                 f"p += {5 + fs}",
             ]
             return lines
@@ -206,7 +211,7 @@ def _column_code(i: int, c: Column, schema: str, table: str, g: dict[str, Any]) 
     if t == T_DATETIME:
         return [f"{v} = _read_datetime_old(b, p)", "p += 8"]
     if t == T_TIMESTAMP:
-        return [f"{v} = _utcfromtimestamp(_u32(b, p)[0])", "p += 4"]
+        return [f"{v} = _read_timestamp(b, p)", "p += 4"]
     if t == T_BIT:
         bits, nbytes = m["bits"], m["bytes"]
         return [
@@ -236,7 +241,9 @@ def _column_code(i: int, c: Column, schema: str, table: str, g: dict[str, Any]) 
         g[f"_set{i}"] = tuple(enumerate(c.set_values))
         return [
             f"mask = {_uint_expr(size)}",
-            f"{v} = {{val for idx, val in _set{i} if mask & (1 << idx)}} or None",
+            # MySQL's text of the set (`SELECT set_col`): its names in definition order joined by
+            # commas, the empty set '' (the library's set of names printed as Python's repr, and None)
+            f"{v} = ','.join([val for idx, val in _set{i} if mask & (1 << idx)])",
             f"p += {size}",
         ]
     raise UnsupportedColumnType(schema, table, str(c.name), t)

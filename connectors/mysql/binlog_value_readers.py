@@ -9,8 +9,9 @@ import datetime
 import decimal
 from typing import Any
 
+from connectors.mysql import temporal_text as _temporal
 from connectors.mysql.binlog_decode_errors import BinlogDecodeError
-from connectors.mysql.binlog_event_types import U64
+from connectors.mysql.binlog_event_types import U32, U64
 
 _COMPRESSED_BYTES = [0, 1, 1, 2, 2, 3, 3, 4, 4, 4]
 _Decimal = decimal.Decimal
@@ -90,12 +91,10 @@ def read_time2(b: bytes, p: int, fsp: int) -> datetime.timedelta:
 
 def read_date(b: bytes, p: int):
     t = b[p] | (b[p + 1] << 8) | (b[p + 2] << 16)
-    if t == 0:
-        return None
-    year, month, day = (t >> 9) & 0x7FFF, (t >> 5) & 0xF, t & 0x1F
-    if year == 0 or month == 0 or day == 0:
-        return None
-    return _date(year=year, month=month, day=day)
+    try:  # a zero date or zero part: MySQL's text, not the library's None (temporal_text.py)
+        return _date(year=(t >> 9) & 0x7FFF, month=(t >> 5) & 0xF, day=t & 0x1F)
+    except ValueError:
+        return _temporal.old_date_text(t)
 
 
 def read_time_old(b: bytes, p: int) -> datetime.timedelta:
@@ -105,21 +104,20 @@ def read_time_old(b: bytes, p: int) -> datetime.timedelta:
 
 def read_datetime_old(b: bytes, p: int):
     value = U64(b, p)[0]
-    if value == 0:
-        return None
     date = value / 1000000
     time = int(value % 1000000)
     year, month, day = int(date / 10000), int((date % 10000) / 100), int(date % 100)
-    if year == 0 or month == 0 or day == 0:
-        return None
-    return _datetime(
-        year=year,
-        month=month,
-        day=day,
-        hour=int(time / 10000),
-        minute=int((time % 10000) / 100),
-        second=int(time % 100),
-    )
+    try:  # a zero date or zero part: MySQL's text, not the library's None (temporal_text.py)
+        return _datetime(
+            year=year,
+            month=month,
+            day=day,
+            hour=int(time / 10000),
+            minute=int((time % 10000) / 100),
+            second=int(time % 100),
+        )
+    except ValueError:
+        return _temporal.old_datetime_text(value)
 
 
 def read_datetime2_slow(b: bytes, p: int, fsp: int):
@@ -134,16 +132,28 @@ def read_datetime2_slow(b: bytes, p: int, fsp: int):
             minute=(d >> 6) & 0x3F,
             second=d & 0x3F,
         )
-    except ValueError:
-        return None
+    except ValueError:  # a zero date or zero part: MySQL's text, not the library's None
+        return datetime2_text(b, p, fsp)
     us = _fsp_value(b, p + 5, fsp)
     if us > 0:
         t = t.replace(microsecond=us)
     return t
 
 
+def datetime2_text(b: bytes, p: int, fsp: int) -> str:
+    return _temporal.datetime2_text(int.from_bytes(b[p : p + 5], "big"), _fsp_value(b, p + 5, fsp), fsp)
+
+
+def read_timestamp(b: bytes, p: int):
+    seconds = U32(b, p)[0]
+    return _utcfromtimestamp(seconds) if seconds else _temporal.zero_timestamp()
+
+
 def read_timestamp2(b: bytes, p: int, fsp: int):
-    t = _utcfromtimestamp(int.from_bytes(b[p : p + 4], "big", signed=True))
+    seconds = int.from_bytes(b[p : p + 4], "big", signed=True)
+    if not seconds:  # 0 is MySQL's zero datetime, not 1970-01-01 (temporal_text.py)
+        return _temporal.zero_timestamp(fsp)
+    t = _utcfromtimestamp(seconds)
     us = _fsp_value(b, p + 4, fsp)
     if us > 0:
         t = t.replace(microsecond=us)

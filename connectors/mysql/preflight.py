@@ -153,6 +153,8 @@ def run_checks(
             _check_start(cur, start, add)
             _check_xa_undecided(cur, checkpoint, add)
             _check_compression(cur, cfg, add)
+            if cfg.source.decoder == "library":
+                _check_library_values(cur, cfg, add)
     finally:
         conn.close()
     return results
@@ -466,6 +468,37 @@ def _check_compression(cur, cfg: Config, add) -> None:
             "; ".join(found) + ": the relay decompresses them",
             warn="binlog_transaction_compression is ON" in found[-1],
         )
+
+
+def _check_library_values(cur, cfg: Config, add) -> None:
+    """python-mysql-replication reads a zero or partly-zero DATE / DATETIME (`0000-00-00`,
+    `2024-00-00`, stored where sql_mode allows them) as None and keeps nothing of it, so
+    `source.decoder = "library"` would publish NULL where the default decoder publishes
+    MySQL's text (connectors/mysql/binlog_library_values.py puts back what it can: JSON,
+    the empty SET, YEAR 0, a zero TIMESTAMP). sql_mode is per session, so the server's
+    global mode proves nothing: any such column of a watched table is named."""
+    found: list[str] = []
+    for table in cfg.tables:
+        try:
+            cur.execute(
+                "SELECT column_name FROM information_schema.columns WHERE table_schema=%s AND table_name=%s "
+                "AND data_type IN ('date', 'datetime') ORDER BY ordinal_position",
+                (table.schema, table.table),
+            )
+            found += [f"{table.qualified_name}.{r[0]}" for r in cur.fetchall()]
+        except pymysql.err.MySQLError:
+            continue  # the table's own check names what is wrong with it
+    if found:
+        add(
+            "decoder_values",
+            True,
+            'source.decoder = "library" (python-mysql-replication) publishes a zero or partly-zero DATE / DATETIME '
+            f"(0000-00-00, 2024-00-00) of {', '.join(found)} as NULL, where the default decoder publishes "
+            'MySQL\'s text: set source.decoder = "fast"',
+            warn=True,
+        )
+    else:
+        add("decoder_values", True, 'source.decoder = "library" publishes the watched tables\' values as "fast" does')
 
 
 def warnings(results: list[CheckResult]) -> list[str]:

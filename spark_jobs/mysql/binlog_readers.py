@@ -221,9 +221,10 @@ def row_values(event: Any, shape: Any, asm: TxAssembler, at: int) -> Iterable[di
     """The rows of a library rows event of a watched table, with MySQL's values where the
     library has none of its own (`shape`: binlog_table_map.TableShape of its table id): a
     JSON column as MySQL's JSON text (spark_jobs/mysql/json_text.py), a SET as its names
-    joined by commas in definition order (`SELECT set_col`; the empty set is ''). None,
+    joined by commas in definition order (`SELECT set_col`; the empty set is ''), DATE /
+    DATETIME / TIMESTAMP / YEAR from their bytes (MySQL's text where Python has no value). None,
     with an anomaly naming the cause, for a table id whose columns cannot be known."""
-    if shape is None or not (shape.json or shape.sets or shape.undecidable):
+    if shape is None or not (shape.json or shape.sets or shape.undecidable or shape.raw):
         return (r["values"] for r in event.rows)
     if shape.undecidable:
         asm.anomalies.append(f"the outbox row(s) of the rows event at {at} are undecidable: {shape.undecidable}")
@@ -235,6 +236,8 @@ def _mysql_values(row: dict[str, Any], shape: Any) -> dict[str, Any]:
     from spark_jobs.mysql.json_text import to_text
 
     values = row["values"]
+    if shape.raw:  # dates, times and YEAR the library was given as BIT (binlog_table_map.py)
+        shape.read_raw(values)
     for i in shape.json:
         name = shape.names[i]
         raw = values.get(name)

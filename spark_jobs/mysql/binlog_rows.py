@@ -20,6 +20,7 @@ import json
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+from cdc.events.column_text import special_text
 from cdc.events.outbox import OutboxTable, text_of
 from cdc.events.topics import topic_problem
 from cdc.position import file_sequence
@@ -108,7 +109,7 @@ def payload_bytes(value: Any) -> tuple[bytes | None, bool | None]:
         return bytes(value), False
     if isinstance(value, (dict, list)):  # a MySQL JSON column: keys and strings come as bytes
         return json.dumps(_text_keys(value), separators=(",", ":"), default=str).encode("utf-8"), True
-    return str(value).encode("utf-8"), True
+    return (special_text(value) or str(value)).encode("utf-8"), True  # a TIME as MySQL prints it (column_text.py)
 
 
 def _text_keys(value: Any) -> Any:

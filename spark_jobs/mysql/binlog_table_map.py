@@ -29,6 +29,11 @@ a Table_map it reads right. Nothing here comes from the relay's decoder.
   (its charset entry, binary, stays aligned); the value is the bytes MySQL holds.
 * Optional-metadata fields the library does not know (type > 12, e.g. MySQL 9's
   VECTOR_DIMENSIONALITY) make it raise; they are dropped.
+* DATE, DATETIME, TIMESTAMP (old and fsp layouts) and YEAR: the library reads a zero or
+  partly-zero date as None, a TIMESTAMP of 0 seconds as 1970-01-01 and YEAR 0000 as 1900.
+  Each becomes BIT(8 * its size) (metadata: 0 bits, the size in bytes), which the library
+  hands over as a string of bits; the reader reads the bytes itself
+  (`spark_jobs/mysql/temporal_values.py`): MySQL's text where Python has no value.
 * SIGNEDNESS has one bit per numeric column, and MySQL's numeric types do not include
   YEAR (log_event.cc is_numeric_type); the library counts YEAR, so a YEAR column would
   shift the bits of every later column. A 0 bit is put in for each YEAR column.
@@ -42,6 +47,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from spark_jobs.mysql import temporal_values
 from spark_jobs.mysql.binlog_compressed import lenenc_int, rebuilt_event
 from spark_jobs.mysql.binlog_partial_json import (
     PARTIAL_UPDATE_ROWS,
@@ -54,6 +60,7 @@ __all__ = ["ColumnInfo", "TableMapRewriter", "TableShape", "lookup_columns"]
 
 TABLE_MAP = 19
 _JSON, _VECTOR, _GEOMETRY, _BLOB, _STRING, _ENUM, _SET, _YEAR = 245, 242, 255, 252, 254, 247, 248, 13
+_BIT = 16
 # bytes of per-column metadata in a Table_map, by column type (log_event.cc / rows_event.h)
 _META_1 = frozenset({4, 5, 17, 18, 19, 242, 245, 249, 250, 251, 252, 255})
 _META_2 = frozenset({15, 16, 246, 253, 254, 247, 248})
@@ -132,6 +139,17 @@ class TableShape:
     json: list[int] = field(default_factory=list)  # positions of JSON columns (raw binary JSON)
     sets: dict[int, list[str]] = field(default_factory=dict)  # SET position -> its value names
     undecidable: str | None = None  # why the rows of this table id cannot be decoded
+    # temporal / YEAR position -> f(the library's bit string) -> the value (temporal_values.py)
+    raw: dict[int, Callable[[str], Any]] = field(default_factory=dict)
+
+    def read_raw(self, values: dict[str, Any]) -> None:
+        """The temporal and YEAR columns of a row, from their bytes, in place (NULL stays None)."""
+        assert self.names is not None
+        for i, read in self.raw.items():
+            name = self.names[i]
+            value = values.get(name)
+            if value is not None:
+                values[name] = read(value)
 
 
 def _lenenc(n: int) -> bytes:
@@ -231,6 +249,7 @@ class TableMapRewriter:
         types = bytearray(body[at : at + count])
         at += count
         meta_len, at = lenenc_int(body, at)
+        meta_at = at
         real, metas = self._layout(types, body[at : at + meta_len])
         self.layouts[table_id] = (list(types), metas)
         at += meta_len + (count + 7) // 8
@@ -252,15 +271,27 @@ class TableMapRewriter:
             shape.json = [i for i, t in enumerate(real) if t == _JSON]
             set_values = _split_groups(fields.get(_SET_VALUES, b""))
             shape.sets = {i: set_values.pop(0) for i, t in enumerate(real) if t == _SET and set_values}
+        if shape.undecidable is None:
+            for i, t in enumerate(real):
+                if t in temporal_values.RAW_TYPES:
+                    fsp = metas[i][0] if metas[i] else 0
+                    shape.raw[i] = temporal_values.reader(t, fsp)
+                    types[i] = _BIT
+                    metas[i] = bytes([0, temporal_values.raw_size(t, fsp)])
         if _SIGNEDNESS in fields:
-            fields[_SIGNEDNESS] = _library_signedness(fields[_SIGNEDNESS], real)
+            # YEAR given as BIT is no longer among the library's numeric columns
+            fields[_SIGNEDNESS] = _library_signedness(fields[_SIGNEDNESS], real, skip_year=bool(shape.raw))
         for i, t in enumerate(types):
             if t == _JSON:
                 types[i] = _GEOMETRY
             elif t == _VECTOR:
                 types[i] = _BLOB
         tlv = b"".join(bytes([k]) + _lenenc(len(v)) + v for k, v in fields.items() if k in _LIBRARY_KNOWS)
-        return body[:types_at] + bytes(types) + body[types_at + count : at] + tlv
+        if not shape.raw:
+            return body[:types_at] + bytes(types) + body[types_at + count : at] + tlv
+        meta = b"".join(metas)
+        nulls = body[meta_at + meta_len : at]
+        return body[:types_at] + bytes(types) + _lenenc(len(meta)) + meta + nulls + tlv
 
     @staticmethod
     def _layout(types: bytes | bytearray, meta: bytes) -> tuple[list[int], list[bytes]]:
@@ -346,10 +377,11 @@ def _add_missing(fields: dict[int, bytes], real: list[int], columns: list[Column
         fields[_ENUM_SET_COLUMN_CHARSET] = b"".join(_lenenc(c.collation_id or _BINARY_COLLATION) for c in enum_set)
 
 
-def _library_signedness(data: bytes, real: list[int]) -> bytes:
+def _library_signedness(data: bytes, real: list[int], skip_year: bool = False) -> bytes:
     """MySQL's SIGNEDNESS bits (numeric columns, YEAR not among them) with a 0 bit put in
-    for each YEAR column, as the library reads them."""
-    numeric = [t for t in real if t in _MYSQL_NUMERIC or t == _YEAR]
+    for each YEAR column, as the library reads them (`skip_year`: none, the YEAR columns
+    reach the library as BIT)."""
+    numeric = [t for t in real if t in _MYSQL_NUMERIC or (t == _YEAR and not skip_year)]
     mysql_bits = iter(_bit_list(data, sum(1 for t in numeric if t != _YEAR)))
     return _bits([False if t == _YEAR else next(mysql_bits) for t in numeric])
 

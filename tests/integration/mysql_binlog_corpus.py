@@ -450,7 +450,7 @@ def verifier_records(f: BinlogFile, catalogue: Catalogue) -> tuple[list[tuple], 
                 rows = [
                     {f"{side}_values": _mysql_values({"values": r[f"{side}_values"],
                                                        "none_sources": r.get(f"{side}_none_sources", {})}, shape)
-                     if shape is not None and (shape.json or shape.sets) else r[f"{side}_values"]
+                     if shape is not None and (shape.json or shape.sets or shape.raw) else r[f"{side}_values"]
                      for side in ("before", "after")}
                     for r in ev.rows
                 ]  # fmt: skip
@@ -463,15 +463,27 @@ def verifier_records(f: BinlogFile, catalogue: Catalogue) -> tuple[list[tuple], 
 
 
 def _sets(values: dict[str, Any], shape: Any) -> dict[str, Any]:
-    """The verifier's SET text (`a,c`; '' the empty set) as the set of its names."""
-    if shape is None or not shape.sets:
-        return values
-    out = dict(values)
-    for i in shape.sets:
-        name = shape.names[i]
-        if isinstance(out.get(name), str):
-            out[name] = frozenset(out[name].split(",")) if out[name] else frozenset()
-    return out
+    """The verifier's SET text (`a,c`; '' the empty set), as the relay gives it too: compared
+    as text. (`sets_as_names` reads it as python-mysql-replication's set of names.)"""
+    return values
+
+
+def sets_as_names(records: list[tuple], like: list[tuple]) -> list[tuple]:
+    """`records` with each SET text (`a,c`, '') read as the frozenset of its names wherever
+    the record at the same place in `like` (python-mysql-replication's) holds a set there."""
+    out = []
+    for rec, other in zip(records, like, strict=False):
+        rec = list(rec)
+        for i, (mine, theirs) in enumerate(zip(rec, other, strict=False)):
+            if isinstance(mine, dict) and isinstance(theirs, dict):
+                rec[i] = {
+                    k: (frozenset(v.split(",")) if v else frozenset())
+                    if isinstance(v, str) and isinstance(theirs.get(k), frozenset)
+                    else v
+                    for k, v in mine.items()
+                }
+        out.append(tuple(rec))
+    return out + list(records[len(out) :])
 
 
 def _sent_class() -> type:
@@ -566,9 +578,8 @@ def _library_event(ev: Any) -> list[tuple]:
 
 
 def plain(values: dict[str, Any]) -> dict[str, Any]:
-    """Values as the comparison reads them: a SET as a frozenset of its names (the relay
-    and the library give a Python set, the verifier MySQL's text `a,c`: `verifier_records`
-    splits it)."""
+    """Values as the comparison reads them: a Python set (the library's SET) as a frozenset of
+    its names (the relay and the verifier give MySQL's text `a,c`: `sets_as_names`)."""
     out = {}
     for k, v in values.items():
         if isinstance(v, (set, frozenset)):
@@ -682,6 +693,8 @@ def mariadb_text(value: Any, comment: str, names: list[str] | None = None) -> st
     if kind == "ENUM":  # the index (1 = the first name); `names`: the Table_map's
         return str(value if isinstance(value, int) else (names or []).index(value) + 1)
     if kind == "SET":  # the bitmask in binary, 8 bits a byte
+        if isinstance(value, str):  # MySQL's text of the set, as the relay gives it
+            value = value.split(",") if value else []
         if not isinstance(value, int):
             value = sum(1 << (names or []).index(n) for n in value)
         return f"b'{value:0{8 * int(comment.split('(')[1].split(' ')[0])}b}'"

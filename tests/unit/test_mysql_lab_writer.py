@@ -519,10 +519,12 @@ def test_every_column_type_round_trips_through_the_library(tmp_path):
 def test_every_column_type_round_trips_through_the_relay_decoder(tmp_path):
     raws = file_events(all_types_writer(tmp_path).current_file)
     [row] = [e for e in relay_decode(raws) if isinstance(e, RowInsert)]
-    for name, _, _, expected in ALL_COLUMNS:
+    for name, _, written, expected in ALL_COLUMNS:
         value = row.values[name]
         if name == "js":
             value = json.loads(value)
+        if name == "se":
+            expected = written  # MySQL's text of a SET, where the library gives a Python set
         assert value == expected, name
 
 
@@ -1126,7 +1128,7 @@ def test_mysql_5_7_table_maps_end_at_the_null_bitmap_and_names_come_from_informa
     [tm] = [e for e in raws if e[4] == 19]
     assert optional_metadata(tm) == {}
     [row] = [e for e in relay_decode(raws, table_columns=mysql57_columns) if isinstance(e, RowInsert)]
-    assert row.values == {"id": "e1", "payload": '{"a": [1]}', "n": 4000000000, "e": "sent", "s": {"x", "y"}}
+    assert row.values == {"id": "e1", "payload": '{"a": [1]}', "n": 4000000000, "e": "sent", "s": "x,y"}
     [rows] = [e for e in library_events(raws) if type(e).__name__ == "WriteRowsEvent"]
     values = list(rows.rows[0]["values"].values())
     assert values[0] == "e1" and plain(values[1]) == {"a": [1]}
