@@ -1,6 +1,6 @@
 """An asyncio event loop in a daemon thread, called from synchronous code: the relay is
-synchronous, aiormq (the exchange sink's client) is asyncio. The streams sink keeps its own
-copy (`stream_sink._Loop`) while that module is being changed; the two are the same."""
+synchronous, the RabbitMQ clients (rstream for the streams sink, aiormq for the exchange
+sink) are asyncio."""
 
 from __future__ import annotations
 
@@ -27,6 +27,23 @@ class LoopThread:
         self.loop.call_soon_threadsafe(fn, *args)
 
     def stop(self) -> None:
+        """Cancel every task left on the loop (a client's listeners and heartbeats of a failed
+        connection, a publisher's tick) and wait for them, then stop: a task left pending is
+        reported by asyncio at exit ("Task was destroyed but it is pending!")."""
         if self.loop.is_running():
+            try:
+                asyncio.run_coroutine_threadsafe(_cancel_tasks(), self.loop).result(5)
+            except Exception:  # stopping anyway; the loop's thread is a daemon
+                pass
             self.loop.call_soon_threadsafe(self.loop.stop)
             self._thread.join(5)
+        if not self.loop.is_running():
+            self.loop.close()
+
+
+async def _cancel_tasks() -> None:
+    tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    for task in tasks:
+        task.cancel()
+    if tasks:
+        await asyncio.wait(tasks, timeout=3)

@@ -4,7 +4,7 @@ and the creator of missing streams (cdc.ports.TopicAdmin), over rstream's stream
 client (RabbitMQ 3.10's stream plugin).
 
 rstream is asyncio; the relay is synchronous. One event loop runs in a daemon thread
-(`_Loop`); the relay's thread hands messages over and takes the confirmations back in
+(`loop_thread.LoopThread`); the relay's thread hands messages over and takes the confirmations back in
 `poll` / `flush`, where the callbacks run (the Publisher port's contract, as Kafka's).
 
 What maps to what: a topic is the stream of its name, or, when `<topic>-0`, `<topic>-1`,
@@ -60,6 +60,7 @@ from cdc.events.sink_fields import partition_stream
 from cdc.ports import Delivery, DeliveryCallback, DeliveryFailure
 from connectors.broker_wait import never, wait_for_broker
 from connectors.rabbitmq import amqp_message
+from connectors.rabbitmq.loop_thread import LoopThread
 from connectors.rabbitmq.rstream_client import load_rstream
 
 T = TypeVar("T")
@@ -157,44 +158,6 @@ class StreamSettings:
         return f"RabbitMQ stream {self.host}:{self.port} vhost {self.vhost}"
 
 
-class _Loop:
-    """An asyncio event loop in a daemon thread, called from synchronous code."""
-
-    def __init__(self, name: str):
-        self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self.loop.run_forever, name=name, daemon=True)
-        self._thread.start()
-
-    def call(self, coro: Coroutine[Any, Any, T], timeout: float) -> T:
-        future = asyncio.run_coroutine_threadsafe(asyncio.wait_for(coro, timeout), self.loop)
-        return future.result(timeout + 5)
-
-    def soon(self, fn: Callable[..., Any], *args: Any) -> None:
-        self.loop.call_soon_threadsafe(fn, *args)
-
-    def stop(self) -> None:
-        """Cancel every task left on the loop (rstream's listeners and heartbeats of a failed
-        connection, the publisher's tick) and wait for them, then stop: a task left pending
-        is reported by asyncio at exit ("Task was destroyed but it is pending!")."""
-        if self.loop.is_running():
-            try:
-                asyncio.run_coroutine_threadsafe(_cancel_tasks(), self.loop).result(5)
-            except Exception:  # stopping anyway; the loop's thread is a daemon
-                pass
-            self.loop.call_soon_threadsafe(self.loop.stop)
-            self._thread.join(5)
-        if not self.loop.is_running():
-            self.loop.close()
-
-
-async def _cancel_tasks() -> None:
-    tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-    for task in tasks:
-        task.cancel()
-    if tasks:
-        await asyncio.wait(tasks, timeout=3)
-
-
 async def _connect(settings: StreamSettings, name: str) -> Any:
     from rstream.client import ClientPool
 
@@ -237,7 +200,7 @@ class _Reading:
     """Subscriptions on one connection of the sink's loop: the bounds and the messages of a
     stream, read from an offset without storing anything on the broker."""
 
-    def __init__(self, settings: StreamSettings, loop: _Loop):
+    def __init__(self, settings: StreamSettings, loop: LoopThread):
         self._settings = settings
         self._loop = loop
         self._client: Any = None
@@ -352,7 +315,7 @@ class RabbitStreamReader:
     def __init__(
         self,
         settings: StreamSettings,
-        loop: _Loop | None = None,
+        loop: LoopThread | None = None,
         wait_s: float = 0.0,
         should_stop: Callable[[], bool] = never,
     ):
@@ -361,7 +324,7 @@ class RabbitStreamReader:
         _rstream()
         self._settings = settings
         self._own_loop = loop is None
-        self._loop = loop or _Loop("rabbitmq-reader")
+        self._loop = loop or LoopThread("rabbitmq-reader")
         self._reading = _Reading(settings, self._loop)
         self._counts: dict[str, int] = {}
         self._wait_s = wait_s
@@ -507,7 +470,7 @@ class RabbitStreamPublisher:
         self._timeout = publish_timeout_s
         self._max_in_flight = max_in_flight
         self._create = create_streams  # topics whose missing stream is created on first use
-        self._loop = _Loop("rabbitmq-publisher")
+        self._loop = LoopThread("rabbitmq-publisher")
         self._reading = _Reading(settings, self._loop)
         # loop thread only
         self._client: Any = None
@@ -977,7 +940,7 @@ def check_rabbitmq(cfg: Any) -> list[Any]:
 
     settings = StreamSettings.from_config(cfg.sink.rabbitmq_stream)
     topics = [cfg.kafka.dead_letter_topic] + [t.topic for t in cfg.tables if "{" not in t.topic]
-    loop = _Loop("rabbitmq-check")
+    loop = LoopThread("rabbitmq-check")
     reading = _Reading(settings, loop)
     try:
         counts = {t: reading.call(f"look up the streams of {t}", _stream_count(reading, t)) for t in topics}
