@@ -366,6 +366,8 @@ def _child_main(conn: Any, control: Any, parent_pid: int) -> None:
         spec: ReaderSpec = control.recv()
     except (EOFError, OSError):
         return
+    if not isinstance(spec, ReaderSpec):
+        return  # ("close",): the relay failed before it configured us (a sink it cannot reach)
 
     from connectors.mysql.replica_sessions import set_source
 
