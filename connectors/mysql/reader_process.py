@@ -366,8 +366,10 @@ def _child_main(conn: Any, control: Any, parent_pid: int) -> None:
         spec: ReaderSpec = control.recv()
     except (EOFError, OSError):
         return
-    if not isinstance(spec, ReaderSpec):
-        return  # ("close",): the relay failed before it configured us (a sink it cannot reach)
+    if isinstance(spec, tuple):
+        # ("close",): the relay failed before it configured us (a sink it cannot reach). Not
+        # `isinstance(spec, ReaderSpec)`: run as __main__, this module's class is another one.
+        return
 
     from connectors.mysql.replica_sessions import set_source
 
