@@ -235,6 +235,7 @@ def test_a_wrong_ca_or_host_name_is_one_fail_line(mariadb, side, tls_files, tmp_
         fails = [line for line in check.stdout.splitlines() if line.startswith("FAIL")]
         assert check.returncode != 0 and len(fails) == 1, check.stdout + check.stderr
         assert fails[0].startswith(f"FAIL {side.check_name}: ") and fragment in fails[0], fails[0]
+        print(f"\n{fails[0]}")
 
         for args in (
             ["run"],
