@@ -68,7 +68,7 @@ def _client_files(files: TlsFiles, ca: Path | None = None) -> dict[str, str]:
 
 
 class NatsSide:
-    label, check_name = "nats", "nats"
+    label, check_name, section = "nats", "nats", "sink.nats_jetstream"
 
     def __init__(self, server, files: TlsFiles):
         self.server, self.files = server, files
@@ -102,7 +102,7 @@ class NatsSide:
 
 
 class RabbitSide:
-    label, check_name = "rabbitmq", "rabbitmq"
+    label, check_name, section = "rabbitmq", "rabbitmq", "sink.rabbitmq_stream"
 
     def __init__(self, node, files: TlsFiles):
         self.node, self.files = node, files
@@ -235,6 +235,7 @@ def test_a_wrong_ca_or_host_name_is_one_fail_line(mariadb, side, tls_files, tmp_
         fails = [line for line in check.stdout.splitlines() if line.startswith("FAIL")]
         assert check.returncode != 0 and len(fails) == 1, check.stdout + check.stderr
         assert fails[0].startswith(f"FAIL {side.check_name}: ") and fragment in fails[0], fails[0]
+        assert f"{side.section}.ca_file" in fails[0], fails[0]  # the fix: the setting to change
         print(f"\n{fails[0]}")
 
         for args in (
