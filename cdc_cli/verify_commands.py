@@ -44,18 +44,25 @@ def sink_source_options(cfg: Config) -> dict[str, str]:
     if cfg.sink.kind == "rabbitmq_stream":
         mq = cfg.sink.rabbitmq_stream
         return {"format": "cdc_rabbitmq", "host": mq.host, "port": str(mq.port), "vhost": mq.vhost, "user": mq.user,
-                "password": mq.password.reveal(), "empty_wait": str(mq.empty_wait_s)}  # fmt: skip
+                "password": mq.password.reveal(), "empty_wait": str(mq.empty_wait_s),
+                "tls": str(bool(mq.tls or mq.ca_file or mq.cert_file)).lower(), **_tls_files(mq)}  # fmt: skip
     if cfg.sink.kind == "rabbitmq_exchange":  # the audit stream is the record of delivery
         ex = cfg.sink.rabbitmq_exchange
         return {"format": "cdc_rabbitmq", "host": ex.host, "port": str(ex.stream_port), "vhost": ex.vhost,
                 "user": ex.user, "password": ex.password.reveal(), "empty_wait": str(ex.empty_wait_s),
-                "audit_stream": ex.audit_stream}  # fmt: skip
+                "audit_stream": ex.audit_stream,
+                "tls": str(bool(ex.tls or ex.ca_file or ex.cert_file)).lower(), **_tls_files(ex)}  # fmt: skip
     if cfg.sink.kind == "nats_jetstream":
         nats = cfg.sink.nats_jetstream
         out = {"format": "cdc_nats", "servers": ",".join(nats.servers), "user": nats.user,
-               "password": nats.password.reveal()}  # fmt: skip
+               "password": nats.password.reveal(), **_tls_files(nats)}  # fmt: skip
         return {**out, "token": nats.token.reveal()} if nats.token.reveal() else out
     return {}
+
+
+def _tls_files(sink) -> dict[str, str]:
+    """The sink's TLS files, as the verifier's source options (paths, not secrets)."""
+    return {name: getattr(sink, name) for name in ("ca_file", "cert_file", "key_file") if getattr(sink, name)}
 
 
 def _require_spark() -> None:
@@ -153,6 +160,15 @@ def _cmd_repair(args: argparse.Namespace) -> int:
 
 
 def _cmd_locate(args: argparse.Namespace) -> int:
+    try:
+        return _locate(args)
+    except RuntimeError as exc:  # a sink source's one line (cdc_nats / cdc_rabbitmq: cannot connect ...)
+        from cdc.errors import DeliveryError
+
+        raise DeliveryError(f"cdc locate: {exc}") from None
+
+
+def _locate(args: argparse.Namespace) -> int:
     from cdc_cli.config_file import read_config
     from spark_jobs.locate import locate_offset, locate_position
     from spark_jobs.verify import template_pattern

@@ -158,6 +158,43 @@ def mysql_settings_from_options(options: Mapping[str, str]) -> dict[str, Any]:
     return settings
 
 
+SINK_TLS_OPTIONS = ("ca_file", "cert_file", "key_file")
+
+
+def sink_tls_context(fmt: str, options: Mapping[str, Any], on: bool = False) -> Any:
+    """The TLS context a sink source (`cdc_rabbitmq`, `cdc_nats`) connects with, from its
+    options `ca_file` (the CA of the broker's certificate; "" the system's), `cert_file` and
+    `key_file` (a client certificate); None when `on` is false and none of them is set. The
+    certificate's name is always checked against the address connected to
+    (`ssl.create_default_context`: CERT_REQUIRED, check_hostname), as the relay does. The
+    files are read where the source runs: on a cluster they must exist on every executor."""
+    import ssl
+
+    ca, cert, key = (str(options.get(name) or "") for name in SINK_TLS_OPTIONS)
+    if not (on or ca or cert):
+        return None
+    try:
+        context = ssl.create_default_context(cafile=ca or None)
+        if cert:
+            context.load_cert_chain(cert, key or None)
+    except (OSError, ssl.SSLError) as exc:
+        raise RuntimeError(
+            f"{fmt}: the TLS files cannot be used ({type(exc).__name__}: {exc}): check ca_file, cert_file and key_file"
+        ) from None
+    return context
+
+
+def tls_hint(exc: BaseException) -> str:
+    """What to check after a failed TLS connection (certificate, name), else ""."""
+    import ssl
+
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return "; the broker's certificate was refused: check ca_file (its CA) and that the address is a name the certificate holds"
+    if isinstance(exc, ssl.SSLError):
+        return "; the TLS handshake failed: check that the port serves TLS and the client certificate (cert_file, key_file)"
+    return ""
+
+
 def redacted(settings: Mapping[str, Any]) -> dict[str, Any]:
     """Connection settings safe to print: secrets replaced by `***`."""
     return {k: ("***" if k.lower() in SECRET_OPTION_NAMES and v else v) for k, v in settings.items()}

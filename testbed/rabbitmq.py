@@ -30,6 +30,12 @@ as a clean stop (rabbit_prelaunch_sighandler) and SIGSTOP/SIGCONT for `pause()`/
 epmd is started by us too, on its own port, before the node (the node uses a running epmd
 and starts none), so it also dies with us.
 
+TLS (`start(tls=ServerTls(...))`): the stream plugin's TLS listener too
+(`stream.listeners.ssl.1` on `stream_tls_port`, advertised as `stream.advertised_tls_port`)
+with the node's `ssl_options.*` (the certificate files copied into the node's directory,
+readable by its user; `verify_peer` and `fail_if_no_peer_cert` when a client certificate is
+wanted): https://www.rabbitmq.com/ssl.html and https://www.rabbitmq.com/stream.html#tls.
+
 Start-up takes about 5 s on an idle machine (the Erlang VM boots RabbitMQ's ~100
 applications); `start()` waits until the stream port accepts and a client can declare and
 delete a stream, with a deadline. `timings` holds the seconds taken.
@@ -55,7 +61,15 @@ from typing import Any
 
 from cdc.errors import ServerError
 from connectors.process import die_with_parent
-from testbed.lab_server import PORT_TAKEN_TRIES, LabServer, binary_override, log_excerpt, log_mentions, new_root
+from testbed.lab_server import (
+    PORT_TAKEN_TRIES,
+    LabServer,
+    ServerTls,
+    binary_override,
+    log_excerpt,
+    log_mentions,
+    new_root,
+)
 from testbed.process import HOST, free_port
 
 __all__ = ["EmbeddedRabbitMQ", "RabbitMQServerError"]
@@ -144,11 +158,13 @@ class EmbeddedRabbitMQ(LabServer):
         self.epmd_port = free_port()
         self._ids = _run_as()
         self._epmd_proc: subprocess.Popen[bytes] | None = None
+        self.tls: ServerTls | None = None
+        self.stream_tls_port = 0  # with `tls`: the stream plugin's TLS listener
 
     # ------------------------------------------------------------------ start
 
     @classmethod
-    def start(cls, startup_timeout: float = 120.0) -> EmbeddedRabbitMQ:
+    def start(cls, startup_timeout: float = 120.0, tls: ServerTls | None = None) -> EmbeddedRabbitMQ:
         """Write the node's files into a new temporary directory, start it and wait until a
         client can declare a stream on its stream port (`startup_timeout` seconds at most)."""
         server, epmd = find_server(), find_epmd()
@@ -158,6 +174,7 @@ class EmbeddedRabbitMQ(LabServer):
             raise RabbitMQServerError("rstream is not installed: run ./run.sh setup (the rabbitmq extra)") from None
         for attempt in range(1, PORT_TAKEN_TRIES + 1):
             node = cls(new_root(_ROOT_PREFIX), server, epmd, startup_timeout)
+            node._use_tls(tls)
             try:
                 node._write_files()
                 node.timings["start"] = node._spawn_and_wait(startup_timeout)
@@ -198,10 +215,40 @@ class EmbeddedRabbitMQ(LabServer):
             f"default_user = {self.user}\n"
             f"default_pass = {self.password}\n"
             "log.console = false\n"
-            "log.file.level = info\n"
+            "log.file.level = info\n" + self._tls_config()
         )
         (self.root / "enabled_plugins").write_text("[rabbitmq_stream].\n")
         _chown_tree(self.root, self._ids)
+
+    def _use_tls(self, tls: ServerTls | None) -> None:
+        """Serve the stream protocol over TLS too, with copies of `tls`'s files the node's
+        user can read (the originals may be another user's, mode 0600)."""
+        if tls is None:
+            return
+        (self.root / "tls").mkdir()
+        copies = {}
+        for field in ("cert", "key", "ca"):
+            copy = self.root / "tls" / f"{field}.pem"
+            shutil.copyfile(getattr(tls, field), copy)
+            copy.chmod(0o600)
+            copies[field] = copy
+        self.tls = ServerTls(copies["cert"], copies["key"], copies["ca"], tls.verify, tls.client_cert, tls.client_key)
+        self.stream_tls_port = free_port()
+
+    def _tls_config(self) -> str:
+        tls = self.tls
+        if tls is None:
+            return ""
+        verify = "verify_peer" if tls.verify else "verify_none"
+        return (
+            f"stream.listeners.ssl.1 = {HOST}:{self.stream_tls_port}\n"
+            f"stream.advertised_tls_port = {self.stream_tls_port}\n"
+            f"ssl_options.cacertfile = {tls.ca}\n"
+            f"ssl_options.certfile = {tls.cert}\n"
+            f"ssl_options.keyfile = {tls.key}\n"
+            f"ssl_options.verify = {verify}\n"
+            f"ssl_options.fail_if_no_peer_cert = {str(tls.verify).lower()}\n"
+        )
 
     def _env(self) -> dict[str, str]:
         env = dict(os.environ)
@@ -321,6 +368,12 @@ class EmbeddedRabbitMQ(LabServer):
     def stream_settings(self) -> dict[str, Any]:
         """Keyword arguments for rstream's `Producer` / `Consumer` (stream protocol)."""
         return {"host": HOST, "port": self.stream_port, "username": self.user, "password": self.password}
+
+    def stream_tls_settings(self) -> dict[str, Any]:
+        """`stream_settings()` for the TLS listener (a node started with `tls`)."""
+        if self.tls is None:
+            raise self.error("this node serves no TLS: start it with tls=ServerTls(...)")
+        return {**self.stream_settings(), "port": self.stream_tls_port, "ssl_context": self.tls.client_context()}
 
     def ctl_eval(self, expression: str, timeout: float = 60.0) -> str:
         """`rabbitmqctl eval <expression>` on this node (its environment, cookie and user):

@@ -107,11 +107,26 @@ def unreachable(cfg: NatsJetStreamConfig, exc: BaseException) -> DeliveryError:
     text = f"cannot reach NATS {','.join(cfg.servers)} (sink.nats_jetstream.servers): {type(exc).__name__}: {exc}; "
     if server_down(exc):
         return BrokerUnreachable(text + "the server is down or restarting: check that it runs, with JetStream (-js)")
-    return DeliveryError(text + "check the address, that the server runs with JetStream (-js) and the credentials")
+    return DeliveryError(
+        text + (_tls_fix(exc) or "check the address, that the server runs with JetStream (-js) and the credentials")
+    )
 
 
 def server_where(cfg: NatsJetStreamConfig) -> str:
     return f"NATS {','.join(cfg.servers)}"
+
+
+def _tls_fix(exc: BaseException) -> str:
+    """The fix for a TLS failure ("" for another): the certificate's CA or its name, or the
+    handshake (a client certificate the server wants, a port without TLS)."""
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return (
+            "the server's certificate was refused: set sink.nats_jetstream.ca_file to its CA and name the server "
+            "in servers as its certificate does (a host name or IP address it holds)"
+        )
+    if isinstance(exc, ssl.SSLError):
+        return "the TLS handshake failed: check sink.nats_jetstream.cert_file / key_file and that the server serves TLS"
+    return ""
 
 
 class EventLoopThread:

@@ -56,6 +56,7 @@ from cdc.events.identity import H_REPAIR, identity_key_from_headers
 from cdc.events.sink_fields import BROKER_HEADER_PREFIXES, H_TIMESTAMP, message_properties
 from cdc.ports import Delivery, DeliveryCallback, DeliveryFailure
 from connectors.broker_wait import never, wait_for_broker
+from connectors.nats.cluster import replica_results
 from connectors.nats.connection import EventLoopThread, connect, server_down, server_where, unreachable
 
 log = logging.getLogger("cdc.nats")
@@ -72,6 +73,8 @@ QUEUE_LIMIT = 100_000
 # read: the pump stays free to notice the silence and move to a new connection.
 MAX_IN_FLIGHT_BYTES = 32 << 20
 CONNECTION_BUFFER = 256 << 20
+# How often a stream without a leader is asked whether it has one again (`_leader_back`).
+LEADER_POLL_S = 0.25
 
 
 def msg_id(subject: str, headers: dict[str, str]) -> str | None:
@@ -189,6 +192,8 @@ class NatsJetStreamPublisher:
         self._closing_old: set[asyncio.Task] = set()  # connections left behind, closing
         self._failed: str | None = None
         self._retry_at = 0.0
+        self._leaderless: str | None = None  # a stream that answered 503 while it exists (`_leader_back`)
+        self._leader_check_at = 0.0
         self._closing = False
         self.reconnects = 0
 
@@ -379,6 +384,8 @@ class NatsJetStreamPublisher:
                 )
                 self._fail(self._failed)
                 continue
+            if self._leaderless is not None and not await self._leader_back(now):
+                continue  # nothing new while the stream takes nothing: it would be stored first
             # Silent, not slow: nothing answered for ack_timeout_s while a message waits
             # (a loaded server answers late, and sending it all again would only add load).
             wait = self._cfg.ack_timeout_s
@@ -503,7 +510,7 @@ class NatsJetStreamPublisher:
         return True
 
     async def _on_reply(self, msg: Any) -> None:
-        if msg.subject.startswith(self._reply_prefix):
+        if msg.subject.startswith(self._reply_prefix) and (msg.headers or {}).get("Status") != "503":
             self._last_answer = asyncio.get_running_loop().time()
         try:
             n = int(msg.subject.rsplit(".", 1)[1])
@@ -538,13 +545,51 @@ class NatsJetStreamPublisher:
     async def _no_stream(self, out: _Out) -> None:
         """No stream listens on the subject: a missing topic, once the server confirms that
         no stream has it (a stream starting up answers later: keep it unanswered)."""
+        if self._leaderless is not None:
+            return  # a stream is known to have no leader now: sent again once it has
         try:
-            await self._nc.jetstream(timeout=self._cfg.ack_timeout_s).find_stream_name_by_subject(out.subject)
+            stream = await self._nc.jetstream(timeout=self._cfg.ack_timeout_s).find_stream_name_by_subject(out.subject)
         except NotFoundError:
             why = f"no JetStream stream takes subject {out.subject!r}"
             self._resolve(out, Delivery(out.subject, 0, -1, _failure("NO_STREAM", why, topic_missing=True)))
         except (NatsError, JetStreamError, TimeoutError, AttributeError) as exc:
             log.debug("nats %s: stream lookup: %s", self._name, exc)
+        else:
+            self._no_leader(stream)
+
+    def _no_leader(self, stream: str) -> None:
+        """503 for a subject whose stream exists: no server takes the subject now, as while
+        a cluster elects the stream's new leader (the leader subscribes to the stream's
+        subjects when elected: nats-server stream.go `subscribeToStream`). What was sent since
+        may be refused too, and what is sent once a leader takes the subject would be stored
+        before it: send nothing new, and once the stream answers again, everything
+        unanswered, oldest first (`_leader_back`)."""
+        if self._leaderless is None:
+            log.warning("NATS %s: stream %s takes no message now (no leader): waiting for one", self._name, stream)
+            self._leaderless = stream
+
+    async def _leader_back(self, now: float) -> bool:
+        """Whether the stream that had no leader has one (it answers stream info: only its
+        leader does); then the unanswered messages are sent again in order. A lost
+        connection ends the wait too: the new one sends them all again."""
+        nc, stream = self._nc, self._leaderless
+        if nc is not None and not nc.is_closed and stream is not None:
+            if now < self._leader_check_at:
+                return False
+            self._leader_check_at = now + LEADER_POLL_S
+            try:
+                info = await nc.jetstream(timeout=1.0).stream_info(stream)
+            except (NatsError, JetStreamError, TimeoutError) as exc:
+                log.debug("nats %s: stream %s: %s", self._name, stream, exc)
+                return False
+            if info.cluster is not None and not info.cluster.leader:
+                return False
+            log.info("NATS %s: stream %s has a leader: sending %d again", self._name, stream, len(self._unacked))
+            self._leaderless = None
+            await self._send(list(self._unacked.values()), now)  # in order, one command
+            return True
+        self._leaderless = None
+        return True
 
     def _resolve(self, out: _Out, delivery: Delivery) -> None:
         if self._unacked.pop(out.n, None) is not None:
@@ -740,6 +785,6 @@ def check_nats(cfg: NatsJetStreamConfig, dead_letter_subject: str) -> list[Any]:
             )
         else:
             results.append(CheckResult("dead_letter_topic", True, f"{dead_letter_subject!r} is in stream {stream!r}"))
-        return results
+        return results + replica_results(reader)
     finally:
         reader.close()

@@ -192,8 +192,23 @@ def _cannot(settings: StreamSettings, what: str, exc: BaseException) -> Delivery
         )
     return DeliveryError(
         f"cannot {what} on {settings.where()} as {settings.user}: {said or 'no answer'} "
-        "(check sink.rabbitmq_stream host, port, user, password and that the node runs with the stream plugin)"
+        + (
+            _tls_fix(exc)
+            or "(check sink.rabbitmq_stream host, port, user, password and that the node runs with the stream plugin)"
+        )
     )
+
+
+def _tls_fix(exc: BaseException) -> str:
+    """The fix for a failed TLS connection ("" for another failure)."""
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return (
+            "(the node's certificate was refused: set sink.rabbitmq_stream.ca_file to its CA and host to a name or "
+            "address the certificate holds)"
+        )
+    if isinstance(exc, ssl.SSLError):
+        return "(the TLS handshake failed: check sink.rabbitmq_stream.cert_file / key_file and that port serves TLS)"
+    return ""
 
 
 class _Reading:

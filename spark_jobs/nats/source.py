@@ -5,6 +5,7 @@ nothing on the server, and the consumer goes away by itself).
     spark.read.format("cdc_nats")
         .option("servers", "nats://127.0.0.1:4222")
         .option("user", "...").option("password", "...")     # or .option("token", "...")
+        .option("ca_file", "ca.pem")                          # TLS (also a tls:// server); cert_file, key_file
         .option("topics", "outbox.event.order,outbox.dlq")   # subjects
         .option("dlq_topic", "outbox.dlq")
         .option("chunk", "100000")                            # sequences per Spark partition
@@ -36,6 +37,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from cdc.events.sink_fields import H_TIMESTAMP
+from spark_jobs.common import SINK_TLS_OPTIONS, sink_tls_context, tls_hint
 from spark_jobs.log_record import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME, LogRecord, from_properties
 from spark_jobs.log_source import RangeDataSource, RangeReader, topics_option
 
@@ -62,6 +64,8 @@ def settings_from_options(options: Mapping[str, str]) -> dict[str, Any]:
         out["password"] = options.get("password") or ""
     elif options.get("token"):
         out["token"] = options["token"]
+    # plain strings here (settings travel to executors); the context is made at connect
+    out.update({name: str(options.get(name) or "") for name in SINK_TLS_OPTIONS})
     return out
 
 
@@ -82,15 +86,18 @@ class _Connection:
         async def quiet(_exc: Exception) -> None:  # failures reach us as exceptions; nats-py would print each
             pass
 
+        settings = {k: v for k, v in self.settings.items() if k not in SINK_TLS_OPTIONS}
+        tls_on = any(s.startswith("tls://") for s in settings["servers"])
+        context = sink_tls_context("cdc_nats", self.settings, tls_on)
+        if context is not None:
+            settings["tls"] = context
         try:
-            self.nc = self.run(
-                nats.connect(**self.settings, allow_reconnect=False, connect_timeout=10, error_cb=quiet), 30
-            )
+            self.nc = self.run(nats.connect(**settings, allow_reconnect=False, connect_timeout=10, error_cb=quiet), 30)
         except Exception as exc:
             self.loop.close()
             raise RuntimeError(
                 f"cdc_nats: cannot connect to {','.join(self.settings['servers'])}: {type(exc).__name__}: {exc} "
-                "(check servers, user and password)"
+                f"(check servers, user and password){tls_hint(exc)}"
             ) from None
         return self
 

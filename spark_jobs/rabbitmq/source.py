@@ -5,6 +5,8 @@ stored on the broker: no consumer name, no offset tracking).
     spark.read.format("cdc_rabbitmq")
         .option("host", "127.0.0.1").option("port", "5552")
         .option("user", "...").option("password", "...").option("vhost", "/")
+        .option("tls", "true")                     # TLS (also on with ca_file or cert_file)
+        .option("ca_file", "ca.pem").option("cert_file", "...").option("key_file", "...")
         .option("topics", "outbox.event.order,outbox.dlq")
         .option("dlq_topic", "outbox.dlq")
         .option("chunk", "100000")                 # offsets per Spark partition
@@ -46,6 +48,7 @@ from typing import Any
 
 from cdc.events.sink_fields import partition_stream
 from connectors.rabbitmq.rstream_client import load_rstream
+from spark_jobs.common import SINK_TLS_OPTIONS, sink_tls_context, tls_hint
 from spark_jobs.log_record import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME, LogRecord, from_properties
 from spark_jobs.log_source import RangeDataSource, RangeReader, topics_option
 
@@ -67,6 +70,8 @@ def settings_from_options(options: Mapping[str, str]) -> dict[str, Any]:
         "username": options.get("user") or "guest",
         "password": options.get("password") or "guest",
         "audit_stream": options.get("audit_stream") or "",
+        "tls": str(options.get("tls") or "").lower() == "true",
+        **{name: str(options.get(name) or "") for name in SINK_TLS_OPTIONS},
     }
 
 
@@ -90,8 +95,9 @@ class _Session:
         from rstream.constants import MAX_ITEM_ALLOWED
 
         s = self.settings
+        context = sink_tls_context("cdc_rabbitmq", s, bool(s.get("tls")))
         self.pool = ClientPool(s["host"], s["port"], vhost=s["vhost"], username=s["username"],
-                               password=s["password"], frame_max=1_048_576, heartbeat=60,
+                               password=s["password"], frame_max=1_048_576, heartbeat=60, ssl_context=context,
                                load_balancer_mode=False, max_retries=5)  # fmt: skip
         try:
             self.client = self.run(
@@ -101,7 +107,7 @@ class _Session:
             self.close()
             raise RuntimeError(
                 f"cdc_rabbitmq: cannot connect to {s['host']}:{s['port']} as {s['username']}: "
-                f"{type(exc).__name__}: {exc} (check host, port, user and password)"
+                f"{type(exc).__name__}: {exc} (check host, port, user and password){tls_hint(exc)}"
             ) from None
         return self
 

@@ -301,9 +301,11 @@ class TcpProxy:
     lease or control sessions) goes silent. `cut()`: from now on every byte of every
     connection, new ones included, is dropped (a partition as both ends see it)."""
 
-    def __init__(self, target_port: int):
+    def __init__(self, target_port: int, listen_host: str = "127.0.0.1"):
         self._target = target_port
-        self._listener = socket.create_server(("127.0.0.1", 0))
+        # listen_host: another loopback address (127.0.0.2) reaches the same server under
+        # a name its certificate does not hold (tests/integration/test_sink_tls.py)
+        self._listener = socket.create_server((listen_host, 0))
         self.port = self._listener.getsockname()[1]
         self._frozen: set[int] = set()
         self._live: list[int] = []

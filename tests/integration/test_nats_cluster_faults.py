@@ -1,0 +1,133 @@
+"""The NATS JetStream sink on a 3-node JetStream cluster (testbed/nats.py `NatsCluster`,
+three nats-servers on this machine), its streams R3: while a writer commits mixed
+transactions (1-5 events, some rolled back, a tenth XA) and one `cdc run` publishes
+through all three servers, the server that leads the events' stream is SIGKILLed, the
+relay must go on publishing (a new leader is elected among the two left), `cdc check`'s
+lines name the stream and the missing replica, then the server is started again and
+catches up. Afterwards a clean relay catches up and the independent checker compares the
+binlog's committed outbox inserts with what the streams hold, read by the verifier's
+reader: 0 missing, 0 duplicates; per-key reorders are a known gap (XFAIL when they occur).
+
+Short by default (two leader deaths). The run of record (a leader killed again and
+again until 50k events were written):
+
+    CDC_NATS_CLUSTER_EVENTS=50000 python -m pytest tests/integration/test_nats_cluster_faults.py -s
+
+That run, 2026-11-29, twice: once clean (5 leader deaths, 56,468 events), once 0 missing and
+0 duplicates but keys out of order (failed): per-key order across leader deaths under load is
+not proven (docs/sinks.md "A JetStream cluster"). The short run passed each time it ran since
+the publisher waits out a leaderless stream (2 of 2); it asserts no loss and no duplicate, and
+reports a reorder as XFAIL (the gap named above), never as a pass.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from cdc.config import load_config
+from connectors.nats.sink import check_nats
+from tests.integration.final_relay import catch_up_and_check
+from tests.integration.harness import OUTBOX_DDL, RelayProcess, wait_until
+from tests.integration.nats_harness import create_streams, nats_env, nats_raw_config, stream_records
+from tests.integration.test_faults import AGGREGATES, Writer
+from tests.integration.test_nats_sink_faults import _delivers
+
+pytestmark = [pytest.mark.integration, pytest.mark.fault]
+EVENTS = int(os.environ.get("CDC_NATS_CLUSTER_EVENTS", "0"))
+LONG = EVENTS >= 20_000
+
+
+@pytest.fixture
+def cluster():
+    from testbed.nats import NatsCluster
+
+    with NatsCluster.start() as started:
+        yield started
+
+
+def _replicas_current(cluster, stream: str) -> bool:
+    try:
+        info = cluster.stream_cluster(stream)
+    except Exception:  # no leader yet: the request is not answered
+        return False
+    return bool(info.leader) and len(info.replicas or []) == 2 and all(p.current for p in info.replicas)
+
+
+def _new_leader(cluster, stream: str, old: str) -> str | None:
+    try:
+        leader = cluster.stream_cluster(stream).leader
+    except Exception:
+        return None
+    return leader if leader and leader != old else None
+
+
+def _replica_lines(cfg, dlq: str) -> list[tuple[bool, bool]]:
+    return [(r.ok, r.warn) for r in check_nats(cfg.sink.nats_jetstream, dlq) if r.name == "nats_replicas"]
+
+
+def _warns_of(cfg, dlq: str, stream: str, server: str) -> bool:
+    """`cdc check` warns that `stream` runs without its replica on `server`."""
+    results = check_nats(cfg.sink.nats_jetstream, dlq)
+    return any(r.warn and repr(stream) in r.message and server in r.message for r in results)
+
+
+def test_stream_leader_killed_under_a_running_relay(mariadb, cluster, database, topic_prefix, tmp_path):
+    prefix = topic_prefix
+    with mariadb.connect(database) as conn, conn.cursor() as cur:
+        cur.execute(OUTBOX_DDL.format(name="outbox"))
+    subjects = [f"{prefix}.{a}" for a in AGGREGATES]
+    stream, dlq = f"{prefix}_events", f"{prefix}.dlq"
+    create_streams(cluster, {stream: subjects, f"{prefix}_dlq": [dlq]}, num_replicas=3)
+    raw = nats_raw_config(mariadb, cluster.nodes[0], database, prefix, tmp_path / "cp.json")
+    raw["sink"]["nats_jetstream"]["servers"] = cluster.urls
+    env = nats_env(mariadb, cluster.nodes[0])
+    cfg = load_config(raw, env)
+    cp = Path(raw["checkpoint"]["path"])
+    writer = Writer(lambda: mariadb.connect(database), 10**9, pause_s=0.002, max_rows=30 if LONG else 5)
+    writer.start()
+    t0 = time.monotonic()
+    kills, elections = 0, []
+    relay = RelayProcess(raw, env, tmp_path)
+    try:
+        _delivers(relay, cp)
+        while kills < 2 or (LONG and writer.attempted < EVENTS and writer.is_alive()):
+            leader = cluster.stream_leader(stream)
+            name = leader.cluster.name
+            leader.kill()
+            kills += 1
+            t_kill = time.monotonic()
+            wait_until(lambda: _new_leader(cluster, stream, name), 60, "a new leader of the stream")
+            elections.append(time.monotonic() - t_kill)
+            _delivers(relay, cp)  # published through the new leader, the old one still dead
+            if kills == 1:  # JetStream's meta group may still be electing: asked until it answers
+                wait_until(lambda: _warns_of(cfg, dlq, stream, name), 60, f"cdc check to name {stream} and {name}")
+            leader.restart(graceful=False)  # SIGKILLed already: starts it on its store
+            wait_until(lambda: _replicas_current(cluster, stream), 120, "the restarted replica to catch up")
+            _delivers(relay, cp)
+        # the dead-letter stream's replica on the restarted server catches up on its own time
+        wait_until(lambda: _replica_lines(cfg, dlq) == [(True, False)], 60, "cdc check to see every replica current")
+        assert relay.alive(), f"the relay did not ride out the leader's deaths:\n{relay.log_text()[-3000:]}"
+    finally:
+        relay.kill()
+        writer.stop_flag.set()
+        writer.finish()
+    result = catch_up_and_check(
+        mariadb, database, raw, env, tmp_path, lambda: stream_records(cluster, [*subjects, dlq]), 600 if LONG else 240
+    )
+    print(
+        f"\nNATS cluster: {kills} stream leader SIGKILLs (new leader after "
+        f"{', '.join(f'{s:.1f}' for s in elections)} s) over {writer.attempted} attempted events "
+        f"({writer.xa_prepared} XA) in {time.monotonic() - t0:.0f}s: {result.summary()}"
+    )
+    assert not (result.missing or result.duplicates or result.phantoms or result.truncated), result.summary()
+    assert result.committed > (EVENTS // 2)
+    if result.reordered_keys:
+        # Known and written down (docs/sinks.md "A JetStream cluster"), not yet fixed: with many
+        # messages in flight, one refused by a leaderless stream can be sent again after a later
+        # one the new leader stored. Reported as XFAIL, never as a pass, until the publisher
+        # chains its messages (Nats-Expected-Last-Sequence) and this line goes.
+        pytest.xfail(f"per-key order across a stream leader's death: {result.summary()}")
