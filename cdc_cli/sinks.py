@@ -70,12 +70,8 @@ def rabbitmq_stream_adapters(cfg: Config, should_stop: Callable[[], bool] = _nev
     recovery scan (cdc/delivery/idempotent.py); the publishing ids keep a broker restart
     inside a run from losing or repeating a message (docs/sink-delivery.md, "RabbitMQ Streams")."""
     from cdc.delivery.idempotent import idempotent_delivery
-    from connectors.rabbitmq.stream_sink import (
-        RabbitStreamAdmin,
-        RabbitStreamPublisher,
-        RabbitStreamReader,
-        StreamSettings,
-    )
+    from connectors.rabbitmq.stream_reader import RabbitStreamReader, StreamSettings
+    from connectors.rabbitmq.stream_sink import RabbitStreamAdmin, RabbitStreamPublisher
 
     rabbit = cfg.sink.rabbitmq_stream
     settings = StreamSettings.from_config(rabbit)
@@ -170,7 +166,7 @@ def sink_adapters(cfg: Config, metrics: RelayMetrics, should_stop: Callable[[], 
 def repair_reader(cfg: Config) -> Any:
     """What `cdc repair` reads the sink with (cdc.ports.DeliveredLog, with `close()`)."""
     if cfg.sink.kind == "rabbitmq_stream":
-        from connectors.rabbitmq.stream_sink import RabbitStreamReader, StreamSettings
+        from connectors.rabbitmq.stream_reader import RabbitStreamReader, StreamSettings
 
         return RabbitStreamReader(StreamSettings.from_config(cfg.sink.rabbitmq_stream))
     if cfg.sink.kind == "rabbitmq_exchange":
@@ -187,7 +183,8 @@ def repair_reader(cfg: Config) -> Any:
 def repair_publisher(cfg: Config) -> Any:
     """What `cdc repair` re-publishes with (cdc.ports.Publisher)."""
     if cfg.sink.kind == "rabbitmq_stream":
-        from connectors.rabbitmq.stream_sink import RabbitStreamPublisher, StreamSettings
+        from connectors.rabbitmq.stream_reader import StreamSettings
+        from connectors.rabbitmq.stream_sink import RabbitStreamPublisher
 
         # Not the relay's producer name: ids of its own, never above or below the relay's
         # (a running relay's next ids would be dropped as duplicates of the repair's).

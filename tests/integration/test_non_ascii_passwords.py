@@ -95,7 +95,7 @@ def test_a_mysql_and_nats_password_beyond_ascii(mariadb, utf8_nats, database, to
 
 
 def test_a_rabbitmq_password_beyond_ascii(rabbitmq, topic_prefix):
-    from connectors.rabbitmq.stream_sink import RabbitStreamReader, StreamSettings
+    from connectors.rabbitmq.stream_reader import RabbitStreamReader, StreamSettings
 
     user = f"u{uuid.uuid4().hex[:8]}"
     # RabbitMQ's internal users take the password as the UTF-8 binary (rabbitmqctl add_user)

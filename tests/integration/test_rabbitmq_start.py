@@ -13,7 +13,8 @@ from datetime import datetime
 
 import pytest
 
-from connectors.rabbitmq.stream_sink import RabbitStreamReader, StreamSettings, murmur2_partition
+from connectors.rabbitmq.stream_reader import RabbitStreamReader, StreamSettings
+from connectors.rabbitmq.stream_sink import murmur2_partition
 from tests.integration.harness import OUTBOX_DDL, RelayProcess, insert_events, wait_until
 from tests.integration.rabbit_streams import create_topic, rabbit_env, rabbit_raw_config, stream_messages
 

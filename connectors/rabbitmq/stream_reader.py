@@ -1,0 +1,330 @@
+"""The RabbitMQ Streams sink's connection settings and its reader of what the streams hold
+(cdc.ports.DeliveredLog: the recovery scan's records, a stream's bounds), over rstream's
+stream-protocol client (RabbitMQ 3.10's stream plugin); the exchange sink reads its audit
+stream with it too. The publisher and the creator of missing streams are stream_sink.py.
+
+The end of a stream: 3.10 has no StreamStats (3.11), so a subscription at `last` gives the
+last chunk (its first offset and count); a stream that has delivered no chunk by the time a
+request sent after the subscription is answered is empty (`Reading.bounds`): a start does
+not wait on empty streams.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+from collections.abc import Callable, Coroutine, Iterator
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from cdc.errors import BrokerUnreachable, ConfigError, DeliveryError
+from cdc.events.sink_fields import partition_stream
+from connectors.broker_wait import never, wait_for_broker
+from connectors.rabbitmq.loop_thread import LoopThread
+from connectors.rabbitmq.rstream_client import load_rstream
+
+T = TypeVar("T")
+log = logging.getLogger("cdc.rabbitmq")
+REQUEST_TIMEOUT_S = 30.0  # a stream-protocol request answered within this, or the node is taken as down
+
+
+def rstream_module() -> Any:
+    return load_rstream(lambda fix: ConfigError(f'sink.kind = "rabbitmq_stream" needs the rstream package: {fix}'))
+
+
+@dataclass(frozen=True)
+class StreamSettings:
+    """Where and how to connect (from `[sink.rabbitmq_stream]`, cdc.config.RabbitStreamConfig)."""
+
+    host: str
+    port: int
+    vhost: str
+    user: str
+    password: str = field(repr=False)
+    tls: bool = False
+    ca_file: str = ""
+    cert_file: str = ""
+    key_file: str = ""
+    empty_wait_s: float = 2.0
+
+    @classmethod
+    def from_config(cls, rabbit: Any) -> StreamSettings:
+        return cls(
+            rabbit.host, int(rabbit.port), rabbit.vhost, rabbit.user, rabbit.password.reveal(),
+            bool(rabbit.tls or rabbit.ca_file or rabbit.cert_file), rabbit.ca_file, rabbit.cert_file,
+            rabbit.key_file, float(rabbit.empty_wait_s),
+        )  # fmt: skip
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        if not self.tls:
+            return None
+        context = ssl.create_default_context(cafile=self.ca_file or None)
+        if self.cert_file:
+            context.load_cert_chain(self.cert_file, self.key_file or None)
+        return context
+
+    def where(self) -> str:
+        return f"RabbitMQ stream {self.host}:{self.port} vhost {self.vhost}"
+
+
+async def connect(settings: StreamSettings, name: str) -> Any:
+    from rstream.client import ClientPool
+
+    pool = ClientPool(settings.host, settings.port, ssl_context=settings.ssl_context(), vhost=settings.vhost,
+                      username=settings.user, password=settings.password, frame_max=1_048_576, heartbeat=20,
+                      load_balancer_mode=False, max_retries=1)  # fmt: skip
+    try:
+        client = await pool.new(connection_name=name, addr=pool.addr)
+    except BaseException:
+        await pool.close()
+        raise
+    return client
+
+
+def _node_down(exc: BaseException) -> bool:
+    """A failure of a node that is down or restarting (connection refused, reset or closed,
+    no answer, a stream not available yet: response code 6), not a refusal of the relay."""
+    from rstream.connection import ConnectionClosed
+    from rstream.exceptions import LeaderNotAvailable, StreamNotAvailable
+
+    if isinstance(exc, ssl.SSLError):  # a certificate or protocol mismatch: a setting to fix
+        return False
+    return isinstance(exc, (OSError, TimeoutError, ConnectionClosed, StreamNotAvailable, LeaderNotAvailable))
+
+
+def cannot(settings: StreamSettings, what: str, exc: BaseException) -> DeliveryError:
+    said = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    if _node_down(exc):
+        return BrokerUnreachable(
+            f"cannot {what} on {settings.where()}: {said} (the node is down or restarting; "
+            "check that it runs with the stream plugin and sink.rabbitmq_stream host and port)"
+        )
+    return DeliveryError(
+        f"cannot {what} on {settings.where()} as {settings.user}: {said or 'no answer'} "
+        + (
+            _tls_fix(exc)
+            or "(check sink.rabbitmq_stream host, port, user, password and that the node runs with the stream plugin)"
+        )
+    )
+
+
+def _tls_fix(exc: BaseException) -> str:
+    """The fix for a failed TLS connection ("" for another failure)."""
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return (
+            "(the node's certificate was refused: set sink.rabbitmq_stream.ca_file to its CA and host to a name or "
+            "address the certificate holds)"
+        )
+    if isinstance(exc, ssl.SSLError):
+        return "(the TLS handshake failed: check sink.rabbitmq_stream.cert_file / key_file and that port serves TLS)"
+    return ""
+
+
+class Reading:
+    """Subscriptions on one connection of the sink's loop: the bounds and the messages of a
+    stream, read from an offset without storing anything on the broker."""
+
+    def __init__(self, settings: StreamSettings, loop: LoopThread):
+        self._settings = settings
+        self._loop = loop
+        self._client: Any = None
+        self._next_sub = 0
+
+    async def _client_(self) -> Any:
+        if self._client is None or not self._client.is_connection_alive():
+            self._client = await connect(self._settings, "cdc-relay-reader")
+        return self._client
+
+    def call(self, what: str, coro: Coroutine[Any, Any, T], timeout: float = REQUEST_TIMEOUT_S) -> T:
+        try:
+            return self._loop.call(coro, timeout)
+        except Exception as exc:
+            self._client = None
+            raise cannot(self._settings, what, exc) from exc
+
+    async def exists(self, stream: str) -> bool:
+        return bool(await (await self._client_()).stream_exists(stream))
+
+    async def subscribe(self, stream: str, offset_type: Any, offset: int | None) -> tuple[int, asyncio.Queue[Any]]:
+        from rstream import schema
+
+        client = await self._client_()
+        self._next_sub = (self._next_sub + 1) % 250
+        sub_id = self._next_sub
+        queue: asyncio.Queue[Any] = asyncio.Queue()
+
+        def on_deliver(frame: Any) -> None:
+            if frame.subscription_id == sub_id:
+                queue.put_nowait(frame)
+
+        client.add_handler(schema.Deliver, on_deliver, name=str(sub_id))
+        await client.run_queue_listener_task(sub_id, on_deliver)
+        await client.subscribe(stream, sub_id, schema.OffsetSpec.from_params(offset_type, offset), initial_credit=4)
+        return sub_id, queue
+
+    async def unsubscribe(self, sub_id: int) -> None:
+        from rstream import schema
+
+        client = self._client
+        if client is None or not client.is_connection_alive():
+            return
+        await client.unsubscribe(sub_id)
+        await client.stop_queue_listener_task(sub_id)
+        client.remove_handler(schema.Deliver, name=str(sub_id))
+
+    async def bounds(self, stream: str) -> tuple[int, int]:
+        """(first offset, next offset) of `stream` now; (0, 0) when it is empty.
+
+        3.10's stream protocol has no StreamStats (3.11): a subscription at `first` and one at
+        `last` give the first and the last chunk. An empty stream delivers nothing, so
+        emptiness is read without a timeout: the node's connection process answers a
+        Subscribe, then sends the chunks the new subscription can read, before it handles
+        the connection's next frame (rabbit_stream_reader 3.10 `handle_frame_post_auth`:
+        `osiris:init_reader`, the response, then `send_chunks`, in one step), and rstream's
+        listener queues a Deliver before it resolves a later response. So once a request
+        sent after the Subscribe is answered, a stream that holds a chunk has delivered it.
+        `empty_wait_s` only bounds the wait for a chunk a stream was seen to hold."""
+        from rstream.constants import OffsetType
+
+        client = await self._client_()
+        frames = []
+        for offset_type in (OffsetType.FIRST, OffsetType.LAST):
+            sub_id, queue = await self.subscribe(stream, offset_type, None)
+            try:
+                # the barrier: any request-response after the Subscribe on this connection
+                await client.query_publisher_sequence(stream=stream, reference="cdc-relay-bounds")
+                # rstream 1.1's listener queues a Deliver per subscription (`_frames`) for a task
+                # that hands it to `queue`; without that attribute, wait as for a slow node
+                listened: Any = getattr(client, "_frames", None)
+                if queue.empty() and listened is not None and listened[sub_id].empty():
+                    return 0, 0
+                try:
+                    frames.append(await asyncio.wait_for(queue.get(), self._settings.empty_wait_s))
+                except TimeoutError:
+                    return 0, 0
+            finally:
+                await self.unsubscribe(sub_id)
+        first, last = frames
+        return int(first.chunk_first_offset), int(last.chunk_first_offset + last.num_entries)
+
+    async def credit(self, sub_id: int) -> None:
+        await (await self._client_()).credit(sub_id, 1)
+
+    def close(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            try:
+                self._loop.call(client.close(), 5)
+            except Exception:
+                pass
+
+
+async def stream_count(reading: Reading, topic: str) -> int | None:
+    """1 for the stream named `topic`, n for `<topic>-0` .. `<topic>-(n-1)`, None for none."""
+    if await reading.exists(topic):
+        return 1
+    count = 0
+    while await reading.exists(partition_stream(topic, count)):
+        count += 1
+    return count or None
+
+
+def stream_of(topic: str, partition: int, count: int) -> str:
+    return topic if count == 1 else partition_stream(topic, partition)
+
+
+class RabbitStreamReader:
+    """What the streams hold (cdc.ports.DeliveredLog): a topic's partitions are its streams."""
+
+    def __init__(
+        self,
+        settings: StreamSettings,
+        loop: LoopThread | None = None,
+        wait_s: float = 0.0,
+        should_stop: Callable[[], bool] = never,
+    ):
+        """`wait_s`: how long a look at the streams waits for a node that is down or
+        restarting (connectors/broker_wait.py; the relay's start: `publish_timeout_s`)."""
+        rstream_module()
+        self._settings = settings
+        self._own_loop = loop is None
+        self._loop = loop or LoopThread("rabbitmq-reader")
+        self._reading = Reading(settings, self._loop)
+        self._counts: dict[str, int] = {}
+        self._wait_s = wait_s
+        self._should_stop = should_stop
+
+    def _waiting(self, what: str, coro_fn: Callable[[], Coroutine[Any, Any, T]]) -> T:
+        return wait_for_broker(
+            lambda: self._reading.call(what, coro_fn()),
+            self._settings.where(),
+            self._wait_s,
+            "sink.rabbitmq_stream.publish_timeout_s",
+            self._should_stop,
+        )
+
+    def partition_count(self, topic: str) -> int | None:
+        count = self._waiting(f"look up the streams of {topic}", lambda: stream_count(self._reading, topic))
+        if count is not None:
+            self._counts[topic] = count
+        return count
+
+    def _stream(self, topic: str, partition: int) -> str:
+        count = self._counts.get(topic) or self.partition_count(topic) or 1
+        return stream_of(topic, partition, count)
+
+    def watermarks(self, topic: str, partition: int) -> tuple[int, int]:
+        stream = self._stream(topic, partition)
+        return self._waiting(f"read the bounds of stream {stream}", lambda: self._reading.bounds(stream))
+
+    def messages(self, topic: str, partition: int, start: int, end: int) -> Iterator[tuple[int, Any]]:
+        """(offset, AMQP message) of each message held in [start, end), in offset order."""
+        from rstream.amqp import amqp_decoder
+        from rstream.constants import OffsetType
+
+        if end <= start:
+            return
+        stream = self._stream(topic, partition)
+        reading = self._reading
+        sub_id, queue = reading.call(f"read stream {stream}", reading.subscribe(stream, OffsetType.OFFSET, start))
+        try:
+            while True:
+                frame = reading.call(f"read stream {stream} from offset {start}", queue.get(), REQUEST_TIMEOUT_S)
+                reading.call(f"read stream {stream}", reading.credit(sub_id))
+                offset = frame.chunk_first_offset - 1
+                for data in frame.get_messages():
+                    offset += 1
+                    if offset < start:
+                        continue  # a subscription starts at the chunk that holds `start`
+                    if offset >= end:
+                        return
+                    yield offset, amqp_decoder(data)
+                if offset >= end - 1:
+                    return
+        finally:
+            try:
+                reading.call(f"stop reading stream {stream}", reading.unsubscribe(sub_id), 10)
+            except DeliveryError:
+                pass
+
+    def records(self, topic: str, partition: int, start: int, end: int) -> Iterator[tuple[int, dict[str, str]]]:
+        for offset, message in self.messages(topic, partition, start, end):
+            yield offset, _text_properties(message.application_properties)
+
+    def topics(self) -> list[str]:
+        return sorted(self._counts)
+
+    def close(self) -> None:
+        self._reading.close()
+        if self._own_loop:
+            self._loop.stop()
+
+
+def _text_properties(properties: Any) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for name, value in (properties or {}).items():
+        name = name.decode("utf-8", "replace") if isinstance(name, bytes) else str(name)
+        if value is not None:
+            out[name] = value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+    return out
