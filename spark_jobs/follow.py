@@ -239,7 +239,19 @@ class FollowJob:
         fresh = self._fresh()
         if fresh and self._state_dir().exists():
             shutil.rmtree(self._state_dir())  # state of a query whose Spark checkpoint is gone
-        binlog_start, kafka_start = self._resolve_start() if fresh else ("head", "latest")
+        # Where the query starts, kept beside Spark's checkpoint: Spark's offset log holds each
+        # batch's end, not batch 0's start, and asks the sources' initialOffset again when
+        # batch 0 is run again after a kill; "head" then would be a later head, and batch 0's
+        # events would never be read. The same start, from this file, reads them again.
+        start_file = cp / "start.json"
+        if fresh or not start_file.is_file():
+            binlog_start, kafka_start = self._resolve_start() if fresh else ("head", "latest")
+            tmp = start_file.with_suffix(".tmp")
+            tmp.write_text(json.dumps({"binlog": binlog_start, "sink": kafka_start}))
+            os.replace(tmp, start_file)
+        else:
+            kept = json.loads(start_file.read_text())
+            binlog_start, kafka_start = kept["binlog"], kept["sink"]
         if fresh:
             f, _, p = binlog_start.rpartition(":")
             st = self._new_state()

@@ -23,9 +23,9 @@ from typing import Any
 from spark_jobs.arrow_transport import SCHEMA as TRANSPORT_SCHEMA
 from spark_jobs.arrow_transport import pack, packing
 from spark_jobs.common import DataSource, InputPartition, opt_int, settle_worker
-from spark_jobs.kafka.stream import STREAM_FIELDS, STREAM_SCHEMA, _arrow_schema, _arrow_with_markers, offsets_of
 from spark_jobs.log_record import LogRecord
 from spark_jobs.records import DEFAULT_CHUNK, RecordColumns, chunks
+from spark_jobs.stream_rows import STREAM_FIELDS, STREAM_SCHEMA, arrow_schema, arrow_with_markers, offsets_of
 
 try:
     from pyspark.sql.datasource import DataSourceStreamReader
@@ -118,7 +118,7 @@ class LogStreamReader(DataSourceStreamReader):
                         first = record.offset()
                     cols.add(record)
                     if cols.n >= 8192:
-                        yield _arrow_with_markers(cols.take(), False)
+                        yield arrow_with_markers(cols.take(), False)
             row: dict[str, Any] = {n: None for n in names}
             held = self.retained_from(r, first) if r["high"] > r["low"] else None
             row.update(topic=r["topic"], partition=r["partition"], offset=held, marker=True,
@@ -126,9 +126,9 @@ class LogStreamReader(DataSourceStreamReader):
             for n in names:
                 rows[n].append(row[n])
         if cols.n:
-            yield _arrow_with_markers(cols.take(), False)
+            yield arrow_with_markers(cols.take(), False)
         if part:
-            schema = _arrow_schema()
+            schema = arrow_schema()
             yield pa.RecordBatch.from_arrays(
                 [pa.array(rows[n], type=schema.field(n).type) for n in names], schema=schema
             )
