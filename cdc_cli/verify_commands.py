@@ -74,6 +74,10 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         vcfg = replace(vcfg, binlog_reader=args.binlog_reader)
     if args.follow:
         return _follow(args, vcfg, cfg)
+    if args.repair:
+        print("cdc verify: --repair repairs while following: add --follow (or run cdc repair after cdc verify)",
+              file=sys.stderr)  # fmt: skip
+        return 2
     report = run_verify(vcfg, progress=lambda m: print(f"  {m}", file=sys.stderr, flush=True))
     print(report.summary_text())  # its last line names the JSON and HTML reports
     return 0 if report.ok else 3
