@@ -460,3 +460,24 @@ def test_a_repair_that_fails_raises_its_alarm_and_the_event_stays_missing(caplog
     assert st.repairs["failed"] == 1 and st.repair_failures == {"not_in_binlog": 1} and st.alarms["repair_failed"] == 1
     assert any("ALARM repair_failed" in m and "id id100-0" in m for m in caplog.messages)
     assert st.repair_candidates(lambda o: True) == ([], 0)  # a person acts on it: not tried again
+
+
+def test_the_report_lists_repaired_events_and_failed_repairs() -> None:
+    from spark_jobs.follow import follow_summary
+    from spark_jobs.report import VerifyReport, render_html
+
+    st = state()
+    a, b, c = ev(100), ev(150, agg="k2"), ev(170, agg="k3")
+    st.apply_batch(0, [a, b, c, progress(200)], [], now=0.0)
+    st.expire(now=11.0)
+    st.repair_outcome(a["ikey"], True, None, now=12.0)
+    st.repair_outcome(b["ikey"], False, "not_in_binlog: its transaction is no longer in the binlog", now=12.0)
+    st.apply_batch(1, [], [rec(a, 0, repair=True)], now=13.0)
+    summary = follow_summary(st, 0.0, (F1, 1, 200))
+    assert summary["counts"]["repaired"] == 1 and summary["events_total"] == 3
+    assert summary["follow"]["repairs"] == {"requested": 2, "published": 1, "repaired": 1, "repaired_out_of_order": 0,
+                                            "failed": 1, "failures": {"not_in_binlog": 1}}  # fmt: skip
+    assert [e["event_id"] for e in summary["examples"]["repaired"]] == [a["event_id"]]
+    rep = VerifyReport(summary=summary, inputs={}, config={})
+    assert rep.problems == {"missing": 2}
+    assert "<tr><td>repaired</td><td>1</td></tr>" in render_html(rep)
