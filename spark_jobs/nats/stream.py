@@ -30,7 +30,7 @@ from typing import Any
 from spark_jobs.log_record import LogRecord
 from spark_jobs.log_source import topics_option
 from spark_jobs.log_stream import LogStreamDataSource, LogStreamReader
-from spark_jobs.nats.source import _Connection, plan_nats_matching, read_range, settings_from_options
+from spark_jobs.nats.source import first_sequence, plan_nats_matching, read_range, settings_from_options
 
 
 class NatsStreamReader(LogStreamReader):
@@ -48,11 +48,7 @@ class NatsStreamReader(LogStreamReader):
         return read_range(settings_from_options(self.options), r["topic"], r["stream"], max(1, r["low"]), r["high"])
 
     def retained_from(self, r: Mapping[str, Any], first_read: int | None) -> int | None:
-        conn = _Connection(settings_from_options(self.options)).open()
-        try:
-            first_seq = int(conn.run(conn.nc.jetstream().stream_info(r["stream"]), 30).state.first_seq)
-        finally:
-            conn.close()
+        first_seq = first_sequence(settings_from_options(self.options), r["stream"])
         return r["low"] if first_seq <= max(1, r["low"]) else first_seq
 
 
