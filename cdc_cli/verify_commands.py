@@ -85,19 +85,41 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 
         vcfg = replace(vcfg, binlog_reader=args.binlog_reader)
     if args.follow:
-        if cfg.sink.kind != "kafka":
-            from cdc.errors import ConfigError
-
-            raise ConfigError(
-                f"cdc verify --follow reads Kafka only, and sink.kind = {cfg.sink.kind!r}: run cdc verify without --follow"
-            )
-        return _follow(args, vcfg)
+        return _follow(args, vcfg, cfg)
+    if args.repair:
+        print("cdc verify: --repair repairs while following: add --follow (or run cdc repair after cdc verify)",
+              file=sys.stderr)  # fmt: skip
+        return 2
     report = run_verify(vcfg, progress=lambda m: print(f"  {m}", file=sys.stderr, flush=True))
     print(report.summary_text())  # its last line names the JSON and HTML reports
     return 0 if report.ok else 3
 
 
-def _follow(args: argparse.Namespace, vcfg) -> int:
+def follow_compensation(cfg: Config, every_s: float = 5.0):
+    """Continuous compensation for `cdc verify --follow --repair` (spark_jobs/follow_repair.py):
+    the relay's checkpoint from its own store (as `cdc check` reads it), and `cdc repair`
+    for one event at a time (so each failure is that event's)."""
+    from cdc_cli.app import checkpoint_store
+    from cdc_cli.repair import repair
+    from spark_jobs.follow_repair import Compensation
+
+    def checkpoint() -> tuple[str, int] | None:
+        cp = checkpoint_store(cfg).load()
+        return (cp.position.file, cp.position.pos) if cp is not None else None
+
+    def republish(entry: dict) -> tuple[bool, str | None]:
+        try:
+            result = repair(cfg, [entry])
+        except Exception as exc:  # the sink refusing, the binlog unreadable: one line, the event's alarm
+            return False, f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
+        if result.not_found_in_binlog:
+            return False, "not_in_binlog: its transaction is no longer in the binlog (purged?)"
+        return result.published > 0, None
+
+    return Compensation(checkpoint=checkpoint, republish=republish, every_s=every_s)
+
+
+def _follow(args: argparse.Namespace, vcfg, cfg: Config) -> int:
     import signal
     import threading
 
@@ -109,14 +131,15 @@ def _follow(args: argparse.Namespace, vcfg) -> int:
             file=sys.stderr,
         )
         return 2
-    for name in ("grace", "trigger"):
+    for name in ("grace", "trigger", "repair_every"):
         if getattr(args, name) <= 0:
             print(
                 f"cdc verify: --{name} must be a positive number of seconds, got {getattr(args, name)}", file=sys.stderr
             )
             return 2
     start = args.start_file or args.follow_start
-    fcfg = FollowConfig(verify=vcfg, checkpoint_dir=args.checkpoint_dir or "", grace_s=args.grace, trigger_s=args.trigger,
+    compensation = follow_compensation(cfg, args.repair_every) if args.repair else None
+    fcfg = FollowConfig(compensation=compensation, verify=vcfg, checkpoint_dir=args.checkpoint_dir or "", grace_s=args.grace, trigger_s=args.trigger,
                         start=start, metrics_host=args.metrics_host, metrics_port=args.metrics_port,
                         report_every_s=args.report_every, dedupe_window_s=args.dedupe_window,
                         max_batch_bytes=args.max_batch_bytes)  # fmt: skip
@@ -271,6 +294,12 @@ def add_parsers(sub) -> None:
         default=300.0,
         help="--follow: seconds a matched event is remembered to catch a later duplicate (300)",
     )
+    p.add_argument(
+        "--repair",
+        action="store_true",
+        help="--follow: re-publish (cdc repair) a missing event once the relay's checkpoint is past it",
+    )
+    p.add_argument("--repair-every", type=float, default=5.0, help="--follow --repair: seconds between passes (5)")
     p.add_argument(
         "--duration", type=float, default=None, help="--follow: stop after this many seconds (default: until SIGTERM)"
     )

@@ -3,7 +3,9 @@ time and says how far the binlog is proven delivered exactly once.
 
 Two streaming sources, both the verifier's own independent readers:
 `cdc_binlog_stream` (offsets: binlog positions; `spark_jobs/mysql/binlog_stream.py`) and
-`cdc_kafka_stream` (offsets: per-partition offsets; `spark_jobs/kafka/stream.py`). Their
+the sink's: `cdc_kafka_stream` (offsets: per-partition offsets; `spark_jobs/kafka/stream.py`),
+or for the other sinks `cdc_rabbitmq_stream` / `cdc_nats_stream` (`spark_jobs/log_stream.py`:
+the same offsets, rows and markers, read by the batch sources' own readers). Their
 rows are put side by side (one union, one query, one Spark checkpoint) and handed to
 `foreachBatch`, which reconciles each micro-batch - only what is new - against the state
 left by the earlier ones (`spark_jobs/follow_state.py`: unmatched events and records,
@@ -46,13 +48,15 @@ from connectors.http_endpoint import OperatorHTTPServer
 from connectors.mysql.client import binlog_end
 from spark_jobs.arrow_transport import unpack
 from spark_jobs.common import redacted
+from spark_jobs.follow_ledger import FOLLOW_CLASSES
+from spark_jobs.follow_repair import Compensation, Compensator
 from spark_jobs.follow_state import FollowState
 from spark_jobs.kafka.source import plan_kafka
 from spark_jobs.kafka.stream import KafkaStreamDataSource, offsets_of
+from spark_jobs.log_stream import LogStreamReader
 from spark_jobs.mysql.binlog_plan import connect_mysql
 from spark_jobs.mysql.binlog_source import tables_to_json
 from spark_jobs.mysql.binlog_stream import BinlogStreamDataSource, server_logs
-from spark_jobs.reconcile_rules import ALL_CLASSES
 from spark_jobs.reconcile_summary import missing_entry
 from spark_jobs.report import VerifyReport, write_outputs
 from spark_jobs.verify import VerifyConfig, source_error
@@ -91,14 +95,34 @@ class FollowConfig:
     # and in the planner, and the topics' tasks already run beside the binlog's. With the
     # default admission limit a micro-batch is never split.
     binlog_split_bytes: int = 64 << 20
+    # Continuous compensation (`--repair`; spark_jobs/follow_repair.py): None, off
+    compensation: Compensation | None = None
 
     @property
     def checkpoint(self) -> Path:
         return Path(self.checkpoint_dir or os.path.join(self.verify.output_dir, "checkpoint"))
 
 
+# The streaming source of each sink beside Kafka: the batch source's format -> its stream's
+STREAM_FORMATS = {"cdc_rabbitmq": "cdc_rabbitmq_stream", "cdc_nats": "cdc_nats_stream"}
+
+
+def sink_stream_reader(fmt: str, options: dict[str, str]) -> LogStreamReader:
+    """The streaming reader of a sink beside Kafka (`fmt`: its batch source's format)."""
+    if fmt == "cdc_rabbitmq":
+        from spark_jobs.rabbitmq.stream import RabbitMQStreamReader
+
+        return RabbitMQStreamReader(options)
+    from spark_jobs.nats.stream import NatsStreamReader
+
+    return NatsStreamReader(options)
+
+
 def register_stream_sources(spark: Any) -> None:
-    for source in (BinlogStreamDataSource, KafkaStreamDataSource):
+    from spark_jobs.nats.stream import NatsStreamDataSource
+    from spark_jobs.rabbitmq.stream import RabbitMQStreamDataSource
+
+    for source in (BinlogStreamDataSource, KafkaStreamDataSource, RabbitMQStreamDataSource, NatsStreamDataSource):
         try:
             spark.dataSource.register(source)
         except Exception as exc:  # only "already registered" is fine
@@ -131,11 +155,16 @@ class FollowJob:
         self._last_report = 0.0
         self.report: VerifyReport | None = None
         self.error: str | None = None
+        self._known_topics: set[str] = set()
+        self.compensator: Compensator | None = None
 
     # ------------------------------------------------------------------ set-up
 
     def _state_dir(self) -> Path:
         return self.config.checkpoint / "state"
+
+    def state_dir(self) -> Path:
+        return self._state_dir()
 
     def _fresh(self) -> bool:
         offsets = self.config.checkpoint / "spark" / "offsets"
@@ -155,9 +184,12 @@ class FollowJob:
         start = (self.config.start or "head").strip()
         if start == "head":
             v = self.config.verify
-            kplan = plan_kafka(
-                v.kafka_bootstrap, list(v.topics) + [v.dlq_topic], v.effective_pattern(), v.consumer_conf
-            )
+            if v.sink:  # the sink's own stream reader plans it, as it will on every trigger
+                kplan = sink_stream_reader(v.sink["format"], self._sink_options())._planned()
+            else:
+                kplan = plan_kafka(
+                    v.kafka_bootstrap, list(v.topics) + [v.dlq_topic], v.effective_pattern(), v.consumer_conf
+                )
             (file, pos), _logs = server_logs(settings)
             return f"{file}:{pos}", json.dumps(offsets_of(kplan, "high"))
         (file, pos), logs = server_logs(settings)
@@ -171,6 +203,33 @@ class FollowJob:
             )
         return f"{start}:4", "earliest"
 
+    def _topics_file(self) -> Path:
+        return self.config.checkpoint / "topics.json"
+
+    def _sink_options(self) -> dict[str, str]:
+        """The streaming options of a sink beside Kafka: the batch source's, with the topics
+        (a RabbitMQ 3.10 node cannot list its streams: the configured and fixed topics, and
+        those the binlog names, written to `topics.json` as they appear)."""
+        v = self.config.verify
+        fixed = [t.topic for t in v.tables if "{" not in t.topic]
+        topics = ",".join(sorted(set(v.topics) | set(fixed) | {v.dlq_topic}))
+        return {**{k: val for k, val in v.sink.items() if k != "format"}, "topics": topics,
+                "topic_pattern": v.effective_pattern() or "", "dlq_topic": v.dlq_topic,
+                "topics_file": str(self._topics_file())}  # fmt: skip
+
+    def _note_topics(self, b_table: Any) -> None:
+        """The topics this micro-batch's events name, added to `topics.json` (atomic rename)
+        for the RabbitMQ stream reader's next plan."""
+        if b_table is None or "expected_topic" not in b_table.column_names:
+            return
+        new = {t for t in b_table.column("expected_topic").to_pylist() if t} - self._known_topics
+        if not new:
+            return
+        self._known_topics |= new
+        tmp = self._topics_file().with_suffix(".tmp")
+        tmp.write_text(json.dumps(sorted(self._known_topics)))
+        os.replace(tmp, self._topics_file())
+
     def start(self) -> FollowJob:
         from pyspark.sql import functions as F
 
@@ -180,7 +239,19 @@ class FollowJob:
         fresh = self._fresh()
         if fresh and self._state_dir().exists():
             shutil.rmtree(self._state_dir())  # state of a query whose Spark checkpoint is gone
-        binlog_start, kafka_start = self._resolve_start() if fresh else ("head", "latest")
+        # Where the query starts, kept beside Spark's checkpoint: Spark's offset log holds each
+        # batch's end, not batch 0's start, and asks the sources' initialOffset again when
+        # batch 0 is run again after a kill; "head" then would be a later head, and batch 0's
+        # events would never be read. The same start, from this file, reads them again.
+        start_file = cp / "start.json"
+        if fresh or not start_file.is_file():
+            binlog_start, kafka_start = self._resolve_start() if fresh else ("head", "latest")
+            tmp = start_file.with_suffix(".tmp")
+            tmp.write_text(json.dumps({"binlog": binlog_start, "sink": kafka_start}))
+            os.replace(tmp, start_file)
+        else:
+            kept = json.loads(start_file.read_text())
+            binlog_start, kafka_start = kept["binlog"], kept["sink"]
         if fresh:
             f, _, p = binlog_start.rpartition(":")
             st = self._new_state()
@@ -223,13 +294,21 @@ class FollowJob:
             .option("transport", "arrow").load()
         )  # fmt: skip
         topics = ",".join(list(v.topics) + [v.dlq_topic])
-        kafka = (
-            self.spark.readStream.format("cdc_kafka_stream").option("bootstrap", v.kafka_bootstrap)
-            .option("topics", topics).option("topic_pattern", v.effective_pattern() or "")
-            .option("dlq_topic", v.dlq_topic).option("start", kafka_start).option("isolation", v.isolation)
-            .option("chunk", str(v.kafka_chunk)).option("consumer_conf", json.dumps(dict(v.consumer_conf)))
-            .option("transport", "arrow").load()
-        )  # fmt: skip
+        if v.sink:
+            if self._topics_file().is_file():
+                self._known_topics = set(json.loads(self._topics_file().read_text()))
+            kafka = (
+                self.spark.readStream.format(STREAM_FORMATS[v.sink["format"]]).options(**self._sink_options())
+                .option("start", kafka_start).option("chunk", str(v.kafka_chunk)).option("transport", "arrow").load()
+            )  # fmt: skip
+        else:
+            kafka = (
+                self.spark.readStream.format("cdc_kafka_stream").option("bootstrap", v.kafka_bootstrap)
+                .option("topics", topics).option("topic_pattern", v.effective_pattern() or "")
+                .option("dlq_topic", v.dlq_topic).option("start", kafka_start).option("isolation", v.isolation)
+                .option("chunk", str(v.kafka_chunk)).option("consumer_conf", json.dumps(dict(v.consumer_conf)))
+                .option("transport", "arrow").load()
+            )  # fmt: skip
         both = binlog.select(F.lit("b").alias("side"), "arrow").unionByName(
             kafka.select(F.lit("k").alias("side"), "arrow")
         )
@@ -244,6 +323,11 @@ class FollowJob:
             self._start_http()
         self._clock = threading.Thread(target=self._clock_loop, name="follow-clock", daemon=True)
         self._clock.start()
+        if cfg.compensation is not None:
+            self.compensator = Compensator(self, cfg.compensation).start()
+            self.say(
+                f"follow: repairing missing events behind the relay's checkpoint every {cfg.compensation.every_s:g} s"
+            )
         return self
 
     # ----------------------------------------------------------------- batches
@@ -269,6 +353,8 @@ class FollowJob:
         b_table, k_table = unpack(packed["b"]), unpack(packed["k"])
         n_b = b_table.num_rows if b_table is not None else 0
         n_k = k_table.num_rows if k_table is not None else 0
+        if self.config.verify.sink:
+            self._note_topics(b_table)
         with self.lock:
             st = self._state_for(batch_id)
             self.state = None  # a failure half-way leaves no half-applied state in memory
@@ -351,6 +437,9 @@ class FollowJob:
                 "xa_undecided": len(st.xa_held),
                 "late_deliveries": st.late_deliveries,
                 "order_violations": st.order_violations,
+                "repairs": dict(st.repairs),
+                "repair_failures": dict(st.repair_failures),
+                "repair_held": self.compensator.held if self.compensator is not None else 0,
                 "verified_through": {"file": vt[0], "pos": vt[2]} if vt else None,
                 "read_through": {"file": st.read_through[0], "pos": st.read_through[2]} if st.read_through else None,
                 "start": {"file": st.start[0], "pos": st.start[2]} if st.start else None,
@@ -377,7 +466,7 @@ class FollowJob:
         m("cdc_verify_up", "1 once the following verifier has its state", "gauge", [("", 1)])
         counts = s["counts"]
         m("cdc_verify_events", "events (and phantom / unverifiable records) by class so far", "gauge",
-          [(f',class="{c}"', counts.get(c, 0)) for c in ALL_CLASSES])  # fmt: skip
+          [(f',class="{c}"', counts.get(c, 0)) for c in FOLLOW_CLASSES])  # fmt: skip
         m("cdc_verify_problems", "missing + duplicate + phantom + reordered + altered (+ statement_format)", "gauge",
           [("", sum(s["problems"].values()))])  # fmt: skip
         m(
@@ -432,6 +521,17 @@ class FollowJob:
         m("cdc_verify_order_violations_total", "records whose header position goes back in their partition", "counter",
           [("", s["order_violations"])])  # fmt: skip
         m("cdc_verify_batches_total", "micro-batches reconciled", "counter", [("", s["batches"])])
+        if self.compensator is not None:  # continuous compensation (--repair)
+            rp = s["repairs"]
+            m("cdc_verify_repaired_total", "missing events re-published and then seen delivered", "counter",
+              [("", rp["repaired"])])  # fmt: skip
+            m("cdc_verify_repaired_out_of_order_total", "repaired events delivered after a later event of their key",
+              "counter", [("", rp["repaired_out_of_order"])])  # fmt: skip
+            m("cdc_verify_repair_published_total", "repairs handed to the sink", "counter", [("", rp["published"])])
+            m("cdc_verify_repair_failed_total", "missing events that could not be repaired, by reason", "counter",
+              [(f',reason="{r}"', n) for r, n in sorted(s["repair_failures"].items())] or [("", 0)])  # fmt: skip
+            m("cdc_verify_repair_held", "missing events the relay has not checkpointed past (not repaired)", "gauge",
+              [("", s["repair_held"])])  # fmt: skip
         if s["last_batch_at"]:  # absent until this process's first micro-batch
             age = time.time() - s["last_batch_at"]
             m("cdc_verify_last_batch_age_seconds", "since the last micro-batch", "gauge", [("", round(age, 3))])
@@ -521,6 +621,8 @@ class FollowJob:
 
     def stop(self) -> None:
         self._stop.set()
+        if self.compensator is not None:
+            self.compensator.stop()
         if self.query is not None:
             try:
                 self.query.stop()
@@ -596,7 +698,7 @@ def follow_summary(st: FollowState, lag_s: float, head: tuple[str, int, int] | N
     if st.txq:
         e = st.txq[0]
         fu = {"file": e[2], "pos": e[1], "row": 0}
-    events_total = sum(st.counts.get(c, 0) for c in ALL_CLASSES) - st.records["phantom"]
+    events_total = sum(st.counts.get(c, 0) for c in FOLLOW_CLASSES) - st.records["phantom"]
     return {
         "counts": dict(st.counts),
         "events_total": events_total,
@@ -623,6 +725,7 @@ def follow_summary(st: FollowState, lag_s: float, head: tuple[str, int, int] | N
             "xa_undecided": len(st.xa_held),
             "late_deliveries": st.late_deliveries,
             "alarms": dict(st.alarms),
+            "repairs": {**st.repairs, "failures": dict(st.repair_failures)},
             "lag_history": [{"t": round(t, 1), "lag_s": lag} for t, lag in list(st.lag_history)[-600:]],
         },
     }

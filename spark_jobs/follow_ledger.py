@@ -23,6 +23,9 @@ ALARM_LOG = logging.getLogger("cdc.verify.follow")
 MAX_EXAMPLES = 20
 LATENCY_SECONDS_KEPT = 3_600  # the latency-over-commit-time plot covers the last hour of commit time
 STATE_VERSION = 2  # 2: matched events saved apart, batch by batch
+# The follow job's classes: the batch verifier's and `repaired` (a missing event re-published
+# by continuous compensation, `--repair`, and then delivered once: proven, not a problem)
+FOLLOW_CLASSES = (*ALL_CLASSES, "repaired")
 
 
 def ikey_hash(ikey: str) -> int:
@@ -49,11 +52,17 @@ class FollowLedger:
     started_at: float = field(default_factory=time.time)
     start: tuple[str, int, int] | None = None  # (file, seq, pos) where following began
     read_through: tuple[str, int, int] | None = None  # (file, seq, pos) the binlog was read to
-    counts: dict[str, int] = field(default_factory=lambda: {c: 0 for c in ALL_CLASSES})
+    counts: dict[str, int] = field(default_factory=lambda: {c: 0 for c in FOLLOW_CLASSES})
     records: dict[str, int] = field(
         default_factory=lambda: {"foreign": 0, "unidentified": 0, "phantom": 0, "unverifiable": 0}
     )
     unverifiable_reasons: dict[str, int] = field(default_factory=dict)
+    # continuous compensation (`--repair`): ikey -> when a repair was asked; what came of them
+    repair_asked: dict[str, float] = field(default_factory=dict)
+    repairs: dict[str, int] = field(
+        default_factory=lambda: {"requested": 0, "published": 0, "repaired": 0, "repaired_out_of_order": 0, "failed": 0}
+    )
+    repair_failures: dict[str, int] = field(default_factory=dict)  # reason -> events
     dlq_causes: dict[str, int] = field(default_factory=dict)
     altered_reasons: dict[str, int] = field(default_factory=dict)
     order_violations: int = 0

@@ -33,6 +33,8 @@ from spark_jobs.mysql.binlog_rows import (
 )  # fmt: skip
 from spark_jobs.reconcile_rules import PROVEN_CLASSES, record_reasons
 
+FOLLOW_PROVEN = (*PROVEN_CLASSES, "repaired")
+
 KIND_PROGRESS = "progress"
 MAX_ANOMALIES = 200
 # What an XA transaction's events take from its outcome (XA COMMIT) group
@@ -151,6 +153,10 @@ class FollowRules(FollowLedger):
             # a missing / unverifiable event delivered after its verdict (e.g. by cdc repair)
             self.open_verdicts.pop(ikey)
             self._count(ev["class"], -1, ev.get("reason"))
+            if ev["class"] == "missing" and rec.get("repair") and ikey in self.repair_asked:
+                self._repaired(ikey, ev, rec, now)
+                return
+            self.repair_asked.pop(ikey, None)  # found present by the repair, or late from the relay
             self.late_deliveries += 1
             ALARM_LOG.warning(
                 "late delivery of %s event %s:%s row %s at %s", ev["class"], ev["file"], ev["tx_pos"], ev["row"], where
@@ -165,7 +171,7 @@ class FollowRules(FollowLedger):
             deliveries = (*d[1], where)
             if d[0] != "duplicate":
                 self._count(d[0], -1)
-                if d[0] not in PROVEN_CLASSES:
+                if d[0] not in FOLLOW_PROVEN:
                     self._tx_proven(d[2])
                 self._count("duplicate")
                 # The matched event is kept as a bare tuple (no id, no key); the copy's identity
@@ -258,6 +264,60 @@ class FollowRules(FollowLedger):
             ev["class"] = cls
             ev["deliveries"] = [where]
         self._remember(ikey, cls, ev, now, [where])
+
+    def _repaired(self, ikey: str, ev: dict[str, Any], rec: Mapping[str, Any], now: float) -> None:
+        """The copy continuous compensation re-published of a missing event: `repaired`
+        (proven delivered). Per-key order (docs/verifier.md, "Continuous compensation"): the
+        copy comes after every later event of its key already in the partition; it is
+        counted `repaired_out_of_order` then, and said in one line, not called reordered."""
+        where = f"{rec['topic']}[{rec['partition']}]@{rec['offset']}"
+        self.repair_asked.pop(ikey, None)
+        self._count("repaired")
+        self.repairs["repaired"] += 1
+        ex = event_example(ev, "repaired", None)
+        ex["deliveries"] = [{"topic": rec["topic"], "partition": rec["partition"], "offset": rec["offset"]}]
+        key_text = rec.get("key_text")
+        prev = self.key_max.get((rec["topic"], int(rec["partition"]), key_text)) if key_text is not None else None
+        if prev is not None and rec.get("o") is not None and prev[0] > rec["o"]:
+            self.repairs["repaired_out_of_order"] += 1
+            ex["out_of_order"] = True
+            ALARM_LOG.warning("REPAIRED out of order: event %s:%s row %s (key %s) re-published at %s, after a later event "
+                              "of its key in that partition", ev["file"], ev["tx_pos"], ev["row"], key_text, where)  # fmt: skip
+        else:
+            ALARM_LOG.warning(
+                "REPAIRED: event %s:%s row %s re-published at %s", ev["file"], ev["tx_pos"], ev["row"], where
+            )
+        self._example("repaired", ex)
+        self._tx_proven(ev.get("tx"))
+        self._remember(ikey, "repaired", ev, now, [where])
+
+    def repair_candidates(self, behind: Any) -> tuple[list[dict[str, Any]], int]:
+        """(missing events not yet asked for whose transaction `behind((file_seq, tx_pos))`
+        says the relay has checkpointed past, how many others wait for the relay)."""
+        ready, held = [], 0
+        for ikey, ev in self.open_verdicts.items():
+            if ev.get("class") != "missing" or ikey in self.repair_asked:
+                continue
+            if behind((int(ev["file_seq"]), int(ev["tx_pos"]))):
+                ready.append(ev)
+            else:
+                held += 1
+        return ready, held
+
+    def repair_outcome(self, ikey: str, published: bool, failure: str | None, now: float) -> None:
+        """What one repair did: asked (the copy is awaited) or failed with its reason (alarm)."""
+        self.repairs["requested"] += 1
+        if failure is None:
+            self.repair_asked[ikey] = now
+            self.repairs["published"] += int(published)
+            return
+        self.repair_asked[ikey] = now  # not asked again: a person must act (the alarm says why)
+        self.repairs["failed"] += 1
+        reason = failure.split(":", 1)[0]
+        self.repair_failures[reason] = self.repair_failures.get(reason, 0) + 1
+        ev = self.open_verdicts.get(ikey) or {}
+        self._alarm("repair_failed", f"event {ev.get('file')}:{ev.get('tx_pos')} row {ev.get('row')} id {ev.get('event_id')} "
+                                     f"cannot be repaired: {failure}")  # fmt: skip
 
     # ----------------------------------------------------------------------- time
 

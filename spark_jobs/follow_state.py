@@ -79,6 +79,11 @@ class FollowState(FollowRules):
     def __setstate__(self, st: dict[str, Any]) -> None:
         self.__dict__.update(st)
         self.__dict__.setdefault("latency_by_second", {})  # a state saved before the field existed
+        self.__dict__.setdefault("repair_asked", {})  # ... and before continuous compensation
+        self.__dict__.setdefault(
+            "repairs", {"requested": 0, "published": 0, "repaired": 0, "repaired_out_of_order": 0, "failed": 0}
+        )
+        self.__dict__.setdefault("repair_failures", {})
         self.done, self.done_buckets, self._journal = {}, collections.deque(), set()
 
     def save(self, directory: str | os.PathLike[str]) -> Path:

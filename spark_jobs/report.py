@@ -378,7 +378,8 @@ def render_html(rep: VerifyReport) -> str:
         "td,th{border:1px solid #ccc;padding:3px 6px;font-size:12px;text-align:left}"
         "pre{background:#f5f5f5;padding:8px;font-size:11px;overflow:auto}"
     )
-    count_rows = "".join(f"<tr><td>{k}</td><td>{c.get(k, 0)}</td></tr>" for k in ALL_CLASSES)
+    extra = tuple(k for k in c if k not in ALL_CLASSES)  # the follow job's `repaired`
+    count_rows = "".join(f"<tr><td>{k}</td><td>{c.get(k, 0)}</td></tr>" for k in (*ALL_CLASSES, *extra))
     follow_html = _follow_html(rep.summary.get("follow"))
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>cdc verify: {status}</title><style>{style}</style></head>

@@ -27,23 +27,13 @@ from spark_jobs.arrow_transport import SCHEMA as TRANSPORT_SCHEMA
 from spark_jobs.arrow_transport import pack, packing
 from spark_jobs.common import DataSource, InputPartition, opt_int, opt_json, settle_worker
 from spark_jobs.kafka.source import plan_kafka, scan_partitions
-from spark_jobs.records import DEFAULT_CHUNK, RecordColumns, chunks, fields_for
+from spark_jobs.records import DEFAULT_CHUNK, RecordColumns, chunks
+from spark_jobs.stream_rows import STREAM_FIELDS, STREAM_SCHEMA, arrow_schema, arrow_with_markers, offsets_of
 
 try:
     from pyspark.sql.datasource import DataSourceStreamReader
 except Exception:  # pragma: no cover
     DataSourceStreamReader = object  # type: ignore[misc,assignment]  # a stand-in base when pyspark is not installed
-
-MARKER_FIELDS: tuple[tuple[str, str], ...] = (("marker", "boolean"), ("range_start", "bigint"), ("range_end", "bigint"))
-STREAM_FIELDS = fields_for(False, True) + MARKER_FIELDS
-STREAM_SCHEMA = ", ".join(f"`{n}` {k}" for n, k in STREAM_FIELDS)
-
-
-def offsets_of(plan: Mapping[str, Any], which: str) -> dict[str, dict[str, int]]:
-    out: dict[str, dict[str, int]] = {}
-    for p in plan["partitions"]:
-        out.setdefault(p["topic"], {})[str(p["partition"])] = int(p[which])
-    return out
 
 
 def ranges_between(start: Mapping[str, Any], end: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -55,16 +45,6 @@ def ranges_between(start: Mapping[str, Any], end: Mapping[str, Any]) -> list[dic
             low = int((start or {}).get(topic, {}).get(p, 0))
             out.append({"topic": topic, "partition": int(p), "low": min(low, int(high)), "high": int(high)})
     return out
-
-
-def _arrow_with_markers(batch: Any, marker: bool) -> Any:
-    import pyarrow as pa
-
-    n = batch.num_rows
-    return pa.RecordBatch.from_arrays(
-        list(batch.columns) + [pa.array([marker] * n, pa.bool_()), pa.nulls(n, pa.int64()), pa.nulls(n, pa.int64())],
-        schema=_arrow_schema(),
-    )
 
 
 class KafkaStreamReader(DataSourceStreamReader):
@@ -116,9 +96,9 @@ class KafkaStreamReader(DataSourceStreamReader):
                 first.setdefault((msg.topic(), msg.partition()), msg.offset())
                 cols.add(msg)
                 if cols.n >= 8192:
-                    yield _arrow_with_markers(cols.take(), False)
+                    yield arrow_with_markers(cols.take(), False)
             if cols.n:
-                yield _arrow_with_markers(cols.take(), False)
+                yield arrow_with_markers(cols.take(), False)
         names = [n for n, _ in STREAM_FIELDS]
         rows: dict[str, list[Any]] = {n: [] for n in names}
         for r in part:
@@ -128,26 +108,13 @@ class KafkaStreamReader(DataSourceStreamReader):
             for n in names:
                 rows[n].append(row[n])
         if part:
-            schema = _arrow_schema()
+            schema = arrow_schema()
             yield pa.RecordBatch.from_arrays(
                 [pa.array(rows[n], type=schema.field(n).type) for n in names], schema=schema
             )
 
     def commit(self, end: dict) -> None:
         pass
-
-
-def _arrow_schema() -> Any:
-    import pyarrow as pa
-
-    kinds = {
-        "string": pa.string(),
-        "bigint": pa.int64(),
-        "int": pa.int32(),
-        "binary": pa.binary(),
-        "boolean": pa.bool_(),
-    }
-    return pa.schema([(n, kinds[k]) for n, k in STREAM_FIELDS])
 
 
 class KafkaStreamDataSource(DataSource):
@@ -162,4 +129,4 @@ class KafkaStreamDataSource(DataSource):
         return KafkaStreamReader(self.options)
 
 
-__all__ = ["STREAM_FIELDS", "KafkaStreamDataSource", "json"]
+__all__ = ["STREAM_FIELDS", "KafkaStreamDataSource", "json", "offsets_of"]

@@ -145,6 +145,15 @@ def plan_nats(settings: Mapping[str, Any], topics: Sequence[str]) -> dict[str, A
     }
 
 
+def first_sequence(settings: Mapping[str, Any], stream: str) -> int:
+    """The first sequence `stream` still holds (0 when it is empty and never held one)."""
+    conn = _Connection(settings).open()
+    try:
+        return int(conn.run(conn.nc.jetstream().stream_info(stream), 30).state.first_seq)
+    finally:
+        conn.close()
+
+
 def plan_nats_matching(settings: Mapping[str, Any], topics: Sequence[str], pattern: str | None) -> dict[str, Any]:
     """`plan_nats` of `topics` and of every subject a stream holds messages of that
     matches `pattern` (a Python regex, fullmatch): what `cdc verify` reads."""

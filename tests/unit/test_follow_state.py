@@ -425,3 +425,59 @@ def test_apply_tables_is_apply_batch() -> None:
     by_tables.apply_tables(0, pa.Table.from_pylist(brows), pa.Table.from_pylist(krows), now=0.0)
     assert _snapshot(by_rows) == _snapshot(by_tables)
     assert by_tables.counts["altered"] == 1 and by_tables.counts["delivered"] == 1
+
+
+def test_a_repaired_copy_of_a_missing_event_is_repaired_once_and_says_when_it_is_out_of_key_order(caplog) -> None:
+    st = state()
+    a, b, c = ev(100, agg="k1"), ev(150, agg="k1"), ev(170, agg="k2")
+    st.apply_batch(0, [a, b, c, progress(200)], [rec(b, 0), rec(c, 1)], now=0.0)  # a never came; b has a's key
+    st.expire(now=11.0)
+    assert st.counts["missing"] == 1 and st.verified_through == (F1, 1, 100)
+    # the relay's checkpoint: only what lies before it is ready; the rest waits for the relay
+    ready, held = st.repair_candidates(lambda o: o < (1, 120))
+    assert [e["ikey"] for e in ready] == [a["ikey"]] and held == 0
+    assert st.repair_candidates(lambda o: o < (1, 100)) == ([], 1)
+    st.repair_outcome(a["ikey"], True, None, now=12.0)
+    assert st.repair_candidates(lambda o: True) == ([], 0)  # asked once, never twice
+    with caplog.at_level(logging.WARNING, "cdc.verify.follow"):
+        st.apply_batch(1, [], [rec(a, 2, repair=True)], now=13.0)
+    assert st.counts["missing"] == 0 and st.counts["repaired"] == 1 and st.counts["delivered"] == 2
+    assert st.repairs["repaired"] == 1 and st.repairs["repaired_out_of_order"] == 1 and st.late_deliveries == 0
+    assert not st.problems() and st.verified_through == (F1, 1, 200)
+    assert any(m.startswith("REPAIRED out of order") and "key k1" in m for m in caplog.messages)
+    st.apply_batch(2, [], [rec(a, 3, repair=True)], now=14.0)  # a second copy: a duplicate, proven once
+    assert st.counts["repaired"] == 0 and st.counts["duplicate"] == 1 and st.verified_through == (F1, 1, 200)
+
+
+def test_a_repair_that_fails_raises_its_alarm_and_the_event_stays_missing(caplog) -> None:
+    st = state()
+    a = ev(100)
+    st.apply_batch(0, [a, progress(200)], [], now=0.0)
+    st.expire(now=11.0)
+    with caplog.at_level(logging.WARNING, "cdc.verify.follow"):
+        st.repair_outcome(a["ikey"], False, "not_in_binlog: its transaction is no longer in the binlog", now=12.0)
+    assert st.counts["missing"] == 1 and st.problems() == {"missing": 1}
+    assert st.repairs["failed"] == 1 and st.repair_failures == {"not_in_binlog": 1} and st.alarms["repair_failed"] == 1
+    assert any("ALARM repair_failed" in m and "id id100-0" in m for m in caplog.messages)
+    assert st.repair_candidates(lambda o: True) == ([], 0)  # a person acts on it: not tried again
+
+
+def test_the_report_lists_repaired_events_and_failed_repairs() -> None:
+    from spark_jobs.follow import follow_summary
+    from spark_jobs.report import VerifyReport, render_html
+
+    st = state()
+    a, b, c = ev(100), ev(150, agg="k2"), ev(170, agg="k3")
+    st.apply_batch(0, [a, b, c, progress(200)], [], now=0.0)
+    st.expire(now=11.0)
+    st.repair_outcome(a["ikey"], True, None, now=12.0)
+    st.repair_outcome(b["ikey"], False, "not_in_binlog: its transaction is no longer in the binlog", now=12.0)
+    st.apply_batch(1, [], [rec(a, 0, repair=True)], now=13.0)
+    summary = follow_summary(st, 0.0, (F1, 1, 200))
+    assert summary["counts"]["repaired"] == 1 and summary["events_total"] == 3
+    assert summary["follow"]["repairs"] == {"requested": 2, "published": 1, "repaired": 1, "repaired_out_of_order": 0,
+                                            "failed": 1, "failures": {"not_in_binlog": 1}}  # fmt: skip
+    assert [e["event_id"] for e in summary["examples"]["repaired"]] == [a["event_id"]]
+    rep = VerifyReport(summary=summary, inputs={}, config={})
+    assert rep.problems == {"missing": 2}
+    assert "<tr><td>repaired</td><td>1</td></tr>" in render_html(rep)

@@ -1,0 +1,217 @@
+"""`cdc verify --follow` on the sinks beyond Kafka (RabbitMQ Streams, NATS JetStream), as
+an operator runs it (`python -m cdc_cli.main verify --follow`, a process of its own) beside
+a relay on a real RabbitMQ 3.10 node / nats-server: an event the relay acknowledged and
+never published, a second copy of a delivered one and a record claiming a transaction the
+binlog never had are named by their alarms and counted exactly once each (0 other
+problems); the job is SIGKILLed mid-stream and resumes from its checkpoint with exact
+counts. On JetStream it runs with `--repair`: the missing event, behind the relay's
+checkpoint, is re-published after its alarm and counted `repaired`."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import threading
+import uuid
+
+import pytest
+
+from cdc.config import load_config
+from cdc.events.identity import H_EVENT_ID, H_GTID, H_POS
+from cdc.events.sink_fields import H_KEY
+from cdc.metrics import RelayMetrics
+from cdc.ports import Delivery
+from cdc_cli.app import build_relay
+from tests.integration.harness import OUTBOX_DDL, ROOT, _to_toml, insert_events, wait_until
+from tests.integration.test_follow import _free_port, _metrics
+
+pytestmark = [pytest.mark.integration, pytest.mark.spark]
+
+
+def _phantom_headers(headers):
+    """A record claiming a transaction the binlog does not hold: inside the real one's
+    bytes (after the follow job's start, so it is judged, not unverifiable), another GTID."""
+    pos = int(dict(headers)[H_POS]) + 1
+    fake = {H_POS: str(pos).encode(), H_GTID: b"0-1-999999", H_EVENT_ID: str(uuid.uuid4()).encode()}
+    return [(n, fake.get(n, v)) for n, v in headers]
+
+
+class _SeedingPublisher:
+    """Acknowledges `drop` without sending it; on RabbitMQ also sends `twice` twice and a
+    phantom beside `phantom` (on JetStream the relay's `Nats-Msg-Id` would de-duplicate a
+    second copy: the test publishes those itself)."""
+
+    def __init__(self, inner, drop: str, twice: str | None = None, phantom: str | None = None):
+        self._inner, self._drop, self._twice, self._phantom = inner, drop, twice, phantom
+
+    def publish(self, topic, key, value, headers, on_delivery, timestamp_ms=None):
+        event_id = dict(headers).get(H_EVENT_ID, b"").decode()
+        if event_id == self._drop:
+            on_delivery(Delivery(topic, 0, 0))
+            return
+        if event_id == self._twice:
+            self._inner.publish(topic, key, value, headers, lambda _d: None, timestamp_ms)
+        if event_id == self._phantom:
+            self._inner.publish(topic, key, value, _phantom_headers(headers), lambda _d: None, timestamp_ms)
+        self._inner.publish(topic, key, value, headers, on_delivery, timestamp_ms)
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+
+class _Relay:
+    def __init__(self, cfg, publisher_wrapper):
+        self.handle = build_relay(cfg, RelayMetrics())
+        self.handle.relay._publisher = publisher_wrapper(self.handle.relay._publisher)
+        self._stop = threading.Event()
+        self.thread = threading.Thread(target=lambda: self.handle.relay.run(self._stop.is_set), daemon=True)
+        self.thread.start()
+
+    def stop(self):
+        self._stop.set()
+        self.thread.join(60)
+        self.handle.close()
+
+
+def _events(n: int) -> list[tuple]:
+    return [(str(uuid.uuid4()), "order", f"k{i % 5}", "Created", '{"n": %d}' % i) for i in range(n)]
+
+
+def _write(mariadb, database, events) -> None:
+    with mariadb.connect(database) as conn:
+        for start in range(0, len(events), 5):
+            insert_events(conn, "outbox", events[start : start + 5])
+            conn.commit()
+
+
+def _rabbit_world(mariadb, rabbitmq, database, prefix, tmp_path):
+    from tests.integration.rabbit_streams import create_topic, rabbit_env, rabbit_raw_config
+
+    create_topic(rabbitmq, f"{prefix}.order")
+    create_topic(rabbitmq, f"{prefix}.dlq")
+    raw = rabbit_raw_config(mariadb, rabbitmq, database, prefix, tmp_path / "cp.json", topics__missing="dead_letter")
+    return raw, rabbit_env(mariadb, rabbitmq)
+
+
+def _nats_world(mariadb, nats_server, database, prefix, tmp_path):
+    from tests.integration.nats_harness import create_streams, nats_env, nats_raw_config
+
+    create_streams(nats_server, {f"{prefix}_events": [f"{prefix}.order"], f"{prefix}_dlq": [f"{prefix}.dlq"]})
+    raw = nats_raw_config(mariadb, nats_server, database, prefix, tmp_path / "cp.json")
+    return raw, nats_env(mariadb, nats_server)
+
+
+def _nats_copies(nats_server, subject: str, twice: str, phantom: str) -> None:
+    """A second copy of `twice` and a phantom beside `phantom`, published as they are read
+    (headers and key; no `Nats-Msg-Id`, so JetStream stores them)."""
+    import nats
+
+    from spark_jobs.nats.source import plan_nats, read_range
+
+    settings = nats_server.connect_settings()
+    [part] = plan_nats(settings, [subject])["partitions"]
+    recs = {dict(r.headers())[H_EVENT_ID].decode(): r for r in read_range(settings, subject, part["stream"],
+                                                                           part["low"], part["high"])}  # fmt: skip
+
+    def copy(rec, headers):
+        out = {k: v.decode() for k, v in headers}
+        return {**out, H_KEY: rec.key().decode()} if rec.key() is not None else out
+
+    async def run() -> None:
+        nc = await nats.connect(**settings)
+        try:
+            js = nc.jetstream()
+            await js.publish(subject, recs[twice].value(), headers=copy(recs[twice], recs[twice].headers()))
+            rec = recs[phantom]
+            await js.publish(subject, rec.value(), headers=copy(rec, _phantom_headers(rec.headers())))
+        finally:
+            await nc.close()
+
+    asyncio.run(run())
+
+
+@pytest.mark.parametrize("sink", ["rabbitmq_stream", "nats_jetstream"])
+def test_follow_names_seeded_problems_and_resumes_after_sigkill(sink, request, mariadb, database, topic_prefix,
+                                                                tmp_path):  # fmt: skip
+    prefix = topic_prefix
+    with mariadb.connect(database) as conn, conn.cursor() as cur:
+        cur.execute(OUTBOX_DDL.format(name="outbox"))
+    if sink == "rabbitmq_stream":
+        server = request.getfixturevalue("rabbitmq")
+        raw, env_extra = _rabbit_world(mariadb, server, database, prefix, tmp_path)
+    else:
+        server = request.getfixturevalue("nats_server")
+        raw, env_extra = _nats_world(mariadb, server, database, prefix, tmp_path)
+    cfg = load_config(raw, env_extra)
+    config_path = tmp_path / "relay.toml"
+    config_path.write_text(_to_toml(raw))
+    env = {**os.environ, **env_extra}
+    out, port = tmp_path / "out", _free_port()
+    first, second = _events(30), _events(30)
+    drop, twice, phantom = first[7][0], first[12][0], first[20][0]
+    on_rabbit = sink == "rabbitmq_stream"
+    # On JetStream the job also repairs (`--repair`, through the command line): the dropped
+    # event is behind the relay's checkpoint, so after its missing alarm it is re-published
+    repair = [] if on_rabbit else ["--repair", "--repair-every", "1"]
+    relay = _Relay(cfg, lambda inner: _SeedingPublisher(inner, drop, twice if on_rabbit else None,
+                                                        phantom if on_rabbit else None))  # fmt: skip
+
+    def start(log):
+        return subprocess.Popen(
+            [sys.executable, "-m", "cdc_cli.main", "verify", "--config", str(config_path), "--follow", "--master",
+             "local[2]", "--output-dir", str(out), "--grace", "5", "--trigger", "1", "--metrics-port", str(port),
+             "--report-every", "2", *repair],
+            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+
+    logs = [open(tmp_path / "follow1.log", "wb"), open(tmp_path / "follow2.log", "wb")]
+    proc = start(logs[0])
+    delivered = 'cdc_verify_events{class="delivered"}'
+    try:
+        wait_until(lambda: _metrics(port), 120, "the follow job's metrics endpoint (it has taken its start)")
+        _write(mariadb, database, first)
+        wait_until(lambda: relay.handle.metrics.events_published >= 30, 60, "the first 30 events acknowledged")
+        if not on_rabbit:
+            _nats_copies(server, f"{prefix}.order", twice, phantom)
+        wait_until(lambda: _metrics(port).get(delivered, 0) >= 10, 120, "the first verified events")
+        os.killpg(proc.pid, signal.SIGKILL)  # the driver and its Python workers, mid-stream
+        proc.wait(30)
+        proc = start(logs[1])
+        _write(mariadb, database, second)
+        # classes are exclusive: the duplicated event counts as duplicate, not delivered
+        wait_until(lambda: _metrics(port).get(delivered, 0) >= 58, 180, "58 events verified after the restart")
+        gone = 'cdc_verify_events{class="missing"}' if on_rabbit else 'cdc_verify_events{class="repaired"}'
+        wait_until(lambda: _metrics(port).get(gone, 0) >= 1, 60, "the missing one (repaired on JetStream)")
+        import time
+
+        time.sleep(7)  # past the grace period: nothing else may turn up
+        m = _metrics(port)
+        os.killpg(proc.pid, signal.SIGINT)
+        code = proc.wait(60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(30)
+        for f in logs:
+            f.close()
+        relay.stop()
+    text = (tmp_path / "follow1.log").read_text() + (tmp_path / "follow2.log").read_text()
+    assert code == 3, text[-3000:]  # problems found
+    assert "Traceback" not in text, text[-3000:]
+    assert "resuming from checkpoint" in text
+    counts = {c: m[f'cdc_verify_events{{class="{c}"}}'] for c in ("delivered", "missing", "repaired", "duplicate",
+                                                                   "phantom", "unverifiable", "altered", "reordered")}  # fmt: skip
+    missing, repaired = (1, 0) if on_rabbit else (0, 1)
+    assert counts == {"delivered": 58, "missing": missing, "repaired": repaired, "duplicate": 1, "phantom": 1,
+                      "unverifiable": 0, "altered": 0, "reordered": 0}, (counts, text[-3000:])  # fmt: skip
+    alarms = [ln for ln in text.splitlines() if "ALARM" in ln]
+    assert any(drop in ln for ln in alarms if "ALARM missing" in ln), alarms  # also when repaired: named first
+    if not on_rabbit:
+        assert m["cdc_verify_repaired_total"] == 1 and any("REPAIRED" in ln for ln in text.splitlines()), m
+    assert any("ALARM duplicate" in ln for ln in alarms), alarms
+    assert any("ALARM phantom" in ln and f"{prefix}.order[0]@" in ln for ln in alarms), alarms
+    assert server.password not in text + (out / "report.json").read_text()
+    assert (mariadb.password or "\0") not in text

@@ -1,0 +1,66 @@
+"""Continuous compensation's pass (`spark_jobs/follow_repair.py`) over a real follow state
+and fake ports (the relay's checkpoint, the repair path), without Spark: only events behind
+the checkpoint are handed to the repair path, once; no checkpoint means no repair; a repair
+path that fails or raises gives the event's `repair_failed` alarm with its cause."""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+import pytest
+
+from spark_jobs.follow_repair import Compensation, Compensator
+from tests.unit.test_follow_state import F1, ev, progress, state
+
+pytestmark = pytest.mark.verifier_deps
+
+
+class _Job:
+    def __init__(self, st, tmp_path):
+        self.lock = threading.RLock()
+        self.state = st
+        self._dir = tmp_path
+
+    def state_dir(self):
+        return self._dir
+
+
+def _missing(tmp_path, *positions):
+    st = state()
+    events = [ev(p) for p in positions]
+    st.apply_batch(0, [*events, progress(400)], [], now=0.0)
+    st.expire(now=11.0)
+    assert st.counts["missing"] == len(events)
+    return _Job(st, tmp_path), events
+
+
+def test_only_events_behind_the_relays_checkpoint_are_repaired_and_each_once(tmp_path) -> None:
+    job, (a, b) = _missing(tmp_path, 100, 300)
+    asked = []
+    where = [None]
+    comp = Compensation(checkpoint=lambda: where[0], republish=lambda e: (asked.append(e["event_id"]) or True, None))
+    c = Compensator(job, comp)
+    assert c.run_pass() == 0 and asked == [] and c.held == 2  # no checkpoint yet: nothing is behind it
+    where[0] = (F1, 200)  # the relay passed a's transaction, not b's
+    assert c.run_pass() == 1 and asked == [a["event_id"]] and c.held == 1
+    assert c.run_pass() == 0 and asked == [a["event_id"]]  # asked once
+    assert job.state.repairs["requested"] == 1 and job.state.repairs["published"] == 1
+    assert (tmp_path / "0.state").is_file()  # the outcome is saved with the state
+
+
+@pytest.mark.parametrize(
+    ("republish", "reason"),
+    [
+        (lambda e: (False, "not_in_binlog: its transaction is no longer in the binlog (purged?)"), "not_in_binlog"),
+        (lambda e: (_ for _ in ()).throw(RuntimeError("broker refused: topic gone")), "RuntimeError"),
+    ],
+)
+def test_a_repair_that_fails_is_the_events_alarm(tmp_path, caplog, republish, reason) -> None:
+    job, (a,) = _missing(tmp_path, 100)
+    c = Compensator(job, Compensation(checkpoint=lambda: (F1, 400), republish=republish))
+    with caplog.at_level(logging.WARNING, "cdc.verify.follow"):
+        assert c.run_pass() == 1
+    assert job.state.repair_failures == {reason: 1} and job.state.counts["missing"] == 1
+    assert any(m.startswith("ALARM repair_failed") and a["event_id"] in m for m in caplog.messages), caplog.messages
+    assert c.run_pass() == 0  # not tried again: a person acts on the alarm
