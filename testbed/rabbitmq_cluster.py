@@ -63,6 +63,19 @@ class ClusterNode(EmbeddedRabbitMQ):
         env["HOME"] = str(self._cluster.home)  # the shared .erlang.cookie
         return env
 
+    async def _probe(self) -> None:
+        """The stream plugin answers a login and a request, and no stream is declared: the
+        first declaration starts the stream coordinator (a Ra cluster) on the nodes running
+        then, and 3.10 does not add a node that joins later (measured: with each node's
+        own start-up declaring a probe stream, the coordinator lived on the first node only,
+        and killing that node left every stream without a leader, StreamNotAvailable for
+        80 s and more). So nothing is declared until all nodes have joined."""
+        client = await _connect(self)
+        try:
+            await client.stream_exists("cdc-probe")
+        finally:
+            await client.close()
+
     def _stop_helpers(self) -> None:
         """The epmd is the cluster's: it stops with the cluster, not with a node."""
 
@@ -133,10 +146,15 @@ class RabbitCluster:
             # what `rabbitmqctl stop_app; join_cluster FIRST; start_app` call
             # (rabbitmq-cli's StopAppCommand, JoinClusterCommand, StartAppCommand), in one
             # CLI run: each run of the CLI boots an Erlang VM of its own (~2 s here)
-            said = node.ctl_eval(f"ok = rabbit:stop(), ok = rabbit_mnesia:join_cluster('{first}', disc), rabbit:start().")
+            said = node.ctl_eval(
+                f"ok = rabbit:stop(), ok = rabbit_mnesia:join_cluster('{first}', disc), rabbit:start()."
+            )
             if said != "ok":
                 raise RabbitMQServerError(f"{node.nodename} did not join {first}: {said}")
         self._wait_members(time.monotonic() + self.startup_timeout)
+        coordinators = self.nodes[0].ctl_eval("ra:members({rabbit_stream_coordinator, node()}).")
+        if any(n.nodename not in coordinators for n in self.nodes):
+            raise RabbitMQServerError(f"the stream coordinator does not run on every node: {coordinators}")
         self.timings["join"] = time.monotonic() - t2
         self.timings["start"] = time.monotonic() - t0
         log.info("RabbitMQ cluster of %d started: %s", self.size, {k: round(v, 1) for k, v in self.timings.items()})
@@ -190,7 +208,7 @@ class RabbitCluster:
         try:
             await client.create_stream(name, {"x-initial-cluster-size": self.size})
             try:
-                leader, replicas = await client.query_leader_and_replicas(name)
+                _leader, replicas = await client.query_leader_and_replicas(name)
                 if len(replicas) != self.size - 1:
                     raise RabbitMQServerError(f"{name} has {len(replicas)} replicas")
             finally:
@@ -213,9 +231,9 @@ class RabbitCluster:
                 return node
         raise RabbitMQServerError(f"no node of the cluster has stream port {port}")
 
-    def _call(self, fn: Any) -> Any:
+    def _call(self, fn: Any, node: ClusterNode | None = None) -> Any:
         async def go() -> Any:
-            client = await _connect(self.running_nodes()[0])
+            client = await _connect(node or self.running_nodes()[0])
             try:
                 return await fn(client)
             finally:
@@ -223,9 +241,14 @@ class RabbitCluster:
 
         return asyncio.run(asyncio.wait_for(go(), 30))
 
-    def create_stream(self, name: str, size: int | None = None) -> None:
-        """A stream replicated on `size` (all) nodes: `x-initial-cluster-size`."""
-        self._call(lambda c: c.create_stream(name, {"x-initial-cluster-size": size or self.size}))
+    def create_stream(self, name: str, size: int | None = None, leader: ClusterNode | None = None) -> None:
+        """A stream replicated on `size` (all) nodes (`x-initial-cluster-size`); `leader`: its
+        first leader, declared through that node with `x-queue-leader-locator: client-local`
+        (https://www.rabbitmq.com/streams.html#leader-election)."""
+        arguments: dict[str, Any] = {"x-initial-cluster-size": size or self.size}
+        if leader is not None:
+            arguments["x-queue-leader-locator"] = "client-local"
+        self._call(lambda c: c.create_stream(name, arguments), leader)
 
     def leader_and_replicas(self, stream: str) -> tuple[ClusterNode, list[ClusterNode]]:
         """The stream protocol's Metadata answer (asked of a running node), as nodes."""
