@@ -67,6 +67,42 @@ def _warns_of(cfg, stream: str, node) -> bool:
     return any(warn and repr(stream) in line and address in line for warn, line in _replica_lines(cfg))
 
 
+def test_the_publisher_connects_to_each_streams_leader(rabbit_cluster, topic_prefix):  # noqa: F811
+    """Two streams led by the two nodes not named in `host`: one publishing connection to each
+    leader (RabbitMQ 3.10 also takes a publisher on a node that does not lead the stream, and
+    forwards: measured, so only where the publisher is declared tells the two apart)."""
+    from connectors.rabbitmq.stream_reader import StreamSettings
+    from connectors.rabbitmq.stream_sink import RabbitStreamPublisher
+
+    cluster = rabbit_cluster
+    first, second, third = cluster.nodes
+    streams = {f"{topic_prefix}.a": second, f"{topic_prefix}.b": third}
+    for name, leader in streams.items():
+        cluster.create_stream(name, leader=leader)
+        assert cluster.stream_leader(name) is leader
+    settings = StreamSettings(
+        first.host, first.stream_port, "/", first.user, first.password,
+        hosts=((second.host, second.stream_port), (third.host, third.stream_port)),
+    )  # fmt: skip
+    publisher = RabbitStreamPublisher(settings, f"cdc-relay.{topic_prefix}")
+    try:
+        deliveries: list = []
+        for name in streams:
+            for n in range(3):
+                publisher.publish(name, f"k{n}".encode(), b"v", [], deliveries.append)
+        assert publisher.flush(30) == 0
+        assert sorted((d.topic, d.offset, d.failure) for d in deliveries) == [
+            (name, n, None) for name in streams for n in range(3)
+        ]
+        declared_on = {s.name: s.client for s in publisher._streams.values()}
+        at = {id(c): address for address, c in publisher._clients.items()}
+        assert {name: at[id(c)] for name, c in declared_on.items()} == {
+            name: (leader.host, leader.stream_port) for name, leader in streams.items()
+        }
+    finally:
+        publisher.close()
+
+
 def test_stream_leader_killed_under_a_running_relay(mariadb, rabbit_cluster, database, topic_prefix, tmp_path):  # noqa: F811
     cluster, prefix = rabbit_cluster, topic_prefix
     with mariadb.connect(database) as conn, conn.cursor() as cur:
