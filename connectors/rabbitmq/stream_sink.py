@@ -165,10 +165,10 @@ class _Stream:
     topic: str
     partition: int
     publisher_id: int
-    client: Any  # the connection to the stream's leader (one a leader node) the publisher is declared on
     highest: int  # the broker's highest id under the producer name when the run declared it
     end: int  # the stream's end then
     next_id: int
+    client: Any = None  # the connection to the stream's leader (one a leader node) it is declared on
     unconfirmed: dict[int, _Message] = field(default_factory=dict)
 
     def offset(self, publishing_id: int) -> int:
@@ -463,7 +463,7 @@ class RabbitStreamPublisher:
         self._handle(client, publisher_id)
         highest = int(await client.query_publisher_sequence(stream=name, reference=self._name))
         _first, end = await self._reading.bounds(name)
-        stream = _Stream(name, topic, partition, publisher_id, client, highest, end, highest + 1)
+        stream = _Stream(name, topic, partition, publisher_id, highest, end, highest + 1, client)
         self._streams[name] = stream
         return stream
 
