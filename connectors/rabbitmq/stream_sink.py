@@ -368,8 +368,10 @@ class RabbitStreamPublisher:
                     await self._send(target.client, target, batch)
                     self._frames_out.append((target, batch[-1].publishing_id))
                 # else: kept unconfirmed, sent again by the reconnection
-        except Exception as exc:  # the connection broke mid-way: the tick takes over
+        except Exception as exc:  # the connection broke mid-way (the tick takes over), or a new
+            # stream's leader is being elected: asked again after a tick, not in a tight loop
             log.debug("publishing paused: %s", exc)
+            await asyncio.sleep(_TICK_S)
         finally:
             self._pumping = False
             if self._queue and self._broken is None and self._connected():
@@ -455,11 +457,11 @@ class RabbitStreamPublisher:
         """A new publisher of `name` under the producer name: its ids continue from the
         broker's highest, and its offsets from the stream's end."""
         publisher_id = self._next_publisher
-        self._next_publisher += 1
         if publisher_id > 255:
             raise DeliveryError("the relay publishes to more than 256 streams: one connection holds 256 publishers")
-        client = await self._leader_connection(name)
+        client = await self._leader_connection(name)  # LeaderNotAvailable during an election: asked again
         await client.declare_publisher(stream=name, reference=self._name, publisher_id=publisher_id)
+        self._next_publisher += 1  # only once declared: a failed attempt does not use up an id
         self._handle(client, publisher_id)
         highest = int(await client.query_publisher_sequence(stream=name, reference=self._name))
         _first, end = await self._reading.bounds(name)
@@ -611,7 +613,10 @@ class RabbitStreamPublisher:
             if self._down_since is None:
                 self._down_since = now
                 if self._stale is None:  # else said by _mark_stale
-                    log.warning("lost the connection to %s; connecting again", self._settings.where())
+                    log.warning(
+                        "lost a connection to a stream leader (%s); asking where the leaders are and connecting again",
+                        self._settings.where(),
+                    )
             if now - self._last_attempt >= _RECONNECT_EVERY_S:
                 self._last_attempt = now
                 try:
