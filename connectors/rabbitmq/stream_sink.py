@@ -28,6 +28,14 @@ neither loses nor repeats a message and does not stop the relay. Across a relay 
 ids start above the old ones: the checkpoint and the recovery scan of identity headers
 (cdc/recovery.py) decide what is published again, not the ids.
 
+A cluster (docs/sinks.md, "A RabbitMQ cluster"): each stream's publisher is declared on a
+connection to the stream's leader, found by the Metadata command asked of any configured
+node (`host`, then `hosts`); one connection per leader node. A leader's death is one of the
+losses above: the connections are made again to the leaders asked again (LeaderNotAvailable
+while an election runs: asked again every second, within publish_timeout_s), and the
+unconfirmed are sent again with their ids; the stream's de-duplication state is replicated
+with it, so the new leader drops what the old one had stored.
+
 Offsets. A confirmation carries no offset (3.10's stream protocol). The offset reported is
 `end + (id - highest - 1)`, with `end` the stream's end and `highest` the broker's highest id
 when the run first published to the stream: exact while the relay is the only writer, and
@@ -176,7 +184,8 @@ class _Stream:
 
 
 class RabbitStreamPublisher:
-    """cdc.ports.Publisher over one stream-protocol connection (module docstring)."""
+    """cdc.ports.Publisher over stream-protocol connections, one to each stream leader's node
+    (module docstring)."""
 
     def __init__(
         self,
