@@ -115,8 +115,9 @@ Example `relay.toml`::
     [sink]                              # the broker the relay publishes to (docs/sinks.md)
     kind = "kafka"                      # kafka (configured in [kafka]) | rabbitmq_stream | rabbitmq_exchange | nats_jetstream
     [sink.rabbitmq_stream]              # RabbitMQ's stream protocol (docs/sinks.md)
-    host = "127.0.0.1"                  # the node that leads the relay's streams
+    host = "127.0.0.1"                  # a node of the cluster: the first asked where each stream's leader is
     port = 5552                         # the stream plugin's port (5551 with TLS)
+    hosts = []                          # the cluster's other nodes, "host:port": asked when host is down
     vhost = "/"
     user = "cdc"
     password_env = "RABBITMQ_PASSWORD"  # or password_file
@@ -326,6 +327,7 @@ class RabbitStreamConfig:
 
     host: str = "127.0.0.1"
     port: int = 5552  # the stream plugin's port (5551 with TLS)
+    hosts: tuple[str, ...] = ()  # the cluster's other nodes, "host:port" (docs/sinks.md)
     vhost: str = "/"
     user: str = "guest"
     password: Secret = field(default_factory=lambda: Secret(""))
@@ -775,6 +777,12 @@ def _validate_rabbitmq_stream(cfg: Config) -> None:
         )
     if bool(rabbit.cert_file) != bool(rabbit.key_file):
         raise ConfigError("sink.rabbitmq_stream: cert_file and key_file go together (the client certificate)")
+    for entry in rabbit.hosts:
+        host, _, port = str(entry).rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ConfigError(
+                f'sink.rabbitmq_stream.hosts: {entry!r} is not "host:port" (a node\'s stream port), e.g. "rabbit2:5552"'
+            )
 
 
 def _validate_rabbitmq_exchange(cfg: Config) -> None:

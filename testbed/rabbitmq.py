@@ -292,14 +292,24 @@ class EmbeddedRabbitMQ(LabServer):
 
     def _spawn_and_wait(self, timeout: float) -> float:
         t0 = time.monotonic()
-        deadline = t0 + timeout
+        offset = self._spawn()
+        return self._wait(t0, offset, timeout)
+
+    def _spawn(self) -> int:
+        """Start epmd (unless it runs) and the node; the offset its stdout log had before."""
         if self._epmd_proc is None or self._epmd_proc.poll() is not None:
             self._epmd_proc = self._popen(
                 [self._epmd, "-port", str(self.epmd_port), "-address", HOST], self.root / "epmd.log"
             )
         offset = self.stdout_log.stat().st_size if self.stdout_log.exists() else 0
-        beam = self._popen([self._server], self.stdout_log)
-        self._started(beam)
+        self._started(self._popen([self._server], self.stdout_log))
+        return offset
+
+    def _wait(self, t0: float, offset: int, timeout: float) -> float:
+        """Wait until the node spawned at `t0` takes a stream declaration: the seconds since `t0`."""
+        deadline = t0 + timeout
+        beam = self._proc
+        assert beam is not None
         last = "the stream port does not accept connections yet"
         while True:
             code = beam.poll()
@@ -378,12 +388,16 @@ class EmbeddedRabbitMQ(LabServer):
     def ctl_eval(self, expression: str, timeout: float = 60.0) -> str:
         """`rabbitmqctl eval <expression>` on this node (its environment, cookie and user):
         the Erlang term it prints. RabbitMQ's CLI, https://www.rabbitmq.com/rabbitmqctl.8.html"""
+        return self.ctl(["eval", expression], timeout)
+
+    def ctl(self, args: list[str], timeout: float = 60.0) -> str:
+        """`rabbitmqctl -n <this node> <args>` with the node's environment, cookie and user: its output."""
         user: dict[str, Any] = {}
         if self._ids is not None:
             user = {"user": self._ids[0], "group": self._ids[1], "extra_groups": []}
         ctl = str(Path(self._server).with_name("rabbitmqctl"))
         done = subprocess.run(
-            [ctl, "-n", self.nodename, "eval", expression],
+            [ctl, "-n", self.nodename, *args],
             env=self._env(),
             cwd=self.root,
             capture_output=True,
@@ -392,7 +406,7 @@ class EmbeddedRabbitMQ(LabServer):
             **user,
         )
         if done.returncode != 0:
-            raise self.error(f"rabbitmqctl eval failed ({done.returncode}): {(done.stderr or done.stdout)[-500:]}")
+            raise self.error(f"rabbitmqctl {args[0]} failed ({done.returncode}): {(done.stderr or done.stdout)[-500:]}")
         return done.stdout.strip()
 
     def kill_stream_leader(self, stream: str, vhost: str = "/") -> None:

@@ -47,14 +47,22 @@ class StreamSettings:
     cert_file: str = ""
     key_file: str = ""
     empty_wait_s: float = 2.0
+    hosts: tuple[tuple[str, int], ...] = ()  # the cluster's other nodes (`hosts`), after host:port
 
     @classmethod
     def from_config(cls, rabbit: Any) -> StreamSettings:
+        hosts = tuple((h, int(p)) for h, _, p in (str(e).rpartition(":") for e in getattr(rabbit, "hosts", ())))
         return cls(
             rabbit.host, int(rabbit.port), rabbit.vhost, rabbit.user, rabbit.password.reveal(),
             bool(rabbit.tls or rabbit.ca_file or rabbit.cert_file), rabbit.ca_file, rabbit.cert_file,
-            rabbit.key_file, float(rabbit.empty_wait_s),
+            rabbit.key_file, float(rabbit.empty_wait_s), hosts,
         )  # fmt: skip
+
+    def addresses(self) -> list[tuple[str, int]]:
+        """The configured nodes, `host:port` first: where a connection that any node can
+        serve (the streams' metadata, a stream's creation) is made, first that answers."""
+        out = [(self.host, self.port)]
+        return out + [a for a in self.hosts if a not in out]
 
     def ssl_context(self) -> ssl.SSLContext | None:
         if not self.tls:
@@ -65,13 +73,48 @@ class StreamSettings:
         return context
 
     def where(self) -> str:
-        return f"RabbitMQ stream {self.host}:{self.port} vhost {self.vhost}"
+        others = f" (or {', '.join(f'{h}:{p}' for h, p in self.hosts)})" if self.hosts else ""
+        return f"RabbitMQ stream {self.host}:{self.port}{others} vhost {self.vhost}"
+
+
+async def stream_members(client: Any, stream: str) -> tuple[tuple[str, int] | None, list[tuple[str, int]]]:
+    """The stream protocol's Metadata answer for `stream` (PROTOCOL.adoc, "Metadata"): its
+    leader's and its replicas' advertised (host, port); the leader is None while none is
+    elected (leader reference 0xFFFF). RabbitMQ 3.10 names only the members whose node
+    runs (measured, tests/integration/test_rabbitmq_cluster_faults.py): a member on a dead
+    node is missing from the answer, not marked. A stream that does not exist, or has no
+    member running, raises (StreamDoesNotExist, StreamNotAvailable)."""
+    from rstream import schema
+
+    answer = await client.sync_request(
+        schema.Metadata(client._corr_id_seq.next(), streams=[stream]), resp_schema=schema.MetadataResponse
+    )
+    meta = answer.metadata[0]
+    brokers = {b.reference: (str(b.host), int(b.port)) for b in answer.brokers}
+    leader = brokers.get(meta.leader_ref) if meta.leader_ref != 0xFFFF else None
+    return leader, [brokers[r] for r in meta.replicas_refs if r in brokers]
 
 
 async def connect(settings: StreamSettings, name: str) -> Any:
+    """A connection to the first configured node that answers (`StreamSettings.addresses`);
+    the first node's failure is raised when none does."""
+    first: BaseException | None = None
+    for host, port in settings.addresses():
+        try:
+            return await connect_to(settings, host, port, name)
+        except Exception as exc:
+            if not _node_down(exc):
+                raise  # a refusal (login, TLS) says the same on every node
+            first = first or exc
+    assert first is not None
+    raise first
+
+
+async def connect_to(settings: StreamSettings, host: str, port: int, name: str) -> Any:
+    """A connection to one node (a stream's leader, at the address its Metadata answer gives)."""
     from rstream.client import ClientPool
 
-    pool = ClientPool(settings.host, settings.port, ssl_context=settings.ssl_context(), vhost=settings.vhost,
+    pool = ClientPool(host, port, ssl_context=settings.ssl_context(), vhost=settings.vhost,
                       username=settings.user, password=settings.password, frame_max=1_048_576, heartbeat=20,
                       load_balancer_mode=False, max_retries=1)  # fmt: skip
     try:
@@ -80,6 +123,27 @@ async def connect(settings: StreamSettings, name: str) -> Any:
         await pool.close()
         raise
     return client
+
+
+async def connect_leader(
+    settings: StreamSettings, address: tuple[str, int], name: str, unreachable: set[tuple[str, int]]
+) -> Any:
+    """A connection to a stream leader's advertised `address`; None (and `address` added to
+    `unreachable`, with a warning) when that address is not one of the configured nodes
+    and cannot be reached: the caller goes through a configured node instead. A configured
+    node that is down raises, as the caller's own connect would."""
+    try:
+        return await connect_to(settings, address[0], address[1], name)
+    except Exception as exc:
+        if address in settings.addresses() and not isinstance(exc, ssl.SSLError):
+            raise
+        log.warning(
+            "cannot connect to the stream leader's advertised address %s:%d (%s: %s); going through %s "
+            "instead (set the stream plugin's advertised_host/port, or list the node in sink.rabbitmq_stream.hosts)",
+            *address, type(exc).__name__, exc, settings.where(),
+        )  # fmt: skip
+        unreachable.add(address)
+        return None
 
 
 def _node_down(exc: BaseException) -> bool:
@@ -128,7 +192,10 @@ class Reading:
     def __init__(self, settings: StreamSettings, loop: LoopThread):
         self._settings = settings
         self._loop = loop
-        self._client: Any = None
+        self._client: Any = None  # to any configured node: metadata, existence
+        self._leaders: dict[tuple[str, int], Any] = {}  # to the nodes that lead the streams read
+        self._unreachable: set[tuple[str, int]] = set()  # advertised addresses this client cannot use
+        self._subs: dict[int, Any] = {}  # subscription id -> its connection
         self._next_sub = 0
 
     async def _client_(self) -> Any:
@@ -136,11 +203,47 @@ class Reading:
             self._client = await connect(self._settings, "cdc-relay-reader")
         return self._client
 
+    async def leader_address(self, stream: str) -> tuple[str, int] | None:
+        """Where `stream`'s leader is, as its node advertises it; None: the connection to
+        any node will do (a node whose advertised address this client cannot reach, e.g. a
+        host name only the cluster resolves, or a certificate made for another name: such a
+        node still serves a stream it does not lead, through the leader, measured on 3.10).
+        Raises LeaderNotAvailable while the stream has no leader."""
+        from rstream.exceptions import LeaderNotAvailable
+
+        leader, _replicas = await stream_members(await self._client_(), stream)
+        if leader is None:
+            raise LeaderNotAvailable(f"stream {stream} has no leader yet")
+        return None if leader in self._unreachable else leader
+
+    async def connection_to(self, address: tuple[str, int] | None, name: str) -> Any:
+        """A live connection to `address` (None: to any node), made once and kept."""
+        if address is None:
+            return await self._client_()
+        client = self._leaders.get(address)
+        if client is not None and client.is_connection_alive():
+            return client
+        client = await connect_leader(self._settings, address, name, self._unreachable)
+        if client is None:
+            return await self._client_()
+        self._leaders[address] = client
+        return client
+
+    def forget_unreachable(self) -> None:
+        """Try the advertised addresses again (a leader that was down may be back)."""
+        self._unreachable.clear()
+
+    async def _leader_client(self, stream: str) -> Any:
+        """The connection a stream is read on: to its leader. A replica may lag the leader
+        (osiris replicates chunks after the leader commits them), and the recovery scan
+        must see everything the leader confirmed."""
+        return await self.connection_to(await self.leader_address(stream), "cdc-relay-reader")
+
     def call(self, what: str, coro: Coroutine[Any, Any, T], timeout: float = REQUEST_TIMEOUT_S) -> T:
         try:
             return self._loop.call(coro, timeout)
         except Exception as exc:
-            self._client = None
+            self._client, self._leaders = None, {}  # a leader may have died: asked again next time
             raise cannot(self._settings, what, exc) from exc
 
     async def exists(self, stream: str) -> bool:
@@ -149,9 +252,10 @@ class Reading:
     async def subscribe(self, stream: str, offset_type: Any, offset: int | None) -> tuple[int, asyncio.Queue[Any]]:
         from rstream import schema
 
-        client = await self._client_()
+        client = await self._leader_client(stream)
         self._next_sub = (self._next_sub + 1) % 250
         sub_id = self._next_sub
+        self._subs[sub_id] = client
         queue: asyncio.Queue[Any] = asyncio.Queue()
 
         def on_deliver(frame: Any) -> None:
@@ -166,7 +270,7 @@ class Reading:
     async def unsubscribe(self, sub_id: int) -> None:
         from rstream import schema
 
-        client = self._client
+        client = self._subs.pop(sub_id, None)
         if client is None or not client.is_connection_alive():
             return
         await client.unsubscribe(sub_id)
@@ -187,10 +291,10 @@ class Reading:
         `empty_wait_s` only bounds the wait for a chunk a stream was seen to hold."""
         from rstream.constants import OffsetType
 
-        client = await self._client_()
         frames = []
         for offset_type in (OffsetType.FIRST, OffsetType.LAST):
             sub_id, queue = await self.subscribe(stream, offset_type, None)
+            client = self._subs[sub_id]  # the barrier below goes on the subscription's connection
             try:
                 # the barrier: any request-response after the Subscribe on this connection
                 await client.query_publisher_sequence(stream=stream, reference="cdc-relay-bounds")
@@ -209,15 +313,20 @@ class Reading:
         return int(first.chunk_first_offset), int(last.chunk_first_offset + last.num_entries)
 
     async def credit(self, sub_id: int) -> None:
-        await (await self._client_()).credit(sub_id, 1)
+        client = self._subs.get(sub_id)
+        if client is None:
+            raise ConnectionError(f"subscription {sub_id} has no connection")
+        await client.credit(sub_id, 1)
 
     def close(self) -> None:
-        client, self._client = self._client, None
-        if client is not None:
-            try:
-                self._loop.call(client.close(), 5)
-            except Exception:
-                pass
+        clients = [self._client, *self._leaders.values()]
+        self._client, self._leaders = None, {}
+        for client in clients:
+            if client is not None:
+                try:
+                    self._loop.call(client.close(), 5)
+                except Exception:
+                    pass
 
 
 async def stream_count(reading: Reading, topic: str) -> int | None:

@@ -28,6 +28,14 @@ neither loses nor repeats a message and does not stop the relay. Across a relay 
 ids start above the old ones: the checkpoint and the recovery scan of identity headers
 (cdc/recovery.py) decide what is published again, not the ids.
 
+A cluster (docs/sinks.md, "A RabbitMQ cluster"): each stream's publisher is declared on a
+connection to the stream's leader, found by the Metadata command asked of any configured
+node (`host`, then `hosts`); one connection per leader node. A leader's death is one of the
+losses above: the connections are made again to the leaders asked again (LeaderNotAvailable
+while an election runs: asked again every second, within publish_timeout_s), and the
+unconfirmed are sent again with their ids; the stream's de-duplication state is replicated
+with it, so the new leader drops what the old one had stored.
+
 Offsets. A confirmation carries no offset (3.10's stream protocol). The offset reported is
 `end + (id - highest - 1)`, with `end` the stream's end and `highest` the broker's highest id
 when the run first published to the stream: exact while the relay is the only writer, and
@@ -65,6 +73,7 @@ from connectors.rabbitmq.stream_reader import (
     StreamSettings,
     cannot,
     connect,
+    connect_leader,
     rstream_module,
     stream_count,
     stream_of,
@@ -167,6 +176,7 @@ class _Stream:
     highest: int  # the broker's highest id under the producer name when the run declared it
     end: int  # the stream's end then
     next_id: int
+    client: Any = None  # the connection to the stream's leader (one a leader node) it is declared on
     unconfirmed: dict[int, _Message] = field(default_factory=dict)
 
     def offset(self, publishing_id: int) -> int:
@@ -174,7 +184,8 @@ class _Stream:
 
 
 class RabbitStreamPublisher:
-    """cdc.ports.Publisher over one stream-protocol connection (module docstring)."""
+    """cdc.ports.Publisher over stream-protocol connections, one to each stream leader's node
+    (module docstring)."""
 
     def __init__(
         self,
@@ -193,7 +204,8 @@ class RabbitStreamPublisher:
         self._loop = LoopThread("rabbitmq-publisher")
         self._reading = Reading(settings, self._loop)
         # loop thread only
-        self._client: Any = None
+        self._clients: dict[tuple[str, int] | None, Any] = {}  # one a leader node (None: any node)
+        self._up = False  # connected: every stream's publisher declared on its leader's connection
         self._streams: dict[str, _Stream] = {}
         self._counts: dict[str, int] = {}
         self._queue: collections.deque[_Message] = collections.deque()
@@ -362,11 +374,13 @@ class RabbitStreamPublisher:
                     size += len(message.data) + 12
                     target = stream
                 if target is not None and self._connected():
-                    await self._send(self._client, target, batch)
+                    await self._send(target.client, target, batch)
                     self._frames_out.append((target, batch[-1].publishing_id))
                 # else: kept unconfirmed, sent again by the reconnection
-        except Exception as exc:  # the connection broke mid-way: the tick takes over
+        except Exception as exc:  # the connection broke mid-way (the tick takes over), or a new
+            # stream's leader is being elected: asked again after a tick, not in a tight loop
             log.debug("publishing paused: %s", exc)
+            await asyncio.sleep(_TICK_S)
         finally:
             self._pumping = False
             if self._queue and self._broken is None and self._connected():
@@ -444,23 +458,23 @@ class RabbitStreamPublisher:
         from rstream.exceptions import StreamAlreadyExists
 
         try:
-            await (await self._reading._client_()).create_stream(topic)
+            await (await self._reading.connection_to(None, "cdc-relay-reader")).create_stream(topic)
         except StreamAlreadyExists:
             pass
 
     async def _declare(self, name: str, topic: str, partition: int) -> _Stream:
         """A new publisher of `name` under the producer name: its ids continue from the
         broker's highest, and its offsets from the stream's end."""
-        client = self._client
         publisher_id = self._next_publisher
-        self._next_publisher += 1
         if publisher_id > 255:
             raise DeliveryError("the relay publishes to more than 256 streams: one connection holds 256 publishers")
+        client = await self._leader_connection(name)  # LeaderNotAvailable during an election: asked again
         await client.declare_publisher(stream=name, reference=self._name, publisher_id=publisher_id)
+        self._next_publisher += 1  # only once declared: a failed attempt does not use up an id
         self._handle(client, publisher_id)
         highest = int(await client.query_publisher_sequence(stream=name, reference=self._name))
         _first, end = await self._reading.bounds(name)
-        stream = _Stream(name, topic, partition, publisher_id, highest, end, highest + 1)
+        stream = _Stream(name, topic, partition, publisher_id, highest, end, highest + 1, client)
         self._streams[name] = stream
         return stream
 
@@ -530,29 +544,64 @@ class RabbitStreamPublisher:
             self._stale = why
 
     def _connected(self) -> bool:
-        return self._client is not None and self._stale is None and self._client.is_connection_alive()
+        return self._up and self._stale is None and all(c.is_connection_alive() for c in self._clients.values())
+
+    async def _leader_connection(self, stream: str) -> Any:
+        """The connection to `stream`'s leader (Metadata, asked of any configured node), one
+        a node: publishing there writes to the leader's log without a hop between nodes. A
+        publisher on another node works too in 3.10 (that node forwards to the leader,
+        measured), but it loses its publisher when the leader changes, as this one does."""
+        address = await self._reading.leader_address(stream)
+        client = self._clients.get(address)
+        if client is None or not client.is_connection_alive():
+            client = await self._reading_connection(address)
+            client.add_stream("cdc-relay")  # rstream reports a closed connection only for clients with streams
+            self._clients[address] = client
+        return client
+
+    async def _reading_connection(self, address: tuple[str, int] | None) -> Any:
+        """A publishing connection of its own to `address` (the reader's are for reading);
+        any configured node when the advertised address cannot be used (connect_leader)."""
+        unreachable = self._reading._unreachable
+        if address is not None and address not in unreachable:
+            client = await connect_leader(self._settings, address, "cdc-relay", unreachable)
+            if client is not None:
+                return client
+        return await connect(self._settings, "cdc-relay")
 
     async def _reconnect(self) -> None:
-        """A new connection: every stream's publisher declared again, every unconfirmed
-        message sent again with its own id, in order (module docstring)."""
-        old, self._client = self._client, None
-        self._stale = None  # a MetadataUpdate on the new connection marks it again
-        if old is not None:
+        """New connections to the streams' leaders, asked again (a leader that died is
+        replaced within seconds; until then LeaderNotAvailable, and the tick asks again):
+        every stream's publisher declared again, every unconfirmed message sent again with
+        its own id, in order (module docstring). The producer name's de-duplication is the
+        stream's, kept on every replica: the new leader confirms without storing what the
+        old one had stored."""
+        old, self._clients = list(self._clients.values()), {}
+        self._up = False
+        self._stale = None  # a MetadataUpdate on the new connections marks it again
+        self._reading.forget_unreachable()
+        for client in old:
             try:
-                await asyncio.wait_for(old.close(), 2)
+                await asyncio.wait_for(client.close(), 2)
             except Exception:
                 pass
-        client = await connect(self._settings, "cdc-relay")
+        if not self._streams:  # nothing declared yet: a node answers (the start's check)
+            client = await connect(self._settings, "cdc-relay")
+            client.add_stream("cdc-relay")
+            self._clients[None] = client
         self._frames_out.clear()  # what is sent again below is not waited for
-        client.add_stream("cdc-relay")  # rstream reports a closed connection only for clients with streams
         for stream in sorted(self._streams.values(), key=lambda s: s.publisher_id):
+            client = await self._leader_connection(stream.name)
             await client.declare_publisher(stream=stream.name, reference=self._name, publisher_id=stream.publisher_id)
             self._handle(client, stream.publisher_id)
+            stream.client = client
         for stream in self._streams.values():
             again = [stream.unconfirmed[i] for i in sorted(stream.unconfirmed)]
             for start in range(0, len(again), 500):
-                await client._conn._write_frame_raw(publish_frame(stream.publisher_id, again[start : start + 500]))
-        self._client = client  # only now: new messages go after the ones sent again
+                await stream.client._conn._write_frame_raw(
+                    publish_frame(stream.publisher_id, again[start : start + 500])
+                )
+        self._up = True  # only now: new messages go after the ones sent again
         if self._down_since is not None:
             log.info("RabbitMQ is reachable again after %.1f s", time.monotonic() - self._down_since)
         self._down_since = None
@@ -568,18 +617,21 @@ class RabbitStreamPublisher:
     async def _tick_once(self) -> None:
         now = time.monotonic()
         waiting = bool(self._queue) or any(s.unconfirmed for s in self._streams.values())
-        down = (not self._connected() and self._client is not None) or self._down_since is not None
+        down = (not self._connected() and bool(self._clients)) or self._down_since is not None
         if down and waiting:  # idle, the connection is made again when a message comes
             if self._down_since is None:
                 self._down_since = now
                 if self._stale is None:  # else said by _mark_stale
-                    log.warning("lost the connection to %s; connecting again", self._settings.where())
+                    log.warning(
+                        "lost a connection to a stream leader (%s); asking where the leaders are and connecting again",
+                        self._settings.where(),
+                    )
             if now - self._last_attempt >= _RECONNECT_EVERY_S:
                 self._last_attempt = now
                 try:
                     await asyncio.wait_for(self._reconnect(), 10)
                 except Exception as exc:
-                    self._client = None
+                    self._up = False
                     self._down_since = self._down_since or now
                     self._last_error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
                     log.debug("reconnect failed: %s", exc)
@@ -611,9 +663,13 @@ class RabbitStreamPublisher:
         await self._close()
 
     async def _close(self) -> None:
-        client, self._client = self._client, None
-        if client is not None:
-            await asyncio.wait_for(client.close(), 5)
+        clients, self._clients = list(self._clients.values()), {}
+        self._up = False
+        for client in clients:
+            try:
+                await asyncio.wait_for(client.close(), 5)
+            except Exception:
+                pass
 
 
 class RabbitStreamAdmin:
@@ -662,8 +718,13 @@ def check_rabbitmq(cfg: Any) -> list[Any]:
     topics = [cfg.kafka.dead_letter_topic] + [t.topic for t in cfg.tables if "{" not in t.topic]
     loop = LoopThread("rabbitmq-check")
     reading = Reading(settings, loop)
+    members: dict[str, Any] = {}
     try:
         counts = {t: reading.call(f"look up the streams of {t}", stream_count(reading, t)) for t in topics}
+        for topic, count in counts.items():
+            for partition in range(count or 0):
+                name = stream_of(topic, partition, count or 1)
+                members[name] = _members_or_why(reading, name)
     except DeliveryError as exc:
         return [CheckResult("rabbitmq", False, str(exc))]
     finally:
@@ -677,4 +738,49 @@ def check_rabbitmq(cfg: Any) -> list[Any]:
             results.append(
                 CheckResult("rabbitmq_topic", True, f"{topic}: no stream yet (topics.missing decides)", warn=True)
             )
+    results += [_replica_line(settings, name, answer) for name, answer in members.items()]
     return results
+
+
+def _members_or_why(reading: Reading, stream: str) -> Any:
+    """The stream's (leader, replicas) from the Metadata answer, or why there is none."""
+    from connectors.rabbitmq.stream_reader import stream_members
+
+    async def ask() -> Any:
+        return await stream_members(await reading.connection_to(None, "cdc-relay-check"), stream)
+
+    try:
+        return reading.call(f"ask the members of stream {stream}", ask())
+    except BrokerUnreachable as exc:  # StreamNotAvailable: no member of it runs
+        return str(exc)
+
+
+def _replica_line(settings: StreamSettings, stream: str, answer: Any) -> Any:
+    """`rabbitmq_replicas`: the stream's leader and replicas; a warning naming the stream and
+    each configured node (host:port and `hosts`) it has no running member on. RabbitMQ
+    3.10's Metadata answer leaves out a member whose node is down (measured), so a node the
+    answer does not name is one the stream runs without: down, or never a member (a stream
+    declared with a smaller x-initial-cluster-size); the configuration names the nodes."""
+    from connectors.mysql.preflight import CheckResult
+
+    if isinstance(answer, str):
+        return CheckResult("rabbitmq_replicas", True, f"stream {stream!r} has no member running: {answer}", warn=True)
+    leader, replicas = answer
+
+    def at(address: tuple[str, int]) -> str:
+        return f"{address[0]}:{address[1]}"
+
+    if leader is None:
+        return CheckResult("rabbitmq_replicas", True, f"stream {stream!r} has no leader (an election runs)", warn=True)
+    running = {leader, *replicas}
+    missing = [at(a) for a in settings.addresses() if a not in running] if settings.hosts else []
+    said = f"stream {stream!r}: leader {at(leader)}, replicas {', '.join(at(r) for r in replicas) or 'none'}"
+    if missing:
+        return CheckResult(
+            "rabbitmq_replicas",
+            True,
+            f"{said}; no running member on node {', '.join(missing)} (the node is down, or the stream has no "
+            "replica there): the stream runs with fewer copies until the node is back",
+            warn=True,
+        )
+    return CheckResult("rabbitmq_replicas", True, said)

@@ -13,6 +13,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import fastavro
+import pytest
 
 from cdc.events.sink_fields import partition_stream
 from connectors.schema_registry.avro_schemas import schema
@@ -94,4 +95,30 @@ def stream_records(rabbitmq, topics: list[str]) -> list[TopicRecord]:
             event_id = str(json.loads(value)["row"]["id"])
         key = rec.key().decode() if rec.key() is not None else None
         out.append(TopicRecord(rec.topic(), rec.partition(), rec.offset(), event_id, key))
+    return out
+
+
+@pytest.fixture(scope="module")
+def rabbit_cluster():
+    """A throwaway 3-node RabbitMQ 3.10 cluster (testbed/rabbitmq_cluster.py) for one test
+    module: its tests kill and restart nodes, so a module gets its own (about 20-30 s to
+    start here; `cluster.timings`)."""
+    from testbed.rabbitmq_cluster import RabbitCluster
+
+    with RabbitCluster.start() as cluster:
+        yield cluster
+
+
+def cluster_raw_config(db, cluster, database: str, prefix: str, checkpoint: Path, **overrides: Any) -> dict:
+    """`rabbit_raw_config` on the cluster: `host`/`port` the first node, `hosts` the others."""
+    raw = rabbit_raw_config(db, cluster.nodes[0], database, prefix, checkpoint, **overrides)
+    raw["sink"]["rabbitmq_stream"]["hosts"] = [f"{n.host}:{n.stream_port}" for n in cluster.nodes[1:]]
+    return raw
+
+
+def cluster_stream_records(cluster, topics: list[str]) -> list[TopicRecord]:
+    """`stream_records` of each topic read from its stream's leader (a replica may lag it)."""
+    out: list[TopicRecord] = []
+    for topic in topics:
+        out += stream_records(cluster.stream_leader(topic), [topic])
     return out

@@ -8,7 +8,8 @@ import pytest
 
 from cdc.config import load_config
 from cdc.errors import ConfigError
-from connectors.rabbitmq.stream_sink import _Stream, murmur2, murmur2_partition
+from connectors.rabbitmq.stream_reader import StreamSettings
+from connectors.rabbitmq.stream_sink import _replica_line, _Stream, murmur2, murmur2_partition
 
 BASE = {
     "source": {"host": "db", "user": "u", "name": "src"},
@@ -60,6 +61,30 @@ def test_a_rabbitmq_sink_loads_with_its_settings() -> None:
     assert rabbit.password.reveal() == "secret" and "secret" not in repr(cfg)
 
 
+def test_the_other_nodes_are_tried_after_host_in_their_order() -> None:
+    cfg = _cfg(sink={"kind": "rabbitmq_stream", "rabbitmq_stream": {"host": "r1", "port": 5552, "password_env": "RABBIT",
+                                                                      "hosts": ["r2:5552", "r3:6552", "r1:5552"]}})  # fmt: skip
+    settings = StreamSettings.from_config(cfg.sink.rabbitmq_stream)
+    assert settings.addresses() == [("r1", 5552), ("r2", 5552), ("r3", 6552)]
+    assert settings.where() == "RabbitMQ stream r1:5552 (or r2:5552, r3:6552, r1:5552) vhost /"
+
+
+def _settings(hosts: tuple[tuple[str, int], ...]) -> StreamSettings:
+    return StreamSettings("n1", 1, "/", "u", "p", hosts=hosts)
+
+
+def test_cdc_check_names_the_node_a_stream_runs_without() -> None:
+    cluster = _settings((("n2", 2), ("n3", 3)))
+    line = _replica_line(cluster, "events", (("n2", 2), [("n3", 3)]))
+    assert line.warn and "'events'" in line.message and "node n1:1" in line.message and "\n" not in line.message
+    whole = _replica_line(cluster, "events", (("n2", 2), [("n3", 3), ("n1", 1)]))
+    assert not whole.warn and whole.message == "stream 'events': leader n2:2, replicas n3:3, n1:1"
+    leaderless = _replica_line(cluster, "events", (None, [("n3", 3)]))
+    assert leaderless.warn and "no leader" in leaderless.message
+    # a single node (no `hosts`): nothing to compare with, no warning for a stream without replicas
+    assert not _replica_line(_settings(()), "events", (("n1", 1), [])).warn
+
+
 @pytest.mark.parametrize(
     ("sections", "says"),
     [
@@ -67,6 +92,9 @@ def test_a_rabbitmq_sink_loads_with_its_settings() -> None:
         ({"kafka": {"delivery": "transactional"}}, "has no broker transactions"),
         ({"sink": {"kind": "rabbitmq_stream", "rabbitmq_stream": {"publish_timeout_s": 0}}}, "must be positive"),
         ({"sink": {"kind": "rabbitmq_stream", "rabbitmq_stream": {"cert_file": "c.pem"}}}, "cert_file and key_file"),
+        ({"sink": {"kind": "rabbitmq_stream", "rabbitmq_stream": {"hosts": ["rabbit2"]}}}, 'is not "host:port"'),
+        ({"sink": {"kind": "rabbitmq_stream", "rabbitmq_stream": {"hosts": ["rabbit2:0"]}}}, 'is not "host:port"'),
+        ({"sink": {"kind": "rabbitmq_stream", "rabbitmq_stream": {"hosts": [":5552"]}}}, 'is not "host:port"'),
     ],
 )
 def test_settings_that_cannot_work_are_refused_in_one_line(sections, says) -> None:
