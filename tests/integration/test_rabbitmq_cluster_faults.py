@@ -17,7 +17,7 @@ SIGKILLed and started again after every other leader death):
 That run, 2026-11-29: 13 leader SIGKILLs (a new leader after 0.2-4.1 s), 6 relay SIGKILLs,
 51,737 events attempted, 48,338 committed and in the streams: 0 missing, 0 duplicates, 0
 keys out of order (one run, clean; an earlier one stopped on the writer's lost XA decision
-described in `_Writer`, before it was asked again).
+described in `test_faults.Writer._decide`, before it was asked again).
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ import os
 import time
 from pathlib import Path
 
-import pymysql
 import pytest
 
 from cdc.config import load_config
@@ -45,40 +44,6 @@ from tests.integration.test_nats_sink_faults import _delivers
 pytestmark = [pytest.mark.integration, pytest.mark.fault]
 EVENTS = int(os.environ.get("CDC_RABBIT_CLUSTER_EVENTS", "0"))
 LONG = EVENTS >= 20_000
-
-
-class _Writer(Writer):
-    """test_faults.Writer, its XA decision made sure. Seen in this test's long run: MariaDB
-    answered XAER_NOTA (1397) to the XA COMMIT/ROLLBACK of a transaction prepared moments
-    before on a connection pymysql had just closed (close() does not wait for the server to
-    end that session); Writer took that for "never prepared" and forgot it, XA RECOVER still
-    listed it, and it held the relay's checkpoint (and the final catch-up) for good. Asked
-    again while XA RECOVER lists it (10 s at most)."""
-
-    def _decide(self, item: list) -> None:
-        deadline = time.monotonic() + 10
-        while True:
-            conn = self._connect()
-            try:
-                conn.autocommit(True)
-                with conn.cursor() as cur:
-                    try:
-                        cur.execute(f"XA {'COMMIT' if item[2] else 'ROLLBACK'} '{item[1]}'")
-                    except pymysql.err.MySQLError as exc:
-                        if exc.args[0] != 1397:
-                            raise
-                        cur.execute("XA RECOVER")
-                        prepared = any(row[3] == item[1].encode() for row in cur.fetchall())
-                        if prepared and time.monotonic() < deadline:
-                            self.retried_decisions += 1
-                            time.sleep(0.05)
-                            continue
-            finally:
-                conn.close()
-            break
-        self._undecided.remove(item)
-
-    retried_decisions = 0
 
 
 def _new_leader(cluster, stream: str, old) -> object | None:
@@ -160,7 +125,7 @@ def test_stream_leader_killed_under_a_running_relay(mariadb, rabbit_cluster, dat
     assert cluster.stream_leader(events) is cluster.nodes[0]  # the first death is the node named in `host`
     # the long run writes slower than the relay publishes (50k in about 2 min at a 2 ms pause):
     # a 10 ms pause spreads its events over more leader deaths
-    writer = _Writer(
+    writer = Writer(
         lambda: mariadb.connect(database), 10**9, pause_s=0.01 if LONG else 0.002, max_rows=30 if LONG else 5
     )
     writer.start()
