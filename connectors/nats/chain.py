@@ -43,6 +43,14 @@ from __future__ import annotations
 
 H_EXPECTED_LAST_SEQUENCE = "Nats-Expected-Last-Sequence"
 ERR_WRONG_LAST_SEQUENCE = 10071  # JSStreamWrongLastSequenceErr (nats-server server/errors.json)
+# A replicated stream's answers that say "not stored, for now" (server/errors.json): the chain's
+# expectation not met; the same Nats-Msg-Id still being proposed (JSStreamDuplicateMessageConflict,
+# a copy sent again while the first is in the RAFT log: it is answered once that is decided);
+# and an HTTP-like `code` 503 (a proposal the stream's RAFT group did not take, leader changing).
+# The publisher sends such a message again in order (the old publisher failed it: a dead letter
+# for a message the stream might well hold).
+ERR_DUPLICATE_IN_PROCESS = 10158
+RETRIED_ERRORS = frozenset((ERR_WRONG_LAST_SEQUENCE, ERR_DUPLICATE_IN_PROCESS))
 
 BLOCKED = -2  # not now: wait for an answer
 UNCHAINED = -1  # send without the header
@@ -72,6 +80,9 @@ class Chains:
 
     def known(self, subject: str) -> bool:
         return subject in self._of_subject
+
+    def chained(self, subject: str) -> bool:
+        return self._of_subject.get(subject) is not None
 
     def learn(self, subject: str, stream: str | None, replicated: bool) -> None:
         """`subject` belongs to `stream` (None: to none), replicated or not."""

@@ -56,7 +56,7 @@ from cdc.events.identity import H_REPAIR, identity_key_from_headers
 from cdc.events.sink_fields import BROKER_HEADER_PREFIXES, H_TIMESTAMP, message_properties
 from cdc.ports import Delivery, DeliveryCallback, DeliveryFailure
 from connectors.broker_wait import never, wait_for_broker
-from connectors.nats.chain import BLOCKED, ERR_WRONG_LAST_SEQUENCE, H_EXPECTED_LAST_SEQUENCE, UNCHAINED, Chains
+from connectors.nats.chain import BLOCKED, H_EXPECTED_LAST_SEQUENCE, RETRIED_ERRORS, UNCHAINED, Chains
 from connectors.nats.cluster import replica_results
 from connectors.nats.connection import EventLoopThread, connect, server_down, server_where, unreachable
 
@@ -660,9 +660,9 @@ class NatsJetStreamPublisher:
         if not last_copy:
             return  # a refusal of an earlier copy: the last one is answered for itself
         code = int(error.get("err_code") or 0)
-        if code == ERR_WRONG_LAST_SEQUENCE and out.expected >= 0:
-            # What its chain expected before it was not stored (connectors/nats/chain.py):
-            # sent again, after an opening.
+        if self._chains.chained(out.subject) and (code in RETRIED_ERRORS or error.get("code") == 503):
+            # Not stored for now (connectors/nats/chain.py): sent again in order, after an
+            # opening; the rest of the chain in flight is refused behind it.
             self._take_back(out)
             return
         self._chains.not_stored(out.subject, out.n)
