@@ -6,18 +6,22 @@ relay must go on publishing (a new leader is elected among the two left), `cdc c
 lines name the stream and the missing replica, then the server is started again and
 catches up. Afterwards a clean relay catches up and the independent checker compares the
 binlog's committed outbox inserts with what the streams hold, read by the verifier's
-reader: 0 missing, 0 duplicates; per-key reorders are a known gap (XFAIL when they occur).
+reader: 0 missing, 0 duplicates, 0 keys out of order. Beside it, the publisher alone
+(connected to a server that does not lead the stream, up to 8,000 messages waiting) while the
+leader is SIGKILLed three times or asked to step down ten times: every message once, in
+publish order.
 
 Short by default (two leader deaths). The run of record (a leader killed again and
 again until 50k events were written):
 
     CDC_NATS_CLUSTER_EVENTS=50000 python -m pytest tests/integration/test_nats_cluster_faults.py -s
 
-That run, 2026-11-29, twice: once clean (5 leader deaths, 56,468 events), once 0 missing and
-0 duplicates but keys out of order (failed): per-key order across leader deaths under load is
-not proven (docs/sinks.md "A JetStream cluster"). The short run passed each time it ran since
-the publisher waits out a leaderless stream (2 of 2); it asserts no loss and no duplicate, and
-reports a reorder as XFAIL (the gap named above), never as a pass.
+Before the publisher chained a replicated stream's messages (connectors/nats/chain.py), that
+run once found every key out of order (0 missing, 0 duplicates): a message refused while the
+stream had no leader was sent again after a later one the new leader stored. The step-down
+test found it with the old publisher in 3 of 3 runs (3 of 436,999 messages out of order once,
+`JS_10158` "duplicate message id is in process" failures twice); the SIGKILL tests did not
+show it in the runs made (docs/sinks.md "A JetStream cluster").
 """
 
 from __future__ import annotations
