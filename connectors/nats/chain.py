@@ -76,26 +76,26 @@ class Chains:
         self._streams: dict[str, Chain] = {}
         # subject -> its stream's chain; None: sent without one (a stream of one replica, or
         # no stream: the publisher's missing-topic path answers it)
-        self._of_subject: dict[str, Chain | None] = {}
+        self.of_subject: dict[str, Chain | None] = {}  # read by the publisher's send loop
 
     def known(self, subject: str) -> bool:
-        return subject in self._of_subject
+        return subject in self.of_subject
 
     def chained(self, subject: str) -> bool:
-        return self._of_subject.get(subject) is not None
+        return self.of_subject.get(subject) is not None
 
     def learn(self, subject: str, stream: str | None, replicated: bool) -> None:
         """`subject` belongs to `stream` (None: to none), replicated or not."""
         if stream is None or not replicated:
-            self._of_subject[subject] = None
+            self.of_subject[subject] = None
         else:
-            self._of_subject[subject] = self._streams.setdefault(stream, Chain())
+            self.of_subject[subject] = self._streams.setdefault(stream, Chain())
 
     def expect(self, subject: str, n: int) -> int:
         """Before message `n` of `subject` is sent: the expected last sequence to send it with,
         UNCHAINED (no header) or BLOCKED (do not send it, nor anything after it, now). The
         subject must be known (`learn`)."""
-        chain = self._of_subject[subject]
+        chain = self.of_subject[subject]
         if chain is None:
             return UNCHAINED
         last = chain.last
@@ -113,7 +113,7 @@ class Chains:
         """Message `n`, sent (and counted in flight), is in the stream at `seq`. `current`: the
         answer is to the copy sent last (an earlier copy's answer leaves the last one in flight,
         to be answered as a duplicate: the chain's next sequence is not known then)."""
-        chain = self._of_subject.get(subject)
+        chain = self.of_subject.get(subject)
         if chain is None:
             return
         chain.in_flight -= 1
@@ -126,7 +126,7 @@ class Chains:
     def not_stored(self, subject: str, n: int) -> None:
         """Message `n`, sent, was refused or is taken back to be sent again: what was sent after
         it expects a sequence the stream will not reach; the next one sent is an opening."""
-        chain = self._of_subject.get(subject)
+        chain = self.of_subject.get(subject)
         if chain is None:
             return
         chain.in_flight -= 1
@@ -143,4 +143,4 @@ class Chains:
 
     def forget(self, subject: str) -> None:
         """`subject`'s stream is looked up again before its next message (it had none)."""
-        self._of_subject.pop(subject, None)
+        self.of_subject.pop(subject, None)

@@ -512,16 +512,22 @@ class NatsJetStreamPublisher:
         batch: list[_Out] = []
         size = self._unacked_bytes
         blocked = False
+        of_subject = chains.of_subject
         while unsent and len(unacked) < limit and size < MAX_IN_FLIGHT_BYTES:
             out = unsent[0]
-            if not chains.known(out.subject) and not await self._learn(out.subject, now):
-                break
-            if self._taken_back:
-                break  # refused while the stream was looked up: it goes first (the next round)
-            expected = chains.expect(out.subject, out.n)
-            if expected == BLOCKED:
-                blocked = True  # an answer frees it
-                break
+            chain = of_subject.get(out.subject, unsent)  # `unsent`: not known yet
+            if chain is None:
+                expected = UNCHAINED  # the common case, asked without a call
+            else:
+                if chain is unsent:
+                    if not await self._learn(out.subject, now):
+                        break
+                    if self._taken_back:
+                        break  # refused while the stream was looked up: it goes first (the next round)
+                expected = chains.expect(out.subject, out.n)
+                if expected == BLOCKED:
+                    blocked = True  # an answer frees it
+                    break
             unsent.popleft()
             out.expected = expected
             unacked[out.n] = out
@@ -613,7 +619,8 @@ class NatsJetStreamPublisher:
             out = self._unacked.get(int(n))
             if out is not None:  # else answered already (a copy sent again), or purged
                 seq = int(acked[1])
-                self._chains.stored(out.subject, out.n, seq, acked[2] is not None, int(copy) == out.sends)
+                if out.expected >= 0 or self._chains.of_subject.get(out.subject) is not None:
+                    self._chains.stored(out.subject, out.n, seq, acked[2] is not None, int(copy) == out.sends)
                 self._resolve(out, Delivery(out.subject, 0, seq))
         except ValueError:
             return False
