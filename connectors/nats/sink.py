@@ -56,6 +56,7 @@ from cdc.events.identity import H_REPAIR, identity_key_from_headers
 from cdc.events.sink_fields import BROKER_HEADER_PREFIXES, H_TIMESTAMP, message_properties
 from cdc.ports import Delivery, DeliveryCallback, DeliveryFailure
 from connectors.broker_wait import never, wait_for_broker
+from connectors.nats.chain import BLOCKED, H_EXPECTED_LAST_SEQUENCE, RETRIED_ERRORS, UNCHAINED, Chains
 from connectors.nats.cluster import replica_results
 from connectors.nats.connection import EventLoopThread, connect, server_down, server_where, unreachable
 
@@ -108,10 +109,15 @@ def nats_headers(
 # value as spaces, a name of its allowed characters only.
 _HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _HEADER_LINE = b"NATS/1.0\r\n"
+# What ends a header block: with the chain's expectation (connectors/nats/chain.py) or without.
+_END = b"\r\n"
+_CHAINED_END = H_EXPECTED_LAST_SEQUENCE.encode() + b": %d\r\n\r\n"
+_CHAIN_ROOM = _CHAINED_END % (2**64 - 1)  # the longest
 _SUBJECT_BREAKS = re.compile(r"\s")
 # A PubAck (nats-server server/stream.go JSPubAckResponse): {"stream":..,"seq":..} with
 # "domain" and "duplicate" when they apply; an error or anything else goes through json.
-_PUB_ACK = re.compile(rb'\{"stream":"[^"\\]*",(?:"domain":"[^"\\]*",)?"seq":(\d+)(?:,"duplicate":true)?\}')
+# The server writes a duplicate's as `"seq":N,"duplicate": true}` (stream.go appends that text).
+_PUB_ACK = re.compile(rb'\{"stream":"[^"\\]*",(?:"domain":"[^"\\]*",)?"seq":(\d+)(,"duplicate": ?true)?\}')
 
 
 # name -> `Name: ` (checked once); the relay writes a few names only
@@ -127,9 +133,11 @@ def _name_bytes(name: str) -> bytes:
     return name.encode() + b": "
 
 
-def header_block(headers: dict[str, str]) -> bytes:
+def header_block(headers: dict[str, str], end: bool = True) -> bytes:
     """The headers of an HPUB, byte for byte as nats-py's `publish` writes `headers`
-    (tests/unit/test_nats_sink_rules.py compares them); ValueError for a name NATS refuses."""
+    (tests/unit/test_nats_sink_rules.py compares them); ValueError for a name NATS refuses.
+    `end=False`: without the empty line that ends them (the pump adds it, after the chain's
+    header when the message has one: `_hpub`)."""
     names = _names
     parts = [_HEADER_LINE]
     for name, value in headers.items():
@@ -144,20 +152,36 @@ def header_block(headers: dict[str, str]) -> bytes:
         if "\r" in value or "\n" in value:
             value = value.replace("\r", " ").replace("\n", " ")
         parts += (prefix, value.encode(), b"\r\n")
-    parts.append(b"\r\n")
+    if end:
+        parts.append(b"\r\n")
     return b"".join(parts)
 
 
 class _Out:
     """One message handed over and not yet reported: its subject, its HPUB's header block
-    and payload (the reply subject is the connection's, given when it is sent)."""
+    without the empty line that ends it, and payload (the reply subject is the connection's,
+    given when it is sent: `<inbox>.<n>_<copy>`, the copy counted from 1, so an answer to an
+    earlier copy is told from one to the last)."""
 
-    __slots__ = ("first_sent", "gen", "header", "last_sent", "n", "on_delivery", "payload", "subject")
+    __slots__ = (
+        "expected",
+        "first_sent",
+        "gen",
+        "header",
+        "last_sent",
+        "n",
+        "on_delivery",
+        "payload",
+        "sends",
+        "subject",
+    )
 
     def __init__(self, n: int, subject: str, payload: bytes, header: bytes, on_delivery, gen: int):
         self.n, self.subject, self.payload, self.header = n, subject, payload, header
         self.on_delivery, self.gen = on_delivery, gen
         self.first_sent = self.last_sent = 0.0
+        self.sends = 0
+        self.expected = UNCHAINED  # the chain's expected last sequence for the copy sent last
 
 
 def _failure(code: str, message: str, too_large: bool = False, topic_missing: bool = False) -> DeliveryFailure:
@@ -185,6 +209,9 @@ class NatsJetStreamPublisher:
         self._reply_prefix = ""
         self._unsent: deque[_Out] = deque()
         self._unacked: dict[int, _Out] = {}  # in send order
+        self._taken_back: list[_Out] = []  # sent, to be sent again (before anything unsent after them)
+        self._chains = Chains()  # replicated streams' chains (connectors/nats/chain.py)
+        self._learn_at = 0.0  # when a failed look-up of a subject's stream is tried again
         self._unacked_bytes = 0
         self._window_full = False  # the pump waits for answers to send more: an answer wakes it
         self._last_answer = 0.0  # loop time of the last answer on the current connection
@@ -233,7 +260,7 @@ class NatsJetStreamPublisher:
         self._pending += 1
         self._next_n += 1
         try:
-            block = header_block(nats_headers(topic, key, value, headers, timestamp_ms))
+            block = header_block(nats_headers(topic, key, value, headers, timestamp_ms), end=False)
             if topic not in self._subjects:
                 if not topic or _SUBJECT_BREAKS.search(topic):
                     raise ValueError(f"subject {topic!r} is empty or holds white space")
@@ -243,7 +270,7 @@ class NatsJetStreamPublisher:
             self._report(out, Delivery(topic, 0, -1, _failure("BAD_MESSAGE", str(exc))))
             return
         out = _Out(self._next_n, topic, payload, block, on_delivery, self._gen)
-        size = len(payload) + len(block)
+        size = len(payload) + len(block) + len(_CHAIN_ROOM)
         if size > self.max_payload:
             text = f"message of {size} bytes with its headers; the server's max_payload is {self.max_payload}"
             self._report(out, Delivery(topic, 0, -1, _failure("MAX_PAYLOAD", text, too_large=True)))
@@ -337,6 +364,8 @@ class NatsJetStreamPublisher:
     def _drop_all(self) -> None:
         self._unsent.clear()
         self._unacked.clear()
+        self._taken_back.clear()
+        self._chains.reset()
         self._unacked_bytes = 0
         self._inbox.clear()
 
@@ -372,11 +401,16 @@ class NatsJetStreamPublisher:
                 self._fail(self._failed)
                 continue
             now = loop.time()
+            self._merge_taken_back()
             oldest = next(iter(self._unacked.values()), None)
-            # The oldest message waiting: sent and unanswered, or, with nothing sent, kept
-            # unsent for want of a connection (a server down since then).
-            waiting = oldest or (self._unsent[0] if self._unsent and self._down_since is not None else None)
-            since = oldest.first_sent if oldest is not None else self._down_since
+            head = self._unsent[0] if self._unsent else None
+            # The oldest message waiting: sent and unanswered or to be sent again, or, with
+            # nothing sent, kept unsent for want of a connection (a server down since then).
+            waiting, since = oldest, oldest.first_sent if oldest is not None else None
+            if head is not None and head.first_sent and (since is None or head.first_sent < since):
+                waiting, since = head, head.first_sent
+            if waiting is None and head is not None and self._down_since is not None:
+                waiting, since = head, self._down_since
             if waiting is not None and since is not None and now - since >= self._cfg.delivery_timeout_s:
                 self._failed = (
                     f"no acknowledgement from NATS {','.join(self._cfg.servers)} for {waiting.subject} within "
@@ -415,35 +449,112 @@ class NatsJetStreamPublisher:
             return False
         self.reconnects += 1
         log.info("NATS %s: connected; sending %d unacknowledged messages again", self._name, len(self._unacked))
-        return await self._send(list(self._unacked.values()), now)
+        self._take_back_all()
+        return True
+
+    def _take_back_all(self) -> None:
+        """Everything unanswered is sent again, oldest first, before anything new, each chain
+        starting with an opening (connectors/nats/chain.py)."""
+        self._taken_back += self._unacked.values()
+        self._unacked.clear()
+        self._unacked_bytes = 0
+        self._chains.reset()
+        self._merge_taken_back()
+
+    def _take_back(self, out: _Out) -> None:
+        """`out`, refused for its chain's expectation, is sent again in its place in order."""
+        if self._unacked.pop(out.n, None) is not None:
+            self._unacked_bytes -= len(out.payload)
+            self._chains.not_stored(out.subject, out.n)
+            self._taken_back.append(out)
+            self._wake.set()
+
+    def _merge_taken_back(self) -> None:
+        """The messages taken back go before the unsent ones of higher numbers (the unsent
+        ones before them were taken back earlier and wait to be sent again)."""
+        if not self._taken_back:
+            return
+        back = self._taken_back
+        self._taken_back = []
+        top = max(out.n for out in back)
+        unsent = self._unsent
+        while unsent and unsent[0].n < top:
+            back.append(unsent.popleft())
+        back.sort(key=lambda out: out.n)
+        unsent.extendleft(reversed(back))
+
+    async def _learn(self, subject: str, now: float) -> bool:
+        """Find `subject`'s stream and whether it is replicated (once a subject); False when the
+        server did not say (asked again 0.5 s later: nothing of the subject is sent meanwhile)."""
+        if now < self._learn_at:
+            return False
+        js = self._nc.jetstream(timeout=min(5.0, self._cfg.ack_timeout_s))
+        try:
+            try:
+                stream = await js.find_stream_name_by_subject(subject)
+            except NotFoundError:
+                self._chains.learn(subject, None, False)  # the missing-topic path answers it
+                return True
+            info = await js.stream_info(stream)
+        except (NatsError, JetStreamError, TimeoutError, AttributeError) as exc:
+            log.debug("nats %s: stream of %s: %s", self._name, subject, exc)
+            self._learn_at = now + 0.5
+            return False
+        replicas = int(getattr(info.config, "num_replicas", None) or 1)
+        self._chains.learn(subject, stream, replicas > 1)
+        return True
 
     async def _send_new(self, now: float) -> None:
-        unsent, unacked, limit = self._unsent, self._unacked, self._cfg.max_in_flight
+        unsent, unacked, limit, chains = self._unsent, self._unacked, self._cfg.max_in_flight, self._chains
         if self._nc is None:
             return  # kept unsent: the next connection sends it
+        self._merge_taken_back()
         batch: list[_Out] = []
         size = self._unacked_bytes
+        blocked = False
+        of_subject = chains.of_subject
         while unsent and len(unacked) < limit and size < MAX_IN_FLIGHT_BYTES:
-            out = unsent.popleft()
+            out = unsent[0]
+            chain = of_subject.get(out.subject, unsent)  # `unsent`: not known yet
+            if chain is None:
+                expected = UNCHAINED  # the common case, asked without a call
+            else:
+                if chain is unsent:
+                    if not await self._learn(out.subject, now):
+                        break
+                    if self._taken_back:
+                        break  # refused while the stream was looked up: it goes first (the next round)
+                expected = chains.expect(out.subject, out.n)
+                if expected == BLOCKED:
+                    blocked = True  # an answer frees it
+                    break
+            unsent.popleft()
+            out.expected = expected
             unacked[out.n] = out
             size += len(out.payload)
-            out.first_sent = now
+            if not out.first_sent:
+                out.first_sent = now
             batch.append(out)
         self._unacked_bytes = size
-        self._window_full = bool(unsent)
+        self._window_full = bool(unsent) and (blocked or len(unacked) >= limit or size >= MAX_IN_FLIGHT_BYTES)
         await self._send(batch, now)  # failed: unanswered, sent again by the next connection
 
     def _hpub(self, batch: list[_Out], now: float) -> bytes:
-        """`batch` as one run of HPUB commands, each replying to `<inbox>.<n>`."""
+        """`batch` as one run of HPUB commands, each replying to `<inbox>.<n>_<copy>`, with the
+        chain's expectation when the message has one."""
         subjects, reply = self._subjects, self._reply_bytes
         parts: list[bytes] = []
         for out in batch:
             out.last_sent = now
-            header, payload = out.header, out.payload
+            out.sends += 1
+            header, payload, expected = out.header, out.payload, out.expected
+            end = _END if expected < 0 else _CHAINED_END % expected
+            hlen = len(header) + len(end)
             parts += (
-                b"HPUB %s %s%d %d %d\r\n"
-                % (subjects[out.subject], reply, out.n, len(header), len(header) + len(payload)),
+                b"HPUB %s %s%d_%d %d %d\r\n"
+                % (subjects[out.subject], reply, out.n, out.sends, hlen, hlen + len(payload)),
                 header,
+                end,
                 payload,
                 b"\r\n",
             )
@@ -472,11 +583,13 @@ class NatsJetStreamPublisher:
     def _fail(self, why: str) -> None:
         """After a message failed for want of an answer, every later one fails too: sent
         after it, it must not be stored before it."""
-        for out in [*self._unacked.values(), *self._unsent]:
+        self._merge_taken_back()
+        for out in sorted([*self._unacked.values(), *self._unsent], key=lambda out: out.n):
             self._report(out, Delivery(out.subject, 0, -1, _failure("TIMED_OUT", why)))
         self._unacked.clear()
         self._unacked_bytes = 0
         self._unsent.clear()
+        self._chains.reset()
 
     def _answer_first(self, nc: Any, sid: int) -> None:
         """A PubAck on the replies' subscription `sid` is taken from nats-py's reader as it
@@ -493,39 +606,53 @@ class NatsJetStreamPublisher:
         nc._process_msg = process_msg
 
     def _pub_acked(self, subject: bytes, data: bytes, current: bool) -> bool:
-        """A PubAck to `<inbox>.<n>` resolved (or `<n>` answered already): True; else False.
-        `current`: on the connection in use (an answer on one left behind says nothing of it)."""
+        """A PubAck to `<inbox>.<n>_<copy>` resolved (or `<n>` answered already): True; else
+        False. `current`: on the connection in use (an answer on one left behind says nothing
+        of it)."""
         acked = _PUB_ACK.fullmatch(data)
         if acked is None:
             return False
         if current:
             self._last_answer = asyncio.get_running_loop().time()
+        n, _, copy = subject[subject.rfind(b".") + 1 :].partition(b"_")
         try:
-            n = int(subject[subject.rfind(b".") + 1 :])
+            out = self._unacked.get(int(n))
+            if out is not None:  # else answered already (a copy sent again), or purged
+                seq = int(acked[1])
+                if out.expected >= 0 or self._chains.of_subject.get(out.subject) is not None:
+                    self._chains.stored(out.subject, out.n, seq, acked[2] is not None, int(copy) == out.sends)
+                self._resolve(out, Delivery(out.subject, 0, seq))
         except ValueError:
             return False
-        out = self._unacked.get(n)
-        if out is not None:  # else answered already (a copy sent again), or purged
-            self._resolve(out, Delivery(out.subject, 0, int(acked[1])))
         return True
+
+    def _answered(self, subject: str) -> tuple[_Out, bool] | None:
+        """The message `<inbox>.<n>_<copy>` answers, unanswered, and whether the answer is to
+        its last copy."""
+        n, _, copy = subject[subject.rfind(".") + 1 :].partition("_")
+        try:
+            out = self._unacked.get(int(n))
+            return None if out is None else (out, int(copy) == out.sends)
+        except ValueError:
+            return None
 
     async def _on_reply(self, msg: Any) -> None:
         if msg.subject.startswith(self._reply_prefix) and (msg.headers or {}).get("Status") != "503":
             self._last_answer = asyncio.get_running_loop().time()
-        try:
-            n = int(msg.subject.rsplit(".", 1)[1])
-        except ValueError:
-            return
-        out = self._unacked.get(n)
-        if out is None:
+        answered = self._answered(msg.subject)
+        if answered is None:
             return  # answered already (a copy sent again), or purged
+        out, last_copy = answered
         if msg.headers is None:
             acked = _PUB_ACK.fullmatch(msg.data)
             if acked is not None:
-                self._resolve(out, Delivery(out.subject, 0, int(acked[1])))
+                seq = int(acked[1])
+                self._chains.stored(out.subject, out.n, seq, acked[2] is not None, last_copy)
+                self._resolve(out, Delivery(out.subject, 0, seq))
                 return
         elif msg.headers.get("Status") == "503":
-            await self._no_stream(out)
+            if last_copy:  # an earlier copy's says nothing of the last one's
+                await self._no_stream(out)
             return
         try:
             answer = json.loads(msg.data)
@@ -533,14 +660,23 @@ class NatsJetStreamPublisher:
             answer = {"error": {"err_code": 0, "description": f"not a JetStream answer: {msg.data[:100]!r}"}}
         error = answer.get("error")
         if error is None:
-            delivery = Delivery(out.subject, 0, int(answer["seq"]))
-        else:
-            code = int(error.get("err_code") or 0)
-            text = f"JetStream refused the message: {error.get('description')} (error {code})"
-            delivery = Delivery(
-                out.subject, 0, -1, _failure(f"JS_{code}", text, too_large=code == ERR_MESSAGE_TOO_LARGE)
-            )
-        self._resolve(out, delivery)
+            seq = int(answer["seq"])
+            self._chains.stored(out.subject, out.n, seq, bool(answer.get("duplicate")), last_copy)
+            self._resolve(out, Delivery(out.subject, 0, seq))
+            return
+        if not last_copy:
+            return  # a refusal of an earlier copy: the last one is answered for itself
+        code = int(error.get("err_code") or 0)
+        if self._chains.chained(out.subject) and (code in RETRIED_ERRORS or error.get("code") == 503):
+            # Not stored for now (connectors/nats/chain.py): sent again in order, after an
+            # opening; the rest of the chain in flight is refused behind it.
+            self._take_back(out)
+            return
+        self._chains.not_stored(out.subject, out.n)
+        text = f"JetStream refused the message: {error.get('description')} (error {code})"
+        self._resolve(
+            out, Delivery(out.subject, 0, -1, _failure(f"JS_{code}", text, too_large=code == ERR_MESSAGE_TOO_LARGE))
+        )
 
     async def _no_stream(self, out: _Out) -> None:
         """No stream listens on the subject: a missing topic, once the server confirms that
@@ -551,6 +687,9 @@ class NatsJetStreamPublisher:
             stream = await self._nc.jetstream(timeout=self._cfg.ack_timeout_s).find_stream_name_by_subject(out.subject)
         except NotFoundError:
             why = f"no JetStream stream takes subject {out.subject!r}"
+            if out.n in self._unacked:
+                self._chains.not_stored(out.subject, out.n)
+                self._chains.forget(out.subject)  # looked up again: a stream may be made for it
             self._resolve(out, Delivery(out.subject, 0, -1, _failure("NO_STREAM", why, topic_missing=True)))
         except (NatsError, JetStreamError, TimeoutError, AttributeError) as exc:
             log.debug("nats %s: stream lookup: %s", self._name, exc)
@@ -586,7 +725,7 @@ class NatsJetStreamPublisher:
                 return False
             log.info("NATS %s: stream %s has a leader: sending %d again", self._name, stream, len(self._unacked))
             self._leaderless = None
-            await self._send(list(self._unacked.values()), now)  # in order, one command
+            self._take_back_all()  # sent again in order by the pump
             return True
         self._leaderless = None
         return True

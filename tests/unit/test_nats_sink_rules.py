@@ -96,10 +96,17 @@ def test_the_publish_path_writes_the_bytes_nats_py_writes(key, value, headers, t
     from connectors.nats.sink import NatsJetStreamPublisher, _Out, header_block
 
     named = nats_headers("shop.order", key, value, headers, ts)
-    out = _Out(17, "shop.order", value or b"", header_block(named), print, 0)
+    out = _Out(17, "shop.order", value or b"", header_block(named, end=False), print, 0)
     publisher = SimpleNamespace(_subjects={"shop.order": b"shop.order"}, _reply_bytes=b"_INBOX.abc.")
     written = NatsJetStreamPublisher._hpub(publisher, [out, out], 0.0)  # type: ignore[arg-type]
-    assert written == 2 * _nats_pys_hpub("shop.order", "_INBOX.abc.17", value or b"", named)
+    assert written == _nats_pys_hpub("shop.order", "_INBOX.abc.17_1", value or b"", named) + _nats_pys_hpub(
+        "shop.order", "_INBOX.abc.17_2", value or b"", named
+    )
+    # chained (connectors/nats/chain.py): the expectation is the block's last header
+    out.expected = 41
+    written = NatsJetStreamPublisher._hpub(publisher, [out], 0.0)  # type: ignore[arg-type]
+    chained = {**named, "Nats-Expected-Last-Sequence": "41"}
+    assert written == _nats_pys_hpub("shop.order", "_INBOX.abc.17_3", value or b"", chained)
 
 
 def test_a_header_name_nats_refuses_is_said_at_publish():
@@ -114,6 +121,7 @@ def test_a_header_name_nats_refuses_is_said_at_publish():
     [
         (b'{"stream":"s_events","seq":42}', 42),
         (b'{"stream":"s_events","seq":42,"duplicate":true}', 42),
+        (b'{"stream":"s_events","seq":42,"duplicate": true}', 42),  # as nats-server writes it
         (b'{"stream":"s","domain":"hub","seq":7}', 7),
         (b'{"error":{"code":400,"err_code":10071,"description":"wrong last sequence: 1"},"stream":"s","seq":0}', None),
         (b'{"stream":"s","seq":7,"batch":"x"}', None),  # a shape not known: json reads it
@@ -132,3 +140,18 @@ def test_a_header_value_is_stripped_and_its_line_breaks_are_spaces_as_nats_py_wr
     headers = {"a": " x\r\ny ", "b": "\n", " c ": "é"}
     block = header_block(headers)
     assert _nats_pys_hpub("s", "r", b"", headers) == b"HPUB s r %d %d\r\n%s\r\n" % (len(block), len(block), block)
+
+
+@pytest.mark.parametrize(
+    ("data", "duplicate"),
+    [
+        (b'{"stream":"s","seq":42}', False),
+        (b'{"stream":"s","seq":42,"duplicate": true}', True),
+        (b'{"stream":"s","seq":42,"duplicate":true}', True),
+    ],
+)
+def test_a_pubacks_duplicate_flag_is_read(data, duplicate):
+    from connectors.nats.sink import _PUB_ACK
+
+    matched = _PUB_ACK.fullmatch(data)
+    assert matched is not None and (matched[2] is not None) == duplicate
