@@ -126,13 +126,12 @@ def _exchange_world(mariadb, rabbitmq, database, prefix, tmp_path):
     return raw, rabbit_env(mariadb, rabbitmq)
 
 
-def _copies(sink: str, server, prefix: str, event_id: str) -> list[dict]:
-    """The headers of every record of `event_id` the sink holds, read back by the
+def _held_headers(sink: str, server, prefix: str) -> list[dict]:
+    """The headers (as text) of every record `<prefix>.order` holds, read back by the
     verifier's own batch readers (the Kafka test reader on Kafka)."""
     topic = f"{prefix}.order"
     if sink == "kafka":
-        return [dict(r.headers) for r in read_topic(server.bootstrap_servers, topic)
-                if r.headers.get(H_EVENT_ID) == event_id]  # fmt: skip
+        return [dict(r.headers) for r in read_topic(server.bootstrap_servers, topic)]
     if sink == "rabbitmq_stream":
         from tests.integration.rabbit_streams import stream_messages
 
@@ -140,19 +139,19 @@ def _copies(sink: str, server, prefix: str, event_id: str) -> list[dict]:
     elif sink == "rabbitmq_exchange":
         from tests.integration.rabbit_exchange import audit_messages
 
-        records = audit_messages(server, prefix)
+        records = [r for r in audit_messages(server, prefix) if r.topic() == topic]
     else:
         from spark_jobs.nats.source import plan_nats, read_range
 
         settings = server.connect_settings()
         [part] = plan_nats(settings, [topic])["partitions"]
         records = list(read_range(settings, topic, part["stream"], part["low"], part["high"]))
-    out = []
-    for rec in records:
-        headers = {n: (v.decode() if isinstance(v, bytes) else v) for n, v in rec.headers()}
-        if headers.get(H_EVENT_ID) == event_id:
-            out.append(headers)
-    return out
+    return [{n: (v.decode() if isinstance(v, bytes) else v) for n, v in rec.headers()} for rec in records]
+
+
+def _copies(sink: str, server, prefix: str, event_id: str) -> list[dict]:
+    """The headers of every record of `event_id` the sink holds."""
+    return [h for h in _held_headers(sink, server, prefix) if h.get(H_EVENT_ID) == event_id]
 
 
 def _nats_world(mariadb, nats_server, database, prefix, tmp_path):
