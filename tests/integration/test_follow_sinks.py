@@ -115,6 +115,16 @@ def _kafka_world(mariadb, kafka, database, prefix, tmp_path):
     return relay_raw_config(mariadb, kafka, database, prefix, tmp_path / "cp.json"), env_for(mariadb)
 
 
+def _noida_world(mariadb, noida, database, prefix, tmp_path):
+    """Kafka on noida-db (a broker with transactions and Kafka's own topic creation), read
+    by the verifier within noida-db's fetch limit (testbed/noida.py)."""
+    from testbed.noida import CONSUMER_SETTINGS
+
+    raw, env = _kafka_world(mariadb, noida, database, prefix, tmp_path)
+    raw["kafka"]["consumer"] = dict(CONSUMER_SETTINGS)
+    return raw, env
+
+
 def _exchange_world(mariadb, rabbitmq, database, prefix, tmp_path):
     """The exchange, its audit stream bound with `#` (what `cdc verify` reads) and a
     consumer's queue beside it."""
@@ -130,7 +140,7 @@ def _held_headers(sink: str, server, prefix: str) -> list[dict]:
     """The headers (as text) of every record `<prefix>.order` holds, read back by the
     verifier's own batch readers (the Kafka test reader on Kafka)."""
     topic = f"{prefix}.order"
-    if sink == "kafka":
+    if sink.startswith("kafka"):
         return [dict(r.headers) for r in read_topic(server.bootstrap_servers, topic)]
     if sink == "rabbitmq_stream":
         from tests.integration.rabbit_streams import stream_messages
@@ -191,14 +201,15 @@ def _nats_copies(nats_server, subject: str, twice: str, phantom: str) -> None:
     asyncio.run(run())
 
 
-@pytest.mark.parametrize("sink", ["kafka", "rabbitmq_stream", "rabbitmq_exchange", "nats_jetstream"])
+@pytest.mark.parametrize("sink", ["kafka", "kafka_noida", "rabbitmq_stream", "rabbitmq_exchange", "nats_jetstream"])
 def test_follow_names_seeded_problems_repairs_and_resumes_after_sigkill(sink, request, mariadb, database,
                                                                        topic_prefix, tmp_path):  # fmt: skip
     prefix = topic_prefix
     with mariadb.connect(database) as conn, conn.cursor() as cur:
         cur.execute(OUTBOX_DDL.format(name="outbox"))
-    worlds = {"kafka": ("kafka", _kafka_world), "rabbitmq_stream": ("rabbitmq", _rabbit_world),
-              "rabbitmq_exchange": ("rabbitmq", _exchange_world), "nats_jetstream": ("nats_server", _nats_world)}  # fmt: skip
+    worlds = {"kafka": ("kafka", _kafka_world), "kafka_noida": ("noida_kafka", _noida_world),
+              "rabbitmq_stream": ("rabbitmq", _rabbit_world), "rabbitmq_exchange": ("rabbitmq", _exchange_world),
+              "nats_jetstream": ("nats_server", _nats_world)}  # fmt: skip
     fixture, make_world = worlds[sink]
     server = request.getfixturevalue(fixture)
     raw, env_extra = make_world(mariadb, server, database, prefix, tmp_path)
