@@ -91,6 +91,15 @@ class Compensator:
             ready, self.held = st.repair_candidates(lambda o: mark is not None and o < mark)
             todo = [(ev["ikey"], missing_entry(ev)) for ev in ready]
         for ikey, entry in todo:
+            if self._stop.is_set():
+                break  # the job is stopping: the rest are candidates again at its next start
+            with job.lock:
+                st = job.state
+                still = st is not None and (st.open_verdicts.get(ikey) or {}).get("class") == "missing"
+            if not still:
+                # delivered late while earlier ones of this pass were repaired (a repair reads
+                # the sink and the binlog: about a second each on RabbitMQ here): nothing to do
+                continue
             try:
                 published, failure = self.comp.republish(entry)
             except Exception as exc:

@@ -34,9 +34,13 @@ Partitions: `(topic, partition, stream, [low, high))` offset ranges between the 
 the next offset of each stream when planned, at most `chunk` offsets per Spark partition
 (`records.chunks`). RabbitMQ 3.10's stream protocol has no StreamStats command (3.11),
 so the plan subscribes at `first` and at `last`: the first chunk delivered starts at `low`,
-the last chunk ends at `high - 1`. An empty stream delivers nothing: a stream that delivers
-no chunk within `empty_wait` seconds (default 3) is planned empty. Offsets that hold no
-message (a chunk of another kind) are simply absent.
+the last chunk ends at `high - 1`. An empty stream delivers nothing: a stream that has sent
+no chunk by the time a request sent after the Subscribe is answered is planned empty, at
+once (`_Session.delivered_nothing` says why that is a barrier; the relay's
+connectors/rabbitmq/stream_reader.py reads it the same way, written apart here: the
+verifier's readers are its own). `empty_wait` (default 3 s) only bounds the wait for a
+first chunk when the barrier cannot be read. Offsets that hold no message (a chunk of
+another kind) are simply absent.
 """
 
 from __future__ import annotations
@@ -148,13 +152,33 @@ class _Session:
         finally:
             self.loop.close()
 
+    def delivered_nothing(self, sub_id: int, queue: asyncio.Queue[Any], stream: str) -> bool:
+        """True when subscription `sub_id` (the connection's only one) has been sent no chunk
+        by the time a request sent after its Subscribe is answered: its stream is empty.
+
+        The node's connection process answers a Subscribe, then sends the chunks the new
+        subscription can read, before it handles the connection's next frame (RabbitMQ
+        3.10's rabbit_stream_reader `handle_frame_post_auth`: `osiris:init_reader`, the
+        response, then `send_chunks`, in one step); rstream's listener reads frames in
+        order and queues a Deliver (`Client._frames[sub_id]`, for the task that hands it to
+        `queue`) before it resolves a later response. So the answer to any request-response
+        after the Subscribe is a barrier. Without rstream 1.1's `_frames` it cannot be
+        read: False, and the caller waits `empty_wait` as before."""
+        self.run(self.client.query_publisher_sequence(stream=stream, reference="cdc-verify-bounds"), 30)
+        listened: Any = getattr(self.client, "_frames", None)
+        return queue.empty() and listened is not None and listened[sub_id].empty()
+
 
 def stream_bounds(session: _Session, stream: str, empty_wait: float) -> tuple[int, int]:
-    """(first offset, next offset) of `stream` now; (0, 0) when it delivers nothing within
-    `empty_wait` seconds."""
+    """(first offset, next offset) of `stream` now; (0, 0) when it is empty: read at once
+    (`_Session.delivered_nothing`), `empty_wait` only bounds the wait for the first chunk
+    of a stream that was not seen empty (an rstream without the barrier's queue)."""
     from rstream.constants import OffsetType
 
-    first = session.next_frame(session.subscribe(1, stream, OffsetType.FIRST), empty_wait)
+    queue = session.subscribe(1, stream, OffsetType.FIRST)
+    if session.delivered_nothing(1, queue, stream):
+        return 0, 0
+    first = session.next_frame(queue, empty_wait)
     if first is None:
         return 0, 0
     last = session.next_frame(session.subscribe(2, stream, OffsetType.LAST), STALL_TIMEOUT)

@@ -18,6 +18,15 @@ file of the `topics_file` option: the follow job writes there every topic the bi
 name (a table's topic template), and the next plan reads them from their first offset. A stream's offsets are contiguous (the
 sinks publish one message per entry, without sub-entry batching), so the first offset read
 in a range is the first one the broker still holds, as on Kafka.
+
+The exchange sink (`[sink] kind = "rabbitmq_exchange"`, option `audit_stream`): the plan is
+the batch source's, one range of the audit stream, so the offsets are
+`{"<audit stream>": {"0": next}}` and each range marker names the audit stream; each
+message read is a record of the topic its routing key names, partition 0, at its
+audit-stream offset (as `cdc verify` reads it). The follow job's truncation rule is per
+topic partition: messages the audit stream's retention removed before they were read
+mark the audit stream truncated, not the topics whose events they held, so their events are
+called missing, not unverifiable (docs/verifier.md).
 """
 
 from __future__ import annotations
@@ -44,9 +53,11 @@ class RabbitMQStreamReader(LogStreamReader):
         return plan_rabbitmq(settings_from_options(self.options), topics, wait)
 
     def records(self, r: Mapping[str, Any]) -> Iterator[LogRecord]:
-        return read_range(
-            settings_from_options(self.options), r["topic"], r["partition"], r["stream"], r["low"], r["high"]
-        )
+        settings = settings_from_options(self.options)
+        # the exchange sink's audit stream: its offsets are the one partition `<audit stream>/0`,
+        # each message a record of the topic its routing key names (the batch plan's `routed`)
+        routed = bool(settings["audit_stream"]) and r["stream"] == settings["audit_stream"]
+        return read_range(settings, r["topic"], r["partition"], r["stream"], r["low"], r["high"], routed=routed)
 
 
 class RabbitMQStreamDataSource(LogStreamDataSource):

@@ -64,3 +64,28 @@ def test_a_repair_that_fails_is_the_events_alarm(tmp_path, caplog, republish, re
     assert job.state.repair_failures == {reason: 1} and job.state.counts["missing"] == 1
     assert any(m.startswith("ALARM repair_failed") and a["event_id"] in m for m in caplog.messages), caplog.messages
     assert c.run_pass() == 0  # not tried again: a person acts on the alarm
+
+
+def test_a_pass_skips_an_event_delivered_meanwhile_and_stops_with_the_job(tmp_path) -> None:
+    """A slow first micro-batch can call many events missing that the relay did send: while
+    the pass repairs the first, the next batch delivers the second (it is not handed to the
+    repair path); a job stopping during a repair ends the pass (the third waits for the next
+    start), so a long list never keeps `stop` waiting."""
+    from tests.unit.test_follow_state import rec
+
+    job, (a, b, c3) = _missing(tmp_path, 100, 200, 300)
+    asked: list[str] = []
+    comp_ = None
+
+    def republish(entry):
+        asked.append(entry["event_id"])
+        with job.lock:  # the next micro-batch, while this repair runs
+            job.state.apply_batch(1, [], [rec(b, 7)], now=12.0)
+        comp_._stop.set()  # and the job is told to stop
+        return True, None
+
+    comp_ = Compensator(job, Compensation(checkpoint=lambda: (F1, 400), republish=republish))
+    assert comp_.run_pass() == 3  # three candidates...
+    assert asked == [a["event_id"]]  # ...one handed to the repair path
+    assert job.state.counts["missing"] == 2 and job.state.late_deliveries == 1  # b late; c3 still missing
+    assert job.state.repairs["requested"] == 1
