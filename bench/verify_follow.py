@@ -29,6 +29,7 @@ import threading
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -78,6 +79,7 @@ class TreeCpu:
 
         self.root = psutil.Process(pid)
         self.seen: dict[int, float] = {}
+        self.kind: dict[int, str] = {}
 
     def sample(self) -> float:
         import psutil
@@ -89,12 +91,31 @@ class TreeCpu:
         for p in procs:
             try:
                 t = p.cpu_times()
+                if p.pid not in self.kind:
+                    self.kind[p.pid] = self._kind(p)
                 self.seen[p.pid] = max(
                     self.seen.get(p.pid, 0.0), t.user + t.system + t.children_user + t.children_system
                 )
             except psutil.Error:
                 pass
         return sum(self.seen.values())
+
+    def _kind(self, p: Any) -> str:  # p: a psutil.Process
+        if p.pid == self.root.pid:
+            return "driver"
+        try:
+            name = p.name()
+        except Exception:
+            return "other"
+        return "jvm" if name == "java" else "python workers"
+
+    def by_kind(self, since: dict[int, float]) -> dict[str, float]:
+        """CPU seconds since `since` (an earlier copy of `seen`) by kind of process."""
+        out: dict[str, float] = {}
+        for pid, total in self.seen.items():
+            k = self.kind.get(pid, "other")
+            out[k] = out.get(k, 0.0) + total - since.get(pid, 0.0)
+        return out
 
 
 def _metrics(port: int) -> dict[str, float]:
@@ -158,6 +179,9 @@ def main() -> None:
         choices=("default", "fast"),
         help="the follow job's binlog reader (fast: the relay's decoder, NOT independent)",
     )
+    ap.add_argument(
+        "--no-batch", action="store_true", help="skip the batch verifier's run over the same range after following"
+    )
     args = ap.parse_args()
     from bench.workloads import bench_server, create_schema
     from cdc.config import load_config
@@ -206,8 +230,12 @@ def main() -> None:
             time.sleep(0.5)
         if not _metrics(port):
             raise SystemExit(f"the follow job did not start: see {work / 'follow.log'}")
-        print(f"follow job up (work dir {work}); writing {args.rate}/s for {args.seconds:.0f} s ...", flush=True)
+        print(
+            f"follow job pid {follow.pid} up (work dir {work}); writing {args.rate}/s for {args.seconds:.0f} s ...",
+            flush=True,
+        )
         cpu0 = cpu.sample()
+        seen0 = dict(cpu.seen)
         ctx = mp.get_context("spawn")
         queue = ctx.Queue()
         writer = ctx.Process(target=_writer, args=(db.connection_settings(), "vf", args.rate, args.seconds, queue))
@@ -220,6 +248,7 @@ def main() -> None:
             cpu.sample()
             if "cdc_verify_verified_through_lag_seconds" in m:
                 lags.append(m["cdc_verify_verified_through_lag_seconds"])
+        load_writing = os.getloadavg()
         written, achieved = queue.get(timeout=120)
         writer.join(30)
         deadline = time.monotonic() + 300
@@ -232,6 +261,8 @@ def main() -> None:
         caught_up = time.monotonic() - t0 - args.seconds
         m = _metrics(port)
         follow_cpu = cpu.sample() - cpu0
+        kinds = ", ".join(f"{k} {v:.1f} s" for k, v in sorted(cpu.by_kind(seen0).items()))
+        print(f"follow CPU by process: {kinds}", flush=True)
         follow.send_signal(signal.SIGTERM)
         follow.wait(120)
         flog.close()
@@ -241,6 +272,10 @@ def main() -> None:
         delivered = m.get('cdc_verify_events{class="delivered"}', 0)
         problems = m.get("cdc_verify_problems", -1)
 
+        load_end = os.getloadavg()
+        if args.no_batch:
+            _summary(args, written, achieved, lags, delivered, problems, caught_up, follow_cpu, load_writing, load_end)
+            return
         # the batch verifier over the same range, same machine, same run
         out = work / "batch-out"
         blog = open(work / "batch.log", "wb")  # noqa: SIM115  # the child writes it until it is stopped
@@ -260,6 +295,26 @@ def main() -> None:
         report = json.loads((out / "report.json").read_text())
         b_delivered = report["counts"]["delivered"]
 
+    _summary(args, written, achieved, lags, delivered, problems, caught_up, follow_cpu, load_writing, load_end)
+    print(
+        f"batch:   delivered {b_delivered} (ok {report['ok']}) in {batch_wall:.1f} s wall; CPU {batch_cpu:.1f} s = "
+        f"{1e6 * batch_cpu / max(1, b_delivered):.0f} us per verified event (JVM start-up included)"
+    )
+
+
+def _summary(
+    args: argparse.Namespace,
+    written: int,
+    achieved: float,
+    lags: list[float],
+    delivered: float,
+    problems: float,
+    caught_up: float,
+    follow_cpu: float,
+    load_writing: tuple[float, float, float],
+    load_end: tuple[float, float, float],
+) -> None:
+    """The follow job's figures, printed."""
     print(
         f"written {written} events at {achieved:.0f}/s achieved (asked {args.rate}/s) for {args.seconds:.0f} s, "
         f"{args.partitions} partitions on {args.broker}, master {args.master}, follow binlog reader {args.binlog_reader}, "
@@ -275,8 +330,10 @@ def main() -> None:
         f"({follow_cpu / (args.seconds + caught_up):.2f} cores while following)"
     )
     print(
-        f"batch:   delivered {b_delivered} (ok {report['ok']}) in {batch_wall:.1f} s wall; CPU {batch_cpu:.1f} s = "
-        f"{1e6 * batch_cpu / max(1, b_delivered):.0f} us per verified event (JVM start-up included)"
+        "load average (1, 5, 15 min; the host is shared): at the writer's end "
+        + " ".join(f"{x:.2f}" for x in load_writing)
+        + ", after catching up "
+        + " ".join(f"{x:.2f}" for x in load_end)
     )
 
 

@@ -92,7 +92,11 @@ def read_binlog_file(
     from connectors.mysql.client import pymysql_args
 
     columns = _ColumnLookup(settings)
-    table_maps = TableMapRewriter(wanted, columns)
+    # the columns the proof reads (EventMapper, the assembly's id): others get no conversion
+    needed: dict[tuple[str, str], frozenset[str]] = {}
+    for t in tables:
+        needed[(t.schema, t.table)] = needed.get((t.schema, t.table), frozenset()) | frozenset(t.expected_columns)
+    table_maps = TableMapRewriter(wanted, columns, needed=needed)
     shapes = table_maps.shapes
     stream = stream_reader_class()(
         connection_settings=pymysql_args(settings),  # TLS as the relay's config says
