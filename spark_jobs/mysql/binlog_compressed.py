@@ -260,6 +260,7 @@ class ExpandingConnection(Connection):
     connections."""
 
     _table_maps: Any = None  # set per connection below; None: nothing to prepare
+    _given: dict[int, bytes] | None = None  # table id -> the Table_map body the library was given
 
     def __init__(self, *args: Any, table_maps: Any = None, **kwargs: Any):
         self._binlog_format: _Format | None = None
@@ -267,7 +268,7 @@ class ExpandingConnection(Connection):
         # spark_jobs/binlog_table_map.TableMapRewriter: Table_maps and partial updates of
         # watched tables as the library must read them
         self._table_maps = table_maps
-        self._given: dict[int, bytes] = {}  # table id -> the Table_map body the library was given
+        self._given = {}
         super().__init__(*args, **kwargs)
 
     def _write_bytes(self, data: bytes) -> None:
@@ -321,19 +322,22 @@ class ExpandingConnection(Connection):
         the rows event finds no table); so are Annotate_rows and Rows_query events (not
         among the events the reader asks for)."""
         kind = data[5]
+        given = self._given
+        if given is None:  # a subclass that sets its fields itself
+            given = self._given = {}
         if kind == _TABLE_MAP:
             table_id = int.from_bytes(data[20:26], "little")
             body = bytes(data[20 : len(data) - fmt.checksum])
-            if self._given.get(table_id) == body:
+            if given.get(table_id) == body:
                 return True
-            self._given[table_id] = body
+            given[table_id] = body
             return False
         if kind in _ROWS:
             return bool(self._table_maps.unwatched(int.from_bytes(data[20:26], "little")))
         if kind in _UNREAD:
             return True
         if kind in (_ROTATE, _FDE):
-            self._given.clear()
+            given.clear()
         return False
 
 
