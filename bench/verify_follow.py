@@ -180,6 +180,12 @@ def main() -> None:
         help="the follow job's binlog reader (fast: the relay's decoder, NOT independent)",
     )
     ap.add_argument(
+        "--max-batch-bytes",
+        type=int,
+        default=None,
+        help="the follow job's --max-batch-bytes (admission limit of binlog bytes per micro-batch; default: its own)",
+    )
+    ap.add_argument(
         "--no-batch", action="store_true", help="skip the batch verifier's run over the same range after following"
     )
     args = ap.parse_args()
@@ -221,7 +227,8 @@ def main() -> None:
         follow = subprocess.Popen(
             [sys.executable, "-m", "cdc_cli.main", "verify", "--config", str(work / "relay.toml"), "--follow", "--master",
              args.master, "--output-dir", str(work / "follow-out"), "--metrics-port", str(port), "--trigger", f"{args.trigger:g}",
-             "--report-every", "30", "--binlog-reader", args.binlog_reader],
+             "--report-every", "30", "--binlog-reader", args.binlog_reader,
+             *(["--max-batch-bytes", str(args.max_batch_bytes)] if args.max_batch_bytes is not None else [])],
             cwd=ROOT, env=env, stdout=flog, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
         cpu = TreeCpu(follow.pid)
