@@ -13,6 +13,14 @@ stand-in's cost per record read grows with each partition's length (`bench/readb
 so it cannot serve minutes of thousands of events/s; with `--broker standin` keep runs
 short (it also keeps only ~5 MiB per partition). All of it - MariaDB, the writer, the
 relay, the broker, the verifier - shares this machine's cores: the achieved rate is printed.
+
+    python bench/verify_follow.py --decode-only 200000 [--against /path/to/other/checkout] [--rounds 3]
+
+reads one binlog range of N outbox events (10 single-row INSERTs a transaction, as above)
+with the verifier's binlog source alone (`iter_binlog_batches`: python-mysql-replication,
+the verifier's assembly, the Arrow columns), in a child process per round, and prints its
+CPU per event: the cost that bounds the follow job, without Spark, the relay or the broker
+beside it; with --against, alternately with another checkout's code over the same binlog.
 """
 
 from __future__ import annotations
@@ -188,7 +196,13 @@ def main() -> None:
     ap.add_argument(
         "--no-batch", action="store_true", help="skip the batch verifier's run over the same range after following"
     )
+    ap.add_argument("--decode-only", type=int, default=0, metavar="EVENTS", help="the binlog source alone (see above)")
+    ap.add_argument("--against", default="", help="--decode-only: another checkout to compare with, alternately")
+    ap.add_argument("--rounds", type=int, default=3, help="--decode-only: reads per tree")
     args = ap.parse_args()
+    if args.decode_only:
+        _decode_only(args.decode_only, args.against, args.rounds)
+        return
     from bench.workloads import bench_server, create_schema
     from cdc.config import load_config
     from cdc.metrics import RelayMetrics
@@ -307,6 +321,65 @@ def main() -> None:
         f"batch:   delivered {b_delivered} (ok {report['ok']}) in {batch_wall:.1f} s wall; CPU {batch_cpu:.1f} s = "
         f"{1e6 * batch_cpu / max(1, b_delivered):.0f} us per verified event (JVM start-up included)"
     )
+
+
+_DECODE_CHILD = """
+import json, sys, time
+from spark_jobs.mysql.binlog_source import iter_binlog_batches
+options, part = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+t = time.process_time()
+rows = sum(b.num_rows for b in iter_binlog_batches(options, part))
+print(json.dumps({"cpu": time.process_time() - t, "rows": rows}))
+"""
+
+
+def _decode_only(events: int, against: str, rounds: int) -> None:
+    """The verifier's binlog source alone over one range of `events` outbox events: CPU
+    seconds per read (a child process each, this tree and `against` alternately)."""
+    from bench.workloads import bench_server, create_schema
+    from cdc.events.outbox import OutboxTable
+    from spark_jobs.mysql.binlog_source import tables_to_json
+
+    trees = [("this tree", str(ROOT))] + ([("against", str(Path(against).resolve()))] if against else [])
+    with bench_server() as db:
+        create_schema(db, "vf", mixed=False)
+        with db.connect() as conn, conn.cursor() as cur:
+            cur.execute("SHOW MASTER STATUS")
+            file, start = cur.fetchone()[:2]
+        settings = db.connection_settings()
+        import pymysql
+        from pymysql.constants import CLIENT
+
+        conn = pymysql.connect(host=settings["host"], port=settings["port"], user=settings["user"],
+                               password=settings["password"], database="vf", autocommit=False,
+                               client_flag=CLIENT.MULTI_STATEMENTS)  # fmt: skip
+        with conn.cursor() as cur:
+            for n in range(0, events, PER_TX):
+                cur.execute(";".join([*(INSERT % (n + i, (n + i) % 1000, n + i) for i in range(PER_TX)), "COMMIT"]))
+                while cur.nextset():
+                    pass
+            cur.execute("SHOW MASTER STATUS")
+            end_file, end = cur.fetchone()[:2]
+        conn.close()
+        assert end_file == file, "the workload crossed a binlog file: use fewer events"
+        options = {"host": settings["host"], "port": str(settings["port"]), "user": settings["user"],
+                   "password": settings["password"] or "", "source": "vf",
+                   "tables": tables_to_json([OutboxTable("vf", "outbox", topic="vf.{aggregate_type}")])}  # fmt: skip
+        part = {"file": file, "start": int(start), "end": int(end), "server_id": 990_001}
+        cpu: dict[str, list[float]] = {name: [] for name, _ in trees}
+        for r in range(rounds):
+            for name, tree in trees:
+                env = {**os.environ, "PYTHONPATH": tree}
+                out = subprocess.run([sys.executable, "-c", _DECODE_CHILD, json.dumps(options), json.dumps(part)],
+                                     cwd=tree, env=env, capture_output=True, text=True, check=True)  # fmt: skip
+                got = json.loads(out.stdout.strip().splitlines()[-1])
+                assert got["rows"] >= events, got
+                cpu[name].append(got["cpu"])
+                print(f"round {r + 1} {name}: {got['cpu']:.2f} s CPU, {1e6 * got['cpu'] / events:.1f} us an event "
+                      f"(load {' '.join(f'{x:.2f}' for x in os.getloadavg())})", flush=True)  # fmt: skip
+    for name, _ in trees:
+        med = sorted(cpu[name])[len(cpu[name]) // 2]
+        print(f"{name}: median {1e6 * med / events:.1f} us CPU an event over {rounds} read(s) of {events} events")
 
 
 def _summary(
