@@ -518,3 +518,30 @@ def test_records_waiting_for_their_events_are_saved_by_what_each_batch_changed(t
     rest = events[10 * (n - 2) : 10 * n]
     again.apply_batch(n, [*rest, progress(rest[-1]["tx_end"], start=100)], [], now=float(n))
     assert again.counts["delivered"] == 10 * n and not again.waiting
+
+
+def test_a_state_saved_with_its_waiting_records_inside_loads_them_and_the_next_save_keeps_them(
+    tmp_path, monkeypatch
+) -> None:
+    """A checkpoint written before `waiting` was saved apart (its records in the state file)."""
+    st = state()
+    a, b = ev(1000), ev(2000)
+    st.apply_batch(3, [progress(900, start=100)], [rec(a, 0), rec(b, 1)], now=0.0)
+
+    def older_layout(self: FollowState) -> dict:
+        d = dict(self.__dict__)
+        for name in ("done", "done_buckets", "_journal", "_waiting_changed", "_waiting_whole"):
+            d.pop(name, None)
+        return d
+
+    monkeypatch.setattr(FollowState, "__getstate__", older_layout)
+    st.save(tmp_path)
+    monkeypatch.undo()
+    for p in (tmp_path / "waiting").glob("*.chunk"):  # the older layout wrote none
+        p.unlink()
+    again = FollowState.load(tmp_path, before=99)
+    assert set(again.waiting) == {a["ikey"], b["ikey"]}
+    again.apply_batch(4, [a, progress(1050, start=900)], [], now=1.0)
+    again.save(tmp_path)
+    third = FollowState.load(tmp_path, before=99)
+    assert third.batch_id == 4 and set(third.waiting) == {b["ikey"]} and third.counts["delivered"] == 1
