@@ -39,7 +39,10 @@ State is a plain object pickled to the checkpoint directory after each micro-bat
 The matched events kept for duplicate detection (`done`: up to `dedupe_window_s` of
 them, 1.5M at 5k events/s) are not in that file: each save writes only what its batch
 added or changed to `done/<batch>.chunk`, and a load rebuilds `done` from the chunks up
-to its batch. A save's cost is the batch's, not the window's.
+to its batch. A save's cost is the batch's, not the window's. So with the records waiting
+for their events (`waiting`: a job behind the broker reads the topics ahead of the binlog,
+765k records in a 600 s run at 5k events/s): `waiting/<batch>.chunk` holds what the batch
+added, changed or removed, and every WAITING_WHOLE_EVERY batches all of them.
 
 Where: the state's fields and the bookkeeping every rule shares are `FollowLedger`
 (`spark_jobs/follow_ledger.py`), the general rules row by row `FollowRules`
