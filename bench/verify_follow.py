@@ -13,6 +13,14 @@ stand-in's cost per record read grows with each partition's length (`bench/readb
 so it cannot serve minutes of thousands of events/s; with `--broker standin` keep runs
 short (it also keeps only ~5 MiB per partition). All of it - MariaDB, the writer, the
 relay, the broker, the verifier - shares this machine's cores: the achieved rate is printed.
+
+    python bench/verify_follow.py --decode-only 200000 [--against /path/to/other/checkout] [--rounds 3]
+
+reads one binlog range of N outbox events (10 single-row INSERTs a transaction, as above)
+with the verifier's binlog source alone (`iter_binlog_batches`: python-mysql-replication,
+the verifier's assembly, the Arrow columns), in a child process per round, and prints its
+CPU per event: the cost that bounds the follow job, without Spark, the relay or the broker
+beside it; with --against, alternately with another checkout's code over the same binlog.
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ import threading
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -78,6 +87,7 @@ class TreeCpu:
 
         self.root = psutil.Process(pid)
         self.seen: dict[int, float] = {}
+        self.kind: dict[int, str] = {}
 
     def sample(self) -> float:
         import psutil
@@ -89,12 +99,31 @@ class TreeCpu:
         for p in procs:
             try:
                 t = p.cpu_times()
+                if p.pid not in self.kind:
+                    self.kind[p.pid] = self._kind(p)
                 self.seen[p.pid] = max(
                     self.seen.get(p.pid, 0.0), t.user + t.system + t.children_user + t.children_system
                 )
             except psutil.Error:
                 pass
         return sum(self.seen.values())
+
+    def _kind(self, p: Any) -> str:  # p: a psutil.Process
+        if p.pid == self.root.pid:
+            return "driver"
+        try:
+            name = p.name()
+        except Exception:
+            return "other"
+        return "jvm" if name == "java" else "python workers"
+
+    def by_kind(self, since: dict[int, float]) -> dict[str, float]:
+        """CPU seconds since `since` (an earlier copy of `seen`) by kind of process."""
+        out: dict[str, float] = {}
+        for pid, total in self.seen.items():
+            k = self.kind.get(pid, "other")
+            out[k] = out.get(k, 0.0) + total - since.get(pid, 0.0)
+        return out
 
 
 def _metrics(port: int) -> dict[str, float]:
@@ -158,7 +187,22 @@ def main() -> None:
         choices=("default", "fast"),
         help="the follow job's binlog reader (fast: the relay's decoder, NOT independent)",
     )
+    ap.add_argument(
+        "--max-batch-bytes",
+        type=int,
+        default=None,
+        help="the follow job's --max-batch-bytes (admission limit of binlog bytes per micro-batch; default: its own)",
+    )
+    ap.add_argument(
+        "--no-batch", action="store_true", help="skip the batch verifier's run over the same range after following"
+    )
+    ap.add_argument("--decode-only", type=int, default=0, metavar="EVENTS", help="the binlog source alone (see above)")
+    ap.add_argument("--against", default="", help="--decode-only: another checkout to compare with, alternately")
+    ap.add_argument("--rounds", type=int, default=3, help="--decode-only: reads per tree")
     args = ap.parse_args()
+    if args.decode_only:
+        _decode_only(args.decode_only, args.against, args.rounds)
+        return
     from bench.workloads import bench_server, create_schema
     from cdc.config import load_config
     from cdc.metrics import RelayMetrics
@@ -197,7 +241,8 @@ def main() -> None:
         follow = subprocess.Popen(
             [sys.executable, "-m", "cdc_cli.main", "verify", "--config", str(work / "relay.toml"), "--follow", "--master",
              args.master, "--output-dir", str(work / "follow-out"), "--metrics-port", str(port), "--trigger", f"{args.trigger:g}",
-             "--report-every", "30", "--binlog-reader", args.binlog_reader],
+             "--report-every", "30", "--binlog-reader", args.binlog_reader,
+             *(["--max-batch-bytes", str(args.max_batch_bytes)] if args.max_batch_bytes is not None else [])],
             cwd=ROOT, env=env, stdout=flog, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
         cpu = TreeCpu(follow.pid)
@@ -206,8 +251,12 @@ def main() -> None:
             time.sleep(0.5)
         if not _metrics(port):
             raise SystemExit(f"the follow job did not start: see {work / 'follow.log'}")
-        print(f"follow job up (work dir {work}); writing {args.rate}/s for {args.seconds:.0f} s ...", flush=True)
+        print(
+            f"follow job pid {follow.pid} up (work dir {work}); writing {args.rate}/s for {args.seconds:.0f} s ...",
+            flush=True,
+        )
         cpu0 = cpu.sample()
+        seen0 = dict(cpu.seen)
         ctx = mp.get_context("spawn")
         queue = ctx.Queue()
         writer = ctx.Process(target=_writer, args=(db.connection_settings(), "vf", args.rate, args.seconds, queue))
@@ -220,6 +269,7 @@ def main() -> None:
             cpu.sample()
             if "cdc_verify_verified_through_lag_seconds" in m:
                 lags.append(m["cdc_verify_verified_through_lag_seconds"])
+        load_writing = os.getloadavg()
         written, achieved = queue.get(timeout=120)
         writer.join(30)
         deadline = time.monotonic() + 300
@@ -232,6 +282,8 @@ def main() -> None:
         caught_up = time.monotonic() - t0 - args.seconds
         m = _metrics(port)
         follow_cpu = cpu.sample() - cpu0
+        kinds = ", ".join(f"{k} {v:.1f} s" for k, v in sorted(cpu.by_kind(seen0).items()))
+        print(f"follow CPU by process: {kinds}", flush=True)
         follow.send_signal(signal.SIGTERM)
         follow.wait(120)
         flog.close()
@@ -241,6 +293,10 @@ def main() -> None:
         delivered = m.get('cdc_verify_events{class="delivered"}', 0)
         problems = m.get("cdc_verify_problems", -1)
 
+        load_end = os.getloadavg()
+        if args.no_batch:
+            _summary(args, written, achieved, lags, delivered, problems, caught_up, follow_cpu, load_writing, load_end)
+            return
         # the batch verifier over the same range, same machine, same run
         out = work / "batch-out"
         blog = open(work / "batch.log", "wb")  # noqa: SIM115  # the child writes it until it is stopped
@@ -260,6 +316,85 @@ def main() -> None:
         report = json.loads((out / "report.json").read_text())
         b_delivered = report["counts"]["delivered"]
 
+    _summary(args, written, achieved, lags, delivered, problems, caught_up, follow_cpu, load_writing, load_end)
+    print(
+        f"batch:   delivered {b_delivered} (ok {report['ok']}) in {batch_wall:.1f} s wall; CPU {batch_cpu:.1f} s = "
+        f"{1e6 * batch_cpu / max(1, b_delivered):.0f} us per verified event (JVM start-up included)"
+    )
+
+
+_DECODE_CHILD = """
+import json, sys, time
+from spark_jobs.mysql.binlog_source import iter_binlog_batches
+options, part = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+t = time.process_time()
+rows = sum(b.num_rows for b in iter_binlog_batches(options, part))
+print(json.dumps({"cpu": time.process_time() - t, "rows": rows}))
+"""
+
+
+def _decode_only(events: int, against: str, rounds: int) -> None:
+    """The verifier's binlog source alone over one range of `events` outbox events: CPU
+    seconds per read (a child process each, this tree and `against` alternately)."""
+    from bench.workloads import bench_server, create_schema
+    from cdc.events.outbox import OutboxTable
+    from spark_jobs.mysql.binlog_source import tables_to_json
+
+    trees = [("this tree", str(ROOT))] + ([("against", str(Path(against).resolve()))] if against else [])
+    with bench_server() as db:
+        create_schema(db, "vf", mixed=False)
+        with db.connect() as conn, conn.cursor() as cur:
+            cur.execute("SHOW MASTER STATUS")
+            file, start = cur.fetchone()[:2]
+        settings = db.connection_settings()
+        import pymysql
+        from pymysql.constants import CLIENT
+
+        conn = pymysql.connect(host=settings["host"], port=settings["port"], user=settings["user"],
+                               password=settings["password"], database="vf", autocommit=False,
+                               client_flag=CLIENT.MULTI_STATEMENTS)  # fmt: skip
+        with conn.cursor() as cur:
+            for n in range(0, events, PER_TX):
+                cur.execute(";".join([*(INSERT % (n + i, (n + i) % 1000, n + i) for i in range(PER_TX)), "COMMIT"]))
+                while cur.nextset():
+                    pass
+            cur.execute("SHOW MASTER STATUS")
+            end_file, end = cur.fetchone()[:2]
+        conn.close()
+        assert end_file == file, "the workload crossed a binlog file: use fewer events"
+        options = {"host": settings["host"], "port": str(settings["port"]), "user": settings["user"],
+                   "password": settings["password"] or "", "source": "vf",
+                   "tables": tables_to_json([OutboxTable("vf", "outbox", topic="vf.{aggregate_type}")])}  # fmt: skip
+        part = {"file": file, "start": int(start), "end": int(end), "server_id": 990_001}
+        cpu: dict[str, list[float]] = {name: [] for name, _ in trees}
+        for r in range(rounds):
+            for name, tree in trees:
+                env = {**os.environ, "PYTHONPATH": tree}
+                out = subprocess.run([sys.executable, "-c", _DECODE_CHILD, json.dumps(options), json.dumps(part)],
+                                     cwd=tree, env=env, capture_output=True, text=True, check=True)  # fmt: skip
+                got = json.loads(out.stdout.strip().splitlines()[-1])
+                assert got["rows"] >= events, got
+                cpu[name].append(got["cpu"])
+                print(f"round {r + 1} {name}: {got['cpu']:.2f} s CPU, {1e6 * got['cpu'] / events:.1f} us an event "
+                      f"(load {' '.join(f'{x:.2f}' for x in os.getloadavg())})", flush=True)  # fmt: skip
+    for name, _ in trees:
+        med = sorted(cpu[name])[len(cpu[name]) // 2]
+        print(f"{name}: median {1e6 * med / events:.1f} us CPU an event over {rounds} read(s) of {events} events")
+
+
+def _summary(
+    args: argparse.Namespace,
+    written: int,
+    achieved: float,
+    lags: list[float],
+    delivered: float,
+    problems: float,
+    caught_up: float,
+    follow_cpu: float,
+    load_writing: tuple[float, float, float],
+    load_end: tuple[float, float, float],
+) -> None:
+    """The follow job's figures, printed."""
     print(
         f"written {written} events at {achieved:.0f}/s achieved (asked {args.rate}/s) for {args.seconds:.0f} s, "
         f"{args.partitions} partitions on {args.broker}, master {args.master}, follow binlog reader {args.binlog_reader}, "
@@ -275,8 +410,10 @@ def main() -> None:
         f"({follow_cpu / (args.seconds + caught_up):.2f} cores while following)"
     )
     print(
-        f"batch:   delivered {b_delivered} (ok {report['ok']}) in {batch_wall:.1f} s wall; CPU {batch_cpu:.1f} s = "
-        f"{1e6 * batch_cpu / max(1, b_delivered):.0f} us per verified event (JVM start-up included)"
+        "load average (1, 5, 15 min; the host is shared): at the writer's end "
+        + " ".join(f"{x:.2f}" for x in load_writing)
+        + ", after catching up "
+        + " ".join(f"{x:.2f}" for x in load_end)
     )
 
 

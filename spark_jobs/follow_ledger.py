@@ -81,8 +81,11 @@ class FollowLedger:
     # what this batch added to or changed in `done` (h64s), for its chunk
     _journal: set[int] = field(default_factory=set, repr=False)
     forgotten_through: tuple[int, int, int] | None = None
-    # records of ours waiting for the binlog: ikey -> record (+ "seen")
+    # records of ours waiting for the binlog: ikey -> record (+ "seen"). Saved apart like
+    # `done` (a job behind the broker holds hundreds of thousands): the ikeys this batch
+    # added, changed or removed are `_waiting_changed`, for its chunk
     waiting: dict[str, dict[str, Any]] = field(default_factory=dict)
+    _waiting_changed: set[str] = field(default_factory=set, repr=False)
     # XA: xid -> held rows of its prepare group; the prepare's transaction key
     xa_held: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     # transactions in binlog order that still hold unproven events: [seq, pos, file, end, n]

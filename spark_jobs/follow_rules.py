@@ -101,6 +101,7 @@ class FollowRules(FollowLedger):
             self.pending[ikey] = ev
         w = self.waiting.pop(ikey, None)
         if w is not None:
+            self._waiting_changed.add(ikey)
             self._deliver(ikey, w, now)
 
     def _record(self, r: Mapping[str, Any], now: float) -> None:
@@ -186,6 +187,7 @@ class FollowRules(FollowLedger):
             return
         if ikey in self.waiting:
             self.waiting[ikey]["extra"] = self.waiting[ikey].get("extra", 0) + 1
+            self._waiting_changed.add(ikey)
             return
         # no event (yet)
         if self._before_start(rec):
@@ -202,6 +204,7 @@ class FollowRules(FollowLedger):
             return
         rec["seen"] = now
         self.waiting[ikey] = rec
+        self._waiting_changed.add(ikey)
 
     def _before_start(self, rec: Mapping[str, Any]) -> bool:
         if self.start is None:
@@ -356,6 +359,7 @@ class FollowRules(FollowLedger):
             gone.append(ikey)
         for ikey in gone:
             rec = self.waiting.pop(ikey)
+            self._waiting_changed.add(ikey)
             n = 1 + int(rec.get("extra", 0))
             self.records["phantom"] += n
             self.counts["phantom"] += n

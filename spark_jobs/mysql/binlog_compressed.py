@@ -57,6 +57,14 @@ _GTID = 33
 _UPDATES = (167, 170)
 _V2 = (169, 170, 171)
 _COM_BINLOG_DUMP, _COM_BINLOG_DUMP_GTID = 0x12, 0x1E
+_ROTATE = 4
+# Rows events (Write / Update / Delete v1 and v2, MySQL's partial update): the table id is the
+# first 6 bytes of the post-header (rows_event.h, as for a Table_map)
+_ROWS = frozenset({23, 24, 25, 30, 31, 32, _PARTIAL_UPDATE_ROWS})
+# Events the verifier's reader never asks the library for and the library only reads the
+# header of: MariaDB's Annotate_rows (the statement text before each statement's rows with
+# binlog_annotate_row_events, on by default) and MySQL's Rows_query
+_UNREAD = frozenset({160, 29})
 _HEADER = struct.Struct("<IBIIIH")
 
 
@@ -252,6 +260,7 @@ class ExpandingConnection(Connection):
     connections."""
 
     _table_maps: Any = None  # set per connection below; None: nothing to prepare
+    _given: dict[int, bytes] | None = None  # table id -> the Table_map body the library was given
 
     def __init__(self, *args: Any, table_maps: Any = None, **kwargs: Any):
         self._binlog_format: _Format | None = None
@@ -259,6 +268,7 @@ class ExpandingConnection(Connection):
         # spark_jobs/binlog_table_map.TableMapRewriter: Table_maps and partial updates of
         # watched tables as the library must read them
         self._table_maps = table_maps
+        self._given = {}
         super().__init__(*args, **kwargs)
 
     def _write_bytes(self, data: bytes) -> None:
@@ -274,6 +284,9 @@ class ExpandingConnection(Connection):
         if fmt is None:
             return packet
         data = packet.get_all_data()
+        while self._table_maps is not None and len(data) >= 26 and data[0] == 0 and self._redundant(data, fmt):
+            packet = super()._read_packet(packet_type)
+            data = packet.get_all_data()
         if len(data) < 20 or data[0] != 0:
             return packet  # not an event
         kind = data[5]
@@ -295,6 +308,37 @@ class ExpandingConnection(Connection):
             out.stored_start, out.tagged_gtid = start, None
             self._expanded.append(out)
         return self._expanded.popleft()
+
+    def _redundant(self, data: Any, fmt: _Format) -> bool:
+        """Whether the library would take nothing from this event (`data`: the packet, its OK
+        byte first), so it is not handed over: the library builds an object for every event
+        it is given, and at ten single-row INSERTs a transaction these were more than half
+        of them. With the verifier's `freeze_schema=True` the library keeps the first
+        Table_map of a table id and ignores the later ones (row_event.py TableMapEvent);
+        so a Table_map whose body is the one last handed over for its id since the last
+        Rotate / Format_description (the library forgets its table ids at a Rotate) is
+        not handed over again. A rows event of a table id whose Table_map named a table not
+        watched is one the library drops (its `only_tables`: that Table_map is not kept,
+        the rows event finds no table); so are Annotate_rows and Rows_query events (not
+        among the events the reader asks for)."""
+        kind = data[5]
+        given = self._given
+        if given is None:  # a subclass that sets its fields itself
+            given = self._given = {}
+        if kind == _TABLE_MAP:
+            table_id = int.from_bytes(data[20:26], "little")
+            body = bytes(data[20 : len(data) - fmt.checksum])
+            if given.get(table_id) == body:
+                return True
+            given[table_id] = body
+            return False
+        if kind in _ROWS:
+            return bool(self._table_maps.unwatched(int.from_bytes(data[20:26], "little")))
+        if kind in _UNREAD:
+            return True
+        if kind in (_ROTATE, _FDE):
+            given.clear()
+        return False
 
 
 def prepare_event(raw: bytes, fmt: _Format, table_maps: Any = None) -> list[tuple[bytes, int]] | None:

@@ -70,9 +70,13 @@ def read_binlog_file(
     server_id: int,
     tables: Sequence[OutboxTable],
     on_anomaly: Any = None,
+    expected_only: bool = False,
 ) -> Iterator[CommittedTx]:
     """The committed transactions (with their outbox rows) of one binlog file, from
-    `start` up to (not past) `end`; and the XA prepare and outcome groups (`xa` set)."""
+    `start` up to (not past) `end`; and the XA prepare and outcome groups (`xa` set).
+    With `expected_only` only the outbox tables' expected columns (what the proof
+    compares) get their value converted; a temporal column beside them keeps the
+    library's integer or string of bits (binlog_table_map.py)."""
     from pymysqlreplication.event import (
         ExecuteLoadQueryEvent,
         GtidEvent,
@@ -92,7 +96,13 @@ def read_binlog_file(
     from connectors.mysql.client import pymysql_args
 
     columns = _ColumnLookup(settings)
-    table_maps = TableMapRewriter(wanted, columns)
+    # the columns the proof reads (EventMapper, the assembly's id): others get no conversion
+    needed: dict[tuple[str, str], frozenset[str]] | None = None
+    if expected_only:
+        needed = {}
+        for t in tables:
+            needed[(t.schema, t.table)] = needed.get((t.schema, t.table), frozenset()) | frozenset(t.expected_columns)
+    table_maps = TableMapRewriter(wanted, columns, needed=needed)
     shapes = table_maps.shapes
     stream = stream_reader_class()(
         connection_settings=pymysql_args(settings),  # TLS as the relay's config says
@@ -261,6 +271,7 @@ def read_binlog_file_fast(
     server_id: int,
     tables: Sequence[OutboxTable],
     on_anomaly: Any = None,
+    expected_only: bool = False,  # the same signature; the decoder converts every column anyway
 ) -> Iterator[CommittedTx]:
     """`read_binlog_file` through the RELAY's own binlog reader
     (`connectors.mysql.binlog_protocol.BinlogConnection` + `connectors.mysql.binlog_decoder.BinlogDecoder`)

@@ -31,9 +31,14 @@ a Table_map it reads right. Nothing here comes from the relay's decoder.
   VECTOR_DIMENSIONALITY) make it raise; they are dropped.
 * DATE, DATETIME, TIMESTAMP (old and fsp layouts) and YEAR: the library reads a zero or
   partly-zero date as None, a TIMESTAMP of 0 seconds as 1970-01-01 and YEAR 0000 as 1900.
-  Each becomes BIT(8 * its size) (metadata: 0 bits, the size in bytes), which the library
-  hands over as a string of bits; the reader reads the bytes itself
-  (`spark_jobs/mysql/temporal_values.py`): MySQL's text where Python has no value.
+  Each becomes the library's integer type of its size when there is one (1, 2, 3, 4 or 8
+  bytes: TINY, SHORT, INT24, LONG, LONGLONG, no metadata; a 0 SIGNEDNESS bit), else
+  BIT(8 * its size) (metadata: 0 bits, the size in bytes), which the library hands over as
+  a string of bits, one Python step per bit (it was a tenth of the verifier's binlog
+  reading for one DATETIME(6) column); the reader reads the bytes itself
+  (`spark_jobs/mysql/temporal_values.py`): MySQL's text where Python has no value. A
+  column the proof reads no value of (not among the outbox table's expected columns) gets
+  no reader: its value stays the library's integer or bits.
 * SIGNEDNESS has one bit per numeric column, and MySQL's numeric types do not include
   YEAR (log_event.cc is_numeric_type); the library counts YEAR, so a YEAR column would
   shift the bits of every later column. A 0 bit is put in for each YEAR column.
@@ -65,6 +70,7 @@ _BIT = 16
 _META_1 = frozenset({4, 5, 17, 18, 19, 242, 245, 249, 250, 251, 252, 255})
 _META_2 = frozenset({15, 16, 246, 253, 254, 247, 248})
 _MYSQL_NUMERIC = frozenset({1, 2, 3, 4, 5, 8, 9, 246})  # log_event.cc is_numeric_type
+_LIB_NUMERIC = _MYSQL_NUMERIC | {_YEAR}  # python-mysql-replication's _is_numeric_column
 _CHARACTER = frozenset({15, 252, 253, 254})  # the library's _is_character_column (MySQL's, VECTOR as BLOB)
 _SIGNEDNESS, _COLUMN_CHARSET, _COLUMN_NAME, _SET_VALUES, _ENUM_VALUES = 1, 3, 4, 5, 6
 _DEFAULT_CHARSET, _ENUM_SET_DEFAULT_CHARSET, _ENUM_SET_COLUMN_CHARSET = 2, 10, 11
@@ -184,9 +190,16 @@ class TableMapRewriter:
     table id what the reader must do with its rows (`shapes`)."""
 
     def __init__(
-        self, watched: set[tuple[str, str]], lookup: Callable[[str, str], list[ColumnInfo]], post_header: int = 8
+        self,
+        watched: set[tuple[str, str]],
+        lookup: Callable[[str, str], list[ColumnInfo]],
+        post_header: int = 8,
+        needed: dict[tuple[str, str], frozenset[str]] | None = None,
     ):
         self.watched = watched
+        # (schema, table) -> the columns whose values are read (None: all): a temporal
+        # column outside them gets no reader, its bytes are skipped as the library reads them
+        self.needed = needed
         self.lookup = lookup
         self.post_header = post_header
         self.mariadb = False  # MariaDB counts GEOMETRY among character columns (its is_character_type)
@@ -196,6 +209,11 @@ class TableMapRewriter:
         self.layouts: dict[int, tuple[list[int], list[bytes]]] = {}
         self._columns: dict[tuple[str, str], list[ColumnInfo]] = {}
         self._done: dict[int, tuple[bytes, bytes]] = {}  # table id -> (last body, its rewrite)
+
+    def unwatched(self, table_id: int) -> bool:
+        """Whether a Table_map of this id was read and named a table not watched."""
+        done = self._done.get(table_id)
+        return done is not None and table_id not in self.shapes
 
     def _looked_up(self, schema: str, table: str) -> list[ColumnInfo]:
         key = (schema, table)
@@ -271,23 +289,32 @@ class TableMapRewriter:
             shape.json = [i for i, t in enumerate(real) if t == _JSON]
             set_values = _split_groups(fields.get(_SET_VALUES, b""))
             shape.sets = {i: set_values.pop(0) for i, t in enumerate(real) if t == _SET and set_values}
+        retyped = False
         if shape.undecidable is None:
+            needed = self.needed.get((schema, table)) if self.needed else None
+            assert shape.names is not None
             for i, t in enumerate(real):
                 if t in temporal_values.RAW_TYPES:
                     fsp = metas[i][0] if metas[i] else 0
-                    shape.raw[i] = temporal_values.reader(t, fsp)
-                    types[i] = _BIT
-                    metas[i] = bytes([0, temporal_values.raw_size(t, fsp)])
+                    size = temporal_values.raw_size(t, fsp)
+                    as_integer = size in temporal_values.INTEGER_TYPE_OF_SIZE
+                    if needed is None or shape.names[i] in needed:
+                        shape.raw[i] = temporal_values.reader(t, fsp, as_integer)
+                    # else the proof reads no value of it: its bytes are skipped as the type says
+                    retyped = True
+                    types[i] = temporal_values.INTEGER_TYPE_OF_SIZE[size] if as_integer else _BIT
+                    metas[i] = b"" if as_integer else bytes([0, size])
         if _SIGNEDNESS in fields:
-            # YEAR given as BIT is no longer among the library's numeric columns
-            fields[_SIGNEDNESS] = _library_signedness(fields[_SIGNEDNESS], real, skip_year=bool(shape.raw))
+            # the library's numeric columns now: a 0 bit for YEAR (not numeric to MySQL) and for
+            # each temporal column given as an integer or BIT
+            fields[_SIGNEDNESS] = _library_signedness(fields[_SIGNEDNESS], real, types)
         for i, t in enumerate(types):
             if t == _JSON:
                 types[i] = _GEOMETRY
             elif t == _VECTOR:
                 types[i] = _BLOB
         tlv = b"".join(bytes([k]) + _lenenc(len(v)) + v for k, v in fields.items() if k in _LIBRARY_KNOWS)
-        if not shape.raw:
+        if not retyped:
             return body[:types_at] + bytes(types) + body[types_at + count : at] + tlv
         meta = b"".join(metas)
         nulls = body[meta_at + meta_len : at]
@@ -377,13 +404,21 @@ def _add_missing(fields: dict[int, bytes], real: list[int], columns: list[Column
         fields[_ENUM_SET_COLUMN_CHARSET] = b"".join(_lenenc(c.collation_id or _BINARY_COLLATION) for c in enum_set)
 
 
-def _library_signedness(data: bytes, real: list[int], skip_year: bool = False) -> bytes:
-    """MySQL's SIGNEDNESS bits (numeric columns, YEAR not among them) with a 0 bit put in
-    for each YEAR column, as the library reads them (`skip_year`: none, the YEAR columns
-    reach the library as BIT)."""
-    numeric = [t for t in real if t in _MYSQL_NUMERIC or (t == _YEAR and not skip_year)]
-    mysql_bits = iter(_bit_list(data, sum(1 for t in numeric if t != _YEAR)))
-    return _bits([False if t == _YEAR else next(mysql_bits) for t in numeric])
+def _library_signedness(data: bytes, real: list[int], types: Sequence[int] | None = None) -> bytes:
+    """MySQL's SIGNEDNESS bits (one per numeric column of `real`, YEAR not among them) as
+    the library reads them: one bit per column the library counts as numeric (its
+    `_is_numeric_column`) in `types` (the types it is given; default `real`), MySQL's
+    bit for a MySQL numeric column and 0 for the others (YEAR; a temporal column given as
+    an integer)."""
+    given = real if types is None else types
+    mysql_bits = iter(_bit_list(data, sum(1 for t in real if t in _MYSQL_NUMERIC)))
+    return _bits(
+        [
+            next(mysql_bits) if r in _MYSQL_NUMERIC else False
+            for r, t in zip(real, given, strict=True)
+            if t in _LIB_NUMERIC
+        ]
+    )
 
 
 def stream_reader_class() -> Any:

@@ -343,3 +343,41 @@ def test_a_damaged_mariadb_compressed_event_is_refused_with_one_line(damage, why
     assert why in text and "\n" not in text
     with pytest.raises(CompressedEventError):
         expand_event(bytes(ev), _Format())
+
+
+def test_the_verifier_connection_hands_the_library_only_events_it_takes_something_from():
+    """ExpandingConnection._redundant: a Table_map the library already holds (same id and
+    body since the last Rotate) is not handed over again, nor rows of a table not watched,
+    nor Annotate_rows; a Table_map after a Rotate (the library forgets its ids there), one
+    whose body changed, and rows of a watched table are."""
+    from spark_jobs.mysql.binlog_compressed import ExpandingConnection
+    from spark_jobs.mysql.binlog_table_map import TableMapRewriter
+
+    def no_lookup(schema: str, table: str) -> list:
+        raise AssertionError("FULL metadata: information_schema is not asked")
+
+    rewriter = TableMapRewriter({(bb.SCHEMA, bb.TABLE)}, no_lookup)
+    conn = ExpandingConnection.__new__(ExpandingConnection)  # no server: only the event filter
+    conn._table_maps = rewriter
+    fmt = _Format()
+    log = bb.Binlog()
+    other = bb.TABLE_ID + 1
+
+    def handed(kind: int, body: bytes) -> bool:
+        ev = log.add(kind, body)
+        if conn._redundant(b"\x00" + ev, fmt):
+            return False
+        if kind == 19:
+            rewriter.rewrite(ev[19:-4])  # as prepare_event does for what is handed over
+        return True
+
+    watched_map, rows = bb.table_map_body(), bb.write_rows_body([("e1", b"{}", 1)])
+    assert handed(19, watched_map)
+    assert not handed(19, watched_map)  # the same again: the library keeps the first (freeze_schema)
+    assert handed(30, rows)
+    assert handed(19, bb.table_map_body(other, bb.SCHEMA, "not_watched"))
+    assert not handed(30, bb.write_rows_body([("x", None, 2)], table_id=other))
+    assert not handed(160, b"\x00INSERT INTO t VALUES (1)")  # Annotate_rows
+    assert handed(19, bb.table_map_body(bb.TABLE_ID, bb.SCHEMA, bb.TABLE + "_renamed"))  # body changed
+    assert handed(4, struct.pack("<Q", 4) + b"binlog.000002")  # Rotate
+    assert handed(19, bb.table_map_body(bb.TABLE_ID, bb.SCHEMA, bb.TABLE + "_renamed"))  # forgotten at the Rotate

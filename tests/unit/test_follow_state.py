@@ -481,3 +481,67 @@ def test_the_report_lists_repaired_events_and_failed_repairs() -> None:
     rep = VerifyReport(summary=summary, inputs={}, config={})
     assert rep.problems == {"missing": 2}
     assert "<tr><td>repaired</td><td>1</td></tr>" in render_html(rep)
+
+
+def test_records_waiting_for_their_events_are_saved_by_what_each_batch_changed(tmp_path) -> None:
+    """A job behind the broker reads records long before their events (765k waited in a
+    600 s run): pickling them all after every batch took seconds a batch. Each save writes
+    what its batch added to or removed from `waiting` (all of it every WAITING_WHOLE_EVERY
+    batches); every state kept loads with exactly its batch's waiting records."""
+    from spark_jobs.follow_state import WAITING_WHOLE_EVERY
+
+    st = state()
+    events = [ev(1000 + 100 * i, end=1000 + 100 * i + 50) for i in range(400)]
+    expected: dict[int, set[str]] = {}
+    sizes: dict[int, int] = {}
+    n = WAITING_WHOLE_EVERY + 5
+    for batch in range(n):
+        # 10 records a batch ahead of their events; the events of the records of two batches ago
+        ahead = [rec(e, 10 * batch + i) for i, e in enumerate(events[10 * batch : 10 * batch + 10])]
+        caught = events[10 * (batch - 2) : 10 * (batch - 2) + 10] if batch >= 2 else []
+        end = caught[-1]["tx_end"] if caught else 1000
+        st.apply_batch(batch, [*caught, progress(end, start=100)], ahead, now=float(batch))
+        st.save(tmp_path)
+        expected[batch] = set(st.waiting)
+        chunk = tmp_path / "waiting" / f"{batch}.chunk"
+        sizes[batch] = chunk.stat().st_size
+    assert st.counts["delivered"] == 10 * (n - 2) and len(st.waiting) == 20
+    assert sizes[WAITING_WHOLE_EVERY + 3] < sizes[WAITING_WHOLE_EVERY], sizes  # changes only, between wholes
+    kept = sorted(int(p.name.split(".")[0]) for p in tmp_path.glob("*.state"))
+    assert kept == [n - 3, n - 2, n - 1]
+    assert min(int(p.name.split(".")[0]) for p in (tmp_path / "waiting").glob("*.chunk")) == WAITING_WHOLE_EVERY
+    for batch in kept:
+        again = FollowState.load(tmp_path, before=batch + 1)
+        assert again.batch_id == batch and set(again.waiting) == expected[batch]
+    # a loaded state goes on: the events of the waiting records are matched, nothing is lost
+    again = FollowState.load(tmp_path, before=n)
+    rest = events[10 * (n - 2) : 10 * n]
+    again.apply_batch(n, [*rest, progress(rest[-1]["tx_end"], start=100)], [], now=float(n))
+    assert again.counts["delivered"] == 10 * n and not again.waiting
+
+
+def test_a_state_saved_with_its_waiting_records_inside_loads_them_and_the_next_save_keeps_them(
+    tmp_path, monkeypatch
+) -> None:
+    """A checkpoint written before `waiting` was saved apart (its records in the state file)."""
+    st = state()
+    a, b = ev(1000), ev(2000)
+    st.apply_batch(3, [progress(900, start=100)], [rec(a, 0), rec(b, 1)], now=0.0)
+
+    def older_layout(self: FollowState) -> dict:
+        d = dict(self.__dict__)
+        for name in ("done", "done_buckets", "_journal", "_waiting_changed", "_waiting_whole"):
+            d.pop(name, None)
+        return d
+
+    monkeypatch.setattr(FollowState, "__getstate__", older_layout)
+    st.save(tmp_path)
+    monkeypatch.undo()
+    for p in (tmp_path / "waiting").glob("*.chunk"):  # the older layout wrote none
+        p.unlink()
+    again = FollowState.load(tmp_path, before=99)
+    assert set(again.waiting) == {a["ikey"], b["ikey"]}
+    again.apply_batch(4, [a, progress(1050, start=900)], [], now=1.0)
+    again.save(tmp_path)
+    third = FollowState.load(tmp_path, before=99)
+    assert third.batch_id == 4 and set(third.waiting) == {b["ikey"]} and third.counts["delivered"] == 1
