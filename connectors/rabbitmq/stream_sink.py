@@ -92,6 +92,11 @@ _BATCH_BYTES = 1_048_576 - 4096  # one Publish frame's messages (the frame holds
 # Publish frames sent and not yet confirmed before the next waits: a node short of CPU confirms
 # late, and 4 left the publisher waiting for it (docs/sinks.md)
 _FRAMES_IN_FLIGHT = 16
+# Messages the relay's thread gathers before it hands them to the loop's thread (poll hands over
+# what is gathered sooner): a wake-up of the loop (a write to its self-pipe) a message cost the
+# relay's thread more than the message's encoding, and a loop woken per message sent frames of
+# one or two messages (measured with bench/catchup.py --profile, docs/benchmarks.md)
+_HANDOFF_EVERY = 256
 # PublishError's response code for a publisher id the connection has not declared, or whose
 # declaration the node dropped when the stream's leader changed (PROTOCOL.adoc, "Response
 # codes": 0x12, publisher does not exist)
@@ -102,6 +107,10 @@ _PUBLISHER_DOES_NOT_EXIST = 18
 # publishing id and its bytes with their length.
 _PUBLISH_HEAD = struct.Struct(">IHHBi")
 _PUBLISH_ENTRY = struct.Struct(">QI")
+# The PublishConfirm frame, after its size (PROTOCOL.adoc, "PublishConfirm"): key 3, version 1,
+# publisher id, then the array of publishing ids (its count, then 8 bytes an id).
+_CONFIRM_HEAD = struct.Struct(">HHBI")
+_CONFIRM_KEY_V1 = (3, 1)
 
 
 def murmur2(key: bytes) -> int:
@@ -154,6 +163,33 @@ def publish_frame(publisher_id: int, batch: list[_Message]) -> bytes:
         size += 12 + len(data)
     parts[0] = _PUBLISH_HEAD.pack(size, 2, 1, publisher_id, len(batch))
     return b"".join(parts)
+
+
+def read_confirms_fast(client: Any) -> None:
+    """Make `client`'s connection decode PublishConfirm frames with one struct call a frame.
+
+    rstream decodes every frame with its general decoder (rstream/encoding.py `decode_frame`:
+    a call per field, so per publishing id); a confirmation carries up to a Publish frame's
+    ids, and that decoding was the loop thread's largest cost after the socket writes
+    (bench/catchup.py --profile). Every other frame keeps rstream's decoder. The frame made is
+    rstream's own `schema.PublishConfirm`, so its handlers see what they saw before."""
+    from rstream import schema
+    from rstream.encoding import decode_frame
+
+    conn = client._conn
+    read_raw = conn._read_frame_raw
+    confirm = schema.PublishConfirm
+    head_size = _CONFIRM_HEAD.size
+
+    async def read_frame() -> Any:
+        data = await read_raw()
+        if len(data) >= head_size:
+            key, version, publisher_id, count = _CONFIRM_HEAD.unpack_from(data)
+            if (key, version) == _CONFIRM_KEY_V1 and len(data) == head_size + 8 * count:
+                return confirm(publisher_id, list(struct.unpack_from(f">{count}Q", data, head_size)))
+        return decode_frame(data)
+
+    conn.read_frame = read_frame
 
 
 class _Message:
@@ -223,10 +259,12 @@ class RabbitStreamPublisher:
         self._stale: str | None = None
         # shared with the relay's thread
         self._lock = threading.Condition()
-        self._handoff: collections.deque[_Message] = collections.deque()  # relay's thread -> loop (deque: thread-safe)
+        # relay's thread -> loop: batches of messages (a deque: thread-safe appends and pops)
+        self._handoff: collections.deque[list[_Message]] = collections.deque()
         self._wake = False
         self._done: list[tuple[DeliveryCallback, Delivery]] = []
         self._pending = 0
+        self._batch: list[_Message] = []  # the relay's thread only: published, not yet handed over
         self._last_error = ""  # why the last connection attempt failed, for a timed-out message
         self._ticker = asyncio.run_coroutine_threadsafe(self._tick(), self._loop.loop)
         try:
@@ -265,12 +303,25 @@ class RabbitStreamPublisher:
             return
         while self.pending() > self._max_in_flight:
             self.poll(0.05)  # wait for confirmations, never drop
-        self._handoff.append(_Message(topic, key, data, on_delivery, time.monotonic() + self._timeout))
-        if not self._wake:  # one wake-up of the loop per burst, not per message
+        batch = self._batch
+        batch.append(_Message(topic, key, data, on_delivery, time.monotonic() + self._timeout))
+        if len(batch) >= _HANDOFF_EVERY:
+            self._hand_over()
+
+    def _hand_over(self) -> None:
+        """The relay's batch to the loop: one append and at most one wake-up of the loop a
+        batch. The relay calls poll after each transaction (cdc/relay.py), which hands over
+        what is left, so a message waits at most until its transaction is read whole, or
+        `_HANDOFF_EVERY` messages of a longer one."""
+        batch, self._batch = self._batch, []
+        self._handoff.append(batch)
+        if not self._wake:  # one wake-up of the loop per burst of batches
             self._wake = True
             self._loop.soon(self._take_handoff)
 
     def poll(self, timeout: float) -> None:
+        if self._batch:
+            self._hand_over()
         with self._lock:
             if not self._done and timeout > 0:
                 self._lock.wait(timeout)
@@ -293,6 +344,7 @@ class RabbitStreamPublisher:
     def purge(self) -> None:
         """Nothing more reaches the broker: the queue is dropped and the connection closed
         without waiting; the callbacks of what is dropped are not served."""
+        self._batch = []
         fut = asyncio.run_coroutine_threadsafe(self._purge(), self._loop.loop)
         try:
             fut.result(10)
@@ -328,7 +380,7 @@ class RabbitStreamPublisher:
         self._wake = False  # first: a message handed over from now on wakes the loop again
         handoff, queue = self._handoff, self._queue
         while handoff:
-            queue.append(handoff.popleft())
+            queue.extend(handoff.popleft())
         self._start_pump()
 
     def _start_pump(self) -> None:
@@ -555,6 +607,7 @@ class RabbitStreamPublisher:
         client = self._clients.get(address)
         if client is None or not client.is_connection_alive():
             client = await self._reading_connection(address)
+            read_confirms_fast(client)
             client.add_stream("cdc-relay")  # rstream reports a closed connection only for clients with streams
             self._clients[address] = client
         return client
@@ -587,6 +640,7 @@ class RabbitStreamPublisher:
                 pass
         if not self._streams:  # nothing declared yet: a node answers (the start's check)
             client = await connect(self._settings, "cdc-relay")
+            read_confirms_fast(client)
             client.add_stream("cdc-relay")
             self._clients[None] = client
         self._frames_out.clear()  # what is sent again below is not waited for
