@@ -64,7 +64,7 @@ from typing import Any, TypeVar
 
 from cdc.errors import BrokerUnreachable, DeliveryError
 from cdc.events.sink_fields import partition_stream
-from cdc.ports import Delivery, DeliveryCallback, DeliveryFailure
+from cdc.ports import Delivery, DeliveryCallback, DeliveryFailure, Report
 from connectors.rabbitmq import amqp_message
 from connectors.rabbitmq.loop_thread import LoopThread
 from connectors.rabbitmq.stream_reader import (
@@ -193,12 +193,42 @@ def read_confirms_fast(client: Any) -> None:
 
 
 class _Message:
-    __slots__ = ("data", "deadline", "key", "on_delivery", "partition", "publishing_id", "topic")
+    """A message from `publish` to its callback. It is also the message a report of
+    `publish_reported` gets (cdc.ports.ReportingPublisher): `partition()` and `offset()`, as
+    confluent-kafka's Message has them."""
 
-    def __init__(self, topic: str, key: bytes | None, data: bytes, on_delivery: DeliveryCallback, deadline: float):
+    __slots__ = (
+        "_offset", "_partition", "data", "deadline", "failure", "key", "on_delivery", "publishing_id", "reported", "topic",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        topic: str,
+        key: bytes | None,
+        data: bytes,
+        on_delivery: Callable[..., None],
+        deadline: float,
+        reported: bool,
+    ):
         self.topic, self.key, self.data, self.on_delivery, self.deadline = topic, key, data, on_delivery, deadline
-        self.partition = -1
+        self.reported = reported  # on_delivery is a Report (error, message), else a DeliveryCallback
+        self._partition = -1
+        self._offset = -1
+        self.failure: DeliveryFailure | None = None
         self.publishing_id = 0
+
+    def partition(self) -> int:
+        return self._partition
+
+    def offset(self) -> int | None:
+        return self._offset if self._offset >= 0 else None
+
+    def deliver(self) -> None:
+        """Its callback, called once (from poll)."""
+        if self.reported:
+            self.on_delivery(self.failure, self)
+        else:
+            self.on_delivery(Delivery(self.topic, self._partition, self._offset, self.failure))
 
 
 @dataclass
@@ -262,7 +292,7 @@ class RabbitStreamPublisher:
         # relay's thread -> loop: batches of messages (a deque: thread-safe appends and pops)
         self._handoff: collections.deque[list[_Message]] = collections.deque()
         self._wake = False
-        self._done: list[tuple[DeliveryCallback, Delivery]] = []
+        self._done: list[_Message] = []  # confirmed or failed, their callbacks not yet called
         self._pending = 0
         self._batch: list[_Message] = []  # the relay's thread only: published, not yet handed over
         self._last_error = ""  # why the last connection attempt failed, for a timed-out message
@@ -293,18 +323,52 @@ class RabbitStreamPublisher:
         on_delivery: DeliveryCallback,
         timestamp_ms: int | None = None,
     ) -> None:
+        self._put(topic, key, value, headers, on_delivery, timestamp_ms, False)
+
+    def publish_reported(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        headers: list[tuple[str, bytes | None]],
+        report: Report,
+        timestamp_ms: int | None = None,
+    ) -> None:
+        """cdc.ports.ReportingPublisher: `report(error, message)` from poll, `error` None or a
+        DeliveryFailure, `message` this publisher's own (`partition()`, `offset()`). The
+        hand-over then sends the reader process's events from their tuples, without an event
+        object or a Delivery each (cdc/delivery/handover.py, the tuple way), as with Kafka."""
+        self._put(topic, key, value, headers, report, timestamp_ms, True)
+
+    def delivery(self, topic: str, error: DeliveryFailure | None, message: _Message) -> Delivery:
+        """A report of `publish_reported`, as the port's Delivery."""
+        if error is None:
+            return Delivery(topic, message.partition(), message._offset)
+        return Delivery(topic, message.partition() if message is not None else -1, -1, error)
+
+    def _put(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        headers: list[tuple[str, bytes | None]],
+        callback: Callable[..., None],
+        timestamp_ms: int | None,
+        reported: bool,
+    ) -> None:
         data = encode_message(key, value, headers, timestamp_ms)
         self._pending += 1  # the relay's thread only (publish, poll, purge), as `_pending` is
+        message = _Message(topic, key, data, callback, time.monotonic() + self._timeout, reported)
         if len(data) + _FRAME_OVERHEAD > 1_048_576:
-            failure = DeliveryFailure(
+            message.failure = DeliveryFailure(
                 "MESSAGE_TOO_LARGE", f"the message is {len(data)} bytes; a stream frame holds 1048576", too_large=True
             )
-            self._report(on_delivery, Delivery(topic, -1, -1, failure))
+            self._report(message)
             return
-        while self.pending() > self._max_in_flight:
+        while self._pending > self._max_in_flight:
             self.poll(0.05)  # wait for confirmations, never drop
         batch = self._batch
-        batch.append(_Message(topic, key, data, on_delivery, time.monotonic() + self._timeout))
+        batch.append(message)
         if len(batch) >= _HANDOFF_EVERY:
             self._hand_over()
 
@@ -327,8 +391,8 @@ class RabbitStreamPublisher:
                 self._lock.wait(timeout)
             done, self._done = self._done, []
             self._pending -= len(done)
-        for callback, delivery in done:
-            callback(delivery)
+        for message in done:
+            message.deliver()
 
     def pending(self) -> int:
         return self._pending
@@ -363,12 +427,12 @@ class RabbitStreamPublisher:
         self._reading.close()
         self._loop.stop()
 
-    def _report(self, callback: DeliveryCallback, delivery: Delivery) -> None:
+    def _report(self, message: _Message) -> None:
         with self._lock:
-            self._done.append((callback, delivery))
+            self._done.append(message)
             self._lock.notify_all()
 
-    def _report_all(self, reports: list[tuple[DeliveryCallback, Delivery]]) -> None:
+    def _report_all(self, reports: list[_Message]) -> None:
         """`_report` of a confirmation's messages at once: one lock and one wake-up a frame."""
         with self._lock:
             self._done += reports
@@ -389,7 +453,8 @@ class RabbitStreamPublisher:
             self._pump_task = asyncio.ensure_future(self._pump())
 
     def _fail(self, message: _Message, failure: DeliveryFailure) -> None:
-        self._report(message.on_delivery, Delivery(message.topic, message.partition, -1, failure))
+        message.failure = failure
+        self._report(message)
 
     async def _pump(self) -> None:
         """Send what is queued, in order: consecutive messages to one stream in one frame."""
@@ -418,7 +483,7 @@ class RabbitStreamPublisher:
                     if target is not None and (stream is not target or size + len(message.data) > _BATCH_BYTES):
                         break
                     self._queue.popleft()
-                    message.partition = stream.partition
+                    message._partition = stream.partition
                     message.publishing_id = stream.next_id
                     stream.next_id += 1
                     stream.unconfirmed[message.publishing_id] = message
@@ -547,13 +612,14 @@ class RabbitStreamPublisher:
         stream = self._by_publisher(frame.publisher_id)
         if stream is None:
             return
-        unconfirmed, partition = stream.unconfirmed, stream.partition
+        pop = stream.unconfirmed.pop
         base = stream.end - stream.highest - 1  # stream.offset(id) = base + id
         reports = []
         for publishing_id in frame.publishing_ids:
-            message = unconfirmed.pop(publishing_id, None)
+            message = pop(publishing_id, None)
             if message is not None:
-                reports.append((message.on_delivery, Delivery(message.topic, partition, base + publishing_id)))
+                message._offset = base + publishing_id
+                reports.append(message)
         self._report_all(reports)
         self._confirmed.set()
 
