@@ -1,11 +1,12 @@
 """The RabbitMQ Streams sink (`[sink] kind = "rabbitmq_stream"`, docs/sinks.md): the
-publisher (cdc.ports.Publisher), the reader of what the streams hold (cdc.ports.DeliveredLog)
+publisher (cdc.ports.ReportingPublisher, as the Kafka one), the reader of what the streams hold (cdc.ports.DeliveredLog)
 and the creator of missing streams (cdc.ports.TopicAdmin), over rstream's stream-protocol
 client (RabbitMQ 3.10's stream plugin).
 
 rstream is asyncio; the relay is synchronous. One event loop runs in a daemon thread
-(`loop_thread.LoopThread`); the relay's thread hands messages over and takes the confirmations back in
-`poll` / `flush`, where the callbacks run (the Publisher port's contract, as Kafka's).
+(`loop_thread.LoopThread`); the relay's thread hands messages over in batches (at most
+`_HANDOFF_EVERY`, the rest at `poll`) and takes the confirmations back in `poll` / `flush`,
+where the callbacks run (the Publisher port's contract, as Kafka's).
 
 What maps to what: a topic is the stream of its name, or, when `<topic>-0`, `<topic>-1`,
 ... exist instead (3.10 has no super streams), the stream of the key's partition, Kafka's
