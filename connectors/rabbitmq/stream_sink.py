@@ -1,11 +1,12 @@
 """The RabbitMQ Streams sink (`[sink] kind = "rabbitmq_stream"`, docs/sinks.md): the
-publisher (cdc.ports.Publisher), the reader of what the streams hold (cdc.ports.DeliveredLog)
+publisher (cdc.ports.ReportingPublisher, as the Kafka one), the reader of what the streams hold (cdc.ports.DeliveredLog)
 and the creator of missing streams (cdc.ports.TopicAdmin), over rstream's stream-protocol
 client (RabbitMQ 3.10's stream plugin).
 
 rstream is asyncio; the relay is synchronous. One event loop runs in a daemon thread
-(`loop_thread.LoopThread`); the relay's thread hands messages over and takes the confirmations back in
-`poll` / `flush`, where the callbacks run (the Publisher port's contract, as Kafka's).
+(`loop_thread.LoopThread`); the relay's thread hands messages over in batches (at most
+`_HANDOFF_EVERY`, the rest at `poll`) and takes the confirmations back in `poll` / `flush`,
+where the callbacks run (the Publisher port's contract, as Kafka's).
 
 What maps to what: a topic is the stream of its name, or, when `<topic>-0`, `<topic>-1`,
 ... exist instead (3.10 has no super streams), the stream of the key's partition, Kafka's
@@ -64,7 +65,7 @@ from typing import Any, TypeVar
 
 from cdc.errors import BrokerUnreachable, DeliveryError
 from cdc.events.sink_fields import partition_stream
-from cdc.ports import Delivery, DeliveryCallback, DeliveryFailure
+from cdc.ports import Delivery, DeliveryCallback, DeliveryFailure, Report
 from connectors.rabbitmq import amqp_message
 from connectors.rabbitmq.loop_thread import LoopThread
 from connectors.rabbitmq.stream_reader import (
@@ -92,6 +93,11 @@ _BATCH_BYTES = 1_048_576 - 4096  # one Publish frame's messages (the frame holds
 # Publish frames sent and not yet confirmed before the next waits: a node short of CPU confirms
 # late, and 4 left the publisher waiting for it (docs/sinks.md)
 _FRAMES_IN_FLIGHT = 16
+# Messages the relay's thread gathers before it hands them to the loop's thread (poll hands over
+# what is gathered sooner): a wake-up of the loop (a write to its self-pipe) a message cost the
+# relay's thread more than the message's encoding, and a loop woken per message sent frames of
+# one or two messages (measured with bench/catchup.py --profile, docs/benchmarks.md)
+_HANDOFF_EVERY = 256
 # PublishError's response code for a publisher id the connection has not declared, or whose
 # declaration the node dropped when the stream's leader changed (PROTOCOL.adoc, "Response
 # codes": 0x12, publisher does not exist)
@@ -102,6 +108,10 @@ _PUBLISHER_DOES_NOT_EXIST = 18
 # publishing id and its bytes with their length.
 _PUBLISH_HEAD = struct.Struct(">IHHBi")
 _PUBLISH_ENTRY = struct.Struct(">QI")
+# The PublishConfirm frame, after its size (PROTOCOL.adoc, "PublishConfirm"): key 3, version 1,
+# publisher id, then the array of publishing ids (its count, then 8 bytes an id).
+_CONFIRM_HEAD = struct.Struct(">HHBI")
+_CONFIRM_KEY_V1 = (3, 1)
 
 
 def murmur2(key: bytes) -> int:
@@ -156,13 +166,70 @@ def publish_frame(publisher_id: int, batch: list[_Message]) -> bytes:
     return b"".join(parts)
 
 
-class _Message:
-    __slots__ = ("data", "deadline", "key", "on_delivery", "partition", "publishing_id", "topic")
+def read_confirms_fast(client: Any) -> None:
+    """Make `client`'s connection decode PublishConfirm frames with one struct call a frame.
 
-    def __init__(self, topic: str, key: bytes | None, data: bytes, on_delivery: DeliveryCallback, deadline: float):
+    rstream decodes every frame with its general decoder (rstream/encoding.py `decode_frame`:
+    a call per field, so per publishing id); a confirmation carries up to a Publish frame's
+    ids, and that decoding was the loop thread's largest cost after the socket writes
+    (bench/catchup.py --profile). Every other frame keeps rstream's decoder. The frame made is
+    rstream's own `schema.PublishConfirm`, so its handlers see what they saw before."""
+    from rstream import schema
+    from rstream.encoding import decode_frame
+
+    conn = client._conn
+    read_raw = conn._read_frame_raw
+    confirm = schema.PublishConfirm
+    head_size = _CONFIRM_HEAD.size
+
+    async def read_frame() -> Any:
+        data = await read_raw()
+        if len(data) >= head_size:
+            key, version, publisher_id, count = _CONFIRM_HEAD.unpack_from(data)
+            if (key, version) == _CONFIRM_KEY_V1 and len(data) == head_size + 8 * count:
+                return confirm(publisher_id, list(struct.unpack_from(f">{count}Q", data, head_size)))
+        return decode_frame(data)
+
+    conn.read_frame = read_frame
+
+
+class _Message:
+    """A message from `publish` to its callback. It is also the message a report of
+    `publish_reported` gets (cdc.ports.ReportingPublisher): `partition()` and `offset()`, as
+    confluent-kafka's Message has them."""
+
+    __slots__ = (
+        "_offset", "_partition", "data", "deadline", "failure", "key", "on_delivery", "publishing_id", "reported", "topic",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        topic: str,
+        key: bytes | None,
+        data: bytes,
+        on_delivery: Callable[..., None],
+        deadline: float,
+        reported: bool,
+    ):
         self.topic, self.key, self.data, self.on_delivery, self.deadline = topic, key, data, on_delivery, deadline
-        self.partition = -1
+        self.reported = reported  # on_delivery is a Report (error, message), else a DeliveryCallback
+        self._partition = -1
+        self._offset = -1
+        self.failure: DeliveryFailure | None = None
         self.publishing_id = 0
+
+    def partition(self) -> int:
+        return self._partition
+
+    def offset(self) -> int | None:
+        return self._offset if self._offset >= 0 else None
+
+    def deliver(self) -> None:
+        """Its callback, called once (from poll)."""
+        if self.reported:
+            self.on_delivery(self.failure, self)
+        else:
+            self.on_delivery(Delivery(self.topic, self._partition, self._offset, self.failure))
 
 
 @dataclass
@@ -223,10 +290,12 @@ class RabbitStreamPublisher:
         self._stale: str | None = None
         # shared with the relay's thread
         self._lock = threading.Condition()
-        self._handoff: collections.deque[_Message] = collections.deque()  # relay's thread -> loop (deque: thread-safe)
+        # relay's thread -> loop: batches of messages (a deque: thread-safe appends and pops)
+        self._handoff: collections.deque[list[_Message]] = collections.deque()
         self._wake = False
-        self._done: list[tuple[DeliveryCallback, Delivery]] = []
+        self._done: list[_Message] = []  # confirmed or failed, their callbacks not yet called
         self._pending = 0
+        self._batch: list[_Message] = []  # the relay's thread only: published, not yet handed over
         self._last_error = ""  # why the last connection attempt failed, for a timed-out message
         self._ticker = asyncio.run_coroutine_threadsafe(self._tick(), self._loop.loop)
         try:
@@ -255,29 +324,76 @@ class RabbitStreamPublisher:
         on_delivery: DeliveryCallback,
         timestamp_ms: int | None = None,
     ) -> None:
+        self._put(topic, key, value, headers, on_delivery, timestamp_ms, False)
+
+    def publish_reported(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        headers: list[tuple[str, bytes | None]],
+        report: Report,
+        timestamp_ms: int | None = None,
+    ) -> None:
+        """cdc.ports.ReportingPublisher: `report(error, message)` from poll, `error` None or a
+        DeliveryFailure, `message` this publisher's own (`partition()`, `offset()`). The
+        hand-over then sends the reader process's events from their tuples, without an event
+        object or a Delivery each (cdc/delivery/handover.py, the tuple way), as with Kafka."""
+        self._put(topic, key, value, headers, report, timestamp_ms, True)
+
+    def delivery(self, topic: str, error: DeliveryFailure | None, message: _Message) -> Delivery:
+        """A report of `publish_reported`, as the port's Delivery."""
+        if error is None:
+            return Delivery(topic, message.partition(), message._offset)
+        return Delivery(topic, message.partition() if message is not None else -1, -1, error)
+
+    def _put(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        headers: list[tuple[str, bytes | None]],
+        callback: Callable[..., None],
+        timestamp_ms: int | None,
+        reported: bool,
+    ) -> None:
         data = encode_message(key, value, headers, timestamp_ms)
         self._pending += 1  # the relay's thread only (publish, poll, purge), as `_pending` is
+        message = _Message(topic, key, data, callback, time.monotonic() + self._timeout, reported)
         if len(data) + _FRAME_OVERHEAD > 1_048_576:
-            failure = DeliveryFailure(
+            message.failure = DeliveryFailure(
                 "MESSAGE_TOO_LARGE", f"the message is {len(data)} bytes; a stream frame holds 1048576", too_large=True
             )
-            self._report(on_delivery, Delivery(topic, -1, -1, failure))
+            self._report(message)
             return
-        while self.pending() > self._max_in_flight:
+        while self._pending > self._max_in_flight:
             self.poll(0.05)  # wait for confirmations, never drop
-        self._handoff.append(_Message(topic, key, data, on_delivery, time.monotonic() + self._timeout))
-        if not self._wake:  # one wake-up of the loop per burst, not per message
+        batch = self._batch
+        batch.append(message)
+        if len(batch) >= _HANDOFF_EVERY:
+            self._hand_over()
+
+    def _hand_over(self) -> None:
+        """The relay's batch to the loop: one append and at most one wake-up of the loop a
+        batch. The relay calls poll after each transaction (cdc/relay.py), which hands over
+        what is left, so a message waits at most until its transaction is read whole, or
+        `_HANDOFF_EVERY` messages of a longer one."""
+        batch, self._batch = self._batch, []
+        self._handoff.append(batch)
+        if not self._wake:  # one wake-up of the loop per burst of batches
             self._wake = True
             self._loop.soon(self._take_handoff)
 
     def poll(self, timeout: float) -> None:
+        if self._batch:
+            self._hand_over()
         with self._lock:
             if not self._done and timeout > 0:
                 self._lock.wait(timeout)
             done, self._done = self._done, []
             self._pending -= len(done)
-        for callback, delivery in done:
-            callback(delivery)
+        for message in done:
+            message.deliver()
 
     def pending(self) -> int:
         return self._pending
@@ -293,6 +409,7 @@ class RabbitStreamPublisher:
     def purge(self) -> None:
         """Nothing more reaches the broker: the queue is dropped and the connection closed
         without waiting; the callbacks of what is dropped are not served."""
+        self._batch = []
         fut = asyncio.run_coroutine_threadsafe(self._purge(), self._loop.loop)
         try:
             fut.result(10)
@@ -311,12 +428,12 @@ class RabbitStreamPublisher:
         self._reading.close()
         self._loop.stop()
 
-    def _report(self, callback: DeliveryCallback, delivery: Delivery) -> None:
+    def _report(self, message: _Message) -> None:
         with self._lock:
-            self._done.append((callback, delivery))
+            self._done.append(message)
             self._lock.notify_all()
 
-    def _report_all(self, reports: list[tuple[DeliveryCallback, Delivery]]) -> None:
+    def _report_all(self, reports: list[_Message]) -> None:
         """`_report` of a confirmation's messages at once: one lock and one wake-up a frame."""
         with self._lock:
             self._done += reports
@@ -328,7 +445,7 @@ class RabbitStreamPublisher:
         self._wake = False  # first: a message handed over from now on wakes the loop again
         handoff, queue = self._handoff, self._queue
         while handoff:
-            queue.append(handoff.popleft())
+            queue.extend(handoff.popleft())
         self._start_pump()
 
     def _start_pump(self) -> None:
@@ -337,7 +454,8 @@ class RabbitStreamPublisher:
             self._pump_task = asyncio.ensure_future(self._pump())
 
     def _fail(self, message: _Message, failure: DeliveryFailure) -> None:
-        self._report(message.on_delivery, Delivery(message.topic, message.partition, -1, failure))
+        message.failure = failure
+        self._report(message)
 
     async def _pump(self) -> None:
         """Send what is queued, in order: consecutive messages to one stream in one frame."""
@@ -366,7 +484,7 @@ class RabbitStreamPublisher:
                     if target is not None and (stream is not target or size + len(message.data) > _BATCH_BYTES):
                         break
                     self._queue.popleft()
-                    message.partition = stream.partition
+                    message._partition = stream.partition
                     message.publishing_id = stream.next_id
                     stream.next_id += 1
                     stream.unconfirmed[message.publishing_id] = message
@@ -495,13 +613,14 @@ class RabbitStreamPublisher:
         stream = self._by_publisher(frame.publisher_id)
         if stream is None:
             return
-        unconfirmed, partition = stream.unconfirmed, stream.partition
+        pop = stream.unconfirmed.pop
         base = stream.end - stream.highest - 1  # stream.offset(id) = base + id
         reports = []
         for publishing_id in frame.publishing_ids:
-            message = unconfirmed.pop(publishing_id, None)
+            message = pop(publishing_id, None)
             if message is not None:
-                reports.append((message.on_delivery, Delivery(message.topic, partition, base + publishing_id)))
+                message._offset = base + publishing_id
+                reports.append(message)
         self._report_all(reports)
         self._confirmed.set()
 
@@ -555,6 +674,7 @@ class RabbitStreamPublisher:
         client = self._clients.get(address)
         if client is None or not client.is_connection_alive():
             client = await self._reading_connection(address)
+            read_confirms_fast(client)
             client.add_stream("cdc-relay")  # rstream reports a closed connection only for clients with streams
             self._clients[address] = client
         return client
@@ -587,6 +707,7 @@ class RabbitStreamPublisher:
                 pass
         if not self._streams:  # nothing declared yet: a node answers (the start's check)
             client = await connect(self._settings, "cdc-relay")
+            read_confirms_fast(client)
             client.add_stream("cdc-relay")
             self._clients[None] = client
         self._frames_out.clear()  # what is sent again below is not waited for

@@ -155,7 +155,7 @@ def test_a_publish_frame_reads_back_as_rstreams_publish() -> None:
 
     from connectors.rabbitmq.stream_sink import _Message, publish_frame
 
-    batch = [_Message("t", None, b"a" * n, print, 0.0) for n in (0, 1, 300, 70_000)]
+    batch = [_Message("t", None, b"a" * n, print, 0.0, False) for n in (0, 1, 300, 70_000)]
     for i, m in enumerate(batch):
         m.publishing_id = 2**40 + i
     frame = publish_frame(7, batch)
@@ -163,3 +163,67 @@ def test_a_publish_frame_reads_back_as_rstreams_publish() -> None:
     decoded = decode_frame(frame[4:])
     assert isinstance(decoded, schema.Publish) and decoded.publisher_id == 7
     assert [(m.publishing_id, m.data) for m in decoded.messages] == [(m.publishing_id, m.data) for m in batch]
+
+
+def test_a_publish_confirm_reads_as_rstreams_decoder_reads_it_and_other_frames_go_to_it() -> None:
+    """read_confirms_fast's struct decoding of PublishConfirm gives rstream's own frame;
+    any other frame (here a PublishError) is left to rstream's decoder."""
+    import asyncio
+
+    from rstream import schema
+    from rstream.encoding import decode_frame, encode_frame
+
+    from connectors.rabbitmq.stream_sink import read_confirms_fast
+
+    confirm = schema.PublishConfirm(publisher_id=9, publishing_ids=[0, 1, 2**40, 2**64 - 1])
+    error = schema.PublishError(publisher_id=3, errors=[schema.PublishingError(publishing_id=5, response_code=18)])
+    frames = [encode_frame(f)[4:] for f in (confirm, error, schema.PublishConfirm(publisher_id=1, publishing_ids=[]))]
+
+    class Conn:
+        async def _read_frame_raw(self) -> bytes:
+            return frames.pop(0)
+
+        async def read_frame(self) -> object:
+            raise AssertionError("replaced")
+
+    class Client:
+        _conn = Conn()
+
+    client = Client()
+    read_confirms_fast(client)
+
+    async def read_all() -> list[object]:
+        return [await client._conn.read_frame() for _ in range(3)]
+
+    got = asyncio.run(read_all())
+    assert got[0] == confirm and type(got[0]) is schema.PublishConfirm
+    assert got[1] == decode_frame(encode_frame(error)[4:]) and type(got[1]) is schema.PublishError
+    assert got[2] == schema.PublishConfirm(publisher_id=1, publishing_ids=[])
+
+
+def test_a_report_gets_the_message_with_its_partition_and_offset_and_a_failure_as_the_ports_delivery() -> None:
+    """publish_reported's reports (cdc.ports.ReportingPublisher): the hand-over takes
+    `message.partition()` / `message.offset()` on success, and `delivery()` of anything else."""
+    from cdc.ports import Delivery, DeliveryFailure
+    from connectors.rabbitmq.stream_sink import RabbitStreamPublisher, _Message
+
+    assert hasattr(RabbitStreamPublisher, "publish_reported")  # what the hand-over looks for
+    got: list[tuple[object, object]] = []
+    ok = _Message("t", b"k", b"x", lambda err, msg: got.append((err, msg)), 0.0, True)
+    ok._partition, ok._offset = 2, 41
+    ok.deliver()
+    assert got == [(None, ok)] and ok.partition() == 2 and ok.offset() == 41
+    failure = DeliveryFailure("TIMED_OUT", "not confirmed")
+    late = _Message("t", b"k", b"x", lambda err, msg: got.append((err, msg)), 0.0, True)
+    late.failure = failure
+    late.deliver()
+    assert got[1] == (failure, late) and late.offset() is None
+    publisher = RabbitStreamPublisher.__new__(RabbitStreamPublisher)  # delivery() reads no state
+    assert publisher.delivery("t", None, ok) == Delivery("t", 2, 41)
+    assert publisher.delivery("t", failure, late) == Delivery("t", -1, -1, failure)
+    # the port's own callback still gets a Delivery
+    deliveries: list[Delivery] = []
+    plain = _Message("t", None, b"x", deliveries.append, 0.0, False)
+    plain._partition, plain._offset = 0, 7
+    plain.deliver()
+    assert deliveries == [Delivery("t", 0, 7)]
