@@ -173,3 +173,12 @@ def test_the_host_node_down(rabbit_cluster, topic_prefix):  # noqa: F811
         plan_rabbitmq(settings_from_options(_options(cluster, hosts=False)), topics)
     said = str(refused.value)
     assert f"{first.host}:{first.stream_port}" in said and "\n" not in said and first.password not in said
+
+
+def test_a_hosts_entry_not_host_port_is_one_line():
+    from spark_jobs.rabbitmq.source import settings_from_options
+
+    assert settings_from_options({"hosts": " r2:5552, r3:5553 ,"})["hosts"] == [("r2", 5552), ("r3", 5553)]
+    with pytest.raises(RuntimeError, match=r"^cdc_rabbitmq: option hosts: 'r2' is not \"host:port\"") as refused:
+        settings_from_options({"hosts": "r2"})
+    assert "\n" not in str(refused.value)
