@@ -10,7 +10,8 @@ from its leader, it holds everything. The source's options are the ones `cdc ver
 from the relay's config (`cdc_cli.verify_commands.sink_source_options`: `host` the first node,
 `hosts` the others). Then: the leader's advertised port made one nothing listens on (the
 fallback through the configured node, with a warning), and the `host` node SIGKILLed (the
-other nodes of `hosts` are asked). About 20 s beyond the cluster's start here.
+other nodes of `hosts` are asked). Read by the source's planner and reader as its Spark reader
+calls them, and once through Spark (marker `spark`).
 """
 
 from __future__ import annotations
@@ -108,7 +109,8 @@ def _expected(count: int) -> list[tuple[int, bytes, bytes]]:
     return [(n, f"k{n}".encode(), f"v{n}".encode()) for n in range(count)]
 
 
-def test_each_stream_is_read_on_its_leader(rabbit_cluster, topic_prefix, caplog):  # noqa: F811
+@pytest.mark.spark
+def test_each_stream_is_read_on_its_leader(rabbit_cluster, topic_prefix, spark, caplog):  # noqa: F811
     cluster = rabbit_cluster
     first, second, third = cluster.nodes
     leaders = {f"{topic_prefix}.a": second, f"{topic_prefix}.b": third}
@@ -133,6 +135,16 @@ def test_each_stream_is_read_on_its_leader(rabbit_cluster, topic_prefix, caplog)
         bounds, records = _read(options, topics)
         assert bounds == dict.fromkeys(topics, (0, 12))
         assert records == dict.fromkeys(topics, _expected(12))
+        # the same through Spark, as `cdc verify` reads it (the options carried to the executors)
+        reader = spark.read.format("cdc_rabbitmq").option("topics", ",".join(topics)).option("empty_wait", "2")
+        for name, value in options.items():
+            if name != "format":
+                reader = reader.option(name, value)
+        rows = reader.load().select("topic", "offset", "key", "value").collect()
+        by_stream: dict[str, list] = {}
+        for row in sorted(rows, key=lambda r: (r.topic, r.offset)):
+            by_stream.setdefault(row.topic, []).append((row.offset, bytes(row.key), bytes(row.value)))
+        assert by_stream == dict.fromkeys(topics, _expected(12))
 
         # the leader's advertised address reaches nothing: read through the configured node
         # (`host`, whose member lags: what the warning says), not a failure
