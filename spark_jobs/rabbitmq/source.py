@@ -266,6 +266,19 @@ def open_any(settings: Mapping[str, Any]) -> _Session:
     )
 
 
+def _leader_now(session: _Session, stream: str) -> tuple[str, int] | None:
+    """`_Session.leader`; None also while no member of the stream runs (StreamNotAvailable:
+    a node restarting), a stream that does not exist one line."""
+    from rstream.exceptions import StreamDoesNotExist, StreamNotAvailable
+
+    try:
+        return session.leader(stream)
+    except StreamNotAvailable:
+        return None
+    except StreamDoesNotExist:
+        raise RuntimeError(f"cdc_rabbitmq: stream {stream!r} does not exist (deleted since it was planned?)") from None
+
+
 def stream_session(settings: Mapping[str, Any], stream: str, leader_wait: float = LEADER_WAIT) -> _Session:
     """A session to read `stream` on: one on its leader (a replica may lag it; module
     docstring), else, when the leader's advertised address cannot be reached, one on the
@@ -273,7 +286,7 @@ def stream_session(settings: Mapping[str, Any], stream: str, leader_wait: float 
     session = open_any(settings)
     try:
         deadline = time.monotonic() + leader_wait
-        while (leader := session.leader(stream)) is None:
+        while (leader := _leader_now(session, stream)) is None:
             if time.monotonic() > deadline:
                 raise RuntimeError(
                     f"cdc_rabbitmq: stream {stream!r} has no leader after {leader_wait:.0f}s "

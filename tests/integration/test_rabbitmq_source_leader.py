@@ -165,6 +165,15 @@ def test_each_stream_is_read_on_its_leader(rabbit_cluster, topic_prefix, spark, 
     wait_until(lambda: all(_bounds_on(first, s) == (0, 12) for s in topics), 30, "the first node to catch up")
 
 
+def test_a_stream_gone_since_the_plan_is_one_line(rabbit_cluster, topic_prefix):  # noqa: F811
+    from spark_jobs.rabbitmq.source import read_range, settings_from_options
+
+    gone = f"{topic_prefix}.gone"
+    with pytest.raises(RuntimeError, match=rf"^cdc_rabbitmq: stream '{gone}' does not exist") as refused:
+        list(read_range(settings_from_options(_options(rabbit_cluster)), gone, 0, gone, 0, 3))
+    assert "\n" not in str(refused.value)
+
+
 def test_the_host_node_down(rabbit_cluster, topic_prefix):  # noqa: F811
     """`host` SIGKILLed: the streams' metadata is asked of the nodes in `hosts`; without
     `hosts`, one line naming the node. Last in the module: the node stays down."""
