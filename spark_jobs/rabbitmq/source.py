@@ -173,24 +173,30 @@ class _Session:
         except Exception as exc:
             raise _cannot_connect(self.settings, self.address, exc) from None
 
-    def leader(self, stream: str) -> tuple[str, int] | None:
-        """`stream`'s leader as its node advertises it (the stream protocol's Metadata,
-        PROTOCOL.adoc); None while none is elected (leader reference 0xFFFF) or when the
-        answer does not name it. RabbitMQ 3.10 leaves the members on dead nodes out of the
-        answer (docs/sinks.md), so rstream's `query_leader_and_replicas`, which looks every
-        replica up, is not used."""
+    def leaders(self, streams: Sequence[str]) -> dict[str, tuple[str, int] | None]:
+        """Each stream's leader as its node advertises it, in one request (the stream
+        protocol's Metadata, PROTOCOL.adoc); None while none is elected (leader reference
+        0xFFFF) or when the answer does not name it. RabbitMQ 3.10 leaves the members on dead
+        nodes out of the answer (docs/sinks.md), so rstream's `query_leader_and_replicas`,
+        which looks every replica up, is not used. A stream that does not exist, or has no
+        member running, raises (StreamDoesNotExist, StreamNotAvailable)."""
         from rstream import schema
 
         client = self.client
         answer = self.run(
             client.sync_request(
-                schema.Metadata(client._corr_id_seq.next(), streams=[stream]), resp_schema=schema.MetadataResponse
+                schema.Metadata(client._corr_id_seq.next(), streams=list(streams)), resp_schema=schema.MetadataResponse
             ),
             30,
         )
-        meta = answer.metadata[0]
         brokers = {b.reference: (str(b.host), int(b.port)) for b in answer.brokers}
-        return brokers.get(meta.leader_ref) if meta.leader_ref != _NO_LEADER else None
+        return {
+            meta.name: brokers.get(meta.leader_ref) if meta.leader_ref != _NO_LEADER else None
+            for meta in answer.metadata
+        }
+
+    def leader(self, stream: str) -> tuple[str, int] | None:
+        return self.leaders([stream]).get(stream)
 
     def exists(self, stream: str) -> bool:
         return bool(self.run(self.client.stream_exists(stream), 30))
@@ -279,37 +285,55 @@ def _leader_now(session: _Session, stream: str) -> tuple[str, int] | None:
         raise RuntimeError(f"cdc_rabbitmq: stream {stream!r} does not exist (deleted since it was planned?)") from None
 
 
-def stream_session(settings: Mapping[str, Any], stream: str, leader_wait: float = LEADER_WAIT) -> _Session:
+def stream_session(
+    settings: Mapping[str, Any], stream: str, leader: tuple[str, int] | None = None, leader_wait: float = LEADER_WAIT
+) -> _Session:
     """A session to read `stream` on: one on its leader (a replica may lag it; module
-    docstring), else, when the leader's advertised address cannot be reached, one on the
-    configured node that answered, with a warning."""
-    session = open_any(settings)
-    try:
-        deadline = time.monotonic() + leader_wait
-        while (leader := _leader_now(session, stream)) is None:
-            if time.monotonic() > deadline:
-                raise RuntimeError(
-                    f"cdc_rabbitmq: stream {stream!r} has no leader after {leader_wait:.0f}s "
-                    "(an election that does not end: are most of its members' nodes down?)"
-                )
-            time.sleep(0.5)
-    except BaseException:
-        session.close()
-        raise
-    if leader == session.address:
-        return session
+    docstring), else, when the leader's advertised address cannot be reached, one on a
+    configured node, with a warning. `leader`: where the planner just found it (else it is
+    asked of a configured node)."""
+    session: _Session | None = None
+    if leader is None:
+        session = open_any(settings)
+        try:
+            deadline = time.monotonic() + leader_wait
+            while (leader := _leader_now(session, stream)) is None:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(
+                        f"cdc_rabbitmq: stream {stream!r} has no leader after {leader_wait:.0f}s "
+                        "(an election that does not end: are most of its members' nodes down?)"
+                    )
+                time.sleep(0.5)
+        except BaseException:
+            session.close()
+            raise
+        if leader == session.address:
+            return session
     try:
         on_leader = _Session(settings, leader).connect()
     except Exception as exc:
+        fallback = session or open_any(settings)
         log.warning(
             "cdc_rabbitmq: cannot connect to stream %r's leader at its advertised address %s:%d (%s: %s); "
             "reading it through %s:%d, which may lag the leader (set the stream plugin's advertised_host/port "
             "to an address this host reaches)",
-            stream, *leader, type(exc).__name__, exc, *session.address,
+            stream, *leader, type(exc).__name__, exc, *fallback.address,
         )  # fmt: skip
-        return session
-    session.close()
+        return fallback
+    if session is not None:
+        session.close()
     return on_leader
+
+
+def _known_leaders(session: _Session, streams: Sequence[str]) -> dict[str, tuple[str, int] | None]:
+    """The streams' leaders in one request, for the planner; {} when some stream has no
+    member running (each is then asked again, and waited for, on its own)."""
+    from rstream.exceptions import StreamNotAvailable
+
+    try:
+        return session.leaders(streams)
+    except StreamNotAvailable:
+        return {}
 
 
 def stream_bounds(session: _Session, stream: str, empty_wait: float) -> tuple[int, int]:
@@ -385,10 +409,11 @@ def plan_rabbitmq(
                 missing.append(topic)
                 continue
             counts[topic] = len(streams)
+            leaders = _known_leaders(session, streams)  # one request, not one connection per stream
         finally:
             session.close()
         for partition, stream in enumerate(streams):
-            session = stream_session(settings, stream)
+            session = stream_session(settings, stream, leaders.get(stream))
             try:
                 low, high = stream_bounds(session, stream, empty_wait)
             finally:
