@@ -43,8 +43,8 @@ def sink_source_options(cfg: Config) -> dict[str, str]:
     """The verifier's data source of a sink other than Kafka, with its options ({}: Kafka)."""
     if cfg.sink.kind == "rabbitmq_stream":
         mq = cfg.sink.rabbitmq_stream
-        return {"format": "cdc_rabbitmq", "host": mq.host, "port": str(mq.port), "vhost": mq.vhost, "user": mq.user,
-                "password": mq.password.reveal(), "empty_wait": str(mq.empty_wait_s),
+        return {"format": "cdc_rabbitmq", "host": mq.host, "port": str(mq.port), "hosts": ",".join(mq.hosts),
+                "vhost": mq.vhost, "user": mq.user, "password": mq.password.reveal(), "empty_wait": str(mq.empty_wait_s),
                 "tls": str(bool(mq.tls or mq.ca_file or mq.cert_file)).lower(), **_tls_files(mq)}  # fmt: skip
     if cfg.sink.kind == "rabbitmq_exchange":  # the audit stream is the record of delivery
         ex = cfg.sink.rabbitmq_exchange

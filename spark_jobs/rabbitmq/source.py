@@ -4,6 +4,7 @@ stored on the broker: no consumer name, no offset tracking).
 
     spark.read.format("cdc_rabbitmq")
         .option("host", "127.0.0.1").option("port", "5552")
+        .option("hosts", "rabbit2:5552,rabbit3:5552")   # a cluster's other nodes, asked when host is down
         .option("user", "...").option("password", "...").option("vhost", "/")
         .option("tls", "true")                     # TLS (also on with ca_file or cert_file)
         .option("ca_file", "ca.pem").option("cert_file", "...").option("key_file", "...")
@@ -41,11 +42,23 @@ connectors/rabbitmq/stream_reader.py reads it the same way, written apart here: 
 verifier's readers are its own). `empty_wait` (default 3 s) only bounds the wait for a
 first chunk when the barrier cannot be read. Offsets that hold no message (a chunk of
 another kind) are simply absent.
+
+On a cluster every stream is read on its leader, bounds and records alike: a replica may
+lag it (osiris replicates a chunk after the leader has written it), so a replica could plan
+and read less than the relay had confirmed. A connection to a configured node (`host:port`,
+then the `hosts` list, first that answers) asks the stream protocol's Metadata for the
+stream's leader (PROTOCOL.adoc, "Metadata": the advertised host and port of each member);
+the stream is then read on a connection to that address. When the advertised address cannot
+be reached (a node advertising a name only its cluster resolves), the stream is read through
+the configured node, with a warning, as the relay does (connectors/rabbitmq/stream_reader.py;
+written apart here, as above).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import ssl
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -58,11 +71,30 @@ from spark_jobs.log_source import RangeDataSource, RangeReader, topics_option
 
 DEFAULT_EMPTY_WAIT = 3.0
 STALL_TIMEOUT = 60.0
+LEADER_WAIT = 30.0  # a stream's leader election takes seconds (0.2-4.1 s measured, docs/sinks.md)
 _CREDIT = 10  # chunks the broker may send ahead of the reader
+_NO_LEADER = 0xFFFF  # a Metadata answer's leader reference while none is elected
+
+log = logging.getLogger(__name__)
 
 
 def _client_module() -> Any:
     return load_rstream(lambda fix: RuntimeError(f"cdc_rabbitmq: the rstream package is not installed: {fix}"))
+
+
+def parse_hosts(text: str) -> list[tuple[str, int]]:
+    """The `hosts` option: comma-separated "host:port" (a node's stream port)."""
+    out: list[tuple[str, int]] = []
+    for entry in (e.strip() for e in text.split(",")):
+        if not entry:
+            continue
+        host, _, port = entry.rpartition(":")
+        if not host or not port.isdigit():
+            raise RuntimeError(
+                f'cdc_rabbitmq: option hosts: {entry!r} is not "host:port" (a node\'s stream port), e.g. "rabbit2:5552"'
+            )
+        out.append((host, int(port)))
+    return out
 
 
 def settings_from_options(options: Mapping[str, str]) -> dict[str, Any]:
@@ -70,6 +102,7 @@ def settings_from_options(options: Mapping[str, str]) -> dict[str, Any]:
     return {
         "host": options.get("host") or "127.0.0.1",
         "port": int(options.get("port") or 5552),
+        "hosts": parse_hosts(str(options.get("hosts") or "")),
         "vhost": options.get("vhost") or "/",
         "username": options.get("user") or "guest",
         "password": options.get("password") or "guest",
@@ -79,12 +112,33 @@ def settings_from_options(options: Mapping[str, str]) -> dict[str, Any]:
     }
 
 
+def addresses(settings: Mapping[str, Any]) -> list[tuple[str, int]]:
+    """The configured nodes, `host:port` first, then `hosts`."""
+    out = [(str(settings["host"]), int(settings["port"]))]
+    return out + [(str(h), int(p)) for h, p in settings.get("hosts") or () if (h, p) not in out]
+
+
+def _node_down(exc: BaseException) -> bool:
+    """A node that is down or not reachable (refused, reset, timed out): the next one is
+    asked. A refusal by a running node (login, vhost, TLS) would be the same on every node."""
+    return isinstance(exc, (ConnectionError, TimeoutError, OSError)) and not isinstance(exc, ssl.SSLError)
+
+
+def _cannot_connect(settings: Mapping[str, Any], address: tuple[str, int], exc: BaseException) -> RuntimeError:
+    return RuntimeError(
+        f"cdc_rabbitmq: cannot connect to {address[0]}:{address[1]} as {settings['username']}: "
+        f"{type(exc).__name__}: {exc} (check host, port, user and password){tls_hint(exc)}"
+    )
+
+
 class _Session:
     """One stream-protocol connection driven from synchronous code: a private event loop
-    that runs only while we wait on it (Spark's reader and planner are synchronous)."""
+    that runs only while we wait on it (Spark's reader and planner are synchronous).
+    `address`: the node it connects to (default `host:port`)."""
 
-    def __init__(self, settings: Mapping[str, Any]):
+    def __init__(self, settings: Mapping[str, Any], address: tuple[str, int] | None = None):
         self.settings = dict(settings)
+        self.address = address or (str(settings["host"]), int(settings["port"]))
         self.loop = asyncio.new_event_loop()
         self.client: Any = None
         self.pool: Any = None
@@ -93,27 +147,56 @@ class _Session:
     def run(self, coro: Any, timeout: float | None = None) -> Any:
         return self.loop.run_until_complete(asyncio.wait_for(coro, timeout))
 
-    def open(self) -> _Session:
+    def connect(self) -> _Session:
+        """Connected to `address`, or the connection's own exception (the session closed)."""
         _client_module()
         from rstream.client import ClientPool
         from rstream.constants import MAX_ITEM_ALLOWED
 
         s = self.settings
         context = sink_tls_context("cdc_rabbitmq", s, bool(s.get("tls")))
-        self.pool = ClientPool(s["host"], s["port"], vhost=s["vhost"], username=s["username"],
+        self.pool = ClientPool(self.address[0], self.address[1], vhost=s["vhost"], username=s["username"],
                                password=s["password"], frame_max=1_048_576, heartbeat=60, ssl_context=context,
                                load_balancer_mode=False, max_retries=5)  # fmt: skip
         try:
             self.client = self.run(
                 self.pool.get(connection_name="cdc-verify", max_clients_by_connections=MAX_ITEM_ALLOWED), 30
             )
-        except Exception as exc:
+        except BaseException:
             self.close()
-            raise RuntimeError(
-                f"cdc_rabbitmq: cannot connect to {s['host']}:{s['port']} as {s['username']}: "
-                f"{type(exc).__name__}: {exc} (check host, port, user and password){tls_hint(exc)}"
-            ) from None
+            raise
         return self
+
+    def open(self) -> _Session:
+        try:
+            return self.connect()
+        except Exception as exc:
+            raise _cannot_connect(self.settings, self.address, exc) from None
+
+    def leaders(self, streams: Sequence[str]) -> dict[str, tuple[str, int] | None]:
+        """Each stream's leader as its node advertises it, in one request (the stream
+        protocol's Metadata, PROTOCOL.adoc); None while none is elected (leader reference
+        0xFFFF) or when the answer does not name it. RabbitMQ 3.10 leaves the members on dead
+        nodes out of the answer (docs/sinks.md), so rstream's `query_leader_and_replicas`,
+        which looks every replica up, is not used. A stream that does not exist, or has no
+        member running, raises (StreamDoesNotExist, StreamNotAvailable)."""
+        from rstream import schema
+
+        client = self.client
+        answer = self.run(
+            client.sync_request(
+                schema.Metadata(client._corr_id_seq.next(), streams=list(streams)), resp_schema=schema.MetadataResponse
+            ),
+            30,
+        )
+        brokers = {b.reference: (str(b.host), int(b.port)) for b in answer.brokers}
+        return {
+            meta.name: brokers.get(meta.leader_ref) if meta.leader_ref != _NO_LEADER else None
+            for meta in answer.metadata
+        }
+
+    def leader(self, stream: str) -> tuple[str, int] | None:
+        return self.leaders([stream]).get(stream)
 
     def exists(self, stream: str) -> bool:
         return bool(self.run(self.client.stream_exists(stream), 30))
@@ -169,6 +252,90 @@ class _Session:
         return queue.empty() and listened is not None and listened[sub_id].empty()
 
 
+def open_any(settings: Mapping[str, Any]) -> _Session:
+    """A session on the first configured node that answers (`addresses`): what any node can
+    serve (a stream's existence, its leader). A node that refuses (login, TLS) is said at once."""
+    tried = addresses(settings)
+    first: BaseException | None = None
+    for address in tried:
+        try:
+            return _Session(settings, address).connect()
+        except Exception as exc:
+            if not _node_down(exc):
+                raise _cannot_connect(settings, address, exc) from None
+            first = first or exc
+    assert first is not None
+    where = ", ".join(f"{h}:{p}" for h, p in tried)
+    raise RuntimeError(
+        f"cdc_rabbitmq: cannot connect to {where} as {settings['username']}: {type(first).__name__}: {first} "
+        "(check host, port and hosts: no node answers)"
+    )
+
+
+def _leader_now(session: _Session, stream: str) -> tuple[str, int] | None:
+    """`_Session.leader`; None also while no member of the stream runs (StreamNotAvailable:
+    a node restarting), a stream that does not exist one line."""
+    from rstream.exceptions import StreamDoesNotExist, StreamNotAvailable
+
+    try:
+        return session.leader(stream)
+    except StreamNotAvailable:
+        return None
+    except StreamDoesNotExist:
+        raise RuntimeError(f"cdc_rabbitmq: stream {stream!r} does not exist (deleted since it was planned?)") from None
+
+
+def stream_session(
+    settings: Mapping[str, Any], stream: str, leader: tuple[str, int] | None = None, leader_wait: float = LEADER_WAIT
+) -> _Session:
+    """A session to read `stream` on: one on its leader (a replica may lag it; module
+    docstring), else, when the leader's advertised address cannot be reached, one on a
+    configured node, with a warning. `leader`: where the planner just found it (else it is
+    asked of a configured node)."""
+    session: _Session | None = None
+    if leader is None:
+        session = open_any(settings)
+        try:
+            deadline = time.monotonic() + leader_wait
+            while (leader := _leader_now(session, stream)) is None:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(
+                        f"cdc_rabbitmq: stream {stream!r} has no leader after {leader_wait:.0f}s "
+                        "(an election that does not end: are most of its members' nodes down?)"
+                    )
+                time.sleep(0.5)
+        except BaseException:
+            session.close()
+            raise
+        if leader == session.address:
+            return session
+    try:
+        on_leader = _Session(settings, leader).connect()
+    except Exception as exc:
+        fallback = session or open_any(settings)
+        log.warning(
+            "cdc_rabbitmq: cannot connect to stream %r's leader at its advertised address %s:%d (%s: %s); "
+            "reading it through %s:%d, which may lag the leader (set the stream plugin's advertised_host/port "
+            "to an address this host reaches)",
+            stream, *leader, type(exc).__name__, exc, *fallback.address,
+        )  # fmt: skip
+        return fallback
+    if session is not None:
+        session.close()
+    return on_leader
+
+
+def _known_leaders(session: _Session, streams: Sequence[str]) -> dict[str, tuple[str, int] | None]:
+    """The streams' leaders in one request, for the planner; {} when some stream has no
+    member running (each is then asked again, and waited for, on its own)."""
+    from rstream.exceptions import StreamNotAvailable
+
+    try:
+        return session.leaders(streams)
+    except StreamNotAvailable:
+        return {}
+
+
 def stream_bounds(session: _Session, stream: str, empty_wait: float) -> tuple[int, int]:
     """(first offset, next offset) of `stream` now; (0, 0) when it is empty: read at once
     (`_Session.delivered_nothing`), `empty_wait` only bounds the wait for the first chunk
@@ -203,14 +370,14 @@ def plan_audit(
 ) -> dict[str, Any]:
     """The exchange sink's snapshot: the audit stream's bounds now, as one `routed` range;
     every topic is one partition of it."""
-    session = _Session(settings).open()
+    session = open_any(settings)
     try:
         if not session.exists(audit_stream):
             return {"partitions": [], "partition_counts": {}, "missing_topics": sorted(set(topics)),
                     "at_ms": int(time.time() * 1000)}  # fmt: skip
     finally:
         session.close()
-    session = _Session(settings).open()
+    session = stream_session(settings, audit_stream)
     try:
         low, high = stream_bounds(session, audit_stream, empty_wait)
     finally:
@@ -235,17 +402,18 @@ def plan_rabbitmq(
     counts: dict[str, int] = {}
     missing: list[str] = []
     for topic in sorted(set(topics)):
-        session = _Session(settings).open()  # a connection per topic: subscription ids 1 and 2 stay free
+        session = open_any(settings)  # a connection per topic: subscription ids 1 and 2 stay free
         try:
             streams = topic_streams(session, topic)
             if not streams:
                 missing.append(topic)
                 continue
             counts[topic] = len(streams)
+            leaders = _known_leaders(session, streams)  # one request, not one connection per stream
         finally:
             session.close()
         for partition, stream in enumerate(streams):
-            session = _Session(settings).open()
+            session = stream_session(settings, stream, leaders.get(stream))
             try:
                 low, high = stream_bounds(session, stream, empty_wait)
             finally:
@@ -287,7 +455,7 @@ def read_range(
 
     if high <= low:
         return
-    session = _Session(settings).open()
+    session = stream_session(settings, stream)
     try:
         queue = session.subscribe(1, stream, OffsetType.OFFSET, low)
         while True:

@@ -4,13 +4,15 @@ whose offsets are stream offsets per topic partition `{"<topic>": {"<partition>"
 
     spark.readStream.format("cdc_rabbitmq_stream")
         .option("host", "127.0.0.1").option("port", "5552").option("vhost", "/")
+        .option("hosts", "rabbit2:5552,rabbit3:5552")   # a cluster's other nodes
         .option("user", "...").option("password", "...")
         .option("topics", "outbox.event.order,outbox.dlq").option("dlq_topic", "outbox.dlq")
         .option("start", "latest")   # or "earliest", or offsets as JSON
         .load()
 
 The planner and the range reader are the batch source's (`spark_jobs/rabbitmq/source.py`:
-`plan_rabbitmq`, `read_range`; the mapping of a message to the Kafka columns is there), the
+`plan_rabbitmq`, `read_range`; the mapping of a message to the Kafka columns is there, and
+each stream is planned and read on its leader there), the
 offsets, rows and markers those of `spark_jobs/log_stream.py`. A topic's streams are found
 by name on every plan. 3.10 cannot list streams, so the topics are the `topics` option (the
 configured ones, the tables' fixed topics, the dead-letter topic) and those listed in the
