@@ -27,10 +27,14 @@ which stops the relay (exit 1); the restart finds what was stored (cdc/recovery.
 `purge()` drops whatever is unanswered and stops sending it again.
 
 The publish path writes the NATS protocol itself (`hpub`): the header block is made in the
-relay's thread when the message is handed over, and the pump writes all it may send in one
-command to nats-py's buffer and flushes once, where nats-py's `publish` builds each
-message's headers and command line and asks its flusher once a message. A PubAck is read
-by a pattern of its one shape (`{"stream":..,"seq":..}`), anything else by json.
+relay's thread when the message is handed over (`message_header_block`: a transaction's
+leading headers made once), the messages go to the loop's thread in batches (`_hand_over`),
+and the pump writes all it may send in one command to nats-py's buffer and flushes once,
+where nats-py's `publish` builds each message's headers and command line and asks its
+flusher once a message. A PubAck is read by a pattern of its one shape
+(`{"stream":..,"seq":..}`), anything else by json. The publisher is a
+cdc.ports.ReportingPublisher: a message is its own report (`partition()`, `offset()`), so the
+hand-over sends the reader process's events from their tuples (cdc/delivery/handover.py).
 """
 
 from __future__ import annotations
