@@ -247,7 +247,7 @@ def message_header_block(
                 _prefixes.clear()
             prefix = _prefixes[shared] = _prefix_of(shared)
             if prefix is None:
-                del _prefixes[shared]  # its names may be known after the general way
+                _prefixes.pop(shared, None)  # its names may be known after the general way
         if prefix is None:
             return header_block(nats_headers(topic, key, value, headers, ts), end=False)
     else:
