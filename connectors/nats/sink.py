@@ -27,10 +27,14 @@ which stops the relay (exit 1); the restart finds what was stored (cdc/recovery.
 `purge()` drops whatever is unanswered and stops sending it again.
 
 The publish path writes the NATS protocol itself (`hpub`): the header block is made in the
-relay's thread when the message is handed over, and the pump writes all it may send in one
-command to nats-py's buffer and flushes once, where nats-py's `publish` builds each
-message's headers and command line and asks its flusher once a message. A PubAck is read
-by a pattern of its one shape (`{"stream":..,"seq":..}`), anything else by json.
+relay's thread when the message is handed over (`message_header_block`: a transaction's
+leading headers made once), the messages go to the loop's thread in batches (`_hand_over`),
+and the pump writes all it may send in one command to nats-py's buffer and flushes once,
+where nats-py's `publish` builds each message's headers and command line and asks its
+flusher once a message. A PubAck is read by a pattern of its one shape
+(`{"stream":..,"seq":..}`), anything else by json. The publisher is a
+cdc.ports.ReportingPublisher: a message is its own report (`partition()`, `offset()`), so the
+hand-over sends the reader process's events from their tuples (cdc/delivery/handover.py).
 """
 
 from __future__ import annotations
@@ -52,9 +56,9 @@ from nats.js.errors import NotFoundError
 
 from cdc.config import NatsJetStreamConfig
 from cdc.errors import BrokerUnreachable, DeliveryError
-from cdc.events.identity import H_REPAIR, identity_key_from_headers
-from cdc.events.sink_fields import BROKER_HEADER_PREFIXES, H_TIMESTAMP, message_properties
-from cdc.ports import Delivery, DeliveryCallback, DeliveryFailure
+from cdc.events.identity import H_FILE, H_GTID, H_POS, H_REPAIR, H_ROW, H_SOURCE, identity_key_from_headers
+from cdc.events.sink_fields import BROKER_HEADER_PREFIXES, H_KEY, H_NULL_VALUE, H_TIMESTAMP, message_properties
+from cdc.ports import Delivery, DeliveryCallback, DeliveryFailure, Report
 from connectors.broker_wait import never, wait_for_broker
 from connectors.nats.chain import BLOCKED, H_EXPECTED_LAST_SEQUENCE, RETRIED_ERRORS, UNCHAINED, Chains
 from connectors.nats.cluster import replica_results
@@ -67,6 +71,11 @@ H_MSG_ID = "Nats-Msg-Id"
 ERR_MESSAGE_TOO_LARGE = 10054  # JSStreamMessageExceedsMaximumErr
 # Room left for the headers within the server's max_payload, which counts them.
 HEADER_ROOM = 8192
+# Messages the relay's thread gathers before it hands them to the loop's thread (poll hands over
+# what is gathered sooner): a wake-up of the loop a burst (call_soon_threadsafe, a write to its
+# self-pipe) was 4% of the relay's profile (bench/catchup.py --profile, docs/benchmarks.md), as
+# it was on the RabbitMQ Streams sink (connectors/rabbitmq/stream_sink.py).
+HANDOFF_EVERY = 256
 # Messages handed over and not yet reported, at most: then `publish` waits.
 QUEUE_LIMIT = 100_000
 # Bytes sent and not yet answered, at most (with max_in_flight messages). nats-py's own
@@ -157,14 +166,153 @@ def header_block(headers: dict[str, str], end: bool = True) -> bytes:
     return b"".join(parts)
 
 
+# The fast way to `header_block(nats_headers(...), end=False)`, the same bytes: the headers of
+# a transaction's messages are the same but for their last few (cdc/delivery/handover.py
+# `_headers`: the transaction's, then the row, event id, type and table), so the leading ones'
+# lines and identity texts are made once a transaction (by their value: a tuple of them is the
+# key), and only the last SUFFIX, the key, timestamp and Nats-Msg-Id once a message. Anything
+# the fast way does not reproduce exactly (a name twice: the dict keeps its first place and
+# last value; a name the tail writes itself; a name NATS refuses) goes the general way.
+SUFFIX = 4
+_SLOW_NAMES = frozenset((H_KEY, H_NULL_VALUE, H_TIMESTAMP, H_MSG_ID, H_REPAIR))
+_IDENTITY_NAMES = frozenset((H_SOURCE, H_ROW, H_GTID, H_FILE, H_POS))
+_KEY_PREFIX = H_KEY.encode() + b": "
+_NULL_LINE = H_NULL_VALUE.encode() + b": true\r\n"
+_TIMESTAMP_PREFIX = H_TIMESTAMP.encode() + b": "
+_MSG_ID_PREFIX = H_MSG_ID.encode() + b": "
+
+
+class _Prefix:
+    """The leading headers of a message, made: their lines, their names (of a value), the
+    identity's texts among them and, when they hold the transaction's identity without the
+    row, the middle of the Nats-Msg-Id (`msg_id`: subject|middle|row)."""
+
+    __slots__ = ("block", "ident", "middle", "names")
+
+    def __init__(self, block: bytes, names: frozenset[str], ident: dict[str, str]):
+        self.block, self.names, self.ident = block, names, ident
+        self.middle: str | None = None
+        if H_ROW not in ident:
+            key = identity_key_from_headers({**ident, H_ROW: "0"})
+            if key is not None:
+                self.middle = "|".join(map(str, key[:-1]))
+
+
+_prefixes: dict[tuple, _Prefix | None] = {}  # None: the general way
+
+
+def _text(raw: bytes | str) -> str:
+    """A header's value as `nats_headers` has it (message_properties, line breaks as spaces)."""
+    text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
+    if "\r" in text or "\n" in text:
+        text = text.replace("\r", " ").replace("\n", " ")
+    return text
+
+
+def _prefix_of(shared: tuple) -> _Prefix | None:
+    names: set[str] = set()
+    ident: dict[str, str] = {}
+    parts = [_HEADER_LINE]
+    for name, raw in shared:
+        if raw is None:
+            continue
+        if name in names or name in _SLOW_NAMES or not isinstance(name, str):
+            return None
+        text = _text(raw)
+        prefix = _names.get(name)
+        if prefix is None:
+            return None  # the general way checks the name (and keeps it in `_names`)
+        if prefix:
+            parts += (prefix, text.strip().encode(), b"\r\n")
+        names.add(name)
+        if name in _IDENTITY_NAMES:
+            ident[name] = text
+    return _Prefix(b"".join(parts), frozenset(names), ident)
+
+
+_NO_PREFIX = _Prefix(_HEADER_LINE, frozenset(), {})
+
+
+def message_header_block(
+    topic: str, key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes | None]], ts: int | None
+) -> bytes:
+    """`header_block(nats_headers(topic, key, value, headers, ts), end=False)`, byte for byte
+    (tests/unit/test_nats_sink_rules.py compares them), with the leading headers made once."""
+    cut = len(headers) - SUFFIX
+    if cut > 0:
+        shared = tuple(headers[:cut])
+        prefix = _prefixes.get(shared, _NO_PREFIX)
+        if prefix is _NO_PREFIX:
+            if len(_prefixes) >= 1024:  # a transaction's: older ones are not seen again
+                _prefixes.clear()
+            prefix = _prefixes[shared] = _prefix_of(shared)
+            if prefix is None:
+                _prefixes.pop(shared, None)  # its names may be known after the general way
+        if prefix is None:
+            return header_block(nats_headers(topic, key, value, headers, ts), end=False)
+    else:
+        cut, prefix = 0, _NO_PREFIX
+    names, known = prefix.names, _names
+    parts = [prefix.block]
+    own: list[str] = []
+    row: str | None = None
+    other = False  # an identity header other than the row among the last ones
+    for i in range(cut, len(headers)):
+        name, raw = headers[i]
+        if raw is None:
+            continue
+        line = known.get(name)
+        if line is None or name in names or name in _SLOW_NAMES or name in own:
+            return header_block(nats_headers(topic, key, value, headers, ts), end=False)
+        text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
+        if "\r" in text or "\n" in text:
+            text = text.replace("\r", " ").replace("\n", " ")
+        if line:
+            parts += (line, text.strip().encode(), b"\r\n")
+        own.append(name)
+        if name in _IDENTITY_NAMES:
+            if name == H_ROW:
+                row = text
+            else:
+                other = True
+    if key is not None:
+        parts += (_KEY_PREFIX, _text(key).strip().encode(), b"\r\n")
+    if value is None:
+        parts.append(_NULL_LINE)
+    if ts is not None:
+        parts += (_TIMESTAMP_PREFIX, str(ts).strip().encode(), b"\r\n")
+    ident: str | None = None
+    middle = prefix.middle
+    if middle is not None and not other:
+        if row is not None:
+            try:
+                ident = f"{topic}|{middle}|{int(row)}"
+            except ValueError:
+                pass  # no identity (identity_key_from_headers)
+    else:  # the identity is not the transaction's headers and the row: read it as msg_id does
+        texts = dict(prefix.ident)
+        for name, raw in headers[cut:]:
+            if raw is not None and name in _IDENTITY_NAMES:
+                texts[name] = _text(raw)
+        identity = identity_key_from_headers(texts)
+        if identity is not None:
+            ident = "|".join((topic, *map(str, identity)))
+    if ident is not None:
+        parts += (_MSG_ID_PREFIX, _text(ident).strip().encode(), b"\r\n")
+    return b"".join(parts)
+
+
 class _Out:
     """One message handed over and not yet reported: its subject, its HPUB's header block
     without the empty line that ends it, and payload (the reply subject is the connection's,
     given when it is sent: `<inbox>.<n>_<copy>`, the copy counted from 1, so an answer to an
-    earlier copy is told from one to the last)."""
+    earlier copy is told from one to the last). It is also the message a report of
+    `publish_reported` gets (cdc.ports.ReportingPublisher): `partition()` and `offset()`, as
+    confluent-kafka's Message has them."""
 
     __slots__ = (
         "expected",
+        "failure",
         "first_sent",
         "gen",
         "header",
@@ -172,16 +320,36 @@ class _Out:
         "n",
         "on_delivery",
         "payload",
+        "reported",
         "sends",
+        "seq",
         "subject",
     )
 
-    def __init__(self, n: int, subject: str, payload: bytes, header: bytes, on_delivery, gen: int):
+    def __init__(
+        self,
+        n: int,
+        subject: str,
+        payload: bytes,
+        header: bytes,
+        on_delivery: Callable[..., None],
+        gen: int,
+        reported: bool = False,
+    ):
         self.n, self.subject, self.payload, self.header = n, subject, payload, header
         self.on_delivery, self.gen = on_delivery, gen
+        self.reported = reported  # on_delivery is a Report (error, message), else a DeliveryCallback
         self.first_sent = self.last_sent = 0.0
         self.sends = 0
         self.expected = UNCHAINED  # the chain's expected last sequence for the copy sent last
+        self.seq = -1  # the stream sequence it was stored at, once answered
+        self.failure: DeliveryFailure | None = None
+
+    def partition(self) -> int:
+        return 0  # a subject is a topic of one partition (docs/sinks.md)
+
+    def offset(self) -> int | None:
+        return self.seq if self.seq >= 0 else None
 
 
 def _failure(code: str, message: str, too_large: bool = False, topic_missing: bool = False) -> DeliveryFailure:
@@ -200,8 +368,9 @@ class NatsJetStreamPublisher:
         self._gen = 0  # purge() moves on: reports of older messages are not served
         self._next_n = 0
         self._subjects: dict[str, bytes] = {}  # subject -> its bytes in an HPUB (checked once)
-        self._inbox: deque[_Out] = deque()  # handed over, not yet seen by the pump
-        self._done: deque[tuple[_Out, Delivery]] = deque()  # reported by the loop, served by poll
+        self._batch: list[_Out] = []  # published, not yet handed over (`_hand_over`)
+        self._inbox: deque[list[_Out]] = deque()  # handed over in batches, not yet seen by the pump
+        self._done: deque[_Out] = deque()  # reported (`_report`), served by poll
         self._ready = threading.Event()
         self._wake_asked = False
         # The loop's side.
@@ -254,33 +423,79 @@ class NatsJetStreamPublisher:
         on_delivery: DeliveryCallback,
         timestamp_ms: int | None = None,
     ) -> None:
+        self._put(topic, key, value, headers, on_delivery, timestamp_ms, False)
+
+    def publish_reported(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        headers: list[tuple[str, bytes | None]],
+        report: Report,
+        timestamp_ms: int | None = None,
+    ) -> None:
+        """cdc.ports.ReportingPublisher: `report(error, message)` from poll, `error` None or a
+        DeliveryFailure, `message` this publisher's own (`partition()`, `offset()`). The
+        hand-over then sends the reader process's events from their tuples, without an event
+        object or a Delivery each (cdc/delivery/handover.py, the tuple way), as with Kafka."""
+        self._put(topic, key, value, headers, report, timestamp_ms, True)
+
+    def delivery(self, topic: str, error: DeliveryFailure | None, message: _Out | None) -> Delivery:
+        """A report of `publish_reported`, as the port's Delivery."""
+        if error is None and message is not None:
+            return Delivery(topic, 0, message.seq)
+        return Delivery(topic, 0, -1, error)
+
+    def _put(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        headers: list[tuple[str, bytes | None]],
+        on_delivery: Callable[..., None],
+        timestamp_ms: int | None,
+        reported: bool,
+    ) -> None:
         while self._pending >= QUEUE_LIMIT:
             self.poll(0.05)  # never drop: wait for reports
         payload = value or b""
         self._pending += 1
         self._next_n += 1
         try:
-            block = header_block(nats_headers(topic, key, value, headers, timestamp_ms), end=False)
+            block = message_header_block(topic, key, value, headers, timestamp_ms)
             if topic not in self._subjects:
                 if not topic or _SUBJECT_BREAKS.search(topic):
                     raise ValueError(f"subject {topic!r} is empty or holds white space")
                 self._subjects[topic] = topic.encode()
         except ValueError as exc:  # nats-py raised these at its publish (BadHeaderError, BadSubjectError)
-            out = _Out(self._next_n, topic, payload, b"", on_delivery, self._gen)
-            self._report(out, Delivery(topic, 0, -1, _failure("BAD_MESSAGE", str(exc))))
+            out = _Out(self._next_n, topic, payload, b"", on_delivery, self._gen, reported)
+            self._report(out, _failure("BAD_MESSAGE", str(exc)))
             return
-        out = _Out(self._next_n, topic, payload, block, on_delivery, self._gen)
+        out = _Out(self._next_n, topic, payload, block, on_delivery, self._gen, reported)
         size = len(payload) + len(block) + len(_CHAIN_ROOM)
         if size > self.max_payload:
             text = f"message of {size} bytes with its headers; the server's max_payload is {self.max_payload}"
-            self._report(out, Delivery(topic, 0, -1, _failure("MAX_PAYLOAD", text, too_large=True)))
+            self._report(out, _failure("MAX_PAYLOAD", text, too_large=True))
             return
-        self._inbox.append(out)
+        batch = self._batch
+        batch.append(out)
+        if len(batch) >= HANDOFF_EVERY:
+            self._hand_over()
+
+    def _hand_over(self) -> None:
+        """The relay's batch to the loop: one append and at most one wake-up of the loop a
+        batch. The relay calls poll after each transaction (cdc/relay.py), and the hand-over
+        every 256 messages of a longer one (cdc/delivery/handover.py), which hands over
+        what is left: a message waits at most until then."""
+        batch, self._batch = self._batch, []
+        self._inbox.append(batch)
         if not self._wake_asked:
             self._wake_asked = True
             self._loop.call_soon(self._wake.set)
 
     def poll(self, timeout: float) -> None:
+        if self._batch:
+            self._hand_over()
         if not self._serve() and timeout > 0:
             self._ready.wait(timeout)
             self._serve()
@@ -290,12 +505,15 @@ class NatsJetStreamPublisher:
         served = 0
         done, gen = self._done, self._gen
         while done:
-            out, delivery = done.popleft()
+            out = done.popleft()
             if out.gen != gen:
                 continue  # purged
             self._pending -= 1
             served += 1
-            out.on_delivery(delivery)
+            if out.reported:
+                out.on_delivery(out.failure, out)
+            else:
+                out.on_delivery(Delivery(out.subject, 0, out.seq if out.failure is None else -1, out.failure))
         return served
 
     def pending(self) -> int:
@@ -313,6 +531,7 @@ class NatsJetStreamPublisher:
     def purge(self) -> None:
         self._gen += 1
         self._pending = 0
+        self._batch = []
         self._done.clear()
         self._loop.call_soon(self._drop_all)
 
@@ -324,9 +543,11 @@ class NatsJetStreamPublisher:
             log.debug("nats %s: close: %s", self._name, exc)
         self._loop.stop()
 
-    def _report(self, out: _Out, delivery: Delivery) -> None:
-        """Either thread: hand a report to `poll`."""
-        self._done.append((out, delivery))
+    def _report(self, out: _Out, failure: DeliveryFailure | None = None) -> None:
+        """Either thread: hand `out`'s report to `poll` (acknowledged at `out.seq` when
+        `failure` is None)."""
+        out.failure = failure
+        self._done.append(out)
         # After the append: `_serve` clears the flag before it takes the reports, so a flag
         # found set means this report is taken; setting a set Event costs a lock.
         if not self._ready.is_set():
@@ -396,7 +617,7 @@ class NatsJetStreamPublisher:
             self._wake.clear()
             self._wake_asked = False
             while self._inbox:
-                self._unsent.append(self._inbox.popleft())
+                self._unsent.extend(self._inbox.popleft())
             if self._failed is not None:
                 self._fail(self._failed)
                 continue
@@ -585,7 +806,7 @@ class NatsJetStreamPublisher:
         after it, it must not be stored before it."""
         self._merge_taken_back()
         for out in sorted([*self._unacked.values(), *self._unsent], key=lambda out: out.n):
-            self._report(out, Delivery(out.subject, 0, -1, _failure("TIMED_OUT", why)))
+            self._report(out, _failure("TIMED_OUT", why))
         self._unacked.clear()
         self._unacked_bytes = 0
         self._unsent.clear()
@@ -621,7 +842,7 @@ class NatsJetStreamPublisher:
                 seq = int(acked[1])
                 if out.expected >= 0 or self._chains.of_subject.get(out.subject) is not None:
                     self._chains.stored(out.subject, out.n, seq, acked[2] is not None, int(copy) == out.sends)
-                self._resolve(out, Delivery(out.subject, 0, seq))
+                self._resolve(out, seq)
         except ValueError:
             return False
         return True
@@ -648,7 +869,7 @@ class NatsJetStreamPublisher:
             if acked is not None:
                 seq = int(acked[1])
                 self._chains.stored(out.subject, out.n, seq, acked[2] is not None, last_copy)
-                self._resolve(out, Delivery(out.subject, 0, seq))
+                self._resolve(out, seq)
                 return
         elif msg.headers.get("Status") == "503":
             if last_copy:  # an earlier copy's says nothing of the last one's
@@ -662,7 +883,7 @@ class NatsJetStreamPublisher:
         if error is None:
             seq = int(answer["seq"])
             self._chains.stored(out.subject, out.n, seq, bool(answer.get("duplicate")), last_copy)
-            self._resolve(out, Delivery(out.subject, 0, seq))
+            self._resolve(out, seq)
             return
         if not last_copy:
             return  # a refusal of an earlier copy: the last one is answered for itself
@@ -674,9 +895,7 @@ class NatsJetStreamPublisher:
             return
         self._chains.not_stored(out.subject, out.n)
         text = f"JetStream refused the message: {error.get('description')} (error {code})"
-        self._resolve(
-            out, Delivery(out.subject, 0, -1, _failure(f"JS_{code}", text, too_large=code == ERR_MESSAGE_TOO_LARGE))
-        )
+        self._resolve(out, -1, _failure(f"JS_{code}", text, too_large=code == ERR_MESSAGE_TOO_LARGE))
 
     async def _no_stream(self, out: _Out) -> None:
         """No stream listens on the subject: a missing topic, once the server confirms that
@@ -690,7 +909,7 @@ class NatsJetStreamPublisher:
             if out.n in self._unacked:
                 self._chains.not_stored(out.subject, out.n)
                 self._chains.forget(out.subject)  # looked up again: a stream may be made for it
-            self._resolve(out, Delivery(out.subject, 0, -1, _failure("NO_STREAM", why, topic_missing=True)))
+            self._resolve(out, -1, _failure("NO_STREAM", why, topic_missing=True))
         except (NatsError, JetStreamError, TimeoutError, AttributeError) as exc:
             log.debug("nats %s: stream lookup: %s", self._name, exc)
         else:
@@ -730,10 +949,12 @@ class NatsJetStreamPublisher:
         self._leaderless = None
         return True
 
-    def _resolve(self, out: _Out, delivery: Delivery) -> None:
+    def _resolve(self, out: _Out, seq: int, failure: DeliveryFailure | None = None) -> None:
+        """`out` answered: stored at `seq`, or refused (`failure`)."""
         if self._unacked.pop(out.n, None) is not None:
             self._unacked_bytes -= len(out.payload)
-            self._report(out, delivery)
+            out.seq = seq
+            self._report(out, failure)
             if self._window_full:  # else the pump has nothing to send that this answer frees
                 self._window_full = False
                 self._wake.set()

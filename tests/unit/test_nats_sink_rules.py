@@ -155,3 +155,86 @@ def test_a_pubacks_duplicate_flag_is_read(data, duplicate):
 
     matched = _PUB_ACK.fullmatch(data)
     assert matched is not None and (matched[2] is not None) == duplicate
+
+
+def test_a_report_gets_the_message_with_its_sequence_and_a_failure_as_the_ports_delivery():
+    """publish_reported's reports (cdc.ports.ReportingPublisher): the hand-over takes
+    `message.partition()` / `message.offset()` on success and `delivery()` of anything else;
+    `publish`'s callback still gets the port's Delivery; a purged message's report is not served."""
+    import threading
+    from collections import deque
+
+    from cdc.ports import Delivery, DeliveryFailure
+    from connectors.nats.sink import NatsJetStreamPublisher, _Out
+
+    assert hasattr(NatsJetStreamPublisher, "publish_reported")  # what the hand-over looks for
+    publisher = NatsJetStreamPublisher.__new__(NatsJetStreamPublisher)  # no server: the reports' side only
+    publisher._done, publisher._ready, publisher._gen, publisher._pending = deque(), threading.Event(), 1, 4
+    got: list[tuple[object, object]] = []
+    deliveries: list[Delivery] = []
+    ok = _Out(1, "t", b"x", b"", lambda err, msg: got.append((err, msg)), 1, True)
+    failure = DeliveryFailure("TIMED_OUT", "no answer")
+    late = _Out(2, "t", b"x", b"", lambda err, msg: got.append((err, msg)), 1, True)
+    plain = _Out(3, "t", b"x", b"", deliveries.append, 1, False)
+    purged = _Out(4, "t", b"x", b"", deliveries.append, 0, False)
+    ok.seq, plain.seq = 41, 42
+    for out, why in ((ok, None), (late, failure), (plain, None), (purged, None)):
+        publisher._report(out, why)
+    assert publisher._serve() == 3 and publisher._pending == 1
+    assert got == [(None, ok), (failure, late)]
+    assert (ok.partition(), ok.offset(), late.offset()) == (0, 41, None)
+    assert deliveries == [Delivery("t", 0, 42)]
+    assert publisher.delivery("t", None, ok) == Delivery("t", 0, 41)
+    assert publisher.delivery("t", failure, late) == Delivery("t", 0, -1, failure)
+
+
+def test_the_fast_header_block_is_the_general_ways_bytes():
+    """message_header_block (the leading headers made once a transaction) writes what
+    header_block(nats_headers(...)) writes, for the relay's headers and for everything it
+    hands to the general way: a name twice, a null value, a name the tail writes, a repair,
+    line breaks, a GTID, invalid UTF-8, a name that strips to nothing; and the same
+    ValueError for a name NATS refuses."""
+    import itertools
+    import random
+
+    from cdc.events.identity import H_COMMIT_TS, H_EVENT_ID, H_GTID, H_SERVER_ID, H_TABLE
+    from connectors.nats.sink import _prefixes, header_block, message_header_block
+
+    tx = [(H_SOURCE, b"shop"), (H_SERVER_ID, b"1"), (H_FILE, b"bin.000002"), (H_POS, b"4711"), (H_COMMIT_TS, b"17")]
+    tail = [(H_EVENT_ID, b"e-1"), ("cdc.event.type", b"Created"), (H_TABLE, b"s.outbox")]
+    odd = [
+        (H_GTID, b"0-1-42"),
+        ("id", b"again"),
+        ("id", None),
+        (H_SOURCE, b"other"),
+        ("cdc.key", b"k2"),
+        ("cdc.timestamp", b"9"),
+        (H_REPAIR, b"1"),
+        ("x", b"a\r\nb "),
+        ("y", b"\xff\xfe"),
+        (" ", b"v"),
+        (" z ", b"  padded  "),
+        (H_ROW, b"x"),
+        (H_DLQ_ERROR, None),
+    ]
+    rng = random.Random(7)
+    cases = [[*tx, (H_ROW, b"%d" % row), *tail] for row in range(3)]
+    cases += [tx[:2], [], [(H_ROW, b"0")], tx, [*tx, (H_ROW, b"x"), *tail], [*tx, (H_GTID, b""), (H_ROW, b"1"), *tail]]
+    cases += [[*tx[:3], (H_GTID, b"0-1-9"), (H_ROW, b"2"), *tail], [*tx, (H_ROW, b"1"), (H_GTID, b"0-1-9"), *tail[1:]]]
+    for _ in range(400):
+        headers = [*tx, (H_ROW, b"3"), *tail]
+        for extra in rng.sample(odd, rng.randint(1, 3)):
+            headers.insert(rng.randint(0, len(headers)), extra)
+        cases.append(headers)
+    for headers, (key, value, ts) in zip(
+        cases, itertools.cycle([(b"k1", b"v", None), (None, None, 5), (b" k\n", b"", 1700000000123)])
+    ):
+        want = header_block(nats_headers("shop.order", key, value, headers, ts), end=False)
+        assert message_header_block("shop.order", key, value, headers, ts) == want, headers
+        # a second time: from the cache of leading headers
+        assert message_header_block("shop.order", key, value, list(headers), ts) == want, headers
+    # the relay's headers take the fast way: their leading ones are kept
+    assert _prefixes.get(tuple(tx)) is not None
+    for headers in ([("a name", b"v"), *tx, (H_ROW, b"1"), *tail], [*tx, (H_ROW, b"1"), *tail, ("a name", b"v")]):
+        with pytest.raises(ValueError, match="not allowed in a NATS message"):
+            message_header_block("shop.order", None, b"v", headers, None)
