@@ -13,8 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
-import threading
-from collections.abc import Callable, Coroutine
+from collections.abc import Coroutine
 from typing import Any
 
 import nats
@@ -29,6 +28,7 @@ from nats.errors import (
 
 from cdc.config import NatsJetStreamConfig
 from cdc.errors import BrokerUnreachable, ConfigError, DeliveryError
+from connectors.loop_thread import LoopThread
 
 log = logging.getLogger("cdc.nats")
 
@@ -129,40 +129,15 @@ def _tls_fix(exc: BaseException) -> str:
     return ""
 
 
-class EventLoopThread:
-    """An asyncio event loop running in a daemon thread, for synchronous callers."""
+class EventLoopThread(LoopThread):
+    """The shared loop thread (connectors/loop_thread.py) under the names this sink calls."""
 
     def __init__(self, name: str):
-        self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self.loop.run_forever, name=f"nats-{name}", daemon=True)
-        self._thread.start()
+        super().__init__(f"nats-{name}")
 
     def run(self, coro: Coroutine[Any, Any, Any], timeout: float) -> Any:
         """Run `coro` on the loop and wait for its result (raises what it raises)."""
         future = asyncio.run_coroutine_threadsafe(asyncio.wait_for(coro, timeout), self.loop)
         return future.result()
 
-    def call_soon(self, fn: Callable[..., None], *args: Any) -> None:
-        self.loop.call_soon_threadsafe(fn, *args)
-
-    def stop(self) -> None:
-        """Cancel every task left on the loop and wait for them, then stop: a task left
-        pending (nats-py's reader and flusher of a connection that failed) is reported by
-        asyncio at exit ("Task was destroyed but it is pending!")."""
-        if self.loop.is_running():
-            try:
-                asyncio.run_coroutine_threadsafe(_cancel_tasks(), self.loop).result(5)
-            except Exception:  # stopping anyway; the loop's thread is a daemon
-                pass
-            self.loop.call_soon_threadsafe(self.loop.stop)
-            self._thread.join(5)
-        if not self.loop.is_running():
-            self.loop.close()
-
-
-async def _cancel_tasks() -> None:
-    tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-    for task in tasks:
-        task.cancel()
-    if tasks:
-        await asyncio.wait(tasks, timeout=3)
+    call_soon = LoopThread.soon

@@ -57,7 +57,7 @@ from cdc.errors import ConfigError, DeliveryError
 from cdc.events.identity import identity_key_from_headers
 from cdc.events.sink_fields import message_properties
 from cdc.ports import Delivery, DeliveryCallback, DeliveryFailure
-from connectors.rabbitmq.loop_thread import LoopThread
+from connectors.loop_thread import LoopThread
 from connectors.rabbitmq.stream_reader import RabbitStreamReader, StreamSettings
 
 log = logging.getLogger("cdc.rabbitmq")

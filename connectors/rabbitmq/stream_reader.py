@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 from cdc.errors import BrokerUnreachable, ConfigError, DeliveryError
 from cdc.events.sink_fields import partition_stream
 from connectors.broker_wait import never, wait_for_broker
-from connectors.rabbitmq.loop_thread import LoopThread
+from connectors.loop_thread import LoopThread
 from connectors.rabbitmq.rstream_client import load_rstream
 
 T = TypeVar("T")

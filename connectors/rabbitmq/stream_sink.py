@@ -4,7 +4,7 @@ and the creator of missing streams (cdc.ports.TopicAdmin), over rstream's stream
 client (RabbitMQ 3.10's stream plugin).
 
 rstream is asyncio; the relay is synchronous. One event loop runs in a daemon thread
-(`loop_thread.LoopThread`); the relay's thread hands messages over in batches (at most
+(`connectors/loop_thread.py`); the relay's thread hands messages over in batches (at most
 `_HANDOFF_EVERY`, the rest at `poll`) and takes the confirmations back in `poll` / `flush`,
 where the callbacks run (the Publisher port's contract, as Kafka's).
 
@@ -66,8 +66,8 @@ from typing import Any, TypeVar
 from cdc.errors import BrokerUnreachable, DeliveryError
 from cdc.events.sink_fields import partition_stream
 from cdc.ports import Delivery, DeliveryCallback, DeliveryFailure, Report
+from connectors.loop_thread import LoopThread
 from connectors.rabbitmq import amqp_message
-from connectors.rabbitmq.loop_thread import LoopThread
 from connectors.rabbitmq.stream_reader import (
     REQUEST_TIMEOUT_S,
     Reading,

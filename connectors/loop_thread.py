@@ -1,6 +1,6 @@
 """An asyncio event loop in a daemon thread, called from synchronous code: the relay is
-synchronous, the RabbitMQ clients (rstream for the streams sink, aiormq for the exchange
-sink) are asyncio."""
+synchronous, the brokers' clients are asyncio (rstream for the RabbitMQ streams sink, aiormq
+for the exchange sink, nats-py for NATS: `connectors/nats/connection.py` names its methods)."""
 
 from __future__ import annotations
 
