@@ -173,7 +173,8 @@ class FollowJob:
     def _new_state(self) -> FollowState:
         v = self.config.verify
         return FollowState(source=v.source, dlq_topic=v.dlq_topic, grace_s=self.config.grace_s,
-                           dedupe_window_s=self.config.dedupe_window_s, partitioner=v.partitioner)  # fmt: skip
+                           dedupe_window_s=self.config.dedupe_window_s, partitioner=v.partitioner,
+                           routed_stream=v.sink.get("audit_stream") or "")  # fmt: skip
 
     def _resolve_start(self) -> tuple[str, str]:
         """(binlog start file:pos, kafka start) for a new query. From the head: the
@@ -341,6 +342,7 @@ class FollowJob:
             raise RuntimeError(f"cdc verify --follow: no state before batch {batch_id} in {self._state_dir()}: "
                                f"start with a new checkpoint dir")  # fmt: skip
         loaded.grace_s, loaded.dedupe_window_s = self.config.grace_s, self.config.dedupe_window_s
+        loaded.routed_stream = self.config.verify.sink.get("audit_stream") or ""  # a state saved before it was kept
         return loaded
 
     def _on_batch(self, df: Any, batch_id: int) -> None:

@@ -46,6 +46,9 @@ class FollowLedger:
     dedupe_window_s: float = 300.0
     partitioner: str = "murmur2"
     unread_topics: tuple[str, ...] = ()
+    # the exchange sink's audit stream: its markers name it, its records their own topics;
+    # its truncation covers every topic (spark_jobs/reconcile_rules.py `routed_stream`)
+    routed_stream: str = ""
     version: int = STATE_VERSION
     batch_id: int = -1
     batches: int = 0

@@ -84,6 +84,15 @@ class FollowRules(FollowLedger):
             self.truncated.setdefault(tp, None)  # set to the first record of ours read from it below
         self.kafka_next[tp] = max(end, self.kafka_next.get(tp, 0))
 
+    def _first_kept(self, tp: tuple[str, int], o: tuple[int, int, int]) -> None:
+        """A record of ours at binlog order `o` read from `tp`: the first one read from a
+        truncated partition is its threshold (the audit stream's, whatever topic it names)."""
+        truncated = self.truncated
+        if self.routed_stream:
+            tp = (self.routed_stream, 0)
+        if tp in truncated and truncated[tp] is None:
+            truncated[tp] = o
+
     def _new_event(self, ev: dict[str, Any], now: float) -> None:
         ikey = ev["ikey"]
         if ikey_hash(ikey) in self.done or ikey in self.pending or ikey in self.open_verdicts:
@@ -118,8 +127,8 @@ class FollowRules(FollowLedger):
             if r.get("h_file_seq") is not None and r.get("h_pos") is not None and r.get("h_row") is not None
             else None
         )
-        if tp in self.truncated and self.truncated[tp] is None and o is not None:
-            self.truncated[tp] = o
+        if o is not None and self.truncated:
+            self._first_kept(tp, o)
         rec = dict(r)
         rec["o"] = o
         if not r.get("repair") and o is not None:
@@ -394,8 +403,8 @@ class FollowRules(FollowLedger):
         o = order_of(ev["file_seq"], ev["tx_pos"], ev["row"])
         pred = self._predicted_partition(ev)
         for (topic, part), thr in self.truncated.items():
-            if (topic == self.dlq_topic or (topic == loc and (pred is None or pred == part))) and (
-                thr is None or o < thr
-            ):
+            if (
+                topic in (self.dlq_topic, self.routed_stream) or (topic == loc and (pred is None or pred == part))
+            ) and (thr is None or o < thr):
                 return "partition_truncated"
         return None

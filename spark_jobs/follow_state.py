@@ -90,6 +90,7 @@ class FollowState(FollowRules):
             "repairs", {"requested": 0, "published": 0, "repaired": 0, "repaired_out_of_order": 0, "failed": 0}
         )
         self.__dict__.setdefault("repair_failures", {})
+        self.__dict__.setdefault("routed_stream", "")  # ... and before the audit stream's truncation rule
         self.done, self.done_buckets, self._journal = {}, collections.deque(), set()
         self._waiting_changed = set()
 
@@ -296,8 +297,8 @@ class FollowState(FollowRules):
             # `_record`: the first record of ours in a truncated partition, the partition's order
             tp = (topic, int(part))
             o = (int(hs), int(hp), int(hr))
-            if tp in self.truncated and self.truncated[tp] is None:
-                self.truncated[tp] = o
+            if self.truncated:
+                self._first_kept(tp, o)
             last = partition_last.get(tp)
             if last is not None and o < last:
                 self.order_violations += 1

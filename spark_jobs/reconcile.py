@@ -201,14 +201,19 @@ def _spark_thresholds(records: Any, ctx: ReconcileContext) -> dict[tuple[str, in
     for t, p, _ in trunc:
         c = (F.col("topic") == t) & (F.col("partition") == p)
         cond = c if cond is None else (cond | c)
-    rows = (
+    ours = (
         records.filter(
-            cond
-            & (F.col("source") == ctx.source)
+            (F.col("source") == ctx.source)
             & F.col("h_file_seq").isNotNull()
             & F.col("h_pos").isNotNull()
             & F.col("h_row").isNotNull()
         )
+    )  # fmt: skip
+    if (ctx.routed_stream, 0) in out:
+        # the audit stream: every record is one of its own, at its offset (reconcile_rules.truncation_thresholds)
+        ours = ours.withColumn("topic", F.lit(ctx.routed_stream)).withColumn("partition", F.lit(0))
+    rows = (
+        ours.filter(cond)
         .groupBy("topic", "partition")
         .agg(F.min_by(F.struct("h_file_seq", "h_pos", "h_row"), F.col("offset")).alias("first"))
         .collect()
@@ -490,7 +495,7 @@ def reconcile(events: Any, records: Any, ctx: ReconcileContext, storage: Any = N
         for (topic, part), thr in thresholds.items():
             applies = (
                 F.lit(True)
-                if topic == dlq
+                if topic in (dlq, ctx.routed_stream)
                 else ((col("_loc") == F.lit(topic)) & (col("_pred").isNull() | (col("_pred") == F.lit(part))))
             )
             before = F.lit(True) if thr is None else _lt(col("file_seq"), col("tx_pos"), col("row"), thr)

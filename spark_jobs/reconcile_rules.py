@@ -44,6 +44,9 @@ class ReconcileContext:
     # some outbox table is written in a payload format (cdc/events/formats.py): its records' content
     # is checked by `payload_matches` (a Python function in Spark; False: never evaluated)
     payload_formats: bool = False
+    # the exchange sink's audit stream (`partitions` holds it alone): every record read is of
+    # it, whatever topic its routing key names, so its truncation covers every topic
+    routed_stream: str = ""
 
     def truncated(self) -> list[tuple[str, int, int]]:
         return [(t, p, low) for t, p, low, _high in self.partitions if low > 0]
@@ -106,11 +109,13 @@ def truncation_thresholds(
     records: Iterable[Mapping[str, Any]], ctx: ReconcileContext
 ) -> dict[tuple[str, int], tuple | None]:
     """For every partition whose low watermark is above 0: the binlog order of its first
-    retained record of ours (None when it holds none)."""
+    retained record of ours (None when it holds none). The audit stream (`routed_stream`):
+    every record is one of its own, at its offset."""
     trunc: dict[tuple[str, int], tuple[Any, ...] | None] = {(t, p): None for t, p, _low in ctx.truncated()}
     best: dict[tuple[str, int], tuple[int, tuple]] = {}
+    routed = (ctx.routed_stream, 0) if (ctx.routed_stream, 0) in trunc else None
     for rec in records:
-        tp = (rec["topic"], rec["partition"])
+        tp = routed or (rec["topic"], rec["partition"])
         if tp not in trunc:
             continue
         o = header_order(rec)
@@ -134,6 +139,8 @@ def event_unverifiable(
     count = ctx.partition_counts.get(loc or "")
     pred = murmur2_partition(ev.get("aggregate_id"), count) if (ctx.partitioner == "murmur2" and count) else None
     for (topic, part), thr in thresholds.items():
-        if (topic == ctx.dlq_topic or (topic == loc and (pred is None or pred == part))) and (thr is None or o < thr):
+        if (topic in (ctx.dlq_topic, ctx.routed_stream) or (topic == loc and (pred is None or pred == part))) and (
+            thr is None or o < thr
+        ):
             return "partition_truncated"
     return None

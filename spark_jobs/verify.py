@@ -433,6 +433,7 @@ def run_verify(config: VerifyConfig, progress: Progress | None = None, spark: An
             partitioner=config.partitioner,
             has_xa=has_xa,
             payload_formats=config.payload_formats,
+            routed_stream=next((p["topic"] for p in kplan["partitions"] if p.get("routed")), ""),
         )
         t = time.monotonic()
         say("reconcile: joining and classifying")

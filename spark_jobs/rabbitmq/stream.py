@@ -25,10 +25,10 @@ The exchange sink (`[sink] kind = "rabbitmq_exchange"`, option `audit_stream`): 
 the batch source's, one range of the audit stream, so the offsets are
 `{"<audit stream>": {"0": next}}` and each range marker names the audit stream; each
 message read is a record of the topic its routing key names, partition 0, at its
-audit-stream offset (as `cdc verify` reads it). The follow job's truncation rule is per
-topic partition: messages the audit stream's retention removed before they were read
-mark the audit stream truncated, not the topics whose events they held, so their events are
-called missing, not unverifiable (docs/verifier.md).
+audit-stream offset (as `cdc verify` reads it). Messages the audit stream's retention
+removed before they were read mark the audit stream truncated, which the follow job's
+rules apply to every topic (`routed_stream`, spark_jobs/follow_rules.py): their events are
+unverifiable, not missing (docs/verifier.md).
 """
 
 from __future__ import annotations

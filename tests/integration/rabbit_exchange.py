@@ -79,9 +79,17 @@ async def _channel(node) -> tuple[Any, Any]:
     return connection, await connection.channel()
 
 
-def declare(node, prefix: str, audit_keys: list[str], queue_keys: list[str], audit: bool = True) -> Names:
-    """The topic exchange, the audit stream bound with `audit_keys` (when `audit`), and a
-    consumer's durable classic queue bound with `queue_keys`."""
+def declare(
+    node,
+    prefix: str,
+    audit_keys: list[str],
+    queue_keys: list[str],
+    audit: bool = True,
+    audit_arguments: dict[str, Any] | None = None,
+) -> Names:
+    """The topic exchange, the audit stream bound with `audit_keys` (when `audit`; declared
+    with `audit_arguments` too, e.g. retention), and a consumer's durable classic queue
+    bound with `queue_keys`."""
     n = names(prefix)
 
     async def go() -> None:
@@ -89,7 +97,9 @@ def declare(node, prefix: str, audit_keys: list[str], queue_keys: list[str], aud
         try:
             await ch.exchange_declare(n.exchange, exchange_type="topic", durable=True)
             if audit:
-                await ch.queue_declare(n.audit, durable=True, arguments={"x-queue-type": "stream"})
+                await ch.queue_declare(
+                    n.audit, durable=True, arguments={"x-queue-type": "stream", **(audit_arguments or {})}
+                )
                 for key in audit_keys:
                     await ch.queue_bind(n.audit, n.exchange, routing_key=key)
             await ch.queue_declare(n.queue, durable=True)

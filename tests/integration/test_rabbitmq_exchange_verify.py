@@ -5,11 +5,18 @@ key names. Clean on a clean run; a run seeded through the real relay (a
 publisher wrapper: one event acknowledged and never sent, one sent twice, one with its key
 altered, one phantom with the identity of no committed insert) is reported with exactly
 those four problems; `cdc repair` re-publishes exactly the missing one and the next verify
-no longer reports it; `cdc locate` goes from a audit-stream offset to its binlog position and back."""
+no longer reports it; `cdc locate` goes from a audit-stream offset to its binlog position and back.
+After the audit stream's retention removed its start, the events whose messages went with it
+are `unverifiable` (`partition_truncated`), whichever topic their routing key named, never
+`missing` (which `cdc repair` would publish a second time): the audit stream is one stream
+of every topic, so its truncation covers them all up to the first message of ours it still
+holds (docs/verifier.md)."""
 
 from __future__ import annotations
 
+import random
 import threading
+import time
 import uuid
 
 import pytest
@@ -21,6 +28,7 @@ from cdc.ports import Delivery
 from cdc_cli.app import build_relay
 from cdc_cli.repair import load_missing, repair
 from cdc_cli.verify_commands import sink_source_options, verify_config
+from spark_jobs.rabbitmq.source import plan_rabbitmq, settings_from_options
 from spark_jobs.verify import run_verify
 from tests.integration.harness import OUTBOX_DDL, RelayThread, insert_events, wait_until
 from tests.integration.rabbit_exchange import audit_messages, declare, exchange_raw_config
@@ -139,3 +147,52 @@ def test_seeded_problems_are_named_and_repair_republishes_exactly_the_missing(
     assert report2.problems == {"duplicate": 1, "altered": 1, "phantom": 1}, report2.problems
     again = repair(cfg, missing)  # the same list once more: nothing is published twice
     assert (again.published, again.already_present) == (0, 1)
+
+
+# Retention (https://www.rabbitmq.com/streams.html#retention): whole segments go, the oldest
+# first, when a new one starts and the stream is over its limit. Small segments make it
+# happen within a few hundred events.
+SEGMENT_BYTES, MAX_BYTES = 20_000, 60_000
+
+
+def _audit_low(cfg) -> int:
+    """The first offset the audit stream still holds (the verifier's own planner)."""
+    [part] = plan_rabbitmq(settings_from_options(sink_source_options(cfg)), [], 1.0)["partitions"]
+    return int(part["low"])
+
+
+def test_events_the_audit_streams_retention_removed_are_unverifiable_not_missing(
+    mariadb, rabbitmq, database, topic_prefix, tmp_path, spark
+):
+    with mariadb.connect(database) as conn, conn.cursor() as cur:
+        cur.execute(OUTBOX_DDL.format(name="outbox"))
+    declare(rabbitmq, topic_prefix, audit_keys=["#"], queue_keys=["#"],
+            audit_arguments={"x-max-length-bytes": MAX_BYTES, "x-stream-max-segment-size-bytes": SEGMENT_BYTES})  # fmt: skip
+    raw = exchange_raw_config(mariadb, rabbitmq, database, topic_prefix, tmp_path / "cp.json")
+    cfg = load_config(raw, rabbit_env(mariadb, rabbitmq))
+    relay = RelayThread(cfg)
+    rng = random.Random(11)
+    events = [(str(uuid.uuid4()), rng.choice(("order", "payment")), f"k{rng.randrange(20)}", "Happened",
+               '{"n": %d, "pad": "%s"}' % (i, "x" * 200)) for i in range(600)]  # fmt: skip
+    try:
+        with mariadb.connect(database) as conn:
+            for start in range(0, len(events), 5):
+                insert_events(conn, "outbox", events[start : start + 5])
+                conn.commit()
+        relay.wait_delivered(len(events), timeout=120)
+    finally:
+        relay.stop()
+    deadline = time.monotonic() + 30
+    while (low := _audit_low(cfg)) == 0 and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert low > 0, "the audit stream's retention removed nothing: the test shows nothing"
+
+    start_file = raw["source"]["start"].split(":")[0]
+    rep = run_verify(verify_config(cfg, str(tmp_path / "v"), start_file=start_file), spark=spark)
+    c = rep.counts
+    assert c["missing"] == 0, (c, rep.summary.get("examples", {}).get("missing"))
+    # the messages the retention removed (one event each, in binlog order) are the first
+    # events: unverifiable; the rest delivered once
+    assert c["unverifiable"] > 0 and c["delivered"] > 0 and c["unverifiable"] + c["delivered"] == len(events), c
+    assert rep.summary["unverifiable_reasons"] == {"event:partition_truncated": c["unverifiable"]}
+    assert c["duplicate"] == c["phantom"] == c["altered"] == 0 and rep.ok, rep.problems

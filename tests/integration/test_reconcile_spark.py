@@ -140,6 +140,18 @@ def test_spark_truncation_and_unread_topics_match_reference(spark: Any) -> None:
 
 
 @pytest.mark.spark
+def test_spark_truncated_audit_stream_matches_reference(spark: Any) -> None:
+    other = "outbox.event.invoice"
+    evs = [make_event(100 * (i + 1), 0, agg=f"a{i % 3}", topic=other if i % 2 else TOPIC) for i in range(6)]
+    recs = [make_record(evs[3], partition=0, offset=7), make_record(evs[5], partition=0, offset=8)]
+    c = ctx(partitions=(("audit", 0, 7, 9),), partition_counts={TOPIC: 1, other: 1, DLQ: 1}, routed_stream="audit")
+    ref = reconcile_reference(evs, recs, c)
+    assert set(ref.event_unverifiable_reason.values()) == {"partition_truncated"}
+    assert set(ref.event_class.values()) == {"missing", "unverifiable", "delivered"}
+    _assert_same(_spark_result(spark, evs, recs, c), ref)
+
+
+@pytest.mark.spark
 @pytest.mark.parametrize("rounds", [1, pytest.param(3, marks=pytest.mark.extended)])
 def test_spark_random_histories_match_reference(spark: Any, rounds: int) -> None:
     """Random relay histories with random faults: Spark and the reference agree. One

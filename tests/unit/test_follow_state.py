@@ -171,6 +171,25 @@ def test_xa_commit_makes_events_at_the_commit_and_rollback_drops_them() -> None:
     assert st.counts["delivered"] == 1 and st.verified_through == (F1, 1, 200)
 
 
+def test_truncated_audit_stream_makes_early_events_of_every_topic_unverifiable() -> None:
+    # The exchange sink: the markers name the audit stream, its records their own topics.
+    st = state(routed_stream="audit")
+    st.kafka_next = {}
+    old, old_other = ev(100), ev(120, expected_topic="p.invoice")
+    kept, lost = ev(150), ev(180, expected_topic="p.invoice")
+    marker = {"topic": "audit", "partition": 0, "offset": 5, "marker": True, "range_start": 0, "range_end": 6}
+    st.apply_batch(0, [old, old_other, kept, lost, progress(200)], [marker, rec(kept, 5)], now=0.0)
+    st.expire(now=11.0)
+    assert st.counts["delivered"] == 1 and st.counts["missing"] == 1, st.counts
+    assert st.unverifiable_reasons == {"event:partition_truncated": 2}
+    # without the audit stream named, the same run calls them missing
+    st = state()
+    st.kafka_next = {}
+    st.apply_batch(0, [old, old_other, kept, lost, progress(200)], [marker, rec(kept, 5)], now=0.0)
+    st.expire(now=11.0)
+    assert st.counts["missing"] == 3
+
+
 def test_partition_truncated_before_the_verifier_read_it_is_unverifiable() -> None:
     st = state()
     key = next(k for k in (f"k{i}" for i in range(100)) if murmur2_partition(k, 2) == 0)

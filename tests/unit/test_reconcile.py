@@ -335,6 +335,31 @@ def test_truncated_partition_makes_early_events_unverifiable_not_missing() -> No
     assert res.counts()["missing"] == 1
 
 
+def test_truncated_audit_stream_makes_early_events_of_every_topic_unverifiable() -> None:
+    # The exchange sink's audit stream (`routed_stream`) holds every topic's records: its
+    # retention removing its start leaves each topic's earliest events unread, so they are
+    # unverifiable, never missing (a repair would deliver them a second time); an event
+    # after its first retained record of ours is missing as usual.
+    other = "outbox.event.invoice"
+    e_old = make_event(100, 0, agg="a1")
+    e_old_other = make_event(200, 0, agg="b1", topic=other)
+    e_first_kept = make_event(300, 0, agg="a1")
+    e_lost_late = make_event(500, 0, agg="b1", topic=other)
+    records = [make_record(e_first_kept, partition=0, offset=7)]
+    c = ctx(partitions=(("audit", 0, 7, 8),), partition_counts={TOPIC: 1, other: 1, DLQ: 1}, routed_stream="audit")
+    res = reconcile_reference([e_old, e_old_other, e_first_kept, e_lost_late], records, c)
+    assert res.event_class[e_old["ikey"]] == "unverifiable"
+    assert res.event_unverifiable_reason[e_old_other["ikey"]] == "partition_truncated"
+    assert res.event_class[e_first_kept["ikey"]] == "delivered"
+    assert res.event_class[e_lost_late["ikey"]] == "missing"
+    # an audit stream that holds nothing of ours any more: every event of the range is unverifiable
+    res = reconcile_reference([e_old, e_lost_late], [], ctx(partitions=(("audit", 0, 9, 9),), routed_stream="audit"))
+    assert set(res.event_class.values()) == {"unverifiable"}
+    # the same stream not named as the audit stream: a topic of its own, which no event expects
+    res = reconcile_reference([e_old], [], ctx(partitions=(("audit", 0, 9, 9),)))
+    assert res.event_class[e_old["ikey"]] == "missing"
+
+
 def test_truncation_uses_the_murmur2_partition_of_the_key() -> None:
     # find two keys on different partitions of a 2-partition topic
     keys = {}
