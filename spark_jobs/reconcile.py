@@ -304,11 +304,13 @@ def reconcile(events: Any, records: Any, ctx: ReconcileContext, storage: Any = N
         payload_differs = F.when(
             formatted, ~matches(r("v_format"), r("v_payload"), col("payload"), col("payload_is_text"))
         ).otherwise(ne(r("v_payload"), "payload"))
-        expected_ms = F.when(col("timestamp_us").isNull(), col("commit_ts_ms")).otherwise(
+        # cdc.events.formats.expected_timestamp_ms: toward zero; 0 ms is no event time
+        event_ms = (
             F.when(col("timestamp_us") >= 0, F.floor(col("timestamp_us") / 1000))
             .otherwise(-F.floor(-col("timestamp_us") / 1000))
             .cast("bigint")
         )
+        expected_ms = F.when(col("timestamp_us").isNull() | (event_ms == 0), col("commit_ts_ms")).otherwise(event_ms)
         stamp_differs = F.when(formatted, ~r("timestamp_ms").eqNullSafe(expected_ms)).otherwise(
             ne(r("v_timestamp_us"), "timestamp_us")
         )

@@ -761,7 +761,11 @@ def payload_matches(fmt: str, value: bytes | None, payload: bytes | None, is_tex
 
 def expected_timestamp_ms(timestamp_us: int | None, commit_ts_ms: int | None) -> int | None:
     """A payload format's record timestamp: the event-time column (microseconds, truncated
-    toward zero to milliseconds), else the commit time."""
+    toward zero to milliseconds), else the commit time. An event time of 0 ms is taken as
+    none (the relay's mapper, cdc/events/outbox.py): librdkafka reads a record timestamp of
+    0 as "stamp it now" (rd_kafka_producev's RD_KAFKA_VTYPE_TIMESTAMP), so 0 cannot be sent,
+    and the produce time is a value the row never held."""
     if timestamp_us is None:
         return commit_ts_ms
-    return _ms_of_us(timestamp_us)
+    ms = _ms_of_us(timestamp_us)
+    return commit_ts_ms if ms == 0 else ms

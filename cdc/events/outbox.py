@@ -488,6 +488,8 @@ class OutboxMapper:
         else:
             micros = _micros_of(stamp)
             ms = epoch_ms(stamp, micros)
+        if ms == 0:
+            ms = None  # no record timestamp librdkafka can send: the commit time (formats.expected_timestamp_ms)
         return OutboxEvent(
             event_id if type(event_id) is str else text_of(event_id),
             aggregate_type,

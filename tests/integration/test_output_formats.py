@@ -217,3 +217,45 @@ def _partitions(kafka, topic: str) -> int:
         return reader.partition_count(topic) or 1
     finally:
         reader.close()
+
+
+def test_an_event_time_at_the_epochs_first_millisecond_is_the_commit_time(
+    mariadb, kafka, database, topic_prefix, tmp_path, spark
+):
+    """A `timestamp_column` whose epoch milliseconds are 0 (1970-01-01 00:00:00.000xxx UTC,
+    or the last millisecond before it, truncated toward zero) cannot be a Kafka record's
+    timestamp through librdkafka, which reads 0 as "stamp it now" (the produce time, a
+    value the row never held). The relay takes it as no event time, as for NULL: the record
+    timestamp is the commit time; the payload keeps the value; `cdc verify` expects the same."""
+    from spark_jobs.verify import run_verify
+
+    table = {"schema": database, "table": "outbox_t", "topic": topic_prefix + ".{aggregate_type}", "format": "json",
+             "timestamp_column": "created_at"}  # fmt: skip
+    raw = relay_raw_config(mariadb, kafka, database, topic_prefix, tmp_path / "cp.json", outbox={"tables": [table]})
+    cfg = load_config(raw, env_for(mariadb))
+    stamps = [
+        (dt.datetime(1970, 1, 1), None),
+        (dt.datetime(1970, 1, 1, 0, 0, 0, 999), None),
+        (dt.datetime(1969, 12, 31, 23, 59, 59, 999_500), None),  # -500 us: 0 ms, toward zero
+        (dt.datetime(1970, 1, 1, 0, 0, 0, 1000), 1),
+        (CREATED, CREATED_MS),
+    ]
+    with mariadb.connect(database=database) as conn, conn.cursor() as cur:
+        cur.execute("SET time_zone = '+00:00'")
+        cur.execute(DDL.format(name="outbox_t"))
+        for stamp, _ms in stamps:
+            cur.execute(
+                "INSERT INTO outbox_t (id, aggregatetype, aggregateid, type, payload, created_at)"
+                " VALUES (%s, 'order', 'k', 'OrderCreated', '{}', %s)",
+                (str(uuid.uuid4()), stamp),
+            )
+        conn.commit()
+    relay = RelayThread(cfg, check=False)
+    relay.wait_delivered(len(stamps), timeout=90)
+    relay.stop()
+    records = read_topic(kafka.bootstrap_servers, f"{topic_prefix}.order")
+    assert [r.timestamp_ms for r in records] == [
+        int(r.headers["cdc.commit.ts"]) if ms is None else ms for r, (_s, ms) in zip(records, stamps, strict=True)
+    ]
+    rep = run_verify(verify_config(cfg, str(tmp_path / "verify"), "local[2]", None, None), spark=spark)
+    assert rep.ok and rep.counts["delivered"] == len(stamps), rep.summary_text()

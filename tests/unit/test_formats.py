@@ -22,6 +22,7 @@ from cdc.events.formats import (
     debezium_json,
     debezium_json_bytes,
     epoch_ms,
+    expected_timestamp_ms,
     header_value,
     java_double,
     parse_placement,
@@ -263,7 +264,13 @@ def test_the_record_timestamp_of_a_datetime_before_1970_is_truncated_toward_zero
     before = dt.datetime(1969, 12, 31, 23, 59, 59, 999500)  # -500 us: Debezium's micros / 1000 is 0
     t = OutboxTable("shop", "outbox", format="json", timestamp_column="created_at")
     event = OutboxMapper(TopicRouter()).map(t, row("{}", created_at=before), IDENTITY)
-    assert (event.timestamp_us, event.extras.timestamp_ms) == (-500, 0)
+    # 0 ms: no record timestamp librdkafka can send (it reads 0 as "now"): none, so the commit
+    # time, as the verifier expects; the payload's timestamp keeps the -500 us
+    assert (event.timestamp_us, event.extras.timestamp_ms) == (-500, None)
+    assert expected_timestamp_ms(-500, 77) == expected_timestamp_ms(999, 77) == expected_timestamp_ms(None, 77) == 77
+    assert expected_timestamp_ms(1000, 77) == 1 and expected_timestamp_ms(-1000, 77) == -1
+    zero = OutboxMapper(TopicRouter()).map(t, row("{}", created_at=dt.datetime(1970, 1, 1)), IDENTITY)
+    assert (zero.timestamp_us, zero.extras.timestamp_ms) == (0, None)
     earlier = OutboxMapper(TopicRouter()).map(t, row("{}", created_at=before - dt.timedelta(seconds=1)), IDENTITY)
     assert (earlier.timestamp_us, earlier.extras.timestamp_ms) == (-1_000_500, -1000)
     as_ms = OutboxMapper(TopicRouter()).map(t, row("{}", created_at=1714731072345), IDENTITY)  # an epoch-ms column
