@@ -7,6 +7,7 @@ parse rate of the same binlog measured in the same run.
     ./run.sh bench catchup --delivery transactional [--events 100000]
     ./run.sh bench catchup --sink rabbitmq_stream|rabbitmq_exchange|nats_jetstream [--events 100000] [--rounds 3] [--profile out.svg]
         (the Kafka stand-in, then that sink's real server, alternating; --profile: the sink's first run)
+        [--pin]: the servers (mariadbd, the stand-in, the sink's server) on CPU 1, the relay on CPU 0
 
 `--compressed` starts mariadbd with --log-bin-compress=ON --log-bin-compress-min-len=10
 and writes the same workload twice, into two databases: once with log_bin_compress
@@ -383,6 +384,27 @@ level = "{"INFO" if kill_at else "WARNING"}"
     }
 
 
+def pin_servers(pids: list[int | None]) -> None:
+    """--pin: every thread of each server (and of its children: beam.smp under its
+    launcher) on CPU 1, this process on CPU 0, so the relays it starts and their reader
+    children (which inherit the mask) have CPU 0 to themselves. On a 2-core machine this
+    separates the relay's cost from the servers': a broker that costs more CPU an event than
+    the Kafka stand-in then slows the relay only through its answers' latency."""
+    if (os.cpu_count() or 1) < 2:
+        raise SystemExit("--pin needs 2 CPUs")
+    for pid in pids:
+        if pid is None:
+            continue
+        for proc in [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]:
+            for thread in proc.threads():
+                try:
+                    os.sched_setaffinity(thread.id, {1})
+                except OSError:
+                    pass  # a thread that ended meanwhile
+    os.sched_setaffinity(0, {0})
+    print("bench: servers pinned to CPU 1, the relay to CPU 0")
+
+
 def _cpu_by_role(relay: Any) -> dict[str, float]:
     """CPU seconds (user + system) so far of the relay's process ("relay") and of its
     Python children (the reader process, "reader"). Under --profile `relay` is py-spy's
@@ -416,6 +438,8 @@ def compare_sink(
 
     rates: dict[str, list[float]] = {"kafka": [], args.sink: []}
     with sink_server(args.sink, "bench") as first_sink:
+        if args.pin:
+            pin_servers([db.pid, kafka.pid, first_sink.pid])
         for i in range(args.rounds):
             prefix = "bench" if i == 0 else f"r{i}"
             if i:
@@ -656,6 +680,11 @@ def main() -> None:
         choices=("rabbitmq_stream", "rabbitmq_exchange", "nats_jetstream"),
         default=None,
         help="the relay on that sink (a real server, testbed/) against the Kafka sink, same binlog, same run",
+    )
+    ap.add_argument(
+        "--pin",
+        action="store_true",
+        help="with --sink: the servers on CPU 1, the relay on CPU 0 (the brokers' own CPU apart from the relay's)",
     )
     ap.add_argument(
         "--delivery",
