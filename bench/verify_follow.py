@@ -404,16 +404,30 @@ def main() -> None:
             if "cdc_verify_verified_through_lag_seconds" in m:
                 lags.append(m["cdc_verify_verified_through_lag_seconds"])
         load_writing = os.getloadavg()
+        relay_at_end = handle.metrics.events_published
         written, achieved = queue.get(timeout=120)
         writer.join(30)
         deadline = time.monotonic() + args.catch_up_limit
+        relay_done: float | None = None  # the relay's last acknowledgement, seconds after the writer
         while time.monotonic() < deadline:
             m = _metrics(port)
             for tree in trees:
                 tree.sample()
+            if relay_done is None and handle.metrics.events_published >= written:
+                relay_done = time.monotonic() - t0 - args.seconds
             if m.get('cdc_verify_events{class="delivered"}', 0) >= written:
                 break
             time.sleep(1)
+        # the verifier cannot verify what the relay has not published: its lag includes the relay's
+        print(
+            f"relay:   {relay_at_end} of {written} events published when the writer stopped; "
+            + (
+                f"all published {max(0.0, relay_done):.1f} s after it"
+                if relay_done is not None
+                else "not all published"
+            ),
+            flush=True,
+        )
         caught_up = time.monotonic() - t0 - args.seconds
         m = _metrics(port)
         kinds: dict[str, float] = {}
