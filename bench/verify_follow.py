@@ -4,6 +4,7 @@ from its metrics endpoint) and the CPU it uses per verified event, then the batc
 verifier over the same range in the same run, and its CPU per verified event.
 
     ./run.sh bench verify_follow [--rate 5000] [--seconds 120] [--partitions 64] [--broker noida|standin]
+        [--sink kafka|rabbitmq_stream|rabbitmq_exchange|nats_jetstream] [--cluster 2]
 
 A writer process commits transactions of 10 small outbox events (single-row INSERTs) at
 --rate; the relay runs in this process (a thread); the following verifier is `cdc verify
@@ -11,8 +12,20 @@ A writer process commits transactions of 10 small outbox events (single-row INSE
 their CPU is summed from /proc every second). The broker is noida-db by default: the
 stand-in's cost per record read grows with each partition's length (`bench/readback.py`),
 so it cannot serve minutes of thousands of events/s; with `--broker standin` keep runs
-short (it also keeps only ~5 MiB per partition). All of it - MariaDB, the writer, the
-relay, the broker, the verifier - shares this machine's cores: the achieved rate is printed.
+short (it also keeps only ~5 MiB per partition). `--sink` publishes to another sink's real
+server instead (bench/sink_servers.py: a RabbitMQ 3.10 node's stream `vf.order`, the
+exchange `vf.ex` whose audit stream `vf.audit` the job reads, a nats-server's stream
+`vf_events`), and the follow job reads that sink. All of it - MariaDB, the writer, the
+relay, the broker, the verifier - shares this machine's cores: the achieved rate is printed,
+and the 1-minute load average at the start and the end.
+
+`--cluster N` starts a Spark standalone cluster for the run (a master and N workers of one
+core and 2 GiB each, from the PySpark installation's `spark-class`, as
+tests/integration/test_spark_cluster.py does) and runs the follow job on it: the executors
+are the workers' children, not the driver's, so their CPU (executor JVMs and their Python
+workers) is sampled from the workers' process trees and printed beside the driver's, with
+the executors' share of the job's CPU. With `--master spark://...` (a cluster started
+elsewhere) only the driver's process tree is measured.
 
     python bench/verify_follow.py --decode-only 200000 [--against /path/to/other/checkout] [--rounds 3]
 
@@ -36,6 +49,8 @@ import tempfile
 import threading
 import time
 import urllib.request
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -80,12 +95,14 @@ def _writer(settings: dict, database: str, rate: int, seconds: float, out: mp.Qu
 
 
 class TreeCpu:
-    """CPU seconds (user + system) of a process and all its descendants, sampled."""
+    """CPU seconds (user + system) of a process and all its descendants, sampled. Each
+    process is put under a kind: the root's, else `jvm` for a java process, else `python`."""
 
-    def __init__(self, pid: int):
+    def __init__(self, pid: int, root: str = "driver", jvm: str = "jvm", python: str = "python workers"):
         import psutil
 
         self.root = psutil.Process(pid)
+        self.names = {"root": root, "jvm": jvm, "python": python}
         self.seen: dict[int, float] = {}
         self.kind: dict[int, str] = {}
 
@@ -110,12 +127,12 @@ class TreeCpu:
 
     def _kind(self, p: Any) -> str:  # p: a psutil.Process
         if p.pid == self.root.pid:
-            return "driver"
+            return self.names["root"]
         try:
             name = p.name()
         except Exception:
             return "other"
-        return "jvm" if name == "java" else "python workers"
+        return self.names["jvm"] if name == "java" else self.names["python"]
 
     def by_kind(self, since: dict[int, float]) -> dict[str, float]:
         """CPU seconds since `since` (an earlier copy of `seen`) by kind of process."""
@@ -164,6 +181,95 @@ def _broker(kind: str):
     return KafkaStandin.start(brokers=1)
 
 
+SINKS = ("kafka", "rabbitmq_stream", "rabbitmq_exchange", "nats_jetstream")
+
+
+@contextmanager
+def _sink(args: argparse.Namespace) -> Iterator[tuple[dict[str, Any], dict[str, str]]]:
+    """The sink of the run, its topics `vf.order` and `vf.dlq` made: the relay config's
+    sections for it (`kafka`, and `sink` beyond Kafka) and the secrets they name by _env."""
+    if args.sink == "kafka":
+        from testbed.noida import CONSUMER_SETTINGS
+
+        with _broker(args.broker) as kafka:
+            kafka.create_topic("vf.order", args.partitions)
+            kafka.create_topic("vf.dlq", 1)
+            consumer = dict(CONSUMER_SETTINGS) if args.broker == "noida" else {}
+            yield {"kafka": {"bootstrap": kafka.bootstrap_servers, "dead_letter_topic": "vf.dlq",
+                             "consumer": consumer}}, {}  # fmt: skip
+        return
+    import tomllib
+
+    from bench.sink_servers import sink_server
+
+    with sink_server(args.sink, "vf") as sink:
+        # [kafka] still names the dead-letter topic; nothing connects to its bootstrap
+        sections = {"kafka": {"bootstrap": "127.0.0.1:9", "dead_letter_topic": "vf.dlq"}, **tomllib.loads(sink.toml)}
+        yield sections, sink.env
+
+
+@contextmanager
+def _standalone(workers: int, work: Path) -> Iterator[tuple[str, list[int]]]:
+    """A Spark standalone master and `workers` workers (1 core, 2 GiB each) started from the
+    PySpark installation's `spark-class`, as tests/integration/test_spark_cluster.py's fixture
+    does: (master URL, the workers' pids), all stopped at the end."""
+    bin_dir = Path(sys.executable).parent
+    port, ui = _free_port(), _free_port()
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_WORKER_DIR": str(work / "spark-work"),
+           "SPARK_LOG_DIR": str(work / "spark-logs"), "PYSPARK_PYTHON": sys.executable}  # fmt: skip
+    procs: list[subprocess.Popen] = []
+    logs = []
+
+    def spawn(name: str, *cmd: str) -> subprocess.Popen:
+        log = open(work / f"{name}.log", "wb")  # noqa: SIM115  # the child writes it until it is stopped
+        logs.append(log)
+        proc = subprocess.Popen([str(bin_dir / "spark-class"), *cmd], env=env, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)  # fmt: skip
+        procs.append(proc)
+        return proc
+
+    def state() -> dict:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{ui}/json/", timeout=2) as resp:
+                return json.loads(resp.read())
+        except (OSError, ValueError):  # ValueError: a master just started can answer its HTML page
+            return {}
+
+    def wait(what: str, ok: Callable[[], bool]) -> None:
+        deadline = time.monotonic() + 90
+        while not ok():
+            if time.monotonic() > deadline:
+                raise SystemExit(f"the Spark cluster: no {what} after 90 s: see the logs in {work}")
+            time.sleep(0.5)
+
+    master = f"spark://127.0.0.1:{port}"
+    try:
+        spawn("master", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
+              "--webui-port", str(ui))  # fmt: skip
+        wait("master", lambda: bool(state()))
+        pids = [
+            spawn(f"worker{i}", "org.apache.spark.deploy.worker.Worker", master, "--host", "127.0.0.1", "--cores", "1",
+                  "--memory", "2g", "--webui-port", str(_free_port()), "--work-dir", str(work / f"work{i}")).pid
+            for i in range(1, workers + 1)
+        ]  # fmt: skip
+        wait(f"{workers} alive workers", lambda: state().get("aliveworkers") == workers)
+        yield master, pids
+    finally:
+        for p in procs:
+            try:
+                os.killpg(p.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        for p in procs:
+            try:
+                p.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait(10)
+        for log in logs:
+            log.close()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rate", type=int, default=5000)
@@ -180,6 +286,26 @@ def main() -> None:
         help="noida: noida-db, a broker with an offset index (default); standin: librdkafka's mock cluster, whose "
         "fetch cost grows with each partition's history (it has no offset index and returns one batch per partition "
         "per fetch): it cannot serve a long run at thousands of events/s",
+    )
+    ap.add_argument(
+        "--sink",
+        default="kafka",
+        choices=SINKS,
+        help="the relay's sink, which the follow job reads (beyond Kafka: bench/sink_servers.py's real server)",
+    )
+    ap.add_argument(
+        "--cluster",
+        type=int,
+        default=0,
+        metavar="WORKERS",
+        help="run the follow job on a Spark standalone cluster of this many 1-core workers started for the run "
+        "(instead of --master) and measure the executors' CPU",
+    )
+    ap.add_argument(
+        "--catch-up-limit",
+        type=float,
+        default=300.0,
+        help="seconds to wait after the writer for every event to be verified",
     )
     ap.add_argument(
         "--binlog-reader",
@@ -208,15 +334,18 @@ def main() -> None:
     from cdc.metrics import RelayMetrics
     from cdc_cli.app import build_relay
     from cdc_cli.logs import configure
-    from testbed.noida import CONSUMER_SETTINGS
     from tests.integration.harness import _to_toml
 
     configure("text", "WARNING")
     work = Path(tempfile.mkdtemp(prefix="verify-follow-"))
-    with bench_server() as db, _broker(args.broker) as kafka:
-        kafka.create_topic("vf.order", args.partitions)
-        kafka.create_topic("vf.dlq", 1)
-        consumer = dict(CONSUMER_SETTINGS) if args.broker == "noida" else {}
+    with ExitStack() as stack:
+        db = stack.enter_context(bench_server())
+        sections, sink_env = stack.enter_context(_sink(args))
+        executors: list[TreeCpu] = []
+        if args.cluster:
+            args.master, worker_pids = stack.enter_context(_standalone(args.cluster, work))
+            executors = [TreeCpu(pid, "cluster daemons", "executor JVMs", "executor Python workers")
+                         for pid in worker_pids]  # fmt: skip
         create_schema(db, "vf", mixed=False)
         with db.connect() as conn, conn.cursor() as cur:
             cur.execute("SHOW MASTER STATUS")
@@ -225,13 +354,14 @@ def main() -> None:
             "source": {"name": "vf", "host": db.host, "port": db.port, "user": db.user, "password_env": "CDC_BENCH_PW",
                        "replica_server_id": 778101, "start": f"{file}:{pos}", "heartbeat_s": 0.5},
             "outbox": {"tables": [{"schema": "vf", "table": "outbox", "topic": "vf.{aggregate_type}"}]},
-            "kafka": {"bootstrap": kafka.bootstrap_servers, "dead_letter_topic": "vf.dlq", "consumer": consumer},
+            **sections,
             "schema_registry": {"url": "mock://vf"},
             "checkpoint": {"store": "file", "path": str(work / "relay-cp.json"), "interval_s": 1.0},
         }  # fmt: skip
-        cfg = load_config(raw, {"CDC_BENCH_PW": db.password})
+        secrets = {"CDC_BENCH_PW": db.password or "", **sink_env}
+        cfg = load_config(raw, secrets)
         (work / "relay.toml").write_text(_to_toml(raw))
-        env = {**os.environ, "CDC_BENCH_PW": db.password or ""}
+        env = {**os.environ, **secrets}
         handle = build_relay(cfg, RelayMetrics())
         stop = threading.Event()
         relay = threading.Thread(target=lambda: handle.relay.run(stop.is_set), daemon=True)
@@ -246,6 +376,7 @@ def main() -> None:
             cwd=ROOT, env=env, stdout=flog, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
         cpu = TreeCpu(follow.pid)
+        trees = [cpu, *executors]
         deadline = time.monotonic() + 180
         while not _metrics(port) and time.monotonic() < deadline:
             time.sleep(0.5)
@@ -255,35 +386,58 @@ def main() -> None:
             f"follow job pid {follow.pid} up (work dir {work}); writing {args.rate}/s for {args.seconds:.0f} s ...",
             flush=True,
         )
-        cpu0 = cpu.sample()
-        seen0 = dict(cpu.seen)
+        for tree in trees:
+            tree.sample()
+        seen0 = [dict(tree.seen) for tree in trees]
         ctx = mp.get_context("spawn")
         queue = ctx.Queue()
         writer = ctx.Process(target=_writer, args=(db.connection_settings(), "vf", args.rate, args.seconds, queue))
+        load_start = os.getloadavg()
         t0 = time.monotonic()
         writer.start()
         lags: list[float] = []
         while time.monotonic() - t0 < args.seconds:
             time.sleep(1.0)
             m = _metrics(port)
-            cpu.sample()
+            for tree in trees:
+                tree.sample()
             if "cdc_verify_verified_through_lag_seconds" in m:
                 lags.append(m["cdc_verify_verified_through_lag_seconds"])
         load_writing = os.getloadavg()
+        relay_at_end = handle.metrics.events_published
         written, achieved = queue.get(timeout=120)
         writer.join(30)
-        deadline = time.monotonic() + 300
+        deadline = time.monotonic() + args.catch_up_limit
+        relay_done: float | None = None  # the relay's last acknowledgement, seconds after the writer
         while time.monotonic() < deadline:
             m = _metrics(port)
-            cpu.sample()
+            for tree in trees:
+                tree.sample()
+            if relay_done is None and handle.metrics.events_published >= written:
+                relay_done = time.monotonic() - t0 - args.seconds
             if m.get('cdc_verify_events{class="delivered"}', 0) >= written:
                 break
             time.sleep(1)
+        # the verifier cannot verify what the relay has not published: its lag includes the relay's
+        print(
+            f"relay:   {relay_at_end} of {written} events published when the writer stopped; "
+            + (
+                f"all published {max(0.0, relay_done):.1f} s after it"
+                if relay_done is not None
+                else "not all published"
+            ),
+            flush=True,
+        )
         caught_up = time.monotonic() - t0 - args.seconds
         m = _metrics(port)
-        follow_cpu = cpu.sample() - cpu0
-        kinds = ", ".join(f"{k} {v:.1f} s" for k, v in sorted(cpu.by_kind(seen0).items()))
-        print(f"follow CPU by process: {kinds}", flush=True)
+        kinds: dict[str, float] = {}
+        for tree, before in zip(trees, seen0, strict=True):
+            tree.sample()
+            for kind, seconds in tree.by_kind(before).items():
+                kinds[kind] = kinds.get(kind, 0.0) + seconds
+        # the workers' own daemons are the cluster's upkeep, not the job's
+        follow_cpu = sum(v for k, v in kinds.items() if k != "cluster daemons")
+        print("follow CPU by process: " + ", ".join(f"{k} {v:.1f} s" for k, v in sorted(kinds.items())), flush=True)
         follow.send_signal(signal.SIGTERM)
         follow.wait(120)
         flog.close()
@@ -292,10 +446,9 @@ def main() -> None:
         handle.close()
         delivered = m.get('cdc_verify_events{class="delivered"}', 0)
         problems = m.get("cdc_verify_problems", -1)
-
-        load_end = os.getloadavg()
+        loads = (load_start, load_writing, os.getloadavg())
         if args.no_batch:
-            _summary(args, written, achieved, lags, delivered, problems, caught_up, follow_cpu, load_writing, load_end)
+            _summary(args, written, achieved, lags, delivered, problems, caught_up, follow_cpu, kinds, loads)
             return
         # the batch verifier over the same range, same machine, same run
         out = work / "batch-out"
@@ -316,10 +469,11 @@ def main() -> None:
         report = json.loads((out / "report.json").read_text())
         b_delivered = report["counts"]["delivered"]
 
-    _summary(args, written, achieved, lags, delivered, problems, caught_up, follow_cpu, load_writing, load_end)
+    _summary(args, written, achieved, lags, delivered, problems, caught_up, follow_cpu, kinds, loads)
     print(
         f"batch:   delivered {b_delivered} (ok {report['ok']}) in {batch_wall:.1f} s wall; CPU {batch_cpu:.1f} s = "
-        f"{1e6 * batch_cpu / max(1, b_delivered):.0f} us per verified event (JVM start-up included)"
+        f"{1e6 * batch_cpu / max(1, b_delivered):.0f} us per verified event (JVM start-up included"
+        + ("; the executors' CPU not counted)" if args.cluster else ")")
     )
 
 
@@ -391,29 +545,39 @@ def _summary(
     problems: float,
     caught_up: float,
     follow_cpu: float,
-    load_writing: tuple[float, float, float],
-    load_end: tuple[float, float, float],
+    kinds: dict[str, float],
+    loads: tuple[tuple[float, float, float], ...],
 ) -> None:
     """The follow job's figures, printed."""
+    where = f"{args.partitions} partitions on {args.broker}" if args.sink == "kafka" else f"sink {args.sink}"
     print(
         f"written {written} events at {achieved:.0f}/s achieved (asked {args.rate}/s) for {args.seconds:.0f} s, "
-        f"{args.partitions} partitions on {args.broker}, master {args.master}, follow binlog reader {args.binlog_reader}, "
+        f"{where}, master {args.master}"
+        f"{f' ({args.cluster} workers of 1 core)' if args.cluster else ''}, follow binlog reader {args.binlog_reader}, "
         f"trigger {args.trigger:g} s"
     )
     print(
         f"follow:  delivered {delivered:.0f}, problems {problems:.0f}; verified-through lag p50 {_pct(lags, 50):.1f} s, "
         f"p99 {_pct(lags, 99):.1f} s, max {max(lags) if lags else float('nan'):.1f} s ({len(lags)} samples, 1/s); "
-        f"all verified {caught_up:.1f} s after the writer stopped"
-    )
+        + (f"all verified {caught_up:.1f} s after the writer stopped" if delivered >= written
+           else f"NOT all verified {caught_up:.1f} s after the writer stopped")
+    )  # fmt: skip
+    per_event = ", ".join(f"{k} {1e6 * v / max(1, delivered):.1f}" for k, v in sorted(kinds.items()))
     print(
         f"follow:  CPU {follow_cpu:.1f} s = {1e6 * follow_cpu / max(1, delivered):.0f} us per verified event "
-        f"({follow_cpu / (args.seconds + caught_up):.2f} cores while following)"
+        f"({follow_cpu / (args.seconds + caught_up):.2f} cores while following); us per verified event: {per_event}"
     )
+    if args.cluster:
+        executors = kinds.get("executor JVMs", 0.0) + kinds.get("executor Python workers", 0.0)
+        print(
+            f"cluster: executors (JVMs + Python workers) {executors:.1f} s = {100 * executors / max(1e-9, follow_cpu):.0f}% "
+            f"of the job's CPU; driver (Python, JVM, local Python workers) {follow_cpu - executors:.1f} s = "
+            f"{1e6 * (follow_cpu - executors) / max(1, delivered):.1f} us per verified event"
+        )
+    start, writing, end = loads
     print(
-        "load average (1, 5, 15 min; the host is shared): at the writer's end "
-        + " ".join(f"{x:.2f}" for x in load_writing)
-        + ", after catching up "
-        + " ".join(f"{x:.2f}" for x in load_end)
+        f"load average (1 min; the host is shared): at the writer's start {start[0]:.2f}, at its end {writing[0]:.2f}, "
+        f"after catching up {end[0]:.2f}"
     )
 
 
