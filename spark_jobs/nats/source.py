@@ -1,5 +1,6 @@
 """PySpark Python data source `cdc_nats`: the messages of NATS JetStream subjects, read with
-nats-py through an ephemeral pull consumer per range (acknowledgements off: reading changes
+nats-py through an ephemeral pull consumer per range, pulled without nats-py's `fetch` (`_Puller`)
+(acknowledgements off: reading changes
 nothing on the server, and the consumer goes away by itself).
 
     spark.read.format("cdc_nats")
@@ -32,6 +33,7 @@ the subject is left after the one it read (`num_pending` 0: deleted messages at 
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -173,7 +175,7 @@ def plan_nats_matching(settings: Mapping[str, Any], topics: Sequence[str], patte
 
 
 def message_record(topic: str, msg: Any) -> LogRecord:
-    """One JetStream message as a record (the mapping in the module docstring)."""
+    """One JetStream message (nats-py's Msg) as a record (the mapping in the module docstring)."""
     meta = msg.metadata
     headers = msg.headers or {}
     stamp: tuple[int, int]
@@ -184,41 +186,164 @@ def message_record(topic: str, msg: Any) -> LogRecord:
     return from_properties(topic, 0, int(meta.sequence.stream), stamp, headers, msg.data)
 
 
-def read_range(
-    settings: Mapping[str, Any], topic: str, stream: str, low: int, high: int, stall_timeout: float = STALL_TIMEOUT
-) -> Iterator[LogRecord]:
-    """The messages of subject `topic` in `stream` at sequences [low, high), in order."""
-    from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+# A pulled message's reply subject: `$JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>.
+# <consumer seq>.<time ns>.<pending>` (9 tokens), or with the domain and the account's hash
+# after `$JS.ACK` (12 tokens; ADR-15, nats-py's `Msg.Metadata._from_reply`): the stream
+# sequence, the time stored and the messages pending after it, by position.
+_V1_FIELDS = (5, 7, 8)
+_V2_FIELDS = (7, 9, 10)
+_HEADER_LINE = b"NATS/1.0"
+_END_OF_PULL = (b"404", b"408")  # no messages (no_wait), the request expired: this pull is over
 
-    if high <= low:
-        return
-    conn = _Connection(settings).open()
+
+def _pulled_fields(reply: bytes) -> tuple[int, int, int]:
+    """(stream sequence, stored at in ns, pending) of a pulled message's reply subject."""
+    tokens = reply.split(b".")
+    if len(tokens) < 9 or tokens[0] != b"$JS" or tokens[1] != b"ACK":
+        raise RuntimeError(f"cdc_nats: a pulled message without JetStream's reply subject: {reply[:200]!r}")
+    seq, ts, pending = _V1_FIELDS if len(tokens) == 9 else _V2_FIELDS
+    return int(tokens[seq]), int(tokens[ts]), int(tokens[pending])
+
+
+def pulled_record(topic: str, reply: bytes, data: bytes, raw_headers: bytes | None) -> tuple[LogRecord, int]:
+    """A message as the consumer delivered it (its reply subject, payload and header block,
+    unparsed) as a record, and the messages pending after it: what `message_record` makes
+    of nats-py's Msg, with nats-py's own parsing of the header lines (`Client.
+    _parse_header_lines`, what it uses to build Msg.headers) and without the Msg."""
+    seq, stored_ns, pending = _pulled_fields(reply)
+    headers: dict[Any, Any] = {}
+    if raw_headers and len(raw_headers) > len(_HEADER_LINE) + 2:
+        headers = _parse_header_lines(raw_headers[len(_HEADER_LINE) + 2 :])
+    stamp: tuple[int, int]
     try:
+        stamp = (TIMESTAMP_CREATE_TIME, int(headers[H_TIMESTAMP]))
+    except (KeyError, ValueError):
+        # as Msg.metadata.timestamp (a datetime of ns / 1e9) then `.timestamp() * 1000`
+        stamp = (TIMESTAMP_LOG_APPEND_TIME, int(stored_ns / 1_000_000_000.0 * 1000))
+    return from_properties(topic, 0, seq, stamp, headers, data), pending
+
+
+def _parse_header_lines(raw: bytes) -> dict[str, str]:
+    from nats.aio.client import Client
+
+    return Client._parse_header_lines(raw)
+
+
+class _Puller:
+    """An ephemeral pull consumer of one subject, read without nats-py's `fetch`, which
+    spends a future, a task and a timeout on every message (`PullSubscription._fetch_n`):
+    each pull is one `$JS.API.CONSUMER.MSG.NEXT` request (ADR-13) whose messages arrive on
+    the request's own reply subject and are taken from nats-py's reader as they arrive
+    (`Client._process_msg(sid, subject, reply, data, headers)` is handed every message),
+    unparsed, into a list. A pull ends with its `batch` messages, or with status 404 / 408
+    (nothing more now, the request expired); another status is an error."""
+
+    def __init__(self, nc: Any, topic: str, stream: str) -> None:
+        self.nc, self.topic, self.stream = nc, topic, stream
+        self.name = ""
+        self.inbox = b""
+        self.sid = -1
+        self.pulls = 0
+        self.got: list[tuple[bytes, bytes, bytes | None]] = []
+        self.wanted = 0
+        self.status: bytes | None = None
+        self.done = asyncio.Event()
+
+    async def open(self, low: int, stall_timeout: float) -> _Puller:
+        from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+
         config = ConsumerConfig(
+            filter_subject=self.topic,
             deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
             opt_start_seq=low,
             ack_policy=AckPolicy.NONE,
             inactive_threshold=stall_timeout,  # seconds: the server removes the consumer after that
         )
-        sub = conn.run(conn.nc.jetstream().pull_subscribe(topic, stream=stream, config=config), 30)
+        info = await self.nc.jetstream().add_consumer(self.stream, config=config)
+        self.name = info.name
+        prefix = self.nc.new_inbox()
+        self.inbox = prefix.encode() + b"."
+        sub = await self.nc.subscribe(prefix + ".*")
+        self.sid = sub._id
+        general = self.nc._process_msg
+
+        async def process_msg(sid: int, subject: bytes, reply: bytes, data: bytes, headers: Any) -> None:
+            if sid != self.sid:
+                await general(sid, subject, reply, data, headers)
+            else:
+                self._take(subject, reply, data, headers)
+
+        self.nc._process_msg = process_msg
+        return self
+
+    def _take(self, subject: bytes, reply: bytes, data: bytes, headers: bytes | None) -> None:
+        if headers and headers.startswith(_HEADER_LINE + b" "):  # a status: "NATS/1.0 408 Request Timeout"
+            if subject == self.inbox + str(self.pulls).encode():  # else an earlier pull's, ended already
+                self.status = headers[len(_HEADER_LINE) + 1 :].split(b"\r\n", 1)[0].strip()
+                self.done.set()
+            return
+        # A message (its subject is its own, its reply JetStream's): whichever pull asked for
+        # it, it is the next one the consumer delivers, in stream order (acknowledgements off).
+        self.got.append((reply, data, headers))
+        if len(self.got) >= self.wanted:
+            self.done.set()
+
+    async def pull(self, batch: int, expires_s: float) -> list[tuple[bytes, bytes, bytes | None]]:
+        """The next messages, at most `batch`: those the consumer has now (`no_wait`: the
+        server ends the pull with 404 when it has fewer), else, when it has none, what
+        comes within `expires_s` (as nats-py's `fetch` asks: a pull with `expires` waits
+        for its whole batch)."""
+        got = await self._request({"batch": batch, "no_wait": True}, 5.0)
+        if not got and self.status is not None:
+            got = await self._request({"batch": batch, "expires": int(expires_s * 1_000_000_000)}, expires_s + 5)
+        return got
+
+    async def _request(self, request: dict[str, Any], wait_s: float) -> list[tuple[bytes, bytes, bytes | None]]:
+        self.pulls += 1
+        self.got, self.wanted, self.status = [], int(request["batch"]), None
+        self.done.clear()
+        subject = f"$JS.API.CONSUMER.MSG.NEXT.{self.stream}.{self.name}"
+        reply = (self.inbox + str(self.pulls).encode()).decode()
+        await self.nc.publish(subject, json.dumps(request).encode(), reply=reply)
+        try:
+            await asyncio.wait_for(self.done.wait(), wait_s)
+        except TimeoutError:
+            pass  # neither the batch nor a status in time: what came is taken, the caller pulls again
+        status = self.status
+        if status is not None and status[:3] not in _END_OF_PULL:
+            raise RuntimeError(
+                f"cdc_nats: reading {self.topic!r} in stream {self.stream!r}: the server said {status.decode(errors='replace')}"
+            )
+        got, self.got = self.got, []
+        return got
+
+
+def read_range(
+    settings: Mapping[str, Any], topic: str, stream: str, low: int, high: int, stall_timeout: float = STALL_TIMEOUT
+) -> Iterator[LogRecord]:
+    """The messages of subject `topic` in `stream` at sequences [low, high), in order."""
+    if high <= low:
+        return
+    conn = _Connection(settings).open()
+    try:
+        puller = conn.run(_Puller(conn.nc, topic, stream).open(low, stall_timeout), 30)
         last_progress = time.monotonic()
         while True:
-            try:
-                msgs = conn.run(sub.fetch(FETCH, timeout=1.0), 30)
-            except TimeoutError:
+            msgs = conn.run(puller.pull(FETCH, 1.0), 30)
+            if not msgs:
                 if time.monotonic() - last_progress > stall_timeout:
                     raise RuntimeError(
                         f"cdc_nats: no progress reading {topic!r} in stream {stream!r} sequences [{low}, {high}) "
                         f"for {stall_timeout:.0f}s"
-                    ) from None
+                    )
                 continue
             last_progress = time.monotonic()
-            for msg in msgs:
-                seq = int(msg.metadata.sequence.stream)
-                if seq >= high:
+            for reply, data, raw_headers in msgs:
+                record, pending = pulled_record(topic, reply, data, raw_headers)
+                if record.offset() >= high:
                     return
-                yield message_record(topic, msg)
-                if seq >= high - 1 or msg.metadata.num_pending == 0:
+                yield record
+                if record.offset() >= high - 1 or pending == 0:
                     return
     finally:
         conn.close()

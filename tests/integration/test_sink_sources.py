@@ -134,3 +134,66 @@ def test_nats_source_reads_what_the_kafka_source_reads(nats_server, spark) -> No
     assert plan["missing_topics"] == [missing]
     by_topic = {p["topic"]: (p["low"], p["high"]) for p in plan["partitions"]}
     assert by_topic[topic] == (1, len(samples) + 1) and by_topic[empty][0] == by_topic[empty][1]
+
+
+def test_nats_raw_pulls_read_what_nats_pys_fetch_reads(nats_server) -> None:
+    """`read_range` pulls without nats-py's `fetch` and parses what the consumer delivers
+    itself (spark_jobs/nats/source.py `_Puller`, `pulled_record`): over several pulls
+    (more than `FETCH` messages), a subject interleaved with another (gaps), a message
+    deleted in the middle, headers with odd content, an empty payload, a message without
+    headers and one without `cdc.timestamp` (the time stored), it gives exactly the records
+    nats-py's Msg gives (`message_record`), and ends where the range or the subject ends."""
+    import nats
+    from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, StreamConfig
+
+    from spark_jobs.nats.source import FETCH, message_record, read_range
+
+    prefix = f"r{uuid.uuid4().hex[:8]}"
+    topic, other, stream = f"{prefix}.a", f"{prefix}.b", prefix.upper()
+    n = FETCH * 2 + 300
+    settings = nats_server.connect_settings()
+
+    def headers_of(i: int) -> dict[str, str] | None:
+        if i % 97 == 5:
+            return None
+        h = {"id": f"e{i}", H_TIMESTAMP: str(1_700_000_000_000 + i), "cdc.key": f"k{i % 7}"}
+        if i % 13 == 0:
+            h.pop(H_TIMESTAMP)
+        if i % 11 == 0:
+            h["note"] = "Zo\u00eb: a:b  c"
+        return h
+
+    async def write_and_reference() -> list[Any]:
+        nc = await nats.connect(**settings)
+        try:
+            js = nc.jetstream()
+            await js.add_stream(StreamConfig(name=stream, subjects=[f"{prefix}.>"]))
+            for i in range(n):
+                subject = other if i % 3 == 2 else topic
+                await js.publish(subject, b"" if i % 17 == 0 else b"v%d" % i, headers=headers_of(i))
+            await js.delete_msg(stream, 301)
+            config = ConsumerConfig(deliver_policy=DeliverPolicy.ALL, ack_policy=AckPolicy.NONE)
+            sub = await js.pull_subscribe(topic, stream=stream, config=config)
+            out: list[Any] = []
+            while True:
+                try:
+                    msgs = await sub.fetch(500, timeout=1.0)
+                except TimeoutError:
+                    return out
+                out += [message_record(topic, m) for m in msgs]
+        finally:
+            await nc.close()
+
+    reference = asyncio.run(write_and_reference())
+    assert len(reference) > FETCH * 1.5 and 301 not in {r.offset() for r in reference}
+
+    def fields(r: Any) -> tuple:
+        return (r.topic(), r.partition(), r.offset(), r.timestamp(), r.key(), r.value(), sorted(r.headers()))
+
+    got = list(read_range(settings, topic, stream, 1, n + 1))
+    assert [fields(r) for r in got] == [fields(r) for r in reference]
+    # a range ending inside the subject: up to it, not past it
+    cut = reference[len(reference) // 2].offset()
+    assert [r.offset() for r in read_range(settings, topic, stream, 200, cut)] == [
+        r.offset() for r in reference if 200 <= r.offset() < cut
+    ]
