@@ -58,9 +58,10 @@ from cdc.events.identity import identity_key_from_headers
 from cdc.events.sink_fields import message_properties
 from cdc.ports import Delivery, DeliveryCallback, DeliveryFailure
 from connectors.loop_thread import LoopThread
-from connectors.rabbitmq.stream_reader import RabbitStreamReader, StreamSettings
+from connectors.rabbitmq.stream_reader import RabbitStreamReader, StreamSettings, tls_fix
 
 log = logging.getLogger("cdc.rabbitmq")
+_SECTION = "sink.rabbitmq_exchange"  # what an error's fix names
 
 _REQUEST_TIMEOUT_S = 30.0
 _RECONNECT_EVERY_S = 1.0
@@ -122,7 +123,7 @@ class ExchangeSettings:
     def stream_settings(self) -> StreamSettings:
         return StreamSettings(
             self.host, self.stream_port, self.vhost, self.user, self.password, self.tls, self.ca_file,
-            self.cert_file, self.key_file, self.empty_wait_s,
+            self.cert_file, self.key_file, self.empty_wait_s, section=_SECTION,
         )  # fmt: skip
 
     def ssl_context(self) -> ssl.SSLContext | None:
@@ -138,9 +139,10 @@ class ExchangeSettings:
 
 
 def _cannot(settings: ExchangeSettings, what: str, exc: BaseException) -> DeliveryError:
+    fix = tls_fix(exc, _SECTION) or f"(check {_SECTION} host, port, user and password)"
     return DeliveryError(
         f"cannot {what} on {settings.host}:{settings.port} vhost {settings.vhost} as {settings.user}: "
-        f"{type(exc).__name__}: {exc or 'no answer'} (check sink.rabbitmq_exchange host, port, user and password)"
+        f"{type(exc).__name__}: {exc or 'no answer'} {fix}"
     )
 
 
