@@ -735,19 +735,22 @@ def check_rabbitmq_exchange(cfg: Any) -> list[Any]:
     settings = ExchangeSettings.from_config(cfg.sink.rabbitmq_exchange)
     creates = cfg.topics.missing in ("create", "auto")
 
-    async def look() -> tuple[bool, bool]:
+    async def look() -> tuple[str, bool, bool]:
         connection, _channel = await _connect(settings)
+        peer = _peer(connection)  # with `hosts`, the first node that answered
         await connection.close()
         return (
+            peer,
             await _exists(settings, "exchange", settings.exchange),
             await _exists(settings, "queue", settings.audit_stream),
         )
 
     try:
-        exchange, audit = asyncio.run(asyncio.wait_for(look(), _REQUEST_TIMEOUT_S))
+        timeout = _REQUEST_TIMEOUT_S + _CONNECT_TIMEOUT_S * len(settings.addresses())
+        peer, exchange, audit = asyncio.run(asyncio.wait_for(look(), timeout))
     except Exception as exc:
         return [CheckResult("rabbitmq", False, str(_cannot(settings, "connect", exc)))]
-    results = [CheckResult("rabbitmq", True, f"{settings.host}:{settings.port} answers AMQP 0-9-1 as {settings.user}")]
+    results = [CheckResult("rabbitmq", True, f"{peer} answers AMQP 0-9-1 as {settings.user}")]
     for what, name, there in (
         ("exchange", settings.exchange, exchange),
         ("audit stream", settings.audit_stream, audit),

@@ -16,9 +16,9 @@ and:
 * `cdc verify` (Spark) on the audit stream is clean.
 
 Short by default (two node kills). The long run is the `extended` tier (tests/README.md: left
-out of `./run.sh test`, run by `-m extended`): >= 50k events, node kills round the cluster (the
-AMQP-connected node and the audit stream's leader in turn) and the relay SIGKILLed after every
-other round:
+out of `./run.sh test`, run by `-m extended`): >= 50k events, node kills round the cluster (each round the
+AMQP-connected node, the audit stream's leader, then the node neither was, the first time the
+quorum queue's leader) and the relay SIGKILLed after every other round:
 
     python -m pytest tests/integration/test_rabbitmq_exchange_cluster.py -m extended -s
 """
@@ -35,6 +35,7 @@ from typing import Any
 import pytest
 
 from cdc.config import load_config
+from connectors.rabbitmq.exchange_sink import check_rabbitmq_exchange
 from testbed.process import HOST
 from tests.integration.final_relay import catch_up_and_check
 from tests.integration.harness import OUTBOX_DDL, RelayProcess, wait_until
@@ -99,6 +100,16 @@ def _amqp_node(cluster, relay: RelayProcess) -> Any:
     return next(n for n in cluster.nodes if n.amqp_port == int(ports[-1]))
 
 
+def _check_through_another_node(cfg, dead) -> None:
+    """`cdc check` with `host` dead: AMQP 0-9-1 answered by the next node of `hosts`, the
+    exchange and the audit stream found there."""
+    lines = [(r.name, r.ok, r.message) for r in check_rabbitmq_exchange(cfg)]
+    assert all(ok for _name, ok, _message in lines), lines
+    said = next(message for name, _ok, message in lines if name == "rabbitmq")
+    assert said.startswith(f"{HOST}:") and f":{dead.amqp_port} " not in said, said
+    assert sum(name == "rabbitmq_exchange" for name, _ok, _message in lines) == 2, lines
+
+
 def _leader_or_none(cluster, stream: str) -> Any:
     try:
         return cluster.stream_leader(stream)
@@ -125,11 +136,15 @@ def _queue_records(cluster, prefix: str) -> tuple[list[TopicRecord], int]:
     return out, len(out)
 
 
-def _kill_and_restart(cluster, relay: RelayProcess, cp: Path, node, audit: str, what: str, log: list[str]) -> None:
+def _kill_and_restart(
+    cluster, relay: RelayProcess, cp: Path, node, audit: str, what: str, log: list[str], while_dead: Any = None
+) -> None:
     t0 = time.monotonic()
     node.kill()
     _delivers(relay, cp)  # published through another node, this one still dead
     log.append(f"{what} {node.nodename.split('-')[0]} killed: publishing again after {time.monotonic() - t0:.1f}s")
+    if while_dead is not None:
+        while_dead()
     node.restart(graceful=False)  # SIGKILLed already: starts it on its data, and it rejoins
     wait_until(lambda: _audit_members(cluster, audit), 120, "the restarted node back in the audit stream")
     _delivers(relay, cp)
@@ -145,6 +160,7 @@ def _run(mariadb, cluster, database: str, prefix: str, tmp_path: Path, spark, ev
     cp = tmp_path / "cp.json"
     raw = _raw(mariadb, cluster, database, prefix, cp)
     env = rabbit_env(mariadb, cluster.nodes[0])
+    cfg = load_config(raw, env)
     writer = Writer(
         lambda: mariadb.connect(database), 10**9, pause_s=0.01 if long else 0.004, max_rows=30 if long else 5
     )
@@ -160,9 +176,16 @@ def _run(mariadb, cluster, database: str, prefix: str, tmp_path: Path, spark, ev
         while rounds < 1 or (long and writer.attempted < events and writer.is_alive()):
             rounds += 1
             # the node the AMQP connection is on (not the audit stream's leader: the first time the first node)
-            _kill_and_restart(cluster, relay, cp, _amqp_node(cluster, relay), audit, "AMQP node", happened)
+            amqp_node = _amqp_node(cluster, relay)
+            _kill_and_restart(
+                cluster, relay, cp, amqp_node, audit, "AMQP node", happened,
+                lambda: _check_through_another_node(cfg, amqp_node) if rounds == 1 else None,
+            )  # fmt: skip
             leader = wait_until(lambda: _leader_or_none(cluster, audit), 60, "the audit stream's leader")
             _kill_and_restart(cluster, relay, cp, leader, audit, "audit leader", happened)
+            if long:  # the node killed neither time this round (the first time the quorum queue's leader)
+                rest = [n for n in cluster.nodes if n is not amqp_node and n is not leader]
+                _kill_and_restart(cluster, relay, cp, rest[0], audit, "other node", happened)
             if long and rounds % 2 == 0:  # the relay dies too: a new one recovers from the audit stream
                 relay.kill()
                 relay_kills += 1
@@ -190,7 +213,6 @@ def _run(mariadb, cluster, database: str, prefix: str, tmp_path: Path, spark, ev
     from cdc_cli.verify_commands import verify_config
     from spark_jobs.verify import run_verify
 
-    cfg = load_config(raw, env)
     report = run_verify(verify_config(cfg, str(tmp_path / "verify"), start_file=file), spark=spark)
     print(
         f"\nRabbitMQ exchange sink on a 3-node cluster: {'; '.join(happened)}; {relay_kills} relay SIGKILLs; "
