@@ -194,8 +194,8 @@ async def _connect(settings: ExchangeSettings) -> tuple[Any, Any]:
                 raise
             first = first or exc
             continue
-        if address != (settings.host, settings.port):
-            log.info("connected to %s:%d (%s:%d does not answer)", *address, settings.host, settings.port)
+        if address != (settings.host, settings.port):  # the publisher's own lines name the node it uses
+            log.debug("connected to %s:%d (%s:%d does not answer)", *address, settings.host, settings.port)
         channel = await connection.channel(publisher_confirms=True, on_return_raises=False)
         return connection, channel
     assert first is not None

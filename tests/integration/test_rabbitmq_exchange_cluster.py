@@ -11,8 +11,13 @@ and:
 
 * the independent checker compares the binlog's committed outbox inserts with the audit
   stream, read on its leader by the verifier's reader: 0 missing, 0 duplicates, 0 keys out of
-  order; and with the quorum queue, drained over AMQP 0-9-1 (its order per key is the queue's
-  order): the same;
+  order;
+* and with the quorum queue, drained over AMQP 0-9-1 (its order per key is the queue's order,
+  a copy's first place counted): 0 keys out of order, and only what docs/sinks.md ("What your
+  queues get") says a node crash can do to a queue beside the audit stream: missing at most
+  the messages unconfirmed at a node's death that the audit stream held (the relay's
+  reconnect lines count them; it does not send those again), copies at most those it sent
+  again (seen: 587 missing of 611 such messages in one long run; 0 in the short runs);
 * `cdc verify` (Spark) on the audit stream is clean.
 
 Short by default (two node kills). The long run is the `extended` tier (tests/README.md: left
@@ -98,6 +103,21 @@ def _amqp_node(cluster, relay: RelayProcess) -> Any:
     ports = re.findall(r"publishing (?:to .* )?through [\w.]+:(\d+)", relay.log_text())
     assert ports, relay.log_text()[-2000:]
     return next(n for n in cluster.nodes if n.amqp_port == int(ports[-1]))
+
+
+_RECONNECT = re.compile(
+    r"(\d+) unconfirmed message\(s\) were routed \(the audit stream holds them\), (\d+) are sent again"
+)
+
+
+def _reconnects(workdir: Path) -> tuple[int, int]:
+    """Over every relay of the run (their logs): the unconfirmed messages a reconnect found in
+    the audit stream (not sent again), and those it sent again."""
+    routed = again = 0
+    for path in workdir.glob("relay-*.log"):
+        for r, a in _RECONNECT.findall(path.read_text(errors="replace")):
+            routed, again = routed + int(r), again + int(a)
+    return routed, again
 
 
 def _check_through_another_node(cfg, dead) -> None:
@@ -192,10 +212,6 @@ def _run(mariadb, cluster, database: str, prefix: str, tmp_path: Path, spark, ev
                 relay = RelayProcess(raw, env, tmp_path)
                 _delivers(relay, cp)
         assert relay.alive(), f"the relay did not ride out the node deaths:\n{relay.log_text()[-3000:]}"
-        resent = re.findall(
-            r"(\d+) unconfirmed message\(s\) were routed \(the audit stream holds them\), (\d+) are sent again",
-            relay.log_text(),
-        )
     finally:
         relay.kill()
         writer.stop_flag.set()
@@ -206,9 +222,14 @@ def _run(mariadb, cluster, database: str, prefix: str, tmp_path: Path, spark, ev
 
     result = catch_up_and_check(mariadb, database, raw, env, tmp_path, audit_on_leader, 900 if long else 300)
     queued, held = _queue_records(cluster, prefix)
+    firsts: dict[str, TopicRecord] = {}
+    for record in queued:  # a copy (sent again) keeps its original's place: the order is the first copies'
+        firsts.setdefault(record.event_id, record)
+    copies = held - len(firsts)
     file, pos = raw["source"]["start"].split(":")
     committed = committed_outbox_events(mariadb.connection_settings(), database, start_file=file, start_pos=int(pos))
-    in_queue = check(committed, queued)
+    in_queue = check(committed, list(firsts.values()))
+    routed_unconfirmed, sent_again = _reconnects(tmp_path)
 
     from cdc_cli.verify_commands import verify_config
     from spark_jobs.verify import run_verify
@@ -216,14 +237,17 @@ def _run(mariadb, cluster, database: str, prefix: str, tmp_path: Path, spark, ev
     report = run_verify(verify_config(cfg, str(tmp_path / "verify"), start_file=file), spark=spark)
     print(
         f"\nRabbitMQ exchange sink on a 3-node cluster: {'; '.join(happened)}; {relay_kills} relay SIGKILLs; "
-        f"after reconnects (routed already, sent again): {resent}; {writer.attempted} attempted events "
+        f"unconfirmed at the reconnects: {routed_unconfirmed} in the audit stream already, {sent_again} sent again; "
+        f"{writer.attempted} attempted events "
         f"({writer.xa_prepared} XA) in {time.monotonic() - t0:.0f}s; cluster start {cluster.timings['start']:.1f}s; "
-        f"audit stream: {result.summary()}; quorum queue ({held} messages): {in_queue.summary()}; "
+        f"audit stream: {result.summary()}; quorum queue ({held} messages, {copies} copies): {in_queue.summary()}; "
         f"cdc verify: ok={report.ok} delivered={report.counts.get('delivered')}"
     )
     assert result.committed >= (events // 2 if long else 1)
     assert result.clean, result.summary()
-    assert in_queue.clean, in_queue.summary()
+    assert not (in_queue.reordered_keys or in_queue.phantoms or in_queue.duplicates), in_queue.summary()
+    assert len(in_queue.missing) <= routed_unconfirmed, (in_queue.summary(), routed_unconfirmed)
+    assert copies <= sent_again, (copies, sent_again)
     assert report.ok, report.problems
     assert report.counts["delivered"] == result.committed
 
