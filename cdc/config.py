@@ -132,7 +132,9 @@ Example `relay.toml`::
     [sink.rabbitmq_exchange]            # an AMQP 0-9-1 topic exchange, proven by an audit stream (docs/sinks.md)
     host = "127.0.0.1"
     port = 5672                         # AMQP 0-9-1 (5671 with TLS)
+    hosts = []                          # the cluster's other nodes, "host:port" (AMQP): asked when host is down
     stream_port = 5552                  # the stream plugin's port: the audit stream is read through it
+    stream_hosts = []                   # the other nodes' stream ports, "host:port" (empty: hosts' at stream_port)
     management_port = 15672             # cdc check reads the audit stream's bindings here (0: not checked)
     vhost = "/"
     user = "cdc"
@@ -348,7 +350,9 @@ class RabbitExchangeConfig:
 
     host: str = "127.0.0.1"
     port: int = 5672  # AMQP 0-9-1 (5671 with TLS)
+    hosts: tuple[str, ...] = ()  # the cluster's other nodes, "host:port" of AMQP 0-9-1 (docs/sinks.md)
     stream_port: int = 5552  # the stream protocol: the audit stream is read through it
+    stream_hosts: tuple[str, ...] = ()  # their stream ports, "host:port" (): each of `hosts` at stream_port
     management_port: int = 15672  # `cdc check` reads the bindings here (0: not checked)
     vhost: str = "/"
     user: str = "guest"
@@ -362,6 +366,14 @@ class RabbitExchangeConfig:
     publish_timeout_s: float = 60.0  # unconfirmed this long: the relay stops (exit 1)
     max_in_flight: int = 5_000  # handed over, not confirmed: publish waits above it
     empty_wait_s: float = 2.0  # the audit stream delivers nothing this long: it is empty
+
+    def stream_addresses(self) -> tuple[str, ...]:
+        """The other nodes' stream ports ("host:port"), where the audit stream is asked for
+        when `host` is down: `stream_hosts`, else each of `hosts` at `stream_port` (a
+        cluster's nodes usually listen on the same ports)."""
+        if self.stream_hosts:
+            return tuple(self.stream_hosts)
+        return tuple(f"{str(e).rpartition(':')[0]}:{self.stream_port}" for e in self.hosts)
 
 
 @dataclass(frozen=True)
@@ -810,3 +822,11 @@ def _validate_rabbitmq_exchange(cfg: Config) -> None:
         raise ConfigError("sink.rabbitmq_exchange.management_port must be between 0 (not checked) and 65535")
     if bool(rabbit.cert_file) != bool(rabbit.key_file):
         raise ConfigError("sink.rabbitmq_exchange: cert_file and key_file go together (the client certificate)")
+    for name, example in (("hosts", "rabbit2:5672"), ("stream_hosts", "rabbit2:5552")):
+        for entry in getattr(rabbit, name):
+            host, _, port = str(entry).rpartition(":")
+            if not host or not port.isdigit() or not 0 < int(port) < 65536:
+                kind = "AMQP 0-9-1" if name == "hosts" else "stream"
+                raise ConfigError(
+                    f'sink.rabbitmq_exchange.{name}: {entry!r} is not "host:port" (a node\'s {kind} port), e.g. "{example}"'
+                )

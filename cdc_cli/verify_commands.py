@@ -48,7 +48,8 @@ def sink_source_options(cfg: Config) -> dict[str, str]:
                 "tls": str(bool(mq.tls or mq.ca_file or mq.cert_file)).lower(), **_tls_files(mq)}  # fmt: skip
     if cfg.sink.kind == "rabbitmq_exchange":  # the audit stream is the record of delivery
         ex = cfg.sink.rabbitmq_exchange
-        return {"format": "cdc_rabbitmq", "host": ex.host, "port": str(ex.stream_port), "vhost": ex.vhost,
+        return {"format": "cdc_rabbitmq", "host": ex.host, "port": str(ex.stream_port),
+                "hosts": ",".join(ex.stream_addresses()), "vhost": ex.vhost,
                 "user": ex.user, "password": ex.password.reveal(), "empty_wait": str(ex.empty_wait_s),
                 "audit_stream": ex.audit_stream,
                 "tls": str(bool(ex.tls or ex.ca_file or ex.cert_file)).lower(), **_tls_files(ex)}  # fmt: skip

@@ -32,7 +32,8 @@ and starts none), so it also dies with us.
 
 TLS (`start(tls=ServerTls(...))`): the stream plugin's TLS listener too
 (`stream.listeners.ssl.1` on `stream_tls_port`, advertised as `stream.advertised_tls_port`)
-with the node's `ssl_options.*` (the certificate files copied into the node's directory,
+and an AMQP 0-9-1 TLS listener (`listeners.ssl.default` on `amqp_tls_port`), both with the
+node's `ssl_options.*` (the certificate files copied into the node's directory,
 readable by its user; `verify_peer` and `fail_if_no_peer_cert` when a client certificate is
 wanted): https://www.rabbitmq.com/ssl.html and https://www.rabbitmq.com/stream.html#tls.
 
@@ -160,6 +161,7 @@ class EmbeddedRabbitMQ(LabServer):
         self._epmd_proc: subprocess.Popen[bytes] | None = None
         self.tls: ServerTls | None = None
         self.stream_tls_port = 0  # with `tls`: the stream plugin's TLS listener
+        self.amqp_tls_port = 0  # with `tls`: AMQP 0-9-1 over TLS (`listeners.ssl.default`)
 
     # ------------------------------------------------------------------ start
 
@@ -234,6 +236,7 @@ class EmbeddedRabbitMQ(LabServer):
             copies[field] = copy
         self.tls = ServerTls(copies["cert"], copies["key"], copies["ca"], tls.verify, tls.client_cert, tls.client_key)
         self.stream_tls_port = free_port()
+        self.amqp_tls_port = free_port()
 
     def _tls_config(self) -> str:
         tls = self.tls
@@ -243,6 +246,7 @@ class EmbeddedRabbitMQ(LabServer):
         return (
             f"stream.listeners.ssl.1 = {HOST}:{self.stream_tls_port}\n"
             f"stream.advertised_tls_port = {self.stream_tls_port}\n"
+            f"listeners.ssl.default = {HOST}:{self.amqp_tls_port}\n"
             f"ssl_options.cacertfile = {tls.ca}\n"
             f"ssl_options.certfile = {tls.cert}\n"
             f"ssl_options.keyfile = {tls.key}\n"

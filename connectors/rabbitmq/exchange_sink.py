@@ -58,11 +58,13 @@ from cdc.events.identity import identity_key_from_headers
 from cdc.events.sink_fields import message_properties
 from cdc.ports import Delivery, DeliveryCallback, DeliveryFailure
 from connectors.loop_thread import LoopThread
-from connectors.rabbitmq.stream_reader import RabbitStreamReader, StreamSettings
+from connectors.rabbitmq.stream_reader import RabbitStreamReader, StreamSettings, tls_fix
 
 log = logging.getLogger("cdc.rabbitmq")
+_SECTION = "sink.rabbitmq_exchange"  # what an error's fix names
 
 _REQUEST_TIMEOUT_S = 30.0
+_CONNECT_TIMEOUT_S = 10.0  # one node's connection and AMQP handshake; then the next node is tried
 _RECONNECT_EVERY_S = 1.0
 _EXPIRY_EVERY_S = 0.5
 # RabbitMQ 3.10's max_message_size is 128 MiB; a stream keeps a message in one chunk, and
@@ -109,50 +111,95 @@ class ExchangeSettings:
     cert_file: str = ""
     key_file: str = ""
     empty_wait_s: float = 2.0
+    hosts: tuple[tuple[str, int], ...] = ()  # the cluster's other nodes' AMQP 0-9-1 ports (`hosts`)
+    stream_hosts: tuple[tuple[str, int], ...] = ()  # ... and their stream ports (`stream_addresses()`)
 
     @classmethod
     def from_config(cls, rabbit: Any) -> ExchangeSettings:
+        def addresses(entries: Any) -> tuple[tuple[str, int], ...]:
+            return tuple((h, int(p)) for h, _, p in (str(e).rpartition(":") for e in entries))
+
         return cls(
             rabbit.host, int(rabbit.port), int(rabbit.stream_port), rabbit.vhost, rabbit.user,
             rabbit.password.reveal(), rabbit.exchange, rabbit.audit_stream, int(rabbit.management_port),
             bool(rabbit.tls or rabbit.ca_file or rabbit.cert_file), rabbit.ca_file, rabbit.cert_file,
-            rabbit.key_file, float(rabbit.empty_wait_s),
+            rabbit.key_file, float(rabbit.empty_wait_s), addresses(getattr(rabbit, "hosts", ())),
+            addresses(rabbit.stream_addresses() if hasattr(rabbit, "stream_addresses") else ()),
         )  # fmt: skip
 
+    def addresses(self) -> list[tuple[str, int]]:
+        """The nodes an AMQP 0-9-1 connection is made to, `host:port` first, then `hosts`: the
+        first that answers (any node routes to every queue of the cluster)."""
+        out = [(self.host, self.port)]
+        return out + [a for a in self.hosts if a not in out]
+
     def stream_settings(self) -> StreamSettings:
+        """The audit stream's reader: any configured node answers where its leader is, and
+        it is read on the leader (connectors/rabbitmq/stream_reader.py `Reading`)."""
         return StreamSettings(
             self.host, self.stream_port, self.vhost, self.user, self.password, self.tls, self.ca_file,
-            self.cert_file, self.key_file, self.empty_wait_s,
+            self.cert_file, self.key_file, self.empty_wait_s, self.stream_hosts, section=_SECTION,
         )  # fmt: skip
 
     def ssl_context(self) -> ssl.SSLContext | None:
         return self.stream_settings().ssl_context()
 
-    def url(self) -> str:
+    def url(self, address: tuple[str, int] | None = None) -> str:
+        host, port = address or (self.host, self.port)
         quote = urllib.parse.quote
         scheme = "amqps" if self.tls else "amqp"
-        return f"{scheme}://{quote(self.user, safe='')}:{quote(self.password, safe='')}@{self.host}:{self.port}/{quote(self.vhost, safe='')}?heartbeat=20"
+        return f"{scheme}://{quote(self.user, safe='')}:{quote(self.password, safe='')}@{host}:{port}/{quote(self.vhost, safe='')}?heartbeat=20"
 
     def where(self) -> str:
-        return f"RabbitMQ exchange {self.exchange!r} on {self.host}:{self.port} vhost {self.vhost}"
+        others = f" (or {', '.join(f'{h}:{p}' for h, p in self.hosts)})" if self.hosts else ""
+        return f"RabbitMQ exchange {self.exchange!r} on {self.host}:{self.port}{others} vhost {self.vhost}"
 
 
 def _cannot(settings: ExchangeSettings, what: str, exc: BaseException) -> DeliveryError:
+    fix = tls_fix(exc, _SECTION) or f"(check {_SECTION} host, port, hosts, user and password)"
+    others = f" (or {', '.join(f'{h}:{p}' for h, p in settings.hosts)})" if settings.hosts else ""
     return DeliveryError(
-        f"cannot {what} on {settings.host}:{settings.port} vhost {settings.vhost} as {settings.user}: "
-        f"{type(exc).__name__}: {exc or 'no answer'} (check sink.rabbitmq_exchange host, port, user and password)"
+        f"cannot {what} on {settings.host}:{settings.port}{others} vhost {settings.vhost} as {settings.user}: "
+        f"{type(exc).__name__}: {exc or 'no answer'} {fix}"
     )
+
+
+def _node_down(exc: BaseException) -> bool:
+    """A node that is down, restarting or frozen (refused, reset, closed, no answer in time),
+    not a refusal of the relay (a certificate, the login, the vhost), which every node of the
+    cluster would say alike. aiormq wraps the socket's OSError in AMQPConnectionError."""
+    cause = exc.__cause__ if exc.__cause__ is not None else exc
+    if isinstance(exc, ssl.SSLError) or isinstance(cause, ssl.SSLError):
+        return False
+    if type(exc).__name__ in ("ProbableAuthenticationError", "AuthenticationError"):
+        return False
+    return isinstance(exc, (OSError, TimeoutError)) or isinstance(cause, (OSError, TimeoutError))
 
 
 async def _connect(settings: ExchangeSettings) -> tuple[Any, Any]:
+    """A connection and a confirm-mode channel to the first configured node that answers
+    (`ExchangeSettings.addresses`); the first node's failure is raised when none does."""
     aiormq = _aiormq()
-    connection = (
-        await aiormq.connect(settings.url(), context=settings.ssl_context())
-        if settings.tls
-        else (await aiormq.connect(settings.url()))
-    )
-    channel = await connection.channel(publisher_confirms=True, on_return_raises=False)
-    return connection, channel
+    first: BaseException | None = None
+    for address in settings.addresses():
+        try:
+            connect = (
+                aiormq.connect(settings.url(address), context=settings.ssl_context())
+                if settings.tls
+                else aiormq.connect(settings.url(address))
+            )
+            connection = await asyncio.wait_for(connect, _CONNECT_TIMEOUT_S)  # a frozen node: the next one
+        except Exception as exc:
+            if not _node_down(exc):
+                raise
+            first = first or exc
+            continue
+        if address != (settings.host, settings.port):  # the publisher's own lines name the node it uses
+            log.debug("connected to %s:%d (%s:%d does not answer)", *address, settings.host, settings.port)
+        channel = await connection.channel(publisher_confirms=True, on_return_raises=False)
+        return connection, channel
+    assert first is not None
+    raise first
 
 
 async def _exists(settings: ExchangeSettings, what: str, name: str) -> bool:
@@ -317,7 +364,7 @@ class RabbitExchangePublisher:
         self._pending = 0
         self._lost = threading.Event()  # the connection broke: `poll` reconnects
         try:
-            self._loop.call(self._open(), _REQUEST_TIMEOUT_S)
+            self._loop.call(self._open(), _REQUEST_TIMEOUT_S + _CONNECT_TIMEOUT_S * len(settings.addresses()))
         except Exception as exc:
             self._loop.stop()
             self._audit.close()
@@ -469,15 +516,22 @@ class RabbitExchangePublisher:
         with self._lock:  # taken whole: a late confirm of the old channel finds nothing to report
             waiting = list(self._unconfirmed.values())
             self._unconfirmed.clear()
+        connection = None
+        connect_s = _CONNECT_TIMEOUT_S * len(self._settings.addresses()) + 5
         try:
-            connection, channel = self._loop.call(_connect(self._settings), 10)
-            if not self._loop.call(_exists(self._settings, "exchange", self._settings.exchange), 10):
+            # the next node that answers, when the one connected to is down (`hosts`): any
+            # node routes to every queue of the cluster, and the audit stream is read on its
+            # leader wherever that is, so the scan below sees what the old node routed
+            connection, channel = self._loop.call(_connect(self._settings), connect_s)
+            if not self._loop.call(_exists(self._settings, "exchange", self._settings.exchange), connect_s):
                 self._broken = f"exchange {self._settings.exchange!r} no longer exists"
             _low, end = self._audit.watermarks("", 0)
             start = min((m.slot for m in waiting), default=end)
             held = {h.get("message_id"): offset for offset, _k, h in self._audit.routed(start, end)} if waiting else {}
         except Exception as exc:
             log.debug("reconnect failed: %s", exc)
+            if connection is not None:
+                self._loop.call(_close_quietly(connection), 10)
             with self._lock:
                 self._unconfirmed = {id(m): m for m in waiting} | self._unconfirmed
             return
@@ -496,9 +550,9 @@ class RabbitExchangePublisher:
             else:
                 again.append(message)
         log.info(
-            "RabbitMQ is reachable again after %.1f s: %d unconfirmed message(s) were routed (the audit stream "
-            "holds them), %d are sent again",
-            time.monotonic() - self._down_since, len(waiting) - len(again), len(again),
+            "RabbitMQ is reachable again after %.1f s, publishing through %s: %d unconfirmed message(s) were routed "
+            "(the audit stream holds them), %d are sent again",
+            time.monotonic() - self._down_since, _peer(connection), len(waiting) - len(again), len(again),
         )  # fmt: skip
         self._down_since = None
         self._lost.clear()
@@ -522,6 +576,7 @@ class RabbitExchangePublisher:
                 '(x-queue-type "stream") bound to the exchange for every routing key, or set topics.missing = "create"'
             )
         end = await self._audit_end()
+        log.info("publishing to %s through %s", settings.where(), _peer(connection))
         await self._resume(connection, channel, end, [])
 
     async def _audit_end(self) -> int:
@@ -593,6 +648,12 @@ class RabbitExchangePublisher:
                 await asyncio.wait_for(connection.close(), 3)
             except Exception:
                 pass
+
+
+def _peer(connection: Any) -> str:
+    """The node an aiormq connection is made to, "host:port" (its URL, without the credentials)."""
+    url = getattr(connection, "url", None)
+    return f"{getattr(url, 'host', '?')}:{getattr(url, 'port', '?')}"
 
 
 async def _close_quietly(connection: Any) -> None:
@@ -674,19 +735,22 @@ def check_rabbitmq_exchange(cfg: Any) -> list[Any]:
     settings = ExchangeSettings.from_config(cfg.sink.rabbitmq_exchange)
     creates = cfg.topics.missing in ("create", "auto")
 
-    async def look() -> tuple[bool, bool]:
+    async def look() -> tuple[str, bool, bool]:
         connection, _channel = await _connect(settings)
+        peer = _peer(connection)  # with `hosts`, the first node that answered
         await connection.close()
         return (
+            peer,
             await _exists(settings, "exchange", settings.exchange),
             await _exists(settings, "queue", settings.audit_stream),
         )
 
     try:
-        exchange, audit = asyncio.run(asyncio.wait_for(look(), _REQUEST_TIMEOUT_S))
+        timeout = _REQUEST_TIMEOUT_S + _CONNECT_TIMEOUT_S * len(settings.addresses())
+        peer, exchange, audit = asyncio.run(asyncio.wait_for(look(), timeout))
     except Exception as exc:
         return [CheckResult("rabbitmq", False, str(_cannot(settings, "connect", exc)))]
-    results = [CheckResult("rabbitmq", True, f"{settings.host}:{settings.port} answers AMQP 0-9-1 as {settings.user}")]
+    results = [CheckResult("rabbitmq", True, f"{peer} answers AMQP 0-9-1 as {settings.user}")]
     for what, name, there in (
         ("exchange", settings.exchange, exchange),
         ("audit stream", settings.audit_stream, audit),

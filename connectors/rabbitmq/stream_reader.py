@@ -48,6 +48,9 @@ class StreamSettings:
     key_file: str = ""
     empty_wait_s: float = 2.0
     hosts: tuple[tuple[str, int], ...] = ()  # the cluster's other nodes (`hosts`), after host:port
+    # the config section a fix names: the exchange sink reads its audit stream with these
+    # settings too, and its user sets `sink.rabbitmq_exchange.*`
+    section: str = "sink.rabbitmq_stream"
 
     @classmethod
     def from_config(cls, rabbit: Any) -> StreamSettings:
@@ -139,8 +142,8 @@ async def connect_leader(
             raise
         log.warning(
             "cannot connect to the stream leader's advertised address %s:%d (%s: %s); going through %s "
-            "instead (set the stream plugin's advertised_host/port, or list the node in sink.rabbitmq_stream.hosts)",
-            *address, type(exc).__name__, exc, settings.where(),
+            "instead (set the stream plugin's advertised_host/port, or list the node in %s.hosts)",
+            *address, type(exc).__name__, exc, settings.where(), settings.section,
         )  # fmt: skip
         unreachable.add(address)
         return None
@@ -162,26 +165,29 @@ def cannot(settings: StreamSettings, what: str, exc: BaseException) -> DeliveryE
     if _node_down(exc):
         return BrokerUnreachable(
             f"cannot {what} on {settings.where()}: {said} (the node is down or restarting; "
-            "check that it runs with the stream plugin and sink.rabbitmq_stream host and port)"
+            f"check that it runs with the stream plugin and {settings.section} host and port)"
         )
     return DeliveryError(
         f"cannot {what} on {settings.where()} as {settings.user}: {said or 'no answer'} "
         + (
-            _tls_fix(exc)
-            or "(check sink.rabbitmq_stream host, port, user, password and that the node runs with the stream plugin)"
+            tls_fix(exc, settings.section)
+            or f"(check {settings.section} host, port, user, password and that the node runs with the stream plugin)"
         )
     )
 
 
-def _tls_fix(exc: BaseException) -> str:
-    """The fix for a failed TLS connection ("" for another failure)."""
-    if isinstance(exc, ssl.SSLCertVerificationError):
+def tls_fix(exc: BaseException, section: str) -> str:
+    """The fix for a failed TLS connection ("" for another failure); `section` names the
+    settings (`sink.rabbitmq_stream`, `sink.rabbitmq_exchange`). A client library may wrap
+    the ssl error (aiormq: AMQPConnectionError from it): the cause is looked at too."""
+    cause = exc.__cause__ if not isinstance(exc, ssl.SSLError) and exc.__cause__ is not None else exc
+    if isinstance(cause, ssl.SSLCertVerificationError):
         return (
-            "(the node's certificate was refused: set sink.rabbitmq_stream.ca_file to its CA and host to a name or "
+            f"(the node's certificate was refused: set {section}.ca_file to its CA and host to a name or "
             "address the certificate holds)"
         )
-    if isinstance(exc, ssl.SSLError):
-        return "(the TLS handshake failed: check sink.rabbitmq_stream.cert_file / key_file and that port serves TLS)"
+    if isinstance(cause, ssl.SSLError):
+        return f"(the TLS handshake failed: check {section}.cert_file / key_file and that port serves TLS)"
     return ""
 
 
@@ -369,7 +375,7 @@ class RabbitStreamReader:
             lambda: self._reading.call(what, coro_fn()),
             self._settings.where(),
             self._wait_s,
-            "sink.rabbitmq_stream.publish_timeout_s",
+            f"{self._settings.section}.publish_timeout_s",
             self._should_stop,
         )
 

@@ -24,16 +24,26 @@ from tests.integration.rabbit_streams import PASSWORD_ENV, rabbit_raw_config
 
 
 class ManagedRabbitMQ(EmbeddedRabbitMQ):
-    """EmbeddedRabbitMQ with rabbitmq_management on a free port of 127.0.0.1."""
+    """EmbeddedRabbitMQ with rabbitmq_management on a free port of 127.0.0.1; started with
+    `tls`, the management API over HTTPS too (`management.ssl.*` on `management_tls_port`,
+    the node's certificate: https://www.rabbitmq.com/management.html#single-listener-https)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.management_port = free_port()
+        self.management_tls_port = 0
 
     def _write_files(self) -> None:
         super()._write_files()
         with self.config_file.open("a") as conf:
             conf.write(f"management.tcp.port = {self.management_port}\nmanagement.tcp.ip = {HOST}\n")
+            if self.tls is not None:
+                self.management_tls_port = free_port()
+                conf.write(
+                    f"management.ssl.port = {self.management_tls_port}\nmanagement.ssl.ip = {HOST}\n"
+                    f"management.ssl.cacertfile = {self.tls.ca}\nmanagement.ssl.certfile = {self.tls.cert}\n"
+                    f"management.ssl.keyfile = {self.tls.key}\n"
+                )
         (self.root / "enabled_plugins").write_text("[rabbitmq_stream,rabbitmq_management].\n")
         _chown_tree(self.root, self._ids)
 

@@ -94,9 +94,51 @@ def test_an_exchange_sink_loads_with_its_settings_and_keeps_the_password_out_of_
             "cert_file and key_file",
         ),
         ({"sink": {"kind": "rabbitmq_exchange", "rabbitmq_exchange": {"management_port": 70000}}}, "management_port"),
+        (
+            {"sink": {"kind": "rabbitmq_exchange", "rabbitmq_exchange": {"hosts": ["rabbit2"]}}},
+            "sink.rabbitmq_exchange.hosts: 'rabbit2' is not \"host:port\"",
+        ),
+        (
+            {"sink": {"kind": "rabbitmq_exchange", "rabbitmq_exchange": {"stream_hosts": ["r2:x"]}}},
+            "sink.rabbitmq_exchange.stream_hosts: 'r2:x' is not \"host:port\" (a node's stream port)",
+        ),
     ],
 )
 def test_settings_that_cannot_work_are_refused_in_one_line(sections, says) -> None:
     with pytest.raises(ConfigError) as info:
         _cfg(**sections)
     assert says in str(info.value) and "\n" not in str(info.value)
+
+
+def test_a_clusters_other_nodes_are_asked_after_host_amqp_and_stream_alike() -> None:
+    cfg = _cfg(sink={"kind": "rabbitmq_exchange", "rabbitmq_exchange": {
+        "host": "r1", "port": 5671, "stream_port": 5551, "hosts": ["r2:5671", "r3:5671"]}})  # fmt: skip
+    settings = ExchangeSettings.from_config(cfg.sink.rabbitmq_exchange)
+    assert settings.addresses() == [("r1", 5671), ("r2", 5671), ("r3", 5671)]
+    assert settings.url(("r2", 5671)).startswith("amqp://guest:@r2:5671/")
+    # the audit stream's nodes: hosts' hosts at stream_port, unless stream_hosts says otherwise
+    assert settings.stream_settings().addresses() == [("r1", 5551), ("r2", 5551), ("r3", 5551)]
+    assert sink_source_options(cfg)["hosts"] == "r2:5551,r3:5551"  # cdc verify asks them too
+    assert "r2:5671" in settings.where()
+    cfg = _cfg(sink={"kind": "rabbitmq_exchange", "rabbitmq_exchange": {
+        "hosts": ["r2:5672"], "stream_hosts": ["r2:6000"]}})  # fmt: skip
+    assert ExchangeSettings.from_config(cfg.sink.rabbitmq_exchange).stream_settings().hosts == (("r2", 6000),)
+
+
+def test_a_node_that_does_not_answer_is_passed_over_and_a_refusal_is_not() -> None:
+    import ssl
+
+    from aiormq.exceptions import AMQPConnectionError, ProbableAuthenticationError
+
+    from connectors.rabbitmq.exchange_sink import _node_down
+
+    def wrapped(exc: BaseException) -> AMQPConnectionError:  # as aiormq's TCP transport raises
+        try:
+            raise AMQPConnectionError(*exc.args) from exc
+        except AMQPConnectionError as out:
+            return out
+
+    assert _node_down(wrapped(ConnectionRefusedError(111, "refused")))
+    assert _node_down(TimeoutError())
+    assert not _node_down(wrapped(ssl.SSLCertVerificationError(1, "certificate verify failed")))
+    assert not _node_down(ProbableAuthenticationError("ACCESS_REFUSED"))
