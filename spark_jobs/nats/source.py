@@ -1,7 +1,7 @@
 """PySpark Python data source `cdc_nats`: the messages of NATS JetStream subjects, read with
-nats-py through an ephemeral pull consumer per range, pulled without nats-py's `fetch` (`_Puller`)
-(acknowledgements off: reading changes
-nothing on the server, and the consumer goes away by itself).
+nats-py through an ephemeral pull consumer per range, pulled without nats-py's `fetch`
+(`_Puller`; acknowledgements off: reading changes nothing on the server, and the consumer
+goes away by itself).
 
     spark.read.format("cdc_nats")
         .option("servers", "nats://127.0.0.1:4222")
@@ -232,10 +232,12 @@ def _parse_header_lines(raw: bytes) -> dict[str, str]:
 class _Puller:
     """An ephemeral pull consumer of one subject, read without nats-py's `fetch`, which
     spends a future, a task and a timeout on every message (`PullSubscription._fetch_n`):
-    each pull is one `$JS.API.CONSUMER.MSG.NEXT` request (ADR-13) whose messages arrive on
-    the request's own reply subject and are taken from nats-py's reader as they arrive
-    (`Client._process_msg(sid, subject, reply, data, headers)` is handed every message),
-    unparsed, into a list. A pull ends with its `batch` messages, or with status 404 / 408
+    each pull is one `$JS.API.CONSUMER.MSG.NEXT` request (ADR-13) to a reply subject of its
+    own under one subscription's inbox. The consumer's messages (each under its own subject,
+    JetStream's reply subject carrying its sequences) and the pull's status come on that
+    subscription and are taken from nats-py's reader as they arrive (`Client._process_msg
+    (sid, subject, reply, data, headers)` is handed every message), unparsed, into a list. A
+    pull ends with its `batch` messages, or with a status to its own reply subject: 404 / 408
     (nothing more now, the request expired); another status is an error."""
 
     def __init__(self, nc: Any, topic: str, stream: str) -> None:
