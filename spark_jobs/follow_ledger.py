@@ -62,6 +62,9 @@ class FollowLedger:
     unverifiable_reasons: dict[str, int] = field(default_factory=dict)
     # continuous compensation (`--repair`): ikey -> when a repair was asked; what came of them
     repair_asked: dict[str, float] = field(default_factory=dict)
+    # repairs handed to the repair path and not yet answered: ikey -> its copy was read
+    # meanwhile (`FollowRules._deliver`); in memory only, a restarted job asks again
+    _repairing: dict[str, bool] = field(default_factory=dict, repr=False)
     repairs: dict[str, int] = field(
         default_factory=lambda: {"requested": 0, "published": 0, "repaired": 0, "repaired_out_of_order": 0, "failed": 0}
     )

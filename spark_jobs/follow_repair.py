@@ -96,6 +96,8 @@ class Compensator:
             with job.lock:
                 st = job.state
                 still = st is not None and (st.open_verdicts.get(ikey) or {}).get("class") == "missing"
+                if still:
+                    st.repair_started(ikey)
             if not still:
                 # delivered late while earlier ones of this pass were repaired (a repair reads
                 # the sink and the binlog: about a second each on RabbitMQ here): nothing to do
@@ -106,7 +108,10 @@ class Compensator:
                 published, failure = False, f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
             with job.lock:
                 st = job.state
-                if st is not None and ikey in st.open_verdicts:
+                copy_read = st is not None and st.repair_answered(ikey)
+                if copy_read:  # its copy was read (and counted repaired) before the answer: it went out
+                    published, failure = True, None
+                if st is not None and (ikey in st.open_verdicts or copy_read):
                     st.repair_outcome(ikey, published, failure, time.time())
                     st.save(job.state_dir())
         return len(todo)

@@ -163,7 +163,13 @@ class FollowRules(FollowLedger):
             # a missing / unverifiable event delivered after its verdict (e.g. by cdc repair)
             self.open_verdicts.pop(ikey)
             self._count(ev["class"], -1, ev.get("reason"))
-            if ev["class"] == "missing" and rec.get("repair") and ikey in self.repair_asked:
+            if (
+                ev["class"] == "missing"
+                and rec.get("repair")
+                and (ikey in self.repair_asked or ikey in self._repairing)
+            ):
+                # asked, or asked and not yet answered: the copy can be read before the repair
+                # path returns (it waits for the broker's confirmation)
                 self._repaired(ikey, ev, rec, now)
                 return
             self.repair_asked.pop(ikey, None)  # found present by the repair, or late from the relay
@@ -284,6 +290,8 @@ class FollowRules(FollowLedger):
         counted `repaired_out_of_order` then, and said in one line, not called reordered."""
         where = f"{rec['topic']}[{rec['partition']}]@{rec['offset']}"
         self.repair_asked.pop(ikey, None)
+        if ikey in self._repairing:
+            self._repairing[ikey] = True
         self._count("repaired")
         self.repairs["repaired"] += 1
         ex = event_example(ev, "repaired", None)
@@ -316,11 +324,21 @@ class FollowRules(FollowLedger):
                 held += 1
         return ready, held
 
+    def repair_started(self, ikey: str) -> None:
+        """`ikey` is handed to the repair path: a copy read before it answers is its copy."""
+        self._repairing[ikey] = False
+
+    def repair_answered(self, ikey: str) -> bool:
+        """The repair path answered for `ikey`: whether its copy was read meanwhile (then the
+        event is `repaired` already, and the outcome is still counted)."""
+        return self._repairing.pop(ikey, False)
+
     def repair_outcome(self, ikey: str, published: bool, failure: str | None, now: float) -> None:
         """What one repair did: asked (the copy is awaited) or failed with its reason (alarm)."""
         self.repairs["requested"] += 1
         if failure is None:
-            self.repair_asked[ikey] = now
+            if ikey in self.open_verdicts:  # else its copy was read already (`repair_answered`)
+                self.repair_asked[ikey] = now
             self.repairs["published"] += int(published)
             return
         self.repair_asked[ikey] = now  # not asked again: a person must act (the alarm says why)

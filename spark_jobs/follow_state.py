@@ -75,7 +75,7 @@ class FollowState(FollowRules):
 
     def __getstate__(self) -> dict[str, Any]:
         st = dict(self.__dict__)
-        for name in ("done", "done_buckets", "_journal", "waiting", "_waiting_changed", "_waiting_whole"):
+        for name in ("done", "done_buckets", "_journal", "waiting", "_waiting_changed", "_waiting_whole", "_repairing"):
             st.pop(name, None)
         return st
 
@@ -93,6 +93,7 @@ class FollowState(FollowRules):
         self.__dict__.setdefault("routed_stream", "")  # ... and before the audit stream's truncation rule
         self.done, self.done_buckets, self._journal = {}, collections.deque(), set()
         self._waiting_changed = set()
+        self._repairing = {}  # repairs in flight are not saved: a restarted job asks again
 
     def save(self, directory: str | os.PathLike[str]) -> Path:
         """The state after this batch: `<batch>.state`, what the batch added to or changed

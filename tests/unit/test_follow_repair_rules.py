@@ -89,3 +89,44 @@ def test_a_pass_skips_an_event_delivered_meanwhile_and_stops_with_the_job(tmp_pa
     assert asked == [a["event_id"]]  # ...one handed to the repair path
     assert job.state.counts["missing"] == 2 and job.state.late_deliveries == 1  # b late; c3 still missing
     assert job.state.repairs["requested"] == 1
+
+
+def test_a_copy_read_before_its_repair_returns_is_counted_repaired(tmp_path) -> None:
+    """The repair path publishes, then waits for its broker's confirmation and returns; the
+    follow job's next micro-batch may read the copy before that (a 1 s trigger, a repair of
+    about a second on RabbitMQ). The copy is still the repair's: `repaired`, not a late
+    delivery, and the repair's outcome is counted once it returns."""
+    from tests.unit.test_follow_state import rec
+
+    job, (a,) = _missing(tmp_path, 100)
+
+    def republish(entry):
+        with job.lock:  # the next micro-batch reads the copy before the repair returns
+            job.state.apply_batch(1, [], [rec(a, 9, repair=True)], now=12.0)
+        return True, None
+
+    assert Compensator(job, Compensation(checkpoint=lambda: (F1, 400), republish=republish)).run_pass() == 1
+    st = job.state
+    assert st.counts["missing"] == 0 and st.counts["repaired"] == 1 and st.late_deliveries == 0, st.counts
+    assert st.repairs["requested"] == 1 and st.repairs["published"] == 1 and st.repairs["repaired"] == 1
+    assert not st.repair_asked  # nothing left awaited
+
+
+def test_a_repair_in_flight_is_not_saved_as_asked(tmp_path) -> None:
+    """A job killed while a repair is in flight starts again without it marked asked: the
+    event is a candidate again (the repair path finds a copy that went out present and does
+    not publish it twice)."""
+    from spark_jobs.follow_state import FollowState
+
+    job, (a,) = _missing(tmp_path, 100)
+    saved = []
+
+    def republish(entry):
+        with job.lock:  # a micro-batch's save while the repair is in flight
+            job.state.save(tmp_path)
+            saved.append(FollowState.load(tmp_path, before=10**9))
+        raise RuntimeError("killed")
+
+    Compensator(job, Compensation(checkpoint=lambda: (F1, 400), republish=republish)).run_pass()
+    again, _held = saved[0].repair_candidates(lambda o: True)
+    assert [e["ikey"] for e in again] == [a["ikey"]]
