@@ -49,7 +49,7 @@ import tempfile
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
@@ -208,68 +208,6 @@ def _sink(args: argparse.Namespace) -> Iterator[tuple[dict[str, Any], dict[str, 
         yield sections, sink.env
 
 
-@contextmanager
-def _standalone(workers: int, work: Path) -> Iterator[tuple[str, list[int]]]:
-    """A Spark standalone master and `workers` workers (1 core, 2 GiB each) started from the
-    PySpark installation's `spark-class`, as tests/integration/test_spark_cluster.py's fixture
-    does: (master URL, the workers' pids), all stopped at the end."""
-    bin_dir = Path(sys.executable).parent
-    port, ui = _free_port(), _free_port()
-    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_WORKER_DIR": str(work / "spark-work"),
-           "SPARK_LOG_DIR": str(work / "spark-logs"), "PYSPARK_PYTHON": sys.executable}  # fmt: skip
-    procs: list[subprocess.Popen] = []
-    logs = []
-
-    def spawn(name: str, *cmd: str) -> subprocess.Popen:
-        log = open(work / f"{name}.log", "wb")  # noqa: SIM115  # the child writes it until it is stopped
-        logs.append(log)
-        proc = subprocess.Popen([str(bin_dir / "spark-class"), *cmd], env=env, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)  # fmt: skip
-        procs.append(proc)
-        return proc
-
-    def state() -> dict:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{ui}/json/", timeout=2) as resp:
-                return json.loads(resp.read())
-        except (OSError, ValueError):  # ValueError: a master just started can answer its HTML page
-            return {}
-
-    def wait(what: str, ok: Callable[[], bool]) -> None:
-        deadline = time.monotonic() + 90
-        while not ok():
-            if time.monotonic() > deadline:
-                raise SystemExit(f"the Spark cluster: no {what} after 90 s: see the logs in {work}")
-            time.sleep(0.5)
-
-    master = f"spark://127.0.0.1:{port}"
-    try:
-        spawn("master", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
-              "--webui-port", str(ui))  # fmt: skip
-        wait("master", lambda: bool(state()))
-        pids = [
-            spawn(f"worker{i}", "org.apache.spark.deploy.worker.Worker", master, "--host", "127.0.0.1", "--cores", "1",
-                  "--memory", "2g", "--webui-port", str(_free_port()), "--work-dir", str(work / f"work{i}")).pid
-            for i in range(1, workers + 1)
-        ]  # fmt: skip
-        wait(f"{workers} alive workers", lambda: state().get("aliveworkers") == workers)
-        yield master, pids
-    finally:
-        for p in procs:
-            try:
-                os.killpg(p.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-        for p in procs:
-            try:
-                p.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
-                p.wait(10)
-        for log in logs:
-            log.close()
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rate", type=int, default=5000)
@@ -343,7 +281,9 @@ def main() -> None:
         sections, sink_env = stack.enter_context(_sink(args))
         executors: list[TreeCpu] = []
         if args.cluster:
-            args.master, worker_pids = stack.enter_context(_standalone(args.cluster, work))
+            from testbed.spark_cluster import standalone_cluster
+
+            args.master, _ui, worker_pids = stack.enter_context(standalone_cluster(args.cluster, work))
             executors = [TreeCpu(pid, "cluster daemons", "executor JVMs", "executor Python workers")
                          for pid in worker_pids]  # fmt: skip
         create_schema(db, "vf", mixed=False)

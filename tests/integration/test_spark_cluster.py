@@ -13,13 +13,13 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.request
 import uuid
 from pathlib import Path
 
 import pytest
 
 from cdc.config import load_config
+from testbed.spark_cluster import cluster_state, standalone_cluster
 from tests.integration.harness import OUTBOX_DDL, ROOT, _to_toml, env_for, insert_events, relay_raw_config, wait_until
 from tests.integration.test_follow import Relay, Writer, _free_port, _metrics
 
@@ -28,62 +28,11 @@ pytestmark = [pytest.mark.integration, pytest.mark.spark]
 BIN = Path(sys.executable).parent
 
 
-def _cluster_state(ui_port: int) -> dict:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{ui_port}/json/", timeout=2) as resp:
-            return json.loads(resp.read())
-    except (OSError, ValueError):  # ValueError: a master just started can answer its HTML page (a CI run)
-        return {}
-
-
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     """`spark://127.0.0.1:<port>` of a master and two workers (1 core, 2 GiB each)."""
-    work = tmp_path_factory.mktemp("spark-cluster")
-    port, ui = _free_port(), _free_port()
-    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_WORKER_DIR": str(work / "work"),
-           "SPARK_LOG_DIR": str(work / "logs"), "PYSPARK_PYTHON": sys.executable}  # fmt: skip
-    procs: list[subprocess.Popen] = []
-    logs = []
-
-    def spawn(name: str, *args: str) -> None:
-        log = open(work / f"{name}.log", "wb")  # the child process writes it until it is stopped
-        logs.append(log)
-        procs.append(subprocess.Popen([str(BIN / "spark-class"), *args], env=env, stdout=log, stderr=subprocess.STDOUT,
-                                      start_new_session=True))  # fmt: skip
-
-    master = f"spark://127.0.0.1:{port}"
-    try:
-        spawn(
-            "master",
-            "org.apache.spark.deploy.master.Master",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--webui-port",
-            str(ui),
-        )
-        wait_until(lambda: _cluster_state(ui), 60, "the Spark master")
-        for i in (1, 2):
-            spawn(f"worker{i}", "org.apache.spark.deploy.worker.Worker", master, "--host", "127.0.0.1", "--cores", "1",
-                  "--memory", "2g", "--webui-port", str(_free_port()), "--work-dir", str(work / f"work{i}"))  # fmt: skip
-        wait_until(lambda: _cluster_state(ui).get("aliveworkers") == 2, 60, "two alive workers")
+    with standalone_cluster(2, tmp_path_factory.mktemp("spark-cluster")) as (master, ui, _pids):
         yield {"master": master, "ui": ui}
-    finally:
-        for p in procs:
-            try:
-                os.killpg(p.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-        for p in procs:
-            try:
-                p.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
-                p.wait(10)
-        for log in logs:
-            log.close()
 
 
 @pytest.fixture
@@ -101,7 +50,7 @@ def published(mariadb, kafka, database, topic_prefix, tmp_path):
 
 
 def _apps(ui: int) -> list[str]:
-    state = _cluster_state(ui)
+    state = cluster_state(ui)
     return [a["name"] for a in state.get("activeapps", []) + state.get("completedapps", [])]
 
 
