@@ -182,7 +182,10 @@ def test_events_the_audit_streams_retention_removed_are_unverifiable_not_missing
         relay.wait_delivered(len(events), timeout=120)
     finally:
         relay.stop()
-    deadline = time.monotonic() + 30
+    # RabbitMQ applies retention in its own process after a segment rolls over, not at the
+    # write: in one fresh-clone run under the whole suite's load nothing was removed within
+    # 30 s (cause not confirmed); 120 s bounds that wait
+    deadline = time.monotonic() + 120
     while (low := _audit_low(cfg)) == 0 and time.monotonic() < deadline:
         time.sleep(0.5)
     assert low > 0, "the audit stream's retention removed nothing: the test shows nothing"
