@@ -97,6 +97,12 @@ class RelayHandle:
         self.reader.close()
         if self.feeds is not None:
             self.feeds.close()
+        # a publisher holding what the next relay waits for (the RabbitMQ exchange sink's
+        # fence) lets it go now, not at the process's exit: a relay run again in the same
+        # process (tests, embedding) would wait for it. The others keep theirs to the exit.
+        release = getattr(self.publisher, "release", None)
+        if release is not None:
+            release()
 
 
 class _LazySerializer:

@@ -102,7 +102,7 @@ def rabbitmq_stream_adapters(cfg: Config, should_stop: Callable[[], bool] = _nev
     )
 
 
-def rabbitmq_exchange_adapters(cfg: Config) -> SinkAdapters:
+def rabbitmq_exchange_adapters(cfg: Config, should_stop: Callable[[], bool] = _never) -> SinkAdapters:
     """A RabbitMQ topic exchange (connectors/rabbitmq/exchange_sink.py): exactly once into the
     audit stream by the checkpoint and the recovery scan of that stream (cdc/delivery/idempotent.py);
     the users' queues bound beside it get every event at least once (docs/sinks.md)."""
@@ -112,6 +112,7 @@ def rabbitmq_exchange_adapters(cfg: Config) -> SinkAdapters:
         ExchangeSettings,
         RabbitExchangePublisher,
         declare,
+        fence_queue,
     )
 
     rabbit = cfg.sink.rabbitmq_exchange
@@ -121,7 +122,11 @@ def rabbitmq_exchange_adapters(cfg: Config) -> SinkAdapters:
         declare(settings, bind_all=cfg.topics.missing == "auto")
     # "create": the publisher binds the audit stream with each routing key before its first message
     bind_keys = cfg.topics.missing == "create"
-    publisher = RabbitExchangePublisher(settings, rabbit.publish_timeout_s, rabbit.max_in_flight, bind_keys)
+    # the fence: the recovery scan waits for the previous relay's connection to end (its last
+    # messages routed), connectors/rabbitmq/exchange_sink.py
+    publisher = RabbitExchangePublisher(
+        settings, rabbit.publish_timeout_s, rabbit.max_in_flight, bind_keys, fence_queue(cfg.source.name), should_stop
+    )
     store = FileCheckpointStore(cfg.checkpoint.path)
     checkpoint = store.load()
     # every topic's recovery scan starts at the checkpoint's highest offset (AuditLog's `floor`)
@@ -157,7 +162,7 @@ def sink_adapters(cfg: Config, metrics: RelayMetrics, should_stop: Callable[[], 
     if cfg.sink.kind == "rabbitmq_stream":
         return rabbitmq_stream_adapters(cfg, should_stop)
     if cfg.sink.kind == "rabbitmq_exchange":
-        return rabbitmq_exchange_adapters(cfg)
+        return rabbitmq_exchange_adapters(cfg, should_stop)
     if cfg.sink.kind == "nats_jetstream":
         return nats_adapters(cfg, should_stop)
     raise NotImplementedError(f"sink.kind = {cfg.sink.kind!r} is not wired yet")

@@ -24,12 +24,24 @@ the audit stream, and never above the true offset otherwise (another writer only
 relay's messages further). A checkpoint's offsets are where a recovery scan starts, so a low
 one costs a longer scan, never a missed message.
 
+The fence. A relay killed (or a connection lost) leaves on the node what it had sent and the
+node had not yet read: a node frozen or loaded reads a dead connection's socket, and routes what
+it finds there, after the dead process is gone. A recovery scan that read the audit stream
+before that would send those messages again. So the relay's publishing connection declares an
+exclusive queue named after its source (`fence`, "cdc-relay.<source.name>.fence"), which
+RabbitMQ lets one connection hold at a time and deletes when that connection ends: a node ends a
+connection only once it has read its socket to the end and its channel has routed what it read
+(`rabbit_reader` terminates its channels, which handle the frames queued before, and waits for
+them). Until the relay holds the fence, the previous connection lives on the node, and the relay
+neither scans nor publishes; it waits up to `publish_timeout_s`, naming the fence.
+
 A lost connection inside a run (the node restarted or was cut off): the unconfirmed messages
 may or may not have been routed. AMQP 0-9-1 has no de-duplication, so sending them all again
 would put copies in every queue, the audit stream too. Instead, once connected again, the
 audit stream is read from the oldest unconfirmed message's offset to its end: a message whose
 `message_id` it holds was routed (reported delivered at that offset), the others are sent
-again, in order. What this means for the other queues bound to the exchange when the *node*
+again, in order; the new connection takes the fence first (the old one may be alive on a node
+that was cut off). What this means for the other queues bound to the exchange when the *node*
 crashed is in docs/sinks.md ("What your queues get").
 
 `topics.missing`: "dead_letter" requires the exchange and the audit stream (the publisher
@@ -49,7 +61,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,6 +69,7 @@ from cdc.errors import ConfigError, DeliveryError
 from cdc.events.identity import identity_key_from_headers
 from cdc.events.sink_fields import message_properties
 from cdc.ports import Delivery, DeliveryCallback, DeliveryFailure
+from connectors.broker_wait import never
 from connectors.loop_thread import LoopThread
 from connectors.rabbitmq.stream_reader import RabbitStreamReader, StreamSettings, tls_fix
 
@@ -67,6 +80,7 @@ _REQUEST_TIMEOUT_S = 30.0
 _CONNECT_TIMEOUT_S = 10.0  # one node's connection and AMQP handshake; then the next node is tried
 _RECONNECT_EVERY_S = 1.0
 _EXPIRY_EVERY_S = 0.5
+_FENCE_EVERY_S = 0.2  # how often a start asks for the fence a previous connection holds
 # RabbitMQ 3.10's max_message_size is 128 MiB; a stream keeps a message in one chunk, and
 # the relay's envelopes are far smaller: a bound that keeps the audit stream's chunks sane
 MAX_MESSAGE_BYTES = 16 * 1_048_576
@@ -91,6 +105,11 @@ def message_id(headers: dict[str, str]) -> str | None:
     `source|file|pos|row` (cdc.events.identity.identity_key_from_headers); None without one."""
     key = identity_key_from_headers(headers)
     return None if key is None else "|".join(str(part) for part in key)
+
+
+def fence_queue(source_name: str) -> str:
+    """The exclusive queue a relay's publishing connection holds (module docstring, "The fence")."""
+    return f"cdc-relay.{source_name}.fence"
 
 
 @dataclass(frozen=True)
@@ -333,9 +352,16 @@ class RabbitExchangePublisher:
         publish_timeout_s: float = 60.0,
         max_in_flight: int = 5_000,
         bind_keys: bool = False,
+        fence: str | None = None,
+        should_stop: Callable[[], bool] = never,
     ):
+        """`fence`: the exclusive queue the publishing connection holds (module docstring;
+        the relay's, never `cdc repair`'s); `should_stop`: a stop asked for while the start
+        waits for it."""
         _aiormq()
         self._settings = settings
+        self._fence = fence
+        self._should_stop = should_stop
         # topics.missing = "create": the audit stream is bound with each routing key before
         # the key's first message (queue.bind is idempotent; the binding is durable)
         self._bind_keys = bind_keys
@@ -356,6 +382,8 @@ class RabbitExchangePublisher:
         self._last_expiry = 0.0
         self._broken: str | None = None  # a refusal that stops the relay
         self.skipped_after_reconnect = 0  # unconfirmed messages the audit stream held: not sent again
+        self._fence_waited = False  # a reconnect found the fence held: said once
+        self._released = False
         # shared with the relay's thread
         self._lock = threading.Condition()
         self._handoff: collections.deque[_Message] = collections.deque()
@@ -364,10 +392,13 @@ class RabbitExchangePublisher:
         self._pending = 0
         self._lost = threading.Event()  # the connection broke: `poll` reconnects
         try:
-            self._loop.call(self._open(), _REQUEST_TIMEOUT_S + _CONNECT_TIMEOUT_S * len(settings.addresses()))
+            wait_s = publish_timeout_s if fence else 0.0
+            self._loop.call(self._open(), _REQUEST_TIMEOUT_S + _CONNECT_TIMEOUT_S * len(settings.addresses()) + wait_s)
         except Exception as exc:
             self._loop.stop()
             self._audit.close()
+            if isinstance(exc, DeliveryError):
+                raise
             raise _cannot(settings, "connect", exc) from exc
 
     # -- the relay's thread ---------------------------------------------------------------
@@ -456,6 +487,14 @@ class RabbitExchangePublisher:
 
     def close(self) -> None:
         self.flush(5.0)
+        self.release()
+
+    def release(self) -> None:
+        """Close the connection at once, and with it the fence, which a successor in the same
+        process waits for (cdc_cli/app.py RelayHandle.close, after the run)."""
+        if self._released:
+            return
+        self._released = True
         try:
             self._loop.call(self._close(), 10)
         except Exception:
@@ -525,11 +564,19 @@ class RabbitExchangePublisher:
             connection, channel = self._loop.call(_connect(self._settings), connect_s)
             if not self._loop.call(_exists(self._settings, "exchange", self._settings.exchange), connect_s):
                 self._broken = f"exchange {self._settings.exchange!r} no longer exists"
+            if self._fence and not self._loop.call(self._take_fence(connection), connect_s):
+                # the lost connection still lives on the node (cut off, not restarted): what it
+                # sent may yet be routed; asked again at the next attempt
+                raise _FenceHeld(self._fence)
             _low, end = self._audit.watermarks("", 0)
             start = min((m.slot for m in waiting), default=end)
             held = {h.get("message_id"): offset for offset, _k, h in self._audit.routed(start, end)} if waiting else {}
         except Exception as exc:
-            log.debug("reconnect failed: %s", exc)
+            if isinstance(exc, _FenceHeld):
+                (log.debug if self._fence_waited else log.info)("%s", exc)  # said once per outage
+                self._fence_waited = True
+            else:
+                log.debug("reconnect failed: %s", exc)
             if connection is not None:
                 self._loop.call(_close_quietly(connection), 10)
             with self._lock:
@@ -555,6 +602,7 @@ class RabbitExchangePublisher:
             time.monotonic() - self._down_since, _peer(connection), len(waiting) - len(again), len(again),
         )  # fmt: skip
         self._down_since = None
+        self._fence_waited = False
         self._lost.clear()
         self._loop.call(self._resume(connection, channel, end, again), _REQUEST_TIMEOUT_S)
 
@@ -575,9 +623,41 @@ class RabbitExchangePublisher:
                 f"audit stream {settings.audit_stream!r} does not exist on vhost {settings.vhost}: declare it "
                 '(x-queue-type "stream") bound to the exchange for every routing key, or set topics.missing = "create"'
             )
+        if self._fence:
+            try:
+                await self._wait_fence(connection)
+            except BaseException:
+                await _close_quietly(connection)
+                raise
         end = await self._audit_end()
         log.info("publishing to %s through %s", settings.where(), _peer(connection))
         await self._resume(connection, channel, end, [])
+
+    async def _wait_fence(self, connection: Any) -> None:
+        """Hold the fence before the recovery scan: wait (up to `publish_timeout_s`) while a
+        previous connection holds it (module docstring)."""
+        assert self._fence is not None
+        deadline = time.monotonic() + self._timeout
+        t0, said = time.monotonic(), False
+        while not await self._take_fence(connection):
+            if time.monotonic() >= deadline or self._should_stop():
+                why = "a stop was asked for" if self._should_stop() else f"{self._timeout:g} s passed"
+                raise DeliveryError(
+                    f"another connection to {self._settings.host}:{self._settings.port} still holds the relay's fence "
+                    f"queue {self._fence!r} ({why}): a previous relay of this source whose connection the node has not "
+                    "closed yet, or a second relay; stop it, or close its connection (rabbitmqctl close_connection), "
+                    "or raise sink.rabbitmq_exchange.publish_timeout_s"
+                )
+            if not said:
+                log.info("%s", _FenceHeld(self._fence))
+                said = True
+            await asyncio.sleep(_FENCE_EVERY_S)
+        if said:
+            log.info("holding the fence %r after %.1f s", self._fence, time.monotonic() - t0)
+
+    async def _take_fence(self, connection: Any) -> bool:
+        assert self._fence is not None
+        return await take_fence(self._settings, connection, self._fence)
 
     async def _audit_end(self) -> int:
         # the stream reader runs on its own loop: called from a worker thread, not this loop
@@ -648,6 +728,36 @@ class RabbitExchangePublisher:
                 await asyncio.wait_for(connection.close(), 3)
             except Exception:
                 pass
+
+
+async def take_fence(settings: ExchangeSettings, connection: Any, fence: str) -> bool:
+    """Declare the fence queue exclusive to `connection`, on a channel of its own (a refusal
+    closes the channel): True once declared, False while another connection holds it; a
+    refused permission is a DeliveryError naming it."""
+    aiormq = _aiormq()
+    channel = await connection.channel()
+    try:
+        # classic, whatever the vhost's default: an exclusive queue cannot be a quorum queue
+        await channel.queue_declare(fence, exclusive=True, arguments={"x-queue-type": "classic"})
+    except aiormq.exceptions.ChannelLockedResource:
+        return False
+    except aiormq.exceptions.ChannelAccessRefused as exc:
+        raise DeliveryError(
+            f"cannot declare the relay's fence queue {fence!r} on vhost {settings.vhost} as {settings.user}: {exc} "
+            "(grant the relay's user the configure permission on it: docs/sinks.md, \"The relay's fence queue\")"
+        ) from None
+    await channel.close()
+    return True
+
+
+class _FenceHeld(Exception):
+    """Another connection holds the relay's fence (module docstring)."""
+
+    def __init__(self, fence: str):
+        super().__init__(
+            f"waiting for the node to close the previous connection, which holds the fence {fence!r}: what it sent "
+            "is routed before the audit stream is read"
+        )
 
 
 def _peer(connection: Any) -> str:
@@ -735,22 +845,39 @@ def check_rabbitmq_exchange(cfg: Any) -> list[Any]:
     settings = ExchangeSettings.from_config(cfg.sink.rabbitmq_exchange)
     creates = cfg.topics.missing in ("create", "auto")
 
-    async def look() -> tuple[str, bool, bool]:
+    fence = fence_queue(cfg.source.name)
+
+    async def look() -> tuple[str, str, bool, bool]:
         connection, _channel = await _connect(settings)
         peer = _peer(connection)  # with `hosts`, the first node that answered
-        await connection.close()
+        try:
+            held = "free" if await take_fence(settings, connection, fence) else "held"
+        except DeliveryError as exc:
+            held = str(exc)
+        await connection.close()  # the fence goes with it
         return (
             peer,
+            held,
             await _exists(settings, "exchange", settings.exchange),
             await _exists(settings, "queue", settings.audit_stream),
         )
 
     try:
         timeout = _REQUEST_TIMEOUT_S + _CONNECT_TIMEOUT_S * len(settings.addresses())
-        peer, exchange, audit = asyncio.run(asyncio.wait_for(look(), timeout))
+        peer, held, exchange, audit = asyncio.run(asyncio.wait_for(look(), timeout))
     except Exception as exc:
         return [CheckResult("rabbitmq", False, str(_cannot(settings, "connect", exc)))]
     results = [CheckResult("rabbitmq", True, f"{peer} answers AMQP 0-9-1 as {settings.user}")]
+    if held == "free":
+        results.append(
+            CheckResult("rabbitmq_fence", True, f"fence queue {fence!r} can be declared (no relay holds it)")
+        )
+    elif held == "held":
+        results.append(
+            CheckResult("rabbitmq_fence", True, f"fence queue {fence!r} is held by a connection (a relay runs)")
+        )
+    else:
+        results.append(CheckResult("rabbitmq_fence", False, held))
     for what, name, there in (
         ("exchange", settings.exchange, exchange),
         ("audit stream", settings.audit_stream, audit),

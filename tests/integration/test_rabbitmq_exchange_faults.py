@@ -28,7 +28,7 @@ import pytest
 
 from cdc import crashpoints
 from tests.integration.final_relay import catch_up_and_check
-from tests.integration.harness import OUTBOX_DDL, RelayProcess
+from tests.integration.harness import OUTBOX_DDL, RelayProcess, wait_until
 from tests.integration.rabbit_exchange import audit_records, declare, drain_queue, event_id_of, exchange_raw_config
 from tests.integration.rabbit_streams import rabbit_env
 from tests.integration.test_faults import LONG, Writer
@@ -119,3 +119,50 @@ def test_audit_stream_exactly_once_and_queue_at_least_once_across_relay_kills_cr
     # docs/sinks.md: only a node crash can leave an event out of the consumer's queue, and at
     # most what was unconfirmed then (max_in_flight per node kill)
     assert len(missing_in_queue) <= node_faults * 5_000, len(missing_in_queue)
+
+
+def test_a_relay_killed_while_the_node_holds_its_unread_messages_is_not_repeated_by_the_next(
+    mariadb, rabbitmq_managed, database, topic_prefix, tmp_path
+):
+    """The node routes what a dead relay sent after the next relay has started: a memory alarm
+    (`vm_memory_high_watermark` 0) makes it stop reading publishers' sockets, as a frozen or
+    loaded node does. The next relay must not read the audit stream before the node has read
+    the dead relay's socket to its end, or it publishes those messages again (before the fence,
+    462 copies in the audit stream here). It waits for the fence, says so, and publishes no copy."""
+    node = rabbitmq_managed
+    with mariadb.connect(database) as conn, conn.cursor() as cur:
+        cur.execute(OUTBOX_DDL.format(name="outbox"))
+    declare(node, topic_prefix, audit_keys=["#"], queue_keys=["#"])
+    raw = exchange_raw_config(mariadb, node, database, topic_prefix, tmp_path / "cp.json")
+    env = rabbit_env(mariadb, node)
+    writer = Writer(lambda: mariadb.connect(database), 10**9, xa=0.0)
+    writer.start()
+    second = None
+    try:
+        first = RelayProcess(raw, env, tmp_path)
+        _wait_publishing(first, tmp_path / "cp.json")
+        time.sleep(1.0)
+        node.ctl(["set_vm_memory_high_watermark", "0"])  # publishers' sockets are no longer read
+        try:
+            time.sleep(3.0)  # the relay's messages pile up unread on the node
+            first.kill()
+            second = RelayProcess(raw, env, tmp_path)
+            wait_until(lambda: "holds the fence" in second.log_text() or not second.alive(), 60, "the fence wait")
+            assert second.alive(), second.log_text()[-3000:]
+            time.sleep(1.0)
+            assert "recovering from checkpoint" not in second.log_text()  # no scan while the fence is held
+        finally:
+            node.ctl(["set_vm_memory_high_watermark", "0.4"])
+        wait_until(lambda: "recovery complete" in second.log_text() or not second.alive(), 120, "the recovery")
+        assert second.alive(), second.log_text()[-3000:]
+        time.sleep(2.0)
+        second.kill()
+    finally:
+        writer.stop_flag.set()
+        writer.finish()
+        if second is not None and second.alive():
+            second.kill()
+    result = catch_up_and_check(mariadb, database, raw, env, tmp_path, lambda: audit_records(node, topic_prefix), 300)
+    print(f"\nRabbitMQ exchange, a relay killed while its messages wait unread on the node: {result.summary()}")
+    assert result.committed >= 1000
+    assert result.clean, result.summary()

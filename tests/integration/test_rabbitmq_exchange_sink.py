@@ -17,7 +17,7 @@ import pytest
 from cdc.config import load_config
 from cdc.events.identity import identity_key_from_headers
 from connectors.rabbitmq.exchange_sink import check_rabbitmq_exchange
-from tests.integration.harness import OUTBOX_DDL, RelayThread, insert_events
+from tests.integration.harness import OUTBOX_DDL, RelayProcess, RelayThread, insert_events
 from tests.integration.independent_checker import check, committed_outbox_events
 from tests.integration.rabbit_exchange import (
     audit_messages,
@@ -27,7 +27,7 @@ from tests.integration.rabbit_exchange import (
     event_id_of,
     exchange_raw_config,
 )
-from tests.integration.rabbit_streams import rabbit_env
+from tests.integration.rabbit_streams import PASSWORD_ENV, rabbit_env
 
 pytestmark = [pytest.mark.integration]
 
@@ -178,3 +178,56 @@ def test_the_relay_declares_the_exchange_and_the_audit_stream_when_topics_missin
         assert all("reaches the audit stream" in line for line in lines), lines
     else:
         assert any("not bound yet (the relay binds it)" in line for line in lines), lines
+
+
+def test_the_fence_queue_check_says_free_held_or_refused_and_a_refused_relay_stops_in_one_line(
+    mariadb, rabbitmq_managed, database, topic_prefix, tmp_path
+):
+    """The relay's fence (docs/sinks.md, "The relay's fence queue"): `cdc check` says whether
+    it can be declared, or is held; a user without the configure permission on it gets one FAIL
+    line from `cdc check` and one `cdc:` line from `cdc run` (exit 1) naming the queue and the
+    permission."""
+    import asyncio
+
+    import aiormq
+
+    from connectors.rabbitmq.exchange_sink import fence_queue
+
+    node = rabbitmq_managed
+    _outbox(mariadb, database)
+    declare(node, topic_prefix, audit_keys=["#"], queue_keys=[])
+    raw = exchange_raw_config(mariadb, node, database, topic_prefix, tmp_path / "cp.json")
+    cfg = load_config(raw, rabbit_env(mariadb, node))
+    fence = fence_queue(cfg.source.name)
+
+    def fence_lines(cfg) -> list[tuple[bool, str]]:
+        return [(r.ok, r.message) for r in check_rabbitmq_exchange(cfg) if r.name == "rabbitmq_fence"]
+
+    assert fence_lines(cfg) == [(True, f"fence queue {fence!r} can be declared (no relay holds it)")]
+
+    async def hold_and_check() -> list[tuple[bool, str]]:
+        connection = await aiormq.connect(f"amqp://{node.user}:{node.password}@{node.host}:{node.amqp_port}/")
+        try:
+            channel = await connection.channel()
+            await channel.queue_declare(fence, exclusive=True)
+            return await asyncio.get_running_loop().run_in_executor(None, fence_lines, cfg)
+        finally:
+            await connection.close()
+
+    assert asyncio.run(hold_and_check()) == [(True, f"fence queue {fence!r} is held by a connection (a relay runs)")]
+
+    # a user that may write to the exchange and read the audit stream, and configure nothing
+    user, password = f"u{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
+    node.ctl(["add_user", user, password])
+    node.ctl(["set_permissions", "-p", "/", user, "^$", ".*", ".*"])
+    raw["sink"]["rabbitmq_exchange"]["user"] = user
+    env = {**rabbit_env(mariadb, node), PASSWORD_ENV: password}
+    restricted = load_config(raw, env)
+    [(ok, line)] = fence_lines(restricted)
+    assert not ok and f"cannot declare the relay's fence queue {fence!r}" in line and "configure permission" in line
+    relay = RelayProcess(raw, env, tmp_path)
+    assert relay.wait(120) == 1
+    text = relay.log_text()
+    assert "Traceback" not in text and password not in text, text[-3000:]
+    [cdc_line] = [ln for ln in text.splitlines() if ln.startswith("cdc:")]
+    assert f"fence queue {fence!r}" in cdc_line and "configure permission" in cdc_line, cdc_line
