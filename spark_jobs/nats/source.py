@@ -33,6 +33,7 @@ the subject is left after the one it read (`num_pending` 0: deleted messages at 
 from __future__ import annotations
 
 import asyncio
+import datetime
 import json
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -218,8 +219,10 @@ def pulled_record(topic: str, reply: bytes, data: bytes, raw_headers: bytes | No
     try:
         stamp = (TIMESTAMP_CREATE_TIME, int(headers[H_TIMESTAMP]))
     except (KeyError, ValueError):
-        # as Msg.metadata.timestamp (a datetime of ns / 1e9) then `.timestamp() * 1000`
-        stamp = (TIMESTAMP_LOG_APPEND_TIME, int(stored_ns / 1_000_000_000.0 * 1000))
+        # as Msg.metadata.timestamp (a datetime of ns / 1e9, which rounds to the microsecond)
+        # then `.timestamp() * 1000`: the float alone can be a millisecond lower
+        stored = datetime.datetime.fromtimestamp(stored_ns / 1_000_000_000.0, datetime.UTC)
+        stamp = (TIMESTAMP_LOG_APPEND_TIME, int(stored.timestamp() * 1000))
     return from_properties(topic, 0, seq, stamp, headers, data), pending
 
 
