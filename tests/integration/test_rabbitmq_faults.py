@@ -115,3 +115,50 @@ def test_exactly_once_across_relay_kills_crash_points_and_node_faults(
     assert result.committed >= (events * 0.9 if LONG else 1000)
     assert all(n == rounds for n in reached.values()), reached
     assert result.clean, result.summary()
+
+
+def test_a_relay_killed_while_the_node_holds_its_unread_messages_is_not_repeated_by_the_next(
+    mariadb, rabbitmq, database, topic_prefix, tmp_path
+):
+    """The node reads a dead relay's socket after the next relay started: a memory alarm
+    (`vm_memory_high_watermark` 0) blocks publishing connections, as a frozen or loaded node
+    reads late. The next relay's recovery scan cannot see those messages; the streams'
+    de-duplication by producer name and publishing id (docs/sink-delivery.md) must keep the
+    copies out, and nothing may be lost."""
+    with mariadb.connect(database) as conn, conn.cursor() as cur:
+        cur.execute(OUTBOX_DDL.format(name="outbox"))
+    topics = [f"{topic_prefix}.order", f"{topic_prefix}.payment", f"{topic_prefix}.dlq"]
+    create_topic(rabbitmq, topics[0])
+    create_topic(rabbitmq, topics[1], partitions=3)
+    raw = rabbit_raw_config(
+        mariadb, rabbitmq, database, topic_prefix, tmp_path / "cp.json", topics__missing="dead_letter"
+    )
+    env = rabbit_env(mariadb, rabbitmq)
+    writer = Writer(lambda: mariadb.connect(database), 10**9, xa=0.0)
+    writer.start()
+    second = None
+    try:
+        first = RelayProcess(raw, env, tmp_path)
+        _wait_publishing(first, tmp_path / "cp.json")
+        time.sleep(1.0)
+        rabbitmq.ctl(["set_vm_memory_high_watermark", "0"])  # publishers' sockets are no longer read
+        try:
+            time.sleep(3.0)  # the relay's messages pile up unread on the node
+            first.kill()
+            second = RelayProcess(raw, env, tmp_path)
+            time.sleep(4.0)  # its start, its recovery scan, what it publishes waits unread too
+        finally:
+            rabbitmq.ctl(["set_vm_memory_high_watermark", "0.4"])
+        wait_until(lambda: "recovery complete" in second.log_text() or not second.alive(), 120, "the recovery")
+        assert second.alive(), second.log_text()[-3000:]
+        time.sleep(2.0)
+        second.kill()
+    finally:
+        writer.stop_flag.set()
+        writer.finish()
+        if second is not None and second.alive():
+            second.kill()
+    result = catch_up_and_check(mariadb, database, raw, env, tmp_path, lambda: stream_records(rabbitmq, topics), 300)
+    print(f"\nRabbitMQ Streams, a relay killed while its messages wait unread on the node: {result.summary()}")
+    assert result.committed >= 1000
+    assert result.clean, result.summary()
