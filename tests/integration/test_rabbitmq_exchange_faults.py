@@ -21,6 +21,7 @@ one cut-off). The long run, over >= 50k events with 30 random kills, 2 rounds of
 from __future__ import annotations
 
 import random
+import subprocess
 import time
 from collections import defaultdict
 
@@ -164,5 +165,57 @@ def test_a_relay_killed_while_the_node_holds_its_unread_messages_is_not_repeated
             second.kill()
     result = catch_up_and_check(mariadb, database, raw, env, tmp_path, lambda: audit_records(node, topic_prefix), 300)
     print(f"\nRabbitMQ exchange, a relay killed while its messages wait unread on the node: {result.summary()}")
+    assert result.committed >= 1000
+    assert result.clean, result.summary()
+
+
+def test_a_connection_lost_inside_a_run_waits_for_the_node_to_read_it_before_its_scan(
+    mariadb, rabbitmq_managed, database, topic_prefix, tmp_path
+):
+    """The reconnect inside a run takes the fence again before its scan: the relay's AMQP
+    socket is torn down on the relay's side (`ss -K`) while the node, under a memory alarm,
+    has not read what the relay sent on it. The relay connects again at once; the old
+    connection still lives on the node, so the relay waits (and says so) until the node has
+    ended it; its scan then decides, and there is no copy. Here the node ends the reset
+    connection without routing what it had not read (the relay's line: 0 unconfirmed routed,
+    5000 sent again), so this shows the wait inside a run and its outcome; the race itself (a
+    node that routes a dead connection's unread messages) is the start's test above."""
+    node = rabbitmq_managed
+    with mariadb.connect(database) as conn, conn.cursor() as cur:
+        cur.execute(OUTBOX_DDL.format(name="outbox"))
+    declare(node, topic_prefix, audit_keys=["#"], queue_keys=["#"])
+    raw = exchange_raw_config(mariadb, node, database, topic_prefix, tmp_path / "cp.json")
+    env = rabbit_env(mariadb, node)
+    writer = Writer(lambda: mariadb.connect(database), 10**9, xa=0.0)
+    writer.start()
+    relay = RelayProcess(raw, env, tmp_path)
+    try:
+        _wait_publishing(relay, tmp_path / "cp.json")
+        time.sleep(1.0)
+        node.ctl(["set_vm_memory_high_watermark", "0"])  # publishers' sockets are no longer read
+        try:
+            time.sleep(2.0)  # the relay's messages pile up unread on the node
+            # the relay's side of its connections to the node's AMQP port, torn down
+            cut = subprocess.run(
+                ["ss", "-K", "dst", "127.0.0.1", "dport", "=", str(node.amqp_port)], capture_output=True, text=True
+            )
+            assert cut.returncode == 0, cut.stderr
+            wait_until(lambda: "holds the fence" in relay.log_text() or not relay.alive(), 60, "the fence wait")
+            assert relay.alive(), relay.log_text()[-3000:]
+            time.sleep(1.0)
+        finally:
+            node.ctl(["set_vm_memory_high_watermark", "0.4"])
+        wait_until(lambda: "reachable again" in relay.log_text() or not relay.alive(), 120, "the reconnect")
+        assert relay.alive(), relay.log_text()[-3000:]
+        time.sleep(2.0)
+    finally:
+        relay.kill()
+        writer.stop_flag.set()
+        writer.finish()
+    result = catch_up_and_check(mariadb, database, raw, env, tmp_path, lambda: audit_records(node, topic_prefix), 300)
+    line = next(ln for ln in relay.log_text().splitlines() if "reachable again" in ln)
+    print(
+        f"\nRabbitMQ exchange, a connection lost while the node holds its messages unread: {result.summary()}\n{line}"
+    )
     assert result.committed >= 1000
     assert result.clean, result.summary()
