@@ -122,8 +122,9 @@ def rabbitmq_exchange_adapters(cfg: Config, should_stop: Callable[[], bool] = _n
         declare(settings, bind_all=cfg.topics.missing == "auto")
     # "create": the publisher binds the audit stream with each routing key before its first message
     bind_keys = cfg.topics.missing == "create"
-    # the fence: the recovery scan waits for the previous relay's connection to end (its last
-    # messages routed), connectors/rabbitmq/exchange_sink.py
+    # the fence: the audit stream is read (the recovery scan) only once the previous relay's
+    # connection has ended, connectors/rabbitmq/exchange_sink.py; taken at that first read, so
+    # after the lease (a standby makes its publisher and waits)
     publisher = RabbitExchangePublisher(
         settings, rabbit.publish_timeout_s, rabbit.max_in_flight, bind_keys, fence_queue(cfg.source.name), should_stop
     )
@@ -132,7 +133,7 @@ def rabbitmq_exchange_adapters(cfg: Config, should_stop: Callable[[], bool] = _n
     # every topic's recovery scan starts at the checkpoint's highest offset (AuditLog's `floor`)
     floor = max((o for ps in checkpoint.offsets.values() for o in ps.values()), default=0) if checkpoint else 0
     return SinkAdapters(
-        publisher, AuditLog(settings, floor), store, None, idempotent_delivery,
+        publisher, AuditLog(settings, floor, publisher.hold_fence), store, None, idempotent_delivery,
         settings.where(), rabbit.publish_timeout_s,
     )  # fmt: skip
 

@@ -29,11 +29,14 @@ node had not yet read: a node frozen or loaded reads a dead connection's socket,
 it finds there, after the dead process is gone. A recovery scan that read the audit stream
 before that would send those messages again. So the relay's publishing connection declares an
 exclusive queue named after its source (`fence`, "cdc-relay.<source.name>.fence"), which
-RabbitMQ lets one connection hold at a time and deletes when that connection ends: a node ends a
-connection only once it has read its socket to the end and its channel has routed what it read
-(`rabbit_reader` terminates its channels, which handle the frames queued before, and waits for
-them). Until the relay holds the fence, the previous connection lives on the node, and the relay
-neither scans nor publishes; it waits up to `publish_timeout_s`, naming the fence.
+RabbitMQ lets one connection hold at a time and deletes when that connection ends. A node ends a
+connection only after its channels have handled what they were given (`rabbit_reader`
+`terminate_channels` shuts each down and waits for it); what it had not read from the socket
+by then is dropped, not routed. So once the fence is free, nothing of the old connection is
+still to come. The relay takes it before its first look at the audit stream or its first message, whichever
+comes first (`hold_fence`: after the lease, which a standby waits for with its publisher made),
+and until it holds it, it neither scans nor publishes; it waits up to `publish_timeout_s`, saying so
+once and then naming the fence if it must stop.
 
 A lost connection inside a run (the node restarted or was cut off): the unconfirmed messages
 may or may not have been routed. AMQP 0-9-1 has no de-duplication, so sending them all again
@@ -65,7 +68,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from cdc.errors import ConfigError, DeliveryError
+from cdc.errors import CdcError, ConfigError, DeliveryError
 from cdc.events.identity import identity_key_from_headers
 from cdc.events.sink_fields import message_properties
 from cdc.ports import Delivery, DeliveryCallback, DeliveryFailure
@@ -274,9 +277,12 @@ class AuditLog:
     whatever its topic: a topic's scan starts there at the earliest, not at its own older
     offset (a quiet topic's last message may be far back in the shared stream)."""
 
-    def __init__(self, settings: ExchangeSettings, floor: int = 0):
+    def __init__(self, settings: ExchangeSettings, floor: int = 0, before_read: Callable[[], None] | None = None):
+        """`before_read`: called before every look at the stream (the relay's: the publisher's
+        `hold_fence`, so that nothing is read before the fence is held)."""
         self._settings = settings
         self._floor = floor
+        self._before_read = before_read
         self._streams = RabbitStreamReader(settings.stream_settings())
         self._cached: tuple[int, int, list[tuple[int, str, dict[str, str]]]] | None = None
         self._topics: set[str] = set()
@@ -286,10 +292,14 @@ class AuditLog:
         return 1 if self._streams.partition_count(self._settings.audit_stream) == 1 else None
 
     def watermarks(self, topic: str, partition: int = 0) -> tuple[int, int]:
+        if self._before_read is not None:
+            self._before_read()
         return self._streams.watermarks(self._settings.audit_stream, 0)
 
     def routed(self, start: int, end: int) -> list[tuple[int, str, dict[str, str]]]:
         """(offset, routing key, headers as text) of each message in [start, end)."""
+        if self._before_read is not None:
+            self._before_read()
         cached = self._cached
         if cached is not None and cached[0] <= start and end <= cached[1]:
             return [m for m in cached[2] if start <= m[0] < end]
@@ -383,6 +393,7 @@ class RabbitExchangePublisher:
         self._broken: str | None = None  # a refusal that stops the relay
         self.skipped_after_reconnect = 0  # unconfirmed messages the audit stream held: not sent again
         self._fence_waited = False  # a reconnect found the fence held: said once
+        self._fence_on: Any = None  # the connection that holds the fence
         self._released = False
         # shared with the relay's thread
         self._lock = threading.Condition()
@@ -392,13 +403,10 @@ class RabbitExchangePublisher:
         self._pending = 0
         self._lost = threading.Event()  # the connection broke: `poll` reconnects
         try:
-            wait_s = publish_timeout_s if fence else 0.0
-            self._loop.call(self._open(), _REQUEST_TIMEOUT_S + _CONNECT_TIMEOUT_S * len(settings.addresses()) + wait_s)
+            self._loop.call(self._open(), _REQUEST_TIMEOUT_S + _CONNECT_TIMEOUT_S * len(settings.addresses()))
         except Exception as exc:
             self._loop.stop()
             self._audit.close()
-            if isinstance(exc, DeliveryError):
-                raise
             raise _cannot(settings, "connect", exc) from exc
 
     # -- the relay's thread ---------------------------------------------------------------
@@ -414,6 +422,8 @@ class RabbitExchangePublisher:
     ) -> None:
         from pamqp import commands as spec
 
+        if self._fence_on is None and self._fence is not None:
+            self.hold_fence()  # before the first message, whether or not a scan came first
         with self._lock:
             self._pending += 1
         body = value or b""
@@ -484,6 +494,27 @@ class RabbitExchangePublisher:
         with self._lock:
             self._unconfirmed.clear()
             self._done, self._pending = [], 0
+
+    def hold_fence(self) -> None:
+        """Take the fence on the publishing connection, waiting up to `publish_timeout_s`
+        while a previous connection holds it (module docstring): at the first look at the
+        audit stream (the relay's AuditLog calls it) or the first message, whichever comes
+        first, so after the lease, which a standby waits for with its publisher made. A
+        connection made again inside the run takes it itself (`_recover`); a DeliveryError
+        when it cannot be had."""
+        connection = self._connection
+        if not self._fence or connection is None or connection is self._fence_on:
+            return
+        try:
+            self._loop.call(self._wait_fence(connection), self._timeout + _REQUEST_TIMEOUT_S)
+        except CdcError:
+            raise  # refused (ConfigError: exit 2), or held past publish_timeout_s
+        except Exception as exc:  # the connection broke meanwhile: `poll` connects again and takes it there
+            self._lost.set()
+            raise DeliveryError(
+                f"cannot take the fence {self._fence!r} on {self._settings.where()}: {type(exc).__name__}: {exc}"
+            ) from None
+        self._fence_on = connection
 
     def close(self) -> None:
         self.flush(5.0)
@@ -568,6 +599,7 @@ class RabbitExchangePublisher:
                 # the lost connection still lives on the node (cut off, not restarted): what it
                 # sent may yet be routed; asked again at the next attempt
                 raise _FenceHeld(self._fence)
+            fence_on = connection
             _low, end = self._audit.watermarks("", 0)
             start = min((m.slot for m in waiting), default=end)
             held = {h.get("message_id"): offset for offset, _k, h in self._audit.routed(start, end)} if waiting else {}
@@ -603,6 +635,7 @@ class RabbitExchangePublisher:
         )  # fmt: skip
         self._down_since = None
         self._fence_waited = False
+        self._fence_on = fence_on if self._fence else None
         self._lost.clear()
         self._loop.call(self._resume(connection, channel, end, again), _REQUEST_TIMEOUT_S)
 
@@ -623,12 +656,6 @@ class RabbitExchangePublisher:
                 f"audit stream {settings.audit_stream!r} does not exist on vhost {settings.vhost}: declare it "
                 '(x-queue-type "stream") bound to the exchange for every routing key, or set topics.missing = "create"'
             )
-        if self._fence:
-            try:
-                await self._wait_fence(connection)
-            except BaseException:
-                await _close_quietly(connection)
-                raise
         end = await self._audit_end()
         log.info("publishing to %s through %s", settings.where(), _peer(connection))
         await self._resume(connection, channel, end, [])
@@ -733,7 +760,7 @@ class RabbitExchangePublisher:
 async def take_fence(settings: ExchangeSettings, connection: Any, fence: str) -> bool:
     """Declare the fence queue exclusive to `connection`, on a channel of its own (a refusal
     closes the channel): True once declared, False while another connection holds it; a
-    refused permission is a DeliveryError naming it."""
+    refused permission is a ConfigError naming it (the relay stops, exit 2)."""
     aiormq = _aiormq()
     channel = await connection.channel()
     try:
@@ -742,7 +769,7 @@ async def take_fence(settings: ExchangeSettings, connection: Any, fence: str) ->
     except aiormq.exceptions.ChannelLockedResource:
         return False
     except aiormq.exceptions.ChannelAccessRefused as exc:
-        raise DeliveryError(
+        raise ConfigError(
             f"cannot declare the relay's fence queue {fence!r} on vhost {settings.vhost} as {settings.user}: {exc} "
             "(grant the relay's user the configure permission on it: docs/sinks.md, \"The relay's fence queue\")"
         ) from None
@@ -755,8 +782,8 @@ class _FenceHeld(Exception):
 
     def __init__(self, fence: str):
         super().__init__(
-            f"waiting for the node to close the previous connection, which holds the fence {fence!r}: what it sent "
-            "is routed before the audit stream is read"
+            f"waiting for the node to close the previous connection, which holds the fence {fence!r}: the audit "
+            "stream is read once nothing it sent can still be routed"
         )
 
 
@@ -852,7 +879,7 @@ def check_rabbitmq_exchange(cfg: Any) -> list[Any]:
         peer = _peer(connection)  # with `hosts`, the first node that answered
         try:
             held = "free" if await take_fence(settings, connection, fence) else "held"
-        except DeliveryError as exc:
+        except ConfigError as exc:
             held = str(exc)
         await connection.close()  # the fence goes with it
         return (

@@ -219,3 +219,45 @@ def test_a_connection_lost_inside_a_run_waits_for_the_node_to_read_it_before_its
     )
     assert result.committed >= 1000
     assert result.clean, result.summary()
+
+
+def test_a_standby_relay_outwaits_publish_timeout_and_takes_over_without_a_copy(
+    mariadb, rabbitmq_managed, database, topic_prefix, tmp_path
+):
+    """A standby (the lease held by a running relay) makes its publisher and waits for the
+    lease, not for the fence: it is still waiting well past `publish_timeout_s`, and when the
+    active relay is killed it takes the lease, then the fence, scans and publishes: the audit
+    stream clean."""
+    node = rabbitmq_managed
+    with mariadb.connect(database) as conn, conn.cursor() as cur:
+        cur.execute(OUTBOX_DDL.format(name="outbox"))
+    declare(node, topic_prefix, audit_keys=["#"], queue_keys=["#"])
+    raw = exchange_raw_config(
+        mariadb, node, database, topic_prefix, tmp_path / "cp.json", sink__rabbitmq_exchange__publish_timeout_s=4.0
+    )
+    env = rabbit_env(mariadb, node)
+    writer = Writer(lambda: mariadb.connect(database), 10**9, xa=0.0)
+    writer.start()
+    active = RelayProcess(raw, env, tmp_path)
+    standby = None
+    try:
+        _wait_publishing(active, tmp_path / "cp.json")
+        standby = RelayProcess(raw, env, tmp_path)
+        wait_until(lambda: "standby: the lease" in standby.log_text() or not standby.alive(), 60, "the standby")
+        time.sleep(8.0)  # twice publish_timeout_s
+        assert standby.alive(), standby.log_text()[-3000:]
+        assert "fence" not in standby.log_text()
+        active.kill()
+        wait_until(lambda: "recovery complete" in standby.log_text() or not standby.alive(), 60, "the takeover")
+        assert standby.alive(), standby.log_text()[-3000:]
+        time.sleep(2.0)
+    finally:
+        active.kill()
+        if standby is not None:
+            standby.kill()
+        writer.stop_flag.set()
+        writer.finish()
+    result = catch_up_and_check(mariadb, database, raw, env, tmp_path, lambda: audit_records(node, topic_prefix), 300)
+    print(f"\nRabbitMQ exchange, a standby's takeover: {result.summary()}")
+    assert result.committed >= 1000
+    assert result.clean, result.summary()
