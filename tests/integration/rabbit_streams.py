@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -122,3 +124,15 @@ def cluster_stream_records(cluster, topics: list[str]) -> list[TopicRecord]:
     for topic in topics:
         out += stream_records(cluster.stream_leader(topic), [topic])
     return out
+
+
+@contextmanager
+def publishers_unread(node) -> Iterator[None]:
+    """While inside, `node` reads no publisher's socket: a memory alarm (`vm_memory_high_watermark`
+    0 blocks every publishing connection, https://www.rabbitmq.com/memory.html), as a frozen or
+    loaded node reads late; what publishers send piles up unread. The default (0.4) again after."""
+    node.ctl(["set_vm_memory_high_watermark", "0"])
+    try:
+        yield
+    finally:
+        node.ctl(["set_vm_memory_high_watermark", "0.4"])

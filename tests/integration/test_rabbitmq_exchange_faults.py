@@ -31,7 +31,7 @@ from cdc import crashpoints
 from tests.integration.final_relay import catch_up_and_check
 from tests.integration.harness import OUTBOX_DDL, RelayProcess, wait_until
 from tests.integration.rabbit_exchange import audit_records, declare, drain_queue, event_id_of, exchange_raw_config
-from tests.integration.rabbit_streams import rabbit_env
+from tests.integration.rabbit_streams import publishers_unread, rabbit_env
 from tests.integration.test_faults import LONG, Writer
 from tests.integration.test_rabbitmq_faults import POINTS, _crash_at, _wait_publishing
 
@@ -122,6 +122,18 @@ def test_audit_stream_exactly_once_and_queue_at_least_once_across_relay_kills_cr
     assert len(missing_in_queue) <= node_faults * 5_000, len(missing_in_queue)
 
 
+def _writing(mariadb, node, database: str, prefix: str, tmp_path, **overrides):
+    """The outbox, the exchange with the audit stream and a queue bound with '#', the relay's
+    config and environment, and a writer committing outbox transactions (started)."""
+    with mariadb.connect(database) as conn, conn.cursor() as cur:
+        cur.execute(OUTBOX_DDL.format(name="outbox"))
+    declare(node, prefix, audit_keys=["#"], queue_keys=["#"])
+    raw = exchange_raw_config(mariadb, node, database, prefix, tmp_path / "cp.json", **overrides)
+    writer = Writer(lambda: mariadb.connect(database), 10**9, xa=0.0)
+    writer.start()
+    return raw, rabbit_env(mariadb, node), writer
+
+
 def test_a_relay_killed_while_the_node_holds_its_unread_messages_is_not_repeated_by_the_next(
     mariadb, rabbitmq_managed, database, topic_prefix, tmp_path
 ):
@@ -131,20 +143,13 @@ def test_a_relay_killed_while_the_node_holds_its_unread_messages_is_not_repeated
     the dead relay's socket to its end, or it publishes those messages again (before the fence,
     462 copies in the audit stream here). It waits for the fence, says so, and publishes no copy."""
     node = rabbitmq_managed
-    with mariadb.connect(database) as conn, conn.cursor() as cur:
-        cur.execute(OUTBOX_DDL.format(name="outbox"))
-    declare(node, topic_prefix, audit_keys=["#"], queue_keys=["#"])
-    raw = exchange_raw_config(mariadb, node, database, topic_prefix, tmp_path / "cp.json")
-    env = rabbit_env(mariadb, node)
-    writer = Writer(lambda: mariadb.connect(database), 10**9, xa=0.0)
-    writer.start()
+    raw, env, writer = _writing(mariadb, node, database, topic_prefix, tmp_path)
     second = None
     try:
         first = RelayProcess(raw, env, tmp_path)
         _wait_publishing(first, tmp_path / "cp.json")
         time.sleep(1.0)
-        node.ctl(["set_vm_memory_high_watermark", "0"])  # publishers' sockets are no longer read
-        try:
+        with publishers_unread(node):
             time.sleep(3.0)  # the relay's messages pile up unread on the node
             first.kill()
             second = RelayProcess(raw, env, tmp_path)
@@ -152,8 +157,6 @@ def test_a_relay_killed_while_the_node_holds_its_unread_messages_is_not_repeated
             assert second.alive(), second.log_text()[-3000:]
             time.sleep(1.0)
             assert "recovering from checkpoint" not in second.log_text()  # no scan while the fence is held
-        finally:
-            node.ctl(["set_vm_memory_high_watermark", "0.4"])
         wait_until(lambda: "recovery complete" in second.log_text() or not second.alive(), 120, "the recovery")
         assert second.alive(), second.log_text()[-3000:]
         time.sleep(2.0)
@@ -181,19 +184,12 @@ def test_a_connection_lost_inside_a_run_waits_for_the_node_to_read_it_before_its
     5000 sent again), so this shows the wait inside a run and its outcome; the race itself (a
     node that routes a dead connection's unread messages) is the start's test above."""
     node = rabbitmq_managed
-    with mariadb.connect(database) as conn, conn.cursor() as cur:
-        cur.execute(OUTBOX_DDL.format(name="outbox"))
-    declare(node, topic_prefix, audit_keys=["#"], queue_keys=["#"])
-    raw = exchange_raw_config(mariadb, node, database, topic_prefix, tmp_path / "cp.json")
-    env = rabbit_env(mariadb, node)
-    writer = Writer(lambda: mariadb.connect(database), 10**9, xa=0.0)
-    writer.start()
+    raw, env, writer = _writing(mariadb, node, database, topic_prefix, tmp_path)
     relay = RelayProcess(raw, env, tmp_path)
     try:
         _wait_publishing(relay, tmp_path / "cp.json")
         time.sleep(1.0)
-        node.ctl(["set_vm_memory_high_watermark", "0"])  # publishers' sockets are no longer read
-        try:
+        with publishers_unread(node):
             time.sleep(2.0)  # the relay's messages pile up unread on the node
             # the relay's side of its connections to the node's AMQP port, torn down
             cut = subprocess.run(
@@ -203,8 +199,6 @@ def test_a_connection_lost_inside_a_run_waits_for_the_node_to_read_it_before_its
             wait_until(lambda: "holds the fence" in relay.log_text() or not relay.alive(), 60, "the fence wait")
             assert relay.alive(), relay.log_text()[-3000:]
             time.sleep(1.0)
-        finally:
-            node.ctl(["set_vm_memory_high_watermark", "0.4"])
         wait_until(lambda: "reachable again" in relay.log_text() or not relay.alive(), 120, "the reconnect")
         assert relay.alive(), relay.log_text()[-3000:]
         time.sleep(2.0)
@@ -229,15 +223,9 @@ def test_a_standby_relay_outwaits_publish_timeout_and_takes_over_without_a_copy(
     active relay is killed it takes the lease, then the fence, scans and publishes: the audit
     stream clean."""
     node = rabbitmq_managed
-    with mariadb.connect(database) as conn, conn.cursor() as cur:
-        cur.execute(OUTBOX_DDL.format(name="outbox"))
-    declare(node, topic_prefix, audit_keys=["#"], queue_keys=["#"])
-    raw = exchange_raw_config(
-        mariadb, node, database, topic_prefix, tmp_path / "cp.json", sink__rabbitmq_exchange__publish_timeout_s=4.0
+    raw, env, writer = _writing(
+        mariadb, node, database, topic_prefix, tmp_path, sink__rabbitmq_exchange__publish_timeout_s=4.0
     )
-    env = rabbit_env(mariadb, node)
-    writer = Writer(lambda: mariadb.connect(database), 10**9, xa=0.0)
-    writer.start()
     active = RelayProcess(raw, env, tmp_path)
     standby = None
     try:

@@ -24,7 +24,13 @@ import pytest
 from cdc import crashpoints
 from tests.integration.final_relay import catch_up_and_check
 from tests.integration.harness import OUTBOX_DDL, RelayProcess, wait_until
-from tests.integration.rabbit_streams import create_topic, rabbit_env, rabbit_raw_config, stream_records
+from tests.integration.rabbit_streams import (
+    create_topic,
+    publishers_unread,
+    rabbit_env,
+    rabbit_raw_config,
+    stream_records,
+)
 from tests.integration.test_faults import LONG, Writer
 
 pytestmark = [pytest.mark.integration, pytest.mark.fault, pytest.mark.slow]
@@ -51,20 +57,24 @@ def _wait_publishing(relay: RelayProcess, checkpoint: Path) -> None:
     assert relay.alive(), relay.log_text()[-3000:]
 
 
+def _world(mariadb, rabbitmq, database: str, prefix: str, tmp_path) -> tuple[list[str], dict, dict[str, str]]:
+    """The outbox, a stream for `.order` and three for `.payment` (`.dlq` is not created), the
+    relay's config and environment."""
+    with mariadb.connect(database) as conn, conn.cursor() as cur:
+        cur.execute(OUTBOX_DDL.format(name="outbox"))
+    topics = [f"{prefix}.order", f"{prefix}.payment", f"{prefix}.dlq"]
+    create_topic(rabbitmq, topics[0])
+    create_topic(rabbitmq, topics[1], partitions=3)
+    raw = rabbit_raw_config(mariadb, rabbitmq, database, prefix, tmp_path / "cp.json", topics__missing="dead_letter")
+    return topics, raw, rabbit_env(mariadb, rabbitmq)
+
+
 def test_exactly_once_across_relay_kills_crash_points_and_node_faults(
     mariadb, rabbitmq, database, topic_prefix, tmp_path
 ):
     assert set(POINTS) == set(crashpoints.POINTS) - {"txn_before_commit", "txn_after_commit"}
     events, kills, rounds, node_faults = (50_000, 30, 2, 2) if LONG else (3_000, 3, 1, 1)
-    with mariadb.connect(database) as conn, conn.cursor() as cur:
-        cur.execute(OUTBOX_DDL.format(name="outbox"))
-    topics = [f"{topic_prefix}.order", f"{topic_prefix}.payment", f"{topic_prefix}.dlq"]
-    create_topic(rabbitmq, topics[0])
-    create_topic(rabbitmq, topics[1], partitions=3)
-    raw = rabbit_raw_config(
-        mariadb, rabbitmq, database, topic_prefix, tmp_path / "cp.json", topics__missing="dead_letter"
-    )
-    env = rabbit_env(mariadb, rabbitmq)
+    topics, raw, env = _world(mariadb, rabbitmq, database, topic_prefix, tmp_path)
     rng = random.Random(29)
     schedule = [p for _ in range(rounds) for p in POINTS] + ["kill"] * kills + ["restart", "pause"] * node_faults
     rng.shuffle(schedule)
@@ -125,15 +135,7 @@ def test_a_relay_killed_while_the_node_holds_its_unread_messages_is_not_repeated
     reads late. The next relay's recovery scan cannot see those messages; the streams'
     de-duplication by producer name and publishing id (docs/sink-delivery.md) must keep the
     copies out, and nothing may be lost."""
-    with mariadb.connect(database) as conn, conn.cursor() as cur:
-        cur.execute(OUTBOX_DDL.format(name="outbox"))
-    topics = [f"{topic_prefix}.order", f"{topic_prefix}.payment", f"{topic_prefix}.dlq"]
-    create_topic(rabbitmq, topics[0])
-    create_topic(rabbitmq, topics[1], partitions=3)
-    raw = rabbit_raw_config(
-        mariadb, rabbitmq, database, topic_prefix, tmp_path / "cp.json", topics__missing="dead_letter"
-    )
-    env = rabbit_env(mariadb, rabbitmq)
+    topics, raw, env = _world(mariadb, rabbitmq, database, topic_prefix, tmp_path)
     writer = Writer(lambda: mariadb.connect(database), 10**9, xa=0.0)
     writer.start()
     second = None
@@ -141,14 +143,11 @@ def test_a_relay_killed_while_the_node_holds_its_unread_messages_is_not_repeated
         first = RelayProcess(raw, env, tmp_path)
         _wait_publishing(first, tmp_path / "cp.json")
         time.sleep(1.0)
-        rabbitmq.ctl(["set_vm_memory_high_watermark", "0"])  # publishers' sockets are no longer read
-        try:
+        with publishers_unread(rabbitmq):
             time.sleep(3.0)  # the relay's messages pile up unread on the node
             first.kill()
             second = RelayProcess(raw, env, tmp_path)
             time.sleep(4.0)  # its start, its recovery scan, what it publishes waits unread too
-        finally:
-            rabbitmq.ctl(["set_vm_memory_high_watermark", "0.4"])
         wait_until(lambda: "recovery complete" in second.log_text() or not second.alive(), 120, "the recovery")
         assert second.alive(), second.log_text()[-3000:]
         time.sleep(2.0)
