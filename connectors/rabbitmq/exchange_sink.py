@@ -502,19 +502,35 @@ class RabbitExchangePublisher:
         first, so after the lease, which a standby waits for with its publisher made. A
         connection made again inside the run takes it itself (`_recover`); a DeliveryError
         when it cannot be had."""
-        connection = self._connection
-        if not self._fence or connection is None or connection is self._fence_on:
+        if not self._fence:
             return
-        try:
-            self._loop.call(self._wait_fence(connection), self._timeout + _REQUEST_TIMEOUT_S)
-        except CdcError:
-            raise  # refused (ConfigError: exit 2), or held past publish_timeout_s
-        except Exception as exc:  # the connection broke meanwhile: `poll` connects again and takes it there
+        deadline = time.monotonic() + self._timeout
+        while True:
+            connection = self._connection
+            if connection is not None and connection is self._fence_on:
+                return
+            if connection is not None and not self._lost.is_set() and not getattr(connection, "is_closed", False):
+                try:
+                    self._loop.call(self._wait_fence(connection), self._timeout + _REQUEST_TIMEOUT_S)
+                except CdcError:
+                    raise  # refused (ConfigError: exit 2), or held past publish_timeout_s
+                except Exception as exc:  # the connection broke meanwhile: connected again below
+                    log.debug("fence: %s", exc)
+                else:
+                    self._fence_on = connection
+                    return
+            # the connection is gone (the node restarted while this relay was a standby): a new
+            # one, which takes the fence before it is used (`_recover`)
             self._lost.set()
-            raise DeliveryError(
-                f"cannot take the fence {self._fence!r} on {self._settings.where()}: {type(exc).__name__}: {exc}"
-            ) from None
-        self._fence_on = connection
+            self._recover()
+            if self._connection is not None and self._connection is self._fence_on:
+                return
+            if time.monotonic() >= deadline:
+                raise DeliveryError(
+                    f"cannot take the fence {self._fence!r}: no connection to {self._settings.where()} held it within "
+                    f"{self._timeout:g} s (sink.rabbitmq_exchange.publish_timeout_s)"
+                )
+            time.sleep(_FENCE_EVERY_S)
 
     def close(self) -> None:
         self.flush(5.0)

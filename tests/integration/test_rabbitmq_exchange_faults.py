@@ -219,9 +219,10 @@ def test_a_standby_relay_outwaits_publish_timeout_and_takes_over_without_a_copy(
     mariadb, rabbitmq_managed, database, topic_prefix, tmp_path
 ):
     """A standby (the lease held by a running relay) makes its publisher and waits for the
-    lease, not for the fence: it is still waiting well past `publish_timeout_s`, and when the
-    active relay is killed it takes the lease, then the fence, scans and publishes: the audit
-    stream clean."""
+    lease, not for the fence: it is still waiting well past `publish_timeout_s`. The node is
+    then SIGKILLed and restarted, which ends the standby's idle connection too; when the active
+    relay is gone, the standby takes the lease, connects again, takes the fence, scans and
+    publishes: the audit stream clean."""
     node = rabbitmq_managed
     raw, env, writer = _writing(
         mariadb, node, database, topic_prefix, tmp_path, sink__rabbitmq_exchange__publish_timeout_s=4.0
@@ -235,6 +236,11 @@ def test_a_standby_relay_outwaits_publish_timeout_and_takes_over_without_a_copy(
         time.sleep(8.0)  # twice publish_timeout_s
         assert standby.alive(), standby.log_text()[-3000:]
         assert "fence" not in standby.log_text()
+        # the standby's connection goes with the node (the active relay, with publish_timeout_s
+        # 4 s, may stop on it: exit 1, the lease released; either way the standby goes on)
+        node.restart(graceful=False)
+        time.sleep(3.0)
+        assert standby.alive(), standby.log_text()[-3000:]
         active.kill()
         wait_until(lambda: "recovery complete" in standby.log_text() or not standby.alive(), 60, "the takeover")
         assert standby.alive(), standby.log_text()[-3000:]
