@@ -133,7 +133,8 @@ def rabbitmq_exchange_adapters(cfg: Config, should_stop: Callable[[], bool] = _n
     # every topic's recovery scan starts at the checkpoint's highest offset (AuditLog's `floor`)
     floor = max((o for ps in checkpoint.offsets.values() for o in ps.values()), default=0) if checkpoint else 0
     return SinkAdapters(
-        publisher, AuditLog(settings, floor, publisher.hold_fence), store, None, idempotent_delivery,
+        publisher, AuditLog(settings, floor, publisher.hold_fence, rabbit.publish_timeout_s, should_stop), store, None,
+        idempotent_delivery,
         settings.where(), rabbit.publish_timeout_s,
     )  # fmt: skip
 

@@ -277,13 +277,22 @@ class AuditLog:
     whatever its topic: a topic's scan starts there at the earliest, not at its own older
     offset (a quiet topic's last message may be far back in the shared stream)."""
 
-    def __init__(self, settings: ExchangeSettings, floor: int = 0, before_read: Callable[[], None] | None = None):
+    def __init__(
+        self,
+        settings: ExchangeSettings,
+        floor: int = 0,
+        before_read: Callable[[], None] | None = None,
+        wait_s: float = 0.0,
+        should_stop: Callable[[], bool] = never,
+    ):
         """`before_read`: called before every look at the stream (the relay's: the publisher's
-        `hold_fence`, so that nothing is read before the fence is held)."""
+        `hold_fence`, so that nothing is read before the fence is held). `wait_s`: how long a
+        look waits for a node that is down or restarting (the relay's: `publish_timeout_s`,
+        as publishing does; connectors/broker_wait.py)."""
         self._settings = settings
         self._floor = floor
         self._before_read = before_read
-        self._streams = RabbitStreamReader(settings.stream_settings())
+        self._streams = RabbitStreamReader(settings.stream_settings(), wait_s=wait_s, should_stop=should_stop)
         self._cached: tuple[int, int, list[tuple[int, str, dict[str, str]]]] | None = None
         self._topics: set[str] = set()
 
@@ -391,6 +400,7 @@ class RabbitExchangePublisher:
         self._last_attempt = 0.0
         self._last_expiry = 0.0
         self._broken: str | None = None  # a refusal that stops the relay
+        self._timed_out: str | None = None  # a message timed out: this and every later one fail (`_expire`)
         self.skipped_after_reconnect = 0  # unconfirmed messages the audit stream held: not sent again
         self._fence_waited = False  # a reconnect found the fence held: said once
         self._fence_on: Any = None  # the connection that holds the fence
@@ -426,6 +436,9 @@ class RabbitExchangePublisher:
             self.hold_fence()  # before the first message, whether or not a scan came first
         with self._lock:
             self._pending += 1
+        if self._timed_out is not None:  # after a message that timed out: none is sent (`_expire`)
+            self._report(on_delivery, Delivery(topic, 0, -1, DeliveryFailure("TIMED_OUT", self._timed_out)))
+            return
         body = value or b""
         if len(body) > MAX_MESSAGE_BYTES:
             failure = DeliveryFailure(
@@ -569,20 +582,30 @@ class RabbitExchangePublisher:
         return None
 
     def _expire(self) -> None:
-        """Messages past their deadline fail: the relay stops (exit 1), its checkpoint before them."""
+        """A message past its deadline fails, and with it every message after it, sent or
+        not, and every one handed over later: none may reach the audit stream before it (the
+        next relay's recovery would send it after them, out of order per key). Nothing more is
+        sent; the relay stops (exit 1), its checkpoint before them."""
         now = time.monotonic()
-        if now - self._last_expiry < _EXPIRY_EVERY_S:
+        if now - self._last_expiry < _EXPIRY_EVERY_S and self._timed_out is None:
             return  # a look at every unconfirmed message: not on every poll
         self._last_expiry = now
-        with self._lock:
-            late = [k for k, m in self._unconfirmed.items() if m.deadline < now]
-            expired = [self._unconfirmed.pop(k) for k in late]
-        if self._handoff and self._handoff[0].deadline < now and self._channel is None:
-            while self._handoff:
-                expired.append(self._handoff.popleft())
-        why = self._broken or f"not confirmed within {self._timeout:g} s (sink.rabbitmq_exchange.publish_timeout_s)"
+        if self._timed_out is None:
+            with self._lock:
+                late = any(m.deadline < now for m in self._unconfirmed.values())
+            if not late and not (self._handoff and self._handoff[0].deadline < now and self._channel is None):
+                return
+            self._timed_out = self._broken or (
+                f"not confirmed within {self._timeout:g} s (sink.rabbitmq_exchange.publish_timeout_s)"
+            )
+        with self._lock:  # in publishing order (a dict keeps it)
+            expired = list(self._unconfirmed.values())
+            self._unconfirmed.clear()
+        while self._handoff:
+            expired.append(self._handoff.popleft())
         for message in expired:
-            self._report(message.on_delivery, Delivery(message.topic, 0, -1, DeliveryFailure("TIMED_OUT", why)))
+            failure = DeliveryFailure("TIMED_OUT", self._timed_out)
+            self._report(message.on_delivery, Delivery(message.topic, 0, -1, failure))
 
     def _recover(self) -> None:
         """Connect again; what the audit stream holds of the unconfirmed is reported delivered
@@ -644,6 +667,11 @@ class RabbitExchangePublisher:
                 self._report(message.on_delivery, Delivery(message.topic, 0, offset))
             else:
                 again.append(message)
+        if self._timed_out is not None:  # after a timeout nothing is sent again: it fails with it (`_expire`)
+            for message in again:
+                failure = DeliveryFailure("TIMED_OUT", self._timed_out)
+                self._report(message.on_delivery, Delivery(message.topic, 0, -1, failure))
+            again = []
         log.info(
             "RabbitMQ is reachable again after %.1f s, publishing through %s: %d unconfirmed message(s) were routed "
             "(the audit stream holds them), %d are sent again",
@@ -717,7 +745,7 @@ class RabbitExchangePublisher:
         self._wake = False  # first: a message handed over from now on wakes the loop again
         if self._channel is None:
             return  # sent after `_recover`
-        while self._handoff:
+        while self._handoff and self._timed_out is None:
             self._send(self._handoff.popleft())
 
     def _send(self, message: _Message) -> None:

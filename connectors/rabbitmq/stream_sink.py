@@ -773,6 +773,17 @@ class RabbitStreamPublisher:
                 f"(sink.rabbitmq_stream.publish_timeout_s)"
                 + (f"; last: {self._last_error}" if self._down_since else "")
             )
+            # Every later message fails with it, sent or not, and nothing more is sent: a
+            # younger one stored first would put it after them when the next relay sends it
+            # again (out of order per key). A deadline is the hand-over's time plus the timeout:
+            # the hand-over's order.
+            self._broken = why
+            for stream in self._streams.values():
+                expired += stream.unconfirmed.values()
+                stream.unconfirmed.clear()
+            expired += self._queue
+            self._queue.clear()
+            expired.sort(key=lambda m: m.deadline)
             for message in expired:
                 self._fail(message, DeliveryFailure("TIMED_OUT", why))
 

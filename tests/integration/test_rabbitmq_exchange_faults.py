@@ -20,6 +20,7 @@ one cut-off). The long run, over >= 50k events with 30 random kills, 2 rounds of
 
 from __future__ import annotations
 
+import json
 import random
 import subprocess
 import time
@@ -224,23 +225,21 @@ def test_a_standby_relay_outwaits_publish_timeout_and_takes_over_without_a_copy(
     relay is gone, the standby takes the lease, connects again, takes the fence, scans and
     publishes: the audit stream clean."""
     node = rabbitmq_managed
-    raw, env, writer = _writing(
-        mariadb, node, database, topic_prefix, tmp_path, sink__rabbitmq_exchange__publish_timeout_s=4.0
-    )
-    active = RelayProcess(raw, env, tmp_path)
+    raw, env, writer = _writing(mariadb, node, database, topic_prefix, tmp_path)
+    active = RelayProcess(raw, env, tmp_path)  # publish_timeout_s 60 s: it rides out the restart
     standby = None
     try:
         _wait_publishing(active, tmp_path / "cp.json")
-        standby = RelayProcess(raw, env, tmp_path)
+        standby_raw = json.loads(json.dumps(raw))
+        standby_raw["sink"]["rabbitmq_exchange"]["publish_timeout_s"] = 4.0
+        standby = RelayProcess(standby_raw, env, tmp_path)
         wait_until(lambda: "standby: the lease" in standby.log_text() or not standby.alive(), 60, "the standby")
         time.sleep(8.0)  # twice publish_timeout_s
         assert standby.alive(), standby.log_text()[-3000:]
         assert "fence" not in standby.log_text()
-        # the standby's connection goes with the node (the active relay, with publish_timeout_s
-        # 4 s, may stop on it: exit 1, the lease released; either way the standby goes on)
-        node.restart(graceful=False)
+        node.restart(graceful=False)  # the standby's idle connection goes with the node
         time.sleep(3.0)
-        assert standby.alive(), standby.log_text()[-3000:]
+        assert active.alive() and standby.alive(), (active.log_text() + standby.log_text())[-3000:]
         active.kill()
         wait_until(lambda: "recovery complete" in standby.log_text() or not standby.alive(), 60, "the takeover")
         assert standby.alive(), standby.log_text()[-3000:]
@@ -254,4 +253,34 @@ def test_a_standby_relay_outwaits_publish_timeout_and_takes_over_without_a_copy(
     result = catch_up_and_check(mariadb, database, raw, env, tmp_path, lambda: audit_records(node, topic_prefix), 300)
     print(f"\nRabbitMQ exchange, a standby's takeover: {result.summary()}")
     assert result.committed >= 1000
+    assert result.clean, result.summary()
+
+
+def test_a_message_timed_out_in_a_node_restart_fails_every_later_one_so_per_key_order_holds(
+    mariadb, rabbitmq_managed, database, topic_prefix, tmp_path
+):
+    """`publish_timeout_s` (2 s) shorter than a node's restart (SIGKILL, then up again): the
+    messages unconfirmed at the crash time out while the relay connects again. Every later
+    message must fail with them and none be sent, or the younger ones reach the audit stream
+    before the older ones, which the next relay then sends after them (per-key order broken).
+    The relay stops (exit 1); the next one catches up: clean."""
+    node = rabbitmq_managed
+    raw, env, writer = _writing(
+        mariadb, node, database, topic_prefix, tmp_path, sink__rabbitmq_exchange__publish_timeout_s=2.0
+    )
+    relay = RelayProcess(raw, env, tmp_path)
+    try:
+        _wait_publishing(relay, tmp_path / "cp.json")
+        time.sleep(1.0)
+        node.restart(graceful=False)
+        assert relay.wait(120) == 1, relay.log_text()[-3000:]
+        assert "TIMED_OUT" in relay.log_text(), relay.log_text()[-3000:]
+        time.sleep(1.0)
+    finally:
+        relay.kill()
+        writer.stop_flag.set()
+        writer.finish()
+    result = catch_up_and_check(mariadb, database, raw, env, tmp_path, lambda: audit_records(node, topic_prefix), 300)
+    print(f"\nRabbitMQ exchange, messages timed out in a node restart: {result.summary()}")
+    assert result.committed >= 500
     assert result.clean, result.summary()
