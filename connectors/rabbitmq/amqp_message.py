@@ -16,13 +16,16 @@ verifier's `cdc_rabbitmq` source does); tests/unit/test_rabbitmq_stream_sink.py 
 round trip.
 
 `encode_record` makes the same bytes straight from a record's key, headers and value (the
-relay's publish path): each name's encoded bytes are made once, a UTF-8 value is used as
-it is, and no map of text is built in between.
+relay's publish path): a transaction's headers are encoded once for all its messages, each
+name's encoded bytes are made once, a UTF-8 value is used as it is, and no map of text is
+built in between.
 """
 
 from __future__ import annotations
 
 import struct
+
+from cdc.events.sink_fields import H_KEY, H_NULL_VALUE
 
 _PROPERTIES = b"\x00\x53\x73"
 _APPLICATION_PROPERTIES = b"\x00\x53\x74"
@@ -56,18 +59,65 @@ def encode(properties: dict[str, str], body: bytes, creation_time_ms: int) -> by
 
 _TRUE = b"true"
 _STR32_OF = struct.Struct(">BI")  # str32's constructor and length
-# (name, value) -> the entry's bytes: most headers repeat (the source, the binlog file, the
-# transaction's position for each of its events, the table, the event type, the format)
-_entries: dict[tuple[str, bytes], bytes] = {}
-_ENTRIES_KEPT = 4096
+_TIMESTAMP_MS = struct.Struct(">q")
+# the properties section up to creation-time's value: a list8 of 10 fields, 9 nulls, then
+# creation-time (1 + 8 bytes), as `_CREATED` packs it
+_CREATED_HEAD = _PROPERTIES + bytes((_LIST8, 1 + 9 + 9, 10)) + _NULL * 9 + bytes((_TIMESTAMP,))
+# name -> its str32 (constructor, length, UTF-8): the relay writes a few names only
+_names: dict[str, bytes] = {}
+_NAMES_KEPT = 4096
+
+
+def _name(name: str) -> bytes:
+    k = name.encode()
+    entry = _names[name] = _STR32_OF.pack(0xB1, len(k)) + k
+    if len(_names) > _NAMES_KEPT:  # not the relay's names: keep none
+        _names.clear()
+    return entry
 
 
 def _entry(name: str, raw: bytes) -> bytes:
-    k = name.encode()
     # `raw` as the UTF-8 of its text: as it is when it is UTF-8 (the relay's headers are),
     # else decoded with replacement characters, as cdc.events.sink_fields does
     v = raw if raw.isascii() else raw.decode("utf-8", "replace").encode()
-    return b"".join((_STR32_OF.pack(0xB1, len(k)), k, _STR32_OF.pack(0xB1, len(v)), v))
+    return b"".join((_names.get(name) or _name(name), _STR32_OF.pack(0xB1, len(v)), v))
+
+
+class _Prefix:
+    """A transaction's headers (all of a message's but its last SUFFIX), encoded once: their
+    entries, how many, and their names."""
+
+    __slots__ = ("block", "count", "names")
+
+    def __init__(self, block: bytes, count: int, names: frozenset[str]):
+        self.block, self.count, self.names = block, count, names
+
+
+# The relay's messages (cdc/delivery/handover.py `_headers`): their transaction's headers,
+# then the row, event id, type and table. The leading ones are encoded once a transaction
+# (a tuple of them is the key), the last SUFFIX once a message. What this way would not
+# encode as a map of text does (a name twice, the key's or null value's name among the
+# headers) goes the general way.
+SUFFIX = 4
+_prefixes: dict[tuple, _Prefix | None] = {}  # None: the general way
+_PREFIXES_KEPT = 1024  # a transaction's: older ones are not seen again
+_OWN_NAMES = frozenset((H_KEY, H_NULL_VALUE))
+
+
+def _prefix_of(shared: tuple) -> _Prefix | None:
+    names: set[str] = set()
+    parts = []
+    for name, raw in shared:
+        if raw is None:
+            continue
+        if name in names or name in _OWN_NAMES:
+            return None
+        names.add(name)
+        parts.append(_entry(name, raw))
+    return _Prefix(b"".join(parts), len(names), frozenset(names))
+
+
+_UNSEEN = _Prefix(b"", 0, frozenset())  # `_prefixes` has no answer for these headers yet
 
 
 def encode_record(
@@ -75,14 +125,70 @@ def encode_record(
 ) -> bytes:
     """`encode(cdc.events.sink_fields.message_properties(key, headers, value), value or b"",
     creation_time_ms)`, byte for byte (tests/unit/test_rabbitmq_stream_sink.py compares them)."""
+    cut = len(headers) - SUFFIX
+    if cut <= 0:
+        return _encode_general(key, headers, value, creation_time_ms)
+    shared = tuple(headers[:cut])
+    prefix = _prefixes.get(shared, _UNSEEN)
+    if prefix is _UNSEEN:
+        if len(_prefixes) >= _PREFIXES_KEPT:
+            _prefixes.clear()
+        prefix = _prefixes[shared] = _prefix_of(shared)
+    if prefix is None:
+        return _encode_general(key, headers, value, creation_time_ms)
+    taken = prefix.names
+    names = _names
+    pack = _STR32_OF.pack
+    parts = [prefix.block]
+    count = prefix.count
+    own: list[str] = []
+    for i in range(cut, len(headers)):
+        name, raw = headers[i]
+        if raw is None:
+            continue
+        if name in taken or name in _OWN_NAMES or name in own:
+            return _encode_general(key, headers, value, creation_time_ms)
+        own.append(name)
+        v = raw if raw.isascii() else raw.decode("utf-8", "replace").encode()
+        parts += (names.get(name) or _name(name), pack(0xB1, len(v)), v)
+    count += len(own)
+    if key is not None:
+        v = key if key.isascii() else key.decode("utf-8", "replace").encode()
+        parts += (names.get(H_KEY) or _name(H_KEY), pack(0xB1, len(v)), v)
+        count += 1
+    if value is None:
+        parts.append(names.get(H_NULL_VALUE) or _name(H_NULL_VALUE))
+        parts += (pack(0xB1, 4), _TRUE)
+        count += 1
+    table = b"".join(parts)
+    body = value or b""
+    u32 = _U32.pack
+    return b"".join((
+        _CREATED_HEAD, _TIMESTAMP_MS.pack(creation_time_ms),
+        _APPLICATION_PROPERTIES, _MAP32, u32(len(table) + 4), u32(2 * count), table,
+        _DATA, _VBIN32, u32(len(body)), body,
+    ))  # fmt: skip
+
+
+# (name, value) -> the entry's bytes: most headers repeat (the source, the binlog file, the
+# transaction's position for each of its events, the table, the event type, the format)
+_entries: dict[tuple[str, bytes], bytes] = {}
+_ENTRIES_KEPT = 4096
+
+
+def _encode_general(
+    key: bytes | None, headers: list[tuple[str, bytes | None]], value: bytes | None, creation_time_ms: int
+) -> bytes:
+    """`encode_record` of any headers: a map of them first (a repeated name: its first place,
+    its last value, a dict's rule)."""
     props: dict[str, bytes] = {}
     for name, raw in headers:
         if raw is not None:
-            props[name] = raw  # a repeated name: its first place, its last value (a dict's rule)
+            props[name] = raw
     if key is not None:
-        props["cdc.key"] = key
+        props[H_KEY] = key
     if value is None:
-        props["cdc.value.null"] = _TRUE
+        props[H_NULL_VALUE] = _TRUE
     entries = _entries
     if len(entries) > _ENTRIES_KEPT:
         entries.clear()
@@ -96,8 +202,7 @@ def encode_record(
     body = value or b""
     pack = _U32.pack
     return b"".join((
-        _PROPERTIES,
-        _CREATED.pack(_LIST8, 1 + 9 + 9, 10, _NULL * 9, _TIMESTAMP, creation_time_ms),
+        _CREATED_HEAD, _TIMESTAMP_MS.pack(creation_time_ms),
         _APPLICATION_PROPERTIES, _MAP32, pack(len(table) + 4), pack(2 * len(props)), table,
         _DATA, _VBIN32, pack(len(body)), body,
     ))  # fmt: skip

@@ -103,6 +103,10 @@ def test_settings_that_cannot_work_are_refused_in_one_line(sections, says) -> No
     assert says in str(info.value) and "\n" not in str(info.value)
 
 
+_TX = [("cdc.source", b"shop"), ("cdc.server_id", b"1"), ("cdc.binlog.file", b"mysql-bin.000002"), ("cdc.binlog.pos", b"4")]
+_OWN = [("cdc.row", b"0"), ("cdc.event_id", b"e-1"), ("cdc.event_type", b"OrderCreated"), ("cdc.table", b"outbox")]
+
+
 @pytest.mark.parametrize(
     ("key", "value", "headers"),
     [
@@ -130,6 +134,10 @@ def test_the_amqp_message_decodes_as_the_verifier_reads_it(key, value, headers) 
     assert dict(record.headers()) == {n: v for n, v in headers}
 
 
+_TX = [("cdc.source", b"shop"), ("cdc.server_id", b"1"), ("cdc.binlog.file", b"mysql-bin.000002"), ("cdc.binlog.pos", b"4")]
+_OWN = [("cdc.row", b"0"), ("cdc.event_id", b"e-1"), ("cdc.event_type", b"OrderCreated"), ("cdc.table", b"outbox")]
+
+
 @pytest.mark.parametrize(
     ("key", "value", "headers"),
     [
@@ -137,13 +145,23 @@ def test_the_amqp_message_decodes_as_the_verifier_reads_it(key, value, headers) 
         (None, None, [("cdc.dlq.cause", b"too_large"), ("empty", b""), ("gone", None)]),  # null key, tombstone
         (b"k", b"v" * 70_000, [("h" * 300, b"x" * 300), ("é", b"1")]),  # lengths past one byte, a UTF-8 name
         (b"\xffkey", b"", [("id", b"first"), ("bad", b"\xfe\xff"), ("id", b"last")]),  # not UTF-8, a repeated name
+        # the relay's shape: a transaction's headers, then the row, event id, type and table
+        (b"order-7", b"\x00avro", [*_TX, *_OWN]),
+        (None, None, [*_TX, *_OWN]),
+        (b"k", b"v", [*_TX, ("cdc.gtid", None), ("cdc.row", b"3"), ("cdc.event_id", None), *_OWN[2:]]),
+        (b"k", b"v", [*_TX, ("cdc.row", "é".encode()), ("cdc.event_id", b"\xfe"), *_OWN[2:]]),
+        (b"k", b"v", [*_TX, ("cdc.source", b"again"), *_OWN[1:]]),  # a leading name again at the end
+        (b"k", b"v", [*_TX, ("cdc.row", b"1"), ("cdc.row", b"2"), *_OWN[2:]]),  # a name twice at the end
+        (b"k", None, [*_TX, *_OWN[:3], ("cdc.key", b"mine")]),  # the key's own name among the headers
+        (b"k", None, [("cdc.value.null", b"no"), *_TX, *_OWN]),
+        (b"k", b"v", [*_TX, ("cdc.source", b"twice"), *_OWN]),  # a name twice among the leading ones
     ],
 )
 def test_the_publish_paths_encoder_makes_the_general_encoders_bytes(key, value, headers) -> None:
     from cdc.events.sink_fields import message_properties
     from connectors.rabbitmq import amqp_message
 
-    for _ in range(2):  # the second time from its cache of entries
+    for _ in range(2):  # the second time from its caches (of a transaction's headers, of entries)
         assert amqp_message.encode_record(key, headers, value, 1_700_000_000_123) == amqp_message.encode(
             message_properties(key, headers, value), value or b"", 1_700_000_000_123
         )
