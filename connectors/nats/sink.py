@@ -31,8 +31,10 @@ relay's thread when the message is handed over (`message_header_block`: a transa
 leading headers made once), the messages go to the loop's thread in batches (`_hand_over`),
 and the pump writes all it may send in one command to nats-py's buffer and flushes once,
 where nats-py's `publish` builds each message's headers and command line and asks its
-flusher once a message. A PubAck is read by a pattern of its one shape
-(`{"stream":..,"seq":..}`), anything else by json. The publisher is a
+flusher once a message. The PubAcks at the head of each read are taken by one pattern of
+their one shape (`MSG <inbox>.<n>_<copy> <sid> <size>` and `{"stream":..,"seq":..}`) before
+nats-py's parser sees the read (`_answer_first`); anything else goes through the parser, and
+an answer that is not a PubAck is read by json. The publisher is a
 cdc.ports.ReportingPublisher: a message is its own report (`partition()`, `offset()`), so the
 hand-over sends the reader process's events from their tuples (cdc/delivery/handover.py).
 """
@@ -53,6 +55,7 @@ from nats.errors import Error as NatsError
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, StorageType, StreamConfig
 from nats.js.errors import Error as JetStreamError
 from nats.js.errors import NotFoundError
+from nats.protocol.parser import AWAITING_CONTROL_LINE
 
 from cdc.config import NatsJetStreamConfig
 from cdc.errors import BrokerUnreachable, DeliveryError
@@ -126,6 +129,7 @@ _SUBJECT_BREAKS = re.compile(r"\s")
 # A PubAck (nats-server server/stream.go JSPubAckResponse): {"stream":..,"seq":..} with
 # "domain" and "duplicate" when they apply; an error or anything else goes through json.
 # The server writes a duplicate's as `"seq":N,"duplicate": true}` (stream.go appends that text).
+_PUB_ACK_BODY = rb'(\{"stream":"[^"\\]*",(?:"domain":"[^"\\]*",)?"seq":(\d+)(,"duplicate": ?true)?\})\r\n'
 _PUB_ACK = re.compile(rb'\{"stream":"[^"\\]*",(?:"domain":"[^"\\]*",)?"seq":(\d+)(,"duplicate": ?true)?\}')
 
 
@@ -199,6 +203,10 @@ class _Prefix:
 
 
 _prefixes: dict[tuple, _Prefix | None] = {}  # None: the general way
+# (name, value) of a message's own headers -> its line and text: most repeat (the row of each
+# of a transaction's events, the event type, the table; the hand-over passes the same tuples)
+_lines: dict[tuple, tuple[bytes, str]] = {}
+_LINES_KEPT = 4096
 
 
 def _text(raw: bytes | str) -> str:
@@ -257,18 +265,29 @@ def message_header_block(
     own: list[str] = []
     row: str | None = None
     other = False  # an identity header other than the row among the last ones
+    lines = _lines
     for i in range(cut, len(headers)):
-        name, raw = headers[i]
+        item = headers[i]
+        name, raw = item
         if raw is None:
             continue
-        line = known.get(name)
-        if line is None or name in names or name in _SLOW_NAMES or name in own:
+        if name in names or name in _SLOW_NAMES or name in own:
             return header_block(nats_headers(topic, key, value, headers, ts), end=False)
-        text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
-        if "\r" in text or "\n" in text:
-            text = text.replace("\r", " ").replace("\n", " ")
-        if line:
-            parts += (line, text.strip().encode(), b"\r\n")
+        made = lines.get(item)
+        if made is None:
+            line = known.get(name)
+            if line is None:
+                return header_block(nats_headers(topic, key, value, headers, ts), end=False)
+            text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
+            if "\r" in text or "\n" in text:
+                text = text.replace("\r", " ").replace("\n", " ")
+            made = (line + text.strip().encode() + b"\r\n" if line else b""), text
+            if len(lines) >= _LINES_KEPT:
+                lines.clear()
+            lines[item] = made
+        else:
+            text = made[1]
+        parts.append(made[0])
         own.append(name)
         if name in _IDENTITY_NAMES:
             if name == H_ROW:
@@ -567,7 +586,7 @@ class NatsJetStreamPublisher:
         )
         prefix = nc.new_inbox()
         replies = await nc.subscribe(prefix + ".*", cb=self._on_reply)
-        self._answer_first(nc, replies._id)
+        self._answer_first(nc, replies._id, prefix + ".")
         self._nc, self._reply_prefix = nc, prefix + "."
         self._reply_bytes = self._reply_prefix.encode()
         self._last_answer = asyncio.get_running_loop().time()
@@ -812,12 +831,21 @@ class NatsJetStreamPublisher:
         self._unsent.clear()
         self._chains.reset()
 
-    def _answer_first(self, nc: Any, sid: int) -> None:
+    def _answer_first(self, nc: Any, sid: int, reply_prefix: str) -> None:
         """A PubAck on the replies' subscription `sid` is taken from nats-py's reader as it
-        arrives (`_pub_acked`), without the message object, queue and task switch nats-py's
-        subscription spends on each; anything else (an error, a status) goes on to
-        `_on_reply` through the subscription. nats/protocol/parser.py hands every message
-        to the client's `_process_msg(sid, subject, reply, payload, headers)`."""
+        arrives, without the message object, queue and task switch nats-py's subscription
+        spends on each; anything else (an error, a status) goes on to `_on_reply` through
+        the subscription.
+
+        Two ways in. nats/protocol/parser.py hands every message to the client's
+        `_process_msg(sid, subject, reply, payload, headers)`: a PubAck there is taken by
+        `_pub_acked`. Before that, each read's run of whole PubAcks at the head of the
+        parser's buffer is taken by one pattern a PubAck, command line and body together
+        (`_take_pub_acks`): the parser's own way costs a pattern, two copies and a coroutine
+        a message, which was the loop thread's largest cost (bench/catchup.py --profile).
+        An answer cut by the read waits in the buffer for the next read, as in the parser;
+        anything else, and what follows it in the buffer, the parser reads as before, in
+        order."""
         general = nc._process_msg
 
         async def process_msg(msg_sid: int, subject: bytes, reply: bytes, data: bytes, headers: Any) -> None:
@@ -825,6 +853,49 @@ class NatsJetStreamPublisher:
                 await general(msg_sid, subject, reply, data, headers)
 
         nc._process_msg = process_msg
+        parser = nc._ps
+        parse = parser.parse
+        line = b"MSG " + re.escape(reply_prefix.encode()) + rb"(\d+)_(\d+) %d (\d+)\r\n" % sid
+        run, reply_line = re.compile(line + _PUB_ACK_BODY), re.compile(line)
+
+        async def parse_acks_first(data: bytes = b"") -> None:
+            buf = parser.buf
+            buf.extend(data)
+            if parser.state == AWAITING_CONTROL_LINE and buf[:4] == b"MSG ":
+                taken = self._take_pub_acks(run, buf, nc is self._nc)
+                if taken:
+                    del buf[:taken]
+                cut = reply_line.match(buf)
+                if cut is not None and len(buf) < cut.end() + int(cut[3]) + 2:
+                    return  # an answer the read cut: the next read completes it, and the run goes on
+            await parse()
+
+        parser.parse = parse_acks_first
+
+    def _take_pub_acks(self, run: re.Pattern[bytes], buf: bytearray, current: bool) -> int:
+        """The PubAcks at the head of `buf`, resolved as `_pub_acked` would, one after the
+        other, up to the first that `run` does not match whole: the bytes they took."""
+        pos = 0
+        unacked, of_subject, chains = self._unacked, self._chains.of_subject, self._chains
+        match = run.match
+        while True:
+            m = match(buf, pos)
+            if m is None:
+                break
+            n, copy, size, seq, duplicate = m.group(1, 2, 3, 5, 6)
+            start, end = m.span(4)
+            if int(size) != end - start:
+                break  # not a PubAck's command line: the parser reads it
+            pos = m.end()
+            out = unacked.get(int(n))
+            if out is not None:  # else answered already (a copy sent again), or purged
+                stored = int(seq)
+                if out.expected >= 0 or of_subject.get(out.subject) is not None:
+                    chains.stored(out.subject, out.n, stored, duplicate is not None, int(copy) == out.sends)
+                self._resolve(out, stored)
+        if pos and current:
+            self._last_answer = asyncio.get_running_loop().time()
+        return pos
 
     def _pub_acked(self, subject: bytes, data: bytes, current: bool) -> bool:
         """A PubAck to `<inbox>.<n>_<copy>` resolved (or `<n>` answered already): True; else

@@ -238,3 +238,82 @@ def test_the_fast_header_block_is_the_general_ways_bytes():
     for headers in ([("a name", b"v"), *tx, (H_ROW, b"1"), *tail], [*tx, (H_ROW, b"1"), *tail, ("a name", b"v")]):
         with pytest.raises(ValueError, match="not allowed in a NATS message"):
             message_header_block("shop.order", None, b"v", headers, None)
+
+
+def test_a_run_of_pubacks_is_taken_whole_and_everything_else_goes_to_the_parser_in_order():
+    """The fast way in (`_take_pub_acks`) over nats-py's own parser: PubAcks on the replies'
+    subscription resolve their messages, with their sequences and duplicate flags, whether
+    a read holds many of them, cuts one in two or mixes them with a PING, an error answer
+    or another subscription's message, which nats-py's parser hands on as before."""
+    import asyncio
+    import threading
+    from collections import deque
+    from types import SimpleNamespace
+
+    from nats.protocol.parser import Parser
+
+    from connectors.nats.chain import Chains
+    from connectors.nats.sink import NatsJetStreamPublisher, _Out
+
+    publisher = NatsJetStreamPublisher.__new__(NatsJetStreamPublisher)  # no server: the answers' side only
+    publisher._done, publisher._ready, publisher._gen, publisher._pending = deque(), threading.Event(), 1, 0
+    publisher._unacked, publisher._unacked_bytes, publisher._window_full = {}, 0, False
+    publisher._chains, publisher._last_answer, publisher._inbox = Chains(), 0.0, deque()
+    for n in range(1, 7):
+        out = _Out(n, "shop.order", b"x", b"", print, 1, True)
+        out.sends = 1
+        publisher._unacked[n] = out
+        publisher._unacked_bytes += 1
+    general: list[tuple[int, bytes, bytes]] = []
+    pongs: list[bool] = []
+
+    async def process_msg(sid: int, subject: bytes, reply: bytes, data: bytes, headers: object) -> None:
+        general.append((sid, subject, data))
+
+    async def process_ping() -> None:
+        pongs.append(True)
+
+    def msg(subject: bytes, sid: int, body: bytes) -> bytes:
+        return b"MSG %s %d %d\r\n%s\r\n" % (subject, sid, len(body), body)
+
+    ack = b'{"stream":"s_events","seq":%d}'
+    error = b'{"error":{"code":400,"err_code":10054,"description":"message size exceeds maximum allowed"},"stream":"s","seq":0}'
+    wire = b"".join((
+        msg(b"_INBOX.abc.1_1", 5, ack % 41),
+        msg(b"_INBOX.abc.2_1", 5, b'{"stream":"s_events","seq":42,"duplicate": true}'),
+        msg(b"_INBOX.abc.3_1", 5, b'{"stream":"s_events","domain":"hub","seq":43}'),
+        b"PING\r\n",
+        msg(b"_INBOX.abc.4_1", 5, error),  # not a PubAck: json reads it (`_on_reply`)
+        msg(b"_INBOX.other.9", 6, b"another subscription's"),
+        msg(b"_INBOX.abc.5_1", 5, ack % 44),
+        msg(b"_INBOX.abc.6_1", 5, ack % 45),
+        msg(b"_INBOX.abc.99_1", 5, ack % 46),  # answered already: nothing to resolve, still taken
+    ))  # fmt: skip
+
+    slow: list[bytes] = []  # what nats-py's parser handed to `_pub_acked`
+    by_pattern = publisher._pub_acked
+
+    def pub_acked(subject: bytes, data: bytes, current: bool) -> bool:
+        slow.append(subject)
+        return by_pattern(subject, data, current)
+
+    publisher._pub_acked = pub_acked  # type: ignore[method-assign]
+
+    async def feed(cuts: list[int]) -> None:
+        nc = SimpleNamespace(_process_msg=process_msg, _process_ping=process_ping)
+        nc._ps = Parser(nc)
+        publisher._nc = nc
+        NatsJetStreamPublisher._answer_first(publisher, nc, 5, "_INBOX.abc.")
+        for start, end in zip([0, *cuts], [*cuts, len(wire)], strict=True):
+            await nc._ps.parse(wire[start:end])
+
+    # the first read cuts PubAck 2 in two (its body), the second the error's command line
+    asyncio.run(feed([wire.index(b"duplicate"), wire.index(b"MSG _INBOX.abc.4_1") + 9]))
+    resolved = {out.n: out.seq for out in publisher._done}
+    assert resolved == {1: 41, 2: 42, 3: 43, 5: 44, 6: 45}
+    assert [n for n in publisher._unacked] == [4]  # the error: left to `_on_reply`
+    assert general == [(5, b"_INBOX.abc.4_1", error), (6, b"_INBOX.other.9", b"another subscription's")]
+    assert pongs == [True] and publisher._last_answer > 0
+    # the PubAck the first read cut is taken whole with the second read; the parser's way is
+    # for the error and what follows it in its read
+    assert slow == [b"_INBOX.abc.4_1", b"_INBOX.abc.5_1", b"_INBOX.abc.6_1", b"_INBOX.abc.99_1"]
