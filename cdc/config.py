@@ -159,7 +159,7 @@ Example `relay.toml`::
     key_file = ""
     ack_timeout_s = 5                   # no acknowledgement this long: send the unacknowledged again
     delivery_timeout_s = 60             # then fail (exit 1); keep it under every stream's duplicate_window
-    max_in_flight = 16384               # messages sent and not yet acknowledged
+    max_in_flight = 8192                # messages sent and not yet acknowledged (below the server's max_buffered_msgs)
     duplicate_window_s = 120            # the duplicate_window of a stream topics.missing = "create" makes
 
 `[outbox]` also takes `on_change` (UPDATE/DELETE on an outbox table: "ignore" (default),
@@ -390,8 +390,10 @@ class NatsJetStreamConfig:
     key_file: str = ""
     ack_timeout_s: float = 5.0  # unacknowledged this long: sent again, in order, under the same Nats-Msg-Id
     delivery_timeout_s: float = 60.0  # unacknowledged this long: the message fails (the relay exits 1)
-    # A server short of CPU answers late: a window of 4,096 left the publisher waiting (docs/sinks.md)
-    max_in_flight: int = 16384  # messages sent and not yet acknowledged
+    # A server short of CPU answers late: a window of 4,096 left the publisher waiting (docs/sinks.md).
+    # Above the stream's buffer (nats-server 2.11+ `jetstream.max_buffered_msgs`, 10,000 by
+    # default) a catch-up can have messages dropped (429): one stops the relay.
+    max_in_flight: int = 8192  # messages sent and not yet acknowledged
     duplicate_window_s: float = 120.0  # for the streams the relay creates (topics.missing = "create")
 
 

@@ -98,19 +98,25 @@ class EmbeddedNats(LabServer):
 
     def __init__(
         self, root: Path, binary: str, startup_timeout: float, tls: ServerTls | None = None,
-        cluster: _ClusterMember | None = None,
+        cluster: _ClusterMember | None = None, max_buffered_msgs: int | None = None,
     ) -> None:  # fmt: skip
         super().__init__(root, startup_timeout)
         self._binary = binary
         self.port = free_port()
         self.tls = tls
         self.cluster = cluster
+        # JetStream's bound on a stream's messages received and not yet stored (nats-server
+        # 2.11+, `jetstream { max_buffered_msgs }`, 10,000 by default): past it a publish is
+        # answered 429 and dropped. None: the server's default.
+        self.max_buffered_msgs = max_buffered_msgs
 
     @classmethod
-    def start(cls, startup_timeout: float = 30.0, tls: ServerTls | None = None) -> EmbeddedNats:
+    def start(
+        cls, startup_timeout: float = 30.0, tls: ServerTls | None = None, max_buffered_msgs: int | None = None
+    ) -> EmbeddedNats:
         binary = _binary_and_client()
         for attempt in range(1, PORT_TAKEN_TRIES + 1):
-            server = cls(new_root(_ROOT_PREFIX), binary, startup_timeout, tls)
+            server = cls(new_root(_ROOT_PREFIX), binary, startup_timeout, tls, max_buffered_msgs=max_buffered_msgs)
             try:
                 server.timings["start"] = server._spawn_and_wait(startup_timeout)
                 return server
@@ -139,7 +145,15 @@ class EmbeddedNats(LabServer):
             "--user", self.user,
             "--pass", self.password,
             "-l", str(self.log_file),
-        ] + self._tls_args() + self._cluster_args()  # fmt: skip
+        ] + self._tls_args() + self._cluster_args() + self._config_args()  # fmt: skip
+
+    def _config_args(self) -> list[str]:
+        """What only a configuration file sets (the command line's flags override it)."""
+        if self.max_buffered_msgs is None:
+            return []
+        conf = self.root / "nats.conf"
+        conf.write_text(f"jetstream {{ max_buffered_msgs: {self.max_buffered_msgs} }}\n")
+        return ["-c", str(conf)]
 
     def _tls_args(self) -> list[str]:
         tls = self.tls
@@ -276,12 +290,17 @@ class NatsCluster:
         self.nodes = nodes
 
     @classmethod
-    def start(cls, size: int = 3, startup_timeout: float = 60.0) -> NatsCluster:
+    def start(cls, size: int = 3, startup_timeout: float = 60.0, max_buffered_msgs: int | None = None) -> NatsCluster:
         binary = _binary_and_client()
         cluster_name = f"cdc-{uuid.uuid4().hex[:6]}"
         ports = tuple(free_port() for _ in range(size))
         members = [_ClusterMember(f"n{i + 1}", cluster_name, ports[i], ports) for i in range(size)]
-        nodes = [EmbeddedNats(new_root(_ROOT_PREFIX), binary, startup_timeout, cluster=m) for m in members]
+        nodes = [
+            EmbeddedNats(
+                new_root(_ROOT_PREFIX), binary, startup_timeout, cluster=m, max_buffered_msgs=max_buffered_msgs
+            )
+            for m in members
+        ]
         started = cls(nodes)
         try:
             # All spawned before any is waited for: JetStream answers only once a majority

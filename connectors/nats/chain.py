@@ -46,11 +46,14 @@ ERR_WRONG_LAST_SEQUENCE = 10071  # JSStreamWrongLastSequenceErr (nats-server ser
 # A replicated stream's answers that say "not stored, for now" (server/errors.json): the chain's
 # expectation not met; the same Nats-Msg-Id still being proposed (JSStreamDuplicateMessageConflict,
 # a copy sent again while the first is in the RAFT log: it is answered once that is decided);
-# and an HTTP-like `code` 503 (a proposal the stream's RAFT group did not take, leader changing).
-# The publisher sends such a message again in order (the old publisher failed it: a dead letter
-# for a message the stream might well hold).
+# the stream's buffer of messages received and not yet stored full (JSStreamTooManyRequests,
+# HTTP-like 429: nats-server 2.11+ drops a publish past `jetstream.max_buffered_msgs`, 10,000
+# by default); and an HTTP-like `code` 503 (a proposal the stream's RAFT group did not take,
+# leader changing). The publisher sends such a message again in order (the old publisher
+# failed it: a dead letter for a message the stream might well hold).
 ERR_DUPLICATE_IN_PROCESS = 10158
-RETRIED_ERRORS = frozenset((ERR_WRONG_LAST_SEQUENCE, ERR_DUPLICATE_IN_PROCESS))
+ERR_TOO_MANY_REQUESTS = 10167
+RETRIED_ERRORS = frozenset((ERR_WRONG_LAST_SEQUENCE, ERR_DUPLICATE_IN_PROCESS, ERR_TOO_MANY_REQUESTS))
 
 BLOCKED = -2  # not now: wait for an answer
 UNCHAINED = -1  # send without the header

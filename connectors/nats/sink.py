@@ -63,7 +63,14 @@ from cdc.events.identity import H_FILE, H_GTID, H_POS, H_REPAIR, H_ROW, H_SOURCE
 from cdc.events.sink_fields import BROKER_HEADER_PREFIXES, H_KEY, H_NULL_VALUE, H_TIMESTAMP, message_properties
 from cdc.ports import Delivery, DeliveryCallback, DeliveryFailure, Report
 from connectors.broker_wait import never, wait_for_broker
-from connectors.nats.chain import BLOCKED, H_EXPECTED_LAST_SEQUENCE, RETRIED_ERRORS, UNCHAINED, Chains
+from connectors.nats.chain import (
+    BLOCKED,
+    ERR_TOO_MANY_REQUESTS,
+    H_EXPECTED_LAST_SEQUENCE,
+    RETRIED_ERRORS,
+    UNCHAINED,
+    Chains,
+)
 from connectors.nats.cluster import replica_results
 from connectors.nats.connection import EventLoopThread, connect, server_down, server_where, unreachable
 
@@ -405,7 +412,8 @@ class NatsJetStreamPublisher:
         self._last_answer = 0.0  # loop time of the last answer on the current connection
         self._down_since: float | None = None  # loop time since when no connection could be had
         self._closing_old: set[asyncio.Task] = set()  # connections left behind, closing
-        self._failed: str | None = None
+        self._failed: str | None = None  # why every message waiting fails (`_fail`), and its code
+        self._failed_code = "TIMED_OUT"
         self._retry_at = 0.0
         self._leaderless: str | None = None  # a stream that answered 503 while it exists (`_leader_back`)
         self._leader_check_at = 0.0
@@ -821,11 +829,11 @@ class NatsJetStreamPublisher:
         return True
 
     def _fail(self, why: str) -> None:
-        """After a message failed for want of an answer, every later one fails too: sent
-        after it, it must not be stored before it."""
+        """After a message failed for want of an answer (or was dropped: `_on_reply`), every
+        later one fails too: sent after it, it must not be stored before it."""
         self._merge_taken_back()
         for out in sorted([*self._unacked.values(), *self._unsent], key=lambda out: out.n):
-            self._report(out, _failure("TIMED_OUT", why))
+            self._report(out, _failure(self._failed_code, why))
         self._unacked.clear()
         self._unacked_bytes = 0
         self._unsent.clear()
@@ -966,6 +974,21 @@ class NatsJetStreamPublisher:
             return
         self._chains.not_stored(out.subject, out.n)
         text = f"JetStream refused the message: {error.get('description')} (error {code})"
+        if code == ERR_TOO_MANY_REQUESTS:
+            # Dropped, not refused: the stream's buffer was full. Unchained, a later message
+            # may be stored before it is sent again: nothing more is sent, every message
+            # waiting fails with it (the relay stops; its restart sends them in order), and
+            # the fix is a window the server's buffer holds.
+            text += (
+                f"; the server buffers fewer messages a stream than sink.nats_jetstream.max_in_flight "
+                f"({self._cfg.max_in_flight}): set max_in_flight below its jetstream.max_buffered_msgs "
+                "(10000 by default)"
+            )
+            self._resolve(out, -1, _failure(f"JS_{code}", text))
+            if self._failed is None:
+                self._failed, self._failed_code = text, f"JS_{code}"
+                self._wake.set()
+            return
         self._resolve(out, -1, _failure(f"JS_{code}", text, too_large=code == ERR_MESSAGE_TOO_LARGE))
 
     async def _no_stream(self, out: _Out) -> None:

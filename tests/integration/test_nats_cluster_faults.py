@@ -226,3 +226,33 @@ def test_the_publisher_keeps_order_across_stream_leader_changes(cluster, topic_p
     stored = [int(dict(r.headers())[H_POS]) for r in read_range(s, subject, part["stream"], part["low"], part["high"])]
     out_of_order = sum(1 for a, b in itertools.pairwise(stored) if b < a)
     assert stored == list(range(1, n + 1)), f"{n} published, {len(stored)} stored, {out_of_order} out of order"
+
+
+def test_a_replicated_streams_dropped_messages_are_sent_again_in_order(topic_prefix):
+    """On a replicated stream a message dropped for a full buffer (429, the servers'
+    `jetstream.max_buffered_msgs` below the publisher's window) is sent again, in order: the
+    chain (connectors/nats/chain.py) has every later message refused behind it, so none is
+    stored before it. Every message once, in publish order, none failed."""
+    from cdc.config import NatsJetStreamConfig, Secret
+    from cdc.events.identity import H_POS
+    from connectors.nats.sink import NatsJetStreamPublisher
+    from spark_jobs.nats.source import plan_nats, read_range
+    from testbed.nats import NatsCluster
+    from tests.integration.test_nats_sink import _publish_burst
+
+    subject, stream = f"{topic_prefix}.order", f"{topic_prefix}_events"
+    with NatsCluster.start(max_buffered_msgs=500) as cluster:
+        create_streams(cluster, {stream: [subject]}, num_replicas=3)
+        s = cluster.connect_settings()
+        cfg = NatsJetStreamConfig(
+            servers=tuple(s["servers"]), user=s["user"], password=Secret(s["password"]), max_in_flight=20_000
+        )
+        publisher = NatsJetStreamPublisher(cfg)
+        try:
+            reports, _ = _publish_burst(publisher, subject, 30_000, b"s")
+        finally:
+            publisher.close()
+        assert len(reports) == 30_000 and not [r.failure for r in reports if r.failure is not None]
+        [part] = plan_nats(s, [subject])["partitions"]
+        records = read_range(s, subject, part["stream"], part["low"], part["high"])
+        assert [int(dict(r.headers())[H_POS]) for r in records] == list(range(1, 30_001))

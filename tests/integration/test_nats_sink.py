@@ -153,7 +153,7 @@ def test_the_publisher_keeps_order_and_stores_once_across_restarts_and_a_pause(t
                 n += 1
                 headers = [(H_SOURCE, b"s"), (H_FILE, b"bin.000001"), (H_POS, str(n).encode()), (H_ROW, b"0")]
                 publisher.publish(subject, b"k", b"v%d" % n, headers, reports.append)
-                # Up to 8,000 waiting, all on the wire (max_in_flight is 16,384):
+                # Up to 8,000 waiting, all on the wire (max_in_flight is 8,192):
                 # every fault finds messages in flight, without the 100,000 the publisher takes
                 # before it waits, whose flush and read-back at the end took most of a minute.
                 publisher.poll(0 if publisher.pending() < 8000 else 0.05)
@@ -195,3 +195,78 @@ def test_the_publisher_keeps_order_and_stores_once_across_restarts_and_a_pause(t
             int(dict(r.headers())[H_POS]) for r in read_range(s, subject, part["stream"], part["low"], part["high"])
         ]
         assert stored == list(range(1, n + 1)), f"{n} published; stored out of order or not once"
+
+
+def _publish_burst(publisher, subject: str, n: int, source: bytes) -> tuple[list, int]:
+    """`n` messages of one key as fast as the publisher takes them (no wait for answers below
+    its window), then a flush: their reports, and how many were published when the first
+    failure was reported (n: none was)."""
+    from cdc.events.identity import H_FILE, H_POS, H_ROW, H_SOURCE
+
+    reports: list = []
+    failed_at = n
+    for i in range(1, n + 1):
+        headers = [(H_SOURCE, source), (H_FILE, b"bin.000001"), (H_POS, str(i).encode()), (H_ROW, b"0")]
+        publisher.publish(subject, b"k", b"v" * 200, headers, reports.append)
+        if i % 100 == 0:
+            publisher.poll(0)
+            if failed_at == n and any(r.failure is not None for r in reports[-200:]):
+                failed_at = i
+    publisher.flush(60)
+    return reports, failed_at
+
+
+def test_a_window_the_servers_stream_buffer_cannot_hold_stops_publishing_naming_the_fix(topic_prefix):
+    """nats-server 2.11+ buffers at most `jetstream.max_buffered_msgs` messages a stream
+    received and not yet stored, and drops a publish past it (429, JSStreamTooManyRequests):
+    with a window above it a catch-up has messages dropped while later ones are stored. The
+    first drop fails with every message still waiting and names the fix; nothing more is
+    sent, so what the stream holds is in publish order, with gaps (the relay stops, and its
+    restart sends the rest: docs/sinks.md). With a window below the buffer every message is
+    stored once, in order (the relay's default window, 8,192, is below the server's default
+    buffer, 10,000)."""
+    from cdc.config import NatsJetStreamConfig, Secret
+    from cdc.events.identity import H_POS, H_SOURCE
+    from connectors.nats.sink import NatsJetStreamPublisher
+    from testbed.nats import EmbeddedNats
+
+    subject = f"{topic_prefix}.order"
+    with EmbeddedNats.start(max_buffered_msgs=500) as server:
+        create_streams(server, {f"{topic_prefix}_events": [subject]})
+        s = server.connect_settings()
+
+        def publisher(window: int) -> NatsJetStreamPublisher:
+            return NatsJetStreamPublisher(
+                NatsJetStreamConfig(
+                    servers=tuple(s["servers"]), user=s["user"], password=Secret(s["password"]), max_in_flight=window
+                )
+            )
+
+        def stored(source: str) -> list[int]:
+            [part] = plan_nats(s, [subject])["partitions"]
+            records = read_range(s, subject, part["stream"], part["low"], part["high"])
+            return [int(h[H_POS]) for h in (dict(r.headers()) for r in records) if h[H_SOURCE] == source.encode()]
+
+        wide = publisher(20_000)
+        try:
+            reports, failed_at = _publish_burst(wide, subject, 50_000, b"wide")
+        finally:
+            wide.close()
+        failed = [r.failure for r in reports if r.failure is not None]
+        assert len(reports) == 50_000 and failed, "no message dropped: the server's buffer held the window"
+        assert (
+            failed[0].code == "JS_10167"
+            and "set max_in_flight below its jetstream.max_buffered_msgs" in failed[0].message
+        )
+        assert {f.code for f in failed} == {"JS_10167"}
+        held = stored("wide")
+        assert 0 < len(held) < 50_000 and held == sorted(set(held)), "a message stored twice or after a later one"
+        assert held[-1] <= failed_at < 50_000, f"published after the failure was reported and stored: {held[-1]}"
+
+        narrow = publisher(400)
+        try:
+            reports, _ = _publish_burst(narrow, subject, 20_000, b"narrow")
+        finally:
+            narrow.close()
+        assert len(reports) == 20_000 and not [r for r in reports if r.failure is not None]
+        assert stored("narrow") == list(range(1, 20_001))

@@ -103,10 +103,6 @@ def test_settings_that_cannot_work_are_refused_in_one_line(sections, says) -> No
     assert says in str(info.value) and "\n" not in str(info.value)
 
 
-_TX = [("cdc.source", b"shop"), ("cdc.server_id", b"1"), ("cdc.binlog.file", b"mysql-bin.000002"), ("cdc.binlog.pos", b"4")]
-_OWN = [("cdc.row", b"0"), ("cdc.event_id", b"e-1"), ("cdc.event_type", b"OrderCreated"), ("cdc.table", b"outbox")]
-
-
 @pytest.mark.parametrize(
     ("key", "value", "headers"),
     [
@@ -134,7 +130,12 @@ def test_the_amqp_message_decodes_as_the_verifier_reads_it(key, value, headers) 
     assert dict(record.headers()) == {n: v for n, v in headers}
 
 
-_TX = [("cdc.source", b"shop"), ("cdc.server_id", b"1"), ("cdc.binlog.file", b"mysql-bin.000002"), ("cdc.binlog.pos", b"4")]
+_TX = [
+    ("cdc.source", b"shop"),
+    ("cdc.server_id", b"1"),
+    ("cdc.binlog.file", b"mysql-bin.000002"),
+    ("cdc.binlog.pos", b"4"),
+]
 _OWN = [("cdc.row", b"0"), ("cdc.event_id", b"e-1"), ("cdc.event_type", b"OrderCreated"), ("cdc.table", b"outbox")]
 
 
