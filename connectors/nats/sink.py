@@ -976,9 +976,10 @@ class NatsJetStreamPublisher:
         text = f"JetStream refused the message: {error.get('description')} (error {code})"
         if code == ERR_TOO_MANY_REQUESTS:
             # Dropped, not refused: the stream's buffer was full. Unchained, a later message
-            # may be stored before it is sent again: nothing more is sent, every message
-            # waiting fails with it (the relay stops; its restart sends them in order), and
-            # the fix is a window the server's buffer holds.
+            # may already be stored: nothing more is sent, every message waiting fails with
+            # it (the relay stops, and its restart sends the rest from its checkpoint: the
+            # dropped one then lands after those, docs/sinks.md), and the fix is a window the
+            # server's buffer holds.
             text += (
                 f"; the server buffers fewer messages a stream than sink.nats_jetstream.max_in_flight "
                 f"({self._cfg.max_in_flight}): set max_in_flight below its jetstream.max_buffered_msgs "
