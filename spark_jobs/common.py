@@ -11,6 +11,8 @@ from __future__ import annotations
 import gc
 import importlib
 import json
+import os
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -38,6 +40,28 @@ def settle_worker() -> None:
             pass
     gc.collect()
     gc.freeze()
+
+
+# PySpark's process that runs a streaming source's reader (started by the JVM with `-m`)
+_STREAM_RUNNER = "pyspark.sql.streaming.python_streaming_source_runner"
+# What the runner meets when the JVM closed its socket: the query was stopped
+_JVM_GONE = (EOFError, BrokenPipeError, ConnectionResetError)
+
+
+def stream_reader_stopped() -> None:
+    """A streaming reader's `stop()`. PySpark's runner calls it in a `finally` around its
+    loop of the JVM's calls, then writes the error back to the JVM. When the query stops,
+    the JVM closes the runner's socket (and then ends the process): a runner that reads
+    the close first gets EOFError, its write back fails, and the interpreter prints a
+    traceback into the stderr `cdc verify` shares (seen once in a full test run, on Ctrl-C
+    of `--follow`). There is nothing to report then: the runner ends at once, quietly, as
+    spark_jobs/worker_daemon.py ends a worker the JVM left. Anywhere else, or for any other
+    error, nothing happens here."""
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    if getattr(spec, "name", None) == _STREAM_RUNNER and isinstance(sys.exc_info()[1], _JVM_GONE):
+        sys.stderr.flush()
+        os._exit(0)
 
 
 # Separator of the identity-key string: ASCII unit separator, never in a source name,

@@ -22,7 +22,7 @@ from typing import Any
 
 from spark_jobs.arrow_transport import SCHEMA as TRANSPORT_SCHEMA
 from spark_jobs.arrow_transport import pack, packing
-from spark_jobs.common import DataSource, InputPartition, opt_int, settle_worker
+from spark_jobs.common import DataSource, InputPartition, opt_int, settle_worker, stream_reader_stopped
 from spark_jobs.log_record import LogRecord
 from spark_jobs.records import DEFAULT_CHUNK, RecordColumns, chunks
 from spark_jobs.stream_rows import STREAM_FIELDS, STREAM_SCHEMA, arrow_schema, arrow_with_markers, offsets_of
@@ -132,6 +132,9 @@ class LogStreamReader(DataSourceStreamReader):
             yield pa.RecordBatch.from_arrays(
                 [pa.array(rows[n], type=schema.field(n).type) for n in names], schema=schema
             )
+
+    def stop(self) -> None:
+        stream_reader_stopped()
 
     def commit(self, end: dict) -> None:
         pass  # nothing is stored on the broker: the offsets live in Spark's checkpoint

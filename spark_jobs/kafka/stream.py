@@ -25,7 +25,7 @@ from typing import Any
 
 from spark_jobs.arrow_transport import SCHEMA as TRANSPORT_SCHEMA
 from spark_jobs.arrow_transport import pack, packing
-from spark_jobs.common import DataSource, InputPartition, opt_int, opt_json, settle_worker
+from spark_jobs.common import DataSource, InputPartition, opt_int, opt_json, settle_worker, stream_reader_stopped
 from spark_jobs.kafka.source import plan_kafka, scan_partitions
 from spark_jobs.records import DEFAULT_CHUNK, RecordColumns, chunks
 from spark_jobs.stream_rows import STREAM_FIELDS, STREAM_SCHEMA, arrow_schema, arrow_with_markers, offsets_of
@@ -112,6 +112,9 @@ class KafkaStreamReader(DataSourceStreamReader):
             yield pa.RecordBatch.from_arrays(
                 [pa.array(rows[n], type=schema.field(n).type) for n in names], schema=schema
             )
+
+    def stop(self) -> None:
+        stream_reader_stopped()
 
     def commit(self, end: dict) -> None:
         pass

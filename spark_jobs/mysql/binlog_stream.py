@@ -46,6 +46,7 @@ from spark_jobs.common import (
     opt_int,
     opt_json,
     settle_worker,
+    stream_reader_stopped,
     where,
 )
 from spark_jobs.mysql.binlog_plan import connect_mysql, split_ranges, transaction_starts
@@ -187,6 +188,9 @@ class BinlogStreamReader(DataSourceStreamReader):
         cols = EventColumns(self.options.get("source") or "", EventMapper(tables_from_json(self.options.get("tables"))))
         cols.add_row(progress_row(self.options.get("source") or "", part["file"], part["start"], part["end"]))
         yield cols.take()
+
+    def stop(self) -> None:
+        stream_reader_stopped()
 
     def commit(self, end: dict) -> None:
         pass
