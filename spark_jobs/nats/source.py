@@ -195,6 +195,10 @@ _V1_FIELDS = (5, 7, 8)
 _V2_FIELDS = (7, 9, 10)
 _HEADER_LINE = b"NATS/1.0"
 _END_OF_PULL = (b"404", b"408")  # no messages (no_wait), the request expired: this pull is over
+# No responders: the consumer has no leader now (a replicated stream's servers restarted or
+# electing): nothing this pull, asked again after a pause; `read_range`'s stall timeout bounds it
+_NO_LEADER_NOW = b"503"
+_NO_LEADER_PAUSE_S = 0.25
 
 
 def _pulled_fields(reply: bytes) -> tuple[int, int, int]:
@@ -241,7 +245,8 @@ class _Puller:
     subscription and are taken from nats-py's reader as they arrive (`Client._process_msg
     (sid, subject, reply, data, headers)` is handed every message), unparsed, into a list. A
     pull ends with its `batch` messages, or with a status to its own reply subject: 404 / 408
-    (nothing more now, the request expired); another status is an error."""
+    (nothing more now, the request expired), 503 (no leader now: nothing, asked again after a
+    pause); another status is an error."""
 
     def __init__(self, nc: Any, topic: str, stream: str) -> None:
         self.nc, self.topic, self.stream = nc, topic, stream
@@ -315,6 +320,10 @@ class _Puller:
         except TimeoutError:
             pass  # neither the batch nor a status in time: what came is taken, the caller pulls again
         status = self.status
+        if status is not None and status[:3] == _NO_LEADER_NOW:
+            await asyncio.sleep(_NO_LEADER_PAUSE_S)
+            got, self.got = self.got, []
+            return got
         if status is not None and status[:3] not in _END_OF_PULL:
             raise RuntimeError(
                 f"cdc_nats: reading {self.topic!r} in stream {self.stream!r}: the server said {status.decode(errors='replace')}"

@@ -23,3 +23,30 @@ def test_the_time_stored_is_nats_pys_to_the_millisecond(stored_ns: int) -> None:
     record, pending = pulled_record("t.a", reply.encode(), b"v", b"NATS/1.0\r\nid: e1\r\n\r\n")
     reference = message_record("t.a", msg)
     assert (record.offset(), record.timestamp(), pending) == (reference.offset(), reference.timestamp(), 0)
+
+
+def test_a_pull_answered_no_responders_is_empty_and_asked_again_any_other_status_is_an_error() -> None:
+    """A pull the server answers 503 (no responders: the consumer has no leader now, as while
+    a replicated stream's servers restart) takes nothing and is asked again by `read_range`
+    (its stall timeout bounds the wait); 404 and 408 end a pull; anything else is an error."""
+    import asyncio
+
+    import pytest
+
+    from spark_jobs.nats.source import _Puller
+
+    class Server:
+        def __init__(self, puller: _Puller, status: bytes) -> None:
+            self.puller, self.status = puller, status
+
+        async def publish(self, subject: str, data: bytes, reply: str) -> None:
+            self.puller._take(reply.encode(), b"", b"", b"NATS/1.0 " + self.status + b"\r\n\r\n")
+
+    def pulled(status: bytes) -> list:
+        puller = _Puller(None, "t.order", "t_events")
+        puller.nc, puller.name, puller.inbox = Server(puller, status), "c", b"_INBOX.x."
+        return asyncio.run(puller._request({"batch": 10, "no_wait": True}, 5.0))
+
+    assert pulled(b"503") == [] and pulled(b"404 No Messages") == [] and pulled(b"408 Request Timeout") == []
+    with pytest.raises(RuntimeError, match="the server said 409 Consumer Deleted"):
+        pulled(b"409 Consumer Deleted")
