@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent.parent
+pytestmark = pytest.mark.verifier_deps  # PySpark's runner and data sources
 
 
 def _utf(text: str) -> bytes:
