@@ -14,6 +14,7 @@ import ssl
 import subprocess
 import tempfile
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -35,6 +36,26 @@ def _kill_all_at_exit() -> None:
             server.cleanup(graceful=False)
         except Exception:
             pass
+
+
+def all_threads_stopped(pid: int) -> bool:
+    """Whether every thread of process `pid` is stopped (state T in /proc/PID/task/*/stat,
+    proc(5)); a thread or process that ended meanwhile counts as stopped."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except FileNotFoundError:
+        return True  # the process is gone
+    for task in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{task}/stat", "rb") as f:
+                stat = f.read()
+        except FileNotFoundError:
+            continue
+        # the state follows the command name, which is in parentheses and may hold any byte
+        state = stat[stat.rindex(b")") + 2 :][:1]
+        if state not in (b"T", b"t", b"Z", b"X"):
+            return False
+    return True
 
 
 def new_root(prefix: str) -> Path:
@@ -188,7 +209,17 @@ class LabServer:
         in the listen backlog) until `resume()`."""
         if self.pid is None:
             raise self.error(f"cannot pause: {self.label} is not running; start() or restart() it first")
-        os.kill(self.pid, signal.SIGSTOP)
+        pid = self.pid
+        os.kill(pid, signal.SIGSTOP)
+        # SIGSTOP is asynchronous: kill() returns while the server's threads are still on
+        # their way to the stop (a thread running on the other core until its interrupt),
+        # and a connection made in that window was once answered. Cut off means every
+        # thread stopped.
+        deadline = time.monotonic() + 10
+        while not all_threads_stopped(pid):
+            if time.monotonic() >= deadline:
+                raise self.error(f"{self.label} (pid {pid}) did not stop within 10 s of SIGSTOP")
+            time.sleep(0.001)
 
     def resume(self) -> None:
         """SIGCONT the server after `pause()`."""
