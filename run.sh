@@ -54,7 +54,13 @@ setup() {
   # walk runs (the loader also refuses a build stamped with another digest of the source)
   local kinds=".venv/.json-kinds-$(sha1sum cdc/json_kinds.py | cut -c1-12)"
   if [ ! -f "$kinds" ] || { command -v "${CC:-gcc}" >/dev/null && ! ls cdc/_json_kinds_compiled.*.so >/dev/null 2>&1; }; then
-    if .venv/bin/python tools/build_json_kinds.py >&2; then rm -f .venv/.json-kinds-*; touch "$kinds"; fi
+    if .venv/bin/python tools/build_native.py json_kinds >&2; then rm -f .venv/.json-kinds-*; touch "$kinds"; fi
+  fi
+  # the RabbitMQ Streams sink's optional C encoder (docs/sinks.md, "Speed"): the same rule, built
+  # again whenever connectors/rabbitmq/amqp_record.c changes; the loader refuses a stale build
+  local record=".venv/.amqp-record-$(sha1sum connectors/rabbitmq/amqp_record.c | cut -c1-12)"
+  if [ ! -f "$record" ] || { command -v "${CC:-gcc}" >/dev/null && ! ls connectors/rabbitmq/_amqp_record.*.so >/dev/null 2>&1; }; then
+    if .venv/bin/python tools/build_native.py amqp_record >&2; then rm -f .venv/.amqp-record-*; touch "$record"; fi
   fi
   export PATH="$ROOT/.venv/bin:$PATH"
   export PYSPARK_PYTHON="$ROOT/.venv/bin/python" PYSPARK_DRIVER_PYTHON="$ROOT/.venv/bin/python"

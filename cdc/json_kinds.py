@@ -3,7 +3,7 @@ payload are Debezium's expansion of it byte for byte, listing each member's Conn
 the way (docs/output-formats.md, "The json format's bytes").
 
 The one source of truth for the walk, pure Python and typed so that mypyc can compile it:
-`tools/build_json_kinds.py` (run by `./run.sh setup` when a C compiler is there) builds
+`tools/build_native.py json_kinds` (run by `./run.sh setup` when a C compiler is there) builds
 `cdc/_json_kinds_compiled.*.so` from this file, stamped with its SHA-256, and
 `cdc/json_kinds_native.py` loads that build only while the stamp matches this file (else
 this module). Nothing here may import beyond the standard library: the compiled copy is

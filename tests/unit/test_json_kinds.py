@@ -1,10 +1,9 @@
 """The json format's proof walk (cdc/json_kinds.py) and its optional compiled build
-(cdc/json_kinds_native.py, tools/build_json_kinds.py): which build the relay loads, that a
+(cdc/json_kinds_native.py, tools/build_native.py json_kinds): which build the relay loads, that a
 build of another version of the source is never used, and that the build step without a C
 compiler says so in one line. That both builds write the same bytes is held by
 tests/unit/test_formats.py's fast-path tests, which run on each."""
 
-import importlib.util
 import sys
 import sysconfig
 import types
@@ -55,16 +54,3 @@ def test_a_missing_build_leaves_the_pure_python_walk(monkeypatch):
     """No compiled module importable (not built, or built for another Python): None."""
     monkeypatch.setitem(sys.modules, COMPILED_NAME, None)  # import raises ImportError
     assert compiled_walk() is None
-
-
-def test_the_build_without_a_c_compiler_is_one_line_and_leaves_the_source_alone(monkeypatch, capsys):
-    spec = importlib.util.spec_from_file_location("build_json_kinds", ROOT / "tools" / "build_json_kinds.py")
-    assert spec and spec.loader
-    build = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(build)
-    before = sorted(SOURCE.parent.glob("_json_kinds_compiled*"))
-    monkeypatch.setattr(sysconfig, "get_config_var", lambda name: "no-such-cc-json-kinds")
-    assert build.main() == 0
-    out = capsys.readouterr().out
-    assert out.count("\n") == 1 and "no C compiler (no-such-cc-json-kinds)" in out, out
-    assert sorted(SOURCE.parent.glob("_json_kinds_compiled*")) == before
