@@ -56,11 +56,13 @@ setup() {
   if [ ! -f "$kinds" ] || { command -v "${CC:-gcc}" >/dev/null && ! ls cdc/_json_kinds_compiled.*.so >/dev/null 2>&1; }; then
     if .venv/bin/python tools/build_native.py json_kinds >&2; then rm -f .venv/.json-kinds-*; touch "$kinds"; fi
   fi
-  # the RabbitMQ Streams sink's optional C encoder (docs/sinks.md, "Speed"): the same rule, built
-  # again whenever connectors/rabbitmq/amqp_record.c changes; the loader refuses a stale build
-  local record=".venv/.amqp-record-$(sha1sum connectors/rabbitmq/amqp_record.c | cut -c1-12)"
-  if [ ! -f "$record" ] || { command -v "${CC:-gcc}" >/dev/null && ! ls connectors/rabbitmq/_amqp_record.*.so >/dev/null 2>&1; }; then
-    if .venv/bin/python tools/build_native.py amqp_record >&2; then rm -f .venv/.amqp-record-*; touch "$record"; fi
+  # the sinks' optional C encoders (docs/sinks.md, connectors/sink_native.c): the same rule, built
+  # again whenever sink_native.c changes or this interpreter's build is missing (the loader
+  # refuses a stale build)
+  local native=".venv/.sink-native-$(sha1sum connectors/sink_native.c | cut -c1-12)" suffix
+  suffix=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
+  if [ ! -f "$native" ] || { command -v "${CC:-gcc}" >/dev/null && [ ! -f "connectors/_sink_native$suffix" ]; }; then
+    if .venv/bin/python tools/build_native.py sink_native >&2; then rm -f .venv/.sink-native-*; touch "$native"; fi
   fi
   export PATH="$ROOT/.venv/bin:$PATH"
   export PYSPARK_PYTHON="$ROOT/.venv/bin/python" PYSPARK_DRIVER_PYTHON="$ROOT/.venv/bin/python"

@@ -6,8 +6,8 @@ for each target where a C compiler is. A missing C compiler (or mypyc) is one li
 
     .venv/bin/python tools/build_native.py json_kinds    # cdc/_json_kinds_compiled*.so: mypyc
         over a copy of cdc/json_kinds.py, the json format's proof walk (docs/output-formats.md)
-    .venv/bin/python tools/build_native.py amqp_record   # connectors/rabbitmq/_amqp_record*.so:
-        gcc over connectors/rabbitmq/amqp_record.c, the Streams sink's encoder (docs/sinks.md)
+    .venv/bin/python tools/build_native.py sink_native   # connectors/_sink_native*.so: gcc over
+        connectors/sink_native.c, the RabbitMQ Streams and NATS sinks' encoders (docs/sinks.md)
 """
 
 from __future__ import annotations
@@ -18,12 +18,13 @@ import sys
 import sysconfig
 import tempfile
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from cdc import json_kinds_native  # noqa: E402  # after the checkout is on the path
-from connectors.rabbitmq import amqp_record_native  # noqa: E402
+from connectors import sink_native  # noqa: E402
 
 
 def _last_line(run: subprocess.CompletedProcess[str]) -> str:
@@ -58,13 +59,14 @@ def build_json_kinds(compiler: str) -> int:
     return 0
 
 
-def build_amqp_record(compiler: str) -> int:
-    say = "build_amqp_record:"
-    source, stem = amqp_record_native.SOURCE, amqp_record_native.COMPILED_NAME.rpartition(".")[2]
-    digest = amqp_record_native.source_digest()
+def _build_c(loader: Any, say: str, fallback: str, compiler: str) -> int:
+    """gcc (or the interpreter's CC) over `loader.SOURCE` into `loader.COMPILED_NAME`'s file
+    for this interpreter, stamped with the source's digest."""
+    source, stem = loader.SOURCE, loader.COMPILED_NAME.rpartition(".")[2]
+    digest = loader.source_digest()
     target = source.parent / f"{stem}{sysconfig.get_config_var('EXT_SUFFIX')}"
     target.unlink(missing_ok=True)  # this interpreter's; another's (tools/unit_tiers.sh) stays
-    with tempfile.TemporaryDirectory(prefix="amqp-record-") as tmp:
+    with tempfile.TemporaryDirectory(prefix=f"{stem.strip('_')}-") as tmp:
         built = Path(tmp) / target.name
         command = [
             compiler, "-O2", "-shared", "-fPIC", "-Wall",
@@ -73,16 +75,23 @@ def build_amqp_record(compiler: str) -> int:
         ]  # fmt: skip
         run = subprocess.run(command, capture_output=True, text=True)
         if run.returncode != 0 or not built.exists():
-            print(f"{say} the compile failed ({_last_line(run)}); the Python encoder stays in use")
+            print(f"{say} the compile failed ({_last_line(run)}); {fallback}")
             return 1
         shutil.copy2(built, target)
-    print(f"{say} built {target.name} from amqp_record.c {digest[:12]}")
+    print(f"{say} built {target.name} from {source.name} {digest[:12]}")
     return 0
+
+
+def build_sink_native(compiler: str) -> int:
+    return _build_c(sink_native, "build_sink_native:", "the sinks' Python encoders stay in use", compiler)
 
 
 TARGETS = {
     "json_kinds": (build_json_kinds, "build_json_kinds: no C compiler ({}); the json walk stays pure Python"),
-    "amqp_record": (build_amqp_record, "build_amqp_record: no C compiler ({}); the Python encoder stays in use"),
+    "sink_native": (
+        build_sink_native,
+        "build_sink_native: no C compiler ({}); the sinks' Python encoders stay in use",
+    ),
 }
 
 

@@ -27,9 +27,9 @@ for version in ${CDC_PYTHONS:-3.12 3.13}; do
     touch "$stamp"
   fi
   echo "unit_tiers: Python $("$venv/bin/python" -c 'import platform; print(platform.python_version())')" >&2
-  # the Streams sink's C encoder for this interpreter, so that its tests run on each C API
-  # (a missing C compiler is one line and the Python way; a failed compile fails the tier)
-  "$venv/bin/python" tools/build_native.py amqp_record >&2 || status=1
+  # the sinks' C encoders for this interpreter, so that their tests run on each C API (a
+  # missing C compiler is one line and the Python way; a failed compile fails the tier)
+  "$venv/bin/python" tools/build_native.py sink_native >&2 || status=1
   # the verifier_deps tests need PySpark / PyArrow, which these venvs do not install
   "$venv/bin/python" -m pytest tests/unit -q -p no:cacheprovider -m "not verifier_deps" "$@" || status=1
 done

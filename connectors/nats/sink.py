@@ -62,6 +62,7 @@ from cdc.errors import BrokerUnreachable, DeliveryError
 from cdc.events.identity import H_FILE, H_GTID, H_POS, H_REPAIR, H_ROW, H_SOURCE, identity_key_from_headers
 from cdc.events.sink_fields import BROKER_HEADER_PREFIXES, H_KEY, H_NULL_VALUE, H_TIMESTAMP, message_properties
 from cdc.ports import Delivery, DeliveryCallback, DeliveryFailure, Report
+from connectors import sink_native
 from connectors.broker_wait import never, wait_for_broker
 from connectors.nats.chain import (
     BLOCKED,
@@ -198,10 +199,11 @@ class _Prefix:
     identity's texts among them and, when they hold the transaction's identity without the
     row, the middle of the Nats-Msg-Id (`msg_id`: subject|middle|row)."""
 
-    __slots__ = ("block", "ident", "middle", "names")
+    __slots__ = ("block", "closed", "ident", "middle", "names")
 
     def __init__(self, block: bytes, names: frozenset[str], ident: dict[str, str]):
         self.block, self.names, self.ident = block, names, ident
+        self.closed = names | _SLOW_NAMES  # what a message's own header may not be named (the C way)
         self.middle: str | None = None
         if H_ROW not in ident:
             key = identity_key_from_headers({**ident, H_ROW: "0"})
@@ -210,6 +212,8 @@ class _Prefix:
 
 
 _prefixes: dict[tuple, _Prefix | None] = {}  # None: the general way
+# The C maker of a message's own lines (connectors/sink_native.c, sink_native.py), or None
+_HEADER_TAIL = sink_native.NATS_HEADER_TAIL
 # (name, value) of a message's own headers -> its line and text: most repeat (the row of each
 # of a transaction's events, the event type, the table; the hand-over passes the same tuples)
 _lines: dict[tuple, tuple[bytes, str]] = {}
@@ -265,6 +269,13 @@ def message_header_block(
                 _prefixes.pop(shared, None)  # its names may be known after the general way
         if prefix is None:
             return header_block(nats_headers(topic, key, value, headers, ts), end=False)
+        if _HEADER_TAIL is not None and prefix.middle is not None:  # the same bytes in C, or None
+            made_in_c = _HEADER_TAIL(
+                prefix.block, prefix.closed, prefix.middle, headers, cut, key, value, ts, topic, _names,
+                _IDENTITY_NAMES, H_ROW, _KEY_PREFIX, _NULL_LINE, _TIMESTAMP_PREFIX, _MSG_ID_PREFIX,
+            )  # fmt: skip
+            if made_in_c is not None:
+                return made_in_c
     else:
         cut, prefix = 0, _NO_PREFIX
     names, known = prefix.names, _names

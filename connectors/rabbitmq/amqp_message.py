@@ -19,7 +19,7 @@ round trip.
 relay's publish path): a transaction's headers are encoded once for all its messages, each
 name's encoded bytes are made once, a UTF-8 value is used as it is, and no map of text is
 built in between. A message's own part (its last headers, key, value and time) is made in C
-when the optional build is there (`amqp_record.c`, loaded by `amqp_record_native.py`: 0.5
+when the optional build is there (`connectors/sink_native.c`, loaded by `sink_native.py`: 0.5
 against 1.9 us a message), which hands anything but the common case back to the Python way.
 """
 
@@ -28,7 +28,7 @@ from __future__ import annotations
 import struct
 
 from cdc.events.sink_fields import H_KEY, H_NULL_VALUE
-from connectors.rabbitmq import amqp_record_native
+from connectors import sink_native
 
 _PROPERTIES = b"\x00\x53\x73"
 _APPLICATION_PROPERTIES = b"\x00\x53\x74"
@@ -123,9 +123,9 @@ def _prefix_of(shared: tuple) -> _Prefix | None:
 
 
 _UNSEEN = _Prefix(b"", 0, frozenset())  # `_prefixes` has no answer for these headers yet
-# The C encoder of a message's own part (amqp_record.c, amqp_record_native.py), or None; its
-# two names made as `_name` makes them
-_ENCODE_TAIL = amqp_record_native.ENCODE_TAIL
+# The C encoder of a message's own part (connectors/sink_native.c, sink_native.py), or None;
+# its two names made as `_name` makes them
+_ENCODE_TAIL = sink_native.AMQP_RECORD_TAIL
 _KEY_NAME = _STR32_OF.pack(0xB1, len(H_KEY.encode())) + H_KEY.encode()
 _NULL_NAME = _STR32_OF.pack(0xB1, len(H_NULL_VALUE.encode())) + H_NULL_VALUE.encode()
 

@@ -1,6 +1,6 @@
 """tools/build_native.py, the optional native builds' step (`./run.sh setup` runs it): without
 a C compiler it says so in one line, exits 0 and leaves the builds as they are. What each
-build loads and refuses: tests/unit/test_json_kinds.py, tests/unit/test_amqp_record_native.py."""
+build loads and refuses: tests/unit/test_json_kinds.py, tests/unit/test_sink_native.py."""
 
 import importlib.util
 import sysconfig
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from cdc import json_kinds_native
-from connectors.rabbitmq import amqp_record_native
+from connectors import sink_native
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -22,7 +22,10 @@ def _tool():
     return build
 
 
-@pytest.mark.parametrize(("target", "loader"), [("json_kinds", json_kinds_native), ("amqp_record", amqp_record_native)])
+@pytest.mark.parametrize(
+    ("target", "loader"),
+    [("json_kinds", json_kinds_native), ("sink_native", sink_native)],
+)
 def test_the_build_without_a_c_compiler_is_one_line_and_leaves_the_builds_alone(target, loader, monkeypatch, capsys):
     build = _tool()
     stem = loader.COMPILED_NAME.rpartition(".")[2]

@@ -1,39 +1,19 @@
-"""The RabbitMQ Streams sink's optional C encoder of a message's own part
-(connectors/rabbitmq/amqp_record.c, amqp_record_native.py, tools/build_native.py amqp_record): the
-same bytes as the Python way on generated records, None (the Python way) for what it does not
-take, which build is loaded, that a build of another version of the source is never used,
-and the build step without a C compiler in one line."""
+"""The RabbitMQ Streams sink's C encoder of a message's own part (`amqp_record_tail` of
+connectors/sink_native.c): the same bytes as the Python way and the general encoder on
+generated records, and None (the Python way) for what it does not take, without an error.
+Which build is loaded: tests/unit/test_sink_native.py."""
 
 import random
-import sys
-import sysconfig
-import types
-from pathlib import Path
 
 import pytest
 
 from cdc.events.sink_fields import H_KEY, H_NULL_VALUE, message_properties
-from connectors.rabbitmq import amqp_message, amqp_record_native
-from connectors.rabbitmq.amqp_record_native import COMPILED_NAME, SOURCE, compiled_encoder, source_digest
+from connectors import sink_native
+from connectors.rabbitmq import amqp_message
 
-ROOT = Path(__file__).resolve().parents[2]
-BUILT = list(SOURCE.parent.glob("_amqp_record" + sysconfig.get_config_var("EXT_SUFFIX")))
 native = pytest.mark.skipif(
-    not amqp_record_native.COMPILED, reason="no current build for this interpreter (the test above says why)"
+    not sink_native.COMPILED, reason="no current build (tests/unit/test_sink_native.py says why)"
 )
-
-
-def test_the_loaded_encoder_is_the_c_build_exactly_when_one_is_current():
-    """`./run.sh setup` builds it where gcc is, for .venv's interpreter, and tools/unit_tiers.sh
-    for 3.12 and 3.13: a current build for the test's interpreter must be loaded."""
-    where = f"loaded {amqp_record_native.ENCODE_TAIL} (built here: {[p.name for p in BUILT]})"
-    assert amqp_message._ENCODE_TAIL is amqp_record_native.ENCODE_TAIL, where
-    if BUILT and source_digest() == getattr(sys.modules.get(COMPILED_NAME), "BUILT_FROM", None):
-        assert amqp_record_native.COMPILED, where
-    if amqp_record_native.COMPILED:
-        assert type(amqp_record_native.ENCODE_TAIL) is types.BuiltinFunctionType, where
-    else:
-        assert compiled_encoder() is None, where
 
 
 _NAMES = ["cdc.source", "cdc.row", "cdc.event_id", "cdc.table", "id", "é", "h" * 300, H_KEY, H_NULL_VALUE, ""]
@@ -66,7 +46,7 @@ def test_generated_records_encode_as_the_general_encoder_and_the_python_way_make
 
 @native
 def test_the_c_encoder_takes_the_relays_records_and_leaves_the_rest_to_python():
-    encode = amqp_record_native.ENCODE_TAIL
+    encode = sink_native.AMQP_RECORD_TAIL
     assert encode is not None
     rng = random.Random(7)
     taken = 0
@@ -109,7 +89,7 @@ def test_the_c_encoder_takes_the_relays_records_and_leaves_the_rest_to_python():
     ],
 )
 def test_whatever_the_c_encoder_does_not_take_is_none_and_no_error(change):
-    encode = amqp_record_native.ENCODE_TAIL
+    encode = sink_native.AMQP_RECORD_TAIL
     assert encode is not None
     amqp_message.encode_record(b"k", [("a", b"1"), ("cdc.row", b"1"), ("b", b"2"), ("c", b"3"), ("d", b"4")], b"v", 1)
     args = [b"", 0, frozenset(), [("cdc.row", b"1")], 0, b"k", b"v", 1, amqp_message._names]
@@ -120,19 +100,3 @@ def test_whatever_the_c_encoder_does_not_take_is_none_and_no_error(change):
     assert encode(*args) is None
     with pytest.raises(TypeError):
         encode(*args[:5])
-
-
-def test_a_build_of_another_version_of_the_source_is_not_used(tmp_path, monkeypatch):
-    edited = tmp_path / "amqp_record.c"
-    edited.write_bytes(SOURCE.read_bytes() + b"\n/* edited after the build */\n")
-    current = types.ModuleType(COMPILED_NAME)
-    current.BUILT_FROM = source_digest()  # type: ignore[attr-defined]
-    current.encode_tail = print  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, COMPILED_NAME, current)
-    assert compiled_encoder(SOURCE) is print
-    assert compiled_encoder(edited) is None
-
-
-def test_a_missing_build_leaves_the_python_way(monkeypatch):
-    monkeypatch.setitem(sys.modules, COMPILED_NAME, None)  # import raises ImportError
-    assert compiled_encoder() is None
