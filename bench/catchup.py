@@ -124,20 +124,24 @@ def relay_environment() -> dict[str, str]:
     source at each start, about 0.4 s of the reader's start (measured in issue 28's work)
     that no user pays. Compiling is skipped for modules whose `.pyc` is current."""
     env = compiled_environment(ROOT)
-    if not _json_walk_reported:
-        _json_walk_reported.append(_json_walk(env))
-        print(f"bench: the relay's json walk: {_json_walk_reported[0]}", flush=True)
+    if not _builds_reported:
+        _builds_reported.append(_builds(env))
+        print(f"bench: {_builds_reported[0]}", flush=True)
     return env
 
 
-_json_walk_reported: list[str] = []  # said once a run
+_builds_reported: list[str] = []  # said once a run
 
 
-def _json_walk(env: dict[str, str]) -> str:
-    """The file of the json format's proof walk the relay child loads (the compiled build
-    that `./run.sh setup` makes, or the pure-Python fallback), asked of the child's own
-    interpreter and environment."""
-    probe = "from cdc import json_kinds_native as n; print(n.WALK.__file__)"
+def _builds(env: dict[str, str]) -> str:
+    """Which builds the relay child loads, asked of its own interpreter and environment: the
+    json format's proof walk (the compiled build that `./run.sh setup` makes, or the pure-Python
+    module) and the sinks' encoders (connectors/sink_native.c's build, or the Python ways)."""
+    probe = (
+        "from cdc import json_kinds_native as j; from connectors import sink_native as s; "
+        "print(f\"the relay's json walk: {j.WALK.__file__}; the sinks' encoders: \""
+        "+ (s.compiled_module().__file__ if s.COMPILED else 'Python (no current C build)'))"
+    )
     loaded = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, env=env, capture_output=True, text=True)
     return loaded.stdout.strip() or loaded.stderr.strip()[-200:]
 
