@@ -1,5 +1,5 @@
-"""The optional native builds of pure-Python modules (cdc/json_kinds_native.py's json walk,
-connectors/rabbitmq/amqp_record_native.py's AMQP encoder): a build is a module stamped with
+"""The optional native builds (cdc/json_kinds_native.py's json walk, compiled by mypyc;
+connectors/sink_native.py's sink encoders, in C): a build is a module stamped with
 the SHA-256 of the source it was built from (`BUILT_FROM`, written by tools/build_native.py)
 and is used only while that source is unchanged, so an edit takes effect without a rebuild
 (at Python speed until `./run.sh setup` builds again)."""
