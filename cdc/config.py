@@ -125,6 +125,7 @@ Example `relay.toml`::
     ca_file = ""                        # PEM CA bundle to check the node's certificate (empty: the system's)
     cert_file = ""                      # client certificate (PEM), with key_file
     key_file = ""
+    key_password_env = "RABBITMQ_KEY_PASSWORD"  # if key_file is encrypted (or key_password_file)
     producer_name = ""                  # the publishing ids' producer name (empty: cdc-relay.<source.name>)
     publish_timeout_s = 60              # a message not confirmed this long stops the relay (exit 1)
     max_in_flight = 20000               # messages handed over and not confirmed; publish waits above it
@@ -143,6 +144,7 @@ Example `relay.toml`::
     ca_file = ""
     cert_file = ""
     key_file = ""
+    key_password_env = "RABBITMQ_KEY_PASSWORD"  # if key_file is encrypted (or key_password_file)
     exchange = "cdc.outbox"             # the topic exchange; routing key = the event's topic
     audit_stream = "cdc.outbox.audit"   # a stream bound to the exchange for every routing key the relay uses
     publish_timeout_s = 60              # a message not confirmed this long stops the relay (exit 1)
@@ -157,6 +159,7 @@ Example `relay.toml`::
     ca_file = ""                        # TLS: the CA that signed the servers' certificates
     cert_file = ""                      # TLS: a client certificate (with key_file)
     key_file = ""
+    key_password_env = "NATS_KEY_PASSWORD"  # if key_file is encrypted (or key_password_file)
     ack_timeout_s = 5                   # no acknowledgement this long: send the unacknowledged again
     delivery_timeout_s = 60             # then fail (exit 1); keep it under every stream's duplicate_window
     max_in_flight = 8192                # messages sent and not yet acknowledged (below the server's max_buffered_msgs)
@@ -337,6 +340,7 @@ class RabbitStreamConfig:
     ca_file: str = ""  # PEM CA bundle for the node's certificate ("": the system's)
     cert_file: str = ""  # client certificate (PEM), with key_file
     key_file: str = ""
+    key_password: Secret = field(default_factory=lambda: Secret(""))  # the client key's, if it is encrypted
     producer_name: str = ""  # "": cdc-relay.<source.name> (the broker de-duplicates by it)
     publish_timeout_s: float = 60.0  # unconfirmed this long: the relay stops (exit 1)
     max_in_flight: int = 20_000  # handed over, not confirmed: publish waits above it
@@ -361,6 +365,7 @@ class RabbitExchangeConfig:
     ca_file: str = ""
     cert_file: str = ""
     key_file: str = ""
+    key_password: Secret = field(default_factory=lambda: Secret(""))  # the client key's, if it is encrypted
     exchange: str = "cdc.outbox"  # a topic exchange; the routing key is the event's topic
     audit_stream: str = "cdc.outbox.audit"  # a stream bound to `exchange` for every routing key used
     publish_timeout_s: float = 60.0  # unconfirmed this long: the relay stops (exit 1)
@@ -388,6 +393,7 @@ class NatsJetStreamConfig:
     ca_file: str = ""  # TLS: the CA of the servers' certificates ("": the system's)
     cert_file: str = ""  # TLS: a client certificate, with key_file
     key_file: str = ""
+    key_password: Secret = field(default_factory=lambda: Secret(""))  # the client key's, if it is encrypted
     ack_timeout_s: float = 5.0  # unacknowledged this long: sent again, in order, under the same Nats-Msg-Id
     delivery_timeout_s: float = 60.0  # unacknowledged this long: the message fails (the relay exits 1)
     # A server short of CPU answers late: a window of 4,096 left the publisher waiting (docs/sinks.md).
@@ -471,8 +477,11 @@ _SECRETS = {
     ("schema_registry", "key_password"),
     ("source.tls", "key_password"),
     ("sink.rabbitmq_stream", "password"),
+    ("sink.rabbitmq_stream", "key_password"),
     ("sink.rabbitmq_exchange", "password"),
+    ("sink.rabbitmq_exchange", "key_password"),
     ("sink.nats_jetstream", "password"),
+    ("sink.nats_jetstream", "key_password"),
     ("sink.nats_jetstream", "token"),
 }
 _KAFKA_BLOCKS = ("client", "producer", "consumer")
@@ -696,6 +705,8 @@ def _validate_nats(cfg: Config) -> None:
         raise ConfigError('sink.nats_jetstream.servers must name at least one server, e.g. ["nats://host:4222"]')
     if bool(nats.cert_file) != bool(nats.key_file):
         raise ConfigError("sink.nats_jetstream.cert_file and key_file go together: set both or neither")
+    if nats.key_password and not nats.key_file:
+        raise ConfigError("sink.nats_jetstream.key_password is the password of key_file: set cert_file and key_file")
     if not 0 < nats.ack_timeout_s < nats.delivery_timeout_s < nats.duplicate_window_s:
         raise ConfigError(
             "sink.nats_jetstream needs 0 < ack_timeout_s < delivery_timeout_s < duplicate_window_s (a message "
@@ -791,6 +802,8 @@ def _validate_rabbitmq_stream(cfg: Config) -> None:
         )
     if bool(rabbit.cert_file) != bool(rabbit.key_file):
         raise ConfigError("sink.rabbitmq_stream: cert_file and key_file go together (the client certificate)")
+    if rabbit.key_password and not rabbit.key_file:
+        raise ConfigError("sink.rabbitmq_stream.key_password is the password of key_file: set cert_file and key_file")
     for entry in rabbit.hosts:
         host, _, port = str(entry).rpartition(":")
         if not host or not port.isdigit() or not 0 < int(port) < 65536:
@@ -824,6 +837,8 @@ def _validate_rabbitmq_exchange(cfg: Config) -> None:
         raise ConfigError("sink.rabbitmq_exchange.management_port must be between 0 (not checked) and 65535")
     if bool(rabbit.cert_file) != bool(rabbit.key_file):
         raise ConfigError("sink.rabbitmq_exchange: cert_file and key_file go together (the client certificate)")
+    if rabbit.key_password and not rabbit.key_file:
+        raise ConfigError("sink.rabbitmq_exchange.key_password is the password of key_file: set cert_file and key_file")
     for name, example in (("hosts", "rabbit2:5672"), ("stream_hosts", "rabbit2:5552")):
         for entry in getattr(rabbit, name):
             host, _, port = str(entry).rpartition(":")

@@ -68,7 +68,7 @@ def stream_reader_stopped() -> None:
 # a GTID or a binlog file name.
 KEY_SEP = "\x1f"
 
-SECRET_OPTION_NAMES = frozenset({"password", "passwd", "tls_key_password"})
+SECRET_OPTION_NAMES = frozenset({"password", "passwd", "tls_key_password", "key_password"})
 
 try:  # the data source base classes; the pure-python parts of the sources work without Spark
     from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
@@ -182,28 +182,38 @@ def mysql_settings_from_options(options: Mapping[str, str]) -> dict[str, Any]:
     return settings
 
 
-SINK_TLS_OPTIONS = ("ca_file", "cert_file", "key_file")
+SINK_TLS_OPTIONS = ("ca_file", "cert_file", "key_file", "key_password")  # key_password: a secret
 
 
 def sink_tls_context(fmt: str, options: Mapping[str, Any], on: bool = False) -> Any:
     """The TLS context a sink source (`cdc_rabbitmq`, `cdc_nats`) connects with, from its
     options `ca_file` (the CA of the broker's certificate; "" the system's), `cert_file` and
-    `key_file` (a client certificate); None when `on` is false and none of them is set. The
+    `key_file` (a client certificate; `key_password` for an encrypted key: without it such a key
+    is an error, not OpenSSL's prompt on the terminal); None when `on` is false and none of them is set. The
     certificate's name is always checked against the address connected to
     (`ssl.create_default_context`: CERT_REQUIRED, check_hostname), as the relay does. The
     files are read where the source runs: on a cluster they must exist on every executor."""
     import ssl
 
-    ca, cert, key = (str(options.get(name) or "") for name in SINK_TLS_OPTIONS)
+    ca, cert, key = (str(options.get(name) or "") for name in ("ca_file", "cert_file", "key_file"))
     if not (on or ca or cert):
         return None
+    key_password = str(options.get("key_password") or "")
+
+    def no_password() -> bytes:
+        raise RuntimeError(
+            f"{fmt}: the client key {key or cert} is encrypted and no password is set: set the key_password "
+            "option (cdc verify sets it from the sink's key_password_env or key_password_file)"
+        )
+
     try:
         context = ssl.create_default_context(cafile=ca or None)
         if cert:
-            context.load_cert_chain(cert, key or None)
+            context.load_cert_chain(cert, key or None, password=key_password or no_password)
     except (OSError, ssl.SSLError) as exc:
         raise RuntimeError(
-            f"{fmt}: the TLS files cannot be used ({type(exc).__name__}: {exc}): check ca_file, cert_file and key_file"
+            f"{fmt}: the TLS files cannot be used ({type(exc).__name__}: {exc}): check ca_file, cert_file and "
+            "key_file (and key_password for an encrypted key)"
         ) from None
     return context
 

@@ -29,6 +29,7 @@ from nats.errors import (
 from cdc.config import NatsJetStreamConfig
 from cdc.errors import BrokerUnreachable, ConfigError, DeliveryError
 from connectors.loop_thread import LoopThread
+from connectors.tls_files import KeyPasswordMissing, client_cert_error, load_client_cert
 
 log = logging.getLogger("cdc.nats")
 
@@ -46,13 +47,16 @@ def connect_options(cfg: NatsJetStreamConfig) -> dict[str, Any]:
     if cfg.ca_file or cfg.cert_file or any(s.startswith("tls://") for s in cfg.servers):
         try:
             context = ssl.create_default_context(cafile=cfg.ca_file or None)
-            if cfg.cert_file:
-                context.load_cert_chain(cfg.cert_file, cfg.key_file)
         except (OSError, ssl.SSLError) as exc:
             raise ConfigError(
                 f"sink.nats_jetstream TLS files cannot be used ({type(exc).__name__}: {exc}): "
                 "check ca_file, cert_file and key_file"
             ) from None
+        if cfg.cert_file:
+            try:
+                load_client_cert(context, cfg.cert_file, cfg.key_file, cfg.key_password.reveal())
+            except (KeyPasswordMissing, OSError, ssl.SSLError) as exc:
+                raise ConfigError(client_cert_error(exc, "sink.nats_jetstream", cfg.cert_file, cfg.key_file)) from None
         out["tls"] = context
     return out
 
@@ -104,6 +108,8 @@ def server_down(exc: BaseException) -> bool:
 def unreachable(cfg: NatsJetStreamConfig, exc: BaseException) -> DeliveryError:
     """The one line for a NATS server that cannot be reached (no secrets in it):
     BrokerUnreachable when the server is down or restarting, which a start waits out."""
+    if isinstance(exc, ConfigError):  # the settings' own fix (a client key that cannot be used)
+        return DeliveryError(str(exc))
     text = f"cannot reach NATS {','.join(cfg.servers)} (sink.nats_jetstream.servers): {type(exc).__name__}: {exc}; "
     if server_down(exc):
         return BrokerUnreachable(text + "the server is down or restarting: check that it runs, with JetStream (-js)")

@@ -136,6 +136,7 @@ class ExchangeSettings:
     empty_wait_s: float = 2.0
     hosts: tuple[tuple[str, int], ...] = ()  # the cluster's other nodes' AMQP 0-9-1 ports (`hosts`)
     stream_hosts: tuple[tuple[str, int], ...] = ()  # ... and their stream ports (`stream_addresses()`)
+    key_password: str = field(default="", repr=False)  # an encrypted key_file's
 
     @classmethod
     def from_config(cls, rabbit: Any) -> ExchangeSettings:
@@ -148,6 +149,7 @@ class ExchangeSettings:
             bool(rabbit.tls or rabbit.ca_file or rabbit.cert_file), rabbit.ca_file, rabbit.cert_file,
             rabbit.key_file, float(rabbit.empty_wait_s), addresses(getattr(rabbit, "hosts", ())),
             addresses(rabbit.stream_addresses() if hasattr(rabbit, "stream_addresses") else ()),
+            key_password=rabbit.key_password.reveal(),
         )  # fmt: skip
 
     def addresses(self) -> list[tuple[str, int]]:
@@ -162,6 +164,7 @@ class ExchangeSettings:
         return StreamSettings(
             self.host, self.stream_port, self.vhost, self.user, self.password, self.tls, self.ca_file,
             self.cert_file, self.key_file, self.empty_wait_s, self.stream_hosts, section=_SECTION,
+            key_password=self.key_password,
         )  # fmt: skip
 
     def ssl_context(self) -> ssl.SSLContext | None:
@@ -179,6 +182,8 @@ class ExchangeSettings:
 
 
 def _cannot(settings: ExchangeSettings, what: str, exc: BaseException) -> DeliveryError:
+    if isinstance(exc, ConfigError):  # the settings' own fix (a client key that cannot be used)
+        return DeliveryError(str(exc))
     fix = tls_fix(exc, _SECTION) or f"(check {_SECTION} host, port, hosts, user and password)"
     others = f" (or {', '.join(f'{h}:{p}' for h, p in settings.hosts)})" if settings.hosts else ""
     return DeliveryError(

@@ -23,6 +23,7 @@ from cdc.events.sink_fields import partition_stream
 from connectors.broker_wait import never, wait_for_broker
 from connectors.loop_thread import LoopThread
 from connectors.rabbitmq.rstream_client import load_rstream
+from connectors.tls_files import KeyPasswordMissing, client_cert_error, load_client_cert
 
 T = TypeVar("T")
 log = logging.getLogger("cdc.rabbitmq")
@@ -48,6 +49,7 @@ class StreamSettings:
     key_file: str = ""
     empty_wait_s: float = 2.0
     hosts: tuple[tuple[str, int], ...] = ()  # the cluster's other nodes (`hosts`), after host:port
+    key_password: str = field(default="", repr=False)  # an encrypted key_file's
     # the config section a fix names: the exchange sink reads its audit stream with these
     # settings too, and its user sets `sink.rabbitmq_exchange.*`
     section: str = "sink.rabbitmq_stream"
@@ -58,7 +60,7 @@ class StreamSettings:
         return cls(
             rabbit.host, int(rabbit.port), rabbit.vhost, rabbit.user, rabbit.password.reveal(),
             bool(rabbit.tls or rabbit.ca_file or rabbit.cert_file), rabbit.ca_file, rabbit.cert_file,
-            rabbit.key_file, float(rabbit.empty_wait_s), hosts,
+            rabbit.key_file, float(rabbit.empty_wait_s), hosts, key_password=rabbit.key_password.reveal(),
         )  # fmt: skip
 
     def addresses(self) -> list[tuple[str, int]]:
@@ -72,7 +74,10 @@ class StreamSettings:
             return None
         context = ssl.create_default_context(cafile=self.ca_file or None)
         if self.cert_file:
-            context.load_cert_chain(self.cert_file, self.key_file or None)
+            try:
+                load_client_cert(context, self.cert_file, self.key_file, self.key_password)
+            except (KeyPasswordMissing, OSError, ssl.SSLError) as exc:
+                raise ConfigError(client_cert_error(exc, self.section, self.cert_file, self.key_file)) from None
         return context
 
     def where(self) -> str:
@@ -161,6 +166,8 @@ def _node_down(exc: BaseException) -> bool:
 
 
 def cannot(settings: StreamSettings, what: str, exc: BaseException) -> DeliveryError:
+    if isinstance(exc, ConfigError):  # the settings' own fix (a client key that cannot be used)
+        return DeliveryError(str(exc))
     said = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
     if _node_down(exc):
         return BrokerUnreachable(

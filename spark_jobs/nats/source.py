@@ -6,7 +6,7 @@ goes away by itself).
     spark.read.format("cdc_nats")
         .option("servers", "nats://127.0.0.1:4222")
         .option("user", "...").option("password", "...")     # or .option("token", "...")
-        .option("ca_file", "ca.pem")                          # TLS (also a tls:// server); cert_file, key_file
+        .option("ca_file", "ca.pem")                          # TLS (also a tls:// server); cert_file, key_file, key_password
         .option("topics", "outbox.event.order,outbox.dlq")   # subjects
         .option("dlq_topic", "outbox.dlq")
         .option("chunk", "100000")                            # sequences per Spark partition

@@ -7,7 +7,7 @@ stored on the broker: no consumer name, no offset tracking).
         .option("hosts", "rabbit2:5552,rabbit3:5552")   # a cluster's other nodes, asked when host is down
         .option("user", "...").option("password", "...").option("vhost", "/")
         .option("tls", "true")                     # TLS (also on with ca_file or cert_file)
-        .option("ca_file", "ca.pem").option("cert_file", "...").option("key_file", "...")
+        .option("ca_file", "ca.pem").option("cert_file", "...").option("key_file", "...")  # key_password: an encrypted key's
         .option("topics", "outbox.event.order,outbox.dlq")
         .option("dlq_topic", "outbox.dlq")
         .option("chunk", "100000")                 # offsets per Spark partition

@@ -3,14 +3,15 @@ plugin's TLS listener) serving a certificate of the test's CA for 127.0.0.1 and
 localhost, each wanting a client certificate of that CA (`verify`), one of each for the
 module (tests/integration/tls_certs.py makes the files).
 
-- verified TLS, the server's name checked (the relay's `ca_file`, `cert_file`,
-  `key_file`): `cdc run` publishes, `cdc check` passes, `cdc verify` reads the sink with
-  the same settings (the verifier's `cdc_nats` / `cdc_rabbitmq` options) and is clean,
-  `cdc repair` reads the sink (the event is there: nothing published), `cdc locate` finds
-  a message; no password in any output;
+- verified TLS, the server's name checked (the relay's `ca_file`, `cert_file`, an encrypted
+  `key_file` and its `key_password_env`): `cdc run` publishes, `cdc check` passes, `cdc
+  verify` reads the sink with the same settings (the verifier's `cdc_nats` / `cdc_rabbitmq`
+  options, `key_password` among them) and is clean, `cdc repair` reads the sink (the event is
+  there: nothing published), `cdc locate` finds a message; no password in any output;
 - a CA that did not sign the server's certificate, and the server reached as 127.0.0.2
   (loopback too, through a TCP proxy, but not a name the certificate holds): each of those
-  commands fails in one line naming the certificate, exit non-zero, no traceback.
+  commands fails in one line naming the certificate, exit non-zero, no traceback; an
+  encrypted key without its password: one line naming key_password_env, never a prompt.
 """
 
 from __future__ import annotations
@@ -63,8 +64,18 @@ def rabbit_tls(tls_files):
         yield node
 
 
-def _client_files(files: TlsFiles, ca: Path | None = None) -> dict[str, str]:
-    return {"ca_file": str(ca or files.ca), "cert_file": str(files.client_cert), "key_file": str(files.client_key)}
+KEY_PASSWORD_ENV = "CDC_TEST_SINK_KEY_PASSWORD"
+
+
+def _client_files(files: TlsFiles, ca: Path | None = None, key: str = "plain") -> dict[str, str]:
+    """The relay's TLS settings: the test CA (or `ca`) and the client certificate, its key plain,
+    `encrypted` with its password from KEY_PASSWORD_ENV, or `encrypted_no_password`."""
+    out = {"ca_file": str(ca or files.ca), "cert_file": str(files.client_cert), "key_file": str(files.client_key)}
+    if key != "plain":
+        out["key_file"] = str(files.client_key_encrypted)
+    if key == "encrypted":
+        out["key_password_env"] = KEY_PASSWORD_ENV
+    return out
 
 
 class NatsSide:
@@ -79,9 +90,9 @@ class NatsSide:
             self.server, {f"{prefix}_events": [f"{prefix}.order"], f"{prefix}_dlq": [f"{prefix}.dlq"]}
         )
 
-    def raw(self, db, database: str, prefix: str, checkpoint: Path, host: str, port: int, ca: Path | None) -> dict:
+    def raw(self, db, database: str, prefix: str, checkpoint: Path, host: str, port: int, ca, key: str) -> dict:
         raw = nats_harness.nats_raw_config(db, self.server, database, prefix, checkpoint)
-        raw["sink"]["nats_jetstream"].update(servers=[f"nats://{host}:{port}"], **_client_files(self.files, ca))
+        raw["sink"]["nats_jetstream"].update(servers=[f"nats://{host}:{port}"], **_client_files(self.files, ca, key))
         return raw
 
     def env(self, db) -> dict[str, str]:
@@ -111,9 +122,9 @@ class RabbitSide:
     def prepare(self, prefix: str) -> None:
         rabbit_streams.create_streams(self.node, [f"{prefix}.order", f"{prefix}.dlq"])
 
-    def raw(self, db, database: str, prefix: str, checkpoint: Path, host: str, port: int, ca: Path | None) -> dict:
+    def raw(self, db, database: str, prefix: str, checkpoint: Path, host: str, port: int, ca, key: str) -> dict:
         raw = rabbit_streams.rabbit_raw_config(db, self.node, database, prefix, checkpoint)
-        raw["sink"]["rabbitmq_stream"].update(host=host, port=port, tls=True, **_client_files(self.files, ca))
+        raw["sink"]["rabbitmq_stream"].update(host=host, port=port, tls=True, **_client_files(self.files, ca, key))
         return raw
 
     def env(self, db) -> dict[str, str]:
@@ -148,7 +159,9 @@ def _cdc(args: list[str], env: dict[str, str], timeout: float = 300) -> subproce
 class Setup:
     """A database with an outbox, the sink's destinations, and the relay's config file."""
 
-    def __init__(self, mariadb, side, tmp_path: Path, host: str = "127.0.0.1", port: int = 0, ca: Path | None = None):
+    def __init__(
+        self, mariadb, side, tmp_path: Path, host: str = "127.0.0.1", port: int = 0, ca: Path | None = None, key="plain"
+    ):
         self.side = side
         self.database = f"t_{uuid.uuid4().hex[:10]}"
         self.prefix = f"t{uuid.uuid4().hex[:8]}"
@@ -156,8 +169,8 @@ class Setup:
         with mariadb.connect(self.database, autocommit=True) as conn, conn.cursor() as cur:
             cur.execute(OUTBOX_DDL.format(name="outbox"))
         side.prepare(self.prefix)
-        self.raw = side.raw(mariadb, self.database, self.prefix, tmp_path / "cp.json", host, port or side.port, ca)
-        self.env = side.env(mariadb)
+        self.raw = side.raw(mariadb, self.database, self.prefix, tmp_path / "cp.json", host, port or side.port, ca, key)
+        self.env = {**side.env(mariadb), KEY_PASSWORD_ENV: side.files.key_password}
         self.config = tmp_path / "relay.toml"
         self.config.write_text(_to_toml(self.raw))
         self.tmp = tmp_path
@@ -175,6 +188,7 @@ class Setup:
         text = result.stdout + result.stderr
         assert "Traceback" not in text, text
         assert self.side.password not in text, f"the sink's password in the output of cdc {args[0]}"
+        assert self.side.files.key_password not in text, f"the client key's password in the output of cdc {args[0]}"
         return result
 
     def report(self, event: Any) -> Path:
@@ -190,7 +204,9 @@ class Setup:
 
 @pytest.mark.spark
 def test_relay_check_verify_repair_locate_over_verified_tls(mariadb, side, tmp_path):
-    s = Setup(mariadb, side, tmp_path)
+    """With an encrypted client key, its password from `key_password_env` (the verifier gets
+    it as its source's `key_password` option): the plain key is the faults' test below."""
+    s = Setup(mariadb, side, tmp_path, key="encrypted")
     check = s.cdc("check")
     assert check.returncode == 0 and f"ok   {side.check_name}: " in check.stdout, check.stdout + check.stderr
 
@@ -201,7 +217,7 @@ def test_relay_check_verify_repair_locate_over_verified_tls(mariadb, side, tmp_p
         assert relay.alive(), relay.log_text()[-3000:]
     finally:
         assert relay.terminate() == 0, relay.log_text()[-3000:]
-    assert side.password not in relay.log_text()
+    assert side.password not in relay.log_text() and side.files.key_password not in relay.log_text()
     held = side.messages(s.prefix)
     assert sorted(dict(m.headers())[H_EVENT_ID].decode() for m in held) == sorted(ids)
 
@@ -209,7 +225,7 @@ def test_relay_check_verify_repair_locate_over_verified_tls(mariadb, side, tmp_p
     assert verify.returncode == 0, verify.stdout + verify.stderr[-3000:]
     report = (tmp_path / "v" / "report.json").read_text()
     assert json.loads(report)["counts"]["delivered"] == EVENTS, report[:2000]
-    assert side.password not in report
+    assert side.password not in report and side.files.key_password not in report
 
     repair = s.cdc("repair", "--report", str(s.report(held[5])))
     assert repair.returncode == 0, repair.stdout + repair.stderr
@@ -221,21 +237,27 @@ def test_relay_check_verify_repair_locate_over_verified_tls(mariadb, side, tmp_p
 
 
 @pytest.mark.spark
-@pytest.mark.parametrize("fault", ["wrong_ca", "wrong_host"])
+@pytest.mark.parametrize("fault", ["wrong_ca", "wrong_host", "key_without_password"])
 def test_a_wrong_ca_or_host_name_is_one_fail_line(mariadb, side, tls_files, tmp_path, fault):
+    """Also an encrypted client key without its password: one line naming the setting, never
+    OpenSSL's prompt for the password (the commands run without a terminal here; with one,
+    a prompt would wait)."""
     with TcpProxy(side.port, listen_host=WRONG_HOST) as proxy:
+        fragment, fix = "certificate verify failed", f"{side.section}.ca_file"
         if fault == "wrong_ca":
             s = Setup(mariadb, side, tmp_path, ca=tls_files.other_ca)
-        else:
+        elif fault == "wrong_host":
             s = Setup(mariadb, side, tmp_path, host=WRONG_HOST, port=proxy.port)
+        else:
+            s = Setup(mariadb, side, tmp_path, key="encrypted_no_password")
+            fragment, fix = "is encrypted and no password is set", f"{side.section}.key_password_env"
         s.insert(3)
-        fragment = "certificate verify failed"
 
         check = s.cdc("check")
         fails = [line for line in check.stdout.splitlines() if line.startswith("FAIL")]
         assert check.returncode != 0 and len(fails) == 1, check.stdout + check.stderr
         assert fails[0].startswith(f"FAIL {side.check_name}: ") and fragment in fails[0], fails[0]
-        assert f"{side.section}.ca_file" in fails[0], fails[0]  # the fix: the setting to change
+        assert fix in fails[0], fails[0]  # the fix: the setting to change
         print(f"\n{fails[0]}")
 
         for args in (

@@ -11,6 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from cdc.config import load_config
+from cdc.errors import ConfigError
 from cdc_cli.verify_commands import sink_source_options
 from connectors.nats.cluster import replica_problem
 from spark_jobs.common import sink_tls_context
@@ -67,3 +68,57 @@ def test_the_sources_context_checks_the_name_and_says_which_file_is_wrong(tmp_pa
     assert context.verify_mode == ssl.CERT_REQUIRED and context.check_hostname
     with pytest.raises(RuntimeError, match=r"^cdc_nats: the TLS files cannot be used .*check ca_file"):
         sink_tls_context("cdc_nats", {"ca_file": str(tmp_path / "none.pem")})
+
+
+@pytest.fixture(scope="module")
+def key_files(tmp_path_factory):
+    from tests.integration.tls_certs import make_tls_files
+
+    return make_tls_files(tmp_path_factory.mktemp("keys"))
+
+
+@pytest.mark.parametrize("kind", ["rabbitmq_stream", "rabbitmq_exchange", "nats_jetstream"])
+def test_an_encrypted_keys_password_is_a_secret_setting_of_each_sink(kind):
+    files = {"cert_file": "/etc/c.pem", "key_file": "/etc/k.pem", "key_password_env": "T_SINK_PW"}
+    extra = {"servers": ["nats://n:4222"]} if kind == "nats_jetstream" else {}
+    cfg = _cfg(kind, {**extra, **files})
+    sink = getattr(cfg.sink, kind)
+    assert sink.key_password.reveal() == "sink-pw" and "sink-pw" not in repr(sink)
+    options = sink_source_options(cfg)
+    assert options["key_password"] == "sink-pw"  # the verifier's source option (its reports redact it)
+    assert "key_password" not in sink_source_options(_cfg(kind, {**extra, "cert_file": "/c", "key_file": "/k"}))
+    with pytest.raises(ConfigError, match=f"^sink.{kind}.key_password is the password of key_file") as info:
+        _cfg(kind, {**extra, "key_password_env": "T_SINK_PW"})
+    assert "\n" not in str(info.value) and "sink-pw" not in str(info.value)
+
+
+def test_the_relays_client_key_opens_with_its_password_and_without_one_is_one_line(key_files):
+    from connectors.tls_files import KeyPasswordMissing, client_cert_error, load_client_cert
+
+    cert, key, password = str(key_files.client_cert), str(key_files.client_key_encrypted), key_files.key_password
+    load_client_cert(ssl.create_default_context(), cert, key, password)
+    load_client_cert(ssl.create_default_context(), cert, str(key_files.client_key), "")  # a plain key
+    with pytest.raises(KeyPasswordMissing) as missing:  # not OpenSSL's prompt on the terminal
+        load_client_cert(ssl.create_default_context(), cert, key, "")
+    text = client_cert_error(missing.value, "sink.nats_jetstream", cert, key)
+    assert text == (
+        f"the client key sink.nats_jetstream.key_file {key} is encrypted and no password is set: "
+        "set sink.nats_jetstream.key_password_env or key_password_file"
+    )
+    with pytest.raises(ssl.SSLError) as wrong:
+        load_client_cert(ssl.create_default_context(), cert, key, "not-" + password)
+    text = client_cert_error(wrong.value, "sink.rabbitmq_stream", cert, key)
+    assert text.startswith(
+        f"cannot use the client certificate sink.rabbitmq_stream.cert_file {cert} / key_file {key}: "
+    )
+    assert "key_password_env" in text and "\n" not in text and password not in text
+
+
+def test_the_sources_open_an_encrypted_key_with_the_key_password_option(key_files):
+    options = {"ca_file": str(key_files.ca), "cert_file": str(key_files.client_cert)}
+    options["key_file"] = str(key_files.client_key_encrypted)
+    assert sink_tls_context("cdc_nats", {**options, "key_password": key_files.key_password}) is not None
+    with pytest.raises(RuntimeError, match=r"^cdc_rabbitmq: the client key .* is encrypted and no password is set"):
+        sink_tls_context("cdc_rabbitmq", options)
+    with pytest.raises(RuntimeError, match=r"^cdc_nats: the TLS files cannot be used .*key_password"):
+        sink_tls_context("cdc_nats", {**options, "key_password": "wrong"})
