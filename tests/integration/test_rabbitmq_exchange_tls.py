@@ -4,7 +4,8 @@ management API (`management.ssl.*`) over TLS with a certificate of the test's CA
 127.0.0.1 and localhost, and wants a client certificate of that CA (`verify_peer`,
 `fail_if_no_peer_cert`); tests/integration/tls_certs.py makes the files.
 
-- verified TLS, the server's name checked (`ca_file`, `cert_file`, `key_file`): `cdc check`
+- verified TLS, the server's name checked (`ca_file`, `cert_file`, an encrypted `key_file`
+  and its `key_password_env`): `cdc check`
   passes, the bindings read over HTTPS; a relay publishes, a second one SIGKILLed after an
   acknowledgement and before its checkpoint, and a third one's recovery scan reads the audit
   stream over the stream protocol's TLS port and sends nothing again: every event once in the
@@ -13,7 +14,8 @@ management API (`management.ssl.*`) over TLS with a certificate of the test's CA
 - a CA that did not sign the node's certificate, and the node reached as 127.0.0.2 (loopback,
   through TCP proxies, but not a name the certificate holds): `cdc check` says one FAIL line
   naming the certificate and `sink.rabbitmq_exchange.ca_file`, `cdc run` exits non-zero with
-  one `cdc:` line, no traceback.
+  one `cdc:` line, no traceback; an encrypted key without its password: the same, naming
+  `sink.rabbitmq_exchange.key_password_env`.
 """
 
 from __future__ import annotations
@@ -144,7 +146,7 @@ class Setup:
     relay's configuration over TLS (through `ports`: the node's own TLS ports by default)."""
 
     def __init__(self, mariadb, node, files: TlsFiles, tmp_path: Path, host: str = "127.0.0.1", ca: Path | None = None,
-                 ports: tuple[int, int, int] | None = None):  # fmt: skip
+                 ports: tuple[int, int, int] | None = None, key: str = "plain"):  # fmt: skip
         self.node, self.files, self.db, self.tmp = node, files, mariadb, tmp_path
         self.database = f"t_{uuid.uuid4().hex[:10]}"
         self.prefix = f"t{uuid.uuid4().hex[:8]}"
@@ -158,7 +160,11 @@ class Setup:
             host=host, port=amqp, stream_port=stream, management_port=management, tls=True,
             ca_file=str(ca or files.ca), cert_file=str(files.client_cert), key_file=str(files.client_key),
         )  # fmt: skip
-        self.env = rabbit_env(mariadb, node)
+        if key != "plain":  # the encrypted copy of the client key, with its password or (a fault) without
+            self.raw["sink"]["rabbitmq_exchange"]["key_file"] = str(files.client_key_encrypted)
+        if key == "encrypted":
+            self.raw["sink"]["rabbitmq_exchange"]["key_password_env"] = "CDC_TEST_SINK_KEY_PASSWORD"
+        self.env = {**rabbit_env(mariadb, node), "CDC_TEST_SINK_KEY_PASSWORD": files.key_password}
         self.config = tmp_path / "relay.toml"
         self.config.write_text(_to_toml(self.raw))
 
@@ -178,16 +184,18 @@ class Setup:
         text = result.stdout + result.stderr
         assert "Traceback" not in text, text
         assert self.node.password not in text, f"the node's password in the output of cdc {args[0]}"
+        assert self.files.key_password not in text, f"the client key's password in the output of cdc {args[0]}"
         return result
 
     def relay_log_clean(self, relay: RelayProcess) -> str:
         text = relay.log_text()
         assert self.node.password not in text and "Traceback" not in text, text[-3000:]
+        assert self.files.key_password not in text, text[-3000:]
         return text
 
 
 def test_publish_and_recover_over_verified_tls(mariadb, rabbit_tls, tls_files, tmp_path):
-    s = Setup(mariadb, rabbit_tls, tls_files, tmp_path)
+    s = Setup(mariadb, rabbit_tls, tls_files, tmp_path, key="encrypted")  # its password from key_password_env
     check = s.cdc("check")
     assert check.returncode == 0, check.stdout + check.stderr
     assert "ok   rabbitmq: " in check.stdout, check.stdout
@@ -251,7 +259,7 @@ def _queued(s: Setup) -> int:
     return asyncio.run(go())
 
 
-@pytest.mark.parametrize("fault", ["wrong_ca", "wrong_host"])
+@pytest.mark.parametrize("fault", ["wrong_ca", "wrong_host", "key_without_password"])
 def test_a_wrong_ca_or_host_name_is_one_line(mariadb, rabbit_tls, tls_files, tmp_path, fault):
     node = rabbit_tls
     # each of the node's TLS ports reached as 127.0.0.2: the relay reads the audit stream and
@@ -261,24 +269,27 @@ def test_a_wrong_ca_or_host_name_is_one_line(mariadb, rabbit_tls, tls_files, tmp
         TcpProxy(node.stream_tls_port, listen_host=WRONG_HOST) as stream,
         TcpProxy(node.management_tls_port, listen_host=WRONG_HOST) as management,
     ):
+        fragment, fix = "certificate verify failed", "sink.rabbitmq_exchange.ca_file"
         if fault == "wrong_ca":
             s = Setup(mariadb, node, tls_files, tmp_path, ca=tls_files.other_ca)
-        else:
+        elif fault == "wrong_host":
             s = Setup(
                 mariadb, node, tls_files, tmp_path, host=WRONG_HOST, ports=(amqp.port, stream.port, management.port)
             )
+        else:  # an encrypted client key without its password: one line, never OpenSSL's prompt
+            s = Setup(mariadb, node, tls_files, tmp_path, key="encrypted_no_password")
+            fragment, fix = "is encrypted and no password is set", "sink.rabbitmq_exchange.key_password_env"
         s.insert(3)
-        fragment = "certificate verify failed"
         check = s.cdc("check")
         fails = [line for line in check.stdout.splitlines() if line.startswith("FAIL")]
         assert check.returncode != 0 and len(fails) == 1, check.stdout + check.stderr
         assert fails[0].startswith("FAIL rabbitmq: ") and fragment in fails[0], fails[0]
-        assert "sink.rabbitmq_exchange.ca_file" in fails[0], fails[0]  # the fix: the setting to change
+        assert fix in fails[0], fails[0]  # the fix: the setting to change
         print(f"\n{fails[0]}")
         for args in (["run"], ["run", "--skip-check"]):
             result = s.cdc(*args)
             lines = [line for line in result.stderr.splitlines() if line.startswith("cdc")]
             assert result.returncode not in (0, 3), f"cdc {' '.join(args)}: exit {result.returncode}: {result.stderr}"
             assert len(lines) == 1 and fragment in lines[0], f"cdc {' '.join(args)}: {result.stderr}"
-            assert "sink.rabbitmq_exchange.ca_file" in lines[0], lines[0]
+            assert fix in lines[0], lines[0]
             print(f"cdc {' '.join(args)} ({fault}): exit {result.returncode}: {lines[0][:200]}")
