@@ -62,7 +62,8 @@ def sink_source_options(cfg: Config) -> dict[str, str]:
 
 
 def _tls_files(sink) -> dict[str, str]:
-    """The sink's TLS files, as the verifier's source options (paths, not secrets)."""
+    """The sink's TLS files, as the verifier's source options: paths, and an encrypted key's
+    password (`key_password`, among spark_jobs/common.py's SECRET_OPTION_NAMES: reports redact it)."""
     files = {name: getattr(sink, name) for name in ("ca_file", "cert_file", "key_file") if getattr(sink, name)}
     if getattr(sink, "key_password", None):
         files["key_password"] = sink.key_password.reveal()  # a secret: the reports redact it

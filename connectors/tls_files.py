@@ -1,5 +1,6 @@
 """A client certificate's files loaded into a TLS context, for the relay's connections to
-MySQL, RabbitMQ and NATS: an encrypted key is opened with its password, and a key that is
+RabbitMQ and NATS (MySQL's are connectors/mysql/client.py's, to the same rule): an encrypted
+key is opened with its password, and a key that is
 encrypted with no password set is an error, never OpenSSL's prompt on the terminal (which
 `load_cert_chain` without a password falls back to)."""
 
