@@ -1,6 +1,6 @@
 """A client certificate's files loaded into a TLS context, for the relay's connections to
-RabbitMQ and NATS (MySQL's are connectors/mysql/client.py's, to the same rule): an encrypted
-key is opened with its password, and a key that is
+MySQL, RabbitMQ and NATS (each says its own error lines): an encrypted key is opened with its
+password, and a key that is
 encrypted with no password set is an error, never OpenSSL's prompt on the terminal (which
 `load_cert_chain` without a password falls back to)."""
 

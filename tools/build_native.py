@@ -18,7 +18,6 @@ import sys
 import sysconfig
 import tempfile
 from pathlib import Path
-from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -59,14 +58,15 @@ def build_json_kinds(compiler: str) -> int:
     return 0
 
 
-def _build_c(loader: Any, say: str, fallback: str, compiler: str) -> int:
-    """gcc (or the interpreter's CC) over `loader.SOURCE` into `loader.COMPILED_NAME`'s file
-    for this interpreter, stamped with the source's digest."""
-    source, stem = loader.SOURCE, loader.COMPILED_NAME.rpartition(".")[2]
-    digest = loader.source_digest()
+def build_sink_native(compiler: str) -> int:
+    """gcc (or the interpreter's CC) over connectors/sink_native.c into this interpreter's
+    build, stamped with the source's digest."""
+    say = "build_sink_native:"
+    source, stem = sink_native.SOURCE, sink_native.COMPILED_NAME.rpartition(".")[2]
+    digest = sink_native.source_digest()
     target = source.parent / f"{stem}{sysconfig.get_config_var('EXT_SUFFIX')}"
     target.unlink(missing_ok=True)  # this interpreter's; another's (tools/unit_tiers.sh) stays
-    with tempfile.TemporaryDirectory(prefix=f"{stem.strip('_')}-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="sink-native-") as tmp:
         built = Path(tmp) / target.name
         command = [
             compiler, "-O2", "-shared", "-fPIC", "-Wall",
@@ -75,15 +75,11 @@ def _build_c(loader: Any, say: str, fallback: str, compiler: str) -> int:
         ]  # fmt: skip
         run = subprocess.run(command, capture_output=True, text=True)
         if run.returncode != 0 or not built.exists():
-            print(f"{say} the compile failed ({_last_line(run)}); {fallback}")
+            print(f"{say} the compile failed ({_last_line(run)}); the sinks' Python encoders stay in use")
             return 1
         shutil.copy2(built, target)
     print(f"{say} built {target.name} from {source.name} {digest[:12]}")
     return 0
-
-
-def build_sink_native(compiler: str) -> int:
-    return _build_c(sink_native, "build_sink_native:", "the sinks' Python encoders stay in use", compiler)
 
 
 TARGETS = {

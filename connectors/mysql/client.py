@@ -28,6 +28,7 @@ import pymysql
 from cdc.errors import ConfigError
 from cdc.server_version import ServerVersion, binlog_status_statement
 from cdc.tls import TLS_KEYS, TlsConfig
+from connectors.tls_files import KeyPasswordMissing, load_client_cert
 
 # require_secure_transport=ON refusing a connection without TLS: MySQL 3159
 # (ER_SECURE_TRANSPORT_REQUIRED), MariaDB 4036 (ER_SECURE_TRANSPORT_REQUIRED).
@@ -69,9 +70,8 @@ def _context(mode: str, ca_file: str, cert_file: str, key_file: str, key_passwor
         ctx.verify_mode = ssl.CERT_NONE
     if cert_file:
         try:
-            # Never None: OpenSSL would then ask for the password on the terminal.
-            ctx.load_cert_chain(cert_file, key_file or None, password=key_password or _no_key_password)
-        except _KeyPasswordMissing:
+            load_client_cert(ctx, cert_file, key_file, key_password)  # never OpenSSL's prompt
+        except KeyPasswordMissing:
             raise MySQLTlsError(
                 f"the client key source.tls.{'key_file ' + key_file if key_file else 'cert_file'} is "
                 "encrypted and no password is set: set source.tls.key_password_env or "
@@ -85,14 +85,6 @@ def _context(mode: str, ca_file: str, cert_file: str, key_file: str, key_passwor
                 "key_password_file)"
             ) from None
     return ctx
-
-
-class _KeyPasswordMissing(Exception):
-    pass
-
-
-def _no_key_password() -> bytes:
-    raise _KeyPasswordMissing()
 
 
 def _reason(exc: BaseException) -> str:

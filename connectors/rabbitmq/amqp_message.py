@@ -71,9 +71,13 @@ _names: dict[str, bytes] = {}
 _NAMES_KEPT = 4096
 
 
-def _name(name: str) -> bytes:
+def _str32(name: str) -> bytes:
     k = name.encode()
-    entry = _names[name] = _STR32_OF.pack(0xB1, len(k)) + k
+    return _STR32_OF.pack(0xB1, len(k)) + k
+
+
+def _name(name: str) -> bytes:
+    entry = _names[name] = _str32(name)
     if len(_names) > _NAMES_KEPT:  # not the relay's names: keep none
         _names.clear()
     return entry
@@ -124,10 +128,10 @@ def _prefix_of(shared: tuple) -> _Prefix | None:
 
 _UNSEEN = _Prefix(b"", 0, frozenset())  # `_prefixes` has no answer for these headers yet
 # The C encoder of a message's own part (connectors/sink_native.c, sink_native.py), or None;
-# its two names made as `_name` makes them
+# its two names made as `_name` makes them (`_str32`)
 _ENCODE_TAIL = sink_native.AMQP_RECORD_TAIL
-_KEY_NAME = _STR32_OF.pack(0xB1, len(H_KEY.encode())) + H_KEY.encode()
-_NULL_NAME = _STR32_OF.pack(0xB1, len(H_NULL_VALUE.encode())) + H_NULL_VALUE.encode()
+_KEY_NAME = _str32(H_KEY)
+_NULL_NAME = _str32(H_NULL_VALUE)
 
 
 def encode_record(
