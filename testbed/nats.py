@@ -290,14 +290,19 @@ class NatsCluster:
         self.nodes = nodes
 
     @classmethod
-    def start(cls, size: int = 3, startup_timeout: float = 60.0, max_buffered_msgs: int | None = None) -> NatsCluster:
+    def start(
+        cls, size: int = 3, startup_timeout: float = 60.0, max_buffered_msgs: int | None = None,
+        tls: ServerTls | None = None,
+    ) -> NatsCluster:  # fmt: skip
+        """`tls`: every member serves its clients over TLS only (the routes between them stay
+        plain: they are not what the relay or the verifier connects to)."""
         binary = _binary_and_client()
         cluster_name = f"cdc-{uuid.uuid4().hex[:6]}"
         ports = tuple(free_port() for _ in range(size))
         members = [_ClusterMember(f"n{i + 1}", cluster_name, ports[i], ports) for i in range(size)]
         nodes = [
             EmbeddedNats(
-                new_root(_ROOT_PREFIX), binary, startup_timeout, cluster=m, max_buffered_msgs=max_buffered_msgs
+                new_root(_ROOT_PREFIX), binary, startup_timeout, tls, cluster=m, max_buffered_msgs=max_buffered_msgs
             )
             for m in members
         ]

@@ -15,7 +15,9 @@ start_app` does. A port taken between being picked and being bound (`eaddrinuse`
 testbed/rabbitmq.py) makes that node start again on new ports before it joins.
 
 Every node advertises 127.0.0.1 and its own stream port (`stream.advertised_host/port`),
-so the stream protocol's Metadata answer names each node by its port here.
+so the stream protocol's Metadata answer names each node by its port here. With `tls`, each
+node also serves TLS on ports of its own (`stream.advertised_tls_port`: a TLS connection's
+Metadata answer names the nodes' TLS ports).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from testbed.lab_server import PORT_TAKEN_TRIES, new_root
+from testbed.lab_server import PORT_TAKEN_TRIES, ServerTls, new_root
 from testbed.process import HOST, free_port
 from testbed.rabbitmq import EmbeddedRabbitMQ, RabbitMQServerError, _chown_tree, _run_as, find_epmd, find_server
 
@@ -96,8 +98,9 @@ class RabbitCluster:
     password = EmbeddedRabbitMQ.password
     host = HOST
 
-    def __init__(self, size: int, startup_timeout: float) -> None:
+    def __init__(self, size: int, startup_timeout: float, tls: ServerTls | None = None) -> None:
         self._server, self._epmd = find_server(), find_epmd()
+        self.tls = tls  # each node serves the stream protocol and AMQP over TLS too (its own ports)
         self.root = new_root(_ROOT_PREFIX)
         self.tag = secrets.token_hex(4)
         self.size = size
@@ -113,8 +116,8 @@ class RabbitCluster:
     # ------------------------------------------------------------------ start
 
     @classmethod
-    def start(cls, size: int = 3, startup_timeout: float = 180.0) -> RabbitCluster:
-        cluster = cls(size, startup_timeout)
+    def start(cls, size: int = 3, startup_timeout: float = 180.0, tls: ServerTls | None = None) -> RabbitCluster:
+        cluster = cls(size, startup_timeout, tls)
         try:
             cluster._start()
         except BaseException:
@@ -161,6 +164,7 @@ class RabbitCluster:
 
     def _new_node(self, index: int) -> ClusterNode:
         node = ClusterNode(self, index, new_root(f"{_ROOT_PREFIX}{index}-"), self.startup_timeout)
+        node._use_tls(self.tls)
         node._write_files()
         return node
 
