@@ -27,6 +27,12 @@ workers) is sampled from the workers' process trees and printed beside the drive
 the executors' share of the job's CPU. With `--master spark://...` (a cluster started
 elsewhere) only the driver's process tree is measured.
 
+    python bench/verify_follow.py --no-follow --rate 10000 --seconds 60 [--sink ...]
+
+runs the same writer, relay and broker with no verifier and prints the cores each process
+uses while writing and the whole machine's: what is left on this machine for a verifier at
+that rate, as CPU per event.
+
     python bench/verify_follow.py --decode-only 200000 [--against /path/to/other/checkout] [--rounds 3]
 
 reads one binlog range of N outbox events (10 single-row INSERTs a transaction, as above)
@@ -260,6 +266,11 @@ def main() -> None:
     ap.add_argument(
         "--no-batch", action="store_true", help="skip the batch verifier's run over the same range after following"
     )
+    ap.add_argument(
+        "--no-follow",
+        action="store_true",
+        help="no verifier: the writer, MariaDB, the relay and the broker alone at --rate, and the CPU each uses",
+    )
     ap.add_argument("--decode-only", type=int, default=0, metavar="EVENTS", help="the binlog source alone (see above)")
     ap.add_argument("--against", default="", help="--decode-only: another checkout to compare with, alternately")
     ap.add_argument("--rounds", type=int, default=3, help="--decode-only: reads per tree")
@@ -306,6 +317,14 @@ def main() -> None:
         stop = threading.Event()
         relay = threading.Thread(target=lambda: handle.relay.run(stop.is_set), daemon=True)
         relay.start()
+        if args.no_follow:
+            try:
+                _without_follow(args, db, handle)
+            finally:
+                stop.set()
+                relay.join(60)
+                handle.close()
+            return
         port = _free_port()
         flog = open(work / "follow.log", "wb")  # noqa: SIM115  # the child writes it until it is stopped
         follow = subprocess.Popen(
@@ -474,6 +493,89 @@ def _decode_only(events: int, against: str, rounds: int) -> None:
     for name, _ in trees:
         med = sorted(cpu[name])[len(cpu[name]) // 2]
         print(f"{name}: median {1e6 * med / events:.1f} us CPU an event over {rounds} read(s) of {events} events")
+
+
+def _process_kind(p: Any, relay_pid: int, writer_pid: int) -> str | None:
+    """What a process of the machine is in a `--no-follow` run (None: not one of them)."""
+    pid = p.pid
+    if pid == relay_pid:
+        return "relay (this process: its main thread, the sink's loop)"
+    if pid == writer_pid:
+        return "writer"
+    try:
+        name, cmdline = p.name(), " ".join(p.cmdline())
+        parent = p.ppid()
+    except Exception:
+        return None
+    if parent == relay_pid and "python" in name:
+        return "relay's binlog reader process"
+    for needle, kind in (("mariadbd", "MariaDB"), ("noida", "noida-db"), ("beam.smp", "RabbitMQ node"),
+                         ("nats-server", "nats-server"), ("epmd", "RabbitMQ node"), ("kafka_standin", "Kafka stand-in")):  # fmt: skip
+        if needle in name or needle in cmdline:
+            return kind
+    return None
+
+
+def _without_follow(args: argparse.Namespace, db: Any, handle: Any) -> None:
+    """`--no-follow`: the writer at --rate for --seconds with the relay publishing and no
+    verifier; the CPU of each process taking part and of the whole machine while writing
+    (psutil; /proc/stat for the machine): what is left on this machine for a verifier."""
+    import psutil
+
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    writer = ctx.Process(target=_writer, args=(db.connection_settings(), "vf", args.rate, args.seconds, queue))
+    writer.start()
+    assert writer.pid is not None
+    relay_pid = os.getpid()
+
+    def snapshot() -> dict[int, tuple[str, float]]:
+        out = {}
+        for p in psutil.process_iter():
+            kind = _process_kind(p, relay_pid, writer.pid or -1)
+            if kind is None:
+                continue
+            try:
+                t = p.cpu_times()
+            except psutil.Error:
+                continue
+            out[p.pid] = (kind, t.user + t.system)
+        return out
+
+    cores = psutil.cpu_count() or 1
+    machine0, before, t0 = psutil.cpu_times(), snapshot(), time.monotonic()
+    published0 = handle.metrics.events_published
+    last = before
+    while writer.is_alive() and time.monotonic() - t0 < args.seconds - 1.0:
+        time.sleep(1.0)
+        last = {**last, **snapshot()}  # a process gone keeps its last figure
+    after, machine1, elapsed = {**last, **snapshot()}, psutil.cpu_times(), time.monotonic() - t0
+    published = handle.metrics.events_published - published0
+    written, achieved = queue.get(timeout=120)
+    writer.join(30)
+    by_kind: dict[str, float] = {}
+    for pid, (kind, total) in after.items():
+        by_kind[kind] = by_kind.get(kind, 0.0) + total - before.get(pid, (kind, 0.0))[1]
+    # busy: what ran here (user, nice, system, irq, softirq); steal (the hypervisor gave the
+    # time to another guest) is said apart: neither this run nor a verifier could use it
+    spent = {k: v - getattr(machine0, k) for k, v in machine1._asdict().items()}
+    busy = sum(v for k, v in spent.items() if k not in ("idle", "iowait", "steal", "guest", "guest_nice"))
+    steal = spent.get("steal", 0.0)
+    print(
+        f"written {written} events at {achieved:.0f}/s achieved (asked {args.rate}/s) for {args.seconds:.0f} s, "
+        f"sink {args.sink}{f' ({args.partitions} partitions on {args.broker})' if args.sink == 'kafka' else ''}; "
+        f"the relay published {published} in the writer's {elapsed:.0f} s; no verifier"
+    )
+    for kind, seconds in sorted(by_kind.items(), key=lambda kv: -kv[1]):
+        print(f"  {kind}: {seconds / elapsed:.2f} cores ({1e6 * seconds / max(1, written):.1f} us an event)")
+    ours = sum(by_kind.values())
+    print(
+        f"these processes: {ours / elapsed:.2f} cores; the whole machine busy {busy / elapsed:.2f} of its {cores} cores "
+        f"(and {steal / elapsed:.2f} stolen by the hypervisor); "
+        f"left for a verifier: {cores - busy / elapsed:.2f} cores = "
+        f"{1e6 * (cores - busy / elapsed) / max(1.0, achieved):.0f} us of CPU per event at {achieved:.0f}/s"
+    )
+    print(f"load average (1 min; the host is shared): {os.getloadavg()[0]:.2f}")
 
 
 def _summary(

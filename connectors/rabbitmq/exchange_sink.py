@@ -64,8 +64,10 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from cdc.errors import CdcError, ConfigError, DeliveryError
@@ -74,6 +76,7 @@ from cdc.events.sink_fields import message_properties
 from cdc.ports import Delivery, DeliveryCallback, DeliveryFailure
 from connectors.broker_wait import never
 from connectors.loop_thread import LoopThread
+from connectors.rabbitmq import amqp_publish_frames
 from connectors.rabbitmq.stream_reader import RabbitStreamReader, StreamSettings, tls_fix
 
 log = logging.getLogger("cdc.rabbitmq")
@@ -358,10 +361,13 @@ def _text(properties: Any) -> dict[str, str]:
 class _Message:
     topic: str
     body: bytes
-    properties: Any  # pamqp Basic.Properties
+    # the content header's properties: their bytes (amqp_publish_frames.properties), or a
+    # pamqp Basic.Properties where those decline
+    properties: bytes | Any
     message_id: str | None
     on_delivery: DeliveryCallback
     deadline: float
+    wire_id: str = ""  # the message-id sent: message_id, or a random one (aiormq's, for basic.return)
     slot: int = -1  # the audit offset this connection's count gives it when sent (module docstring)
     returned_before: int = 0  # the connection's returned messages when it was sent
 
@@ -462,10 +468,16 @@ class RabbitExchangePublisher:
             return
         text = message_properties(key, headers, value)
         mid = message_id(text)
+        # a returned message (basic.return) is matched to its delivery tag by its message-id
+        # (aiormq's Channel._on_return_frame): one without an identity gets a random one, as
+        # aiormq's basic_publish gives it
+        wire_id = mid or uuid.uuid4().hex
         stamp = int((timestamp_ms if timestamp_ms is not None else time.time() * 1000) // 1000)
-        properties = spec.Basic.Properties(
-            delivery_mode=2, message_id=mid, headers=dict(text), timestamp=_datetime(stamp)
-        )
+        properties: bytes | Any = amqp_publish_frames.properties(text, wire_id, stamp)
+        if properties is None:
+            properties = spec.Basic.Properties(
+                delivery_mode=2, message_id=wire_id, headers=dict(text), timestamp=_datetime(stamp)
+            )
         if self._bind_keys and topic not in self._bound:
             refused = self._bind(topic)
             if refused is not None:
@@ -473,7 +485,9 @@ class RabbitExchangePublisher:
                 return
         while self.pending() > self._max_in_flight:
             self.poll(0.05)  # wait for confirmations, never drop
-        self._handoff.append(_Message(topic, body, properties, mid, on_delivery, time.monotonic() + self._timeout))
+        self._handoff.append(
+            _Message(topic, body, properties, mid, on_delivery, time.monotonic() + self._timeout, wire_id)
+        )
         if not self._wake:  # one wake-up of the loop per burst
             self._wake = True
             self._loop.soon(self._take_handoff)
@@ -762,30 +776,84 @@ class RabbitExchangePublisher:
     async def _resume(self, connection: Any, channel: Any, end: int, again: list[_Message]) -> None:
         self._connection, self._channel = connection, channel
         self._base, self._sent, self._returned = end, 0, 0
-        for message in again:
-            self._send(message)
+        self._send(again)
         self._take_handoff()
 
     def _take_handoff(self) -> None:
         self._wake = False  # first: a message handed over from now on wakes the loop again
         if self._channel is None:
             return  # sent after `_recover`
-        while self._handoff and self._timed_out is None:
-            self._send(self._handoff.popleft())
+        handoff, batch = self._handoff, []
+        while handoff and self._timed_out is None:
+            batch.append(handoff.popleft())
+        self._send(batch)
 
-    def _send(self, message: _Message) -> None:
-        message.slot = self._base + self._sent - self._returned
-        message.returned_before = self._returned
-        self._sent += 1
+    def _send(self, messages: list[_Message]) -> None:
+        """`messages`, in order, written to the channel in one piece by one task (`_publish`)."""
+        if not messages:
+            return
+        for message in messages:
+            message.slot = self._base + self._sent - self._returned
+            message.returned_before = self._returned
+            self._sent += 1
         with self._lock:
-            self._unconfirmed[id(message)] = message
+            for message in messages:
+                self._unconfirmed[id(message)] = message
         channel = self._channel
-        publish = channel.basic_publish(
-            message.body, exchange=self._settings.exchange, routing_key=message.topic,
-            properties=message.properties, mandatory=True,
-        )  # fmt: skip
-        task = asyncio.ensure_future(publish)  # tasks take the channel's lock in order: sent in order
-        task.add_done_callback(lambda t, m=message, c=channel: self._on_confirm(t, m, c))
+        task = asyncio.ensure_future(self._publish(channel, messages))  # tasks take the channel's lock in order
+        task.add_done_callback(partial(self._published, channel))
+
+    async def _publish(self, channel: Any, messages: list[_Message]) -> None:
+        """What aiormq's `Channel.basic_publish` does for a message, for all of `messages` under
+        one hold of the channel's lock: each its next delivery tag and a confirmation future
+        in the channel's tables (`confirmations`, and `message_id_delivery_tag` for a
+        basic.return), the frames made here (connectors/rabbitmq/amqp_publish_frames.py), and
+        all of them handed to the connection's writer as one piece. The channel answers the
+        futures as it answers its own (basic.ack / nack / return; rejected when it closes)."""
+        from aiormq.abc import ChannelFrame
+
+        exchange = self._settings.exchange
+        methods: dict[str, bytes] = {}
+        async with channel.lock:
+            if channel.is_closed:  # nothing written: the messages stay unconfirmed (`_published`)
+                raise ConnectionError("the channel is closed")
+            number, max_content = channel.number, channel.max_content_size
+            confirmations, by_id = channel.confirmations, channel.message_id_delivery_tag
+            parts: list[bytes] = []
+            for message in messages:
+                channel.delivery_tag += 1
+                tag = channel.delivery_tag
+                confirmation = channel.create_future()  # rejected at once if the channel is closed
+                confirmations[tag] = confirmation
+                by_id[message.wire_id] = tag
+                confirmation.add_done_callback(partial(self._confirmed, message, channel, tag))
+                props = message.properties
+                if isinstance(props, bytes):
+                    method = methods.get(message.topic)
+                    if method is None:
+                        method = methods[message.topic] = amqp_publish_frames.method_payload(exchange, message.topic)
+                    parts.append(amqp_publish_frames.publish_frames(number, method, props, message.body, max_content))
+                else:
+                    parts.append(
+                        amqp_publish_frames.pamqp_frames(
+                            number, exchange, message.topic, props, message.body, max_content
+                        )
+                    )
+            await channel.write_queue.put(ChannelFrame(payload=b"".join(parts), should_close=False))
+
+    def _published(self, channel: Any, task: asyncio.Future[Any]) -> None:
+        """A batch's task ended: raised (cancelled, the channel gone while it waited for the
+        lock or the writer), the connection is lost, its messages stay unconfirmed (`_recover`
+        decides)."""
+        if (task.cancelled() or task.exception() is not None) and channel is self._channel:
+            self._channel = None
+            self._lost.set()
+
+    def _confirmed(self, message: _Message, channel: Any, tag: int, confirmation: asyncio.Future[Any]) -> None:
+        by_id = channel.message_id_delivery_tag
+        if by_id.get(message.wire_id) == tag:  # as basic_publish's forget_message_id
+            del by_id[message.wire_id]
+        self._on_confirm(confirmation, message, channel)
 
     def _on_confirm(self, task: asyncio.Future[Any], message: _Message, channel: Any) -> None:
         from pamqp import commands as spec
