@@ -108,6 +108,14 @@ def _positions(records: Any) -> list[int]:
     return [int(dict(r.headers())[H_POS]) for r in records]
 
 
+def _members(cluster: Any, stream: str) -> int:
+    """The running members of a RabbitMQ stream (0: no answer, no leader)."""
+    try:
+        return 1 + len(cluster.leader_and_replicas(stream)[1])
+    except Exception:
+        return 0
+
+
 def _kill_and_restart(
     run: _Publishing, node: Any, new_leader: Callable[[], bool], back: Callable[[], bool], warned: Callable[[], bool]
 ) -> None:
@@ -172,10 +180,7 @@ def test_rabbitmq_streams_cluster_over_tls(rabbit_cluster_tls, tls_files, topic_
             return False
 
     def back() -> bool:
-        try:
-            return len(cluster.leader_and_replicas(a)[1]) == 2
-        except Exception:
-            return False
+        return _members(cluster, a) == 3
 
     dead = f"{HOST}:{second.stream_tls_port}"
     with _Publishing(RabbitStreamPublisher(settings, f"cdc-relay.{topic_prefix}"), [a, b]) as run:
@@ -239,6 +244,8 @@ def test_rabbitmq_first_publish_to_a_stream_without_a_leader(rabbit_cluster_tls,
         for node in (second, third):
             if not node.running:
                 node.restart(graceful=False)
+        # the module's next tests declare streams of three members: all three back first
+        wait_until(lambda: _members(cluster, c) == 3, 180, "the stream's three members back")
     assert [(r.offset, r.failure) for r in reports] == [(n, None) for n in range(100)]
     options = {
         "host": HOST, "port": str(first.stream_tls_port), "user": cluster.user, "password": cluster.password,
