@@ -43,14 +43,10 @@ _FLAGS_NO_ID = (1 << 13) | (1 << 12) | (1 << 6)
 _PERSISTENT = b"\x02"  # delivery-mode 2
 _MANDATORY = b"\x01"
 _FRAME = struct.Struct(">BHI")
+_SHORT = struct.Struct(">H")
 _LONG = struct.Struct(">I")
 _LONGLONG = struct.Struct(">Q")
 _MAX_NAME = 128  # pamqp cuts a longer field name
-
-
-def _shortstr(text: str) -> bytes | None:
-    raw = text.encode()
-    return bytes((len(raw),)) + raw if len(raw) <= 255 else None
 
 
 def method_payload(exchange: str, routing_key: str) -> bytes:
@@ -72,15 +68,12 @@ def properties(headers: dict[str, str], message_id: str | None, timestamp_s: int
         raw = headers[name].encode()
         parts += (bytes((len(raw_name),)), raw_name, b"S", _LONG.pack(len(raw)), raw)
     table = b"".join(parts)
-    if message_id:
-        mid = _shortstr(message_id)
-        if mid is None:
-            return None
-        return b"".join(
-            (struct.pack(">H", _FLAGS), _LONG.pack(len(table)), table, _PERSISTENT, mid, _LONGLONG.pack(timestamp_s))
-        )
+    mid = message_id.encode() if message_id else b""
+    if len(mid) > 255:  # a shortstr
+        return None
+    flags, mid_field = (_FLAGS, bytes((len(mid),)) + mid) if mid else (_FLAGS_NO_ID, b"")
     return b"".join(
-        (struct.pack(">H", _FLAGS_NO_ID), _LONG.pack(len(table)), table, _PERSISTENT, _LONGLONG.pack(timestamp_s))
+        (_SHORT.pack(flags), _LONG.pack(len(table)), table, _PERSISTENT, mid_field, _LONGLONG.pack(timestamp_s))
     )
 
 

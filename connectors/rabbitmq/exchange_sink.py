@@ -397,6 +397,7 @@ class RabbitExchangePublisher:
         # the key's first message (queue.bind is idempotent; the binding is durable)
         self._bind_keys = bind_keys
         self._bound: set[str] = set()
+        self._methods: dict[str, bytes] = {}  # a routing key's basic.publish (amqp_publish_frames.method_payload)
         self._timeout = publish_timeout_s
         self._max_in_flight = max_in_flight
         self._loop = LoopThread("rabbitmq-exchange")
@@ -442,8 +443,6 @@ class RabbitExchangePublisher:
         on_delivery: DeliveryCallback,
         timestamp_ms: int | None = None,
     ) -> None:
-        from pamqp import commands as spec
-
         if self._fence_on is None and self._fence is not None:
             self.hold_fence()  # before the first message, whether or not a scan came first
         with self._lock:
@@ -475,6 +474,8 @@ class RabbitExchangePublisher:
         stamp = int((timestamp_ms if timestamp_ms is not None else time.time() * 1000) // 1000)
         properties: bytes | Any = amqp_publish_frames.properties(text, wire_id, stamp)
         if properties is None:
+            from pamqp import commands as spec
+
             properties = spec.Basic.Properties(
                 delivery_mode=2, message_id=wire_id, headers=dict(text), timestamp=_datetime(stamp)
             )
@@ -812,8 +813,7 @@ class RabbitExchangePublisher:
         futures as it answers its own (basic.ack / nack / return; rejected when it closes)."""
         from aiormq.abc import ChannelFrame
 
-        exchange = self._settings.exchange
-        methods: dict[str, bytes] = {}
+        exchange, methods = self._settings.exchange, self._methods
         async with channel.lock:
             if channel.is_closed:  # nothing written: the messages stay unconfirmed (`_published`)
                 raise ConnectionError("the channel is closed")
@@ -855,10 +855,10 @@ class RabbitExchangePublisher:
             del by_id[message.wire_id]
         self._on_confirm(confirmation, message, channel)
 
-    def _on_confirm(self, task: asyncio.Future[Any], message: _Message, channel: Any) -> None:
+    def _on_confirm(self, confirmation: asyncio.Future[Any], message: _Message, channel: Any) -> None:
         from pamqp import commands as spec
 
-        exc = task.exception() if not task.cancelled() else asyncio.CancelledError()
+        exc = confirmation.exception() if not confirmation.cancelled() else asyncio.CancelledError()
         if exc is not None:
             if channel is self._channel:
                 self._channel = None
@@ -867,7 +867,7 @@ class RabbitExchangePublisher:
         with self._lock:
             if self._unconfirmed.pop(id(message), None) is None:
                 return  # already decided (purged, expired or recovered)
-        result = task.result()
+        result = confirmation.result()
         if isinstance(result, spec.Basic.Ack):
             # messages sent before it and returned since were not routed: one offset less each
             offset = message.slot - (self._returned - message.returned_before)

@@ -30,12 +30,11 @@ import pytest
 
 from cdc.events.identity import H_FILE, H_POS, H_ROW, H_SOURCE
 from testbed.lab_server import ServerTls
+from testbed.process import HOST
 from tests.integration.harness import wait_until
 from tests.integration.tls_certs import TlsFiles, make_tls_files
 
 pytestmark = [pytest.mark.integration, pytest.mark.fault]
-
-HOST = "127.0.0.1"
 
 
 @pytest.fixture(scope="module")
