@@ -73,6 +73,12 @@ DEFAULT_EMPTY_WAIT = 3.0
 STALL_TIMEOUT = 60.0
 LEADER_WAIT = 30.0  # a stream's leader election takes seconds (0.2-4.1 s measured, docs/sinks.md)
 _CREDIT = 10  # chunks the broker may send ahead of the reader
+# Chunks read before their credit is given back, in one Credit frame: a frame a chunk, each
+# sent through a turn of the session's event loop, cost more than decoding the chunk's
+# messages where chunks are small (the exchange sink's audit stream: docs/verifier.md). The
+# broker is still owed at least _CREDIT - _CREDIT_BATCH + 1 chunks once the reader has
+# taken every chunk sent, so it never waits for the reader's credit.
+_CREDIT_BATCH = 5
 _NO_LEADER = 0xFFFF  # a Metadata answer's leader reference while none is elected
 
 log = logging.getLogger(__name__)
@@ -143,6 +149,7 @@ class _Session:
         self.client: Any = None
         self.pool: Any = None
         self.queues: dict[int, asyncio.Queue[Any]] = {}
+        self.owed: dict[int, int] = {}  # chunks read and not yet credited back, by subscription
 
     def run(self, coro: Any, timeout: float | None = None) -> Any:
         return self.loop.run_until_complete(asyncio.wait_for(coro, timeout))
@@ -218,13 +225,21 @@ class _Session:
         return queue
 
     def next_frame(self, queue: asyncio.Queue[Any], timeout: float) -> Any | None:
+        if not queue.empty():
+            return queue.get_nowait()  # delivered while the loop last ran: no turn of it needed
         try:
             return self.run(queue.get(), timeout)
         except TimeoutError:
             return None
 
     def credit(self, sub_id: int) -> None:
-        self.run(self.client.credit(sub_id, 1), 10)
+        """One chunk of subscription `sub_id` read: its credit, given back `_CREDIT_BATCH`
+        chunks at a time."""
+        owed = self.owed.get(sub_id, 0) + 1
+        if owed >= _CREDIT_BATCH:
+            self.run(self.client.credit(sub_id, owed), 10)
+            owed = 0
+        self.owed[sub_id] = owed
 
     def close(self) -> None:
         try:

@@ -87,6 +87,54 @@ def test_rabbitmq_source_reads_what_the_kafka_source_reads(rabbitmq, spark) -> N
     assert bounds == {(partition_stream(topic, 0), 0, 4), (partition_stream(topic, 1), 0, 4), (empty, 0, 0)}
 
 
+def test_rabbitmq_reading_gives_credit_back_a_few_chunks_at_a_time(rabbitmq, monkeypatch) -> None:
+    """A stream of one-message chunks (what the exchange sink's audit stream holds at a
+    trickle) is read whole and in order from any offset, with one Credit frame for several
+    chunks: the broker, never owed fewer than a few, does not wait for the reader."""
+    from rstream import AMQPMessage, Producer
+    from rstream.client import Client
+
+    from spark_jobs.rabbitmq import source
+
+    stream, n = f"t{uuid.uuid4().hex[:8]}.chunks", 300
+
+    async def write() -> None:
+        async with Producer(**rabbitmq.stream_settings()) as producer:
+            await producer.create_stream(stream)
+            for i in range(n):  # one publish answered before the next: a chunk each
+                await producer.send_wait(stream, AMQPMessage(body=b"%d" % i, application_properties={"i": str(i)}))
+
+    asyncio.run(write())
+    frames: list[int] = []
+    credits: list[int] = []
+    next_frame, credit = source._Session.next_frame, Client.credit
+
+    def counted_next_frame(self: Any, queue: Any, timeout: float) -> Any:
+        frame = next_frame(self, queue, timeout)
+        if frame is not None:
+            frames.append(frame.num_entries)
+        return frame
+
+    async def counted_credit(self: Any, subscription_id: int, count: int) -> None:
+        credits.append(count)
+        await credit(self, subscription_id, count)
+
+    monkeypatch.setattr(source._Session, "next_frame", counted_next_frame)
+    monkeypatch.setattr(Client, "credit", counted_credit)
+    settings = {**rabbitmq.stream_settings(), "vhost": "/"}
+
+    def read(low: int, high: int) -> list[int]:
+        return [r.offset() for r in source.read_range(settings, stream, 0, stream, low, high)]
+
+    assert read(0, n) == list(range(n))
+    assert len(frames) >= n // 2, frames  # mostly one-message chunks (a slow start may join a few)
+    assert credits and set(credits) == {source._CREDIT_BATCH}
+    assert len(credits) == len(frames) // source._CREDIT_BATCH
+    assert read(7, n - 7) == list(range(7, n - 7))
+    assert read(150, 151) == [150]
+    assert read(n - 1, n) == [n - 1]
+
+
 # ============================================================================= NATS
 
 
