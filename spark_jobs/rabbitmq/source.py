@@ -75,7 +75,7 @@ LEADER_WAIT = 30.0  # a stream's leader election takes seconds (0.2-4.1 s measur
 _CREDIT = 10  # chunks the broker may send ahead of the reader
 # Chunks read before their credit is given back, in one Credit frame: a frame a chunk, each
 # sent through a turn of the session's event loop, cost more than decoding the chunk's
-# messages where chunks are small (the exchange sink's audit stream: docs/verifier.md). The
+# messages where chunks are small (the exchange sink's audit stream: docs/sinks.md). The
 # broker is still owed at least _CREDIT - _CREDIT_BATCH + 1 chunks once the reader has
 # taken every chunk sent, so it never waits for the reader's credit.
 _CREDIT_BATCH = 5
