@@ -213,6 +213,7 @@ class _Session:
 
         queue: asyncio.Queue[Any] = asyncio.Queue()
         self.queues[sub_id] = queue
+        self.owed[sub_id] = 0  # a new subscription starts with its own initial credit
 
         def on_deliver(frame: Any) -> None:
             if frame.subscription_id == sub_id:
@@ -235,7 +236,7 @@ class _Session:
     def credit(self, sub_id: int) -> None:
         """One chunk of subscription `sub_id` read: its credit, given back `_CREDIT_BATCH`
         chunks at a time."""
-        owed = self.owed.get(sub_id, 0) + 1
+        owed = self.owed[sub_id] + 1
         if owed >= _CREDIT_BATCH:
             self.run(self.client.credit(sub_id, owed), 10)
             owed = 0
