@@ -42,7 +42,7 @@ A lost connection inside a run (the node restarted or was cut off): the unconfir
 may or may not have been routed. AMQP 0-9-1 has no de-duplication, so sending them all again
 would put copies in every queue, the audit stream too. Instead, once connected again, the
 audit stream is read from the oldest unconfirmed message's offset to its end: a message whose
-`message_id` it holds was routed (reported delivered at that offset), the others are sent
+routing key and `message_id` it holds was routed (reported delivered at that offset), the others are sent
 again, in order; the new connection takes the fence first (the old one may be alive on a node
 that was cut off). What this means for the other queues bound to the exchange when the *node*
 crashed is in docs/sinks.md ("What your queues get").
@@ -469,7 +469,8 @@ class RabbitExchangePublisher:
         mid = message_id(text)
         # a returned message (basic.return) is matched to its delivery tag by its message-id
         # (aiormq's Channel._on_return_frame): one without an identity gets a random one, as
-        # aiormq's basic_publish gives it
+        # aiormq's basic_publish gives it. Two messages of one identity in flight at once would
+        # make a return ambiguous; the relay's events each have their own (cdc.events.identity)
         wire_id = mid or uuid.uuid4().hex
         stamp = int((timestamp_ms if timestamp_ms is not None else time.time() * 1000) // 1000)
         properties: bytes | Any = amqp_publish_frames.properties(text, wire_id, stamp)
@@ -662,7 +663,10 @@ class RabbitExchangePublisher:
             fence_on = connection
             end = self._settled_end() if waiting else self._audit.watermarks("", 0)[1]
             start = min((m.slot for m in waiting), default=end)
-            held = {h.get("message_id"): offset for offset, _k, h in self._audit.routed(start, end)} if waiting else {}
+            # a message is the one sent when its routing key and its identity both match: the
+            # identity alone would take another key's message of the same identity for it
+            routed = self._audit.routed(start, end) if waiting else []
+            held = {(key, h.get("message_id")): offset for offset, key, h in routed}
         except Exception as exc:
             if isinstance(exc, _FenceHeld):
                 (log.debug if self._fence_waited else log.info)("%s", exc)  # said once per outage
@@ -682,7 +686,7 @@ class RabbitExchangePublisher:
             return
         again: list[_Message] = []
         for message in waiting:
-            offset = held.get(message.message_id) if message.message_id is not None else None
+            offset = held.get((message.topic, message.message_id)) if message.message_id is not None else None
             if offset is not None:
                 self.skipped_after_reconnect += 1
                 self._report(message.on_delivery, Delivery(message.topic, 0, offset))
