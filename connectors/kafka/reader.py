@@ -10,6 +10,7 @@ Its consumer and its metadata client carry `[kafka.client]` (and the consumer
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -30,6 +31,20 @@ READER_ENFORCED = {
     "isolation.level": "read_committed",
     "allow.auto.create.topics": False,
 }
+
+# What librdkafka answers while a broker is down or its leadership moves: asked again (every
+# `_AGAIN_S`) until the reader's timeout, not taken for an answer about the partition.
+_TRANSIENT = frozenset(
+    {
+        KafkaError._UNKNOWN_PARTITION,  # its metadata does not know the partition's leader yet
+        KafkaError._TRANSPORT,
+        KafkaError._ALL_BROKERS_DOWN,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.REQUEST_TIMED_OUT,
+    }
+)
+_AGAIN_S = 0.2
 
 
 def reader_settings(clients: KafkaClientConfig | str, options: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -74,11 +89,23 @@ class KafkaTopicReader:
         return sorted(self._admin.list_topics(timeout=self._timeout).topics)
 
     def watermarks(self, topic: str, partition: int) -> tuple[int, int]:
-        try:
-            low, high = self._consumer_().get_watermark_offsets(TopicPartition(topic, partition), timeout=self._timeout)
-        except KafkaException as exc:
-            raise DeliveryError(f"cannot read offsets of {topic}[{partition}]: {exc.args[0].str()}") from exc
-        return int(low), int(high)
+        """The partition's low and high watermarks. A transient answer (`_TRANSIENT`: right after
+        a broker comes back, librdkafka may not know the partition's leader yet and answers at
+        once) is asked again until the reader's timeout; then, or at any other error, a
+        DeliveryError in one line."""
+        consumer, tp = self._consumer_(), TopicPartition(topic, partition)
+        deadline = time.monotonic() + self._timeout
+        while True:
+            try:
+                low, high = consumer.get_watermark_offsets(tp, timeout=max(0.1, deadline - time.monotonic()))
+            except KafkaException as exc:
+                error = exc.args[0]
+                left = deadline - time.monotonic()
+                if error.code() in _TRANSIENT and left > 0:
+                    time.sleep(min(_AGAIN_S, left))
+                    continue
+                raise DeliveryError(f"cannot read offsets of {topic}[{partition}]: {error.str()}") from exc
+            return int(low), int(high)
 
     def messages(self, topic: str, partition: int, start: int, end: int) -> Iterator[Any]:
         """The records held in [start, end) of one partition, in offset order."""
