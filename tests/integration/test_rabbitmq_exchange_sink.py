@@ -252,6 +252,7 @@ def test_a_reconnect_takes_for_routed_only_what_the_audit_stream_holds_under_the
 
     from cdc.events.identity import H_FILE, H_POS, H_ROW, H_SOURCE
     from connectors.rabbitmq.exchange_sink import ExchangeSettings, RabbitExchangePublisher
+
     node = rabbitmq_managed
     n = declare(node, topic_prefix, audit_keys=["#"], queue_keys=[])
     settings = ExchangeSettings(
