@@ -68,4 +68,3 @@ def test_an_error_that_is_not_transient_fails_at_once(consumer):
     with pytest.raises(DeliveryError, match=r"^cannot read offsets of t\[0\]: "):
         reader.watermarks("t", 0)
     assert consumer.calls == 1
-
