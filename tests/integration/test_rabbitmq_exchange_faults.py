@@ -34,7 +34,7 @@ from tests.integration.harness import OUTBOX_DDL, RelayProcess, wait_until
 from tests.integration.rabbit_exchange import audit_records, declare, drain_queue, event_id_of, exchange_raw_config
 from tests.integration.rabbit_streams import publishers_unread, rabbit_env
 from tests.integration.test_faults import LONG, Writer
-from tests.integration.test_rabbitmq_faults import POINTS, _crash_at, _wait_publishing
+from tests.integration.test_rabbitmq_faults import POINTS, _wait_publishing, crash_point_reached
 
 pytestmark = [pytest.mark.integration, pytest.mark.fault, pytest.mark.slow]
 
@@ -61,12 +61,7 @@ def test_audit_stream_exactly_once_and_queue_at_least_once_across_relay_kills_cr
     try:
         for kind in schedule:
             if kind in POINTS:
-                relay = RelayProcess(raw, env, tmp_path, crash_at=_crash_at(kind, rng))
-                try:
-                    relay.wait(90)
-                    reached[kind] += 1  # it died by its own SIGKILL at the point
-                except Exception:
-                    relay.kill()
+                reached[kind] += crash_point_reached(kind, raw, env, tmp_path, rng)
                 relay_kills += 1
                 continue
             relay = RelayProcess(raw, env, tmp_path)
