@@ -42,9 +42,9 @@ A lost connection inside a run (the node restarted or was cut off): the unconfir
 may or may not have been routed. AMQP 0-9-1 has no de-duplication, so sending them all again
 would put copies in every queue, the audit stream too. Instead, once connected again, the
 audit stream is read from the oldest unconfirmed message's offset to its end: a message whose
-routing key and `message_id` it holds was routed (reported delivered at that offset), the others are sent
-again, in order; the new connection takes the fence first (the old one may be alive on a node
-that was cut off). What this means for the other queues bound to the exchange when the *node*
+routing key and `message_id` it holds was routed (reported delivered at that offset), the
+others are sent again, in order; the new connection takes the fence first (the old one may be
+alive on a node that was cut off). What this means for the other queues bound to the exchange when the *node*
 crashed is in docs/sinks.md ("What your queues get").
 
 `topics.missing`: "dead_letter" requires the exchange and the audit stream (the publisher

@@ -1,7 +1,8 @@
 """The fault suites' last step, on any sink: a clean relay (`cdc run`) catches up to the
 binlog's end now, stops cleanly, and the independent checker compares the committed
 outbox inserts since `start` with everything the sink holds (read by the verifier's own
-reader, which the caller passes as `records`)."""
+reader, which the caller passes as `records`). And what their 'recovery' crash point needs
+first, on any sink: events delivered past the checkpoint (`delivered_past_checkpoint`)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,27 @@ def server_end(db) -> tuple[str, int]:
     """The binlog's end now (file, position)."""
     with db.connect() as conn, conn.cursor() as cur:
         return binlog_end(cur)
+
+
+def delivered_past_checkpoint(raw: dict, env: dict[str, str]) -> int:
+    """The events a restarted relay's recovery scan would find past the stored checkpoint
+    (cdc.recovery.Recovery over the sink's own reader, as `cdc repair` makes it): the
+    'recovery' crash point is hit only when there is one."""
+    from cdc.config import load_config
+    from cdc.recovery import Recovery
+    from cdc_cli.sinks import checkpoint_store, repair_reader
+
+    cfg = load_config(raw, env)
+    checkpoint = checkpoint_store(cfg).load()
+    if checkpoint is None:
+        return 0
+    reader = repair_reader(cfg)
+    try:
+        recovery = Recovery(checkpoint, reader)
+        recovery.scan_all(set(checkpoint.partitions))
+        return recovery.found
+    finally:
+        reader.close()
 
 
 def checkpoint_reached(path: Path, end: tuple[str, int]) -> bool:

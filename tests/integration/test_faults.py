@@ -29,7 +29,7 @@ from cdc import crashpoints
 from cdc.config import load_config
 from cdc.events.identity import H_EVENT_ID
 from cdc.metrics import RelayMetrics
-from tests.integration.final_relay import catch_up_and_check
+from tests.integration.final_relay import catch_up_and_check, delivered_past_checkpoint
 from tests.integration.final_relay import checkpoint_reached as _checkpoint_reached
 from tests.integration.final_relay import server_end as _server_end
 from tests.integration.harness import (
@@ -220,25 +220,6 @@ def _setup(db, kafka, database: str, prefix: str, partitions: int = 24 if LONG e
     return topics + [f"{prefix}.dlq"]
 
 
-def _delivered_past_checkpoint(kafka, path: Path) -> bool:
-    """Do the topics hold messages after the offsets the checkpoint at `path` records (what
-    a restarted relay's recovery scan reads)?"""
-    import json
-
-    from connectors.kafka.reader import KafkaTopicReader
-
-    cp = json.loads(path.read_text())
-    reader = KafkaTopicReader(kafka.bootstrap_servers)
-    try:
-        return any(
-            reader.watermarks(topic, partition)[1] > cp["offsets"].get(topic, {}).get(str(partition), 0)
-            for topic, count in cp["partitions"].items()
-            for partition in range(count)
-        )
-    finally:
-        reader.close()
-
-
 def _finish_and_check(
     db, kafka, database: str, raw: dict, topics: list[str], workdir: Path, start: str, timeout: float = 300
 ):
@@ -306,7 +287,7 @@ def test_every_crash_point(mariadb, kafka, database, topic_prefix, tmp_path):
         for _ in range(rounds):
             for point in order:
                 if point == "recovery":
-                    assert _delivered_past_checkpoint(kafka, Path(raw["checkpoint"]["path"])), (
+                    assert delivered_past_checkpoint(raw, env_for(mariadb)) > 0, (
                         "the crash point 'recovery' needs messages delivered after the checkpoint: "
                         "the previous relay left none"
                     )

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from cdc import crashpoints
-from tests.integration.final_relay import catch_up_and_check
+from tests.integration.final_relay import catch_up_and_check, delivered_past_checkpoint
 from tests.integration.harness import OUTBOX_DDL, RelayProcess, wait_until
 from tests.integration.rabbit_streams import (
     create_topic,
@@ -55,7 +55,7 @@ def crash_point_reached(kind: str, raw: dict, env: dict[str, str], tmp_path: Pat
     is the first): acknowledgements in, the checkpoint that records them not written."""
     if kind == "recovery":
         for _ in range(5):
-            if _delivered_past_checkpoint(raw, env) > 0:
+            if delivered_past_checkpoint(raw, env) > 0:
                 break
             _run_to(raw, env, tmp_path, "after_ack_before_checkpoint@2")
     return _run_to(raw, env, tmp_path, _crash_at(kind, rng))
@@ -69,26 +69,6 @@ def _run_to(raw: dict, env: dict[str, str], tmp_path: Path, crash_at: str) -> bo
     except Exception:
         relay.kill()
         return False
-
-
-def _delivered_past_checkpoint(raw: dict, env: dict[str, str]) -> int:
-    """The events a restarted relay's recovery scan would find past the checkpoint
-    (cdc.recovery.Recovery over the sink's own reader, as `cdc repair` makes it)."""
-    from cdc.config import load_config
-    from cdc.recovery import Recovery
-    from cdc_cli.sinks import checkpoint_store, repair_reader
-
-    cfg = load_config(raw, env)
-    checkpoint = checkpoint_store(cfg).load()
-    if checkpoint is None:
-        return 0
-    reader = repair_reader(cfg)
-    try:
-        recovery = Recovery(checkpoint, reader)
-        recovery.scan_all(set(checkpoint.partitions))
-        return recovery.found
-    finally:
-        reader.close()
 
 
 def _wait_publishing(relay: RelayProcess, checkpoint: Path) -> None:
