@@ -91,21 +91,32 @@ class KafkaTopicReader:
     def watermarks(self, topic: str, partition: int) -> tuple[int, int]:
         """The partition's low and high watermarks. A transient answer (`_TRANSIENT`: right after
         a broker comes back, librdkafka may not know the partition's leader yet and answers at
-        once) is asked again until the reader's timeout; then, or at any other error, a
-        DeliveryError in one line."""
+        once) is asked again, on a new client, until the reader's timeout; then, or at any other
+        error, a DeliveryError in one line."""
         consumer, tp = self._consumer_(), TopicPartition(topic, partition)
         deadline = time.monotonic() + self._timeout
-        while True:
-            try:
-                low, high = consumer.get_watermark_offsets(tp, timeout=max(0.1, deadline - time.monotonic()))
-            except KafkaException as exc:
-                error = exc.args[0]
-                left = deadline - time.monotonic()
-                if error.code() in _TRANSIENT and left > 0:
-                    time.sleep(min(_AGAIN_S, left))
-                    continue
-                raise DeliveryError(f"cannot read offsets of {topic}[{partition}]: {error.str()}") from exc
-            return int(low), int(high)
+        fresh: Consumer | None = None
+        try:
+            while True:
+                try:
+                    low, high = consumer.get_watermark_offsets(tp, timeout=max(0.1, deadline - time.monotonic()))
+                except KafkaException as exc:
+                    error = exc.args[0]
+                    left = deadline - time.monotonic()
+                    if error.code() in _TRANSIENT and left > 0:
+                        time.sleep(min(_AGAIN_S, left))
+                        if fresh is None:
+                            # the long-lived client's metadata can stay stale past a broker's
+                            # return ("Unknown partition" for the whole timeout, a fresh-clone
+                            # run of the fault suite): the next tries on a new client, which
+                            # reads the metadata afresh
+                            fresh = consumer = Consumer(self._conf)
+                        continue
+                    raise DeliveryError(f"cannot read offsets of {topic}[{partition}]: {error.str()}") from exc
+                return int(low), int(high)
+        finally:
+            if fresh is not None:
+                fresh.close()
 
     def messages(self, topic: str, partition: int, start: int, end: int) -> Iterator[Any]:
         """The records held in [start, end) of one partition, in offset order."""

@@ -22,26 +22,36 @@ from connectors.kafka.reader import KafkaTopicReader
 
 class _Consumer:
     """confluent-kafka's Consumer as `watermarks` uses it: each call answers the next of
-    `watermarks` (the last one again and again)."""
+    `watermarks` (the last one again and again); `stale`: the first client made answers
+    "Unknown partition" to every call, as a client whose metadata stays stale."""
 
     watermarks: list[Any] = []
     calls = 0
+    made = 0
+    closed = 0
+    stale = False
 
     def __init__(self, conf: dict[str, Any]) -> None:
-        pass
+        type(self).made += 1
+        self.number = self.made
 
     def get_watermark_offsets(self, tp: Any, timeout: float) -> tuple[int, int]:
         type(self).calls += 1
+        if self.stale and self.number == 1:
+            raise KafkaException(KafkaError(KafkaError._UNKNOWN_PARTITION))
         answer = self.watermarks.pop(0) if len(self.watermarks) > 1 else self.watermarks[0]
         if isinstance(answer, KafkaError):
             raise KafkaException(answer)
         return answer
 
+    def close(self) -> None:
+        type(self).closed += 1
+
 
 @pytest.fixture
 def consumer(monkeypatch):
     monkeypatch.setattr(reader_module, "Consumer", _Consumer)
-    _Consumer.watermarks, _Consumer.calls = [], 0
+    _Consumer.watermarks, _Consumer.calls, _Consumer.made, _Consumer.closed, _Consumer.stale = [], 0, 0, 0, False
     return _Consumer
 
 
@@ -68,3 +78,14 @@ def test_an_error_that_is_not_transient_fails_at_once(consumer):
     with pytest.raises(DeliveryError, match=r"^cannot read offsets of t\[0\]: "):
         reader.watermarks("t", 0)
     assert consumer.calls == 1
+
+
+def test_a_client_whose_metadata_stays_stale_gives_way_to_a_new_one(consumer):
+    """A fresh-clone run: the relay's reader answered "Unknown partition" for its whole 10 s
+    after a broker fault, asked again on the same client. The tries after the first are made
+    on a new client (closed after), the reader's own one kept."""
+    consumer.stale, consumer.watermarks = True, [(3, 9)]
+    reader = KafkaTopicReader("127.0.0.1:9", timeout_s=5.0)
+    assert reader.watermarks("t", 2) == (3, 9)
+    assert (consumer.made, consumer.closed) == (2, 1)
+    assert reader.watermarks("t", 2) == (3, 9) and consumer.made == 3  # the stale one is still the reader's
