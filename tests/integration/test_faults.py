@@ -477,7 +477,14 @@ def test_broker_faults(mariadb, database, topic_prefix, tmp_path):
         assert not result.missing, f"{result.summary()}; handed over / delivery reports: {evidence}"
         assert not result.phantoms
         assert set(result.duplicates) == set(broker_made)
-        assert not result.reordered_keys, result.reordered_keys[:5]
+        # A message the stand-in acknowledged without an offset and did not store is published
+        # again (cdc/delivery/unlocated.py), after any later event of its key the partition
+        # already holds: its key is out of order by the stand-in's loss, never by more keys
+        # than such messages (a run here: 2 published again, 1 key). None else may be.
+        assert len(result.reordered_keys) <= m.republished_unlocated, (
+            f"{result.reordered_keys[:5]}; published again after an acknowledgement without an offset: "
+            f"{m.republished_unlocated}"
+        )
 
 
 def test_full_producer_queue(mariadb, database, topic_prefix, tmp_path):
